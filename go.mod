@@ -1,0 +1,3 @@
+module ds4go
+
+go 1.26
