@@ -49,6 +49,13 @@ const (
 	maxNameLen    = 1 << 12 // bytes in a tensor name
 	maxNestDepth  = 4       // arrays of arrays
 	maxDimProduct = 1 << 50 // elements in one tensor
+
+	// maxPrealloc caps the capacity reserved up front from a count in the
+	// file. A count is only checked against the bytes that remain, which for
+	// a mapped model file include gigabytes of tensor data; reserving that
+	// much from a corrupt count could exhaust memory before the count is
+	// found false. Beyond the cap, slices grow as entries actually parse.
+	maxPrealloc = 1 << 12
 )
 
 // FormatError reports a malformed GGUF file: which field was wrong, at
@@ -269,21 +276,22 @@ func Parse(data []byte) (*File, error) {
 	}
 	// Every kv needs at least 8+4+1 bytes and every tensor 8+4+8+4+8.
 	if nKV > uint64(c.remaining())/13 {
-		return nil, &FormatError{Offset: 16, Field: "kv_count", Err: fmt.Errorf("%d entries cannot fit in the %d bytes that remain", nKV, c.remaining())}
+		return nil, &FormatError{Offset: 16, Field: "kv_count", Err: fmt.Errorf("%d entries cannot fit in the %d bytes that remain: %w", nKV, c.remaining(), ErrTruncated)}
 	}
 	if nTensors > uint64(c.remaining())/32 {
-		return nil, &FormatError{Offset: 8, Field: "tensor_count", Err: fmt.Errorf("%d tensors cannot fit in the %d bytes that remain", nTensors, c.remaining())}
+		return nil, &FormatError{Offset: 8, Field: "tensor_count", Err: fmt.Errorf("%d tensors cannot fit in the %d bytes that remain: %w", nTensors, c.remaining(), ErrTruncated)}
 	}
 
 	f := &File{
 		Version:   version,
-		KVs:       make([]KV, 0, nKV),
-		Tensors:   make([]TensorInfo, 0, nTensors),
+		KVs:       make([]KV, 0, min(nKV, maxPrealloc)),
+		Tensors:   make([]TensorInfo, 0, min(nTensors, maxPrealloc)),
 		Alignment: DefaultAlignment,
 		data:      data,
-		kvIndex:   make(map[string]int, nKV),
-		tIndex:    make(map[string]int, nTensors),
+		kvIndex:   make(map[string]int, min(nKV, maxPrealloc)),
+		tIndex:    make(map[string]int, min(nTensors, maxPrealloc)),
 	}
+	alignOff := int64(0) // offset of the general.alignment value
 	for i := uint64(0); i < nKV; i++ {
 		keyOff := c.pos
 		key, err := c.str(fmt.Sprintf("kv[%d] key", i), maxKeyLen)
@@ -298,6 +306,12 @@ func Parse(data []byte) (*File, error) {
 		if err != nil {
 			return nil, err
 		}
+		if t := ValueType(vt); t.scalarSize() == 0 && t != TypeString && t != TypeArray {
+			return nil, &FormatError{Offset: c.pos - 4, Field: field + " type", Err: fmt.Errorf("unknown value type %d", vt)}
+		}
+		if key == "general.alignment" {
+			alignOff = c.pos
+		}
 		v, err := c.value(ValueType(vt), field+" value", 0)
 		if err != nil {
 			return nil, err
@@ -308,21 +322,22 @@ func Parse(data []byte) (*File, error) {
 	if v, ok := f.KV("general.alignment"); ok {
 		a, err := v.AsUint64()
 		if err != nil || v.Type != TypeUint32 {
-			return nil, &FormatError{Offset: 0, Field: "general.alignment", Err: fmt.Errorf("must be a u32, got %s", v.describe())}
+			return nil, &FormatError{Offset: alignOff, Field: "general.alignment", Err: fmt.Errorf("must be a u32, got %s", v.describe())}
 		}
 		if a == 0 || a&(a-1) != 0 {
-			return nil, &FormatError{Offset: 0, Field: "general.alignment", Err: fmt.Errorf("%d is not a power of two", a)}
+			return nil, &FormatError{Offset: alignOff, Field: "general.alignment", Err: fmt.Errorf("%d is not a power of two", a)}
 		}
 		f.Alignment = a
 	}
 
 	for i := uint64(0); i < nTensors; i++ {
+		start := c.pos
 		t, err := c.tensorInfo(int(i))
 		if err != nil {
 			return nil, err
 		}
 		if _, dup := f.tIndex[t.Name]; dup {
-			return nil, &FormatError{Offset: c.pos, Field: fmt.Sprintf("tensor[%d] %q", i, t.Name), Err: errors.New("duplicate tensor name")}
+			return nil, &FormatError{Offset: start, Field: fmt.Sprintf("tensor[%d] %q", i, t.Name), Err: errors.New("duplicate tensor name")}
 		}
 		f.tIndex[t.Name] = len(f.Tensors)
 		f.Tensors = append(f.Tensors, t)
@@ -439,7 +454,7 @@ func (c *cursor) value(t ValueType, field string, depth int) (Value, error) {
 	}
 	switch t {
 	case TypeString:
-		s, err := c.str(field, math.MaxInt64)
+		s, err := c.str(field, math.MaxUint64)
 		if err != nil {
 			return Value{}, err
 		}
@@ -453,11 +468,6 @@ func (c *cursor) value(t ValueType, field string, depth int) (Value, error) {
 			return Value{}, err
 		}
 		elem := ValueType(et)
-		n, err := c.u64(field + " count")
-		if err != nil {
-			return Value{}, err
-		}
-		v := Value{Type: TypeArray, ElemType: elem, Count: n}
 		// Minimum encoded size of one element, to bound n before allocating.
 		minSize := uint64(elem.scalarSize())
 		switch elem {
@@ -467,29 +477,44 @@ func (c *cursor) value(t ValueType, field string, depth int) (Value, error) {
 			minSize = 12
 		}
 		if minSize == 0 {
-			return Value{}, &FormatError{Offset: start + 4, Field: field + " element type", Err: fmt.Errorf("unknown value type %d", et)}
+			return Value{}, &FormatError{Offset: start, Field: field + " element type", Err: fmt.Errorf("unknown value type %d", et)}
 		}
+		n, err := c.u64(field + " count")
+		if err != nil {
+			return Value{}, err
+		}
+		v := Value{Type: TypeArray, ElemType: elem, Count: n}
 		if n > uint64(c.remaining())/minSize {
 			return Value{}, &FormatError{Offset: start + 4, Field: field + " count", Err: fmt.Errorf("%d elements cannot fit in the %d bytes that remain: %w", n, c.remaining(), ErrTruncated)}
 		}
 		switch elem {
 		case TypeString:
-			v.Strings = make([]string, n)
-			for i := range v.Strings {
-				s, err := c.str(fmt.Sprintf("%s[%d]", field, i), math.MaxInt64)
+			v.Strings = make([]string, 0, min(n, maxPrealloc))
+			for i := uint64(0); i < n; i++ {
+				// Fast path without formatting a field name per element
+				// (vocabularies have 10^5 of them); c.str reports errors.
+				if c.remaining() >= 8 {
+					if l := binary.LittleEndian.Uint64(c.b[c.pos:]); l <= uint64(c.remaining()-8) {
+						p := c.pos + 8
+						v.Strings = append(v.Strings, string(c.b[p:p+int64(l)]))
+						c.pos = p + int64(l)
+						continue
+					}
+				}
+				s, err := c.str(fmt.Sprintf("%s[%d]", field, i), math.MaxUint64)
 				if err != nil {
 					return Value{}, err
 				}
-				v.Strings[i] = s
+				v.Strings = append(v.Strings, s)
 			}
 		case TypeArray:
-			v.Elems = make([]Value, n)
-			for i := range v.Elems {
+			v.Elems = make([]Value, 0, min(n, maxPrealloc))
+			for i := uint64(0); i < n; i++ {
 				e, err := c.value(TypeArray, fmt.Sprintf("%s[%d]", field, i), depth+1)
 				if err != nil {
 					return Value{}, err
 				}
-				v.Elems[i] = e
+				v.Elems = append(v.Elems, e)
 			}
 		default:
 			nb := int64(n) * int64(minSize)

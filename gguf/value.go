@@ -117,7 +117,7 @@ func decodeScalar(t ValueType, b []byte) Value {
 	case TypeInt32:
 		v.I = int64(int32(binary.LittleEndian.Uint32(b)))
 	case TypeFloat32:
-		v.F = float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))
+		v.F = f32to64(binary.LittleEndian.Uint32(b))
 	case TypeUint64:
 		v.U = binary.LittleEndian.Uint64(b)
 	case TypeInt64:
@@ -131,8 +131,13 @@ func decodeScalar(t ValueType, b []byte) Value {
 // appendScalar appends the little-endian encoding of a scalar value.
 func appendScalar(b []byte, v Value) []byte {
 	switch v.Type {
-	case TypeUint8, TypeBool:
+	case TypeUint8:
 		return append(b, byte(v.U))
+	case TypeBool:
+		if v.U != 0 {
+			return append(b, 1)
+		}
+		return append(b, 0)
 	case TypeInt8:
 		return append(b, byte(v.I))
 	case TypeUint16:
@@ -144,7 +149,7 @@ func appendScalar(b []byte, v Value) []byte {
 	case TypeInt32:
 		return binary.LittleEndian.AppendUint32(b, uint32(v.I))
 	case TypeFloat32:
-		return binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(v.F)))
+		return binary.LittleEndian.AppendUint32(b, f64to32(v.F))
 	case TypeUint64:
 		return binary.LittleEndian.AppendUint64(b, v.U)
 	case TypeInt64:
@@ -153,6 +158,31 @@ func appendScalar(b []byte, v Value) []byte {
 		return binary.LittleEndian.AppendUint64(b, math.Float64bits(v.F))
 	}
 	return b
+}
+
+// f32to64 widens the bits of a float32 to a float64 exactly, NaN payloads
+// included: the hardware conversion quiets a signalling NaN, which would make
+// a file's f32 metadata change when it is read and written back.
+func f32to64(b uint32) float64 {
+	if b&0x7f800000 == 0x7f800000 && b&0x007fffff != 0 {
+		return math.Float64frombits(uint64(b>>31)<<63 | 0x7ff<<52 | uint64(b&0x007fffff)<<29)
+	}
+	return float64(math.Float32frombits(b))
+}
+
+// f64to32 narrows a float64 to the bits of a float32, the inverse of f32to64
+// for every value f32to64 returns. A NaN keeps its sign and the top 23 bits of
+// its payload (a NaN whose payload is all in the low bits becomes a quiet NaN).
+func f64to32(f float64) uint32 {
+	if f != f {
+		b := math.Float64bits(f)
+		m := uint32(b>>29) & 0x007fffff
+		if m == 0 {
+			m = 0x00400000
+		}
+		return uint32(b>>63)<<31 | 0x7f800000 | m
+	}
+	return math.Float32bits(float32(f))
 }
 
 // scalarArray builds a numeric array value from scalar values of type t.
@@ -166,6 +196,24 @@ func scalarArray(t ValueType, n int, elem func(i int) Value) Value {
 
 // Constructors used when writing files.
 
+// U8 returns a u8 value.
+func U8(x uint8) Value { return Value{Type: TypeUint8, U: uint64(x)} }
+
+// I8 returns an i8 value.
+func I8(x int8) Value { return Value{Type: TypeInt8, I: int64(x)} }
+
+// U16 returns a u16 value.
+func U16(x uint16) Value { return Value{Type: TypeUint16, U: uint64(x)} }
+
+// I16 returns an i16 value.
+func I16(x int16) Value { return Value{Type: TypeInt16, I: int64(x)} }
+
+// I64 returns an i64 value.
+func I64(x int64) Value { return Value{Type: TypeInt64, I: x} }
+
+// F64 returns an f64 value.
+func F64(x float64) Value { return Value{Type: TypeFloat64, F: x} }
+
 // U32 returns a u32 value.
 func U32(x uint32) Value { return Value{Type: TypeUint32, U: uint64(x)} }
 
@@ -176,7 +224,7 @@ func U64(x uint64) Value { return Value{Type: TypeUint64, U: x} }
 func I32(x int32) Value { return Value{Type: TypeInt32, I: int64(x)} }
 
 // F32 returns an f32 value.
-func F32(x float32) Value { return Value{Type: TypeFloat32, F: float64(x)} }
+func F32(x float32) Value { return Value{Type: TypeFloat32, F: f32to64(math.Float32bits(x))} }
 
 // Bool returns a bool value.
 func Bool(b bool) Value {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"ds4go/quant"
 )
@@ -22,7 +23,7 @@ type TensorSpec struct {
 // is the layout ggml and the reference tools write.
 type Builder struct {
 	Version   uint32 // 3 when zero
-	Alignment uint64 // DefaultAlignment when zero; written as general.alignment only if set in KVs
+	Alignment uint64 // DefaultAlignment when zero; written only as general.alignment in KVs, which any other value requires
 	KVs       []KV
 	Tensors   []TensorSpec
 }
@@ -59,12 +60,17 @@ func (b *Builder) Layout() (*Layout, error) {
 		align = DefaultAlignment
 	}
 	keys := make(map[string]bool, len(b.KVs))
+	alignKV := false
 	for _, kv := range b.KVs {
 		if keys[kv.Key] {
 			return nil, fmt.Errorf("gguf: duplicate metadata key %q", kv.Key)
 		}
 		keys[kv.Key] = true
+		if len(kv.Key) > maxKeyLen {
+			return nil, fmt.Errorf("gguf: metadata key of %d bytes exceeds the limit of %d", len(kv.Key), maxKeyLen)
+		}
 		if kv.Key == "general.alignment" {
+			alignKV = true
 			a, err := kv.Value.AsUint64()
 			if err != nil || kv.Value.Type != TypeUint32 {
 				return nil, fmt.Errorf("gguf: general.alignment must be a u32")
@@ -78,6 +84,11 @@ func (b *Builder) Layout() (*Layout, error) {
 	if align == 0 || align&(align-1) != 0 {
 		return nil, fmt.Errorf("gguf: alignment %d is not a power of two", align)
 	}
+	if !alignKV && align != DefaultAlignment {
+		// Readers take the alignment from general.alignment, 32 without it,
+		// and would look for the tensor data in the wrong place.
+		return nil, fmt.Errorf("gguf: Builder.Alignment %d needs a u32 general.alignment key (readers assume %d without one)", align, DefaultAlignment)
+	}
 
 	h := make([]byte, 0, 1<<16)
 	h = append(h, Magic...)
@@ -88,7 +99,7 @@ func (b *Builder) Layout() (*Layout, error) {
 	for _, kv := range b.KVs {
 		h = appendString(h, kv.Key)
 		h = binary.LittleEndian.AppendUint32(h, uint32(kv.Value.Type))
-		if h, err = appendValue(h, kv.Value); err != nil {
+		if h, err = appendValue(h, kv.Value, 0); err != nil {
 			return nil, fmt.Errorf("gguf: metadata %q: %w", kv.Key, err)
 		}
 	}
@@ -100,13 +111,21 @@ func (b *Builder) Layout() (*Layout, error) {
 			return nil, fmt.Errorf("gguf: duplicate tensor name %q", t.Name)
 		}
 		names[t.Name] = true
+		if len(t.Name) > maxNameLen {
+			return nil, fmt.Errorf("gguf: tensor name of %d bytes exceeds the limit of %d", len(t.Name), maxNameLen)
+		}
 		if len(t.Dims) == 0 || len(t.Dims) > MaxDims {
 			return nil, fmt.Errorf("gguf: tensor %q has %d dimensions (must be 1..%d)", t.Name, len(t.Dims), MaxDims)
 		}
+		prod := uint64(1)
 		for d, ne := range t.Dims {
 			if ne == 0 {
 				return nil, fmt.Errorf("gguf: tensor %q dimension %d is zero", t.Name, d)
 			}
+			if ne > maxDimProduct || prod > maxDimProduct/ne {
+				return nil, fmt.Errorf("gguf: tensor %q has more than 2^50 elements", t.Name)
+			}
+			prod *= ne
 		}
 		size, err := t.Type.TensorBytes(t.Dims)
 		if err != nil {
@@ -121,12 +140,13 @@ func (b *Builder) Layout() (*Layout, error) {
 		h = binary.LittleEndian.AppendUint64(h, rel)
 		l.Offsets[i] = rel
 		l.Sizes[i] = size
+		if size > maxDataSize-rel {
+			return nil, fmt.Errorf("gguf: tensor %q: the data section would exceed 2^62 bytes", t.Name)
+		}
 		rel = alignUp(rel+size, align)
 	}
 	dataOff := alignUp(uint64(len(h)), align)
-	for len(h) < int(dataOff) {
-		h = append(h, 0)
-	}
+	h = append(h, make([]byte, dataOff-uint64(len(h)))...)
 	l.Header = h
 	for i := range l.Offsets {
 		l.Offsets[i] += dataOff
@@ -141,14 +161,50 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func appendValue(b []byte, v Value) ([]byte, error) {
+// maxDataSize bounds the data section a Builder lays out, far above any real
+// file, so that offset arithmetic cannot overflow.
+const maxDataSize = 1 << 62
+
+// checkScalar reports an integer scalar whose value does not fit its type,
+// which appendScalar would otherwise silently truncate.
+func checkScalar(v Value) error {
+	ok := true
+	switch v.Type {
+	case TypeUint8:
+		ok = v.U <= math.MaxUint8
+	case TypeUint16:
+		ok = v.U <= math.MaxUint16
+	case TypeUint32:
+		ok = v.U <= math.MaxUint32
+	case TypeInt8:
+		ok = v.I >= math.MinInt8 && v.I <= math.MaxInt8
+	case TypeInt16:
+		ok = v.I >= math.MinInt16 && v.I <= math.MaxInt16
+	case TypeInt32:
+		ok = v.I >= math.MinInt32 && v.I <= math.MaxInt32
+	}
+	if !ok {
+		return fmt.Errorf("value %s does not fit in %s", v.Format(0), v.Type)
+	}
+	return nil
+}
+
+// appendValue appends the encoding of v, an element of an array nested depth
+// deep (0 at top level). It refuses every value the reader would reject.
+func appendValue(b []byte, v Value, depth int) ([]byte, error) {
 	if v.Type.scalarSize() > 0 {
+		if err := checkScalar(v); err != nil {
+			return nil, err
+		}
 		return appendScalar(b, v), nil
 	}
 	switch v.Type {
 	case TypeString:
 		return appendString(b, v.S), nil
 	case TypeArray:
+		if depth >= maxNestDepth {
+			return nil, fmt.Errorf("arrays nested deeper than %d", maxNestDepth)
+		}
 		b = binary.LittleEndian.AppendUint32(b, uint32(v.ElemType))
 		b = binary.LittleEndian.AppendUint64(b, v.Count)
 		switch {
@@ -163,15 +219,26 @@ func appendValue(b []byte, v Value) ([]byte, error) {
 			if uint64(len(v.Elems)) != v.Count {
 				return nil, fmt.Errorf("nested array count %d but %d elements", v.Count, len(v.Elems))
 			}
-			for _, e := range v.Elems {
+			for i, e := range v.Elems {
+				if e.Type != TypeArray {
+					return nil, fmt.Errorf("element %d of an array of arrays is a %s", i, e.Type)
+				}
 				var err error
-				if b, err = appendValue(b, e); err != nil {
+				if b, err = appendValue(b, e, depth+1); err != nil {
 					return nil, err
 				}
 			}
 		case v.ElemType.scalarSize() > 0:
-			if uint64(len(v.Raw)) != v.Count*uint64(v.ElemType.scalarSize()) {
+			sz := v.ElemType.scalarSize()
+			if len(v.Raw)%sz != 0 || uint64(len(v.Raw)/sz) != v.Count {
 				return nil, fmt.Errorf("array of %d %s holds %d bytes", v.Count, v.ElemType, len(v.Raw))
+			}
+			if v.ElemType == TypeBool {
+				for i, x := range v.Raw {
+					if x > 1 {
+						return nil, fmt.Errorf("bool element %d is %d (must be 0 or 1)", i, x)
+					}
+				}
 			}
 			b = append(b, v.Raw...)
 		default:
@@ -246,6 +313,12 @@ var ErrLayoutMismatch = errors.New("gguf: source tensor offsets differ from the 
 // Rewrite writes f back out through a Builder. It fails with
 // ErrLayoutMismatch when f's tensors are not laid out sequentially.
 func Rewrite(f *File, w io.Writer) error {
+	// A file without tensors may end before its (padded) data section
+	// starts; the sequential layout never does, and laying it out would pad
+	// the header to an alignment of up to 2 GiB.
+	if f.DataOffset > uint64(f.Size()) {
+		return fmt.Errorf("%w: data section starts at %d, past the end of the %d-byte file", ErrLayoutMismatch, f.DataOffset, f.Size())
+	}
 	b := FromFile(f)
 	l, err := b.Layout()
 	if err != nil {
