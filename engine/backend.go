@@ -1,0 +1,137 @@
+package engine
+
+import "ds4go/model"
+
+// SubBlock names one of the two hyper-connected halves of a transformer
+// block: the attention sub-block and the feed-forward (MoE) sub-block.
+type SubBlock uint8
+
+// The two sub-blocks of a layer, in the order the forward pass runs them.
+const (
+	AttnSub SubBlock = iota
+	FFNSub
+)
+
+func (s SubBlock) String() string {
+	if s == AttnSub {
+		return "attn"
+	}
+	return "ffn"
+}
+
+// Backend runs the math of the DeepSeek V4 forward pass for one loaded model.
+// The engine owns the schedule (which tokens, which positions, which layers,
+// in which chunks); a backend owns the weights, the activations of a chunk
+// (a Batch) and the per-session KV state (a State), all as opaque handles, so
+// that a GPU backend can keep them in device memory and fuse or capture the
+// work of each op however it likes.
+//
+// The ops are coarse on purpose: one call covers a whole sub-block of one
+// layer for every token of the chunk. A forward pass over a chunk of n tokens
+// at positions pos … pos+n−1 is exactly:
+//
+//	Embed(b, pos, tokens)
+//	for layer := 0 .. Layers−1:
+//	    HCPre(b, layer, AttnSub); Attention(b, st, layer); HCPost(b, layer, AttnSub)
+//	    HCPre(b, layer, FFNSub);  FFN(b, layer);           HCPost(b, layer, FFNSub)
+//	Head(b, rows, logits)
+//
+// Contracts every implementation keeps:
+//   - Tokens of a chunk are causal: token t sees positions ≤ pos+t only, and
+//     its results do not depend on how the sequence was cut into chunks
+//     (the CPU backend is bit-for-bit chunking-invariant; a GPU backend may
+//     differ by rounding).
+//   - Attention reads the KV state of positions < pos and writes that of the
+//     chunk's positions. All KV state is addressed by position or by
+//     compressed-row index (StatePart); nothing else about the past is kept,
+//     which is what lets the engine rewind, snapshot and restore sessions.
+//   - Ops on different Batch/State handles may run concurrently; ops on the
+//     same handles are called sequentially.
+//
+// backend/cpu is the reference implementation.
+type Backend interface {
+	// Name identifies the backend ("cpu", "cuda", …).
+	Name() string
+	// Config returns the model's hyperparameters.
+	Config() *model.Config
+
+	// NewState allocates an empty KV state with the given layout.
+	NewState(layout *StateLayout) (State, error)
+	// NewBatch allocates the activations of a chunk of up to maxTokens tokens.
+	NewBatch(maxTokens int) (Batch, error)
+
+	// Embed starts a chunk: the tokens at positions pos, pos+1, … become
+	// the chunk's hyper-connection streams (each token's embedding row copied
+	// into every stream). The tokens have been range-checked by the engine.
+	Embed(b Batch, pos int, tokens []int32) error
+	// HCPre mixes the streams into the sub-block input (hyper-connection
+	// pre-weights from the Sinkhorn-normalised mixing) and applies the
+	// sub-block's RMSNorm; it keeps the post-weights and combination matrix
+	// for HCPost.
+	HCPre(b Batch, layer int, sub SubBlock) error
+	// Attention runs the attention sub-block on the sub-block input: query
+	// LoRA, the shared KV row, the compressor(s) and indexer of compressed
+	// layers, sparse attention with sinks over the window and the compressed
+	// rows, inverse RoPE and the grouped output projection. It updates st for
+	// the chunk's positions.
+	Attention(b Batch, st State, layer int) error
+	// FFN runs the MoE sub-block (router, routed experts, shared expert).
+	FFN(b Batch, layer int) error
+	// HCPost folds the sub-block output back into the streams.
+	HCPost(b Batch, layer int, sub SubBlock) error
+	// Head computes the output head (hyper-connection head, final norm and
+	// the vocabulary projection) for the listed chunk rows (indices into the
+	// chunk, ascending) into logits, len(rows)×Vocab values.
+	Head(b Batch, rows []int, logits []float32) error
+
+	// ReadState copies n entries of one part of a layer's state, starting at
+	// position (or compressed-row index) first, into dst (n×width values,
+	// width = StateLayout.Width). The engine only asks for entries it knows
+	// to be retained (StateLayout describes what a state retains).
+	ReadState(st State, layer int, part StatePart, first, n int, dst []float32) error
+	// WriteState stores entries read by ReadState (snapshot restore).
+	WriteState(st State, layer int, part StatePart, first, n int, src []float32) error
+}
+
+// State is a backend's per-session KV state (see StatePart).
+type State interface {
+	// Release frees the state's memory; the handle is unusable afterwards.
+	Release()
+}
+
+// Batch is a backend's activations of one chunk.
+type Batch interface {
+	// Release frees the batch's memory; the handle is unusable afterwards.
+	Release()
+}
+
+// Activation names an activation of the current chunk that an Inspector
+// can read (for tests and debugging).
+type Activation uint8
+
+// Activations of a chunk, each with n rows.
+const (
+	// ActStreams is the hyper-connection streams, HC×Embed values per token.
+	ActStreams Activation = iota
+	// ActSubIn is the current sub-block's input after HCPre (mixing and
+	// RMSNorm), Embed values per token.
+	ActSubIn
+	// ActSubOut is the current sub-block's output (before HCPost), Embed
+	// values per token.
+	ActSubOut
+	// ActHeadIn is the head's input after the last Head call (hyper-connection
+	// head and final norm), Embed values per token, for every chunk row.
+	ActHeadIn
+)
+
+// Inspector is implemented by backends that can copy activations of a chunk
+// back to the host (used by Session tracing).
+type Inspector interface {
+	ReadActivation(b Batch, a Activation, dst []float32) error
+}
+
+// Fingerprinter is implemented by backends that can identify their weights;
+// snapshots record the value and refuse to restore under different weights.
+type Fingerprinter interface {
+	WeightsFingerprint() []byte
+}

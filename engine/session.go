@@ -1,0 +1,383 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"ds4go/model"
+)
+
+// Errors a Session returns (wrapped, with details); test with errors.Is.
+var (
+	// ErrBadToken: a token id outside [0, Vocab).
+	ErrBadToken = errors.New("engine: token id out of range")
+	// ErrContextFull: the tokens would exceed the session's maximum context.
+	ErrContextFull = errors.New("engine: context is full")
+	// ErrNoLogits: there are no logits for the next token (empty session, or
+	// the last call failed before producing them).
+	ErrNoLogits = errors.New("engine: no logits")
+	// ErrClosed: the session has been closed.
+	ErrClosed = errors.New("engine: session is closed")
+)
+
+// Defaults of Options.
+const (
+	DefaultChunkSize   = 128
+	DefaultRewindSlack = 64
+)
+
+// Options configures a Session. The zero value is usable.
+type Options struct {
+	// ChunkSize is the number of tokens a prefill processes per pass through
+	// the layers (DefaultChunkSize when ≤ 0). Larger chunks amortise weight
+	// reads over more tokens and need more activation memory.
+	ChunkSize int
+	// MaxContext bounds the session's positions (the model's ContextLen when
+	// ≤ 0).
+	MaxContext int
+	// RewindSlack is how many positions beyond what the forward pass needs
+	// the window and compressor rings keep (DefaultRewindSlack when 0, none
+	// when negative). A rewind of up to about this many tokens is exact and
+	// cheap; a longer one re-prefills the kept prefix (see Rewind).
+	RewindSlack int
+	// Trace, if set, is called after every op of the forward pass with a
+	// reader for the chunk's activations (needs a backend that implements
+	// Inspector). For tests and debugging; it slows the pass down.
+	Trace func(TraceEvent)
+}
+
+// Stage identifies the point of the forward pass a TraceEvent reports.
+type Stage uint8
+
+// Trace stages, in the order the forward pass reaches them. Layer-less
+// stages (StageEmbed, StageHead) report layer −1.
+const (
+	StageEmbed    Stage = iota // streams = embeddings
+	StageAttnIn                // ActSubIn = attention input (after hc_pre + attn_norm)
+	StageAttnOut               // ActSubOut = attention output
+	StageFFNIn                 // ActSubIn = FFN input (after hc_pre + ffn_norm)
+	StageFFNOut                // ActSubOut = FFN output
+	StageBlockOut              // ActStreams = the block's output streams
+	StageHead                  // ActHeadIn = the head's input (after hc_head + norm)
+)
+
+// TraceEvent is one observation of a chunk's forward pass.
+type TraceEvent struct {
+	Stage Stage
+	Layer int
+	Pos   int // position of the chunk's first token
+	N     int // tokens in the chunk
+	// Read copies an activation of the chunk (N rows) into dst.
+	Read func(a Activation, dst []float32) error
+}
+
+// Stats counts work a session did beyond the tokens it was given.
+type Stats struct {
+	// Rederived counts positions recomputed because the KV rings no longer
+	// held what a rewind (or a continuation after a cancelled chunk) needed.
+	Rederived int
+	// Rederivations counts those re-prefills.
+	Rederivations int
+}
+
+// Session is one sequence being processed by a model: its tokens, its KV
+// state (held by the backend) and the logits for its next token. It is not
+// safe for concurrent use; several sessions may share a backend.
+type Session struct {
+	be     Backend
+	cfg    *model.Config
+	opts   Options
+	layout *StateLayout
+	st     State
+	b      Batch
+
+	tokens   []int32    // processed tokens; len = position of the next one
+	ret      *retention // which positions the KV rings still hold
+	logits   []float32  // logits after tokens[len−1] when logitsOK
+	logitsOK bool
+	rows     []int     // scratch: chunk rows whose logits Head computes
+	buf      []float32 // scratch: Head output
+	stats    Stats
+	closed   bool
+}
+
+// NewSession starts an empty session on a backend.
+func NewSession(be Backend, opts Options) (*Session, error) {
+	cfg := be.Config()
+	if opts.ChunkSize <= 0 {
+		opts.ChunkSize = DefaultChunkSize
+	}
+	if opts.MaxContext <= 0 {
+		opts.MaxContext = cfg.ContextLen
+	}
+	if opts.MaxContext <= 0 {
+		return nil, fmt.Errorf("engine: the model has no context length; set Options.MaxContext")
+	}
+	switch {
+	case opts.RewindSlack == 0:
+		opts.RewindSlack = DefaultRewindSlack
+	case opts.RewindSlack < 0:
+		opts.RewindSlack = 0
+	}
+	layout, err := NewStateLayout(cfg, opts.MaxContext, opts.RewindSlack)
+	if err != nil {
+		return nil, err
+	}
+	st, err := be.NewState(layout)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %s backend: new state: %w", be.Name(), err)
+	}
+	b, err := be.NewBatch(opts.ChunkSize)
+	if err != nil {
+		st.Release()
+		return nil, fmt.Errorf("engine: %s backend: new batch: %w", be.Name(), err)
+	}
+	return &Session{be: be, cfg: cfg, opts: opts, layout: layout, st: st, b: b,
+		ret: newRetention(layout), logits: make([]float32, cfg.Vocab)}, nil
+}
+
+// Close releases the session's backend memory.
+func (s *Session) Close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.st.Release()
+	s.b.Release()
+}
+
+// Backend returns the session's backend.
+func (s *Session) Backend() Backend { return s.be }
+
+// State returns the session's backend state handle (for inspection with
+// Backend.ReadState; the session owns it).
+func (s *Session) State() State { return s.st }
+
+// Layout returns the session's state layout.
+func (s *Session) Layout() *StateLayout { return s.layout }
+
+// Pos returns the number of tokens processed: the position of the next one.
+func (s *Session) Pos() int { return len(s.tokens) }
+
+// Tokens returns a copy of the processed tokens.
+func (s *Session) Tokens() []int32 { return append([]int32(nil), s.tokens...) }
+
+// Stats returns the session's work counters.
+func (s *Session) Stats() Stats { return s.stats }
+
+// Logits returns the logits for the token after the processed ones (Vocab
+// values; the slice is the session's and changes with the next call), or
+// nil when there are none (empty session, or a failed call; Rewind(ctx,
+// Pos()) recomputes them).
+func (s *Session) Logits() []float32 {
+	if !s.logitsOK {
+		return nil
+	}
+	return s.logits
+}
+
+// Prefill processes tokens in chunks of Options.ChunkSize. Cancellation is
+// checked between chunks and between layers. On error the session holds
+// the chunks that completed (Pos tells how many tokens).
+func (s *Session) Prefill(ctx context.Context, tokens []int32) error {
+	return s.run(ctx, tokens, nil)
+}
+
+// PrefillAll is Prefill that also reports the logits after every token:
+// fn(p, logits) for each position p of the new tokens, in order (the slice
+// is reused after fn returns). It costs a vocabulary projection per token.
+func (s *Session) PrefillAll(ctx context.Context, tokens []int32, fn func(pos int, logits []float32)) error {
+	return s.run(ctx, tokens, fn)
+}
+
+// Decode processes one token.
+func (s *Session) Decode(ctx context.Context, token int32) error {
+	return s.run(ctx, []int32{token}, nil)
+}
+
+// Sample draws the next token from the current logits.
+func (s *Session) Sample(sm *Sampler) (int32, error) {
+	if !s.logitsOK {
+		return 0, ErrNoLogits
+	}
+	return sm.Sample(s.logits), nil
+}
+
+// Rewind shortens the session to its first n tokens and recomputes the
+// logits for token n. Rewinding to n > 0 re-runs token n−1 (one decode
+// step). When the KV rings still hold what position n−1 needs (a rewind of
+// up to about Options.RewindSlack tokens past the window/frontier needs) the
+// state is truncated in place; otherwise the kept prefix is re-prefilled
+// from scratch, which costs as much as prefilling n−1 tokens (Stats counts
+// it). Compressed rows are indexed by row and never need recomputation.
+// If ctx is cancelled during a re-prefill the session holds the prefix
+// processed so far.
+func (s *Session) Rewind(ctx context.Context, n int) error {
+	if s.closed {
+		return ErrClosed
+	}
+	if n < 0 || n > len(s.tokens) {
+		return fmt.Errorf("engine: rewind to %d: the session has %d tokens", n, len(s.tokens))
+	}
+	if n == len(s.tokens) && (s.logitsOK || n == 0) {
+		return nil
+	}
+	s.logitsOK = false
+	if n == 0 {
+		s.tokens = s.tokens[:0]
+		return nil
+	}
+	last := s.tokens[n-1]
+	s.tokens = s.tokens[:n-1]
+	return s.run(ctx, []int32{last}, nil)
+}
+
+// Reset empties the session (as Rewind(ctx, 0)).
+func (s *Session) Reset() {
+	s.tokens = s.tokens[:0]
+	s.logitsOK = false
+}
+
+func (s *Session) checkTokens(tokens []int32) error {
+	for i, t := range tokens {
+		if t < 0 || int(t) >= s.cfg.Vocab {
+			return fmt.Errorf("%w: token %d (index %d) is not in [0, %d)", ErrBadToken, t, i, s.cfg.Vocab)
+		}
+	}
+	if len(s.tokens)+len(tokens) > s.opts.MaxContext {
+		return fmt.Errorf("%w: %d tokens + %d new > max context %d", ErrContextFull, len(s.tokens), len(tokens), s.opts.MaxContext)
+	}
+	return nil
+}
+
+// run processes tokens after the current ones, chunk by chunk.
+func (s *Session) run(ctx context.Context, tokens []int32, fn func(int, []float32)) error {
+	if s.closed {
+		return ErrClosed
+	}
+	if err := s.checkTokens(tokens); err != nil {
+		return err
+	}
+	if err := s.ensureContinuable(ctx); err != nil {
+		return err
+	}
+	for off := 0; off < len(tokens); off += s.opts.ChunkSize {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.chunk(ctx, tokens[off:min(off+s.opts.ChunkSize, len(tokens))], fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureContinuable re-derives the state by re-prefilling the kept tokens
+// when the rings no longer hold what the next position needs.
+func (s *Session) ensureContinuable(ctx context.Context) error {
+	pos := len(s.tokens)
+	if s.ret.continuable(pos) {
+		return nil
+	}
+	keep := append([]int32(nil), s.tokens...)
+	s.tokens = s.tokens[:0]
+	s.ret.reset()
+	s.logitsOK = false
+	s.stats.Rederivations++
+	s.stats.Rederived += len(keep)
+	for off := 0; off < len(keep); off += s.opts.ChunkSize {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("engine: re-deriving the KV state: %w", err)
+		}
+		if err := s.chunk(ctx, keep[off:min(off+s.opts.ChunkSize, len(keep))], nil); err != nil {
+			return fmt.Errorf("engine: re-deriving the KV state: %w", err)
+		}
+	}
+	return nil
+}
+
+// chunk runs one chunk through every layer and the head. The session's
+// tokens and logits change only when it succeeds; the rings may have been
+// written either way (the retention record says so).
+func (s *Session) chunk(ctx context.Context, toks []int32, fn func(int, []float32)) error {
+	be, b, st := s.be, s.b, s.st
+	pos, n := len(s.tokens), len(toks)
+	s.ret.written(pos, n)
+	trace := s.tracer(pos, n)
+	fail := func(op string, layer int, err error) error {
+		if layer < 0 {
+			return fmt.Errorf("engine: %s backend: %s at position %d: %w", be.Name(), op, pos, err)
+		}
+		return fmt.Errorf("engine: %s backend: layer %d %s at position %d: %w", be.Name(), layer, op, pos, err)
+	}
+	if err := be.Embed(b, pos, toks); err != nil {
+		return fail("embed", -1, err)
+	}
+	trace(StageEmbed, -1)
+	for l := 0; l < s.cfg.Layers; l++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := be.HCPre(b, l, AttnSub); err != nil {
+			return fail("hc_pre attn", l, err)
+		}
+		trace(StageAttnIn, l)
+		if err := be.Attention(b, st, l); err != nil {
+			return fail("attention", l, err)
+		}
+		trace(StageAttnOut, l)
+		if err := be.HCPost(b, l, AttnSub); err != nil {
+			return fail("hc_post attn", l, err)
+		}
+		if err := be.HCPre(b, l, FFNSub); err != nil {
+			return fail("hc_pre ffn", l, err)
+		}
+		trace(StageFFNIn, l)
+		if err := be.FFN(b, l); err != nil {
+			return fail("ffn", l, err)
+		}
+		trace(StageFFNOut, l)
+		if err := be.HCPost(b, l, FFNSub); err != nil {
+			return fail("hc_post ffn", l, err)
+		}
+		trace(StageBlockOut, l)
+	}
+	s.rows = s.rows[:0]
+	if fn != nil {
+		for r := 0; r < n; r++ {
+			s.rows = append(s.rows, r)
+		}
+	} else {
+		s.rows = append(s.rows, n-1)
+	}
+	V := s.cfg.Vocab
+	if need := len(s.rows) * V; cap(s.buf) < need {
+		s.buf = make([]float32, need)
+	}
+	out := s.buf[:len(s.rows)*V]
+	if err := be.Head(b, s.rows, out); err != nil {
+		return fail("head", -1, err)
+	}
+	trace(StageHead, -1)
+	copy(s.logits, out[len(out)-V:])
+	s.logitsOK = true
+	s.tokens = append(s.tokens, toks...)
+	if fn != nil {
+		for r := 0; r < n; r++ {
+			fn(pos+r, out[r*V:(r+1)*V])
+		}
+	}
+	return nil
+}
+
+func (s *Session) tracer(pos, n int) func(Stage, int) {
+	insp, ok := s.be.(Inspector)
+	if s.opts.Trace == nil || !ok {
+		return func(Stage, int) {}
+	}
+	read := func(a Activation, dst []float32) error { return insp.ReadActivation(s.b, a, dst) }
+	return func(st Stage, layer int) {
+		s.opts.Trace(TraceEvent{Stage: st, Layer: layer, Pos: pos, N: n, Read: read})
+	}
+}
