@@ -1,0 +1,266 @@
+// Command ds4-server serves DeepSeek V4 Flash over OpenAI- and
+// Anthropic-compatible HTTP APIs (see docs/server.md). Its flags follow
+// antirez/ds4's ds4-server.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"ds4go/server"
+)
+
+type options struct {
+	model        string
+	ctx          int
+	tokens       int
+	threads      int
+	host         string
+	port         int
+	apiKey       string
+	cors         bool
+	trace        string
+	fake         bool
+	maxQueue     int
+	maxBodyMB    int
+	keepAlive    time.Duration
+	writeTimeout time.Duration
+	toolMaxIDs   int
+	noExactDSML  bool
+	logLevel     string
+	backend      string
+	chdir        string
+
+	// Accepted for ds4 compatibility; the disk KV cache is not implemented
+	// yet (a warning is printed when they are used).
+	kvDiskDir     string
+	kvDiskSpaceMB int
+	kvIgnored     map[string]*string
+}
+
+func parseFlags(args []string) (*options, error) {
+	o := &options{kvIgnored: map[string]*string{}}
+	fs := flag.NewFlagSet("ds4-server", flag.ContinueOnError)
+	str := func(p *string, def, usage string, names ...string) {
+		for _, n := range names {
+			fs.StringVar(p, n, def, usage)
+		}
+	}
+	num := func(p *int, def int, usage string, names ...string) {
+		for _, n := range names {
+			fs.IntVar(p, n, def, usage)
+		}
+	}
+	str(&o.model, "", "GGUF model path (default: the built-in demo model, when available)", "m", "model")
+	num(&o.ctx, 32768, "context size allocated at startup", "c", "ctx")
+	num(&o.tokens, server.DefaultMaxTokens, "default max output tokens when the client gives none", "n", "tokens")
+	num(&o.threads, 0, "CPU threads (0: all)", "t", "threads")
+	str(&o.host, "127.0.0.1", "bind address", "host")
+	num(&o.port, 8000, "bind port", "port")
+	str(&o.apiKey, "", "require this key as 'Authorization: Bearer KEY' or 'x-api-key: KEY' (also $DS4_API_KEY)", "api-key")
+	fs.BoolVar(&o.cors, "cors", false, "add Access-Control-Allow-* headers for browser clients")
+	str(&o.trace, "", "write a debug-level log of every request to FILE", "trace")
+	fs.BoolVar(&o.fake, "fake", false, "serve the deterministic fake engine (testing only: it echoes, it is not a model)")
+	num(&o.maxQueue, server.DefaultMaxQueue, "requests that may wait for the engine before 503", "max-queue")
+	num(&o.maxBodyMB, server.DefaultMaxBodyBytes>>20, "largest request body in MiB", "max-body-mb")
+	fs.DurationVar(&o.keepAlive, "sse-keepalive", server.DefaultKeepAlive, "interval of SSE keepalive comments")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "drop a client that does not read for this long")
+	num(&o.toolMaxIDs, server.DefaultToolMemoryMaxIDs, "maximum exact tool-call ids kept for DSML replay", "tool-memory-max-ids")
+	fs.BoolVar(&o.noExactDSML, "disable-exact-dsml-tool-replay", false, "render tool history canonically from JSON instead of the sampled DSML")
+	str(&o.logLevel, "info", "log level: debug, info, warn, error", "log-level")
+	str(&o.backend, "", "backend: cpu (cuda when built)", "backend")
+	str(&o.chdir, "", "change directory before loading the model", "chdir")
+	var cpu, cuda, metal bool
+	fs.BoolVar(&cpu, "cpu", false, "use the CPU backend")
+	fs.BoolVar(&cuda, "cuda", false, "use the CUDA backend")
+	fs.BoolVar(&metal, "metal", false, "not supported (ds4go has no Metal backend)")
+	str(&o.kvDiskDir, "", "disk KV cache directory (not implemented yet: ignored)", "kv-disk-dir")
+	num(&o.kvDiskSpaceMB, 0, "disk KV cache budget (not implemented yet: ignored)", "kv-disk-space-mb")
+	for _, n := range []string{"kv-cache-min-tokens", "kv-cache-cold-max-tokens", "kv-cache-continued-interval-tokens",
+		"kv-cache-boundary-trim-tokens", "kv-cache-boundary-align-tokens", "mtp", "mtp-draft", "mtp-margin",
+		"dir-steering-file", "dir-steering-ffn", "dir-steering-attn"} {
+		v := new(string)
+		o.kvIgnored[n] = v
+		fs.StringVar(v, n, "", "accepted for ds4 compatibility; not implemented (ignored)")
+	}
+	var ignoredBool bool
+	fs.BoolVar(&ignoredBool, "kv-cache-reject-different-quant", false, "accepted for ds4 compatibility (ignored)")
+	fs.BoolVar(&ignoredBool, "quality", false, "accepted for ds4 compatibility (ignored)")
+	fs.BoolVar(&ignoredBool, "warm-weights", false, "accepted for ds4 compatibility (ignored)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case metal:
+		return nil, errors.New("--metal: ds4go has no Metal backend")
+	case cuda:
+		o.backend = "cuda"
+	case cpu:
+		o.backend = "cpu"
+	}
+	if o.apiKey == "" {
+		o.apiKey = os.Getenv("DS4_API_KEY")
+	}
+	if o.ctx < 2 {
+		return nil, fmt.Errorf("--ctx %d is too small", o.ctx)
+	}
+	if o.port < 0 || o.port > 65535 {
+		return nil, fmt.Errorf("--port %d is out of range", o.port)
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ds4-server:", err)
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "ds4-server:", err)
+		os.Exit(1)
+	}
+}
+
+func newLogger(o *options) (*slog.Logger, func(), error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, nil, fmt.Errorf("--log-level: %w", err)
+	}
+	h := slog.Handler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	closeFn := func() {}
+	if o.trace != "" {
+		f, err := os.Create(o.trace)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--trace: %w", err)
+		}
+		closeFn = func() { f.Close() }
+		h = teeHandler{h, slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})}
+	}
+	return slog.New(h), closeFn, nil
+}
+
+// teeHandler sends records to two handlers.
+type teeHandler struct{ a, b slog.Handler }
+
+func (t teeHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return t.a.Enabled(ctx, l) || t.b.Enabled(ctx, l)
+}
+
+func (t teeHandler) Handle(ctx context.Context, r slog.Record) error {
+	if t.a.Enabled(ctx, r.Level) {
+		_ = t.a.Handle(ctx, r.Clone())
+	}
+	if t.b.Enabled(ctx, r.Level) {
+		return t.b.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (t teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return teeHandler{t.a.WithAttrs(as), t.b.WithAttrs(as)}
+}
+
+func (t teeHandler) WithGroup(n string) slog.Handler {
+	return teeHandler{t.a.WithGroup(n), t.b.WithGroup(n)}
+}
+
+func run(o *options) error {
+	log, closeLog, err := newLogger(o)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	slog.SetDefault(log)
+	if o.chdir != "" {
+		if err := os.Chdir(o.chdir); err != nil {
+			return err
+		}
+	}
+	if o.kvDiskDir != "" || o.kvDiskSpaceMB != 0 {
+		log.Warn("the disk KV cache is not implemented yet; --kv-disk-dir and --kv-disk-space-mb are ignored")
+	}
+	for n, v := range o.kvIgnored {
+		if *v != "" {
+			log.Warn("flag accepted for ds4 compatibility but not implemented", "flag", "--"+n)
+		}
+	}
+
+	eng, desc, closeEng, err := openEngine(o, log)
+	if err != nil {
+		return err
+	}
+	defer closeEng()
+	srv, err := server.New(server.Config{
+		Engine: eng, DefaultMaxTokens: o.tokens, APIKey: o.apiKey, CORS: o.cors,
+		MaxBodyBytes: int64(o.maxBodyMB) << 20, MaxQueue: o.maxQueue, KeepAlive: o.keepAlive,
+		WriteTimeout: o.writeTimeout, ToolMemoryMaxIDs: o.toolMaxIDs, DisableExactReplay: o.noExactDSML,
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if o.noExactDSML {
+		log.Info("exact DSML tool replay disabled; tool history uses canonical JSON rendering")
+	}
+
+	addr := net.JoinHostPort(o.host, strconv.Itoa(o.port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if o.apiKey == "" && !isLoopback(o.host) {
+		log.Warn("listening on a non-loopback address without --api-key: anyone who can reach it can use the model", "addr", addr)
+	}
+	log.Info("ds4-server listening", "addr", "http://"+ln.Addr().String(), "engine", desc, "ctx", srv.ContextSize(),
+		"auth", o.apiKey != "")
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		srv.Close()
+		return err
+	case s := <-sig:
+		log.Info("shutting down", "signal", s.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(ctx)
+	_ = hs.Close() // cancels streams still running, which stops their generation
+	srv.Close()
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,143 @@
+// Package engineadapter serves ds4go's engine (package engine on a backend)
+// through the server's narrow Engine/Session interface, and opens models:
+// a GGUF file, or the built-in demo model (a synthetic tiny model built in
+// memory by package synth).
+package engineadapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"ds4go/backend/cpu"
+	"ds4go/engine"
+	"ds4go/gguf"
+	"ds4go/model"
+	"ds4go/server"
+	"ds4go/synth"
+	"ds4go/tokenizer"
+)
+
+// Engine adapts an engine.Backend to server.Engine.
+type Engine struct {
+	Backend engine.Backend
+	Tok     *tokenizer.Tokenizer
+	// Opts configure every session (MaxContext is the served context).
+	Opts engine.Options
+}
+
+// Tokenizer implements server.Engine.
+func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.Tok }
+
+// ContextSize implements server.Engine.
+func (e *Engine) ContextSize() int {
+	if e.Opts.MaxContext > 0 {
+		return e.Opts.MaxContext
+	}
+	return e.Backend.Config().ContextLen
+}
+
+// NewSession implements server.Engine.
+func (e *Engine) NewSession() (server.Session, error) {
+	s, err := engine.NewSession(e.Backend, e.Opts)
+	if err != nil {
+		return nil, err
+	}
+	return &session{s: s}, nil
+}
+
+// session keeps its own copy of the token list (engine.Session.Tokens
+// copies on every call) and maps engine errors to the server's.
+type session struct {
+	s    *engine.Session
+	toks []int32
+}
+
+func (x *session) Tokens() []int32 { return x.toks }
+
+func (x *session) sync() { x.toks = x.s.Tokens() }
+
+func (x *session) Rewind(ctx context.Context, n int) error {
+	err := x.s.Rewind(ctx, n)
+	x.sync()
+	return err
+}
+
+func (x *session) Prefill(ctx context.Context, toks []int32) error {
+	if err := x.s.Prefill(ctx, toks); err != nil {
+		x.sync()
+		if errors.Is(err, engine.ErrContextFull) {
+			return fmt.Errorf("%w: %w", server.ErrContextFull, err)
+		}
+		return err
+	}
+	x.toks = append(x.toks, toks...)
+	return nil
+}
+
+func (x *session) Logits() []float32 { return x.s.Logits() }
+
+func (x *session) Close() { x.s.Close() }
+
+// Options choose how a model is opened.
+type Options struct {
+	// Ctx is the served context size (the model's when ≤ 0).
+	Ctx int
+	// Threads for the CPU backend (all cores when ≤ 0).
+	Threads int
+}
+
+// fromFile builds the engine for a parsed GGUF file.
+func fromFile(f *gguf.File, o Options) (*Engine, error) {
+	w, err := model.Load(f)
+	if err != nil {
+		return nil, err
+	}
+	v, err := model.VocabFromGGUF(f, w.Config.Vocab)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.New(v)
+	if err != nil {
+		return nil, err
+	}
+	be, err := cpu.New(w, cpu.Options{Threads: o.Threads})
+	if err != nil {
+		return nil, err
+	}
+	ctx := o.Ctx
+	if ctx <= 0 || (w.Config.ContextLen > 0 && ctx > w.Config.ContextLen) {
+		ctx = w.Config.ContextLen
+	}
+	return &Engine{Backend: be, Tok: tok, Opts: engine.Options{MaxContext: ctx}}, nil
+}
+
+// Open maps a DS4 GGUF file and serves it on the CPU backend. Call the
+// returned function to unmap it after the server is closed.
+func Open(path string, o Options) (*Engine, func(), error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := fromFile(f, o)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return e, func() { f.Close() }, nil
+}
+
+// Demo builds the built-in demo model: synth.Tiny with seeded random
+// weights (Q8_0), generated in memory. It runs the real forward pass, so it
+// exercises everything, but its output is meaningless text.
+func Demo(o Options) (*Engine, error) {
+	data, err := synth.Build(synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 1})
+	if err != nil {
+		return nil, err
+	}
+	f, err := gguf.Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	return fromFile(f, o)
+}
