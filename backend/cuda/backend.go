@@ -1,0 +1,395 @@
+package cuda
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"ds4go/engine"
+	"ds4go/model"
+	"ds4go/quant"
+)
+
+// Options configures the CUDA backend.
+type Options struct {
+	// Device is the CUDA device to use.
+	Device int
+	// ClampSharedExpert applies the SwiGLU clamp to the shared expert too, as
+	// ds4.c does (backend/cpu's option of the same name; off by default).
+	ClampSharedExpert bool
+	// Fast lets matrix products sum in parallel (a few ulps away from the
+	// CPU backend). By default every product sums in backend/cpu's order,
+	// and the forward pass reproduces the CPU backend's logits bit for bit
+	// (but for rare last-bit differences of transcendental functions).
+	Fast bool
+}
+
+// Backend runs the DeepSeek V4 forward pass on one GPU: every weight, the KV
+// state of each session and the activations of each batch live in device
+// memory; the host only queues work. It implements engine.Backend,
+// engine.Inspector and engine.Fingerprinter, op by op the same computation
+// as backend/cpu (docs/cuda.md).
+type Backend struct {
+	dev  *Device
+	cfg  model.Config
+	opts Options
+
+	layers []dlayer
+
+	embd, out, hcHeadFn *Weight
+	outNorm, hcHeadBase Ptr
+	hcHeadScale         Ptr // one float
+
+	weights     []*Weight
+	vecs        []Ptr
+	fingerprint []byte
+}
+
+type dhc struct {
+	fn          *Weight // [HCMixes][HC·Embed]
+	scale, base Ptr     // 3 and HCMixes floats
+}
+
+type dcomp struct {
+	ratio, coff, width int
+	ape                Ptr // [ratio][coff·width]
+	kv, gate           *Weight
+	norm               Ptr
+}
+
+type dindexer struct {
+	qb, proj *Weight
+	comp     dcomp
+	hadScale float32
+}
+
+type dlayer struct {
+	index, ratio int
+	hash         bool
+	freqs        Ptr
+	clamp        float32
+
+	hcAttn, hcFFN     dhc
+	attnNorm, ffnNorm Ptr
+
+	qa, qb, kv *Weight
+	qNorm      Ptr
+	kvNorm     Ptr
+	sinks      Ptr
+	outA, outB *Weight // outA: OGroups matrices of OLoraRank rows
+	comp       *dcomp
+	idx        *dindexer
+
+	gate                       *Weight
+	bias                       Ptr // 0 on hash layers or without exp_probs_b
+	tid2eid                    Ptr // [Vocab][ExpertsUsed] on hash layers
+	gateExps, upExps, downExps *Weight
+	gateSh, upSh, downSh       *Weight
+}
+
+// New opens the CUDA device and uploads the weights. The host copies (w's
+// tensor bytes) are not needed afterwards.
+func New(w *model.Weights, opts Options) (*Backend, error) {
+	c := w.Config
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if (c.HeadDim-c.RopeDim)%64 != 0 {
+		return nil, fmt.Errorf("cuda: head_dim %d − rope dims %d is not a multiple of the FP8 block 64", c.HeadDim, c.RopeDim)
+	}
+	if c.HC > 16 {
+		return nil, fmt.Errorf("cuda: %d hyper-connection streams (at most 16)", c.HC)
+	}
+	for l := 0; l < c.Layers; l++ {
+		if c.Ratio(l) == model.RatioIndexed {
+			ihd := c.IndexerHeadDim
+			if ihd&(ihd-1) != 0 || ihd%32 != 0 || ihd > 4096 {
+				return nil, fmt.Errorf("cuda: indexer head dim %d must be a power of two, a multiple of 32, at most 4096", ihd)
+			}
+		}
+	}
+	dev, err := Open(opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	be := &Backend{dev: dev, cfg: c, opts: opts}
+	if err := be.prepare(w); err != nil {
+		be.Close()
+		return nil, err
+	}
+	return be, nil
+}
+
+// Close frees the backend's device memory. Sessions must be closed first.
+func (be *Backend) Close() error {
+	for _, w := range be.weights {
+		be.dev.FreeWeight(w)
+	}
+	for _, p := range be.vecs {
+		be.dev.Free(p)
+	}
+	be.weights, be.vecs = nil, nil
+	return nil
+}
+
+func (be *Backend) exact() bool { return !be.opts.Fast }
+
+// Name returns "cuda".
+func (be *Backend) Name() string { return "cuda" }
+
+// Config returns the model's hyperparameters.
+func (be *Backend) Config() *model.Config { return &be.cfg }
+
+// Device returns the device the backend runs on.
+func (be *Backend) Device() *Device { return be.dev }
+
+// WeightsFingerprint identifies the weights (engine.Fingerprinter), computed
+// exactly as backend/cpu computes it, so snapshots move between the two.
+func (be *Backend) WeightsFingerprint() []byte { return be.fingerprint }
+
+// hostVec decodes a small tensor to f32, checking its length.
+func hostVec(t *model.Tensor, n int) ([]float32, error) {
+	if t == nil {
+		return nil, fmt.Errorf("missing tensor")
+	}
+	if total := t.RowLen() * t.Rows(); total != n {
+		return nil, fmt.Errorf("%s: %d values, want %d", t.Name, total, n)
+	}
+	out := make([]float32, n)
+	if err := quant.Dequantize(t.Type, t.Data, out); err != nil {
+		return nil, fmt.Errorf("%s: %w", t.Name, err)
+	}
+	return out, nil
+}
+
+func (be *Backend) upF32(v []float32) (Ptr, error) {
+	p, err := be.dev.Malloc(int64(4 * max(1, len(v))))
+	if err != nil {
+		return 0, err
+	}
+	be.vecs = append(be.vecs, p)
+	return p, UploadSlice(be.dev, p, v)
+}
+
+func (be *Backend) upI32(v []int32) (Ptr, error) {
+	p, err := be.dev.Malloc(int64(4 * max(1, len(v))))
+	if err != nil {
+		return 0, err
+	}
+	be.vecs = append(be.vecs, p)
+	return p, UploadSlice(be.dev, p, v)
+}
+
+// vec uploads a small tensor as f32 values.
+func (be *Backend) vec(t *model.Tensor, n int) (Ptr, []float32, error) {
+	v, err := hostVec(t, n)
+	if err != nil {
+		return 0, nil, err
+	}
+	p, err := be.upF32(v)
+	return p, v, err
+}
+
+// mat uploads a weight tensor as mats matrices of rows × k values.
+func (be *Backend) mat(t *model.Tensor, mats, rows, k int) (*Weight, error) {
+	if t == nil {
+		return nil, fmt.Errorf("missing tensor")
+	}
+	if t.RowLen() != k || t.Rows() != mats*rows {
+		return nil, fmt.Errorf("%s: shape %v, want %d rows of %d", t.Name, t.Dims, mats*rows, k)
+	}
+	if _, err := quant.ActivationType(t.Type); err != nil {
+		return nil, fmt.Errorf("%s: %w", t.Name, err)
+	}
+	w, err := be.dev.UploadWeight(t.Type, rows, k, mats, t.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.Name, err)
+	}
+	be.weights = append(be.weights, w)
+	return w, nil
+}
+
+func (be *Backend) prepare(w *model.Weights) error {
+	c := &be.cfg
+	D, HC, mixes := c.Embed, c.HC, c.HCMixes()
+	var err error
+	wrap := func(what string, e error) error {
+		if e == nil {
+			return nil
+		}
+		return fmt.Errorf("cuda: %s: %w", what, e)
+	}
+	switch w.TokenEmbd.Type {
+	case quant.F32, quant.F16, quant.BF16, quant.Q8_0:
+	default:
+		return fmt.Errorf("cuda: token_embd of type %s is not supported", w.TokenEmbd.Type)
+	}
+	if be.embd, err = be.mat(w.TokenEmbd, 1, c.Vocab, D); err != nil {
+		return wrap("token_embd", err)
+	}
+	if be.out, err = be.mat(w.Output, 1, c.Vocab, D); err != nil {
+		return wrap("output", err)
+	}
+	var outNorm, headBase, sinks0, normLast []float32
+	if be.outNorm, outNorm, err = be.vec(w.OutputNorm, D); err != nil {
+		return wrap("output_norm", err)
+	}
+	if be.hcHeadFn, err = be.mat(w.OutputHCFn, 1, HC, HC*D); err != nil {
+		return wrap("output_hc_fn", err)
+	}
+	if be.hcHeadBase, headBase, err = be.vec(w.OutputHCBase, HC); err != nil {
+		return wrap("output_hc_base", err)
+	}
+	if be.hcHeadScale, _, err = be.vec(w.OutputHCScal, 1); err != nil {
+		return wrap("output_hc_scale", err)
+	}
+	hc := func(fn, scale, base *model.Tensor) (dhc, error) {
+		var h dhc
+		var err error
+		if h.fn, err = be.mat(fn, 1, mixes, HC*D); err != nil {
+			return h, err
+		}
+		if h.scale, _, err = be.vec(scale, 3); err != nil {
+			return h, err
+		}
+		h.base, _, err = be.vec(base, mixes)
+		return h, err
+	}
+	comp := func(cw *model.Compressor, ratio, width int) (dcomp, error) {
+		cp := dcomp{ratio: ratio, coff: 1, width: width}
+		if ratio == model.RatioIndexed {
+			cp.coff = 2
+		}
+		var err error
+		if cp.ape, _, err = be.vec(cw.APE, ratio*cp.coff*width); err != nil {
+			return cp, err
+		}
+		if cp.kv, err = be.mat(cw.KV, 1, cp.coff*width, D); err != nil {
+			return cp, err
+		}
+		if cp.gate, err = be.mat(cw.Gate, 1, cp.coff*width, D); err != nil {
+			return cp, err
+		}
+		cp.norm, _, err = be.vec(cw.Norm, width)
+		return cp, err
+	}
+	H, HD, QL := c.Heads, c.HeadDim, c.QLoraRank
+	E, FF := c.Experts, c.ExpertFF
+	be.layers = make([]dlayer, c.Layers)
+	for l := range be.layers {
+		wl, L := &w.Layers[l], &be.layers[l]
+		L.index, L.ratio, L.hash = l, c.Ratio(l), c.IsHashLayer(l)
+		L.clamp = c.SwigluClamp[l]
+		if L.freqs, err = be.upF32(engine.RopeFrequencies(c, l)); err != nil {
+			return err
+		}
+		var attnNorm []float32
+		steps := []struct {
+			what string
+			do   func() error
+		}{
+			{"hc_attn", func() (e error) { L.hcAttn, e = hc(wl.HCAttnFn, wl.HCAttnScale, wl.HCAttnBase); return }},
+			{"hc_ffn", func() (e error) { L.hcFFN, e = hc(wl.HCFFNFn, wl.HCFFNScale, wl.HCFFNBase); return }},
+			{"attn_norm", func() (e error) { L.attnNorm, attnNorm, e = be.vec(wl.AttnNorm, D); return }},
+			{"ffn_norm", func() (e error) { L.ffnNorm, _, e = be.vec(wl.FFNNorm, D); return }},
+			{"attn_q_a", func() (e error) { L.qa, e = be.mat(wl.QA, 1, QL, D); return }},
+			{"attn_q_a_norm", func() (e error) { L.qNorm, _, e = be.vec(wl.QANorm, QL); return }},
+			{"attn_q_b", func() (e error) { L.qb, e = be.mat(wl.QB, 1, H*HD, QL); return }},
+			{"attn_kv", func() (e error) { L.kv, e = be.mat(wl.KV, 1, HD, D); return }},
+			{"attn_kv_a_norm", func() (e error) { L.kvNorm, _, e = be.vec(wl.KVNorm, HD); return }},
+			{"attn_sinks", func() (e error) {
+				var v []float32
+				L.sinks, v, e = be.vec(wl.Sinks, H)
+				if l == 0 {
+					sinks0 = v
+				}
+				return
+			}},
+			{"attn_output_a", func() (e error) { L.outA, e = be.mat(wl.OutA, c.OGroups, c.OLoraRank, H*HD/c.OGroups); return }},
+			{"attn_output_b", func() (e error) { L.outB, e = be.mat(wl.OutB, 1, D, c.OGroups*c.OLoraRank); return }},
+			{"ffn_gate_inp", func() (e error) { L.gate, e = be.mat(wl.GateInp, 1, E, D); return }},
+			{"ffn_gate_exps", func() (e error) { L.gateExps, e = be.mat(wl.GateExps, E, FF, D); return }},
+			{"ffn_up_exps", func() (e error) { L.upExps, e = be.mat(wl.UpExps, E, FF, D); return }},
+			{"ffn_down_exps", func() (e error) { L.downExps, e = be.mat(wl.DownExps, E, D, FF); return }},
+			{"ffn_gate_shexp", func() (e error) { L.gateSh, e = be.mat(wl.GateShexp, 1, FF, D); return }},
+			{"ffn_up_shexp", func() (e error) { L.upSh, e = be.mat(wl.UpShexp, 1, FF, D); return }},
+			{"ffn_down_shexp", func() (e error) { L.downSh, e = be.mat(wl.DownShexp, 1, D, FF); return }},
+		}
+		for _, s := range steps {
+			if err := s.do(); err != nil {
+				return fmt.Errorf("cuda: layer %d %s: %w", l, s.what, err)
+			}
+		}
+		if l == len(be.layers)-1 {
+			normLast = attnNorm
+		}
+		if L.ratio != model.RatioNone {
+			if wl.Compressor == nil {
+				return fmt.Errorf("cuda: layer %d: no compressor", l)
+			}
+			cp, err := comp(wl.Compressor, L.ratio, HD)
+			if err != nil {
+				return fmt.Errorf("cuda: layer %d attention compressor: %w", l, err)
+			}
+			L.comp = &cp
+		}
+		if L.ratio == model.RatioIndexed {
+			if wl.Indexer == nil {
+				return fmt.Errorf("cuda: layer %d: no indexer", l)
+			}
+			ix := &dindexer{}
+			IH, IHD := c.IndexerHeads, c.IndexerHeadDim
+			ix.hadScale = float32(math.Pow(float64(IHD), -0.5))
+			if ix.qb, err = be.mat(wl.Indexer.QB, 1, IH*IHD, QL); err != nil {
+				return fmt.Errorf("cuda: layer %d indexer q_b: %w", l, err)
+			}
+			if ix.proj, err = be.mat(wl.Indexer.Proj, 1, IH, D); err != nil {
+				return fmt.Errorf("cuda: layer %d indexer proj: %w", l, err)
+			}
+			if ix.comp, err = comp(&wl.Indexer.Compressor, L.ratio, IHD); err != nil {
+				return fmt.Errorf("cuda: layer %d indexer compressor: %w", l, err)
+			}
+			L.idx = ix
+		}
+		if L.hash {
+			t := wl.Tid2Eid
+			if t == nil || t.Type != quant.I32 || t.RowLen() != c.ExpertsUsed || t.Rows() != c.Vocab {
+				return fmt.Errorf("cuda: layer %d: tid2eid must be I32 [%d][%d]", l, c.Vocab, c.ExpertsUsed)
+			}
+			ids := make([]int32, c.Vocab*c.ExpertsUsed)
+			for i := range ids {
+				e := int32(binary.LittleEndian.Uint32(t.Data[4*i:]))
+				if e < 0 || int(e) >= E {
+					return fmt.Errorf("cuda: layer %d: tid2eid[%d] = %d is not an expert", l, i, e)
+				}
+				ids[i] = e
+			}
+			if L.tid2eid, err = be.upI32(ids); err != nil {
+				return err
+			}
+		} else if wl.ExpProbsBias != nil {
+			if L.bias, _, err = be.vec(wl.ExpProbsBias, E); err != nil {
+				return fmt.Errorf("cuda: layer %d exp_probs_b: %w", l, err)
+			}
+		}
+	}
+	if err := be.dev.Synchronize(); err != nil {
+		return err
+	}
+	// The same fingerprint as backend/cpu.
+	h := sha256.New()
+	h.Write([]byte(w.Scheme))
+	for _, v := range [][]float32{outNorm, headBase, sinks0, normLast} {
+		for _, x := range v {
+			h.Write(binary.LittleEndian.AppendUint32(nil, math.Float32bits(x)))
+		}
+	}
+	h.Write(w.TokenEmbd.Row(0))
+	be.fingerprint = h.Sum(nil)
+	return nil
+}
+
+var _ engine.Backend = (*Backend)(nil)
+var _ engine.Inspector = (*Backend)(nil)
+var _ engine.Fingerprinter = (*Backend)(nil)

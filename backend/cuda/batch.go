@@ -1,0 +1,182 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"ds4go/engine"
+)
+
+// batch holds the device activations of one chunk of up to cap tokens, all
+// f32, token-major, and the stream its work runs on.
+type batch struct {
+	be  *Backend
+	cap int
+	n   int // tokens of the current chunk
+	pos int // position of the first token
+	s   Stream
+
+	tokens Ptr     // [cap] int32
+	pinned []byte  // pinned host staging for the tokens
+	h      Ptr     // [cap][HC·Embed] hyper-connection streams
+	x      Ptr     // [cap][Embed] sub-block input
+	out    Ptr     // [cap][Embed] sub-block output
+	post   Ptr     // [cap][HC]
+	comb   Ptr     // [cap][HC·HC]
+	headIn Ptr     // [cap][Embed]
+	sc     scratch // named working buffers
+}
+
+// scratch is per-batch device working memory: named buffers, grown on
+// demand (growing waits for the batch's stream, then frees the old buffer).
+type scratch struct {
+	d    *Device
+	s    Stream
+	bufs map[string]scratchBuf
+}
+
+type scratchBuf struct {
+	p Ptr
+	n int64
+}
+
+// get returns a buffer of at least bytes bytes (contents undefined).
+func (s *scratch) get(name string, bytes int64) (Ptr, error) {
+	if s.bufs == nil {
+		s.bufs = map[string]scratchBuf{}
+	}
+	b := s.bufs[name]
+	if b.n >= bytes && b.p != 0 {
+		return b.p, nil
+	}
+	if b.p != 0 {
+		if err := s.d.SyncStream(s.s); err != nil {
+			return 0, err
+		}
+		if err := s.d.Free(b.p); err != nil {
+			return 0, err
+		}
+	}
+	n := max(bytes, 2*b.n, 256)
+	p, err := s.d.Malloc(n)
+	if err != nil {
+		delete(s.bufs, name)
+		return 0, err
+	}
+	s.bufs[name] = scratchBuf{p, n}
+	return p, nil
+}
+
+// f32 returns a buffer of n floats.
+func (s *scratch) f32(name string, n int) (Ptr, error) { return s.get(name, 4*int64(n)) }
+
+func (s *scratch) free() {
+	for _, b := range s.bufs {
+		s.d.Free(b.p)
+	}
+	s.bufs = nil
+}
+
+// NewBatch allocates the activations of a chunk of up to maxTokens tokens.
+func (be *Backend) NewBatch(maxTokens int) (engine.Batch, error) {
+	if maxTokens <= 0 || maxTokens > 1<<20 {
+		return nil, fmt.Errorf("cuda: batch of %d tokens", maxTokens)
+	}
+	c := &be.cfg
+	D, HC := int64(c.Embed), int64(c.HC)
+	b := &batch{be: be, cap: maxTokens, sc: scratch{d: be.dev}}
+	var err error
+	if b.s, err = be.dev.NewStream(); err != nil {
+		return nil, err
+	}
+	b.sc.s = b.s
+	if b.pinned, err = be.dev.MallocHost(4 * maxTokens); err != nil {
+		b.Release()
+		return nil, err
+	}
+	m := int64(maxTokens)
+	for _, a := range []struct {
+		p     *Ptr
+		bytes int64
+	}{
+		{&b.tokens, 4 * m}, {&b.h, 4 * m * HC * D}, {&b.x, 4 * m * D}, {&b.out, 4 * m * D},
+		{&b.post, 4 * m * HC}, {&b.comb, 4 * m * HC * HC}, {&b.headIn, 4 * m * D},
+	} {
+		if *a.p, err = be.dev.Malloc(a.bytes); err != nil {
+			b.Release()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Release frees the batch's device memory.
+func (b *batch) Release() {
+	if b.be == nil {
+		return
+	}
+	d := b.be.dev
+	if b.s != 0 {
+		d.SyncStream(b.s)
+	}
+	for _, p := range []Ptr{b.tokens, b.h, b.x, b.out, b.post, b.comb, b.headIn} {
+		d.Free(p)
+	}
+	b.sc.free()
+	if b.pinned != nil {
+		d.FreeHost(b.pinned)
+	}
+	if b.s != 0 {
+		d.DestroyStream(b.s)
+	}
+	*b = batch{}
+}
+
+func (be *Backend) batchOf(bi engine.Batch) (*batch, error) {
+	b, ok := bi.(*batch)
+	if !ok || b.be != be {
+		return nil, fmt.Errorf("cuda: batch %T does not belong to this backend", bi)
+	}
+	return b, nil
+}
+
+// setTokens stages the chunk's tokens in pinned memory and copies them to
+// the device on the batch's stream (after the batch's earlier work).
+func (b *batch) setTokens(tokens []int32) error {
+	if err := b.be.dev.SyncStream(b.s); err != nil {
+		return err
+	}
+	dst := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(b.pinned))), b.cap)
+	copy(dst, tokens)
+	return b.be.dev.UploadAsync(b.tokens, b.pinned[:4*len(tokens)], b.s)
+}
+
+// ReadActivation copies an activation of the current chunk (engine.Inspector).
+func (be *Backend) ReadActivation(bi engine.Batch, a engine.Activation, dst []float32) error {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return err
+	}
+	D := be.cfg.Embed
+	var src Ptr
+	n := b.n * D
+	switch a {
+	case engine.ActStreams:
+		src, n = b.h, b.n*be.cfg.HC*D
+	case engine.ActSubIn:
+		src = b.x
+	case engine.ActSubOut:
+		src = b.out
+	case engine.ActHeadIn:
+		src = b.headIn
+	default:
+		return fmt.Errorf("cuda: unknown activation %d", a)
+	}
+	if len(dst) < n {
+		return fmt.Errorf("cuda: activation needs %d values, dst has %d", n, len(dst))
+	}
+	if err := be.dev.SyncStream(b.s); err != nil {
+		return err
+	}
+	return DownloadSlice(be.dev, dst[:n], src)
+}

@@ -1,0 +1,718 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"ds4go/quant"
+)
+
+// The GPU tests skip when libds4cuda.so cannot be loaded or no device opens,
+// unless DS4_CUDA_REQUIRE is set (the GPU machine's script sets it), when
+// they fail instead.
+
+var (
+	devOnce sync.Once
+	testDev *Device
+	devErr  error
+)
+
+func gpu(t testing.TB) *Device {
+	t.Helper()
+	devOnce.Do(func() { testDev, devErr = Open(0) })
+	if devErr != nil {
+		if os.Getenv("DS4_CUDA_REQUIRE") != "" {
+			t.Fatalf("DS4_CUDA_REQUIRE is set but no CUDA device: %v", devErr)
+		}
+		t.Skipf("no CUDA: %v", devErr)
+	}
+	return testDev
+}
+
+func TestSearchPaths(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("DS4_CUDA_LIB", dir)
+	p := SearchPaths()
+	if len(p) == 0 || p[0] != filepath.Join(dir, LibName) {
+		t.Fatalf("DS4_CUDA_LIB=%s (a directory): first path %v", dir, p)
+	}
+	t.Setenv("DS4_CUDA_LIB", "/x/y.so")
+	if p := SearchPaths(); p[0] != "/x/y.so" {
+		t.Fatalf("DS4_CUDA_LIB file: first path %v", p)
+	}
+}
+
+func TestLoadMissingLibrary(t *testing.T) {
+	t.Chdir(t.TempDir())
+	t.Setenv("DS4_CUDA_LIB", filepath.Join(t.TempDir(), "missing", LibName))
+	_, err := load()
+	if err == nil {
+		t.Skip("a library sits next to the test executable")
+	}
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "cuda: libds4cuda.so not found") {
+		t.Fatalf("error %q does not say the library is missing", err)
+	}
+}
+
+func TestDeviceInfo(t *testing.T) {
+	d := gpu(t)
+	info := d.Info()
+	t.Logf("device: %v; library %s", info, d.LibPath())
+	if info.SMs <= 0 || info.TotalMem == 0 {
+		t.Fatalf("implausible device info %+v", info)
+	}
+}
+
+// ---------------------------------------------------------------- helpers
+
+// parallel runs f over [0, n) split into contiguous ranges, one per CPU.
+func parallel(n int, f func(lo, hi int)) {
+	w := min(runtime.NumCPU(), max(1, n))
+	var wg sync.WaitGroup
+	for i := 0; i < w; i++ {
+		lo, hi := n*i/w, n*(i+1)/w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// randomWeights returns nblocks random but valid blocks of type t: random
+// quant bytes with finite, moderate f16 scales (float types: Gaussian values).
+func randomWeights(t quant.Type, nblocks int64, seed uint64) []byte {
+	bb := int64(t.BlockBytes())
+	out := make([]byte, nblocks*bb)
+	const chunk = 1 << 16
+	nch := int((nblocks + chunk - 1) / chunk)
+	parallel(nch, func(lo, hi int) {
+		for c := lo; c < hi; c++ {
+			r := rand.New(rand.NewPCG(seed, uint64(c)))
+			b0, b1 := int64(c)*chunk, min(int64(c+1)*chunk, nblocks)
+			buf := out[b0*bb : b1*bb]
+			switch t {
+			case quant.F32:
+				for i := 0; i < len(buf); i += 4 {
+					binary.LittleEndian.PutUint32(buf[i:], math.Float32bits(float32(r.NormFloat64()*0.05)))
+				}
+				continue
+			case quant.F16:
+				for i := 0; i < len(buf); i += 2 {
+					binary.LittleEndian.PutUint16(buf[i:], quant.F32ToF16(float32(r.NormFloat64()*0.05)))
+				}
+				continue
+			case quant.BF16:
+				for i := 0; i < len(buf); i += 2 {
+					binary.LittleEndian.PutUint16(buf[i:], quant.F32ToBF16(float32(r.NormFloat64()*0.05)))
+				}
+				continue
+			}
+			for i := 0; i+8 <= len(buf); i += 8 {
+				binary.LittleEndian.PutUint64(buf[i:], r.Uint64())
+			}
+			for i := len(buf) &^ 7; i < len(buf); i++ {
+				buf[i] = byte(r.Uint32())
+			}
+			scale := func() uint16 { return quant.F32ToF16(float32(0.001 + 0.01*r.Float64())) }
+			for b := int64(0); b < b1-b0; b++ {
+				blk := buf[b*bb : (b+1)*bb]
+				switch t {
+				case quant.Q8_0:
+					binary.LittleEndian.PutUint16(blk[0:], scale())
+				case quant.Q2_K:
+					binary.LittleEndian.PutUint16(blk[80:], scale())
+					binary.LittleEndian.PutUint16(blk[82:], scale())
+				case quant.Q4_K:
+					binary.LittleEndian.PutUint16(blk[0:], scale())
+					binary.LittleEndian.PutUint16(blk[2:], scale())
+				case quant.IQ2_XXS:
+					binary.LittleEndian.PutUint16(blk[0:], scale())
+				}
+			}
+		}
+	})
+	return out
+}
+
+func gaussian(n int, seed uint64) []float32 {
+	r := rand.New(rand.NewPCG(seed, 7))
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
+}
+
+// reference computes quant.MatVec of rows x cols weights of type t with x
+// (quantized as quant.ActivationType says) and each row's Σ|w_i·x_i| over
+// the dequantized weights.
+func reference(t testing.TB, typ quant.Type, w []byte, rows, cols int, x []float32) (out []float32, mag []float64) {
+	at, err := quant.ActivationType(typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	act, err := quant.NewActivation(at, cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := act.Set(x); err != nil {
+		t.Fatal(err)
+	}
+	rb64, _ := typ.RowBytes(int64(cols))
+	rb := int(rb64)
+	out = make([]float32, rows)
+	mag = make([]float64, rows)
+	var mu sync.Mutex
+	var firstErr error
+	parallel(rows, func(lo, hi int) {
+		if err := quant.MatVec(typ, w[lo*rb:hi*rb], act, out[lo:hi]); err != nil {
+			mu.Lock()
+			firstErr = err
+			mu.Unlock()
+			return
+		}
+		buf := make([]float32, cols)
+		for r := lo; r < hi; r++ {
+			if err := quant.Dequantize(typ, w[r*rb:(r+1)*rb], buf); err != nil {
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+				return
+			}
+			var s float64
+			for i, v := range buf {
+				s += math.Abs(float64(v) * float64(x[i]))
+			}
+			mag[r] = s
+		}
+	})
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+	return out, mag
+}
+
+// nterms is the number of float terms quant.Dot adds for a row of cols values.
+func nterms(t quant.Type, cols int) int {
+	if t.BlockSize() == 1 {
+		return cols / 4
+	}
+	return cols / t.BlockSize()
+}
+
+// compare checks got against want within a tolerance in float32 ulps of the
+// rows' magnitude sums, reports the largest error and returns it.
+func compare(t *testing.T, name string, got, want []float32, mag []float64, terms int) float64 {
+	t.Helper()
+	tol := 4 + math.Sqrt(float64(terms))/2
+	var worst float64
+	bad := 0
+	for i := range want {
+		g := float64(got[i])
+		if math.IsNaN(g) || math.IsInf(g, 0) {
+			if bad < 5 {
+				t.Errorf("%s: row %d: got %v, want %v", name, i, got[i], want[i])
+			}
+			bad++
+			continue
+		}
+		ulp := mag[i] * 0x1p-24
+		if ulp == 0 {
+			ulp = 0x1p-149
+		}
+		e := math.Abs(g-float64(want[i])) / ulp
+		worst = max(worst, e)
+		if e > tol {
+			if bad < 5 {
+				t.Errorf("%s: row %d: got %v, want %v (%.1f ulps of Σ|w·x| = %g; tolerance %.0f)", name, i, got[i], want[i], e, mag[i], tol)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d of %d rows out of tolerance", name, bad, len(want))
+	}
+	t.Logf("%-34s max error %6.2f ulps of Σ|w·x| (tolerance %.0f)", name, worst, tol)
+	return worst
+}
+
+func alloc(t testing.TB, d *Device, n int64) Ptr {
+	t.Helper()
+	p, err := d.Malloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Free(p) })
+	return p
+}
+
+func upload(t testing.TB, d *Device, x []float32) Ptr {
+	t.Helper()
+	p := alloc(t, d, int64(4*len(x)))
+	if err := UploadSlice(d, p, x); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func download(t testing.TB, d *Device, p Ptr, n int) []float32 {
+	t.Helper()
+	out := make([]float32, n)
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := DownloadSlice(d, out, p); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// poison fills n floats at p with NaN bit patterns, so unwritten outputs show.
+func poison(t testing.TB, d *Device, p Ptr, n int) {
+	t.Helper()
+	if err := d.MemsetAsync(p, 0xff, int64(4*n), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func uploadWeight(t testing.TB, d *Device, typ quant.Type, rows, cols, mats int, data []byte) *Weight {
+	t.Helper()
+	w, err := d.UploadWeight(typ, rows, cols, mats, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.FreeWeight(w) })
+	return w
+}
+
+// quantizeOnDevice uploads ntok rows of x and quantizes them for weights of
+// type wt, returning the activation rows.
+func quantizeOnDevice(t testing.TB, d *Device, wt quant.Type, x []float32, cols, ntok int) Ptr {
+	t.Helper()
+	at, err := d.ActType(wt)
+	must(t, err)
+	xp := upload(t, d, x)
+	act := alloc(t, d, d.ActBytes(at, cols)*int64(ntok))
+	must(t, d.Quantize(0, at, xp, cols, act, cols, ntok))
+	return act
+}
+
+// ---------------------------------------------------------------- activations
+
+// ggmlActBytes converts one device activation row into ggml's encoding.
+func ggmlActBytes(t quant.Type, row []byte, cols int) []byte {
+	var out []byte
+	switch t {
+	case quant.F32:
+		return append(out, row[:4*cols]...)
+	case quant.Q8_0:
+		for b := 0; b < cols/32; b++ {
+			d := math.Float32frombits(binary.LittleEndian.Uint32(row[cols+4*b:]))
+			out = binary.LittleEndian.AppendUint16(out, quant.F32ToF16(d))
+			out = append(out, row[32*b:32*b+32]...)
+		}
+	case quant.Q8_K:
+		nb := cols / 256
+		for b := 0; b < nb; b++ {
+			out = append(out, row[cols+4*b:cols+4*b+4]...)
+			out = append(out, row[256*b:256*b+256]...)
+			out = append(out, row[cols+4*nb+32*b:cols+4*nb+32*b+32]...)
+		}
+	}
+	return out
+}
+
+func TestQuantizeActivation(t *testing.T) {
+	d := gpu(t)
+	for _, at := range []quant.Type{quant.F32, quant.Q8_0, quant.Q8_K} {
+		for _, cols := range []int{256, 1024, 4096, 16384} {
+			const ntok = 3
+			x := gaussian(cols*ntok, uint64(cols)+uint64(at))
+			// special blocks: zeros, a tie of magnitudes, huge and tiny values
+			for i := 0; i < 256; i++ {
+				x[i] = 0
+			}
+			x[cols+5], x[cols+9] = -3.5, 3.5
+			x[2*cols] = 1e30
+			x[2*cols+300%cols] = 1e-30
+			xp := upload(t, d, x)
+			ab := d.ActBytes(at, cols)
+			act := alloc(t, d, ab*ntok)
+			must(t, d.MemsetAsync(act, 0xa5, ab*ntok, 0))
+			must(t, d.Quantize(0, at, xp, cols, act, cols, ntok))
+			must(t, d.Synchronize())
+			got := make([]byte, ab*ntok)
+			must(t, d.Download(got, act))
+			ref, err := quant.NewActivation(at, cols)
+			must(t, err)
+			for tok := 0; tok < ntok; tok++ {
+				must(t, ref.Set(x[tok*cols:(tok+1)*cols]))
+				want := ref.AppendBytes(nil)
+				g := ggmlActBytes(at, got[int64(tok)*ab:], cols)
+				if string(g) != string(want) {
+					for i := range want {
+						if g[i] != want[i] {
+							t.Fatalf("%s cols %d token %d: byte %d differs: got %#x want %#x", at, cols, tok, i, g[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------- products
+
+type shape struct {
+	name       string
+	typ        quant.Type
+	rows, cols int
+}
+
+// flashShapes are the dense matrices of DeepSeek V4 Flash (rows = outputs).
+var flashShapes = []shape{
+	{"attn_q_a", quant.Q8_0, 1024, 4096},
+	{"attn_q_b", quant.Q8_0, 32768, 1024},
+	{"attn_kv", quant.Q8_0, 512, 4096},
+	{"attn_output_a (8 groups)", quant.Q8_0, 8192, 4096},
+	{"attn_output_b", quant.Q8_0, 4096, 8192},
+	{"ffn_gate_shexp", quant.Q8_0, 2048, 4096},
+	{"ffn_down_shexp", quant.Q8_0, 4096, 2048},
+	{"q8_0 32768x4096", quant.Q8_0, 32768, 4096},
+	{"output (lm_head)", quant.Q8_0, 129280, 4096},
+	{"attn_compressor_kv r4", quant.F16, 1024, 4096},
+	{"indexer.attn_q_b", quant.F16, 8192, 1024},
+	{"ffn_gate_inp (router)", quant.F16, 256, 4096},
+	{"hc_attn_fn", quant.F16, 24, 16384},
+	{"f32 4096x64", quant.F32, 64, 4096},
+	{"q2_k 4096x2048", quant.Q2_K, 4096, 2048},
+	{"q4_k 2048x4096", quant.Q4_K, 2048, 4096},
+	{"iq2_xxs 2048x4096", quant.IQ2_XXS, 2048, 4096},
+}
+
+func weightBytes(typ quant.Type, rows, cols int) int64 {
+	rb, _ := typ.RowBytes(int64(cols))
+	return rb * int64(rows)
+}
+
+func TestMatVecFlashShapes(t *testing.T) {
+	d := gpu(t)
+	for i, s := range flashShapes {
+		if testing.Short() && s.rows > 32768 {
+			continue
+		}
+		w := randomWeights(s.typ, weightBytes(s.typ, s.rows, s.cols)/int64(s.typ.BlockBytes()), uint64(100+i))
+		x := gaussian(s.cols, uint64(200+i))
+		want, mag := reference(t, s.typ, w, s.rows, s.cols, x)
+		dw := uploadWeight(t, d, s.typ, s.rows, s.cols, 1, w)
+		act := quantizeOnDevice(t, d, s.typ, x, s.cols, 1)
+		y := alloc(t, d, int64(4*s.rows))
+		poison(t, d, y, s.rows)
+		must(t, d.MatMul(0, dw, act, 0, 1, y, 0))
+		got := download(t, d, y, s.rows)
+		compare(t, fmt.Sprintf("%s %s %dx%d", s.name, s.typ, s.rows, s.cols), got, want, mag, nterms(s.typ, s.cols))
+		d.FreeWeight(dw)
+	}
+}
+
+func TestMatMulBatch(t *testing.T) {
+	d := gpu(t)
+	cases := []struct {
+		typ        quant.Type
+		rows, cols int
+		nts        []int
+	}{
+		{quant.Q8_0, 1024, 4096, []int{2, 3, 5, 8, 11, 17}},
+		{quant.F16, 512, 1024, []int{3, 9}},
+		{quant.F32, 64, 512, []int{4}},
+		{quant.Q2_K, 512, 2048, []int{3, 8}},
+		{quant.Q4_K, 256, 4096, []int{2, 6}},
+		{quant.IQ2_XXS, 256, 4096, []int{3, 8}},
+	}
+	for ci, c := range cases {
+		w := randomWeights(c.typ, weightBytes(c.typ, c.rows, c.cols)/int64(c.typ.BlockBytes()), uint64(300+ci))
+		dw := uploadWeight(t, d, c.typ, c.rows, c.cols, 1, w)
+		for _, nt := range c.nts {
+			x := gaussian(nt*c.cols, uint64(400+nt+10*ci))
+			act := quantizeOnDevice(t, d, c.typ, x, c.cols, nt)
+			// output rows padded to a stride larger than rows
+			ys := c.rows + 3
+			y := alloc(t, d, int64(4*ys*nt))
+			poison(t, d, y, ys*nt)
+			must(t, d.MatMul(0, dw, act, 0, nt, y, ys))
+			got := download(t, d, y, ys*nt)
+			for tok := 0; tok < nt; tok++ {
+				want, mag := reference(t, c.typ, w, c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
+				compare(t, fmt.Sprintf("%s %dx%d nt=%d tok %d", c.typ, c.rows, c.cols, nt, tok), got[tok*ys:tok*ys+c.rows], want, mag, nterms(c.typ, c.cols))
+			}
+		}
+	}
+}
+
+func TestMatVecIDs(t *testing.T) {
+	d := gpu(t)
+	cases := []struct {
+		typ        quant.Type
+		rows, cols int
+		shared     bool // one activation for all selections (gate/up) or one each (down)
+	}{
+		{quant.IQ2_XXS, 2048, 4096, true},
+		{quant.Q2_K, 4096, 2048, false},
+		{quant.Q4_K, 2048, 4096, true},
+		{quant.Q4_K, 4096, 2048, false},
+		{quant.Q8_0, 2048, 4096, true},
+		{quant.F16, 256, 1024, false},
+	}
+	const mats = 16
+	ids := []int32{3, 15, 0, 7, 7, 9}
+	for ci, c := range cases {
+		w := randomWeights(c.typ, int64(mats)*weightBytes(c.typ, c.rows, c.cols)/int64(c.typ.BlockBytes()), uint64(500+ci))
+		dw := uploadWeight(t, d, c.typ, c.rows, c.cols, mats, w)
+		nact := len(ids)
+		if c.shared {
+			nact = 1
+		}
+		x := gaussian(nact*c.cols, uint64(600+ci))
+		act := quantizeOnDevice(t, d, c.typ, x, c.cols, nact)
+		at, _ := d.ActType(c.typ)
+		stride := int64(0)
+		if !c.shared {
+			stride = d.ActBytes(at, c.cols)
+		}
+		idp := alloc(t, d, 4*int64(len(ids)+1))
+		must(t, UploadSlice(d, idp, append(append([]int32(nil), ids...), mats)))
+		y := alloc(t, d, int64(4*c.rows*(len(ids)+1)))
+		poison(t, d, y, c.rows*(len(ids)+1))
+		// one more selection, out of range: its rows must come back NaN
+		must(t, d.MatVecIDs(0, dw, idp, len(ids)+1, act, stride, y, 0))
+		got := download(t, d, y, c.rows*(len(ids)+1))
+		mb := int(weightBytes(c.typ, c.rows, c.cols))
+		for s, e := range ids {
+			xs := x
+			if !c.shared {
+				xs = x[s*c.cols : (s+1)*c.cols]
+			}
+			want, mag := reference(t, c.typ, w[int(e)*mb:(int(e)+1)*mb], c.rows, c.cols, xs)
+			compare(t, fmt.Sprintf("%s %dx%d expert %d (sel %d)", c.typ, c.rows, c.cols, e, s), got[s*c.rows:(s+1)*c.rows], want, mag, nterms(c.typ, c.cols))
+		}
+		for i, v := range got[len(ids)*c.rows:] {
+			if !math.IsNaN(float64(v)) {
+				t.Fatalf("%s: out-of-range expert id: row %d = %v, want NaN", c.typ, i, v)
+			}
+		}
+	}
+}
+
+func TestSplitKAndLoadFlavours(t *testing.T) {
+	d := gpu(t)
+	defer d.SetOption(OptSplitK, 0)
+	defer d.SetOption(OptRowsPerWarp, 0)
+	defer d.SetOption(OptWeightLoad, 1)
+	for ci, typ := range []quant.Type{quant.Q8_0, quant.IQ2_XXS, quant.Q2_K, quant.Q4_K, quant.F16, quant.F32} {
+		rows, cols := 517, 4096 // not a multiple of any rows-per-CTA
+		w := randomWeights(typ, weightBytes(typ, rows, cols)/int64(typ.BlockBytes()), uint64(700+ci))
+		x := gaussian(cols, uint64(800+ci))
+		want, mag := reference(t, typ, w, rows, cols, x)
+		dw := uploadWeight(t, d, typ, rows, cols, 1, w)
+		act := quantizeOnDevice(t, d, typ, x, cols, 1)
+		y := alloc(t, d, int64(4*rows))
+		var base []float32
+		for _, sk := range []int{1, 2, 4, 8, -2, -4, -8} { // negative: rows per warp
+			for wl := 0; wl < 3; wl++ {
+				if sk > 0 {
+					must(t, d.SetOption(OptRowsPerWarp, 0))
+					must(t, d.SetOption(OptSplitK, sk))
+				} else {
+					must(t, d.SetOption(OptSplitK, 0))
+					must(t, d.SetOption(OptRowsPerWarp, -sk))
+				}
+				must(t, d.SetOption(OptWeightLoad, wl))
+				poison(t, d, y, rows)
+				must(t, d.MatMul(0, dw, act, 0, 1, y, 0))
+				got := download(t, d, y, rows)
+				if wl == 0 {
+					base = got
+					compare(t, fmt.Sprintf("%s splitk=%d (<0: rows/warp)", typ, sk), got, want, mag, nterms(typ, cols))
+				} else {
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(base[i]) {
+							t.Fatalf("%s splitk %d: load flavour %d changed row %d: %v vs %v", typ, sk, wl, i, got[i], base[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestOps(t *testing.T) {
+	d := gpu(t)
+	const n, rows = 4096, 3
+	x := gaussian(n*rows, 900)
+	w := gaussian(n, 901)
+	xp, wp := upload(t, d, x), upload(t, d, w)
+	y := alloc(t, d, 4*n*rows)
+	check := func(name string, got []float32, want []float64) {
+		t.Helper()
+		var num, den float64
+		for i := range want {
+			num += (float64(got[i]) - want[i]) * (float64(got[i]) - want[i])
+			den += want[i] * want[i]
+		}
+		rel := math.Sqrt(num / den)
+		t.Logf("%s: relative error %.2e", name, rel)
+		if !(rel < 1e-6) {
+			t.Errorf("%s: relative error %.2e", name, rel)
+		}
+	}
+	// RMSNorm
+	poison(t, d, y, n*rows)
+	must(t, d.RMSNorm(0, xp, wp, y, n, rows, 1e-6))
+	got := download(t, d, y, n*rows)
+	want := make([]float64, n*rows)
+	for r := 0; r < rows; r++ {
+		var ss float64
+		for _, v := range x[r*n : (r+1)*n] {
+			ss += float64(v) * float64(v)
+		}
+		sc := 1 / math.Sqrt(ss/n+1e-6)
+		for i := 0; i < n; i++ {
+			want[r*n+i] = float64(x[r*n+i]) * sc * float64(w[i])
+		}
+	}
+	check("rmsnorm", got, want)
+	// softmax
+	poison(t, d, y, n*rows)
+	must(t, d.Softmax(0, xp, y, n, rows))
+	got = download(t, d, y, n*rows)
+	for r := 0; r < rows; r++ {
+		m := math.Inf(-1)
+		for _, v := range x[r*n : (r+1)*n] {
+			m = max(m, float64(v))
+		}
+		var s float64
+		for i := 0; i < n; i++ {
+			want[r*n+i] = math.Exp(float64(x[r*n+i]) - m)
+			s += want[r*n+i]
+		}
+		for i := 0; i < n; i++ {
+			want[r*n+i] /= s
+		}
+	}
+	check("softmax", got, want)
+	// SwiGLU with clamp
+	for _, clamp := range []float32{0, 1.5} {
+		poison(t, d, y, n)
+		must(t, d.SwiGLU(0, xp, xp.Add(4*n), y, n, clamp))
+		got = download(t, d, y, n)
+		for i := 0; i < n; i++ {
+			g, u := float64(x[i]), float64(x[n+i])
+			if clamp > 0 {
+				g = math.Min(g, float64(clamp))
+				u = math.Max(math.Min(u, float64(clamp)), -float64(clamp))
+			}
+			want[i] = g / (1 + math.Exp(-g)) * u
+		}
+		check(fmt.Sprintf("swiglu clamp %v", clamp), got, want[:n])
+	}
+}
+
+func TestGraphReplay(t *testing.T) {
+	d := gpu(t)
+	rows, cols := 1024, 4096
+	w := randomWeights(quant.Q8_0, weightBytes(quant.Q8_0, rows, cols)/34, 1000)
+	dw := uploadWeight(t, d, quant.Q8_0, rows, cols, 1, w)
+	x := gaussian(cols, 1001)
+	xp := upload(t, d, x)
+	act := alloc(t, d, d.ActBytes(quant.Q8_0, cols))
+	y := alloc(t, d, int64(4*rows))
+	s, err := d.NewStream()
+	must(t, err)
+	defer d.DestroyStream(s)
+	must(t, d.BeginCapture(s))
+	must(t, d.Quantize(s, quant.Q8_0, xp, cols, act, cols, 1))
+	must(t, d.MatMul(s, dw, act, 0, 1, y, 0))
+	g, err := d.EndCapture(s)
+	must(t, err)
+	defer d.DestroyGraph(g)
+	poison(t, d, y, rows)
+	must(t, d.Synchronize())
+	must(t, d.Launch(g, s))
+	must(t, d.SyncStream(s))
+	got := download(t, d, y, rows)
+	want, mag := reference(t, quant.Q8_0, w, rows, cols, x)
+	compare(t, "graph quantize+matmul", got, want, mag, nterms(quant.Q8_0, cols))
+}
+
+// TestMatMulExact checks that exact products (MatMulEx with exact) are
+// bit-identical to quant.MatVec, single and batched, dense and by ids.
+func TestMatMulExact(t *testing.T) {
+	d := gpu(t)
+	cases := []struct {
+		typ        quant.Type
+		rows, cols int
+		mats       int
+	}{
+		{quant.Q8_0, 1024, 4096, 1},
+		{quant.Q8_0, 4096, 8192, 1}, // 256 blocks a row
+		{quant.Q8_0, 300, 64, 1},    // tiny rows
+		{quant.Q2_K, 512, 2048, 4},
+		{quant.Q4_K, 256, 4096, 4},
+		{quant.IQ2_XXS, 256, 4096, 4},
+		{quant.F16, 300, 4096, 1},
+		{quant.F16, 24, 16384, 1},
+		{quant.F32, 100, 512, 2},
+		{quant.BF16, 64, 1024, 1},
+	}
+	for ci, c := range cases {
+		mb := weightBytes(c.typ, c.rows, c.cols)
+		w := randomWeights(c.typ, int64(c.mats)*mb/int64(c.typ.BlockBytes()), uint64(1100+ci))
+		dw := uploadWeight(t, d, c.typ, c.rows, c.cols, c.mats, w)
+		for _, nt := range []int{1, 3, 9} {
+			x := gaussian(nt*c.cols, uint64(1200+ci+nt))
+			act := quantizeOnDevice(t, d, c.typ, x, c.cols, nt)
+			at, _ := d.ActType(c.typ)
+			ab := d.ActBytes(at, c.cols)
+			m := c.mats - 1 // the last matrix, through the selection path
+			idp := alloc(t, d, 4)
+			must(t, UploadSlice(d, idp, []int32{int32(m)}))
+			y := alloc(t, d, int64(4*c.rows*nt))
+			poison(t, d, y, c.rows*nt)
+			must(t, d.MatMulEx(0, dw, idp, 1, act, ab, 0, 1, nt, y, int64(c.rows), 0, true))
+			got := download(t, d, y, c.rows*nt)
+			bad := 0
+			for tok := 0; tok < nt; tok++ {
+				want, _ := reference(t, c.typ, w[m*int(mb):(m+1)*int(mb)], c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
+				for r := range want {
+					if math.Float32bits(got[tok*c.rows+r]) != math.Float32bits(want[r]) {
+						if bad < 3 {
+							t.Errorf("%s %dx%d nt=%d token %d row %d: got %v, want %v", c.typ, c.rows, c.cols, nt, tok, r, got[tok*c.rows+r], want[r])
+						}
+						bad++
+					}
+				}
+			}
+			if bad > 0 {
+				t.Errorf("%s %dx%d nt=%d: %d values not bit-identical", c.typ, c.rows, c.cols, nt, bad)
+			}
+		}
+	}
+}

@@ -1,0 +1,312 @@
+package cuda
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// Ptr is a device address.
+type Ptr uintptr
+
+// Add returns p advanced by off bytes.
+func (p Ptr) Add(off int64) Ptr { return Ptr(int64(p) + off) }
+
+// Stream is a CUDA stream; the zero Stream is the legacy default stream.
+type Stream uintptr
+
+// Event is a CUDA event.
+type Event uintptr
+
+// Info describes the opened device.
+type Info struct {
+	Name              string
+	Major, Minor      int // compute capability
+	SMs               int // multiprocessors
+	L2Bytes           int
+	SharedPerBlock    int // opt-in shared memory per block, bytes
+	BusWidthBits      int
+	MemClockKHz       int
+	RuntimeVersion    int // CUDA runtime the library was built with (e.g. 13000)
+	FreeMem, TotalMem uint64
+}
+
+func (i Info) String() string {
+	return fmt.Sprintf("%s (sm_%d%d, %d SMs, L2 %d MiB, %.1f GiB, runtime %d.%d)", i.Name, i.Major, i.Minor, i.SMs,
+		i.L2Bytes>>20, float64(i.TotalMem)/(1<<30), i.RuntimeVersion/1000, i.RuntimeVersion%1000/10)
+}
+
+// Device is the CUDA device this process uses. The library selects one device
+// per process; Open returns the same *Device for the same id.
+type Device struct {
+	l    *lib
+	id   int
+	info Info
+}
+
+var (
+	openMu sync.Mutex
+	opened *Device
+)
+
+// Open loads libds4cuda.so and initialises device id.
+func Open(id int) (*Device, error) {
+	if err := Load(); err != nil {
+		return nil, err
+	}
+	openMu.Lock()
+	defer openMu.Unlock()
+	if opened != nil {
+		if opened.id != id {
+			return nil, fmt.Errorf("cuda: device %d already opened; one device per process", opened.id)
+		}
+		return opened, nil
+	}
+	l := loaded
+	d := &Device{l: l, id: id}
+	if err := l.call("init", func() int32 { return l.initDev(int32(id)) }); err != nil {
+		return nil, err
+	}
+	if err := d.refreshInfo(); err != nil {
+		return nil, err
+	}
+	opened = d
+	return d, nil
+}
+
+func (d *Device) refreshInfo() error {
+	var name [256]byte
+	var ints [8]int32
+	var mem [2]uint64
+	if err := d.l.call("device_info", func() int32 { return d.l.deviceInfo(&name[0], int32(len(name)), &ints[0], &mem[0]) }); err != nil {
+		return err
+	}
+	n := bytes.IndexByte(name[:], 0)
+	if n < 0 {
+		n = len(name)
+	}
+	d.info = Info{
+		Name: string(name[:n]), Major: int(ints[0]), Minor: int(ints[1]), SMs: int(ints[2]), L2Bytes: int(ints[3]),
+		SharedPerBlock: int(ints[4]), BusWidthBits: int(ints[5]), MemClockKHz: int(ints[6]), RuntimeVersion: int(ints[7]),
+		FreeMem: mem[0], TotalMem: mem[1],
+	}
+	return nil
+}
+
+// Info returns the device's description, with free memory as of this call.
+func (d *Device) Info() Info {
+	_ = d.refreshInfo()
+	return d.info
+}
+
+// LibPath is the file the library was loaded from.
+func (d *Device) LibPath() string { return d.l.path }
+
+// Synchronize waits for all work on the device.
+func (d *Device) Synchronize() error {
+	return d.l.call("synchronize", func() int32 { return d.l.deviceSynchronize() })
+}
+
+// Malloc allocates n bytes of device memory (cudaMalloc: 256-byte aligned).
+func (d *Device) Malloc(n int64) (Ptr, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("cuda: malloc of %d bytes", n)
+	}
+	var p uintptr
+	err := d.l.call("malloc", func() int32 { return d.l.malloc(&p, uint64(n)) })
+	return Ptr(p), err
+}
+
+// Free releases memory from Malloc. Freeing 0 is a no-op.
+func (d *Device) Free(p Ptr) error {
+	if p == 0 {
+		return nil
+	}
+	return d.l.call("free", func() int32 { return d.l.free(uintptr(p)) })
+}
+
+// MallocHost allocates n bytes of pinned host memory, usable by the async
+// copies. Release it with FreeHost.
+func (d *Device) MallocHost(n int) ([]byte, error) {
+	var p unsafe.Pointer
+	if err := d.l.call("malloc_host", func() int32 { return d.l.mallocHost(&p, uint64(n)) }); err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(p), n), nil
+}
+
+// FreeHost releases memory from MallocHost.
+func (d *Device) FreeHost(b []byte) error {
+	if cap(b) == 0 {
+		return nil
+	}
+	return d.l.call("free_host", func() int32 { return d.l.freeHost(unsafe.Pointer(unsafe.SliceData(b))) })
+}
+
+// Upload copies src to device address dst and waits for the copy.
+func (d *Device) Upload(dst Ptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return d.l.call("upload", func() int32 {
+		return d.l.memcpyH2D(uintptr(dst), unsafe.Pointer(unsafe.SliceData(src)), uint64(len(src)))
+	})
+}
+
+// Download copies len(dst) bytes from device address src and waits for them.
+func (d *Device) Download(dst []byte, src Ptr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return d.l.call("download", func() int32 {
+		return d.l.memcpyD2H(unsafe.Pointer(unsafe.SliceData(dst)), uintptr(src), uint64(len(dst)))
+	})
+}
+
+// Plain is the element types the typed copy helpers accept.
+type Plain interface {
+	~float32 | ~float64 | ~int32 | ~uint32 | ~int16 | ~uint16 | ~int8 | ~uint8 | ~int64 | ~uint64
+}
+
+// AsBytes views a slice of plain values as bytes (no copy).
+func AsBytes[T Plain](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
+}
+
+// UploadSlice copies a slice of plain values to dst.
+func UploadSlice[T Plain](d *Device, dst Ptr, src []T) error { return d.Upload(dst, AsBytes(src)) }
+
+// DownloadSlice fills dst from device address src.
+func DownloadSlice[T Plain](d *Device, dst []T, src Ptr) error { return d.Download(AsBytes(dst), src) }
+
+// UploadAsync copies pinned host memory (from MallocHost) to dst on stream s.
+func (d *Device) UploadAsync(dst Ptr, src []byte, s Stream) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return d.l.call("upload_async", func() int32 {
+		return d.l.memcpyH2DAsync(uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uint64(len(src)), uintptr(s))
+	})
+}
+
+// DownloadAsync copies from src into pinned host memory (from MallocHost) on stream s.
+func (d *Device) DownloadAsync(dst []byte, src Ptr, s Stream) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return d.l.call("download_async", func() int32 {
+		return d.l.memcpyD2HAsync(uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(src), uint64(len(dst)), uintptr(s))
+	})
+}
+
+// CopyAsync copies n bytes between device addresses on stream s.
+func (d *Device) CopyAsync(dst, src Ptr, n int64, s Stream) error {
+	return d.l.call("copy_async", func() int32 { return d.l.memcpyD2DAsync(uintptr(dst), uintptr(src), uint64(n), uintptr(s)) })
+}
+
+// MemsetAsync sets n bytes at dst to the byte value v on stream s.
+func (d *Device) MemsetAsync(dst Ptr, v byte, n int64, s Stream) error {
+	return d.l.call("memset_async", func() int32 { return d.l.memsetAsync(uintptr(dst), int32(v), uint64(n), uintptr(s)) })
+}
+
+// NewStream creates a non-blocking stream.
+func (d *Device) NewStream() (Stream, error) {
+	var s uintptr
+	err := d.l.call("stream_create", func() int32 { return d.l.streamCreate(&s) })
+	return Stream(s), err
+}
+
+// DestroyStream releases a stream from NewStream.
+func (d *Device) DestroyStream(s Stream) error {
+	return d.l.call("stream_destroy", func() int32 { return d.l.streamDestroy(uintptr(s)) })
+}
+
+// SyncStream waits for the work queued on s.
+func (d *Device) SyncStream(s Stream) error {
+	return d.l.call("stream_synchronize", func() int32 { return d.l.streamSync(uintptr(s)) })
+}
+
+// StreamWait makes later work on s wait for event e.
+func (d *Device) StreamWait(s Stream, e Event) error {
+	return d.l.call("stream_wait_event", func() int32 { return d.l.streamWaitEvent(uintptr(s), uintptr(e)) })
+}
+
+// NewEvent creates an event (with timing).
+func (d *Device) NewEvent() (Event, error) {
+	var e uintptr
+	err := d.l.call("event_create", func() int32 { return d.l.eventCreate(&e) })
+	return Event(e), err
+}
+
+// DestroyEvent releases an event.
+func (d *Device) DestroyEvent(e Event) error {
+	return d.l.call("event_destroy", func() int32 { return d.l.eventDestroy(uintptr(e)) })
+}
+
+// Record records e on stream s.
+func (d *Device) Record(e Event, s Stream) error {
+	return d.l.call("event_record", func() int32 { return d.l.eventRecord(uintptr(e), uintptr(s)) })
+}
+
+// SyncEvent waits for e.
+func (d *Device) SyncEvent(e Event) error {
+	return d.l.call("event_synchronize", func() int32 { return d.l.eventSync(uintptr(e)) })
+}
+
+// Elapsed returns the milliseconds between two recorded, completed events.
+func (d *Device) Elapsed(start, end Event) (float32, error) {
+	var ms float32
+	err := d.l.call("event_elapsed", func() int32 { return d.l.eventElapsed(&ms, uintptr(start), uintptr(end)) })
+	return ms, err
+}
+
+// Library options (cuda/ds4cuda.h DS4C_OPT_*), for experiments.
+const (
+	OptWeightLoad  = 1 // 0 __ldg, 1 ld.global.nc.L1::no_allocate.L2::256B (default), 2 __ldcs
+	OptSplitK      = 2 // 0 automatic; 1, 2, 4, 8 warps per row (single-token products)
+	OptRowsPerWarp = 3 // 0 automatic; 1, 2, 4, 8 rows per warp (single-token products)
+)
+
+// SetOption sets a library tuning option (process-wide).
+func (d *Device) SetOption(key, value int) error {
+	return d.l.call("set_option", func() int32 { return d.l.setOption(int32(key), int32(value)) })
+}
+
+// Graph is an executable CUDA graph captured from a stream.
+type Graph uintptr
+
+// BeginCapture starts capturing the work queued on s (not the default
+// stream) into a graph, instead of running it; EndCapture finishes it. The
+// capture is relaxed (any thread may queue onto s; nothing else is
+// restricted), which suits goroutines that move between OS threads.
+func (d *Device) BeginCapture(s Stream) error {
+	return d.l.call("graph_begin", func() int32 { return d.l.graphBegin(uintptr(s)) })
+}
+
+// EndCapture ends the capture on s and instantiates the graph.
+func (d *Device) EndCapture(s Stream) (Graph, error) {
+	var g uintptr
+	err := d.l.call("graph_end", func() int32 { return d.l.graphEnd(uintptr(s), &g) })
+	return Graph(g), err
+}
+
+// Launch replays g on stream s.
+func (d *Device) Launch(g Graph, s Stream) error {
+	return d.l.call("graph_launch", func() int32 { return d.l.graphLaunch(uintptr(g), uintptr(s)) })
+}
+
+// DestroyGraph releases g.
+func (d *Device) DestroyGraph(g Graph) error {
+	return d.l.call("graph_destroy", func() int32 { return d.l.graphDestroy(uintptr(g)) })
+}
+
+// BenchRead reads n bytes at src as fast as the library can (a bandwidth
+// ceiling for benchmarks); out must hold 16·SMs bytes.
+func (d *Device) BenchRead(src Ptr, n int64, out Ptr, s Stream) error {
+	return d.l.call("bench_read", func() int32 { return d.l.benchRead(uintptr(src), uint64(n), uintptr(out), uintptr(s)) })
+}

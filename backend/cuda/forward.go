@@ -1,0 +1,562 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+
+	"ds4go/engine"
+	"ds4go/model"
+	"ds4go/quant"
+)
+
+// The forward-pass ops (engine.Backend), each the device version of the
+// same op of backend/cpu: hc.go, attention.go, compressor.go, indexer.go and
+// moe.go there describe the math; this file only sequences the kernels.
+// Every op queues its work on the batch's stream and returns; Head waits for
+// the logits.
+
+// linJob is one product of linear: y[t·ldy + r] = W[r]·x_t.
+type linJob struct {
+	w   *Weight
+	y   Ptr
+	ldy int
+}
+
+// linear computes several products that share their input x (n rows of k
+// floats, ldx apart): quantized weights dot the input quantized once per
+// activation format (bit-exactly as quant.Activation.Set does); float
+// weights read x directly.
+func (be *Backend) linear(b *batch, x Ptr, ldx, n int, jobs ...linJob) error {
+	if n == 0 || len(jobs) == 0 {
+		return nil
+	}
+	d := be.dev
+	k := jobs[0].w.Cols
+	acts := map[quant.Type]Ptr{}
+	for _, j := range jobs {
+		if j.w.Cols != k {
+			return fmt.Errorf("cuda: linear: weights of %d and %d columns", k, j.w.Cols)
+		}
+		act, actTok := x, int64(4*ldx)
+		if !isFloatType(j.w.Type) {
+			at, err := d.ActType(j.w.Type)
+			if err != nil {
+				return err
+			}
+			ab := d.ActBytes(at, k)
+			p, ok := acts[at]
+			if !ok {
+				if p, err = b.sc.get("act."+at.String(), ab*int64(n)); err != nil {
+					return err
+				}
+				if err := d.Quantize(b.s, at, x, ldx, p, k, n); err != nil {
+					return err
+				}
+				acts[at] = p
+			}
+			act, actTok = p, ab
+		}
+		if err := d.MatMulEx(b.s, j.w, 0, 1, act, actTok, 0, 1, n, j.y, int64(j.ldy), 0, be.exact()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Embed copies each token's embedding row into all HC streams.
+func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return err
+	}
+	if len(tokens) == 0 || len(tokens) > b.cap {
+		return fmt.Errorf("cuda: chunk of %d tokens for a batch of %d", len(tokens), b.cap)
+	}
+	c := &be.cfg
+	for _, tok := range tokens {
+		if tok < 0 || int(tok) >= c.Vocab {
+			return fmt.Errorf("cuda: token %d out of range", tok)
+		}
+	}
+	b.n, b.pos = len(tokens), pos
+	if err := b.setTokens(tokens); err != nil {
+		return err
+	}
+	D, HC := int64(c.Embed), int64(c.HC)
+	return be.dev.GetRows(b.s, be.embd, b.tokens, b.n, b.h, HC*D, c.HC, D)
+}
+
+// mixes computes the hyper-connection mixing logits fn·flat(h_t), scaled by
+// rsqrt(mean(h_t²)+eps), into out [n][fn.Rows].
+func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) error {
+	c := &be.cfg
+	HCD := c.HC * c.Embed
+	if err := be.linear(b, b.h, HCD, b.n, linJob{fn, out, fn.Rows}); err != nil {
+		return err
+	}
+	return be.dev.ScaleByRMS(b.s, b.h, HCD, out, fn.Rows, b.n, c.NormEps)
+}
+
+func (L *dlayer) hcOf(sub engine.SubBlock) (*dhc, Ptr) {
+	if sub == engine.AttnSub {
+		return &L.hcAttn, L.attnNorm
+	}
+	return &L.hcFFN, L.ffnNorm
+}
+
+// HCPre computes the sub-block input and keeps post/comb for HCPost.
+func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return err
+	}
+	c := &be.cfg
+	hw, normW := be.layers[layer].hcOf(sub)
+	M := c.HCMixes()
+	mx, err := b.sc.f32("hc.mixes", b.n*M)
+	if err != nil {
+		return err
+	}
+	if err := be.mixes(b, hw.fn, mx); err != nil {
+		return err
+	}
+	return be.dev.HCPre(b.s, &HCPreArgs{
+		Mix: mx, M: M, Scale: hw.scale, Base: hw.base, HC: c.HC, Iters: c.SinkhornIters, HCEps: c.HCEps,
+		H: b.h, D: c.Embed, NormW: normW, NormEps: c.NormEps, X: b.x, Post: b.post, Comb: b.comb, N: b.n,
+	})
+}
+
+// HCPost folds the sub-block output back into the streams.
+func (be *Backend) HCPost(bi engine.Batch, layer int, sub engine.SubBlock) error {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return err
+	}
+	c := &be.cfg
+	return be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n)
+}
+
+// Head computes the head input of every chunk row and the logits of the
+// requested rows.
+func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return err
+	}
+	c := &be.cfg
+	d := be.dev
+	D, HC, V := c.Embed, c.HC, c.Vocab
+	if len(logits) < len(rows)*V {
+		return fmt.Errorf("cuda: head: %d rows need %d logits, got %d", len(rows), len(rows)*V, len(logits))
+	}
+	for i, r := range rows {
+		if r < 0 || r >= b.n || (i > 0 && r <= rows[i-1]) {
+			return fmt.Errorf("cuda: head rows %v: not ascending rows of the chunk of %d", rows, b.n)
+		}
+	}
+	mx, err := b.sc.f32("head.mixes", b.n*HC)
+	if err != nil {
+		return err
+	}
+	if err := be.mixes(b, be.hcHeadFn, mx); err != nil {
+		return err
+	}
+	if err := d.HCPre(b.s, &HCPreArgs{
+		Head: true, Mix: mx, M: HC, Scale: be.hcHeadScale, Base: be.hcHeadBase, HC: HC, HCEps: c.HCEps,
+		H: b.h, D: D, NormW: be.outNorm, NormEps: c.NormEps, X: b.headIn, N: b.n,
+	}); err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		return d.SyncStream(b.s)
+	}
+	// Gather the requested rows (device indices), then the vocabulary
+	// projection.
+	in, err := b.sc.f32("head.in", len(rows)*D)
+	if err != nil {
+		return err
+	}
+	idx, err := b.sc.get("head.rows", 4*int64(len(rows)))
+	if err != nil {
+		return err
+	}
+	ids := make([]int32, len(rows))
+	for i, r := range rows {
+		ids[i] = int32(r)
+	}
+	if err := d.SyncStream(b.s); err != nil {
+		return err
+	}
+	if err := UploadSlice(d, idx, ids); err != nil {
+		return err
+	}
+	hin := &Weight{Type: quant.F32, Rows: b.n, Cols: D, Mats: 1, Ptr: b.headIn}
+	if err := d.GetRows(b.s, hin, idx, len(rows), in, int64(D), 1, 0); err != nil {
+		return err
+	}
+	lg, err := b.sc.f32("head.logits", len(rows)*V)
+	if err != nil {
+		return err
+	}
+	if err := be.linear(b, in, D, len(rows), linJob{be.out, lg, V}); err != nil {
+		return err
+	}
+	if err := d.SyncStream(b.s); err != nil {
+		return err
+	}
+	return DownloadSlice(d, logits[:len(rows)*V], lg)
+}
+
+// Attention runs the attention sub-block on b.x into b.out.
+func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return err
+	}
+	st, err := be.stateOf(si)
+	if err != nil {
+		return err
+	}
+	c := &be.cfg
+	d, s := be.dev, b.s
+	L := &be.layers[layer]
+	tabs := st.layers[layer]
+	n, D, H, HD, QL, rd := b.n, c.Embed, c.Heads, c.HeadDim, c.QLoraRank, c.RopeDim
+	nope := HD - rd
+	var e error
+	buf := func(name string, cnt int) Ptr {
+		if e != nil {
+			return 0
+		}
+		var p Ptr
+		p, e = b.sc.f32(name, cnt)
+		return p
+	}
+
+	// Every projection of the sub-block input.
+	qr, kv := buf("attn.qr", n*QL), buf("attn.kv", n*HD)
+	jobs := []linJob{{L.qa, qr, QL}, {L.kv, kv, HD}}
+	scoring := L.idx != nil && (b.pos+n)/L.ratio > c.IndexerTopK
+	var ckv, csc, ikv, isc, iw Ptr
+	if L.comp != nil {
+		cw := L.comp.coff * HD
+		ckv, csc = buf("attn.ckv", n*cw), buf("attn.csc", n*cw)
+		jobs = append(jobs, linJob{L.comp.kv, ckv, cw}, linJob{L.comp.gate, csc, cw})
+	}
+	if L.idx != nil {
+		cw := 2 * c.IndexerHeadDim
+		ikv, isc = buf("idx.ckv", n*cw), buf("idx.csc", n*cw)
+		jobs = append(jobs, linJob{L.idx.comp.kv, ikv, cw}, linJob{L.idx.comp.gate, isc, cw})
+		if scoring {
+			iw = buf("idx.w", n*c.IndexerHeads)
+			jobs = append(jobs, linJob{L.idx.proj, iw, c.IndexerHeads})
+		}
+	}
+	q := buf("attn.q", n*H*HD)
+	var iq Ptr
+	if scoring {
+		iq = buf("idx.q", n*c.IndexerHeads*c.IndexerHeadDim)
+	}
+	o := buf("attn.o", n*H*HD)
+	if e != nil {
+		return e
+	}
+	if err := be.linear(b, b.x, D, n, jobs...); err != nil {
+		return err
+	}
+
+	// Query LoRA.
+	if err := d.RMSNormRef(s, qr, int64(QL), L.qNorm, qr, int64(QL), QL, n, c.NormEps); err != nil {
+		return err
+	}
+	qjobs := []linJob{{L.qb, q, H * HD}}
+	if scoring {
+		qjobs = append(qjobs, linJob{L.idx.qb, iq, c.IndexerHeads * c.IndexerHeadDim})
+	}
+	if err := be.linear(b, qr, QL, n, qjobs...); err != nil {
+		return err
+	}
+	if err := d.RMSNormRef(s, q, int64(HD), 0, q, int64(HD), HD, n*H, c.NormEps); err != nil {
+		return err
+	}
+	if err := d.Rope(s, q, int64(H*HD), H, int64(HD), int64(nope), L.freqs, rd, int64(b.pos), 1, n, false); err != nil {
+		return err
+	}
+	if err := d.RMSNormRef(s, kv, int64(HD), L.kvNorm, kv, int64(HD), HD, n, c.NormEps); err != nil {
+		return err
+	}
+	if err := d.Rope(s, kv, int64(HD), 1, int64(HD), int64(nope), L.freqs, rd, int64(b.pos), 1, n, false); err != nil {
+		return err
+	}
+	if err := d.FP8Sim(s, kv, int64(HD), n, nope); err != nil {
+		return err
+	}
+
+	// Compressed rows completed by this chunk, then the indexer's picks.
+	if L.comp != nil {
+		if err := be.compress(b, st, L, L.comp, ckv, csc, tabs[engine.PartCompKV], tabs[engine.PartCompScore], tabs[engine.PartComp],
+			func(rows Ptr, nrows int) error { return d.FP8Sim(s, rows, int64(HD), nrows, nope) }); err != nil {
+			return err
+		}
+	}
+	var sel, nsel Ptr
+	K := c.IndexerTopK
+	if L.idx != nil {
+		if sel, nsel, err = be.index(b, st, L, tabs, iq, ikv, isc, iw, scoring); err != nil {
+			return err
+		}
+	}
+
+	// Sparse attention with sinks, then the inverse rotation.
+	maxKeys := min(c.Window, b.pos+n)
+	comp := Ptr(0)
+	switch L.ratio {
+	case model.RatioDense:
+		maxKeys += (b.pos + n) / L.ratio
+		comp = tabs[engine.PartComp].p
+	case model.RatioIndexed:
+		maxKeys += K
+		comp = tabs[engine.PartComp].p
+	}
+	win := tabs[engine.PartWindow]
+	if err := d.Attention(s, &AttentionArgs{
+		Q: q, KV: kv, Win: win.p, WCap: win.cap, Comp: comp, Ratio: L.ratio, Sel: sel, NSel: nsel, K: K,
+		Sinks: L.sinks, Out: o, Pos0: b.pos, N: n, H: H, HD: HD, W: c.Window,
+		Scale: float32(1 / math.Sqrt(float64(HD))), MaxKeys: maxKeys,
+	}); err != nil {
+		return err
+	}
+	if err := d.Rope(s, o, int64(H*HD), H, int64(HD), int64(nope), L.freqs, rd, int64(b.pos), 1, n, true); err != nil {
+		return err
+	}
+
+	// Grouped output projection: group g of heads through wo_a[g], then wo_b.
+	G, OL := c.OGroups, c.OLoraRank
+	seg := H * HD / G
+	oa, err := b.sc.f32("attn.oa", n*G*OL)
+	if err != nil {
+		return err
+	}
+	act, actTok, actSel := o, int64(4*H*HD), int64(4*seg)
+	if !isFloatType(L.outA.Type) {
+		at, err := d.ActType(L.outA.Type)
+		if err != nil {
+			return err
+		}
+		ab := d.ActBytes(at, seg)
+		if act, err = b.sc.get("attn.oa.act", ab*int64(n*G)); err != nil {
+			return err
+		}
+		if err := d.Quantize(s, at, o, seg, act, seg, n*G); err != nil {
+			return err
+		}
+		actTok, actSel = ab*int64(G), ab
+	}
+	if err := d.MatMulEx(s, L.outA, 0, G, act, actTok, actSel, 1, n, oa, int64(G*OL), int64(OL), be.exact()); err != nil {
+		return err
+	}
+	if err := be.linear(b, oa, G*OL, n, linJob{L.outB, b.out, D}); err != nil {
+		return err
+	}
+
+	// The chunk's KV rows enter the window ring.
+	return d.RingWrite(s, win.p, win.cap, HD, kv, int64(HD), b.pos, n)
+}
+
+// compress adds the chunk's entries (kv, sc: n rows of coff·width values,
+// sc without the ape bias) to a compressor and emits every row whose block
+// completes: pooled, RMS-normed, rotated at the block's first position and
+// post-processed.
+func (be *Backend) compress(b *batch, st *state, L *dlayer, cp *dcomp, kv, sc Ptr, kvT, scT, rows *dtable,
+	post func(rows Ptr, nrows int) error) error {
+	c := &be.cfg
+	d, s := be.dev, b.s
+	r, cw, w := cp.ratio, cp.coff*cp.width, cp.width
+	rd := c.RopeDim
+	if err := d.AddAPE(s, sc, cp.ape, cw, r, b.pos, b.n); err != nil {
+		return err
+	}
+	i0, i1 := b.pos/r, (b.pos+b.n)/r
+	if i1 > i0 {
+		if err := st.ensureRows(rows, i1); err != nil {
+			return err
+		}
+		out := rows.entry(i0)
+		if err := d.CompPool(s, &CompPoolArgs{
+			KV: kv, SC: sc, KVRing: kvT.p, SCRing: scT.p, Cap: kvT.cap, CW: cw, Pos0: b.pos,
+			R: r, Coff: cp.coff, W: w, I0: i0, NRows: i1 - i0, Rows: out,
+		}); err != nil {
+			return err
+		}
+		nr := i1 - i0
+		if err := d.RMSNormRef(s, out, int64(w), cp.norm, out, int64(w), w, nr, c.NormEps); err != nil {
+			return err
+		}
+		if err := d.Rope(s, out, int64(w), 1, int64(w), int64(w-rd), L.freqs, rd, int64(i0*r), int64(r), nr, false); err != nil {
+			return err
+		}
+		if err := post(out, nr); err != nil {
+			return err
+		}
+	}
+	if err := d.RingWrite(s, kvT.p, kvT.cap, cw, kv, int64(cw), b.pos, b.n); err != nil {
+		return err
+	}
+	return d.RingWrite(s, scT.p, scT.cap, cw, sc, int64(cw), b.pos, b.n)
+}
+
+// index runs the indexer of a ratio-4 layer: its compressor, then (when
+// some token sees more rows than it keeps) the scores and the top-k; it
+// returns the picks sel [n][TopK] and their counts nsel [n].
+func (be *Backend) index(b *batch, st *state, L *dlayer, tabs []*dtable, iq, ikv, isc, iw Ptr, scoring bool) (sel, nsel Ptr, err error) {
+	c := &be.cfg
+	d, s := be.dev, b.s
+	n, IH, IHD, rd, K := b.n, c.IndexerHeads, c.IndexerHeadDim, c.RopeDim, c.IndexerTopK
+	ix := L.idx
+	rows := tabs[engine.PartIndex]
+	if err := be.compress(b, st, L, &ix.comp, ikv, isc, tabs[engine.PartIndexKV], tabs[engine.PartIndexScore], rows,
+		func(p Ptr, nrows int) error {
+			if err := d.Hadamard(s, p, int64(IHD), nrows, IHD, ix.hadScale); err != nil {
+				return err
+			}
+			return d.FP4Sim(s, p, int64(IHD), nrows, IHD)
+		}); err != nil {
+		return 0, 0, err
+	}
+	if sel, err = b.sc.get("idx.sel", 4*int64(n*K)); err != nil {
+		return 0, 0, err
+	}
+	if nsel, err = b.sc.get("idx.nsel", 4*int64(n)); err != nil {
+		return 0, 0, err
+	}
+	ratio := L.ratio
+	if !scoring {
+		// No token sees more than K rows: each picks all it sees.
+		return sel, nsel, d.TopK(s, 0, 0, 0, b.pos, ratio, K, true, sel, nsel, n)
+	}
+	if err := d.Rope(s, iq, int64(IH*IHD), IH, int64(IHD), int64(IHD-rd), L.freqs, rd, int64(b.pos), 1, n, false); err != nil {
+		return 0, 0, err
+	}
+	if err := d.Hadamard(s, iq, int64(IHD), n*IH, IHD, ix.hadScale); err != nil {
+		return 0, 0, err
+	}
+	if err := d.FP4Sim(s, iq, int64(IHD), n*IH, IHD); err != nil {
+		return 0, 0, err
+	}
+	wscale := float32(math.Pow(float64(IHD), -0.5) * math.Pow(float64(IH), -0.5))
+	if err := d.Scale(s, iw, n*IH, wscale); err != nil {
+		return 0, 0, err
+	}
+	maxRows := (b.pos + n) / ratio
+	scores, err := b.sc.f32("idx.scores", n*maxRows)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := d.IndexScores(s, iq, iw, rows.p, IH, IHD, b.pos, ratio, n, scores, int64(maxRows)); err != nil {
+		return 0, 0, err
+	}
+	return sel, nsel, d.TopK(s, scores, int64(maxRows), 0, b.pos, ratio, K, true, sel, nsel, n)
+}
+
+// FFN runs the MoE sub-block on b.x into b.out.
+func (be *Backend) FFN(bi engine.Batch, layer int) error {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return err
+	}
+	c := &be.cfg
+	d, s := be.dev, b.s
+	L := &be.layers[layer]
+	n, D, E, K, FF := b.n, c.Embed, c.Experts, c.ExpertsUsed, c.ExpertFF
+	nk := n * K
+	if nk > 65535 {
+		return fmt.Errorf("cuda: %d tokens × %d experts exceed 65535 selections", n, K)
+	}
+	var e error
+	buf := func(name string, bytes int64) Ptr {
+		if e != nil {
+			return 0
+		}
+		var p Ptr
+		p, e = b.sc.get(name, bytes)
+		return p
+	}
+	f4 := func(cnt int) int64 { return 4 * int64(cnt) }
+	lg, shg, shu := buf("moe.s", f4(n*E)), buf("moe.shg", f4(n*FF)), buf("moe.shu", f4(n*FF))
+	sel, wts := buf("moe.sel", f4(nk)), buf("moe.w", f4(nk))
+	ge, ue, ye := buf("moe.ge", f4(nk*FF)), buf("moe.ue", f4(nk*FF)), buf("moe.ye", f4(nk*D))
+	ysh := buf("moe.ysh", f4(n*D))
+	if e != nil {
+		return e
+	}
+	if err := be.linear(b, b.x, D, n, linJob{L.gate, lg, E}, linJob{L.gateSh, shg, FF}, linJob{L.upSh, shu, FF}); err != nil {
+		return err
+	}
+	tid := Ptr(0)
+	if L.hash {
+		tid = L.tid2eid
+	}
+	if err := d.Router(s, lg, E, L.bias, tid, b.tokens, K, c.ExpertWeightsNorm, c.ExpertWeightsScale, sel, wts, n); err != nil {
+		return err
+	}
+
+	// Routed experts: every (token, expert) pair is one selection.
+	act, actSel := b.x, f4(D)
+	if !isFloatType(L.gateExps.Type) {
+		at, err := d.ActType(L.gateExps.Type)
+		if err != nil {
+			return err
+		}
+		ab := d.ActBytes(at, D)
+		if act, err = b.sc.get("moe.xact", ab*int64(n)); err != nil {
+			return err
+		}
+		if err := d.Quantize(s, at, b.x, D, act, D, n); err != nil {
+			return err
+		}
+		actSel = ab
+	}
+	if err := d.MatMulEx(s, L.gateExps, sel, nk, act, 0, actSel, K, 1, ge, 0, int64(FF), be.exact()); err != nil {
+		return err
+	}
+	if L.upExps.Type != L.gateExps.Type {
+		return fmt.Errorf("cuda: layer %d: gate and up experts of different types", layer)
+	}
+	if err := d.MatMulEx(s, L.upExps, sel, nk, act, 0, actSel, K, 1, ue, 0, int64(FF), be.exact()); err != nil {
+		return err
+	}
+	if err := d.SwiGLURef(s, ge, ue, ge, FF, nk, L.clamp, wts); err != nil {
+		return err
+	}
+	act2, act2Sel := ge, f4(FF)
+	if !isFloatType(L.downExps.Type) {
+		at, err := d.ActType(L.downExps.Type)
+		if err != nil {
+			return err
+		}
+		ab := d.ActBytes(at, FF)
+		if act2, err = b.sc.get("moe.gact", ab*int64(nk)); err != nil {
+			return err
+		}
+		if err := d.Quantize(s, at, ge, FF, act2, FF, nk); err != nil {
+			return err
+		}
+		act2Sel = ab
+	}
+	if err := d.MatMulEx(s, L.downExps, sel, nk, act2, 0, act2Sel, 1, 1, ye, 0, int64(D), be.exact()); err != nil {
+		return err
+	}
+
+	// Shared expert, then the sum.
+	shLim := float32(0)
+	if be.opts.ClampSharedExpert {
+		shLim = L.clamp
+	}
+	if err := d.SwiGLURef(s, shg, shu, shg, FF, n, shLim, 0); err != nil {
+		return err
+	}
+	if err := be.linear(b, shg, FF, n, linJob{L.downSh, ysh, D}); err != nil {
+		return err
+	}
+	return d.MoECombine(s, ye, sel, ysh, b.out, n, K, D)
+}

@@ -1,0 +1,264 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// LibName is the file name of the CUDA kernel library.
+const LibName = "libds4cuda.so"
+
+// abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
+const abiVersion = 3
+
+// ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
+// exists in any searched place.
+var ErrNotFound = errors.New("cuda: " + LibName + " not found")
+
+// lib holds the C entry points of libds4cuda.so.
+type lib struct {
+	path string
+
+	abiVersion func() int32
+	lastError  func() string
+
+	deviceCount       func(n *int32) int32
+	initDev           func(dev int32) int32
+	deviceInfo        func(name *byte, nameLen int32, ints *int32, mem *uint64) int32
+	deviceSynchronize func() int32
+
+	malloc          func(p *uintptr, n uint64) int32
+	free            func(p uintptr) int32
+	mallocHost      func(p *unsafe.Pointer, n uint64) int32
+	freeHost        func(p unsafe.Pointer) int32
+	memcpyH2D       func(dst uintptr, src unsafe.Pointer, n uint64) int32
+	memcpyD2H       func(dst unsafe.Pointer, src uintptr, n uint64) int32
+	memcpyH2DAsync  func(dst uintptr, src uintptr, n uint64, s uintptr) int32
+	memcpyD2HAsync  func(dst uintptr, src uintptr, n uint64, s uintptr) int32
+	memcpyD2DAsync  func(dst uintptr, src uintptr, n uint64, s uintptr) int32
+	memsetAsync     func(dst uintptr, v int32, n uint64, s uintptr) int32
+	streamCreate    func(s *uintptr) int32
+	streamDestroy   func(s uintptr) int32
+	streamSync      func(s uintptr) int32
+	streamWaitEvent func(s, e uintptr) int32
+	eventCreate     func(e *uintptr) int32
+	eventDestroy    func(e uintptr) int32
+	eventRecord     func(e, s uintptr) int32
+	eventSync       func(e uintptr) int32
+	eventElapsed    func(ms *float32, a, b uintptr) int32
+
+	graphBegin   func(s uintptr) int32
+	graphEnd     func(s uintptr, exec *uintptr) int32
+	graphLaunch  func(exec, s uintptr) int32
+	graphDestroy func(exec uintptr) int32
+
+	weightBytes  func(t int32, rows, cols int64) uint64
+	weightRepack func(t int32, dst uintptr, totalRows, cols int64, src uintptr, first, n int64, s uintptr) int32
+	actType      func(wt int32) int32
+	actBytes     func(t int32, cols int64) uint64
+	quantize     func(t int32, x uintptr, xStride int64, act uintptr, cols int64, nTok int32, s uintptr) int32
+	matmul       func(t int32, w uintptr, rows, cols, nMat int64, act uintptr, actStride int64, nTok int32, y uintptr, yStride int64, s uintptr) int32
+	matvecIDs    func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actStride int64, y uintptr, yStride int64, s uintptr) int32
+	matmulEx     func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actTok, actSel int64, actDiv, nTok int32, y uintptr, yTok, ySel int64, flags int32, s uintptr) int32
+
+	getRows     func(t int32, w uintptr, totalRows, cols int64, ids uintptr, n int32, dst uintptr, dstStride int64, copies int32, copyStride int64, s uintptr) int32
+	rmsnormRef  func(x uintptr, xStride int64, w, y uintptr, yStride, n int64, rows int32, eps float32, s uintptr) int32
+	scaleByRMS  func(x uintptr, n int64, y uintptr, m, rows int32, eps float32, s uintptr) int32
+	hcPre       func(mode int32, mix uintptr, m int32, scale, base uintptr, hc, iters int32, hcEps float32, h uintptr, d int64, normw uintptr, normEps float32, x, post, comb uintptr, n int32, s uintptr) int32
+	hcPost      func(h, out, post, comb uintptr, hc int32, d int64, n int32, s uintptr) int32
+	rope        func(x uintptr, tokStride int64, heads int32, headStride, off int64, freqs uintptr, rd int32, pos0, posStep int64, nTok, inverse int32, s uintptr) int32
+	fp8Sim      func(x uintptr, stride int64, rows int32, n int64, s uintptr) int32
+	fp4Sim      func(x uintptr, stride int64, rows int32, n int64, s uintptr) int32
+	hadamard    func(x uintptr, stride int64, rows, n int32, scale float32, s uintptr) int32
+	scaleVec    func(x uintptr, n int64, f float32, s uintptr) int32
+	addAPE      func(dst, ape uintptr, width int64, r int32, pos0 int64, n int32, s uintptr) int32
+	ringWrite   func(ring uintptr, cap, width int64, src uintptr, srcStride, pos0 int64, n int32, s uintptr) int32
+	compPool    func(kv, sc, kvRing, scRing uintptr, cap, cw, pos0 int64, r, coff int32, w, i0 int64, nrows int32, rows uintptr, s uintptr) int32
+	indexScores func(q, w, rows uintptr, ih, ihd int32, pos0 int64, ratio, n int32, scores uintptr, scStride int64, s uintptr) int32
+	topk        func(scores uintptr, stride, rFixed, pos0 int64, ratio, k, allIfFew int32, sel, nsel uintptr, n int32, s uintptr) int32
+	attention   func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, s uintptr) int32
+	router      func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, s uintptr) int32
+	swigluRef   func(g, u, y uintptr, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
+	moeCombine  func(ye, sel, ysh, y uintptr, n, k int32, d int64, s uintptr) int32
+
+	rmsnorm   func(x, w, y uintptr, n int64, rows int32, eps float32, s uintptr) int32
+	softmax   func(x, y uintptr, n int64, rows int32, s uintptr) int32
+	swiglu    func(g, u, y uintptr, n int64, clamp float32, s uintptr) int32
+	setOption func(key, value int32) int32
+	benchRead func(src uintptr, n uint64, out uintptr, s uintptr) int32
+}
+
+var (
+	loadOnce sync.Once
+	loaded   *lib
+	loadErr  error
+)
+
+// SearchPaths returns the places Load looks for libds4cuda.so, in order:
+// $DS4_CUDA_LIB (a file, or a directory holding the library), the directory
+// of the running executable, ./build/ and the build/ directories of the
+// parents of the working directory (so that tests run from a package
+// directory find the repository's build/).
+func SearchPaths() []string {
+	var paths []string
+	if p := os.Getenv("DS4_CUDA_LIB"); p != "" {
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			p = filepath.Join(p, LibName)
+		}
+		paths = append(paths, p)
+	}
+	if exe, err := os.Executable(); err == nil {
+		paths = append(paths, filepath.Join(filepath.Dir(exe), LibName))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for d, i := wd, 0; i < 5; i++ {
+			paths = append(paths, filepath.Join(d, "build", LibName))
+			parent := filepath.Dir(d)
+			if parent == d {
+				break
+			}
+			d = parent
+		}
+	}
+	return paths
+}
+
+// Load loads libds4cuda.so once per process and returns the same result to
+// every caller. Without the library (or without a usable CUDA driver) it
+// returns an error that says what was searched; it never panics.
+func Load() error {
+	loadOnce.Do(func() { loaded, loadErr = load() })
+	return loadErr
+}
+
+func load() (*lib, error) {
+	if runtime.GOOS != "linux" {
+		return nil, fmt.Errorf("cuda: %s is only built for linux (GOOS=%s)", LibName, runtime.GOOS)
+	}
+	paths := SearchPaths()
+	var path string
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%w (searched %s); build it with nvcc (docs/cuda.md) or set DS4_CUDA_LIB", ErrNotFound, strings.Join(paths, ", "))
+	}
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: loading %s: %v", path, err)
+	}
+	l := &lib{path: path}
+	syms := []struct {
+		fn   any
+		name string
+	}{
+		{&l.abiVersion, "ds4c_abi_version"},
+		{&l.lastError, "ds4c_last_error"},
+		{&l.deviceCount, "ds4c_device_count"},
+		{&l.initDev, "ds4c_init"},
+		{&l.deviceInfo, "ds4c_device_info"},
+		{&l.deviceSynchronize, "ds4c_device_synchronize"},
+		{&l.malloc, "ds4c_malloc"},
+		{&l.free, "ds4c_free"},
+		{&l.mallocHost, "ds4c_malloc_host"},
+		{&l.freeHost, "ds4c_free_host"},
+		{&l.memcpyH2D, "ds4c_memcpy_h2d"},
+		{&l.memcpyD2H, "ds4c_memcpy_d2h"},
+		{&l.memcpyH2DAsync, "ds4c_memcpy_h2d_async"},
+		{&l.memcpyD2HAsync, "ds4c_memcpy_d2h_async"},
+		{&l.memcpyD2DAsync, "ds4c_memcpy_d2d_async"},
+		{&l.memsetAsync, "ds4c_memset_async"},
+		{&l.streamCreate, "ds4c_stream_create"},
+		{&l.streamDestroy, "ds4c_stream_destroy"},
+		{&l.streamSync, "ds4c_stream_synchronize"},
+		{&l.streamWaitEvent, "ds4c_stream_wait_event"},
+		{&l.eventCreate, "ds4c_event_create"},
+		{&l.eventDestroy, "ds4c_event_destroy"},
+		{&l.eventRecord, "ds4c_event_record"},
+		{&l.eventSync, "ds4c_event_synchronize"},
+		{&l.eventElapsed, "ds4c_event_elapsed_ms"},
+		{&l.graphBegin, "ds4c_graph_begin"},
+		{&l.graphEnd, "ds4c_graph_end"},
+		{&l.graphLaunch, "ds4c_graph_launch"},
+		{&l.graphDestroy, "ds4c_graph_destroy"},
+		{&l.weightBytes, "ds4c_weight_bytes"},
+		{&l.weightRepack, "ds4c_weight_repack"},
+		{&l.actType, "ds4c_act_type"},
+		{&l.actBytes, "ds4c_act_bytes"},
+		{&l.quantize, "ds4c_quantize"},
+		{&l.matmul, "ds4c_matmul"},
+		{&l.matvecIDs, "ds4c_matvec_ids"},
+		{&l.matmulEx, "ds4c_matmul_ex"},
+		{&l.getRows, "ds4c_get_rows"},
+		{&l.rmsnormRef, "ds4c_rmsnorm_ref"},
+		{&l.scaleByRMS, "ds4c_scale_by_rms"},
+		{&l.hcPre, "ds4c_hc_pre"},
+		{&l.hcPost, "ds4c_hc_post"},
+		{&l.rope, "ds4c_rope"},
+		{&l.fp8Sim, "ds4c_fp8_sim"},
+		{&l.fp4Sim, "ds4c_fp4_sim"},
+		{&l.hadamard, "ds4c_hadamard"},
+		{&l.scaleVec, "ds4c_scale"},
+		{&l.addAPE, "ds4c_add_ape"},
+		{&l.ringWrite, "ds4c_ring_write"},
+		{&l.compPool, "ds4c_comp_pool"},
+		{&l.indexScores, "ds4c_index_scores"},
+		{&l.topk, "ds4c_topk"},
+		{&l.attention, "ds4c_attention"},
+		{&l.router, "ds4c_router"},
+		{&l.swigluRef, "ds4c_swiglu_ref"},
+		{&l.moeCombine, "ds4c_moe_combine"},
+		{&l.rmsnorm, "ds4c_rmsnorm"},
+		{&l.softmax, "ds4c_softmax"},
+		{&l.swiglu, "ds4c_swiglu"},
+		{&l.setOption, "ds4c_set_option"},
+		{&l.benchRead, "ds4c_bench_read"},
+	}
+	for _, s := range syms {
+		sym, err := purego.Dlsym(h, s.name)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: %s lacks %s (stale build?): %v", path, s.name, err)
+		}
+		purego.RegisterFunc(s.fn, sym)
+	}
+	if v := l.abiVersion(); v != abiVersion {
+		return nil, fmt.Errorf("cuda: %s has ABI version %d, this program needs %d; rebuild it", path, v, abiVersion)
+	}
+	return l, nil
+}
+
+// Error is a failure reported by libds4cuda.so.
+type Error struct {
+	Op   string // the Go method that failed
+	Code int    // >0: cudaError_t; <0: a DS4C_E* code
+	Msg  string // the library's message
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("cuda: %s: %s (code %d)", e.Op, e.Msg, e.Code) }
+
+// call runs f on a locked OS thread so that the library's thread-local error
+// message belongs to this call, and converts a non-zero status to *Error.
+func (l *lib) call(op string, f func() int32) error {
+	runtime.LockOSThread()
+	rc := f()
+	var msg string
+	if rc != 0 {
+		msg = l.lastError()
+	}
+	runtime.UnlockOSThread()
+	if rc != 0 {
+		return &Error{Op: op, Code: int(rc), Msg: msg}
+	}
+	return nil
+}

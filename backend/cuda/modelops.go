@@ -1,0 +1,233 @@
+package cuda
+
+import "ds4go/quant"
+
+// Wrappers of the forward-pass operations of cuda/model.cu. Every pointer
+// is a device address and every stride counts float32 elements; cuda/model.cu
+// defines each operation (they mirror backend/cpu step by step). They queue
+// work on stream s and return without waiting.
+
+// MatMulEx is the general product of cuda/ds4cuda.h (ds4c_matmul_ex): for
+// selection i < nsel and token t < ntok, y[i·ySel + t·yTok + r] =
+// W_m[r]·act(i, t) with act(i, t) at act + (i/actDiv)·actSel + t·actTok
+// bytes, m = ids[i] when ids ≠ 0, else i when nsel > 1, else 0. actTok 0
+// means ActBytes; yTok 0 means w.Rows. exact sums every row in the order of
+// quant.Dot / backend/cpu (bit-identical results, slower).
+func (d *Device) MatMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTok, actSel int64, actDiv, ntok int, y Ptr, yTok, ySel int64, exact bool) error {
+	flags := int32(0)
+	if exact {
+		flags = 1
+	}
+	return d.l.call("matmul_ex", func() int32 {
+		return d.l.matmulEx(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), uintptr(ids), int32(nsel),
+			uintptr(act), actTok, actSel, int32(actDiv), int32(ntok), uintptr(y), yTok, ySel, flags, uintptr(s))
+	})
+}
+
+// GetRows dequantizes rows ids[i] (device int32) of w (F32, F16, BF16 or
+// Q8_0) into dst + i·dstStride + k·copyStride for k < copies.
+func (d *Device) GetRows(s Stream, w *Weight, ids Ptr, n int, dst Ptr, dstStride int64, copies int, copyStride int64) error {
+	return d.l.call("get_rows", func() int32 {
+		return d.l.getRows(int32(w.Type), uintptr(w.Ptr), int64(w.Rows)*int64(w.Mats), int64(w.Cols), uintptr(ids), int32(n),
+			uintptr(dst), dstStride, int32(copies), copyStride, uintptr(s))
+	})
+}
+
+// RMSNormRef sets y_r = w ⊙ (x_r·rsqrt(mean(x_r²)+eps)) for rows rows of n
+// values, rounding as backend/cpu does (w may be 0: no weight).
+func (d *Device) RMSNormRef(s Stream, x Ptr, xStride int64, w, y Ptr, yStride int64, n, rows int, eps float32) error {
+	return d.l.call("rmsnorm_ref", func() int32 {
+		return d.l.rmsnormRef(uintptr(x), xStride, uintptr(w), uintptr(y), yStride, int64(n), int32(rows), eps, uintptr(s))
+	})
+}
+
+// ScaleByRMS multiplies the m values y[t] by rsqrt(mean(x_t²)+eps) of the
+// rows x_t of n values, for rows tokens.
+func (d *Device) ScaleByRMS(s Stream, x Ptr, n int, y Ptr, m, rows int, eps float32) error {
+	return d.l.call("scale_by_rms", func() int32 {
+		return d.l.scaleByRMS(uintptr(x), int64(n), uintptr(y), int32(m), int32(rows), eps, uintptr(s))
+	})
+}
+
+// HCPreArgs are the arguments of HCPre.
+type HCPreArgs struct {
+	Head          bool // the output head's variant (no Sinkhorn, no post/comb)
+	Mix           Ptr  // [n][M] mixing logits (already RMS-scaled)
+	M             int
+	Scale, Base   Ptr // hc scale (3 values; head: 1) and base (M values)
+	HC, Iters     int
+	HCEps         float32
+	H             Ptr // [n][HC][D] streams
+	D             int
+	NormW         Ptr
+	NormEps       float32
+	X, Post, Comb Ptr // outputs: [n][D], [n][HC], [n][HC·HC]
+	N             int
+}
+
+// HCPre computes the sub-block (or head) input from the streams.
+func (d *Device) HCPre(s Stream, a *HCPreArgs) error {
+	mode := int32(0)
+	if a.Head {
+		mode = 1
+	}
+	return d.l.call("hc_pre", func() int32 {
+		return d.l.hcPre(mode, uintptr(a.Mix), int32(a.M), uintptr(a.Scale), uintptr(a.Base), int32(a.HC), int32(a.Iters), a.HCEps,
+			uintptr(a.H), int64(a.D), uintptr(a.NormW), a.NormEps, uintptr(a.X), uintptr(a.Post), uintptr(a.Comb), int32(a.N), uintptr(s))
+	})
+}
+
+// HCPost folds out back into the streams h (in place).
+func (d *Device) HCPost(s Stream, h, out, post, comb Ptr, hc, D, n int) error {
+	return d.l.call("hc_post", func() int32 {
+		return d.l.hcPost(uintptr(h), uintptr(out), uintptr(post), uintptr(comb), int32(hc), int64(D), int32(n), uintptr(s))
+	})
+}
+
+// Rope rotates x[t][j][off : off+rd] for t < ntok, j < heads (strides in
+// floats) at position pos0 + t·posStep with the rd/2 frequencies at freqs
+// (inverse: the conjugate rotation).
+func (d *Device) Rope(s Stream, x Ptr, tokStride int64, heads int, headStride, off int64, freqs Ptr, rd int, pos0, posStep int64, ntok int, inverse bool) error {
+	inv := int32(0)
+	if inverse {
+		inv = 1
+	}
+	return d.l.call("rope", func() int32 {
+		return d.l.rope(uintptr(x), tokStride, int32(heads), headStride, off, uintptr(freqs), int32(rd), pos0, posStep, int32(ntok), inv, uintptr(s))
+	})
+}
+
+// FP8Sim applies the FP8 e4m3 simulation (blocks of 64) to x[r][0:n].
+func (d *Device) FP8Sim(s Stream, x Ptr, stride int64, rows, n int) error {
+	return d.l.call("fp8_sim", func() int32 { return d.l.fp8Sim(uintptr(x), stride, int32(rows), int64(n), uintptr(s)) })
+}
+
+// FP4Sim applies the FP4 e2m1 simulation (blocks of 32) to x[r][0:n].
+func (d *Device) FP4Sim(s Stream, x Ptr, stride int64, rows, n int) error {
+	return d.l.call("fp4_sim", func() int32 { return d.l.fp4Sim(uintptr(x), stride, int32(rows), int64(n), uintptr(s)) })
+}
+
+// Hadamard applies the Walsh–Hadamard transform to rows of n values, then
+// multiplies by scale.
+func (d *Device) Hadamard(s Stream, x Ptr, stride int64, rows, n int, scale float32) error {
+	return d.l.call("hadamard", func() int32 { return d.l.hadamard(uintptr(x), stride, int32(rows), int32(n), scale, uintptr(s)) })
+}
+
+// Scale multiplies n floats by f.
+func (d *Device) Scale(s Stream, x Ptr, n int, f float32) error {
+	return d.l.call("scale", func() int32 { return d.l.scaleVec(uintptr(x), int64(n), f, uintptr(s)) })
+}
+
+// AddAPE adds ape[(pos0+t) mod r] to rows t < n of dst (width values each).
+func (d *Device) AddAPE(s Stream, dst, ape Ptr, width, r int, pos0, n int) error {
+	return d.l.call("add_ape", func() int32 {
+		return d.l.addAPE(uintptr(dst), uintptr(ape), int64(width), int32(r), int64(pos0), int32(n), uintptr(s))
+	})
+}
+
+// RingWrite stores rows t of src at slot (pos0+t) mod cap of a ring of
+// width-wide entries (only the last cap rows of n).
+func (d *Device) RingWrite(s Stream, ring Ptr, cap, width int, src Ptr, srcStride int64, pos0, n int) error {
+	return d.l.call("ring_write", func() int32 {
+		return d.l.ringWrite(uintptr(ring), int64(cap), int64(width), uintptr(src), srcStride, int64(pos0), int32(n), uintptr(s))
+	})
+}
+
+// CompPoolArgs are the arguments of CompPool.
+type CompPoolArgs struct {
+	KV, SC         Ptr // this chunk's entries, [n][CW]
+	KVRing, SCRing Ptr // frontier rings, [Cap][CW]
+	Cap, CW        int
+	Pos0           int // position of the chunk's first entry
+	R, Coff, W     int
+	I0, NRows      int // rows to pool
+	Rows           Ptr // output: NRows rows of W
+}
+
+// CompPool pools compressed rows I0 … I0+NRows−1.
+func (d *Device) CompPool(s Stream, a *CompPoolArgs) error {
+	return d.l.call("comp_pool", func() int32 {
+		return d.l.compPool(uintptr(a.KV), uintptr(a.SC), uintptr(a.KVRing), uintptr(a.SCRing), int64(a.Cap), int64(a.CW), int64(a.Pos0),
+			int32(a.R), int32(a.Coff), int64(a.W), int64(a.I0), int32(a.NRows), uintptr(a.Rows), uintptr(s))
+	})
+}
+
+// IndexScores scores the indexer rows for each of n tokens.
+func (d *Device) IndexScores(s Stream, q, w, rows Ptr, ih, ihd, pos0, ratio, n int, scores Ptr, scStride int64) error {
+	return d.l.call("index_scores", func() int32 {
+		return d.l.indexScores(uintptr(q), uintptr(w), uintptr(rows), int32(ih), int32(ihd), int64(pos0), int32(ratio), int32(n),
+			uintptr(scores), scStride, uintptr(s))
+	})
+}
+
+// TopK picks, per token t < n, the min(k, R) best scores (ties: lower
+// index) best first into sel[t][…] and the count into nsel[t] (nsel may be
+// 0); R is rFixed, or (pos0+t+1)/ratio when rFixed is 0. allIfFew: with R ≤ k
+// all rows in order.
+func (d *Device) TopK(s Stream, scores Ptr, stride int64, rFixed, pos0, ratio, k int, allIfFew bool, sel, nsel Ptr, n int) error {
+	all := int32(0)
+	if allIfFew {
+		all = 1
+	}
+	return d.l.call("topk", func() int32 {
+		return d.l.topk(uintptr(scores), stride, int64(rFixed), int64(pos0), int32(ratio), int32(k), all, uintptr(sel), uintptr(nsel), int32(n), uintptr(s))
+	})
+}
+
+// AttentionArgs are the arguments of Attention.
+type AttentionArgs struct {
+	Q, KV     Ptr // [n][H][HD], [n][HD]
+	Win       Ptr // window ring [WCap][HD]
+	WCap      int
+	Comp      Ptr // compressed rows, or 0
+	Ratio     int
+	Sel, NSel Ptr // indexer picks (ratio 4)
+	K         int
+	Sinks     Ptr
+	Out       Ptr // [n][H][HD]
+	Pos0, N   int
+	H, HD, W  int
+	Scale     float32
+	MaxKeys   int // the most keys any token of the chunk has
+}
+
+// Attention runs sparse attention with sinks for every token and head.
+func (d *Device) Attention(s Stream, a *AttentionArgs) error {
+	return d.l.call("attention", func() int32 {
+		return d.l.attention(uintptr(a.Q), uintptr(a.KV), uintptr(a.Win), int64(a.WCap), uintptr(a.Comp), int32(a.Ratio),
+			uintptr(a.Sel), uintptr(a.NSel), int32(a.K), uintptr(a.Sinks), uintptr(a.Out), int64(a.Pos0), int32(a.N),
+			int32(a.H), int32(a.HD), int32(a.W), a.Scale, int64(a.MaxKeys), uintptr(s))
+	})
+}
+
+// Router turns router logits [n][e] into k experts and weights per token.
+func (d *Device) Router(s Stream, logits Ptr, e int, bias, tid2eid, tokens Ptr, k int, norm bool, wscale float32, sel, w Ptr, n int) error {
+	nv := int32(0)
+	if norm {
+		nv = 1
+	}
+	return d.l.call("router", func() int32 {
+		return d.l.router(uintptr(logits), int32(e), uintptr(bias), uintptr(tid2eid), uintptr(tokens), int32(k), nv, wscale,
+			uintptr(sel), uintptr(w), int32(n), uintptr(s))
+	})
+}
+
+// SwiGLURef sets y = w_r·(silu(g)·u) over rows rows of n values, with the
+// clamp lim (none when ≤ 0) and per-row weights w (0: none).
+func (d *Device) SwiGLURef(s Stream, g, u, y Ptr, n, rows int, lim float32, w Ptr) error {
+	return d.l.call("swiglu_ref", func() int32 {
+		return d.l.swigluRef(uintptr(g), uintptr(u), uintptr(y), int64(n), int32(rows), lim, uintptr(w), uintptr(s))
+	})
+}
+
+// MoECombine sums each token's k expert outputs in ascending expert id, then
+// adds the shared expert's output (ysh may be 0).
+func (d *Device) MoECombine(s Stream, ye, sel, ysh, y Ptr, n, k, D int) error {
+	return d.l.call("moe_combine", func() int32 {
+		return d.l.moeCombine(uintptr(ye), uintptr(sel), uintptr(ysh), uintptr(y), int32(n), int32(k), int64(D), uintptr(s))
+	})
+}
+
+// isFloatType reports whether products with weights of type t read float32
+// activations directly.
+func isFloatType(t quant.Type) bool { return t == quant.F32 || t == quant.F16 || t == quant.BF16 }

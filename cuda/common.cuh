@@ -1,0 +1,75 @@
+// common.cuh: helpers shared by the .cu files of libds4cuda.so (host error
+// reporting, launch checks, small device functions). Everything device-side
+// is static inline so that the files link without relocatable device code.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "ds4cuda.h"
+
+// Error reporting (ds4cuda.cu). ds4c_err formats a message into the calling
+// thread's last-error buffer and returns code.
+int ds4c_err(int code, const char *fmt, ...);
+int ds4c_cuda_err(cudaError_t e, const char *where);
+// ds4c_ready returns 0 once ds4c_init has succeeded (and makes the chosen
+// device current on the calling thread), else DS4C_ENOINIT.
+int ds4c_ready(void);
+int ds4c_sm_count(void);
+int ds4c_opt_wload(void);
+int ds4c_opt_splitk(void);
+int ds4c_opt_rpw(void);
+
+#define DS4C_CHECK(call)                                              \
+    do {                                                              \
+        cudaError_t e_ = (call);                                      \
+        if (e_ != cudaSuccess) return ds4c_cuda_err(e_, #call);       \
+    } while (0)
+
+#define DS4C_CHECK_LAUNCH(name)                                       \
+    do {                                                              \
+        cudaError_t e_ = cudaGetLastError();                          \
+        if (e_ != cudaSuccess) return ds4c_cuda_err(e_, name);        \
+    } while (0)
+
+#define DS4C_READY()                                                  \
+    do {                                                              \
+        int r_ = ds4c_ready();                                        \
+        if (r_ != 0) return r_;                                       \
+    } while (0)
+
+static inline cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
+
+#define FULL_MASK 0xffffffffu
+
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+// Streaming 16-byte weight loads. flavour 0: the read-only path (__ldg);
+// 1: ld.global.nc with L1::no_allocate and a 256-byte L2 prefetch hint;
+// 2: ld.global.cs (evict first).
+static __device__ __forceinline__ int4 ldw16(const void *p, int flavour) {
+    int4 v;
+    if (flavour == 1) {
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.s32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p));
+    } else if (flavour == 2) {
+        v = __ldcs((const int4 *)p);
+    } else {
+        v = __ldg((const int4 *)p);
+    }
+    return v;
+}
+
+static __device__ __forceinline__ int4 ld16(const void *p) { return __ldg((const int4 *)p); }

@@ -1,0 +1,283 @@
+// ds4cuda.cu: device selection, error reporting, memory, streams and events
+// of libds4cuda.so (see ds4cuda.h).
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common.cuh"
+
+static thread_local char g_errbuf[512];
+static int g_device = -1;        // set by ds4c_init
+static thread_local int t_device = -1; // device made current on this thread
+static int g_sm_count = 0;
+static int g_opt_wload = 1; // measured fastest on the H100 (cuda/NOTES.md)
+static int g_opt_splitk = 0;
+static int g_opt_rpw = 0;
+
+int ds4c_err(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_errbuf, sizeof g_errbuf, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int ds4c_cuda_err(cudaError_t e, const char *where) {
+    cudaGetLastError(); // consume it, so that a later launch check does not report it again
+    return ds4c_err((int)e, "%s: %s (%s)", where, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+int ds4c_ready(void) {
+    if (g_device < 0) return ds4c_err(DS4C_ENOINIT, "ds4c_init has not been called");
+    if (t_device != g_device) {
+        cudaError_t e = cudaSetDevice(g_device);
+        if (e != cudaSuccess) return ds4c_cuda_err(e, "cudaSetDevice");
+        t_device = g_device;
+    }
+    return 0;
+}
+
+int ds4c_sm_count(void) { return g_sm_count; }
+int ds4c_opt_wload(void) { return g_opt_wload; }
+int ds4c_opt_splitk(void) { return g_opt_splitk; }
+int ds4c_opt_rpw(void) { return g_opt_rpw; }
+
+extern "C" {
+
+int ds4c_abi_version(void) { return DS4C_ABI_VERSION; }
+
+const char *ds4c_last_error(void) { return g_errbuf; }
+
+int ds4c_device_count(int *n) {
+    DS4C_CHECK(cudaGetDeviceCount(n));
+    return 0;
+}
+
+int ds4c_init(int device) {
+    int n = 0;
+    DS4C_CHECK(cudaGetDeviceCount(&n));
+    if (device < 0 || device >= n) return ds4c_err(DS4C_EINVAL, "device %d out of range (%d devices)", device, n);
+    DS4C_CHECK(cudaSetDevice(device));
+    DS4C_CHECK(cudaFree(0)); // create the primary context now
+    int sms = 0;
+    DS4C_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    g_sm_count = sms;
+    g_device = device;
+    t_device = device;
+    return 0;
+}
+
+int ds4c_device_info(char *name, int name_len, int *ints, uint64_t *mem) {
+    DS4C_READY();
+    cudaDeviceProp p;
+    DS4C_CHECK(cudaGetDeviceProperties(&p, g_device));
+    if (name && name_len > 0) {
+        strncpy(name, p.name, (size_t)name_len - 1);
+        name[name_len - 1] = 0;
+    }
+    if (ints) {
+        int clock = 0, bus = 0, rt = 0;
+        cudaDeviceGetAttribute(&clock, cudaDevAttrMemoryClockRate, g_device);
+        cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, g_device);
+        cudaRuntimeGetVersion(&rt);
+        ints[0] = p.major;
+        ints[1] = p.minor;
+        ints[2] = p.multiProcessorCount;
+        ints[3] = p.l2CacheSize;
+        ints[4] = (int)p.sharedMemPerBlockOptin;
+        ints[5] = bus;
+        ints[6] = clock;
+        ints[7] = rt;
+    }
+    if (mem) {
+        size_t fr = 0, tot = 0;
+        DS4C_CHECK(cudaMemGetInfo(&fr, &tot));
+        mem[0] = fr;
+        mem[1] = tot;
+    }
+    return 0;
+}
+
+int ds4c_device_synchronize(void) {
+    DS4C_READY();
+    DS4C_CHECK(cudaDeviceSynchronize());
+    return 0;
+}
+
+int ds4c_malloc(void **d_ptr, uint64_t bytes) {
+    DS4C_READY();
+    *d_ptr = nullptr;
+    if (bytes == 0) bytes = 16;
+    cudaError_t e = cudaMalloc(d_ptr, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return ds4c_err((int)e, "cudaMalloc(%llu bytes): %s", (unsigned long long)bytes, cudaGetErrorString(e));
+    }
+    return 0;
+}
+
+int ds4c_free(void *d_ptr) {
+    DS4C_READY();
+    DS4C_CHECK(cudaFree(d_ptr));
+    return 0;
+}
+
+int ds4c_malloc_host(void **h_ptr, uint64_t bytes) {
+    DS4C_READY();
+    *h_ptr = nullptr;
+    DS4C_CHECK(cudaMallocHost(h_ptr, bytes ? bytes : 16));
+    return 0;
+}
+
+int ds4c_free_host(void *h_ptr) {
+    DS4C_READY();
+    DS4C_CHECK(cudaFreeHost(h_ptr));
+    return 0;
+}
+
+int ds4c_memcpy_h2d(void *d_dst, const void *h_src, uint64_t bytes) {
+    DS4C_READY();
+    DS4C_CHECK(cudaMemcpy(d_dst, h_src, bytes, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+int ds4c_memcpy_d2h(void *h_dst, const void *d_src, uint64_t bytes) {
+    DS4C_READY();
+    DS4C_CHECK(cudaMemcpy(h_dst, d_src, bytes, cudaMemcpyDeviceToHost));
+    return 0;
+}
+
+int ds4c_memcpy_h2d_async(void *d_dst, const void *h_src, uint64_t bytes, void *stream) {
+    DS4C_READY();
+    DS4C_CHECK(cudaMemcpyAsync(d_dst, h_src, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
+    return 0;
+}
+
+int ds4c_memcpy_d2h_async(void *h_dst, const void *d_src, uint64_t bytes, void *stream) {
+    DS4C_READY();
+    DS4C_CHECK(cudaMemcpyAsync(h_dst, d_src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)));
+    return 0;
+}
+
+int ds4c_memcpy_d2d_async(void *d_dst, const void *d_src, uint64_t bytes, void *stream) {
+    DS4C_READY();
+    DS4C_CHECK(cudaMemcpyAsync(d_dst, d_src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
+    return 0;
+}
+
+int ds4c_memset_async(void *d_dst, int value, uint64_t bytes, void *stream) {
+    DS4C_READY();
+    DS4C_CHECK(cudaMemsetAsync(d_dst, value, bytes, as_stream(stream)));
+    return 0;
+}
+
+int ds4c_stream_create(void **stream) {
+    DS4C_READY();
+    cudaStream_t s;
+    DS4C_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *stream = (void *)s;
+    return 0;
+}
+
+int ds4c_stream_destroy(void *stream) {
+    DS4C_READY();
+    DS4C_CHECK(cudaStreamDestroy(as_stream(stream)));
+    return 0;
+}
+
+int ds4c_stream_synchronize(void *stream) {
+    DS4C_READY();
+    DS4C_CHECK(cudaStreamSynchronize(as_stream(stream)));
+    return 0;
+}
+
+int ds4c_stream_wait_event(void *stream, void *event) {
+    DS4C_READY();
+    DS4C_CHECK(cudaStreamWaitEvent(as_stream(stream), (cudaEvent_t)event, 0));
+    return 0;
+}
+
+int ds4c_event_create(void **event) {
+    DS4C_READY();
+    cudaEvent_t e;
+    DS4C_CHECK(cudaEventCreate(&e));
+    *event = (void *)e;
+    return 0;
+}
+
+int ds4c_event_destroy(void *event) {
+    DS4C_READY();
+    DS4C_CHECK(cudaEventDestroy((cudaEvent_t)event));
+    return 0;
+}
+
+int ds4c_event_record(void *event, void *stream) {
+    DS4C_READY();
+    DS4C_CHECK(cudaEventRecord((cudaEvent_t)event, as_stream(stream)));
+    return 0;
+}
+
+int ds4c_event_synchronize(void *event) {
+    DS4C_READY();
+    DS4C_CHECK(cudaEventSynchronize((cudaEvent_t)event));
+    return 0;
+}
+
+int ds4c_event_elapsed_ms(float *ms, void *start, void *end) {
+    DS4C_READY();
+    DS4C_CHECK(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
+    return 0;
+}
+
+int ds4c_graph_begin(void *stream) {
+    DS4C_READY();
+    DS4C_CHECK(cudaStreamBeginCapture(as_stream(stream), cudaStreamCaptureModeRelaxed));
+    return 0;
+}
+
+int ds4c_graph_end(void *stream, void **exec) {
+    DS4C_READY();
+    cudaGraph_t g;
+    *exec = nullptr;
+    DS4C_CHECK(cudaStreamEndCapture(as_stream(stream), &g));
+    cudaGraphExec_t e;
+    cudaError_t err = cudaGraphInstantiateWithFlags(&e, g, 0);
+    cudaGraphDestroy(g);
+    if (err != cudaSuccess) return ds4c_cuda_err(err, "cudaGraphInstantiate");
+    *exec = (void *)e;
+    return 0;
+}
+
+int ds4c_graph_launch(void *exec, void *stream) {
+    DS4C_READY();
+    DS4C_CHECK(cudaGraphLaunch((cudaGraphExec_t)exec, as_stream(stream)));
+    return 0;
+}
+
+int ds4c_graph_destroy(void *exec) {
+    DS4C_READY();
+    DS4C_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)exec));
+    return 0;
+}
+
+int ds4c_set_option(int key, int value) {
+    switch (key) {
+    case DS4C_OPT_WLOAD:
+        if (value < 0 || value > 2) return ds4c_err(DS4C_EINVAL, "wload option %d out of range 0..2", value);
+        g_opt_wload = value;
+        return 0;
+    case DS4C_OPT_SPLITK:
+        if (value != 0 && value != 1 && value != 2 && value != 4 && value != 8)
+            return ds4c_err(DS4C_EINVAL, "splitk option %d not one of 0,1,2,4,8", value);
+        g_opt_splitk = value;
+        return 0;
+    case DS4C_OPT_RPW:
+        if (value != 0 && value != 1 && value != 2 && value != 4 && value != 8)
+            return ds4c_err(DS4C_EINVAL, "rpw option %d not one of 0,1,2,4,8", value);
+        g_opt_rpw = value;
+        return 0;
+    }
+    return ds4c_err(DS4C_EINVAL, "unknown option %d", key);
+}
+
+} // extern "C"

@@ -1,0 +1,231 @@
+/*
+ * ds4cuda.h: the C ABI of libds4cuda.so, the CUDA kernels of ds4go.
+ *
+ * The Go package ds4go/backend/cuda loads this library at run time with
+ * purego (no cgo), so every function here takes and returns only integers,
+ * floats and pointers (no structs by value) and reports failure through an
+ * int status: 0 is success; a positive value is a cudaError_t; a negative
+ * value is one of the DS4C_E* codes below. ds4c_last_error() returns the
+ * message of the last failure on the calling thread.
+ *
+ * Pointers named d_* are device pointers; h_* are host pointers. Streams and
+ * events are opaque handles (cudaStream_t / cudaEvent_t); stream 0 is the
+ * legacy default stream.
+ *
+ * Layouts (docs/cuda.md has the full description):
+ *   Weights live on the device in a "device layout" that ds4c_weight_repack
+ *   produces from the GGUF bytes of a whole tensor of R rows (R = rows of all
+ *   matrices of a 3-D expert tensor together), in chunks of whole blocks:
+ *     F32, F16, BF16  GGUF bytes unchanged (row-major).
+ *     Q4_K      GGUF bytes unchanged (144-byte blocks are 16-byte aligned).
+ *     Q8_0      int8 qs[R*cols], then f16 d[R*cols/32].
+ *     Q2_K      qs[NB][64], then scales[NB][16], then {d, dmin} f16[NB][2].
+ *     IQ2_XXS   qs[NB][64] (grid indices + sign/scale words), then f16 d[NB].
+ *   (NB = R*cols/256.) The size is the GGUF size (ds4c_weight_bytes).
+ *
+ *   An activation row ("act") for one token of `cols` values, of
+ *   ds4c_act_bytes(type, cols) bytes (a multiple of 16):
+ *     F32   float x[cols]
+ *     Q8_0  int8 q[cols], float d[cols/32]        (d is the f16-rounded scale)
+ *     Q8_K  int8 q[cols], float d[cols/256], int16 bsums[cols/16]
+ *   quantized bit-exactly like ds4go/quant's Activation.Set (ggml's CPU
+ *   quantize_row_q8_0 / quantize_row_q8_K_ref).
+ */
+#ifndef DS4CUDA_H
+#define DS4CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DS4C_ABI_VERSION 3
+
+/* Element types, numbered as ggml/GGUF numbers them. */
+enum {
+    DS4C_F32 = 0,
+    DS4C_F16 = 1,
+    DS4C_Q8_0 = 8,
+    DS4C_Q2_K = 10,
+    DS4C_Q4_K = 12,
+    DS4C_Q8_K = 15,
+    DS4C_IQ2_XXS = 16,
+    DS4C_BF16 = 30,
+};
+
+/* Negative status codes (positive ones are cudaError_t values). */
+enum {
+    DS4C_EINVAL = -1,       /* bad argument */
+    DS4C_ETYPE = -2,        /* unsupported type */
+    DS4C_ENOINIT = -3,      /* ds4c_init not called */
+};
+
+int ds4c_abi_version(void);
+const char *ds4c_last_error(void);
+
+/* Device. ds4c_init selects the device for the whole process (every later
+ * call, from any thread, uses it). */
+int ds4c_device_count(int *n);
+int ds4c_init(int device);
+/* ints[0..7]: compute capability major, minor, multiprocessor count,
+ * L2 bytes, max shared memory per block (opt-in), memory bus width (bits),
+ * memory clock (kHz), runtime version. mem[0..1]: free, total bytes. */
+int ds4c_device_info(char *name, int name_len, int *ints, uint64_t *mem);
+int ds4c_device_synchronize(void);
+
+/* Memory. */
+int ds4c_malloc(void **d_ptr, uint64_t bytes);
+int ds4c_free(void *d_ptr);
+int ds4c_malloc_host(void **h_ptr, uint64_t bytes); /* pinned */
+int ds4c_free_host(void *h_ptr);
+int ds4c_memcpy_h2d(void *d_dst, const void *h_src, uint64_t bytes); /* synchronous */
+int ds4c_memcpy_d2h(void *h_dst, const void *d_src, uint64_t bytes); /* synchronous */
+int ds4c_memcpy_h2d_async(void *d_dst, const void *h_src, uint64_t bytes, void *stream);
+int ds4c_memcpy_d2h_async(void *h_dst, const void *d_src, uint64_t bytes, void *stream);
+int ds4c_memcpy_d2d_async(void *d_dst, const void *d_src, uint64_t bytes, void *stream);
+int ds4c_memset_async(void *d_dst, int value, uint64_t bytes, void *stream);
+
+/* Streams and events. */
+int ds4c_stream_create(void **stream);
+int ds4c_stream_destroy(void *stream);
+int ds4c_stream_synchronize(void *stream);
+int ds4c_stream_wait_event(void *stream, void *event);
+int ds4c_event_create(void **event);
+int ds4c_event_destroy(void *event);
+int ds4c_event_record(void *event, void *stream);
+int ds4c_event_synchronize(void *event);
+int ds4c_event_elapsed_ms(float *ms, void *start, void *end);
+
+/* CUDA graphs: capture the work queued on a (non-default) stream between
+ * begin and end into an executable graph; replay it with launch. */
+int ds4c_graph_begin(void *stream);
+int ds4c_graph_end(void *stream, void **exec);
+int ds4c_graph_launch(void *exec, void *stream);
+int ds4c_graph_destroy(void *exec);
+
+/* Weights. */
+uint64_t ds4c_weight_bytes(int type, int64_t rows, int64_t cols); /* 0: unsupported */
+/* Convert n_blocks GGUF blocks (F32/F16: elements) starting at block index
+ * first_block of a tensor of total_rows x cols into the device layout at
+ * d_dst (the whole tensor's allocation). d_src holds exactly those GGUF
+ * bytes, on the device. */
+int ds4c_weight_repack(int type, void *d_dst, int64_t total_rows, int64_t cols,
+                       const void *d_src, int64_t first_block, int64_t n_blocks, void *stream);
+
+/* Activations. */
+int ds4c_act_type(int weight_type); /* the act type a weight type consumes; <0: none */
+uint64_t ds4c_act_bytes(int act_type, int64_t cols);
+/* Quantize n_tok rows of cols floats (row stride x_stride floats) into
+ * act rows (stride ds4c_act_bytes). act_type F32 copies. */
+int ds4c_quantize(int act_type, const float *d_x, int64_t x_stride, void *d_act,
+                  int64_t cols, int n_tok, void *stream);
+
+/* Matrix products of weights (device layout) with activation rows.
+ *
+ * ds4c_matmul: y[t*y_stride + r] = W[r] . act_t for r < rows, t < n_tok,
+ *   where W is the first matrix of the weight tensor and act_t is at
+ *   d_act + t*act_stride bytes (act_stride 0: ds4c_act_bytes).
+ *
+ * ds4c_matvec_ids: for s < n_sel, with e = d_ids[s] (device int32),
+ *   y[s*y_stride + r] = W_e[r] . act_s, act_s at d_act + s*act_stride bytes
+ *   (act_stride 0: all selections share one activation row). W_e is matrix e
+ *   of a tensor of n_mat matrices of rows x cols.
+ */
+int ds4c_matmul(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat,
+                const void *d_act, int64_t act_stride, int n_tok,
+                float *d_y, int64_t y_stride, void *stream);
+int ds4c_matvec_ids(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat,
+                    const int32_t *d_ids, int n_sel, const void *d_act, int64_t act_stride,
+                    float *d_y, int64_t y_stride, void *stream);
+/* The general form: for s < n_sel and t < n_tok,
+ *   y[s*y_sel + t*y_tok + r] = W_m[r] . act(s, t),
+ *   act(s, t) at d_act + (s / act_div)*act_sel + t*act_tok bytes,
+ * with m = d_ids[s] when d_ids is given, else m = s when n_sel > 1, else 0.
+ * act_tok 0: ds4c_act_bytes; y_tok 0: rows. A matrix index outside
+ * [0, n_mat) yields NaN rows.
+ * flags: DS4C_MM_EXACT sums each row in the order of ds4go/quant's Dot
+ * (block terms in block order; float rows as four running sums over i mod 4,
+ * products rounded) so results are bit-identical to the CPU backend's;
+ * without it the sums run in parallel (faster, a few ulps different). */
+enum { DS4C_MM_EXACT = 1 };
+int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat,
+                   const int32_t *d_ids, int n_sel, const void *d_act, int64_t act_tok,
+                   int64_t act_sel, int act_div, int n_tok, float *d_y, int64_t y_tok,
+                   int64_t y_sel, int flags, void *stream);
+
+/* Elementwise and row operations (float32). */
+/* y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w (w may be NULL: no weight). */
+int ds4c_rmsnorm(const float *d_x, const float *d_w, float *d_y, int64_t n, int rows,
+                 float eps, void *stream);
+/* Row-wise softmax over n values, in place allowed. */
+int ds4c_softmax(const float *d_x, float *d_y, int64_t n, int rows, void *stream);
+/* y = silu(min(g, clamp)) * clamp_range(u, -clamp, clamp); clamp <= 0: no clamp. */
+int ds4c_swiglu(const float *d_g, const float *d_u, float *d_y, int64_t n, float clamp,
+                void *stream);
+
+/* Model operations (model.cu), float32, mirroring backend/cpu operation by
+ * operation (see model.cu for each one's definition). Row-major buffers;
+ * strides are in elements. */
+int ds4c_get_rows(int type, const void *d_w, int64_t total_rows, int64_t cols, const int32_t *d_ids,
+                  int n, float *d_dst, int64_t dst_stride, int copies, int64_t copy_stride,
+                  void *stream);
+int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float *d_y,
+                     int64_t y_stride, int64_t n, int rows, float eps, void *stream);
+int ds4c_scale_by_rms(const float *d_x, int64_t n, float *d_y, int m, int rows, float eps,
+                      void *stream);
+int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const float *d_base,
+                int hc, int iters, float hc_eps, const float *d_h, int64_t D,
+                const float *d_normw, float norm_eps, float *d_x, float *d_post, float *d_comb,
+                int n, void *stream);
+int ds4c_hc_post(float *d_h, const float *d_out, const float *d_post, const float *d_comb, int hc,
+                 int64_t D, int n, void *stream);
+int ds4c_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int64_t off,
+              const float *d_freqs, int rd, int64_t pos0, int64_t pos_step, int n_tok,
+              int inverse, void *stream);
+int ds4c_fp8_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream);
+int ds4c_fp4_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream);
+int ds4c_hadamard(float *d_x, int64_t stride, int rows, int n, float scale, void *stream);
+int ds4c_scale(float *d_x, int64_t n, float s, void *stream);
+int ds4c_add_ape(float *d_dst, const float *d_ape, int64_t width, int r, int64_t pos0, int n,
+                 void *stream);
+int ds4c_ring_write(float *d_ring, int64_t cap, int64_t width, const float *d_src,
+                    int64_t src_stride, int64_t pos0, int n, void *stream);
+int ds4c_comp_pool(const float *d_kv, const float *d_sc, const float *d_kv_ring,
+                   const float *d_sc_ring, int64_t cap, int64_t cw, int64_t pos0, int r, int coff,
+                   int64_t w, int64_t i0, int nrows, float *d_rows, void *stream);
+int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, int IH, int IHD,
+                      int64_t pos0, int ratio, int n, float *d_scores, int64_t sc_stride,
+                      void *stream);
+int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio,
+              int K, int all_if_few, int32_t *d_sel, int32_t *d_nsel, int n, void *stream);
+int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap,
+                   const float *d_comp, int ratio, const int32_t *d_sel, const int32_t *d_nsel,
+                   int K, const float *d_sinks, float *d_out, int64_t pos0, int n, int H, int HD,
+                   int W, float scale, int64_t max_keys, void *stream);
+int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t *d_tid2eid,
+                const int32_t *d_tokens, int K, int norm, float wscale, int32_t *d_sel,
+                float *d_w, int n, void *stream);
+int ds4c_swiglu_ref(const float *d_g, const float *d_u, float *d_y, int64_t n, int rows, float lim,
+                    const float *d_w, void *stream);
+int ds4c_moe_combine(const float *d_ye, const int32_t *d_sel, const float *d_ysh, float *d_y,
+                     int n, int K, int64_t D, void *stream);
+
+/* Read bytes (a multiple of 16) at d_src as fast as possible (a bandwidth
+ * ceiling for benchmarks); d_out needs 4 * (4 * multiprocessors) bytes. */
+int ds4c_bench_read(const void *d_src, uint64_t bytes, int *d_out, void *stream);
+
+/* Tuning knobs for experiments (key, value); unknown keys fail. */
+int ds4c_set_option(int key, int value);
+enum {
+    DS4C_OPT_WLOAD = 1,   /* weight loads: 0 __ldg, 1 ld.nc.L1::no_allocate.L2::256B (default), 2 __ldcs */
+    DS4C_OPT_SPLITK = 2,  /* 0: automatic; 1, 2, 4, 8: warps per row (single token) */
+    DS4C_OPT_RPW = 3,     /* 0: automatic; 1, 2, 4, 8: rows per warp (single token) */
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

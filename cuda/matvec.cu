@@ -1,0 +1,323 @@
+// matvec.cu: the C entry points of the matrix products (kernels in
+// matvec.cuh, instantiated per type in mv_*.cu), weight repacking and
+// activation quantization.
+#include "matvec.cuh"
+
+using namespace ds4mv;
+
+namespace {
+
+// ---------------------------------------------------------------- repack
+__global__ void k_repack_q8_0(uint8_t *dst, int64_t R, int64_t cols, const uint8_t *src, int64_t first,
+                              int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const uint8_t *s = src + i * 34;
+    int64_t b = first + i;
+    uint8_t *q = dst + b * 32;
+    for (int j = 0; j < 32; j++) q[j] = s[2 + j];
+    uint8_t *d = dst + R * cols + b * 2;
+    d[0] = s[0];
+    d[1] = s[1];
+}
+
+__global__ void k_repack_q2_k(uint8_t *dst, int64_t NB, const uint8_t *src, int64_t first, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const uint8_t *s = src + i * 84;
+    int64_t b = first + i;
+    uint8_t *q = dst + b * 64, *sc = dst + NB * 64 + b * 16, *dm = dst + NB * 80 + b * 4;
+    for (int j = 0; j < 16; j++) sc[j] = s[j];
+    for (int j = 0; j < 64; j++) q[j] = s[16 + j];
+    for (int j = 0; j < 4; j++) dm[j] = s[80 + j];
+}
+
+__global__ void k_repack_iq2_xxs(uint8_t *dst, int64_t NB, const uint8_t *src, int64_t first, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const uint8_t *s = src + i * 66;
+    int64_t b = first + i;
+    uint8_t *q = dst + b * 64, *d = dst + NB * 64 + b * 2;
+    d[0] = s[0];
+    d[1] = s[1];
+    for (int j = 0; j < 64; j++) q[j] = s[2 + j];
+}
+
+// ---------------------------------------------------------------- quantize
+__global__ void k_quant_q8_0(const float *x, int64_t x_stride, uint8_t *act, int64_t act_stride, int64_t cols,
+                             int n_tok) {
+    const int64_t nb = cols / 32;
+    const int64_t gw = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (gw >= nb * n_tok) return; // whole warps
+    const int64_t t = gw / nb, b = gw % nb;
+    const float v = x[t * x_stride + b * 32 + lane];
+    const float amax = warp_max(fabsf(v));
+    const float d = __half2float(__float2half_rn(amax / 127.f));
+    const float id = amax != 0.f ? 127.f / amax : 0.f;
+    int q = __float2int_rn(__fmul_rn(v, id));
+    q = max(-128, min(127, q));
+    uint8_t *a = act + t * act_stride;
+    ((int8_t *)a)[b * 32 + lane] = (int8_t)q;
+    if (lane == 0) ((float *)(a + cols))[b] = d;
+}
+
+__global__ void __launch_bounds__(256) k_quant_q8_k(const float *x, int64_t x_stride, uint8_t *act,
+                                                    int64_t act_stride, int64_t cols, int n_tok) {
+    __shared__ float s_v[256];
+    __shared__ float s_av[8];
+    __shared__ int s_ix[8];
+    const int64_t nb = cols / 256;
+    const int64_t t = blockIdx.x / nb, b = blockIdx.x % nb;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const float v = x[t * x_stride + b * 256 + tid];
+    s_v[tid] = v;
+    // the first index of the largest magnitude
+    float av = fabsf(v);
+    int ix = tid;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float oa = __shfl_xor_sync(FULL_MASK, av, o);
+        int oi = __shfl_xor_sync(FULL_MASK, ix, o);
+        if (oa > av || (oa == av && oi < ix)) {
+            av = oa;
+            ix = oi;
+        }
+    }
+    if (lane == 0) {
+        s_av[warp] = av;
+        s_ix[warp] = ix;
+    }
+    __syncthreads();
+    float amax = s_av[0];
+    int imax = s_ix[0];
+    for (int k = 1; k < 8; k++) {
+        if (s_av[k] > amax) { // warps are in index order: ties keep the earlier one
+            amax = s_av[k];
+            imax = s_ix[k];
+        }
+    }
+    uint8_t *a = act + t * act_stride;
+    int q = 0;
+    float d = 0.f;
+    if (amax != 0.f) {
+        const float mx = s_v[imax];
+        const float iscale = -127.f / mx;
+        q = min(127, __float2int_rn(__fmul_rn(iscale, v)));
+        q = max(-128, q);
+        d = 1.f / iscale;
+    }
+    ((int8_t *)a)[b * 256 + tid] = (int8_t)q;
+    int s = q;
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(FULL_MASK, s, o);
+    if ((tid & 15) == 0) ((int16_t *)(a + cols + 4 * nb))[b * 16 + (tid >> 4)] = (int16_t)s;
+    if (tid == 0) ((float *)(a + cols))[b] = d;
+}
+
+__global__ void k_copy_rows_f32(const float *x, int64_t x_stride, uint8_t *act, int64_t act_stride, int64_t cols,
+                                int n_tok) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= cols * n_tok) return;
+    int64_t t = i / cols, c = i % cols;
+    ((float *)(act + t * act_stride))[c] = x[t * x_stride + c];
+}
+
+int blk_vals(int t) {
+    switch (t) {
+    case DS4C_F32:
+    case DS4C_F16:
+    case DS4C_BF16: return 1;
+    case DS4C_Q8_0: return 32;
+    case DS4C_Q2_K:
+    case DS4C_Q4_K:
+    case DS4C_IQ2_XXS:
+    case DS4C_Q8_K: return 256;
+    }
+    return 0;
+}
+
+int blk_bytes(int t) {
+    switch (t) {
+    case DS4C_F32: return 4;
+    case DS4C_F16:
+    case DS4C_BF16: return 2;
+    case DS4C_Q8_0: return 34;
+    case DS4C_Q2_K: return 84;
+    case DS4C_Q4_K: return 144;
+    case DS4C_IQ2_XXS: return 66;
+    case DS4C_Q8_K: return 292;
+    }
+    return 0;
+}
+
+int check_shape(int type, int64_t rows, int64_t cols, int64_t n_mat) {
+    const int bv = blk_vals(type);
+    if (bv == 0 || type == DS4C_Q8_K) return ds4c_err(DS4C_ETYPE, "unsupported weight type %d", type);
+    if (rows <= 0 || cols <= 0 || n_mat <= 0) return ds4c_err(DS4C_EINVAL, "bad shape %lld x %lld x %lld", (long long)n_mat, (long long)rows, (long long)cols);
+    int64_t need = type == DS4C_F32 ? 4 : ((type == DS4C_F16 || type == DS4C_BF16) ? 8 : bv);
+    if (cols % need != 0) return ds4c_err(DS4C_EINVAL, "cols %lld not a multiple of %lld for type %d", (long long)cols, (long long)need, type);
+    if (rows > 0x7fffffff || cols > 0x7fffffff) return ds4c_err(DS4C_EINVAL, "shape too large");
+    return 0;
+}
+
+} // namespace
+
+extern "C" {
+
+uint64_t ds4c_weight_bytes(int type, int64_t rows, int64_t cols) {
+    const int bv = blk_vals(type);
+    if (bv == 0 || type == DS4C_Q8_K || rows < 0 || cols < 0 || cols % bv != 0) return 0;
+    return (uint64_t)rows * (uint64_t)(cols / bv) * (uint64_t)blk_bytes(type);
+}
+
+int ds4c_weight_repack(int type, void *d_dst, int64_t total_rows, int64_t cols, const void *d_src,
+                       int64_t first_block, int64_t n_blocks, void *stream) {
+    DS4C_READY();
+    int rc = check_shape(type, total_rows, cols, 1);
+    if (rc) return rc;
+    const int64_t nb = total_rows * (cols / blk_vals(type));
+    if (first_block < 0 || n_blocks < 0 || first_block + n_blocks > nb)
+        return ds4c_err(DS4C_EINVAL, "blocks [%lld, %lld) outside the tensor's %lld", (long long)first_block,
+                        (long long)(first_block + n_blocks), (long long)nb);
+    if (n_blocks == 0) return 0;
+    cudaStream_t st = as_stream(stream);
+    const unsigned grid = (unsigned)((n_blocks + 255) / 256);
+    switch (type) {
+    case DS4C_F32:
+    case DS4C_F16:
+    case DS4C_BF16:
+    case DS4C_Q4_K:
+        DS4C_CHECK(cudaMemcpyAsync((uint8_t *)d_dst + first_block * blk_bytes(type), d_src,
+                                   (size_t)(n_blocks * blk_bytes(type)), cudaMemcpyDeviceToDevice, st));
+        return 0;
+    case DS4C_Q8_0:
+        k_repack_q8_0<<<grid, 256, 0, st>>>((uint8_t *)d_dst, total_rows, cols, (const uint8_t *)d_src, first_block,
+                                            n_blocks);
+        break;
+    case DS4C_Q2_K:
+        k_repack_q2_k<<<grid, 256, 0, st>>>((uint8_t *)d_dst, nb, (const uint8_t *)d_src, first_block, n_blocks);
+        break;
+    case DS4C_IQ2_XXS:
+        k_repack_iq2_xxs<<<grid, 256, 0, st>>>((uint8_t *)d_dst, nb, (const uint8_t *)d_src, first_block, n_blocks);
+        break;
+    }
+    DS4C_CHECK_LAUNCH("weight_repack");
+    return 0;
+}
+
+int ds4c_act_type(int weight_type) {
+    switch (weight_type) {
+    case DS4C_Q8_0: return DS4C_Q8_0;
+    case DS4C_Q2_K:
+    case DS4C_Q4_K:
+    case DS4C_IQ2_XXS: return DS4C_Q8_K;
+    case DS4C_F16:
+    case DS4C_BF16:
+    case DS4C_F32: return DS4C_F32;
+    }
+    return DS4C_ETYPE;
+}
+
+uint64_t ds4c_act_bytes(int act_type, int64_t cols) {
+    uint64_t n = 0;
+    switch (act_type) {
+    case DS4C_F32: n = 4 * cols; break;
+    case DS4C_Q8_0:
+        if (cols % 32) return 0;
+        n = cols + 4 * (cols / 32);
+        break;
+    case DS4C_Q8_K:
+        if (cols % 256) return 0;
+        n = cols + 4 * (cols / 256) + 2 * (cols / 16);
+        break;
+    default: return 0;
+    }
+    return (n + 15) & ~(uint64_t)15;
+}
+
+int ds4c_quantize(int act_type, const float *d_x, int64_t x_stride, void *d_act, int64_t cols, int n_tok,
+                  void *stream) {
+    DS4C_READY();
+    const uint64_t ab = ds4c_act_bytes(act_type, cols);
+    if (ab == 0 || n_tok < 0) return ds4c_err(DS4C_EINVAL, "quantize: bad type %d or cols %lld", act_type, (long long)cols);
+    if (n_tok == 0) return 0;
+    if (x_stride == 0) x_stride = cols;
+    cudaStream_t st = as_stream(stream);
+    switch (act_type) {
+    case DS4C_F32: {
+        int64_t n = cols * n_tok;
+        k_copy_rows_f32<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
+                                                                      cols, n_tok);
+        break;
+    }
+    case DS4C_Q8_0: {
+        int64_t warps = cols / 32 * n_tok;
+        k_quant_q8_0<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
+                                                                   cols, n_tok);
+        break;
+    }
+    case DS4C_Q8_K:
+        k_quant_q8_k<<<(unsigned)(cols / 256 * n_tok), 256, 0, st>>>(d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
+                                                                      cols, n_tok);
+        break;
+    }
+    DS4C_CHECK_LAUNCH("quantize");
+    return 0;
+}
+
+int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids,
+                   int n_sel, const void *d_act, int64_t act_tok, int64_t act_sel, int act_div, int n_tok, float *d_y,
+                   int64_t y_tok, int64_t y_sel, int flags, void *stream) {
+    DS4C_READY();
+    int rc = check_shape(type, rows, cols, n_mat);
+    if (rc) return rc;
+    if (n_tok <= 0 || n_sel <= 0) return 0;
+    if (n_sel > 65535) return ds4c_err(DS4C_EINVAL, "too many selections (%d)", n_sel);
+    if (act_div <= 0) return ds4c_err(DS4C_EINVAL, "act_div %d", act_div);
+    if (act_tok == 0) act_tok = (int64_t)ds4c_act_bytes(ds4c_act_type(type), cols);
+    if (y_tok == 0) y_tok = rows;
+    MVArgs a;
+    a.w = (const uint8_t *)d_w;
+    a.R = rows * n_mat;
+    a.rows = (int)rows;
+    a.cols = (int)cols;
+    a.n_mat = n_mat;
+    a.ids = d_ids;
+    a.act = (const uint8_t *)d_act;
+    a.act_tok = act_tok;
+    a.act_sel = act_sel;
+    a.y = d_y;
+    a.y_tok = y_tok;
+    a.y_sel = y_sel;
+    a.wl = ds4c_opt_wload();
+    a.act_div = act_div;
+    a.sel_mat = d_ids == nullptr && n_sel > 1;
+    cudaStream_t st = as_stream(stream);
+    const bool exact = (flags & DS4C_MM_EXACT) != 0;
+    switch (type) {
+    case DS4C_Q8_0: return launch_q8_0(a, n_sel, n_tok, exact, st);
+    case DS4C_Q2_K: return launch_q2_k(a, n_sel, n_tok, exact, st);
+    case DS4C_Q4_K: return launch_q4_k(a, n_sel, n_tok, exact, st);
+    case DS4C_IQ2_XXS: return launch_iq2_xxs(a, n_sel, n_tok, exact, st);
+    case DS4C_F16:
+    case DS4C_BF16:
+    case DS4C_F32: return launch_float(type, a, n_sel, n_tok, exact, st);
+    }
+    return ds4c_err(DS4C_ETYPE, "unsupported weight type %d", type);
+}
+
+int ds4c_matmul(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const void *d_act,
+                int64_t act_stride, int n_tok, float *d_y, int64_t y_stride, void *stream) {
+    return ds4c_matmul_ex(type, d_w, rows, cols, n_mat, nullptr, 1, d_act, act_stride, 0, 1, n_tok, d_y, y_stride, 0,
+                          0, stream);
+}
+
+int ds4c_matvec_ids(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids,
+                    int n_sel, const void *d_act, int64_t act_stride, float *d_y, int64_t y_stride, void *stream) {
+    if (y_stride == 0) y_stride = rows;
+    return ds4c_matmul_ex(type, d_w, rows, cols, n_mat, d_ids, n_sel, d_act, 0, act_stride, 1, 1, d_y, 0, y_stride,
+                          0, stream);
+}
+
+} // extern "C"

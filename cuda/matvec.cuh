@@ -1,0 +1,873 @@
+// matvec.cuh: the matrix-vector / small-batch matrix-product kernels of
+// libds4cuda.so, as templates; mv_*.cu instantiate them per weight type
+// (separate files so that nvcc builds them in parallel) and matvec.cu holds
+// the C entry points, weight repacking and activation quantization.
+//
+// Numerics. Each product consumes the activation format that ds4go/quant
+// pairs with the weight type (Q8_0 activations for Q8_0 weights, Q8_K for
+// Q2_K/Q4_K/IQ2_XXS, float32 for F16/F32), quantized on the device
+// bit-exactly like quant.Activation.Set. Per quant block the integer sums are
+// exact and the float scaling of a block is computed with the same
+// operations, in the same order, as quant.Dot (explicitly rounded __fmul_rn /
+// __fsub_rn, so nvcc cannot contract them into FMAs). Only the order in which
+// the per-block terms of a row are added differs from the CPU (per lane, then
+// a warp tree, then across warps), so a GPU dot differs from quant.Dot by a
+// few float32 ulps of the sum of the terms' magnitudes. F16/F32 rows are
+// plain float32 FMA dot products (the CPU rounds each product; the GPU fuses).
+//
+// Work split. One row is owned by a team of S warps (S = 1, 2, 4 or 8; more
+// when there are too few rows to fill the GPU); a CTA is 256 threads, so it
+// owns 8/S rows. A row is cut into 16-byte "units" of weight quants, dealt
+// round-robin to the team's threads; the U units of one quant block sit in U
+// adjacent lanes, which combine their integer sums with shuffles before the
+// block's float term is formed. Each thread first issues the loads of CH
+// units, then computes, so several 16-byte loads are in flight per thread.
+#pragma once
+
+#include "common.cuh"
+#include "iq2xxs_grid.inc"
+
+namespace ds4mv {
+
+constexpr int CH = 4; // units loaded per thread before computing
+
+struct MVArgs {
+    const uint8_t *w; // weight tensor (device layout)
+    int64_t R;        // rows of the whole tensor (n_mat * rows)
+    int rows;         // rows of one matrix
+    int cols;
+    int64_t n_mat;
+    const int32_t *ids; // selected matrices, or null (matrix 0)
+    const uint8_t *act;
+    int64_t act_tok; // bytes between tokens
+    int64_t act_sel; // bytes between selections
+    float *y;
+    int64_t y_tok; // floats between tokens
+    int64_t y_sel; // floats between selections
+    int wl;        // weight load flavour
+    int act_div;   // selection s reads activation s / act_div
+    int sel_mat;   // without ids: selection s uses matrix s (else matrix 0)
+};
+
+__device__ __forceinline__ int dot4(int4 w, int4 x, int acc) {
+    acc = __dp4a(w.x, x.x, acc);
+    acc = __dp4a(w.y, x.y, acc);
+    acc = __dp4a(w.z, x.z, acc);
+    acc = __dp4a(w.w, x.w, acc);
+    return acc;
+}
+
+// dp4a of unsigned weight bytes with signed activation bytes.
+__device__ __forceinline__ int dp4a_us(int a, int b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ int dot4_us(int4 w, int4 x, int acc) {
+    acc = dp4a_us(w.x, x.x, acc);
+    acc = dp4a_us(w.y, x.y, acc);
+    acc = dp4a_us(w.z, x.z, acc);
+    acc = dp4a_us(w.w, x.w, acc);
+    return acc;
+}
+
+// A quant block's float term: added to the lane's running sum (fast), or
+// stored in shared memory for the row's sequential sum in block order
+// (exact: the order of quant.Dot, so results are bit-identical to the CPU).
+template <bool EX>
+__device__ __forceinline__ void emit(float *acc, float *terms, int nb, int t, int blk, float term) {
+    if (EX)
+        terms[t * nb + blk] = term;
+    else
+        acc[t] += term;
+}
+
+// ---------------------------------------------------------------- Q8_0
+struct TQ8_0 {
+    static constexpr int VPU = 16; // values per 16-byte unit
+    static constexpr int U = 2;    // units per block
+    static constexpr int MAX_RPW = 1; // rows per warp the automatic choice may stack
+    struct Row {
+        const uint8_t *q;
+        const __half *d;
+    };
+    struct Unit {
+        int4 q;
+        float d;
+    };
+    static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
+        r.q = a.w + grow * a.cols;
+        r.d = (const __half *)(a.w + a.R * a.cols) + grow * (a.cols / 32);
+    }
+    static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
+        u.q = ldw16(r.q + (int64_t)ui * 16, wl);
+        u.d = __half2float(r.d[ui >> 1]);
+    }
+    template <int NT, bool EX>
+    static __device__ __forceinline__ void dot(const Unit &u, int ui, bool valid, const uint8_t *act,
+                                               int64_t act_tok, int cols, float *acc, int lane, const uint64_t *,
+                                               float *terms, int nb) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *at = act + t * act_tok;
+            int4 x = valid ? ld16(at + (int64_t)ui * 16) : make_int4(0, 0, 0, 0);
+            int s = dot4(u.q, x, 0);
+            s += __shfl_xor_sync(FULL_MASK, s, 1);
+            if (valid && (lane & 1) == 0) {
+                float da = ((const float *)(at + cols))[ui >> 1];
+                emit<EX>(acc, terms, nb, t, ui >> 1, __fmul_rn((float)s, __fmul_rn(u.d, da)));
+            }
+        }
+    }
+    static constexpr float FINAL = 1.0f;
+    static constexpr bool GRID = false;
+};
+
+// ---------------------------------------------------------------- Q2_K
+struct TQ2_K {
+    static constexpr int VPU = 64;
+    static constexpr int U = 4;
+    static constexpr int MAX_RPW = 4; // rows per warp the automatic choice may stack
+    struct Row {
+        const uint8_t *qs, *sc;
+        const __half2 *dm;
+    };
+    struct Unit {
+        int4 q;
+        uint2 sc;
+        __half2 dm;
+    };
+    static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
+        int64_t nb = a.R * (a.cols / 256);
+        int64_t b0 = grow * (a.cols / 256);
+        r.qs = a.w + b0 * 64;
+        r.sc = a.w + nb * 64 + b0 * 16;
+        r.dm = (const __half2 *)(a.w + nb * 80) + b0;
+    }
+    static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
+        int blk = ui >> 2, h = (ui >> 1) & 1;
+        u.q = ldw16(r.qs + (int64_t)ui * 16, wl);
+        u.sc = __ldg((const uint2 *)(r.sc + (int64_t)blk * 16 + 8 * h));
+        u.dm = r.dm[blk];
+    }
+    template <int NT, bool EX>
+    static __device__ __forceinline__ void dot(const Unit &u, int ui, bool valid, const uint8_t *act,
+                                               int64_t act_tok, int cols, float *acc, int lane, const uint64_t *,
+                                               float *terms, int nb) {
+        const int blk = ui >> 2, m = ui & 3, h = m >> 1, o = m & 1;
+        // the 4 two-bit planes of this unit's 16 bytes, left in place: plane k
+        // holds 4^k times its quants, and its dot is shifted back (exactly)
+        int4 p[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int mask = 0x03030303 << (2 * k);
+            p[k].x = u.q.x & mask;
+            p[k].y = u.q.y & mask;
+            p[k].z = u.q.z & mask;
+            p[k].w = u.q.w & mask;
+        }
+        // scale byte of plane k: sub-block 8h + 2k + o
+        int sc[4];
+        sc[0] = (u.sc.x >> (8 * o)) & 0xff;
+        sc[1] = (u.sc.x >> (8 * (2 + o))) & 0xff;
+        sc[2] = (u.sc.y >> (8 * o)) & 0xff;
+        sc[3] = (u.sc.y >> (8 * (2 + o))) & 0xff;
+        const int64_t nbc = cols / 256;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *at = act + t * act_tok;
+            const int8_t *aq = (const int8_t *)at + (int64_t)blk * 256 + 128 * h + 16 * o;
+            const int16_t *bs = (const int16_t *)(at + cols + 4 * nbc) + (int64_t)blk * 16 + 8 * h + o;
+            int isum = 0, summs = 0;
+            if (valid) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    int4 x = ld16(aq + 32 * k);
+                    isum += (sc[k] & 15) * (dot4_us(p[k], x, 0) >> (2 * k));
+                    summs += (int)bs[2 * k] * (sc[k] >> 4);
+                }
+            }
+            isum += __shfl_xor_sync(FULL_MASK, isum, 1);
+            summs += __shfl_xor_sync(FULL_MASK, summs, 1);
+            isum += __shfl_xor_sync(FULL_MASK, isum, 2);
+            summs += __shfl_xor_sync(FULL_MASK, summs, 2);
+            if (valid && m == 0) {
+                float da = ((const float *)(at + cols))[blk];
+                float dall = __fmul_rn(da, __low2float(u.dm));
+                float dmin = __fmul_rn(da, __high2float(u.dm));
+                emit<EX>(acc, terms, nb, t, blk, __fsub_rn(__fmul_rn(dall, (float)isum), __fmul_rn(dmin, (float)summs)));
+            }
+        }
+    }
+    static constexpr float FINAL = 1.0f;
+    static constexpr bool GRID = false;
+};
+
+// ---------------------------------------------------------------- Q4_K
+struct TQ4_K {
+    static constexpr int VPU = 32;
+    static constexpr int U = 8;
+    static constexpr int MAX_RPW = 4; // rows per warp the automatic choice may stack
+    struct Row {
+        const uint8_t *b;
+    };
+    struct Unit {
+        int4 q;
+        int4 hdr;
+    };
+    static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
+        r.b = a.w + grow * (a.cols / 256) * 144;
+    }
+    static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
+        const uint8_t *blk = r.b + (int64_t)(ui >> 3) * 144;
+        u.q = ldw16(blk + 16 + 16 * (ui & 7), wl);
+        u.hdr = ld16(blk);
+    }
+    static __device__ __forceinline__ int sbyte(const int4 &h, int i) { // scales byte i (0..11)
+        int w = i < 4 ? h.y : (i < 8 ? h.z : h.w);
+        return (w >> (8 * (i & 3))) & 0xff;
+    }
+    template <int NT, bool EX>
+    static __device__ __forceinline__ void dot(const Unit &u, int ui, bool valid, const uint8_t *act,
+                                               int64_t act_tok, int cols, float *acc, int lane, const uint64_t *,
+                                               float *terms, int nb) {
+        const int blk = ui >> 3, tt = ui & 7, c = tt >> 1, hf = tt & 1;
+        int sc1, m1, sc2, m2;
+        {
+            const int j = 2 * c; // j < 4 for c < 2
+            if (c < 2) {
+                sc1 = sbyte(u.hdr, j) & 63;
+                m1 = sbyte(u.hdr, j + 4) & 63;
+                sc2 = sbyte(u.hdr, j + 1) & 63;
+                m2 = sbyte(u.hdr, j + 5) & 63;
+            } else {
+                sc1 = (sbyte(u.hdr, j + 4) & 15) | ((sbyte(u.hdr, j - 4) >> 6) << 4);
+                m1 = (sbyte(u.hdr, j + 4) >> 4) | ((sbyte(u.hdr, j) >> 6) << 4);
+                sc2 = (sbyte(u.hdr, j + 5) & 15) | ((sbyte(u.hdr, j - 3) >> 6) << 4);
+                m2 = (sbyte(u.hdr, j + 5) >> 4) | ((sbyte(u.hdr, j + 1) >> 6) << 4);
+            }
+        }
+        int4 lo, hi;
+        lo.x = u.q.x & 0x0f0f0f0f;
+        lo.y = u.q.y & 0x0f0f0f0f;
+        lo.z = u.q.z & 0x0f0f0f0f;
+        lo.w = u.q.w & 0x0f0f0f0f;
+        hi.x = u.q.x & 0xf0f0f0f0; // 16 times the high quants
+        hi.y = u.q.y & 0xf0f0f0f0;
+        hi.z = u.q.z & 0xf0f0f0f0;
+        hi.w = u.q.w & 0xf0f0f0f0;
+        const int64_t nbc = cols / 256;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *at = act + t * act_tok;
+            const int8_t *aq = (const int8_t *)at + (int64_t)blk * 256 + 64 * c + 16 * hf;
+            const int16_t *bs = (const int16_t *)(at + cols + 4 * nbc) + (int64_t)blk * 16 + 4 * c + hf;
+            int isum = 0, summ = 0;
+            if (valid) {
+                int4 xl = ld16(aq), xh = ld16(aq + 32);
+                isum = sc1 * dot4(lo, xl, 0) + sc2 * (dot4_us(hi, xh, 0) >> 4);
+                summ = m1 * (int)bs[0] + m2 * (int)bs[2];
+            }
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) {
+                isum += __shfl_xor_sync(FULL_MASK, isum, o);
+                summ += __shfl_xor_sync(FULL_MASK, summ, o);
+            }
+            if (valid && tt == 0) {
+                float da = ((const float *)(at + cols))[blk];
+                __half2 dm = *(const __half2 *)&u.hdr.x;
+                float d = __fmul_rn(da, __low2float(dm));
+                float dmin = __fmul_rn(da, __high2float(dm));
+                emit<EX>(acc, terms, nb, t, blk, __fsub_rn(__fmul_rn(d, (float)isum), __fmul_rn(dmin, (float)summ)));
+            }
+        }
+    }
+    static constexpr float FINAL = 1.0f;
+    static constexpr bool GRID = false;
+};
+
+// ---------------------------------------------------------------- IQ2_XXS
+// Spread the low 4 bits of s to the four bytes of a word as 0x00/0xff.
+__device__ __forceinline__ uint32_t sign_bytes(uint32_t s) {
+    return ((s * 0x00204081u) & 0x01010101u) * 0xffu;
+}
+
+// The byte masks (0xff: negate) of the 8 signs of IQ2 sign index s (0..127):
+// the low 7 bits of s and, as eighth sign, their parity.
+__device__ __forceinline__ uint64_t iq2_sign_mask(uint32_t s) {
+    s |= (__popc(s) & 1) << 7;
+    return (uint64_t)sign_bytes(s & 15) | (uint64_t)sign_bytes(s >> 4) << 32;
+}
+
+// Negate the bytes of g (magnitudes below 128) where m is 0xff: ~g + 1 in
+// each such byte; no byte carries into the next.
+__device__ __forceinline__ int apply_signs(uint32_t g, uint32_t m) {
+    return (int)((g ^ m) + (m & 0x01010101u));
+}
+
+struct TIQ2_XXS {
+    static constexpr int VPU = 64;
+    static constexpr int U = 4;
+    static constexpr int MAX_RPW = 4; // rows per warp the automatic choice may stack
+    struct Row {
+        const uint8_t *qs;
+        const __half *d;
+    };
+    struct Unit {
+        int4 q;
+        float d;
+    };
+    static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
+        int64_t nb = a.R * (a.cols / 256);
+        int64_t b0 = grow * (a.cols / 256);
+        r.qs = a.w + b0 * 64;
+        r.d = (const __half *)(a.w + nb * 64) + b0;
+    }
+    static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
+        u.q = ldw16(r.qs + (int64_t)ui * 16, wl);
+        u.d = __half2float(r.d[ui >> 2]);
+    }
+    template <int NT, bool EX>
+    static __device__ __forceinline__ void dot(const Unit &u, int ui, bool valid, const uint8_t *act,
+                                               int64_t act_tok, int cols, float *acc, int lane,
+                                               const uint64_t *grid, float *terms, int nb) {
+        const int blk = ui >> 2, m = ui & 3;
+        // decode the 64 signed magnitudes of the two sub-blocks of this unit
+        int w[16];
+        int mul[2];
+#pragma unroll
+        for (int sb = 0; sb < 2; sb++) {
+            const uint32_t idx = sb ? (uint32_t)u.q.z : (uint32_t)u.q.x;
+            const uint32_t aux = sb ? (uint32_t)u.q.w : (uint32_t)u.q.y;
+            mul[sb] = 2 * (int)(aux >> 28) + 1;
+#pragma unroll
+            for (int g = 0; g < 4; g++) {
+                const uint64_t gv = grid[(idx >> (8 * g)) & 0xff];
+                const uint64_t sm = grid[256 + ((aux >> (7 * g)) & 127)];
+                w[8 * sb + 2 * g] = apply_signs((uint32_t)gv, (uint32_t)sm);
+                w[8 * sb + 2 * g + 1] = apply_signs((uint32_t)(gv >> 32), (uint32_t)(sm >> 32));
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *at = act + t * act_tok;
+            const int8_t *aq = (const int8_t *)at + (int64_t)blk * 256 + 64 * m;
+            int bsum = 0;
+            if (valid) {
+#pragma unroll
+                for (int sb = 0; sb < 2; sb++) {
+                    int4 x0 = ld16(aq + 32 * sb), x1 = ld16(aq + 32 * sb + 16);
+                    int s = 0;
+                    s = __dp4a(w[8 * sb + 0], x0.x, s);
+                    s = __dp4a(w[8 * sb + 1], x0.y, s);
+                    s = __dp4a(w[8 * sb + 2], x0.z, s);
+                    s = __dp4a(w[8 * sb + 3], x0.w, s);
+                    s = __dp4a(w[8 * sb + 4], x1.x, s);
+                    s = __dp4a(w[8 * sb + 5], x1.y, s);
+                    s = __dp4a(w[8 * sb + 6], x1.z, s);
+                    s = __dp4a(w[8 * sb + 7], x1.w, s);
+                    bsum += s * mul[sb];
+                }
+            }
+            bsum += __shfl_xor_sync(FULL_MASK, bsum, 1);
+            bsum += __shfl_xor_sync(FULL_MASK, bsum, 2);
+            if (valid && m == 0) {
+                float da = ((const float *)(at + cols))[blk];
+                emit<EX>(acc, terms, nb, t, blk, __fmul_rn(__fmul_rn(u.d, da), (float)bsum));
+            }
+        }
+    }
+    static constexpr float FINAL = 0.125f;
+    static constexpr bool GRID = true;
+};
+
+// ---------------------------------------------------------------- F16, F32
+struct TF16 {
+    static constexpr int VPU = 8;
+    static constexpr int U = 1;
+    static constexpr int MAX_RPW = 1; // rows per warp the automatic choice may stack
+    struct Row {
+        const uint8_t *w;
+    };
+    struct Unit {
+        int4 q;
+    };
+    static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
+        r.w = a.w + grow * a.cols * 2;
+    }
+    static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
+        u.q = ldw16(r.w + (int64_t)ui * 16, wl);
+    }
+    template <int NT, bool EX>
+    static __device__ __forceinline__ void dot(const Unit &u, int ui, bool valid, const uint8_t *act,
+                                               int64_t act_tok, int, float *acc, int, const uint64_t *, float *,
+                                               int) {
+        if (!valid) return;
+        const __half2 *h = (const __half2 *)&u.q;
+        float2 w0 = __half22float2(h[0]), w1 = __half22float2(h[1]);
+        float2 w2 = __half22float2(h[2]), w3 = __half22float2(h[3]);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float4 *x = (const float4 *)(act + t * act_tok) + 2 * (int64_t)ui;
+            float4 a = __ldg(x), b = __ldg(x + 1);
+            float s = acc[t];
+            s = fmaf(w0.x, a.x, s);
+            s = fmaf(w0.y, a.y, s);
+            s = fmaf(w1.x, a.z, s);
+            s = fmaf(w1.y, a.w, s);
+            s = fmaf(w2.x, b.x, s);
+            s = fmaf(w2.y, b.y, s);
+            s = fmaf(w3.x, b.z, s);
+            s = fmaf(w3.y, b.w, s);
+            acc[t] = s;
+        }
+    }
+    static constexpr float FINAL = 1.0f;
+    static constexpr bool GRID = false;
+};
+
+struct TBF16 {
+    static constexpr int VPU = 8;
+    static constexpr int U = 1;
+    static constexpr int MAX_RPW = 1; // rows per warp the automatic choice may stack
+    struct Row {
+        const uint8_t *w;
+    };
+    struct Unit {
+        int4 q;
+    };
+    static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
+        r.w = a.w + grow * a.cols * 2;
+    }
+    static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
+        u.q = ldw16(r.w + (int64_t)ui * 16, wl);
+    }
+    template <int NT, bool EX>
+    static __device__ __forceinline__ void dot(const Unit &u, int ui, bool valid, const uint8_t *act,
+                                               int64_t act_tok, int, float *acc, int, const uint64_t *, float *,
+                                               int) {
+        if (!valid) return;
+        float w[8];
+        const uint32_t q[4] = {(uint32_t)u.q.x, (uint32_t)u.q.y, (uint32_t)u.q.z, (uint32_t)u.q.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            w[2 * k] = __uint_as_float(q[k] << 16);
+            w[2 * k + 1] = __uint_as_float(q[k] & 0xffff0000u);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float4 *x = (const float4 *)(act + t * act_tok) + 2 * (int64_t)ui;
+            float4 a = __ldg(x), b = __ldg(x + 1);
+            float s = acc[t];
+            s = fmaf(w[0], a.x, s);
+            s = fmaf(w[1], a.y, s);
+            s = fmaf(w[2], a.z, s);
+            s = fmaf(w[3], a.w, s);
+            s = fmaf(w[4], b.x, s);
+            s = fmaf(w[5], b.y, s);
+            s = fmaf(w[6], b.z, s);
+            s = fmaf(w[7], b.w, s);
+            acc[t] = s;
+        }
+    }
+    static constexpr float FINAL = 1.0f;
+    static constexpr bool GRID = false;
+};
+
+struct TF32 {
+    static constexpr int VPU = 4;
+    static constexpr int U = 1;
+    static constexpr int MAX_RPW = 1; // rows per warp the automatic choice may stack
+    struct Row {
+        const uint8_t *w;
+    };
+    struct Unit {
+        int4 q;
+    };
+    static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
+        r.w = a.w + grow * a.cols * 4;
+    }
+    static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
+        u.q = ldw16(r.w + (int64_t)ui * 16, wl);
+    }
+    template <int NT, bool EX>
+    static __device__ __forceinline__ void dot(const Unit &u, int ui, bool valid, const uint8_t *act,
+                                               int64_t act_tok, int, float *acc, int, const uint64_t *, float *,
+                                               int) {
+        if (!valid) return;
+        float4 w = *(const float4 *)&u.q;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float4 a = __ldg((const float4 *)(act + t * act_tok) + ui);
+            float s = acc[t];
+            s = fmaf(w.x, a.x, s);
+            s = fmaf(w.y, a.y, s);
+            s = fmaf(w.z, a.z, s);
+            s = fmaf(w.w, a.w, s);
+            acc[t] = s;
+        }
+    }
+    static constexpr float FINAL = 1.0f;
+    static constexpr bool GRID = false;
+};
+
+template <class T>
+__host__ __device__ constexpr int block_vals() {
+    return T::VPU * T::U;
+}
+
+template <class T, int NT, int S, int RPW, bool EX>
+__global__ void __launch_bounds__(256, 2) k_matvec(MVArgs a) {
+    static_assert(32 % T::U == 0, "a quant block must fit in aligned lanes");
+    static_assert(S == 1 || RPW == 1, "split-K and stacked rows exclude each other");
+    // units per row loaded per thread before computing: RPW*CHR in flight
+    constexpr int CHR = RPW == 1 ? CH : (RPW >= 8 ? 1 : 8 / RPW);
+    constexpr int TEAM = 32 * S;
+    constexpr int ROWS = 8 * RPW / S; // rows per CTA
+    // IQ2_XXS: the codebook (256 entries), then the 128 sign masks
+    __shared__ uint64_t s_grid[T::GRID ? 256 + 128 : 1];
+    __shared__ float s_red[S > 1 && !EX ? 8 : 1][NT];
+    extern __shared__ float s_terms[]; // EX: [ROWS][NT][nb]
+    if (T::GRID) {
+        s_grid[threadIdx.x] = iq2xxs_grid[threadIdx.x];
+        if (threadIdx.x < 128) s_grid[256 + threadIdx.x] = iq2_sign_mask(threadIdx.x);
+        __syncthreads();
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int rl0 = (warp / S) * RPW; // the warp's first row within the CTA
+    const int row0 = blockIdx.x * ROWS + rl0;
+    const int team = (warp % S) * 32 + lane;
+    const int sel = blockIdx.y;
+    const int nb = a.cols / block_vals<T>();
+    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel;
+    float acc[RPW][NT];
+#pragma unroll
+    for (int r = 0; r < RPW; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.f;
+    bool mat_ok = true;
+    int64_t mat = a.sel_mat ? sel : 0;
+    if (a.ids) mat = a.ids[sel];
+    if (mat < 0 || mat >= a.n_mat) mat_ok = false;
+    if (mat_ok && row0 < a.rows) { // uniform over the warp
+        typename T::Row rr[RPW];
+#pragma unroll
+        for (int r = 0; r < RPW; r++)
+            if (row0 + r < a.rows) T::row(rr[r], a, mat * a.rows + row0 + r);
+        const int units = a.cols / T::VPU;
+        for (int base = 0; base < units; base += TEAM * CHR) {
+            typename T::Unit u[RPW][CHR];
+#pragma unroll
+            for (int r = 0; r < RPW; r++)
+#pragma unroll
+                for (int c = 0; c < CHR; c++) {
+                    const int ui = base + c * TEAM + team;
+                    if (row0 + r < a.rows && ui < units) T::load(u[r][c], rr[r], ui, a.wl);
+                }
+#pragma unroll
+            for (int r = 0; r < RPW; r++)
+#pragma unroll
+                for (int c = 0; c < CHR; c++) {
+                    const int ui = base + c * TEAM + team;
+                    if (row0 + r < a.rows && base + c * TEAM < units) // uniform over the warp
+                        T::template dot<NT, EX>(u[r][c], ui, ui < units, act, a.act_tok, a.cols, acc[r], lane, s_grid,
+                                                s_terms + (size_t)(rl0 + r) * NT * nb, nb);
+                }
+        }
+    }
+    const float nan = __int_as_float(0x7fc00000);
+    float *y = a.y + sel * a.y_sel;
+    const int rows0 = blockIdx.x * ROWS;
+    if constexpr (EX) {
+        // one thread per (row, token): the terms in block order
+        __syncthreads();
+        for (int i = threadIdx.x; i < ROWS * NT; i += blockDim.x) {
+            const int rl = i / NT, t = i % NT;
+            if (rows0 + rl >= a.rows) continue;
+            float sum = 0.f;
+            const float *tm = s_terms + (size_t)(rl * NT + t) * nb;
+            for (int b = 0; b < nb; b++) sum = __fadd_rn(sum, tm[b]);
+            if (T::FINAL != 1.0f) sum = __fmul_rn(T::FINAL, sum);
+            y[t * a.y_tok + rows0 + rl] = mat_ok ? sum : nan;
+        }
+        return;
+    } else {
+#pragma unroll
+    for (int r = 0; r < RPW; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = warp_sum(acc[r][t]);
+    if (S == 1) {
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < RPW; r++)
+                if (row0 + r < a.rows) {
+#pragma unroll
+                    for (int t = 0; t < NT; t++) y[t * a.y_tok + row0 + r] = mat_ok ? acc[r][t] * T::FINAL : nan;
+                }
+        }
+    } else {
+        if (lane == 0) {
+#pragma unroll
+            for (int t = 0; t < NT; t++) s_red[warp][t] = acc[0][t];
+        }
+        __syncthreads();
+        if (lane == 0 && warp % S == 0 && row0 < a.rows) {
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float s = 0.f;
+#pragma unroll
+                for (int k = 0; k < S; k++) s += s_red[warp + k][t];
+                y[t * a.y_tok + row0] = mat_ok ? s * T::FINAL : nan;
+            }
+        }
+    }
+    }
+}
+
+// Float weights, exact: the order of backend/cpu's dotF32/dotF16 — four
+// running sums over i mod 4 (products rounded before each addition), then
+// (s0+s1)+(s2+s3). Each (row, running sum, token) is a serial chain, so the
+// CTA streams tiles of FX_ROWS rows × FX_TILE columns (and the tokens'
+// inputs) through shared memory with coalesced 16-byte loads, the next tile's
+// loads in flight while the chains consume the current one.
+constexpr int FX_ROWS = 8, FX_TILE = 512, FX_PAD = FX_TILE + 4; // padded rows: conflict-free
+
+template <int FT>
+__device__ __forceinline__ void fx_unpack(int4 v, float *out) { // 16 bytes → 8 (F16/BF16) or 4 (F32) floats
+    if (FT == 0) {
+        out[0] = __int_as_float(v.x);
+        out[1] = __int_as_float(v.y);
+        out[2] = __int_as_float(v.z);
+        out[3] = __int_as_float(v.w);
+    } else {
+        const uint32_t q[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (FT == 1) {
+                float2 f = __half22float2(*(const __half2 *)&q[k]);
+                out[2 * k] = f.x;
+                out[2 * k + 1] = f.y;
+            } else {
+                out[2 * k] = __uint_as_float(q[k] << 16);
+                out[2 * k + 1] = __uint_as_float(q[k] & 0xffff0000u);
+            }
+        }
+    }
+}
+
+template <int FT, int NT> // FT: 0 F32, 1 F16, 2 BF16
+__global__ void __launch_bounds__(256) k_matvec_fexact(MVArgs a) {
+    constexpr int EPV = FT == 0 ? 4 : 8;             // elements per 16-byte load
+    constexpr int WV = FX_ROWS * FX_TILE / EPV / 256; // weight loads per thread per tile
+    constexpr int XV = (NT * FX_TILE / 4 + 255) / 256; // input float4 loads per thread per tile
+    extern __shared__ float s_fx[];
+    float *s_w = s_fx;                       // [2][FX_ROWS][FX_PAD]
+    float *s_x = s_fx + 2 * FX_ROWS * FX_PAD; // [2][NT][FX_PAD]
+    const int tid = threadIdx.x, sel = blockIdx.y;
+    const int row0 = blockIdx.x * FX_ROWS;
+    int64_t mat = a.sel_mat ? sel : 0;
+    if (a.ids) mat = a.ids[sel];
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel;
+    const size_t esz = FT == 0 ? 4 : 2;
+    const uint8_t *wbase = a.w + (size_t)(mat_ok ? mat : 0) * a.rows * a.cols * esz;
+    const int ntiles = (a.cols + FX_TILE - 1) / FX_TILE;
+    int4 wr[WV];
+    float4 xr[XV];
+    // the loads of tile k into registers
+    auto load = [&](int k) {
+        const int c0 = k * FX_TILE;
+#pragma unroll
+        for (int v = 0; v < WV; v++) {
+            const int idx = tid + v * 256;                 // 16-byte slot in the tile
+            const int r = idx / (FX_TILE / EPV), c = c0 + (idx % (FX_TILE / EPV)) * EPV;
+            wr[v] = make_int4(0, 0, 0, 0);
+            if (mat_ok && row0 + r < a.rows && c < a.cols)
+                wr[v] = ldw16(wbase + ((size_t)(row0 + r) * a.cols + c) * esz, a.wl);
+        }
+#pragma unroll
+        for (int v = 0; v < XV; v++) {
+            const int idx = tid + v * 256;
+            const int t = idx / (FX_TILE / 4), c = c0 + (idx % (FX_TILE / 4)) * 4;
+            xr[v] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (t < NT && c < a.cols) xr[v] = __ldg((const float4 *)(act + t * a.act_tok) + c / 4);
+        }
+    };
+    auto store = [&](int buf) {
+#pragma unroll
+        for (int v = 0; v < WV; v++) {
+            const int idx = tid + v * 256;
+            const int r = idx / (FX_TILE / EPV), c = (idx % (FX_TILE / EPV)) * EPV;
+            float f[8];
+            fx_unpack<FT>(wr[v], f);
+#pragma unroll
+            for (int e = 0; e < EPV; e++) s_w[(buf * FX_ROWS + r) * FX_PAD + c + e] = f[e];
+        }
+#pragma unroll
+        for (int v = 0; v < XV; v++) {
+            const int idx = tid + v * 256;
+            const int t = idx / (FX_TILE / 4), c = (idx % (FX_TILE / 4)) * 4;
+            if (t < NT) *(float4 *)&s_x[(buf * NT + t) * FX_PAD + c] = xr[v];
+        }
+    };
+    // chain c = ((r·NT + t)·4 + j): row r, token t, running sum j
+    const int j = tid & 3, rt = tid >> 2, r = rt / NT, t = rt % NT;
+    const bool chain = tid < FX_ROWS * NT * 4;
+    float s = 0.f;
+    load(0);
+    store(0);
+    __syncthreads();
+    for (int k = 0; k < ntiles; k++) {
+        const int cur = k & 1;
+        if (k + 1 < ntiles) load(k + 1);
+        if (chain) {
+            const float *w = s_w + (cur * FX_ROWS + r) * FX_PAD;
+            const float *x = s_x + (cur * NT + t) * FX_PAD;
+            const int len = min(FX_TILE, a.cols - k * FX_TILE);
+            for (int i = j; i < len; i += 4) s = __fadd_rn(s, __fmul_rn(w[i], x[i]));
+        }
+        if (k + 1 < ntiles) store(cur ^ 1);
+        __syncthreads();
+    }
+    if (tid < 32 * ((FX_ROWS * NT * 4 + 31) / 32)) { // whole warps holding chains
+        const float s1 = __shfl_down_sync(FULL_MASK, s, 1);
+        const float s2 = __shfl_down_sync(FULL_MASK, s, 2);
+        const float s3 = __shfl_down_sync(FULL_MASK, s, 3);
+        if (chain && j == 0 && row0 + r < a.rows)
+            a.y[sel * a.y_sel + t * a.y_tok + row0 + r] =
+                mat_ok ? __fadd_rn(__fadd_rn(s, s1), __fadd_rn(s2, s3)) : __int_as_float(0x7fc00000);
+    }
+}
+
+template <class T, int NT, int S, int RPW, bool EX>
+int launch_one(const MVArgs &a, int n_sel, cudaStream_t st) {
+    constexpr int rows_per_cta = 8 * RPW / S;
+    size_t smem = EX ? (size_t)rows_per_cta * NT * (a.cols / block_vals<T>()) * sizeof(float) : 0;
+    if (smem > 48 * 1024) {
+        static size_t set = 0; // the largest opt-in done for this instantiation
+        if (smem > set) {
+            cudaError_t e = cudaFuncSetAttribute(k_matvec<T, NT, S, RPW, EX>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) return ds4c_cuda_err(e, "matvec shared memory");
+            set = smem;
+        }
+    }
+    dim3 g((unsigned)((a.rows + rows_per_cta - 1) / rows_per_cta), (unsigned)n_sel);
+    k_matvec<T, NT, S, RPW, EX><<<g, 256, smem, st>>>(a);
+    return 0;
+}
+
+template <class T, int NT, bool EX>
+int launch_nt(const MVArgs &a, int n_sel, int S, int RPW, cudaStream_t st) {
+    if constexpr (NT == 1) {
+        switch (S) {
+        case 8: return launch_one<T, NT, 8, 1, EX>(a, n_sel, st);
+        case 4: return launch_one<T, NT, 4, 1, EX>(a, n_sel, st);
+        case 2: return launch_one<T, NT, 2, 1, EX>(a, n_sel, st);
+        }
+        switch (RPW) {
+        case 8: return launch_one<T, NT, 1, 8, EX>(a, n_sel, st);
+        case 4: return launch_one<T, NT, 1, 4, EX>(a, n_sel, st);
+        case 2: return launch_one<T, NT, 1, 2, EX>(a, n_sel, st);
+        }
+    }
+    return launch_one<T, NT, 1, 1, EX>(a, n_sel, st);
+}
+
+template <class T, bool EX>
+int launch_chunks(const MVArgs &a, int n_sel, int nt, int S, int RPW, cudaStream_t st) {
+    for (int t0 = 0; t0 < nt; t0 += 8) {
+        MVArgs b = a;
+        b.act = a.act + t0 * a.act_tok;
+        b.y = a.y + t0 * a.y_tok;
+        int rc = 0;
+        switch (nt - t0 >= 8 ? 8 : nt - t0) {
+        case 1: rc = launch_nt<T, 1, EX>(b, n_sel, S, RPW, st); break;
+        case 2: rc = launch_nt<T, 2, EX>(b, n_sel, S, RPW, st); break;
+        case 3: rc = launch_nt<T, 3, EX>(b, n_sel, S, RPW, st); break;
+        case 4: rc = launch_nt<T, 4, EX>(b, n_sel, S, RPW, st); break;
+        case 5: rc = launch_nt<T, 5, EX>(b, n_sel, S, RPW, st); break;
+        case 6: rc = launch_nt<T, 6, EX>(b, n_sel, S, RPW, st); break;
+        case 7: rc = launch_nt<T, 7, EX>(b, n_sel, S, RPW, st); break;
+        default: rc = launch_nt<T, 8, EX>(b, n_sel, S, RPW, st); break;
+        }
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+template <class T>
+int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
+    const int units = a.cols / T::VPU;
+    int S = 1, RPW = 1;
+    if (nt == 1) {
+        S = ds4c_opt_splitk();
+        RPW = ds4c_opt_rpw();
+        const int64_t sms = ds4c_sm_count();
+        if (S > 1) RPW = 1;
+        if (S == 0 && RPW == 0) {
+            S = 1;
+            RPW = 1;
+            if (units < 128) { // fewer than 4 units per lane: stack rows in a warp
+                RPW = T::MAX_RPW;
+                while (RPW > 1 && (units * RPW > 256 || ((int64_t)a.rows + 8 * RPW - 1) / (8 * RPW) * n_sel < 2 * sms))
+                    RPW /= 2;
+            }
+            if (RPW == 1) // too few rows to fill the GPU: split rows over warps
+                while (S < 8 && ((int64_t)a.rows * S / 8) * n_sel < 4 * sms && units >= 64 * S) S *= 2;
+        }
+        if (S == 0) S = 1;
+        if (RPW == 0) RPW = 1;
+    }
+    int rc = exact ? launch_chunks<T, true>(a, n_sel, nt, S, RPW, st) : launch_chunks<T, false>(a, n_sel, nt, S, RPW, st);
+    if (rc) return rc;
+    DS4C_CHECK_LAUNCH("matvec");
+    return 0;
+}
+
+template <int FT, int NT>
+int launch_fexact_nt(const MVArgs &a, int n_sel, cudaStream_t st) {
+    const size_t smem = (size_t)(2 * FX_ROWS + 2 * NT) * FX_PAD * sizeof(float);
+    static bool set = false;
+    if (!set) {
+        cudaError_t e = cudaFuncSetAttribute(k_matvec_fexact<FT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return ds4c_cuda_err(e, "matvec (float, exact) shared memory");
+        set = true;
+    }
+    dim3 g((unsigned)((a.rows + FX_ROWS - 1) / FX_ROWS), (unsigned)n_sel);
+    k_matvec_fexact<FT, NT><<<g, 256, smem, st>>>(a);
+    return 0;
+}
+
+template <int FT>
+int launch_fexact(const MVArgs &a, int n_sel, int nt, cudaStream_t st) {
+    for (int t0 = 0; t0 < nt; t0 += 8) {
+        MVArgs b = a;
+        b.act = a.act + t0 * a.act_tok;
+        b.y = a.y + t0 * a.y_tok;
+        int rc = 0;
+        switch (nt - t0 >= 8 ? 8 : nt - t0) {
+        case 1: rc = launch_fexact_nt<FT, 1>(b, n_sel, st); break;
+        case 2: rc = launch_fexact_nt<FT, 2>(b, n_sel, st); break;
+        case 3: rc = launch_fexact_nt<FT, 3>(b, n_sel, st); break;
+        case 4: rc = launch_fexact_nt<FT, 4>(b, n_sel, st); break;
+        case 5: rc = launch_fexact_nt<FT, 5>(b, n_sel, st); break;
+        case 6: rc = launch_fexact_nt<FT, 6>(b, n_sel, st); break;
+        case 7: rc = launch_fexact_nt<FT, 7>(b, n_sel, st); break;
+        default: rc = launch_fexact_nt<FT, 8>(b, n_sel, st); break;
+        }
+        if (rc) return rc;
+    }
+    DS4C_CHECK_LAUNCH("matvec (float, exact)");
+    return 0;
+}
+
+// Per-type launchers (mv_*.cu).
+int launch_q8_0(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
+int launch_q2_k(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
+int launch_q4_k(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
+int launch_iq2_xxs(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
+int launch_float(int type, const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
+
+} // namespace ds4mv

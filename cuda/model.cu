@@ -1,0 +1,782 @@
+// model.cu: the DeepSeek V4 forward-pass operations of libds4cuda.so other
+// than the matrix products (matvec.cu): embedding rows, hyper-connections,
+// RMSNorm, RoPE, the FP8/FP4/Hadamard simulations, the compressors, the
+// indexer's scores, top-k selection, attention with sinks, the router, SwiGLU
+// and the MoE sum.
+//
+// Correctness first: every kernel mirrors the reference backend
+// (backend/cpu) operation by operation, in float32 with the same roundings
+// (explicit __fmul_rn/__fadd_rn where the CPU rounds a product before an
+// addition, transcendental functions in double rounded once to float, the
+// same summation orders where a loop is sequential there), so most results
+// are bit-identical to the CPU's given identical inputs; only double-precision
+// sums of squares are reduced in a different order (then rounded to float).
+// Speed comes later (cuda/NOTES.md).
+#include <math.h>
+
+#include "common.cuh"
+
+namespace {
+
+// ------------------------------------------------------------ scalar math
+__device__ __forceinline__ float sigmoid_ref(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
+__device__ __forceinline__ float silu_ref(float x) { return (float)((double)x / (1.0 + exp(-(double)x))); }
+__device__ __forceinline__ float softplus_ref(float x) { return x > 20.f ? x : (float)log1p(exp((double)x)); }
+__device__ __forceinline__ float exp_ref(float x) { return (float)exp((double)x); }
+__device__ __forceinline__ float fmul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float fadd(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float fsub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ float fmax_go(float a, float b) { return a > b ? a : b; }
+
+// rsqrt(mean(x²) + eps) as the reference: the sum of squares in double, the
+// mean rounded to float, eps added in float, the reciprocal square root in
+// double rounded to float.
+__device__ __forceinline__ float rms_from_sumsq(double ss, int64_t n, float eps) {
+    float ms = (float)(ss / (double)n);
+    return (float)(1.0 / sqrt((double)fadd(ms, eps)));
+}
+
+// Sum of a double over the block (blockDim.x a multiple of 32, at most 1024).
+__device__ double block_sum_d(double v) {
+    __shared__ double s_d[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    __syncthreads();
+    if (lane == 0) s_d[warp] = v;
+    __syncthreads();
+    double s = 0;
+    for (int k = 0; k < nw; k++) s += s_d[k];
+    return s;
+}
+
+// ------------------------------------------------------------ embedding rows
+__device__ __forceinline__ float load_elem(int type, const uint8_t *w, int64_t R, int64_t cols, int64_t row, int64_t c) {
+    switch (type) {
+    case DS4C_F32: return ((const float *)w)[row * cols + c];
+    case DS4C_F16: return __half2float(((const __half *)w)[row * cols + c]);
+    case DS4C_BF16: return __uint_as_float((uint32_t)((const uint16_t *)w)[row * cols + c] << 16);
+    case DS4C_Q8_0: {
+        const int8_t q = ((const int8_t *)w)[row * cols + c];
+        const float d = __half2float(((const __half *)(w + R * cols))[(row * cols + c) / 32]);
+        return fmul((float)q, d);
+    }
+    }
+    return 0.f;
+}
+
+__global__ void k_get_rows(int type, const uint8_t *w, int64_t R, int64_t cols, const int32_t *ids, float *dst,
+                           int64_t dst_stride, int copies, int64_t copy_stride) {
+    const int i = blockIdx.y;
+    const int64_t row = ids[i];
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cols; c += (int64_t)gridDim.x * blockDim.x) {
+        float v = (row >= 0 && row < R) ? load_elem(type, w, R, cols, row, c) : __int_as_float(0x7fc00000);
+        for (int k = 0; k < copies; k++) dst[i * dst_stride + k * copy_stride + c] = v;
+    }
+}
+
+// ------------------------------------------------------------ RMSNorm rows
+// y = w ⊙ (x · r) (w null: x · r), rows of n values.
+__global__ void k_rmsnorm_ref(const float *x, int64_t x_stride, const float *w, float *y, int64_t y_stride, int64_t n,
+                              float eps) {
+    const float *xr = x + blockIdx.x * x_stride;
+    float *yr = y + blockIdx.x * y_stride;
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
+    ss = block_sum_d(ss);
+    const float r = rms_from_sumsq(ss, n, eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = fmul(xr[i], r);
+        yr[i] = w ? fmul(w[i], v) : v;
+    }
+}
+
+// y[t][i] *= rms scale of x[t] (the hyper-connection mixing logits).
+__global__ void k_scale_by_rms(const float *x, int64_t n, float *y, int m, float eps) {
+    const float *xr = x + blockIdx.x * n;
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
+    ss = block_sum_d(ss);
+    const float r = rms_from_sumsq(ss, n, eps);
+    for (int i = threadIdx.x; i < m; i += blockDim.x) y[blockIdx.x * m + i] = fmul(y[blockIdx.x * m + i], r);
+}
+
+// ------------------------------------------------------------ hyper-connections
+// One token per CTA. mode 0 (hc_pre): Sinkhorn split of the mixing logits
+// into pre, post and comb (post/comb stored for hc_post); mode 1 (head):
+// pre_j = sigmoid(m_j·scale + base_j) + eps only. Then x = Σ_j pre_j·h_j
+// and x = normw ⊙ (x·rms(x)).
+__global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, const float *base, int hc, int iters,
+                         float hc_eps, const float *h, int64_t D, const float *normw, float norm_eps, float *x,
+                         float *post_out, float *comb_out) {
+    __shared__ float s_pre[16], s_comb[256];
+    const int t = blockIdx.x;
+    const float *m = mix + (int64_t)t * M;
+    if (threadIdx.x == 0) {
+        if (mode == 1) {
+            for (int j = 0; j < hc; j++) s_pre[j] = fadd(sigmoid_ref(fadd(fmul(m[j], scale[0]), base[j])), hc_eps);
+        } else {
+            float *post = post_out + (int64_t)t * hc;
+            float *comb = s_comb;
+            for (int j = 0; j < hc; j++) {
+                s_pre[j] = fadd(sigmoid_ref(fadd(fmul(m[j], scale[0]), base[j])), hc_eps);
+                post[j] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + j], scale[1]), base[hc + j])));
+            }
+            for (int j = 0; j < hc; j++) {
+                float *row = comb + j * hc;
+                float mx = 0.f;
+                for (int k = 0; k < hc; k++) {
+                    int i = 2 * hc + j * hc + k;
+                    row[k] = fadd(fmul(m[i], scale[2]), base[i]);
+                    if (k == 0 || row[k] > mx) mx = row[k];
+                }
+                float sum = 0.f;
+                for (int k = 0; k < hc; k++) {
+                    row[k] = exp_ref(fsub(row[k], mx));
+                    sum = fadd(sum, row[k]);
+                }
+                for (int k = 0; k < hc; k++) row[k] = fadd(__fdiv_rn(row[k], sum), hc_eps);
+            }
+            for (int it = 0; it < iters; it++) {
+                if (it > 0) { // rows
+                    for (int j = 0; j < hc; j++) {
+                        float s = 0.f;
+                        for (int k = 0; k < hc; k++) s = fadd(s, comb[j * hc + k]);
+                        s = fadd(s, hc_eps);
+                        for (int k = 0; k < hc; k++) comb[j * hc + k] = __fdiv_rn(comb[j * hc + k], s);
+                    }
+                }
+                for (int k = 0; k < hc; k++) { // columns
+                    float s = 0.f;
+                    for (int j = 0; j < hc; j++) s = fadd(s, comb[j * hc + k]);
+                    s = fadd(s, hc_eps);
+                    for (int j = 0; j < hc; j++) comb[j * hc + k] = __fdiv_rn(comb[j * hc + k], s);
+                }
+            }
+            for (int i = 0; i < hc * hc; i++) comb_out[(int64_t)t * hc * hc + i] = comb[i];
+        }
+    }
+    __syncthreads();
+    const float *ht = h + (int64_t)t * hc * D;
+    float *xt = x + (int64_t)t * D;
+    double ss = 0;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        float s = 0.f;
+        for (int j = 0; j < hc; j++) s = fadd(s, fmul(s_pre[j], ht[j * D + d]));
+        xt[d] = s;
+        ss += (double)s * (double)s;
+    }
+    ss = block_sum_d(ss);
+    const float r = rms_from_sumsq(ss, D, norm_eps);
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) xt[d] = fmul(normw[d], fmul(xt[d], r));
+}
+
+// h'_k = post_k·out + Σ_j comb[j][k]·h_j, in place; one thread per (t, d).
+__global__ void k_hc_post(float *h, const float *out, const float *post, const float *comb, int hc, int64_t D, int n) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= D * n) return;
+    const int64_t t = i / D, d = i % D;
+    float *ht = h + t * hc * D;
+    const float *pt = post + t * hc, *ct = comb + t * hc * hc;
+    float hv[16], nv[16];
+    for (int j = 0; j < hc; j++) hv[j] = ht[j * D + d];
+    const float o = out[t * D + d];
+    for (int k = 0; k < hc; k++) {
+        float s = 0.f;
+        for (int j = 0; j < hc; j++) s = fadd(s, fmul(ct[j * hc + k], hv[j]));
+        nv[k] = fadd(fmul(pt[k], o), s);
+    }
+    for (int k = 0; k < hc; k++) ht[k * D + d] = nv[k];
+}
+
+// ------------------------------------------------------------ RoPE
+// Rotates x[t][j][off : off+rd] (pairs) at position pos0 + t·pos_step.
+__global__ void k_rope(float *x, int64_t tok_stride, int heads, int64_t head_stride, int64_t off, const float *freqs,
+                       int rd, int64_t pos0, int64_t pos_step, int n_tok, int inverse) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    const int half = rd / 2;
+    if (i >= (int64_t)n_tok * heads * half) return;
+    const int64_t t = i / ((int64_t)heads * half);
+    const int j = (int)((i / half) % heads), p = (int)(i % half);
+    const float fp = (float)(pos0 + t * pos_step);
+    const double a = (double)fmul(fp, freqs[p]);
+    const float c = (float)cos(a), s = (float)sin(a);
+    float *v = x + t * tok_stride + j * head_stride + off + 2 * p;
+    const float x0 = v[0], x1 = v[1];
+    if (!inverse) {
+        v[0] = fsub(fmul(x0, c), fmul(x1, s));
+        v[1] = fadd(fmul(x0, s), fmul(x1, c));
+    } else {
+        v[0] = fadd(fmul(x0, c), fmul(x1, s));
+        v[1] = fsub(fmul(x1, c), fmul(x0, s));
+    }
+}
+
+// ------------------------------------------------------------ FP8 / FP4 / Hadamard
+__device__ __forceinline__ float pow2_ceil(float v) {
+    int e;
+    float m = frexpf(v, &e);
+    if (m == 0.5f) e--;
+    return ldexpf(1.f, e);
+}
+
+__device__ __forceinline__ float round_e4m3(float y) {
+    float a = fabsf(y);
+    int e;
+    frexpf(a, &e);
+    float q = ldexpf(1.f, max(e - 1, -6) - 3);
+    return copysignf(rintf(a / q) * q, y);
+}
+
+__device__ __forceinline__ float round_e2m1(float y) {
+    float a = fabsf(y);
+    float q = a < 2.f ? 0.5f : (a < 4.f ? 1.f : 2.f);
+    return copysignf(rintf(a / q) * q, y);
+}
+
+// FP8 e4m3 simulation of x[r][0:n] in blocks of 64: one warp per block.
+__global__ void k_fp8_sim(float *x, int64_t stride, int rows, int64_t n) {
+    const int64_t gw = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    const int64_t nb = n / 64;
+    if (gw >= nb * rows) return;
+    float *blk = x + (gw / nb) * stride + (gw % nb) * 64;
+    float v0 = blk[lane], v1 = blk[lane + 32];
+    float amax = fmax_go(1e-4f, fmax_go(fabsf(v0), fabsf(v1)));
+    amax = warp_max(amax);
+    const float s = pow2_ceil(fmul(amax, (float)(1.0 / 448.0)));
+    float y0 = fminf(fmaxf(__fdiv_rn(v0, s), -448.f), 448.f);
+    float y1 = fminf(fmaxf(__fdiv_rn(v1, s), -448.f), 448.f);
+    blk[lane] = fmul(round_e4m3(y0), s);
+    blk[lane + 32] = fmul(round_e4m3(y1), s);
+}
+
+// FP4 e2m1 simulation of x[r][0:n] in blocks of 32: one warp per block.
+__global__ void k_fp4_sim(float *x, int64_t stride, int rows, int64_t n) {
+    const int64_t gw = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    const int64_t nb = n / 32;
+    if (gw >= nb * rows) return;
+    float *blk = x + (gw / nb) * stride + (gw % nb) * 32;
+    float v = blk[lane];
+    float amax = fmax_go(6.f * 1.17549435e-38f, fabsf(v)); // 6·2^-126
+    amax = warp_max(amax);
+    const float s = pow2_ceil(fmul(amax, (float)(1.0 / 6.0)));
+    float y = fminf(fmaxf(__fdiv_rn(v, s), -6.f), 6.f);
+    blk[lane] = fmul(round_e2m1(y), s);
+}
+
+// Normalised Walsh–Hadamard transform of rows of n (a power of two ≤ 1024)
+// values, Sylvester order, then × scale; one CTA per row.
+__global__ void k_hadamard(float *x, int64_t stride, int n, float scale) {
+    extern __shared__ float s_h[];
+    float *xr = x + blockIdx.x * stride;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s_h[i] = xr[i];
+    __syncthreads();
+    for (int s = 1; s < n; s *= 2) {
+        for (int p = threadIdx.x; p < n / 2; p += blockDim.x) {
+            const int j = (p / s) * 2 * s, k = j + p % s;
+            const float a = s_h[k], b = s_h[k + s];
+            s_h[k] = fadd(a, b);
+            s_h[k + s] = fsub(a, b);
+        }
+        __syncthreads();
+    }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = fmul(s_h[i], scale);
+}
+
+// ------------------------------------------------------------ small helpers
+__global__ void k_scale(float *x, int64_t n, float s) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) x[i] = fmul(x[i], s);
+}
+
+// dst[t][c] += add[((pos0 + t) mod r)][c] for t < n, c < width.
+__global__ void k_add_ape(float *dst, const float *ape, int64_t width, int r, int64_t pos0, int n) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= width * n) return;
+    const int64_t t = i / width, c = i % width;
+    dst[i] = fadd(dst[i], ape[((pos0 + t) % r) * width + c]);
+}
+
+// ring[(pos0 + t) mod cap] = src[t] for the last min(n, cap) rows.
+__global__ void k_ring_write(float *ring, int64_t cap, int64_t width, const float *src, int64_t src_stride, int64_t pos0,
+                             int n) {
+    const int64_t first = n > cap ? n - cap : 0;
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= (n - first) * width) return;
+    const int64_t t = first + i / width, c = i % width;
+    ring[((pos0 + t) % cap) * width + c] = src[t * src_stride + c];
+}
+
+// ------------------------------------------------------------ compressor pooling
+// Row i (i0 ≤ i < i0+nrows) pools channel c (c < w) of the entries of its
+// block (and, for coff 2, the first-half features of the block before):
+// softmax of the scores over those entries, weighted sum of the values.
+// An entry q comes from this chunk (q ≥ pos0: kv/sc rows q−pos0) or from
+// the frontier rings (slot q mod cap).
+struct Entries {
+    const float *kv, *sc; // chunk rows, width cw
+    const float *kv_ring, *sc_ring;
+    int64_t cap, cw, pos0;
+    __device__ __forceinline__ const float *kvp(int64_t q) const {
+        return q >= pos0 ? kv + (q - pos0) * cw : kv_ring + (q % cap) * cw;
+    }
+    __device__ __forceinline__ const float *scp(int64_t q) const {
+        return q >= pos0 ? sc + (q - pos0) * cw : sc_ring + (q % cap) * cw;
+    }
+};
+
+__global__ void k_comp_pool(Entries e, int r, int coff, int64_t w, int64_t i0, int nrows, float *rows) {
+    const int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (idx >= w * nrows) return;
+    const int64_t i = i0 + idx / w, c = idx % w;
+    const int64_t first = i * r;
+    const bool prev = coff == 2 && i > 0;
+    const int64_t f = coff == 2 ? w + c : c;
+    // pass 1: the maximum score
+    float mx = 0.f;
+    int n = 0;
+    if (prev)
+        for (int64_t q = first - r; q < first; q++, n++) {
+            float v = e.scp(q)[c];
+            if (n == 0 || v > mx) mx = v;
+        }
+    for (int64_t q = first; q < first + r; q++, n++) {
+        float v = e.scp(q)[f];
+        if (n == 0 || v > mx) mx = v;
+    }
+    // pass 2: the sum of the exponentials, in entry order
+    float sum = 0.f;
+    if (prev)
+        for (int64_t q = first - r; q < first; q++) sum = fadd(sum, exp_ref(fsub(e.scp(q)[c], mx)));
+    for (int64_t q = first; q < first + r; q++) sum = fadd(sum, exp_ref(fsub(e.scp(q)[f], mx)));
+    // pass 3: the weighted values
+    float acc = 0.f;
+    if (prev)
+        for (int64_t q = first - r; q < first; q++)
+            acc = fadd(acc, fmul(e.kvp(q)[c], __fdiv_rn(exp_ref(fsub(e.scp(q)[c], mx)), sum)));
+    for (int64_t q = first; q < first + r; q++)
+        acc = fadd(acc, fmul(e.kvp(q)[f], __fdiv_rn(exp_ref(fsub(e.scp(q)[f], mx)), sum)));
+    rows[(i - i0) * w + c] = acc;
+}
+
+// ------------------------------------------------------------ dot in the CPU's order
+// dotF32 of backend/cpu: four running sums over i mod 4, then (s0+s1)+(s2+s3).
+__device__ __forceinline__ float dot_ref(const float *a, const float *b, int n) {
+    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        float4 x = *(const float4 *)(a + i), y = *(const float4 *)(b + i);
+        s0 = fadd(s0, fmul(x.x, y.x));
+        s1 = fadd(s1, fmul(x.y, y.y));
+        s2 = fadd(s2, fmul(x.z, y.z));
+        s3 = fadd(s3, fmul(x.w, y.w));
+    }
+    for (; i < n; i++) s0 = fadd(s0, fmul(a[i], b[i]));
+    return fadd(fadd(s0, s1), fadd(s2, s3));
+}
+
+// ------------------------------------------------------------ indexer scores
+// scores[t][i] = Σ_h relu(q_t,h · k_i)·w_t,h for i < (pos0+t+1)/ratio.
+__global__ void k_index_scores(const float *q, const float *w, const float *rows, int IH, int IHD, int64_t pos0,
+                               int ratio, float *scores, int64_t sc_stride) {
+    const int t = blockIdx.y;
+    const int64_t R = (pos0 + t + 1) / ratio;
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= R) return;
+    const float *qt = q + (int64_t)t * IH * IHD, *wt = w + (int64_t)t * IH, *k = rows + i * IHD;
+    float s = 0.f;
+    for (int h = 0; h < IH; h++) {
+        float d = dot_ref(qt + (int64_t)h * IHD, k, IHD);
+        if (d > 0.f) s = fadd(s, fmul(d, wt[h]));
+    }
+    scores[t * sc_stride + i] = s;
+}
+
+// ------------------------------------------------------------ top-k
+// For each token t (one CTA): R = count (or (pos0+t+1)/ratio); the
+// min(K, R) best scores (higher first; equal scores: lower index first) go
+// to sel[t][0..), best first; with R ≤ K (and all_if_few) all rows in order.
+__global__ void k_topk(const float *scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio, int K,
+                       int all_if_few, int32_t *sel, int32_t *nsel) {
+    const int t = blockIdx.x;
+    const int64_t R = R_fixed > 0 ? R_fixed : (pos0 + t + 1) / ratio;
+    const float *s = scores + t * stride;
+    int32_t *out = sel + (int64_t)t * K;
+    if (R <= K && all_if_few) {
+        for (int64_t i = threadIdx.x; i < R; i += blockDim.x) out[i] = (int32_t)i;
+        if (threadIdx.x == 0 && nsel) nsel[t] = (int32_t)R;
+        return;
+    }
+    for (int64_t i = threadIdx.x; i < R; i += blockDim.x) {
+        const float si = s[i];
+        int64_t rank = 0;
+        for (int64_t j = 0; j < R && rank < K; j++) {
+            const float sj = s[j];
+            rank += (sj > si || (sj == si && j < i)) ? 1 : 0;
+        }
+        if (rank < K) out[rank] = (int32_t)i;
+    }
+    if (threadIdx.x == 0 && nsel) nsel[t] = (int32_t)(R < K ? R : K);
+}
+
+// ------------------------------------------------------------ attention
+// One CTA per (token, head). Keys (= values): the window positions
+// max(0, p−W+1)..p (this chunk's kv rows, or the window ring), then the
+// compressed rows: all (p+1)/ratio for dense layers, sel[t][0..nsel[t]) for
+// indexed ones. o = Σ_k softmax(q·k·scale ; sink)_k · k.
+struct AttnArgs {
+    const float *q;      // [n][H][HD]
+    const float *kv;     // [n][HD] this chunk's rows
+    const float *win;    // window ring [wcap][HD]
+    int64_t wcap;
+    const float *comp;   // compressed rows [.][HD], or null
+    int ratio;           // 0, 4 or 128
+    const int32_t *sel;  // [n][K] (ratio 4)
+    const int32_t *nsel; // [n]
+    int K;
+    const float *sinks; // [H]
+    float *out;         // [n][H][HD]
+    int64_t pos0;
+    int H, HD, W;
+    float scale;
+};
+
+__device__ __forceinline__ const float *attn_key(const AttnArgs &a, int t, int64_t p, int64_t k, int64_t nwin) {
+    if (k < nwin) {
+        int64_t qp = p - nwin + 1 + k;
+        return qp >= a.pos0 ? a.kv + (qp - a.pos0) * a.HD : a.win + (qp % a.wcap) * a.HD;
+    }
+    k -= nwin;
+    if (a.ratio == 4) return a.comp + (int64_t)a.sel[(int64_t)t * a.K + k] * a.HD;
+    return a.comp + k * a.HD;
+}
+
+__global__ void __launch_bounds__(128) k_attention(AttnArgs a) {
+    extern __shared__ float s_mem[];
+    const int t = blockIdx.x / a.H, h = blockIdx.x % a.H;
+    const int64_t p = a.pos0 + t;
+    const int64_t nwin = p + 1 < a.W ? p + 1 : a.W;
+    int64_t ncomp = 0;
+    if (a.ratio == 128) ncomp = (p + 1) / 128;
+    else if (a.ratio == 4) ncomp = a.nsel[t];
+    const int64_t nk = nwin + ncomp;
+    float *s_q = s_mem;            // HD
+    float *s_sc = s_mem + a.HD;    // nk
+    __shared__ float s_sum;
+    const float *q = a.q + ((int64_t)t * a.H + h) * a.HD;
+    for (int i = threadIdx.x; i < a.HD; i += blockDim.x) s_q[i] = q[i];
+    __syncthreads();
+    for (int64_t k = threadIdx.x; k < nk; k += blockDim.x)
+        s_sc[k] = fmul(dot_ref(s_q, attn_key(a, t, p, k, nwin), a.HD), a.scale);
+    // the maximum (order-free), the exponentials (in parallel), then their
+    // sum in key order after the sink's term, as the reference adds them
+    const float sink = a.sinks[h];
+    float mx = sink;
+    for (int64_t k = threadIdx.x; k < nk; k += blockDim.x) mx = fmax_go(mx, s_sc[k]);
+    mx = warp_max(mx);
+    __shared__ float s_mx[4];
+    if ((threadIdx.x & 31) == 0) s_mx[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    mx = fmax_go(fmax_go(s_mx[0], s_mx[1]), fmax_go(s_mx[2], s_mx[3]));
+    for (int64_t k = threadIdx.x; k < nk; k += blockDim.x) s_sc[k] = exp_ref(fsub(s_sc[k], mx));
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float sum = exp_ref(fsub(sink, mx));
+        for (int64_t k = 0; k < nk; k++) sum = fadd(sum, s_sc[k]);
+        s_sum = sum;
+    }
+    __syncthreads();
+    const float sum = s_sum;
+    for (int64_t k = threadIdx.x; k < nk; k += blockDim.x) s_sc[k] = __fdiv_rn(s_sc[k], sum);
+    __syncthreads();
+    float *o = a.out + ((int64_t)t * a.H + h) * a.HD;
+    for (int d = threadIdx.x; d < a.HD; d += blockDim.x) {
+        float acc = 0.f;
+        for (int64_t k = 0; k < nk; k++) acc = fadd(acc, fmul(s_sc[k], attn_key(a, t, p, k, nwin)[d]));
+        o[d] = acc;
+    }
+}
+
+// ------------------------------------------------------------ router
+// One CTA per token: s = sqrt(softplus(logit)); experts from tid2eid (hash
+// layers) or the top-K of s + bias; weights s[e], normalised, scaled.
+__global__ void k_router(const float *logits, int E, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
+                         int K, int norm, float wscale, int32_t *sel, float *wts) {
+    extern __shared__ float s_r[]; // s[E], biased[E]
+    float *s = s_r, *biased = s_r + E;
+    const int t = blockIdx.x;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        float v = logits[(int64_t)t * E + e];
+        s[e] = (float)sqrt((double)softplus_ref(v));
+        biased[e] = bias ? fadd(s[e], bias[e]) : s[e];
+    }
+    __syncthreads();
+    int32_t *ids = sel + (int64_t)t * K;
+    if (tid2eid) {
+        const int64_t tok = tokens[t];
+        for (int i = threadIdx.x; i < K; i += blockDim.x) ids[i] = tid2eid[tok * K + i];
+    } else {
+        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+            const float si = biased[e];
+            int rank = 0;
+            for (int j = 0; j < E && rank < K; j++) rank += (biased[j] > si || (biased[j] == si && j < e)) ? 1 : 0;
+            if (rank < K) ids[rank] = e;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float *w = wts + (int64_t)t * K;
+        float sum = 0.f;
+        for (int i = 0; i < K; i++) {
+            w[i] = s[ids[i]];
+            sum = fadd(sum, w[i]);
+        }
+        for (int i = 0; i < K; i++) {
+            if (norm) w[i] = __fdiv_rn(w[i], sum);
+            w[i] = fmul(w[i], wscale);
+        }
+    }
+}
+
+// ------------------------------------------------------------ SwiGLU
+// y[r][i] = w_r · (silu(g) · u) with, when lim > 0, u clamped to ±lim and g
+// to ≤ lim (w null: no weight).
+__global__ void k_swiglu_ref(const float *g, const float *u, float *y, int64_t n, int rows, float lim,
+                             const float *w) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n * rows) return;
+    float gv = g[i], uv = u[i];
+    if (lim > 0.f) {
+        uv = fminf(fmaxf(uv, -lim), lim);
+        gv = fminf(gv, lim);
+    }
+    float v = fmul(silu_ref(gv), uv);
+    if (w) v = fmul(w[i / n], v);
+    y[i] = v;
+}
+
+// ------------------------------------------------------------ MoE sum
+// y[t] = Σ over the token's experts in ascending expert id of ye[t][k],
+// then + ysh[t].
+__global__ void k_moe_combine(const float *ye, const int32_t *sel, const float *ysh, float *y, int n, int K, int64_t D) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= D * n) return;
+    const int64_t t = i / D, d = i % D;
+    const int32_t *ids = sel + t * K;
+    float acc = 0.f;
+    int32_t last = -1;
+    for (int k = 0; k < K; k++) {
+        // the next expert id above last (ids of one token are distinct)
+        int best = -1;
+        for (int j = 0; j < K; j++)
+            if (ids[j] > last && (best < 0 || ids[j] < ids[best])) best = j;
+        last = ids[best];
+        acc = fadd(acc, ye[(t * K + best) * D + d]);
+    }
+    y[i] = ysh ? fadd(acc, ysh[i]) : acc;
+}
+
+inline unsigned nblk(int64_t n, int b) { return (unsigned)((n + b - 1) / b); }
+
+} // namespace
+
+extern "C" {
+
+int ds4c_get_rows(int type, const void *d_w, int64_t total_rows, int64_t cols, const int32_t *d_ids, int n,
+                  float *d_dst, int64_t dst_stride, int copies, int64_t copy_stride, void *stream) {
+    DS4C_READY();
+    if (type != DS4C_F32 && type != DS4C_F16 && type != DS4C_BF16 && type != DS4C_Q8_0)
+        return ds4c_err(DS4C_ETYPE, "get_rows: unsupported type %d", type);
+    if (n <= 0) return 0;
+    dim3 g((unsigned)((cols + 255) / 256 < 64 ? (cols + 255) / 256 : 64), (unsigned)n);
+    k_get_rows<<<g, 256, 0, as_stream(stream)>>>(type, (const uint8_t *)d_w, total_rows, cols, d_ids, d_dst, dst_stride,
+                                                  copies, copy_stride);
+    DS4C_CHECK_LAUNCH("get_rows");
+    return 0;
+}
+
+int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float *d_y, int64_t y_stride, int64_t n,
+                     int rows, float eps, void *stream) {
+    DS4C_READY();
+    if (rows <= 0) return 0;
+    k_rmsnorm_ref<<<rows, 256, 0, as_stream(stream)>>>(d_x, x_stride, d_w, d_y, y_stride, n, eps);
+    DS4C_CHECK_LAUNCH("rmsnorm_ref");
+    return 0;
+}
+
+int ds4c_scale_by_rms(const float *d_x, int64_t n, float *d_y, int m, int rows, float eps, void *stream) {
+    DS4C_READY();
+    if (rows <= 0) return 0;
+    k_scale_by_rms<<<rows, 256, 0, as_stream(stream)>>>(d_x, n, d_y, m, eps);
+    DS4C_CHECK_LAUNCH("scale_by_rms");
+    return 0;
+}
+
+int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const float *d_base, int hc, int iters,
+                float hc_eps, const float *d_h, int64_t D, const float *d_normw, float norm_eps, float *d_x,
+                float *d_post, float *d_comb, int n, void *stream) {
+    DS4C_READY();
+    if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_pre: %d streams (at most 16)", hc);
+    if (n <= 0) return 0;
+    k_hc_pre<<<n, 256, 0, as_stream(stream)>>>(mode, d_mix, M, d_scale, d_base, hc, iters, hc_eps, d_h, D, d_normw,
+                                                norm_eps, d_x, d_post, d_comb);
+    DS4C_CHECK_LAUNCH("hc_pre");
+    return 0;
+}
+
+int ds4c_hc_post(float *d_h, const float *d_out, const float *d_post, const float *d_comb, int hc, int64_t D, int n,
+                 void *stream) {
+    DS4C_READY();
+    if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_post: %d streams (at most 16)", hc);
+    if (n <= 0) return 0;
+    k_hc_post<<<nblk(D * n, 256), 256, 0, as_stream(stream)>>>(d_h, d_out, d_post, d_comb, hc, D, n);
+    DS4C_CHECK_LAUNCH("hc_post");
+    return 0;
+}
+
+int ds4c_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int64_t off, const float *d_freqs,
+              int rd, int64_t pos0, int64_t pos_step, int n_tok, int inverse, void *stream) {
+    DS4C_READY();
+    int64_t n = (int64_t)n_tok * heads * (rd / 2);
+    if (n <= 0) return 0;
+    k_rope<<<nblk(n, 256), 256, 0, as_stream(stream)>>>(d_x, tok_stride, heads, head_stride, off, d_freqs, rd, pos0,
+                                                        pos_step, n_tok, inverse);
+    DS4C_CHECK_LAUNCH("rope");
+    return 0;
+}
+
+int ds4c_fp8_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream) {
+    DS4C_READY();
+    if (n % 64) return ds4c_err(DS4C_EINVAL, "fp8_sim: %lld values not a multiple of 64", (long long)n);
+    int64_t warps = n / 64 * rows;
+    if (warps <= 0) return 0;
+    k_fp8_sim<<<nblk(warps * 32, 256), 256, 0, as_stream(stream)>>>(d_x, stride, rows, n);
+    DS4C_CHECK_LAUNCH("fp8_sim");
+    return 0;
+}
+
+int ds4c_fp4_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream) {
+    DS4C_READY();
+    if (n % 32) return ds4c_err(DS4C_EINVAL, "fp4_sim: %lld values not a multiple of 32", (long long)n);
+    int64_t warps = n / 32 * rows;
+    if (warps <= 0) return 0;
+    k_fp4_sim<<<nblk(warps * 32, 256), 256, 0, as_stream(stream)>>>(d_x, stride, rows, n);
+    DS4C_CHECK_LAUNCH("fp4_sim");
+    return 0;
+}
+
+int ds4c_hadamard(float *d_x, int64_t stride, int rows, int n, float scale, void *stream) {
+    DS4C_READY();
+    if (n <= 0 || n > 4096 || (n & (n - 1))) return ds4c_err(DS4C_EINVAL, "hadamard: size %d", n);
+    if (rows <= 0) return 0;
+    k_hadamard<<<rows, 128, n * sizeof(float), as_stream(stream)>>>(d_x, stride, n, scale);
+    DS4C_CHECK_LAUNCH("hadamard");
+    return 0;
+}
+
+int ds4c_scale(float *d_x, int64_t n, float s, void *stream) {
+    DS4C_READY();
+    if (n <= 0) return 0;
+    k_scale<<<nblk(n, 256), 256, 0, as_stream(stream)>>>(d_x, n, s);
+    DS4C_CHECK_LAUNCH("scale");
+    return 0;
+}
+
+int ds4c_add_ape(float *d_dst, const float *d_ape, int64_t width, int r, int64_t pos0, int n, void *stream) {
+    DS4C_READY();
+    if (n <= 0) return 0;
+    k_add_ape<<<nblk(width * n, 256), 256, 0, as_stream(stream)>>>(d_dst, d_ape, width, r, pos0, n);
+    DS4C_CHECK_LAUNCH("add_ape");
+    return 0;
+}
+
+int ds4c_ring_write(float *d_ring, int64_t cap, int64_t width, const float *d_src, int64_t src_stride, int64_t pos0,
+                    int n, void *stream) {
+    DS4C_READY();
+    if (n <= 0) return 0;
+    int64_t rows = n > cap ? cap : n;
+    k_ring_write<<<nblk(rows * width, 256), 256, 0, as_stream(stream)>>>(d_ring, cap, width, d_src, src_stride, pos0, n);
+    DS4C_CHECK_LAUNCH("ring_write");
+    return 0;
+}
+
+int ds4c_comp_pool(const float *d_kv, const float *d_sc, const float *d_kv_ring, const float *d_sc_ring, int64_t cap,
+                   int64_t cw, int64_t pos0, int r, int coff, int64_t w, int64_t i0, int nrows, float *d_rows,
+                   void *stream) {
+    DS4C_READY();
+    if (nrows <= 0) return 0;
+    Entries e{d_kv, d_sc, d_kv_ring, d_sc_ring, cap, cw, pos0};
+    k_comp_pool<<<nblk(w * nrows, 128), 128, 0, as_stream(stream)>>>(e, r, coff, w, i0, nrows, d_rows);
+    DS4C_CHECK_LAUNCH("comp_pool");
+    return 0;
+}
+
+int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, int IH, int IHD, int64_t pos0,
+                      int ratio, int n, float *d_scores, int64_t sc_stride, void *stream) {
+    DS4C_READY();
+    if (n <= 0) return 0;
+    const int64_t maxR = (pos0 + n) / ratio;
+    if (maxR <= 0) return 0;
+    dim3 g(nblk(maxR, 128), (unsigned)n);
+    k_index_scores<<<g, 128, 0, as_stream(stream)>>>(d_q, d_w, d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
+    DS4C_CHECK_LAUNCH("index_scores");
+    return 0;
+}
+
+int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio, int K, int all_if_few,
+              int32_t *d_sel, int32_t *d_nsel, int n, void *stream) {
+    DS4C_READY();
+    if (n <= 0) return 0;
+    if (R_fixed <= 0 && ratio <= 0) return ds4c_err(DS4C_EINVAL, "topk: neither a count nor a ratio");
+    k_topk<<<n, 256, 0, as_stream(stream)>>>(d_scores, stride, R_fixed, pos0, ratio, K, all_if_few, d_sel, d_nsel);
+    DS4C_CHECK_LAUNCH("topk");
+    return 0;
+}
+
+int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap, const float *d_comp,
+                   int ratio, const int32_t *d_sel, const int32_t *d_nsel, int K, const float *d_sinks, float *d_out,
+                   int64_t pos0, int n, int H, int HD, int W, float scale, int64_t max_keys, void *stream) {
+    DS4C_READY();
+    if (n <= 0) return 0;
+    if (HD % 4) return ds4c_err(DS4C_EINVAL, "attention: head dim %d not a multiple of 4", HD);
+    AttnArgs a{d_q, d_kv, d_win, wcap, d_comp, ratio, d_sel, d_nsel, K, d_sinks, d_out, pos0, H, HD, W, scale};
+    size_t smem = (size_t)(HD + max_keys) * sizeof(float);
+    if (smem > 48 * 1024) {
+        DS4C_CHECK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    }
+    k_attention<<<(unsigned)(n * H), 128, smem, as_stream(stream)>>>(a);
+    DS4C_CHECK_LAUNCH("attention");
+    return 0;
+}
+
+int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t *d_tid2eid, const int32_t *d_tokens,
+                int K, int norm, float wscale, int32_t *d_sel, float *d_w, int n, void *stream) {
+    DS4C_READY();
+    if (n <= 0) return 0;
+    k_router<<<n, 256, 2 * E * sizeof(float), as_stream(stream)>>>(d_logits, E, d_bias, d_tid2eid, d_tokens, K, norm,
+                                                                     wscale, d_sel, d_w);
+    DS4C_CHECK_LAUNCH("router");
+    return 0;
+}
+
+int ds4c_swiglu_ref(const float *d_g, const float *d_u, float *d_y, int64_t n, int rows, float lim, const float *d_w,
+                    void *stream) {
+    DS4C_READY();
+    if (n * rows <= 0) return 0;
+    k_swiglu_ref<<<nblk(n * rows, 256), 256, 0, as_stream(stream)>>>(d_g, d_u, d_y, n, rows, lim, d_w);
+    DS4C_CHECK_LAUNCH("swiglu_ref");
+    return 0;
+}
+
+int ds4c_moe_combine(const float *d_ye, const int32_t *d_sel, const float *d_ysh, float *d_y, int n, int K, int64_t D,
+                     void *stream) {
+    DS4C_READY();
+    if (n <= 0) return 0;
+    k_moe_combine<<<nblk(D * n, 256), 256, 0, as_stream(stream)>>>(d_ye, d_sel, d_ysh, d_y, n, K, D);
+    DS4C_CHECK_LAUNCH("moe_combine");
+    return 0;
+}
+
+} // extern "C"

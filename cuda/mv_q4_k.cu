@@ -1,0 +1,8 @@
+// mv_q4_k.cu: matrix-product kernels for one weight type (see matvec.cuh).
+#include "matvec.cuh"
+
+namespace ds4mv {
+
+int launch_q4_k(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st) { return launch_type<TQ4_K>(a, n_sel, nt, exact, st); }
+
+} // namespace ds4mv

@@ -1,0 +1,8 @@
+// mv_q8_0.cu: matrix-product kernels for one weight type (see matvec.cuh).
+#include "matvec.cuh"
+
+namespace ds4mv {
+
+int launch_q8_0(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st) { return launch_type<TQ8_0>(a, n_sel, nt, exact, st); }
+
+} // namespace ds4mv
