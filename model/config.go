@@ -263,7 +263,7 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 			continue
 		}
 		n, err := v.AsUint64()
-		if err != nil || n > maxDim {
+		if v.Type == gguf.TypeBool || err != nil || n > maxDim {
 			bad("%s: got %s, want an unsigned integer ≤ %d", fl.key, v.Format(4), maxDim)
 			continue
 		}

@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"slices"
@@ -409,3 +410,40 @@ func TestVocabRoundTrip(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestBoolIsNotAnInteger(t *testing.T) {
+	c := synth.Tiny()
+	kvs := c.Metadata()
+	for i := range kvs {
+		if kvs[i].Key == model.KeyBlockCount {
+			kvs[i].Value = gguf.Bool(true)
+		}
+	}
+	_, err := model.ConfigFromGGUF(parse(t, kvs, nil))
+	if err == nil || !strings.Contains(err.Error(), model.KeyBlockCount) {
+		t.Fatalf("block_count = true accepted: %v", err)
+	}
+}
+
+func TestLoadRejectsBadTokenMap(t *testing.T) {
+	data, err := synth.Build(synth.Options{Config: synth.Tiny(), Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := model.Load(f); err != nil {
+		t.Fatal(err)
+	}
+	ti, _ := f.Tensor("blk.1.ffn_gate_tid2eid.weight")
+	// Point token 7's second expert past the expert count (the data is a
+	// view into our own buffer).
+	d := f.TensorData(ti)
+	binary.LittleEndian.PutUint32(d[4*(7*int(ti.Dims[0])+1):], uint32(synth.Tiny().Experts))
+	_, err = model.Load(f)
+	if err == nil || !strings.Contains(err.Error(), "blk.1.ffn_gate_tid2eid.weight") || !strings.Contains(err.Error(), "token 7") {
+		t.Fatalf("corrupt tid2eid accepted: %v", err)
+	}
+}

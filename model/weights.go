@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"ds4go/gguf"
@@ -122,7 +123,35 @@ func Load(f *gguf.File) (*Weights, error) {
 	if err := ValidateTensors(&cfg, f); err != nil {
 		return nil, err
 	}
-	return Bind(&cfg, GGUFSource{f})
+	w, err := Bind(&cfg, GGUFSource{f})
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckTokenMaps(w); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// CheckTokenMaps checks that every hash-routing table entry names an
+// existing expert, so that a corrupt file cannot make the engine index out of
+// range. It reads the tables (ExpertsUsed × Vocab int32 per hash layer).
+func CheckTokenMaps(w *Weights) error {
+	ne := uint32(w.Config.Experts)
+	for l := range w.Layers {
+		t := w.Layers[l].Tid2Eid
+		if t == nil {
+			continue
+		}
+		d := t.Data
+		for i := 0; i+4 <= len(d); i += 4 {
+			if e := binary.LittleEndian.Uint32(d[i:]); e >= ne {
+				return fmt.Errorf("%s: entry %d (token %d) is expert %d, want < %d",
+					t.Name, i/4, i/4/int(t.Dims[0]), int32(e), ne)
+			}
+		}
+	}
+	return nil
 }
 
 // Bind builds Weights from a source whose tensors have already been validated
