@@ -1,0 +1,235 @@
+// Package bench walks a session through growing context frontiers and
+// measures, at each one, the prefill speed of the new interval and the greedy
+// generation speed at the frontier (the logic of cmd/ds4-bench, after ds4's
+// ds4-bench).
+//
+// For each frontier F (ascending): prefill the prompt's tokens [prev, F) in
+// the session's chunks and time it; then greedy-decode Gen tokens and time
+// them; then rewind the session to F (a rewind of Gen tokens, cheap while Gen
+// is within the engine's RewindSlack) and go on to the next frontier.
+package bench
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"ds4go/engine"
+)
+
+// Row is one frontier's measurement (one CSV line).
+type Row struct {
+	Frontier      int     // context length reached by the prefill
+	PrefillTokens int     // tokens prefilled for this interval (Frontier − previous frontier)
+	PrefillS      float64 // seconds for them
+	PrefillTPS    float64 // PrefillTokens / PrefillS
+	GenTokens     int     // tokens greedily decoded at the frontier
+	GenS          float64 // seconds for them
+	GenTPS        float64 // GenTokens / GenS
+	KVBytes       int64   // KV/state bytes the session holds at the frontier (StateLayout, f32)
+}
+
+// Header is the CSV header line's fields.
+var Header = []string{"frontier", "prefill_tokens", "prefill_s", "prefill_tps", "gen_tokens", "gen_s", "gen_tps", "kv_bytes"}
+
+// Fields returns the row's CSV fields, in Header's order.
+func (r Row) Fields() []string {
+	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
+	return []string{strconv.Itoa(r.Frontier), strconv.Itoa(r.PrefillTokens), f(r.PrefillS), f(r.PrefillTPS),
+		strconv.Itoa(r.GenTokens), f(r.GenS), f(r.GenTPS), strconv.FormatInt(r.KVBytes, 10)}
+}
+
+// Options configure Run.
+type Options struct {
+	Frontiers []int // ascending, > 0
+	Gen       int   // tokens generated at each frontier (0: none)
+	// Progress, if set, is called after each row (for logs).
+	Progress func(Row)
+}
+
+// DefaultFrontiers are 2048, 4096, …, 32768.
+func DefaultFrontiers() []int { return []int{2048, 4096, 8192, 16384, 32768} }
+
+// ParseFrontiers parses "2048,4096,8192" (ascending, distinct, positive).
+func ParseFrontiers(s string) ([]int, error) {
+	var fs []int
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("bench: bad frontier %q", p)
+		}
+		fs = append(fs, n)
+	}
+	if len(fs) == 0 {
+		return nil, errors.New("bench: no frontiers")
+	}
+	if !sort.IntsAreSorted(fs) {
+		return nil, fmt.Errorf("bench: frontiers %v are not ascending", fs)
+	}
+	for i := 1; i < len(fs); i++ {
+		if fs[i] == fs[i-1] {
+			return nil, fmt.Errorf("bench: frontier %d repeated", fs[i])
+		}
+	}
+	return fs, nil
+}
+
+// RandomTokens returns n token ids drawn uniformly from [0, vocab) by a
+// generator seeded with seed.
+func RandomTokens(n, vocab int, seed uint64) []int32 {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	t := make([]int32, n)
+	for i := range t {
+		t[i] = int32(r.IntN(vocab))
+	}
+	return t
+}
+
+// Repeat returns n tokens: toks repeated (for a text prompt shorter than the
+// last frontier). toks must not be empty.
+func Repeat(toks []int32, n int) []int32 {
+	out := make([]int32, 0, n)
+	for len(out) < n {
+		out = append(out, toks[:min(len(toks), n-len(out))]...)
+	}
+	return out
+}
+
+// KVBytes returns the bytes of KV state a session of this layout holds at
+// position pos: the row tables' rows that exist at pos plus the rings' full
+// capacity (all f32, the engine's portable layout; a backend may store less).
+func KVBytes(l *engine.StateLayout, pos int) int64 {
+	var b int64
+	for layer := 0; layer < l.Config.Layers; layer++ {
+		for _, p := range l.Parts(layer) {
+			n := l.Capacity(layer, p)
+			if !p.ByPosition() {
+				n = l.Rows(layer, p, pos)
+			}
+			b += int64(n) * int64(l.Width(layer, p)) * 4
+		}
+	}
+	return b
+}
+
+// Run walks s (which must be empty) through the frontiers with prompt's
+// tokens (len(prompt) ≥ the last frontier) and returns a row per frontier
+// reached. On an error (a cancelled ctx, say) it returns the rows completed
+// so far with the error.
+func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]Row, error) {
+	if s.Pos() != 0 {
+		return nil, errors.New("bench: session is not empty")
+	}
+	if len(o.Frontiers) == 0 {
+		return nil, errors.New("bench: no frontiers")
+	}
+	last := o.Frontiers[len(o.Frontiers)-1]
+	if len(prompt) < last {
+		return nil, fmt.Errorf("bench: prompt of %d tokens is shorter than frontier %d", len(prompt), last)
+	}
+	var rows []Row
+	prev := 0
+	for _, f := range o.Frontiers {
+		if f <= prev {
+			return rows, fmt.Errorf("bench: frontiers must ascend (%d after %d)", f, prev)
+		}
+		r := Row{Frontier: f, PrefillTokens: f - prev}
+		t0 := time.Now()
+		if err := s.Prefill(ctx, prompt[prev:f]); err != nil {
+			return rows, fmt.Errorf("bench: prefill to %d: %w", f, err)
+		}
+		r.PrefillS = time.Since(t0).Seconds()
+		r.PrefillTPS = rate(r.PrefillTokens, r.PrefillS)
+		r.KVBytes = KVBytes(s.Layout(), f)
+		if o.Gen > 0 {
+			t0 = time.Now()
+			for i := 0; i < o.Gen; i++ {
+				logits := s.Logits()
+				if logits == nil {
+					return rows, fmt.Errorf("bench: no logits at %d", s.Pos())
+				}
+				if err := s.Decode(ctx, engine.Greedy(logits)); err != nil {
+					return rows, fmt.Errorf("bench: decode at %d: %w", s.Pos(), err)
+				}
+			}
+			r.GenS = time.Since(t0).Seconds()
+			r.GenTokens = o.Gen
+			r.GenTPS = rate(r.GenTokens, r.GenS)
+			if err := s.Rewind(ctx, f); err != nil {
+				return rows, fmt.Errorf("bench: rewind to %d: %w", f, err)
+			}
+		}
+		rows = append(rows, r)
+		if o.Progress != nil {
+			o.Progress(r)
+		}
+		prev = f
+	}
+	return rows, nil
+}
+
+func rate(n int, s float64) float64 {
+	if s <= 0 {
+		return 0
+	}
+	return float64(n) / s
+}
+
+// CSVWriter writes rows as CSV, flushing after each, so a run cut short
+// leaves the rows it completed.
+type CSVWriter struct{ w *csv.Writer }
+
+// NewCSVWriter writes the header to w.
+func NewCSVWriter(w io.Writer) (*CSVWriter, error) {
+	c := &CSVWriter{csv.NewWriter(w)}
+	c.w.Write(Header)
+	c.w.Flush()
+	return c, c.w.Error()
+}
+
+// Write writes one row and flushes.
+func (c *CSVWriter) Write(r Row) error {
+	c.w.Write(r.Fields())
+	c.w.Flush()
+	return c.w.Error()
+}
+
+// ReadCSV parses a CSV written by CSVWriter.
+func ReadCSV(r io.Reader) ([]Row, error) {
+	recs, err := csv.NewReader(r).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 || strings.Join(recs[0], ",") != strings.Join(Header, ",") {
+		return nil, errors.New("bench: CSV header is not " + strings.Join(Header, ","))
+	}
+	var rows []Row
+	for i, rec := range recs[1:] {
+		var r Row
+		var errs [8]error
+		r.Frontier, errs[0] = strconv.Atoi(rec[0])
+		r.PrefillTokens, errs[1] = strconv.Atoi(rec[1])
+		r.PrefillS, errs[2] = strconv.ParseFloat(rec[2], 64)
+		r.PrefillTPS, errs[3] = strconv.ParseFloat(rec[3], 64)
+		r.GenTokens, errs[4] = strconv.Atoi(rec[4])
+		r.GenS, errs[5] = strconv.ParseFloat(rec[5], 64)
+		r.GenTPS, errs[6] = strconv.ParseFloat(rec[6], 64)
+		r.KVBytes, errs[7] = strconv.ParseInt(rec[7], 10, 64)
+		if err := errors.Join(errs[:]...); err != nil {
+			return nil, fmt.Errorf("bench: CSV line %d: %w", i+2, err)
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}

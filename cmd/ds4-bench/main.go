@@ -1,0 +1,248 @@
+// Command ds4-bench walks a prompt to growing context frontiers and reports,
+// at each, the prefill speed of the new interval, the greedy generation speed
+// at the frontier and the KV state size, as CSV (and optionally an SVG plot).
+//
+//	ds4-bench [-m MODEL.gguf] [--backend cpu|cuda] [--frontiers 2048,4096,...]
+//	          [--gen 32] [--ctx N] [--chunk N] [--prompt FILE] [--seed N]
+//	          [--csv FILE] [--plot FILE.svg] [--time-limit DUR]
+//	ds4-bench --plot-csv IN.csv --plot OUT.svg     (plot an existing CSV)
+//
+// Without -m it runs the built-in demo model (synth.Tiny, random weights).
+// The prompt is random valid token ids from --seed, or --prompt's text
+// tokenized (repeated to the last frontier). After each frontier's
+// generation the session is rewound to the frontier.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"ds4go/backend/cpu"
+	"ds4go/backend/cuda"
+	"ds4go/bench"
+	"ds4go/engine"
+	"ds4go/gguf"
+	"ds4go/model"
+	"ds4go/synth"
+	"ds4go/tokenizer"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ds4-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	modelPath := fs.String("m", "", "GGUF model (default: the built-in demo model)")
+	backend := fs.String("backend", "cpu", "backend: cpu or cuda")
+	frontiers := fs.String("frontiers", "2048,4096,8192,16384,32768", "ascending context frontiers")
+	gen := fs.Int("gen", 32, "tokens greedily generated at each frontier")
+	ctxLen := fs.Int("ctx", 0, "session context size (default: last frontier + gen + 1)")
+	chunk := fs.Int("chunk", 0, "prefill chunk size (engine default when 0)")
+	promptFile := fs.String("prompt", "", "text file to tokenize as the prompt (default: random token ids)")
+	seed := fs.Uint64("seed", 1, "seed of the random prompt")
+	csvPath := fs.String("csv", "", "CSV output file (default: stdout)")
+	plot := fs.String("plot", "", "also write an SVG plot to this file")
+	plotCSV := fs.String("plot-csv", "", "only plot this CSV (written by ds4-bench) to --plot")
+	threads := fs.Int("threads", 0, "CPU backend threads (all cores when 0)")
+	fast := fs.Bool("fast", false, "CUDA backend: fast (parallel-sum) mode")
+	limit := fs.Duration("time-limit", 0, "stop this long after the start (loading included), keeping the frontiers completed (0: none)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ds4-bench: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	started := time.Now()
+	fail := func(err error) int { fmt.Fprintln(stderr, "ds4-bench:", err); return 1 }
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "ds4-bench: "+format+"\n", a...) }
+
+	if *plotCSV != "" {
+		if *plot == "" {
+			return fail(errors.New("--plot-csv needs --plot"))
+		}
+		f, err := os.Open(*plotCSV)
+		if err != nil {
+			return fail(err)
+		}
+		rows, err := bench.ReadCSV(f)
+		f.Close()
+		if err != nil {
+			return fail(err)
+		}
+		if err := writePlot(*plot, rows, "ds4-bench: "+*plotCSV); err != nil {
+			return fail(err)
+		}
+		return 0
+	}
+
+	fr, err := bench.ParseFrontiers(*frontiers)
+	if err != nil {
+		return fail(err)
+	}
+	if *gen < 0 {
+		return fail(fmt.Errorf("--gen %d is negative", *gen))
+	}
+	last := fr[len(fr)-1]
+	need := last + *gen + 1
+	if *ctxLen == 0 {
+		*ctxLen = need
+	} else if *ctxLen < need {
+		return fail(fmt.Errorf("--ctx %d is below the last frontier %d + gen %d + 1", *ctxLen, last, *gen))
+	}
+
+	// Model.
+	t0 := time.Now()
+	var f *gguf.File
+	name := "demo (synth.Tiny, q8, random weights)"
+	if *modelPath == "" {
+		data, err := synth.Build(synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 1})
+		if err != nil {
+			return fail(err)
+		}
+		if f, err = gguf.Parse(data); err != nil {
+			return fail(err)
+		}
+	} else {
+		if f, err = gguf.Open(*modelPath); err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		name = *modelPath
+	}
+	w, err := model.Load(f)
+	if err != nil {
+		return fail(err)
+	}
+	logf("model %s: %v (mapped in %.2f s)", name, w, time.Since(t0).Seconds())
+	c := w.Config
+	if *ctxLen > c.ContextLen && c.ContextLen > 0 {
+		return fail(fmt.Errorf("context %d exceeds the model's %d", *ctxLen, c.ContextLen))
+	}
+
+	// Prompt.
+	var prompt []int32
+	if *promptFile != "" {
+		text, err := os.ReadFile(*promptFile)
+		if err != nil {
+			return fail(err)
+		}
+		v, err := model.VocabFromGGUF(f, c.Vocab)
+		if err != nil {
+			return fail(err)
+		}
+		tk, err := tokenizer.New(v)
+		if err != nil {
+			return fail(err)
+		}
+		toks := tk.Encode(string(text))
+		if len(toks) == 0 {
+			return fail(fmt.Errorf("%s tokenizes to nothing", *promptFile))
+		}
+		logf("prompt %s: %d tokens (repeated to %d)", *promptFile, len(toks), last)
+		prompt = bench.Repeat(toks, last)
+	} else {
+		prompt = bench.RandomTokens(last, c.Vocab, *seed)
+	}
+
+	// Backend.
+	t0 = time.Now()
+	var be engine.Backend
+	switch strings.ToLower(*backend) {
+	case "cpu":
+		b, err := cpu.New(w, cpu.Options{Threads: *threads})
+		if err != nil {
+			return fail(err)
+		}
+		be = b
+	case "cuda":
+		b, err := cuda.New(w, cuda.Options{Fast: *fast})
+		if err != nil {
+			return fail(err)
+		}
+		defer b.Close()
+		be = b
+	default:
+		return fail(fmt.Errorf("unknown backend %q (cpu or cuda)", *backend))
+	}
+	logf("backend %s ready in %.2f s", *backend, time.Since(t0).Seconds())
+
+	s, err := engine.NewSession(be, engine.Options{ChunkSize: *chunk, MaxContext: *ctxLen})
+	if err != nil {
+		return fail(err)
+	}
+	defer s.Close()
+
+	// Output.
+	out := stdout
+	if *csvPath != "" {
+		cf, err := os.Create(*csvPath)
+		if err != nil {
+			return fail(err)
+		}
+		defer cf.Close()
+		out = cf
+	}
+	cw, err := bench.NewCSVWriter(out)
+	if err != nil {
+		return fail(err)
+	}
+
+	ctx := context.Background()
+	if *limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, started.Add(*limit))
+		defer cancel()
+	}
+	var werr error
+	rows, err := bench.Run(ctx, s, prompt, bench.Options{Frontiers: fr, Gen: *gen, Progress: func(r bench.Row) {
+		if e := cw.Write(r); e != nil && werr == nil {
+			werr = e
+		}
+		logf("frontier %d: prefill %d tokens in %.2f s (%.1f tok/s), gen %d in %.2f s (%.2f tok/s), kv %.1f MiB",
+			r.Frontier, r.PrefillTokens, r.PrefillS, r.PrefillTPS, r.GenTokens, r.GenS, r.GenTPS, float64(r.KVBytes)/(1<<20))
+	}})
+	status := 0
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			logf("time limit %v reached: %d of %d frontiers done", *limit, len(rows), len(fr))
+		} else {
+			fmt.Fprintln(stderr, "ds4-bench:", err)
+			status = 1
+		}
+	}
+	if werr != nil {
+		fmt.Fprintln(stderr, "ds4-bench:", werr)
+		status = 1
+	}
+	if *plot != "" {
+		title := fmt.Sprintf("ds4-bench: %s, backend %s, gen %d", name, *backend, *gen)
+		if err := writePlot(*plot, rows, title); err != nil {
+			return fail(err)
+		}
+	}
+	st := s.Stats()
+	logf("session stats: %+v", st)
+	return status
+}
+
+func writePlot(path string, rows []bench.Row, title string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := bench.WriteSVG(f, rows, title); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

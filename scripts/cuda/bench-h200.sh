@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Full-size ds4-bench on one H200, in one device call: build libds4cuda.so,
+# generate the published-layout Flash q2 model (random weights, 80.76 GiB)
+# into /dev/shm, and run ds4-bench on the CUDA backend.
+#
+# Build the Go binaries here first (the GPU machine has no Go):
+#   mkdir -p dev-out/bench
+#   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o dev-out/bench/ds4-gguf ./cmd/ds4-gguf
+#   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o dev-out/bench/ds4-bench ./cmd/ds4-bench
+# then run(kind="nvidia-h200", command="bash scripts/cuda/bench-h200.sh",
+#          carry=["dev-out/bench"], timeout_s=600)
+#
+# Environment: FRONTIERS (default 2048,4096,8192,16384,32768), GEN (32),
+# BUDGET (seconds for the whole script, default 560: ds4-bench stops at the
+# frontier it cannot finish in time and keeps the rows done), BENCH_ARGS
+# (extra ds4-bench flags, e.g. --fast). Writes env.txt, synth.log,
+# bench.csv, bench.svg, bench.log under $OUT (default dev-out/bench-h200).
+set -uo pipefail
+start=$(date +%s)
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-dev-out/bench-h200}
+FRONTIERS=${FRONTIERS:-2048,4096,8192,16384,32768}
+GEN=${GEN:-32}
+BUDGET=${BUDGET:-560}
+BIN=${BIN:-dev-out/bench}
+MODEL=/dev/shm/flash-q2.gguf
+mkdir -p "$OUT" build
+elapsed() { echo $(( $(date +%s) - start )); }
+
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv || true
+    nvcc --version | tail -2
+    nproc; free -g; df -h /dev/shm /
+} 2>&1 | tee "$OUT/env.txt"
+for b in ds4-gguf ds4-bench; do
+    [ -x "$BIN/$b" ] || { echo "missing $BIN/$b (build it here first, see the header)"; exit 1; }
+done
+
+# /dev/shm must hold the 86.7 GB file (tmpfs defaults to half the memory).
+need=$((90 * 1000 * 1000 * 1000))
+avail=$(df -B1 --output=avail /dev/shm | tail -1)
+if [ "$avail" -lt "$need" ]; then
+    mount -o remount,size=112G /dev/shm && echo "remounted /dev/shm at 112G"
+    df -h /dev/shm | tee -a "$OUT/env.txt"
+fi
+
+# Build the library (as device.sh does) while the model is generated.
+(
+    t0=$(date +%s)
+    objs=()
+    for f in cuda/*.cu; do
+        o=build/$(basename "$f" .cu).o
+        objs+=("$o")
+        nvcc -O3 -arch=sm_90 -Xcompiler -fPIC -c "$f" -o "$o" 2>"$o.log" &
+    done
+    wait
+    for o in "${objs[@]}"; do
+        [ -s "$o" ] || { echo "BUILD FAILED: $o"; cat "$o.log"; exit 1; }
+    done
+    nvcc -O3 -arch=sm_90 -shared "${objs[@]}" -o build/libds4cuda.so || { echo "LINK FAILED"; exit 1; }
+    echo "built build/libds4cuda.so in $(( $(date +%s) - t0 )) s"
+) >"$OUT/build.log" 2>&1 &
+buildpid=$!
+
+t0=$(date +%s)
+timeout 300 "$BIN/ds4-gguf" synth --flash-q2 --layers 43 -o "$MODEL" >"$OUT/synth.log" 2>&1
+rc=$?
+echo "synth exit $rc in $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/synth.log"
+ls -l "$MODEL" || exit 1
+free -g | head -2
+
+wait $buildpid; cat "$OUT/build.log"
+[ -s build/libds4cuda.so ] || exit 1
+export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1
+
+rem=$(( BUDGET - $(elapsed) ))
+echo "bench starts at $(elapsed) s, time limit ${rem} s"
+nvidia-smi --query-gpu=memory.used --format=csv
+timeout $(( rem + 15 )) "$BIN/ds4-bench" -m "$MODEL" --backend cuda --frontiers "$FRONTIERS" --gen "$GEN" \
+    --csv "$OUT/bench.csv" --plot "$OUT/bench.svg" --time-limit "${rem}s" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+echo "bench exit ${PIPESTATUS[0]}; total $(elapsed) s"
+cat "$OUT/bench.csv"
