@@ -1,0 +1,315 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"ds4go/chat"
+	"ds4go/chat/dsml"
+	"ds4go/engine"
+)
+
+// Chat is a conversation on one live session: every turn prefills only what
+// the transcript gained since the previous turn (the closing EOS of the last
+// answer, the new user turn and the assistant opening), then generates.
+type Chat struct {
+	m       *loaded
+	opts    *Options
+	out     io.Writer
+	errw    io.Writer
+	color   bool
+	sess    *engine.Session
+	ctxSize int
+	mode    chat.Mode
+	conv    chat.Conversation
+	// pending are tokens the transcript has but the session has not
+	// processed yet: the EOS closing the last answer, and a sampled token
+	// whose decode was interrupted. They lead the next turn's prefill.
+	pending []int32
+	// kvThinkMax records whether the session's prompt starts with the
+	// Think-Max prefix (right after BOS): switching it on or off mid-
+	// conversation needs the transcript prefilled again.
+	kvThinkMax bool
+	sampler    *engine.Sampler
+	stops      map[int32]bool
+	eos        int32
+}
+
+// TurnStats describes one turn.
+type TurnStats struct {
+	// Prefilled is the number of tokens prefilled for the turn.
+	Prefilled int
+	// Reprefilled is set when the transcript could not be extended and the
+	// whole of it was prefilled again.
+	Reprefilled bool
+	PrefillTime time.Duration
+	// Generated is the number of tokens sampled (the stop token excluded).
+	Generated int
+	GenTime   time.Duration
+	// Stop says why generation ended: eos, length, context, interrupted
+	// (or interrupted-prefill: the turn was dropped).
+	Stop string
+	// SessionTokens is the session's length after the turn.
+	SessionTokens int
+	Text          string
+	Reasoning     string
+}
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func (st TurnStats) print(w io.Writer) {
+	fmt.Fprintf(w, "ds4: prefill %d tokens, %.2f s, %.1f t/s; generation %d tokens, %.2f s, %.1f t/s; stop: %s; context %d tokens\n",
+		st.Prefilled, st.PrefillTime.Seconds(), rate(st.Prefilled, st.PrefillTime),
+		st.Generated, st.GenTime.Seconds(), rate(st.Generated, st.GenTime), st.Stop, st.SessionTokens)
+}
+
+func newChat(m *loaded, o *Options, out, errw io.Writer, color bool) (*Chat, error) {
+	seed := o.Seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	c := &Chat{
+		m: m, opts: o, out: out, errw: errw, color: color, mode: o.Mode(),
+		sampler: engine.NewSampler(engine.SamplerOptions{
+			Temperature: float32(o.Temp), TopK: o.TopK, TopP: float32(o.TopP), MinP: float32(o.MinP), Seed: seed,
+		}),
+		stops: map[int32]bool{},
+		eos:   m.tok.EOS(),
+	}
+	c.stops[c.eos] = true
+	for _, s := range []string{chat.EOS, chat.UserToken} {
+		if id, ok := m.tok.Lookup(s); ok {
+			c.stops[id] = true
+		}
+	}
+	if id, ok := m.tok.Lookup(chat.EOS); ok {
+		c.eos = id
+	}
+	if err := c.setContext(o.Ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// setContext starts a new session of n tokens (capped at the model's) and
+// an empty transcript (the system prompt kept).
+func (c *Chat) setContext(n int) error {
+	if l := c.m.cfg.ContextLen; l > 0 && n > l {
+		n = l
+	}
+	s, err := engine.NewSession(c.m.be, engine.Options{MaxContext: n})
+	if err != nil {
+		return err
+	}
+	if c.sess != nil {
+		c.sess.Close()
+	}
+	c.sess, c.ctxSize, c.pending = s, n, nil
+	c.conv = chat.Conversation{}
+	if c.opts.System != "" {
+		c.conv.Messages = []chat.Message{{Role: chat.RoleSystem, Content: c.opts.System}}
+	}
+	return nil
+}
+
+// Close frees the session.
+func (c *Chat) Close() { c.sess.Close() }
+
+func (c *Chat) renderOptions() chat.Options {
+	return chat.Options{Mode: c.mode, ContextSize: c.ctxSize, KeepReasoning: true}
+}
+
+// turnTokens returns what to prefill for a new user message: the pending
+// tokens and the tokens of the text the rendered transcript gains. If the
+// new rendering does not extend the old one, the session is reset and the
+// whole transcript is returned (reprefill true).
+func (c *Chat) turnTokens(msgs []chat.Message) (toks []int32, reprefill bool, err error) {
+	ro := c.renderOptions()
+	full, err := chat.Render(chat.Conversation{Messages: msgs}, ro)
+	if err != nil {
+		return nil, false, err
+	}
+	tm := chat.EffectiveMode(c.mode, c.ctxSize) == chat.ModeThinkMax
+	if c.sess.Pos() == 0 && len(c.pending) == 0 {
+		c.kvThinkMax = tm
+		return c.m.tok.EncodeWithSpecial(full), false, nil
+	}
+	prev, err := chat.Render(c.conv, ro)
+	if err == nil && tm == c.kvThinkMax && strings.HasPrefix(full, prev) {
+		toks = append(append([]int32(nil), c.pending...), c.m.tok.EncodeWithSpecial(full[len(prev):])...)
+		return toks, false, nil
+	}
+	c.sess.Reset()
+	c.pending, c.kvThinkMax = nil, tm
+	return c.m.tok.EncodeWithSpecial(full), true, nil
+}
+
+// Turn adds a user message, prefills it and streams the answer to the
+// output. Cancelling ctx during the prefill drops the turn (the session is
+// rewound to where it was); during generation it stops the answer, which
+// stays in the transcript as far as it got. Either way the session stays
+// usable for the next turn.
+func (c *Chat) Turn(ctx context.Context, text string) (TurnStats, error) {
+	var st TurnStats
+	msgs := append(append([]chat.Message(nil), c.conv.Messages...), chat.Message{Role: chat.RoleUser, Content: text})
+	toks, re, err := c.turnTokens(msgs)
+	if err != nil {
+		return st, err
+	}
+	st.Prefilled, st.Reprefilled = len(toks), re
+	base := c.sess.Pos()
+	if base+len(toks) >= c.ctxSize {
+		return st, fmt.Errorf("context full: %d + %d tokens > %d (use /ctx N for a larger context, which starts a new conversation)", base, len(toks), c.ctxSize)
+	}
+	t0 := time.Now()
+	err = c.sess.Prefill(ctx, toks)
+	st.PrefillTime = time.Since(t0)
+	if err != nil {
+		// Drop the turn: back to the session as it was.
+		if c.sess.Pos() > base {
+			if base > 0 {
+				if rerr := c.sess.Rewind(context.Background(), base); rerr != nil {
+					return st, rerr
+				}
+			} else {
+				c.sess.Reset()
+			}
+		}
+		st.SessionTokens = c.sess.Pos()
+		if errors.Is(err, context.Canceled) {
+			st.Stop = "interrupted-prefill"
+		}
+		return st, err
+	}
+	c.pending = nil
+	c.conv.Messages = msgs
+
+	eff := chat.EffectiveMode(c.mode, c.ctxSize)
+	p := dsml.NewParser(dsml.Options{Thinking: eff.Thinking(), DisableToolCalls: true})
+	sd := c.m.tok.NewStreamDecoder()
+	em := &emitter{w: c.out, color: c.color}
+	t1 := time.Now()
+	st.Stop = "length"
+	for st.Generated < c.opts.MaxTokens {
+		if c.sess.Pos() >= c.ctxSize {
+			st.Stop = "context"
+			break
+		}
+		if ctx.Err() != nil {
+			st.Stop = "interrupted"
+			break
+		}
+		id, err := c.sess.Sample(c.sampler)
+		if err != nil {
+			return st, err
+		}
+		if c.stops[id] {
+			st.Stop = "eos"
+			break
+		}
+		st.Generated++
+		b, err := sd.Add(id)
+		if err != nil {
+			return st, err
+		}
+		em.events(p.FeedBytes(b))
+		if err := c.sess.Decode(ctx, id); err != nil {
+			if errors.Is(err, context.Canceled) && c.sess.Pos() < c.ctxSize {
+				c.pending = append(c.pending, id)
+				st.Stop = "interrupted"
+				break
+			}
+			return st, err
+		}
+	}
+	st.GenTime = time.Since(t1)
+	em.events(p.FeedBytes(sd.Flush()))
+	em.events(p.Finish())
+	em.end()
+	res := p.Result()
+	st.Text, st.Reasoning = res.Text, res.Reasoning
+	c.conv.Messages = append(c.conv.Messages, chat.Message{Role: chat.RoleAssistant, Content: res.Text, Reasoning: res.Reasoning})
+	// The answer is closed by EOS in the transcript; the session gets it
+	// with the next turn's prefill.
+	c.pending = append(c.pending, c.eos)
+	st.SessionTokens = c.sess.Pos()
+	return st, nil
+}
+
+// emitter writes parser events: reasoning dimmed (or between markers when
+// colours are off), then the answer.
+type emitter struct {
+	w         io.Writer
+	color     bool
+	reasoning bool
+	any       bool
+	atBOL     bool
+}
+
+func (e *emitter) write(s string) {
+	if s == "" {
+		return
+	}
+	io.WriteString(e.w, s)
+	e.any = true
+	e.atBOL = strings.HasSuffix(s, "\n")
+}
+
+func (e *emitter) endReasoning() {
+	if !e.reasoning {
+		return
+	}
+	e.reasoning = false
+	if e.color {
+		io.WriteString(e.w, "\x1b[0m")
+	}
+	if !e.atBOL {
+		e.write("\n")
+	}
+	if !e.color {
+		e.write("[end of thinking]\n")
+	}
+	e.write("\n")
+}
+
+func (e *emitter) events(evs []dsml.Event) {
+	for _, ev := range evs {
+		switch ev.Kind {
+		case dsml.EventReasoning:
+			if ev.Text == "" {
+				continue
+			}
+			if !e.reasoning {
+				e.reasoning = true
+				if e.color {
+					io.WriteString(e.w, "\x1b[2m")
+				} else {
+					e.write("[thinking]\n")
+				}
+			}
+			e.write(ev.Text)
+		case dsml.EventText:
+			if ev.Text == "" {
+				continue
+			}
+			e.endReasoning()
+			e.write(ev.Text)
+		}
+	}
+}
+
+func (e *emitter) end() {
+	e.endReasoning()
+	if e.any && !e.atBOL {
+		e.write("\n")
+	}
+}

@@ -1,0 +1,306 @@
+// Package cli is the ds4 command line: one-shot generation (-p), an
+// interactive multi-turn chat that extends one live session turn by turn,
+// and --dump-tokens. cmd/ds4 is a thin wrapper around Main; docs/cli.md
+// describes the flags and commands.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"ds4go/chat"
+)
+
+// Options are the parsed command-line flags.
+type Options struct {
+	Model      string
+	Demo       bool
+	Prompt     string
+	PromptFile string
+	System     string
+	MaxTokens  int
+	Ctx        int
+	Temp       float64
+	TopP       float64
+	TopK       int
+	MinP       float64
+	Seed       uint64
+	Threads    int
+	Backend    string
+	Think      bool
+	NoThink    bool
+	ThinkMax   bool
+	DumpTokens bool
+	Color      string
+}
+
+// DefaultCtx is the context size when --ctx is not given (capped at the
+// model's).
+const DefaultCtx = 32768
+
+// Env is what Main talks to; the zero value of a field means the process's.
+type Env struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Interrupts delivers Ctrl+C; nil installs an os/signal handler for
+	// os.Interrupt.
+	Interrupts <-chan struct{}
+	// IsTerminal reports whether stdout is a terminal (for dimmed
+	// reasoning); nil checks os.Stdout.
+	IsTerminal func() bool
+
+	onTurn func(*Chat, TurnStats) // test hook, called after every turn
+}
+
+const usageText = `usage: ds4 [flags]              interactive chat (/help lists its commands)
+       ds4 [flags] -p PROMPT    one-shot answer
+       ds4 --dump-tokens -p TEXT
+flags (-x and --x are the same):
+  -m, --model FILE     model GGUF (default ./ds4flash.gguf; without it, the demo model)
+  --demo               built-in demo model: synthetic, random weights, meaningless text
+  -p, --prompt TEXT    one-shot prompt        --prompt-file FILE   one-shot prompt from a file
+  -sys, --system TEXT  system prompt
+  -n, --max-tokens N   max tokens per answer (4096)
+  -c, --ctx N          context size in tokens (32768, capped at the model's)
+  --temp T (0.6)  --top-p P (0.95)  --top-k K (0: off)  --min-p P (0: off)  --seed S (0: random)
+  --think (default) | --nothink | --think-max (Think-Max needs --ctx >= 393216)
+  -t, --threads N      CPU threads (0: all cores)
+  --backend cpu|cuda   (--cuda: same as --backend cuda)
+  --color auto|always|never   dim the reasoning with ANSI colours
+  --dump-tokens        print the token ids and pieces of -p's text (plain text) and exit
+`
+
+// errUsage marks a command-line error (exit status 2).
+var errUsage = errors.New("usage")
+
+func newFlagSet(o *Options, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("ds4", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	str := func(p *string, def, usage string, names ...string) {
+		for _, n := range names {
+			fs.StringVar(p, n, def, usage)
+		}
+	}
+	integer := func(p *int, def int, usage string, names ...string) {
+		for _, n := range names {
+			fs.IntVar(p, n, def, usage)
+		}
+	}
+	boolean := func(p *bool, usage string, names ...string) {
+		for _, n := range names {
+			fs.BoolVar(p, n, false, usage)
+		}
+	}
+	str(&o.Model, "", "model GGUF file (default ./"+DefaultModelPath+", else the demo model)", "m", "model")
+	boolean(&o.Demo, "run the built-in demo model (random weights, meaningless text)", "demo")
+	str(&o.Prompt, "", "one-shot prompt (no -p: interactive chat)", "p", "prompt")
+	str(&o.PromptFile, "", "read the one-shot prompt from a file", "prompt-file")
+	str(&o.System, "", "system prompt", "sys", "system")
+	integer(&o.MaxTokens, 4096, "max tokens generated per answer", "n", "max-tokens")
+	integer(&o.Ctx, DefaultCtx, "context size in tokens (capped at the model's)", "c", "ctx")
+	fs.Float64Var(&o.Temp, "temp", 0.6, "sampling temperature (0: greedy)")
+	fs.Float64Var(&o.TopP, "top-p", 0.95, "top-p (nucleus) sampling")
+	integer(&o.TopK, 0, "top-k sampling (0: off)", "top-k")
+	fs.Float64Var(&o.MinP, "min-p", 0, "min-p sampling (0: off)")
+	fs.Uint64Var(&o.Seed, "seed", 0, "sampler seed (0: random)")
+	integer(&o.Threads, 0, "CPU threads (0: all cores)", "t", "threads")
+	str(&o.Backend, "cpu", "backend: cpu or cuda", "backend")
+	fs.BoolFunc("cuda", "same as --backend cuda", func(string) error { o.Backend = "cuda"; return nil })
+	boolean(&o.Think, "thinking mode (the default)", "think")
+	boolean(&o.NoThink, "non-thinking mode: direct answers", "nothink")
+	boolean(&o.ThinkMax, "Think-Max mode (needs --ctx >= 393216, else plain thinking)", "think-max")
+	boolean(&o.DumpTokens, "print the token ids and pieces of -p's text and exit", "dump-tokens")
+	str(&o.Color, "auto", "dim reasoning with ANSI colours: auto, always, never", "color")
+	fs.Usage = func() { io.WriteString(stderr, usageText) }
+	return fs
+}
+
+// ParseFlags parses the command line (without the program name).
+func ParseFlags(args []string, stderr io.Writer) (*Options, error) {
+	o := &Options{}
+	fs := newFlagSet(o, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	bad := func(format string, a ...any) (*Options, error) {
+		err := fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
+		fmt.Fprintln(stderr, "ds4:", strings.TrimPrefix(err.Error(), "usage: "))
+		fs.Usage()
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return bad("unexpected argument %q", fs.Arg(0))
+	}
+	n := 0
+	for _, b := range []bool{o.Think, o.NoThink, o.ThinkMax} {
+		if b {
+			n++
+		}
+	}
+	switch {
+	case n > 1:
+		return bad("--think, --nothink and --think-max exclude each other")
+	case o.Model != "" && o.Demo:
+		return bad("-m and --demo exclude each other")
+	case o.Prompt != "" && o.PromptFile != "":
+		return bad("-p and --prompt-file exclude each other")
+	case o.MaxTokens <= 0:
+		return bad("-n must be positive")
+	case o.Ctx <= 0:
+		return bad("--ctx must be positive")
+	case o.Temp < 0 || o.TopP < 0 || o.TopP > 1 || o.TopK < 0 || o.MinP < 0 || o.MinP > 1:
+		return bad("sampling parameters out of range")
+	case o.Backend != "cpu" && o.Backend != "cuda":
+		return bad("--backend must be cpu or cuda")
+	case o.Color != "auto" && o.Color != "always" && o.Color != "never":
+		return bad("--color must be auto, always or never")
+	}
+	if o.PromptFile != "" {
+		b, err := os.ReadFile(o.PromptFile)
+		if err != nil {
+			return nil, err
+		}
+		o.Prompt = string(b)
+	}
+	if o.DumpTokens && o.Prompt == "" {
+		return bad("--dump-tokens needs -p TEXT")
+	}
+	return o, nil
+}
+
+// Mode returns the thinking mode the flags select (thinking by default, as
+// ds4.c).
+func (o *Options) Mode() chat.Mode {
+	switch {
+	case o.NoThink:
+		return chat.ModeChat
+	case o.ThinkMax:
+		return chat.ModeThinkMax
+	}
+	return chat.ModeThinking
+}
+
+// Main runs ds4 with args (without the program name) and returns the exit
+// status: 0 ok, 1 error, 2 usage error, 130 interrupted at the prompt.
+func Main(args []string, env Env) int {
+	if env.Stdin == nil {
+		env.Stdin = os.Stdin
+	}
+	if env.Stdout == nil {
+		env.Stdout = os.Stdout
+	}
+	if env.Stderr == nil {
+		env.Stderr = os.Stderr
+	}
+	o, err := ParseFlags(args, env.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if env.Interrupts == nil {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt)
+		defer signal.Stop(sig)
+		ch := make(chan struct{}, 1)
+		go func() {
+			for range sig {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}()
+		env.Interrupts = ch
+	}
+	m, err := openModel(o, env.Stderr)
+	if err != nil {
+		fmt.Fprintln(env.Stderr, "ds4:", err)
+		return 1
+	}
+	defer m.Close()
+
+	if o.DumpTokens {
+		dumpTokens(env.Stdout, m, o.Prompt)
+		return 0
+	}
+	color := o.Color == "always"
+	if o.Color == "auto" {
+		if env.IsTerminal != nil {
+			color = env.IsTerminal()
+		} else {
+			color = isTerminal(os.Stdout) && env.Stdout == io.Writer(os.Stdout)
+		}
+	}
+	c, err := newChat(m, o, env.Stdout, env.Stderr, color)
+	if err != nil {
+		fmt.Fprintln(env.Stderr, "ds4:", err)
+		return 1
+	}
+	defer c.Close()
+	if o.Prompt != "" {
+		ctx, stop := turnCtx(env.Interrupts)
+		st, err := c.Turn(ctx, o.Prompt)
+		stop()
+		if env.onTurn != nil {
+			env.onTurn(c, st)
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
+			fmt.Fprintln(env.Stderr, "ds4:", err)
+			return 1
+		}
+		st.print(env.Stderr)
+		return 0
+	}
+	return interactive(c, env)
+}
+
+// turnCtx returns a context cancelled by the next interrupt, and a stop
+// function that ends the watch (and cancels the context).
+func turnCtx(intr <-chan struct{}) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case <-intr:
+			cancel()
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		<-exited
+		cancel()
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// dumpTokens prints text's token ids and pieces (plain text, special-token
+// strings not recognised), one per line: id, tab, the piece quoted.
+func dumpTokens(w io.Writer, m *loaded, text string) {
+	ids := m.tok.Encode(text)
+	for _, id := range ids {
+		b, err := m.tok.TokenBytes(id)
+		if err != nil {
+			b = []byte("?")
+		}
+		fmt.Fprintf(w, "%d\t%q\n", id, b)
+	}
+	fmt.Fprintf(w, "%d tokens\n", len(ids))
+}
