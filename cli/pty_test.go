@@ -116,7 +116,10 @@ func TestPTYSession(t *testing.T) {
 	at = waitFor(at, "ds4> ")
 	send("hello\n") // greedy: about 2300 tokens before EOS, so it stops at -n 600
 	at = waitFor(at, "hello\r\n")
-	for len(snapshot()) < at+16 { // the answer has started
+	for start := time.Now(); len(snapshot()) < at+16; { // the answer has started
+		if time.Since(start) > time.Minute {
+			t.Fatalf("no answer:\n%s", snapshot())
+		}
 		time.Sleep(time.Millisecond)
 	}
 	send("\x03") // Ctrl+C
