@@ -75,6 +75,10 @@ type TensorSpec struct {
 	Role     Role
 	Layer    int  // block index, -1 for model-level tensors
 	Optional bool // may be absent (the router bias of learned-routing layers)
+
+	// slot returns where Bind stores the tensor in Weights (the layer's
+	// Compressor and Indexer already allocated).
+	slot func(w *Weights, layer int) **Tensor
 }
 
 // Scheme chooses one storage type per role, as a quantization of the whole
@@ -163,63 +167,63 @@ func ExpectedTensors(c *Config) []TensorSpec {
 	IH, IHD := uint64(c.IndexerHeads), uint64(c.IndexerHeadDim)
 
 	var specs []TensorSpec
-	add := func(layer int, name string, role Role, dims ...uint64) {
-		specs = append(specs, TensorSpec{Name: name, Dims: dims, Role: role, Layer: layer})
+	add := func(layer int, name string, slot func(*Weights, int) **Tensor, role Role, dims ...uint64) {
+		specs = append(specs, TensorSpec{Name: name, Dims: dims, Role: role, Layer: layer, slot: slot})
 	}
-	add(-1, "token_embd.weight", RoleSmall, E, V)
+	add(-1, "token_embd.weight", func(w *Weights, _ int) **Tensor { return &w.TokenEmbd }, RoleSmall, E, V)
 	for l := 0; l < c.Layers; l++ {
 		p := LayerPrefix(l)
 		ratio := uint64(c.Ratio(l))
-		add(l, p+"hc_attn_fn.weight", RoleSmall, E*HC, mixes)
-		add(l, p+"hc_attn_scale.weight", RoleVector, 3)
-		add(l, p+"hc_attn_base.weight", RoleVector, mixes)
-		add(l, p+"attn_norm.weight", RoleVector, E)
-		add(l, p+"attn_q_a.weight", RoleDense, E, QL)
-		add(l, p+"attn_q_a_norm.weight", RoleVector, QL)
-		add(l, p+"attn_q_b.weight", RoleDense, QL, H*HD)
-		add(l, p+"attn_kv.weight", RoleDense, E, HD)
-		add(l, p+"attn_kv_a_norm.weight", RoleVector, HD)
-		add(l, p+"attn_sinks.weight", RoleVector, H)
-		add(l, p+"attn_output_a.weight", RoleDense, HD*(H/G), G*OL)
-		add(l, p+"attn_output_b.weight", RoleDense, G*OL, E)
+		add(l, p+"hc_attn_fn.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].HCAttnFn }, RoleSmall, E*HC, mixes)
+		add(l, p+"hc_attn_scale.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].HCAttnScale }, RoleVector, 3)
+		add(l, p+"hc_attn_base.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].HCAttnBase }, RoleVector, mixes)
+		add(l, p+"attn_norm.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].AttnNorm }, RoleVector, E)
+		add(l, p+"attn_q_a.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].QA }, RoleDense, E, QL)
+		add(l, p+"attn_q_a_norm.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].QANorm }, RoleVector, QL)
+		add(l, p+"attn_q_b.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].QB }, RoleDense, QL, H*HD)
+		add(l, p+"attn_kv.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].KV }, RoleDense, E, HD)
+		add(l, p+"attn_kv_a_norm.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].KVNorm }, RoleVector, HD)
+		add(l, p+"attn_sinks.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Sinks }, RoleVector, H)
+		add(l, p+"attn_output_a.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].OutA }, RoleDense, HD*(H/G), G*OL)
+		add(l, p+"attn_output_b.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].OutB }, RoleDense, G*OL, E)
 		if ratio != 0 {
 			w := uint64(c.CompressorWidth(l))
-			add(l, p+"attn_compressor_ape.weight", RoleSmall, w, ratio)
-			add(l, p+"attn_compressor_kv.weight", RoleSmall, E, w)
-			add(l, p+"attn_compressor_gate.weight", RoleSmall, E, w)
-			add(l, p+"attn_compressor_norm.weight", RoleVector, HD)
+			add(l, p+"attn_compressor_ape.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Compressor.APE }, RoleSmall, w, ratio)
+			add(l, p+"attn_compressor_kv.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Compressor.KV }, RoleSmall, E, w)
+			add(l, p+"attn_compressor_gate.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Compressor.Gate }, RoleSmall, E, w)
+			add(l, p+"attn_compressor_norm.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Compressor.Norm }, RoleVector, HD)
 		}
 		if ratio == RatioIndexed {
-			add(l, p+"indexer.attn_q_b.weight", RoleSmall, QL, IH*IHD)
-			add(l, p+"indexer.proj.weight", RoleSmall, E, IH)
-			add(l, p+"indexer_compressor_ape.weight", RoleSmall, 2*IHD, ratio)
-			add(l, p+"indexer_compressor_kv.weight", RoleSmall, E, 2*IHD)
-			add(l, p+"indexer_compressor_gate.weight", RoleSmall, E, 2*IHD)
-			add(l, p+"indexer_compressor_norm.weight", RoleVector, IHD)
+			add(l, p+"indexer.attn_q_b.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Indexer.QB }, RoleSmall, QL, IH*IHD)
+			add(l, p+"indexer.proj.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Indexer.Proj }, RoleSmall, E, IH)
+			add(l, p+"indexer_compressor_ape.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Indexer.Compressor.APE }, RoleSmall, 2*IHD, ratio)
+			add(l, p+"indexer_compressor_kv.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Indexer.Compressor.KV }, RoleSmall, E, 2*IHD)
+			add(l, p+"indexer_compressor_gate.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Indexer.Compressor.Gate }, RoleSmall, E, 2*IHD)
+			add(l, p+"indexer_compressor_norm.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Indexer.Compressor.Norm }, RoleVector, IHD)
 		}
-		add(l, p+"hc_ffn_fn.weight", RoleSmall, E*HC, mixes)
-		add(l, p+"hc_ffn_scale.weight", RoleVector, 3)
-		add(l, p+"hc_ffn_base.weight", RoleVector, mixes)
-		add(l, p+"ffn_norm.weight", RoleVector, E)
-		add(l, p+"ffn_gate_inp.weight", RoleSmall, E, NE)
+		add(l, p+"hc_ffn_fn.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].HCFFNFn }, RoleSmall, E*HC, mixes)
+		add(l, p+"hc_ffn_scale.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].HCFFNScale }, RoleVector, 3)
+		add(l, p+"hc_ffn_base.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].HCFFNBase }, RoleVector, mixes)
+		add(l, p+"ffn_norm.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].FFNNorm }, RoleVector, E)
+		add(l, p+"ffn_gate_inp.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].GateInp }, RoleSmall, E, NE)
 		if c.IsHashLayer(l) {
-			add(l, p+"ffn_gate_tid2eid.weight", RoleTokenMap, uint64(c.ExpertsUsed), V)
+			add(l, p+"ffn_gate_tid2eid.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Tid2Eid }, RoleTokenMap, uint64(c.ExpertsUsed), V)
 		} else {
-			add(l, p+"exp_probs_b.bias", RoleVector, NE)
+			add(l, p+"exp_probs_b.bias", func(w *Weights, l int) **Tensor { return &w.Layers[l].ExpProbsBias }, RoleVector, NE)
 			specs[len(specs)-1].Optional = true
 		}
-		add(l, p+"ffn_gate_exps.weight", RoleExpertGateUp, E, FF, NE)
-		add(l, p+"ffn_up_exps.weight", RoleExpertGateUp, E, FF, NE)
-		add(l, p+"ffn_down_exps.weight", RoleExpertDown, FF, E, NE)
-		add(l, p+"ffn_gate_shexp.weight", RoleDense, E, FF)
-		add(l, p+"ffn_up_shexp.weight", RoleDense, E, FF)
-		add(l, p+"ffn_down_shexp.weight", RoleDense, FF, E)
+		add(l, p+"ffn_gate_exps.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].GateExps }, RoleExpertGateUp, E, FF, NE)
+		add(l, p+"ffn_up_exps.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].UpExps }, RoleExpertGateUp, E, FF, NE)
+		add(l, p+"ffn_down_exps.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].DownExps }, RoleExpertDown, FF, E, NE)
+		add(l, p+"ffn_gate_shexp.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].GateShexp }, RoleDense, E, FF)
+		add(l, p+"ffn_up_shexp.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].UpShexp }, RoleDense, E, FF)
+		add(l, p+"ffn_down_shexp.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].DownShexp }, RoleDense, FF, E)
 	}
-	add(-1, "output_hc_base.weight", RoleVector, HC)
-	add(-1, "output_hc_fn.weight", RoleSmall, E*HC, HC)
-	add(-1, "output_hc_scale.weight", RoleVector, 1)
-	add(-1, "output_norm.weight", RoleVector, E)
-	add(-1, "output.weight", RoleDense, E, V)
+	add(-1, "output_hc_base.weight", func(w *Weights, _ int) **Tensor { return &w.OutputHCBase }, RoleVector, HC)
+	add(-1, "output_hc_fn.weight", func(w *Weights, _ int) **Tensor { return &w.OutputHCFn }, RoleSmall, E*HC, HC)
+	add(-1, "output_hc_scale.weight", func(w *Weights, _ int) **Tensor { return &w.OutputHCScal }, RoleVector, 1)
+	add(-1, "output_norm.weight", func(w *Weights, _ int) **Tensor { return &w.OutputNorm }, RoleVector, E)
+	add(-1, "output.weight", func(w *Weights, _ int) **Tensor { return &w.Output }, RoleDense, E, V)
 	return specs
 }
 

@@ -155,80 +155,32 @@ func CheckTokenMaps(w *Weights) error {
 }
 
 // Bind builds Weights from a source whose tensors have already been validated
-// (ValidateTensors); it only checks presence.
+// (ValidateTensors); it only checks presence. The tensors bound are exactly
+// those of ExpectedTensors(c).
 func Bind(c *Config, src TensorSource) (*Weights, error) {
-	var missing []string
-	get := func(name string, optional bool) *Tensor {
-		t, ok := src.Lookup(name)
-		if !ok {
-			if !optional {
-				missing = append(missing, name)
-			}
-			return nil
-		}
-		return t
-	}
 	w := &Weights{Config: *c}
-	w.TokenEmbd = get("token_embd.weight", false)
 	w.Layers = make([]Layer, c.Layers)
 	for l := range w.Layers {
-		p := LayerPrefix(l)
 		ly := &w.Layers[l]
 		ly.Index, ly.Ratio, ly.Hash = l, c.Ratio(l), c.IsHashLayer(l)
-		ly.HCAttnFn = get(p+"hc_attn_fn.weight", false)
-		ly.HCAttnScale = get(p+"hc_attn_scale.weight", false)
-		ly.HCAttnBase = get(p+"hc_attn_base.weight", false)
-		ly.AttnNorm = get(p+"attn_norm.weight", false)
-		ly.QA = get(p+"attn_q_a.weight", false)
-		ly.QANorm = get(p+"attn_q_a_norm.weight", false)
-		ly.QB = get(p+"attn_q_b.weight", false)
-		ly.KV = get(p+"attn_kv.weight", false)
-		ly.KVNorm = get(p+"attn_kv_a_norm.weight", false)
-		ly.Sinks = get(p+"attn_sinks.weight", false)
-		ly.OutA = get(p+"attn_output_a.weight", false)
-		ly.OutB = get(p+"attn_output_b.weight", false)
 		if ly.Ratio != 0 {
-			ly.Compressor = &Compressor{
-				APE:  get(p+"attn_compressor_ape.weight", false),
-				KV:   get(p+"attn_compressor_kv.weight", false),
-				Gate: get(p+"attn_compressor_gate.weight", false),
-				Norm: get(p+"attn_compressor_norm.weight", false),
-			}
+			ly.Compressor = &Compressor{}
 		}
 		if ly.Ratio == RatioIndexed {
-			ly.Indexer = &Indexer{
-				QB:   get(p+"indexer.attn_q_b.weight", false),
-				Proj: get(p+"indexer.proj.weight", false),
-				Compressor: Compressor{
-					APE:  get(p+"indexer_compressor_ape.weight", false),
-					KV:   get(p+"indexer_compressor_kv.weight", false),
-					Gate: get(p+"indexer_compressor_gate.weight", false),
-					Norm: get(p+"indexer_compressor_norm.weight", false),
-				},
-			}
+			ly.Indexer = &Indexer{}
 		}
-		ly.HCFFNFn = get(p+"hc_ffn_fn.weight", false)
-		ly.HCFFNScale = get(p+"hc_ffn_scale.weight", false)
-		ly.HCFFNBase = get(p+"hc_ffn_base.weight", false)
-		ly.FFNNorm = get(p+"ffn_norm.weight", false)
-		ly.GateInp = get(p+"ffn_gate_inp.weight", false)
-		if ly.Hash {
-			ly.Tid2Eid = get(p+"ffn_gate_tid2eid.weight", false)
-		} else {
-			ly.ExpProbsBias = get(p+"exp_probs_b.bias", true)
-		}
-		ly.GateExps = get(p+"ffn_gate_exps.weight", false)
-		ly.UpExps = get(p+"ffn_up_exps.weight", false)
-		ly.DownExps = get(p+"ffn_down_exps.weight", false)
-		ly.GateShexp = get(p+"ffn_gate_shexp.weight", false)
-		ly.UpShexp = get(p+"ffn_up_shexp.weight", false)
-		ly.DownShexp = get(p+"ffn_down_shexp.weight", false)
 	}
-	w.OutputHCBase = get("output_hc_base.weight", false)
-	w.OutputHCFn = get("output_hc_fn.weight", false)
-	w.OutputHCScal = get("output_hc_scale.weight", false)
-	w.OutputNorm = get("output_norm.weight", false)
-	w.Output = get("output.weight", false)
+	var missing []string
+	for _, sp := range ExpectedTensors(c) {
+		t, ok := src.Lookup(sp.Name)
+		if !ok {
+			if !sp.Optional {
+				missing = append(missing, sp.Name)
+			}
+			continue
+		}
+		*sp.slot(w, sp.Layer) = t
+	}
 	if len(missing) > 0 {
 		return nil, &LayoutError{Problems: prefixEach("missing tensor ", missing)}
 	}
