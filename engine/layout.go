@@ -223,3 +223,22 @@ func (r *retention) continuable(pos int) bool {
 	}
 	return true
 }
+
+// CheckRange validates a ReadState/WriteState request against the layout:
+// entries [first, first+n) of part p of a layer, copied through a buffer of
+// bufLen values. A by-position part (a ring) can move at most its capacity
+// at once; a by-row part must stay inside its capacity. Backends call it so
+// that every one of them refuses the same requests.
+func (l *StateLayout) CheckRange(layer int, p StatePart, first, n, bufLen int) error {
+	width, capacity := l.Width(layer, p), l.Capacity(layer, p)
+	if first < 0 || n < 0 || bufLen < n*width {
+		return fmt.Errorf("state range [%d, %d) of width %d with a buffer of %d", first, first+n, width, bufLen)
+	}
+	if p.ByPosition() && n > capacity {
+		return fmt.Errorf("%d entries exceed the ring's %d slots", n, capacity)
+	}
+	if !p.ByPosition() && first+n > capacity {
+		return fmt.Errorf("rows [%d, %d) exceed the table's %d rows", first, first+n, capacity)
+	}
+	return nil
+}

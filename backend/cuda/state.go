@@ -132,15 +132,10 @@ func (s *state) ensureRows(t *dtable, n int) error {
 	return nil
 }
 
-func (s *state) check(t *dtable, first, n, have int) error {
-	if first < 0 || n < 0 || have < n*t.width {
-		return fmt.Errorf("cuda: state range [%d, %d) of width %d with a buffer of %d", first, first+n, t.width, have)
-	}
-	if t.ring && n > t.cap {
-		return fmt.Errorf("cuda: %d entries exceed the ring's %d slots", n, t.cap)
-	}
-	if !t.ring && first+n > t.cap {
-		return fmt.Errorf("cuda: rows [%d, %d) exceed the table's %d rows", first, first+n, t.cap)
+// check validates a state copy against the layout.
+func (s *state) check(layer int, p engine.StatePart, first, n, have int) error {
+	if err := s.layout.CheckRange(layer, p, first, n, have); err != nil {
+		return fmt.Errorf("cuda: %w", err)
 	}
 	return nil
 }
@@ -174,7 +169,7 @@ func (be *Backend) ReadState(si engine.State, layer int, p engine.StatePart, fir
 	if err != nil {
 		return err
 	}
-	if err := s.check(t, first, n, len(dst)); err != nil {
+	if err := s.check(layer, p, first, n, len(dst)); err != nil {
 		return err
 	}
 	if !t.ring && first+n > t.rows {
@@ -199,7 +194,7 @@ func (be *Backend) WriteState(si engine.State, layer int, p engine.StatePart, fi
 	if err != nil {
 		return err
 	}
-	if err := s.check(t, first, n, len(src)); err != nil {
+	if err := s.check(layer, p, first, n, len(src)); err != nil {
 		return err
 	}
 	if err := s.ensureRows(t, first+n); err != nil {
