@@ -61,11 +61,8 @@ func openModel(o *Options, stderr io.Writer) (*loaded, error) {
 		}
 		name = path
 	default:
-		data, err := synth.Build(synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 1})
-		if err != nil {
-			return nil, err
-		}
-		if f, err = gguf.Parse(data); err != nil {
+		var err error
+		if f, err = synth.Demo(); err != nil {
 			return nil, err
 		}
 		name, demo = "demo (synth.Tiny)", true

@@ -12,7 +12,6 @@ import (
 
 	"ds4go/backend/cpu"
 	"ds4go/engine"
-	"ds4go/gguf"
 	"ds4go/model"
 	"ds4go/synth"
 )
@@ -34,11 +33,7 @@ func synthQuantConfig() model.Config {
 
 func buildSynth(t testing.TB, c model.Config, scheme model.Scheme) *model.Weights {
 	t.Helper()
-	data, err := synth.Build(synth.Options{Config: c, Scheme: scheme, Seed: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(data)
+	f, err := synth.BuildFile(synth.Options{Config: c, Scheme: scheme, Seed: 7})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"ds4go/backend/cpu"
 	"ds4go/engine"
-	"ds4go/gguf"
 	"ds4go/model"
 	"ds4go/synth"
 )
@@ -28,11 +27,7 @@ const (
 
 func synthWeights(t testing.TB, c model.Config, scheme model.Scheme) *model.Weights {
 	t.Helper()
-	data, err := synth.Build(synth.Options{Config: c, Scheme: scheme, Seed: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(data)
+	f, err := synth.BuildFile(synth.Options{Config: c, Scheme: scheme, Seed: 7})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,11 +105,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var f *gguf.File
 	name := "demo (synth.Tiny, q8, random weights)"
 	if *modelPath == "" {
-		data, err := synth.Build(synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 1})
-		if err != nil {
-			return fail(err)
-		}
-		if f, err = gguf.Parse(data); err != nil {
+		if f, err = synth.Demo(); err != nil {
 			return fail(err)
 		}
 	} else {

@@ -131,11 +131,7 @@ func Open(path string, o Options) (*Engine, func(), error) {
 // weights (Q8_0), generated in memory. It runs the real forward pass, so it
 // exercises everything, but its output is meaningless text.
 func Demo(o Options) (*Engine, error) {
-	data, err := synth.Build(synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 1})
-	if err != nil {
-		return nil, err
-	}
-	f, err := gguf.Parse(data)
+	f, err := synth.Demo()
 	if err != nil {
 		return nil, err
 	}
