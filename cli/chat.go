@@ -11,13 +11,14 @@ import (
 	"ds4go/chat"
 	"ds4go/chat/dsml"
 	"ds4go/engine"
+	"ds4go/loader"
 )
 
 // Chat is a conversation on one live session: every turn prefills only what
 // the transcript gained since the previous turn (the closing EOS of the last
 // answer, the new user turn and the assistant opening), then generates.
 type Chat struct {
-	m       *loaded
+	m       *loader.Model
 	opts    *Options
 	out     io.Writer
 	errw    io.Writer
@@ -72,7 +73,7 @@ func (st TurnStats) print(w io.Writer) {
 		st.Generated, st.GenTime.Seconds(), rate(st.Generated, st.GenTime), st.Stop, st.SessionTokens)
 }
 
-func newChat(m *loaded, o *Options, out, errw io.Writer, color bool) (*Chat, error) {
+func newChat(m *loader.Model, o *Options, out, errw io.Writer, color bool) (*Chat, error) {
 	seed := o.Seed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -83,15 +84,15 @@ func newChat(m *loaded, o *Options, out, errw io.Writer, color bool) (*Chat, err
 			Temperature: float32(o.Temp), TopK: o.TopK, TopP: float32(o.TopP), MinP: float32(o.MinP), Seed: seed,
 		}),
 		stops: map[int32]bool{},
-		eos:   m.tok.EOS(),
+		eos:   m.Tokenizer.EOS(),
 	}
 	c.stops[c.eos] = true
 	for _, s := range []string{chat.EOS, chat.UserToken} {
-		if id, ok := m.tok.Lookup(s); ok {
+		if id, ok := m.Tokenizer.Lookup(s); ok {
 			c.stops[id] = true
 		}
 	}
-	if id, ok := m.tok.Lookup(chat.EOS); ok {
+	if id, ok := m.Tokenizer.Lookup(chat.EOS); ok {
 		c.eos = id
 	}
 	if err := c.setContext(o.Ctx); err != nil {
@@ -103,10 +104,10 @@ func newChat(m *loaded, o *Options, out, errw io.Writer, color bool) (*Chat, err
 // setContext starts a new session of n tokens (capped at the model's) and
 // an empty transcript (the system prompt kept).
 func (c *Chat) setContext(n int) error {
-	if l := c.m.cfg.ContextLen; l > 0 && n > l {
+	if l := c.m.Config.ContextLen; l > 0 && n > l {
 		n = l
 	}
-	s, err := engine.NewSession(c.m.be, engine.Options{MaxContext: n})
+	s, err := engine.NewSession(c.m.Backend, engine.Options{MaxContext: n})
 	if err != nil {
 		return err
 	}
@@ -141,16 +142,16 @@ func (c *Chat) turnTokens(msgs []chat.Message) (toks []int32, reprefill bool, er
 	tm := chat.EffectiveMode(c.mode, c.ctxSize) == chat.ModeThinkMax
 	if c.sess.Pos() == 0 && len(c.pending) == 0 {
 		c.kvThinkMax = tm
-		return c.m.tok.EncodeWithSpecial(full), false, nil
+		return c.m.Tokenizer.EncodeWithSpecial(full), false, nil
 	}
 	prev, err := chat.Render(c.conv, ro)
 	if err == nil && tm == c.kvThinkMax && strings.HasPrefix(full, prev) {
-		toks = append(append([]int32(nil), c.pending...), c.m.tok.EncodeWithSpecial(full[len(prev):])...)
+		toks = append(append([]int32(nil), c.pending...), c.m.Tokenizer.EncodeWithSpecial(full[len(prev):])...)
 		return toks, false, nil
 	}
 	c.sess.Reset()
 	c.pending, c.kvThinkMax = nil, tm
-	return c.m.tok.EncodeWithSpecial(full), true, nil
+	return c.m.Tokenizer.EncodeWithSpecial(full), true, nil
 }
 
 // Turn adds a user message, prefills it and streams the answer to the
@@ -195,7 +196,7 @@ func (c *Chat) Turn(ctx context.Context, text string) (TurnStats, error) {
 
 	eff := chat.EffectiveMode(c.mode, c.ctxSize)
 	p := dsml.NewParser(dsml.Options{Thinking: eff.Thinking(), DisableToolCalls: true})
-	sd := c.m.tok.NewStreamDecoder()
+	sd := c.m.Tokenizer.NewStreamDecoder()
 	em := &emitter{w: c.out, color: c.color}
 	t1 := time.Now()
 	st.Stop = "length"

@@ -37,7 +37,17 @@ type Options struct {
 	NoThink    bool
 	ThinkMax   bool
 	DumpTokens bool
-	Color      string
+	// Raw (with DumpTokens) tokenizes the text alone, without the chat
+	// template; JSON prints {"ids", "pieces"} instead of lines.
+	Raw  bool
+	JSON bool
+	// DumpLogprobs names a JSON file for the greedy continuation's
+	// per-step top-LogprobsTopK log-probabilities (no text printed).
+	DumpLogprobs string
+	LogprobsTopK int
+	// NoWarm skips paging the weights in before the first token.
+	NoWarm bool
+	Color  string
 }
 
 // DefaultCtx is the context size when --ctx is not given (capped at the
@@ -60,7 +70,8 @@ type Env struct {
 
 const usageText = `usage: ds4 [flags]              interactive chat (/help lists its commands)
        ds4 [flags] -p PROMPT    one-shot answer
-       ds4 --dump-tokens -p TEXT
+       ds4 --dump-tokens [--raw] [--json] -p TEXT
+       ds4 --dump-logprobs FILE [--logprobs-top-k K] -p PROMPT
 flags (-x and --x are the same):
   -m, --model FILE     model GGUF (default ./ds4flash.gguf; without it, the demo model)
   --demo               built-in demo model: synthetic, random weights, meaningless text
@@ -73,7 +84,13 @@ flags (-x and --x are the same):
   -t, --threads N      CPU threads (0: all cores)
   --backend cpu|cuda   (--cuda: same as --backend cuda)
   --color auto|always|never   dim the reasoning with ANSI colours
-  --dump-tokens        print the token ids and pieces of -p's text (plain text) and exit
+  --dump-tokens        print the token ids and pieces of the prompt (chat template applied,
+                       unless the text is already a rendered chat starting with BOS) and exit
+  --raw                with --dump-tokens: the text alone, no chat template
+  --json               with --dump-tokens: {"ids": [...], "pieces": [...]} (hex for non-UTF-8 pieces)
+  --dump-logprobs FILE write the greedy continuation's top-k logprobs per step as JSON, print nothing
+  --logprobs-top-k K   alternatives per step for --dump-logprobs (20, at most 128)
+  --no-warm            do not page the model's weights in before the first token
 `
 
 // errUsage marks a command-line error (exit status 2).
@@ -115,7 +132,12 @@ func newFlagSet(o *Options, stderr io.Writer) *flag.FlagSet {
 	boolean(&o.Think, "thinking mode (the default)", "think")
 	boolean(&o.NoThink, "non-thinking mode: direct answers", "nothink")
 	boolean(&o.ThinkMax, "Think-Max mode (needs --ctx >= 393216, else plain thinking)", "think-max")
-	boolean(&o.DumpTokens, "print the token ids and pieces of -p's text and exit", "dump-tokens")
+	boolean(&o.DumpTokens, "print the token ids and pieces of the prompt and exit", "dump-tokens")
+	boolean(&o.Raw, "with --dump-tokens: the text alone, without the chat template", "raw")
+	boolean(&o.JSON, "with --dump-tokens: print JSON", "json")
+	str(&o.DumpLogprobs, "", "write the greedy continuation's top-k logprobs per step to this JSON file", "dump-logprobs")
+	integer(&o.LogprobsTopK, 20, "alternatives per step for --dump-logprobs", "logprobs-top-k")
+	boolean(&o.NoWarm, "do not page the weights in before the first token", "no-warm")
 	str(&o.Color, "auto", "dim reasoning with ANSI colours: auto, always, never", "color")
 	fs.Usage = func() { io.WriteString(stderr, usageText) }
 	return fs
@@ -171,8 +193,17 @@ func ParseFlags(args []string, stderr io.Writer) (*Options, error) {
 		}
 		o.Prompt = string(b)
 	}
-	if o.DumpTokens && o.Prompt == "" {
-		return bad("--dump-tokens needs -p TEXT")
+	switch {
+	case o.DumpTokens && o.Prompt == "":
+		return bad("--dump-tokens needs -p TEXT or --prompt-file FILE")
+	case (o.Raw || o.JSON) && !o.DumpTokens:
+		return bad("--raw and --json go with --dump-tokens")
+	case o.DumpLogprobs != "" && o.Prompt == "":
+		return bad("--dump-logprobs needs -p PROMPT or --prompt-file FILE")
+	case o.DumpLogprobs != "" && o.DumpTokens:
+		return bad("--dump-logprobs and --dump-tokens exclude each other")
+	case o.LogprobsTopK <= 0 || o.LogprobsTopK > MaxLogprobsTopK:
+		return bad("--logprobs-top-k must be 1..%d", MaxLogprobsTopK)
 	}
 	return o, nil
 }
@@ -223,7 +254,7 @@ func Main(args []string, env Env) int {
 		}()
 		env.Interrupts = ch
 	}
-	m, err := openModel(o, env.Stderr)
+	m, err := openModel(o, env.Stderr, stderrIsTerminal(env.Stderr))
 	if err != nil {
 		fmt.Fprintln(env.Stderr, "ds4:", err)
 		return 1
@@ -231,7 +262,21 @@ func Main(args []string, env Env) int {
 	defer m.Close()
 
 	if o.DumpTokens {
-		dumpTokens(env.Stdout, m, o.Prompt)
+		if err := dumpTokens(env.Stdout, m, o); err != nil {
+			fmt.Fprintln(env.Stderr, "ds4:", err)
+			return 1
+		}
+		return 0
+	}
+	if o.DumpLogprobs != "" {
+		ctx, stop := turnCtx(env.Interrupts)
+		defer stop()
+		n, err := dumpLogprobs(ctx, m, o)
+		if err != nil {
+			fmt.Fprintln(env.Stderr, "ds4:", err)
+			return 1
+		}
+		fmt.Fprintf(env.Stderr, "ds4: wrote %d steps to %s\n", n, o.DumpLogprobs)
 		return 0
 	}
 	color := o.Color == "always"
@@ -289,18 +334,4 @@ func turnCtx(intr <-chan struct{}) (context.Context, func()) {
 func isTerminal(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-// dumpTokens prints text's token ids and pieces (plain text, special-token
-// strings not recognised), one per line: id, tab, the piece quoted.
-func dumpTokens(w io.Writer, m *loaded, text string) {
-	ids := m.tok.Encode(text)
-	for _, id := range ids {
-		b, err := m.tok.TokenBytes(id)
-		if err != nil {
-			b = []byte("?")
-		}
-		fmt.Fprintf(w, "%d\t%q\n", id, b)
-	}
-	fmt.Fprintf(w, "%d tokens\n", len(ids))
 }

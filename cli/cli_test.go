@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,8 +14,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"ds4go/chat"
+	"ds4go/loader"
 )
 
 type turnRecord struct {
@@ -115,34 +119,153 @@ func TestMissingModel(t *testing.T) {
 	}
 }
 
-func TestDumpTokens(t *testing.T) {
-	text := "Hello, world! Ciao 日本語 <｜User｜> 123"
-	h, rc := run(t, "", "--demo", "--dump-tokens", "-p", text)
-	if rc != 0 {
-		t.Fatalf("rc %d: %s", rc, h.stderr.String())
-	}
-	m, err := openModel(&Options{Demo: true, Backend: "cpu"}, io.Discard)
+func openDemo(t *testing.T) *loader.Model {
+	t.Helper()
+	m, err := openModel(&Options{Demo: true, Backend: "cpu"}, io.Discard, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(m.Close)
+	return m
+}
+
+func dumpLines(t *testing.T, m *loader.Model, ids []int32) string {
+	t.Helper()
 	var want strings.Builder
-	ids := m.tok.Encode(text)
-	var all []byte
 	for _, id := range ids {
-		b, err := m.tok.TokenBytes(id)
+		b, err := m.Tokenizer.TokenBytes(id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		all = append(all, b...)
 		fmt.Fprintf(&want, "%d\t%q\n", id, b)
 	}
 	fmt.Fprintf(&want, "%d tokens\n", len(ids))
-	if h.stdout.String() != want.String() {
-		t.Errorf("dump:\n%s\nwant:\n%s", h.stdout.String(), want.String())
+	return want.String()
+}
+
+func TestDumpTokens(t *testing.T) {
+	m := openDemo(t)
+	text := "Hello, world! Ciao 日本語 123"
+	// Default: the prompt as the model sees it (chat template, thinking).
+	h, rc := run(t, "", "--demo", "--dump-tokens", "-sys", "be brief", "-p", text)
+	if rc != 0 {
+		t.Fatalf("rc %d: %s", rc, h.stderr.String())
+	}
+	rendered, err := chat.Render(chat.Conversation{Messages: []chat.Message{
+		{Role: chat.RoleSystem, Content: "be brief"}, {Role: chat.RoleUser, Content: text}}},
+		chat.Options{Mode: chat.ModeThinking, ContextSize: DefaultCtx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(rendered, chat.BOS) || !strings.Contains(rendered, text) {
+		t.Fatalf("rendered prompt %q", rendered)
+	}
+	if got, want := h.stdout.String(), dumpLines(t, m, m.Tokenizer.EncodeWithSpecial(rendered)); got != want {
+		t.Errorf("dump:\n%s\nwant:\n%s", got, want)
+	}
+	// A text that is already a rendered chat is taken as it is.
+	h, rc = run(t, "", "--demo", "--dump-tokens", "-p", rendered)
+	if rc != 0 || h.stdout.String() != dumpLines(t, m, m.Tokenizer.EncodeWithSpecial(rendered)) {
+		t.Errorf("rendered input: rc %d\n%s", rc, h.stdout.String())
+	}
+}
+
+func TestDumpTokensRawJSON(t *testing.T) {
+	m := openDemo(t)
+	// Rare characters whose bytes the vocabulary splits mid-character, and
+	// a protocol special (recognised, as the HF tokenizer does).
+	text := "Ciao 日本語 \U0001F980\U0001F9A9 ꙮ𓀀 <｜User｜> x\n"
+	file := filepath.Join(t.TempDir(), "p.txt")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h, rc := run(t, "", "--demo", "--dump-tokens", "--raw", "--json", "--prompt-file", file)
+	if rc != 0 {
+		t.Fatalf("rc %d: %s", rc, h.stderr.String())
+	}
+	var got struct {
+		IDs       []int32  `json:"ids"`
+		Pieces    []string `json:"pieces"`
+		HexPieces []int    `json:"hex_pieces"`
+	}
+	if err := json.Unmarshal(h.stdout.Bytes(), &got); err != nil {
+		t.Fatalf("%v:\n%s", err, h.stdout.String())
+	}
+	want := m.Tokenizer.EncodeWithSpecial(text)
+	if !slices.Equal(got.IDs, want) || len(got.Pieces) != len(want) {
+		t.Fatalf("ids %v, want %v", got.IDs, want)
+	}
+	if id, _ := m.Tokenizer.Lookup(chat.UserToken); !slices.Contains(got.IDs, id) {
+		t.Errorf("%s not recognised: %v", chat.UserToken, got.IDs)
+	}
+	if len(got.HexPieces) == 0 {
+		t.Errorf("no piece needed hex: %q", got.Pieces)
+	}
+	var all []byte
+	for i, p := range got.Pieces {
+		if slices.Contains(got.HexPieces, i) {
+			b, err := hex.DecodeString(strings.TrimPrefix(p, "0x"))
+			if err != nil || utf8.Valid(b) {
+				t.Fatalf("piece %d %q: %v", i, p, err)
+			}
+			all = append(all, b...)
+		} else {
+			all = append(all, p...)
+		}
 	}
 	if string(all) != text {
-		t.Errorf("pieces concatenate to %q", all)
+		t.Errorf("pieces concatenate to %q, want %q", all, text)
+	}
+}
+
+func TestDumpLogprobs(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "lp.json")
+	h, rc := run(t, "", "--demo", "--nothink", "-n", "6", "--dump-logprobs", out, "--logprobs-top-k", "5", "-p", "Hi")
+	if rc != 0 {
+		t.Fatalf("rc %d: %s", rc, h.stderr.String())
+	}
+	if h.stdout.Len() != 0 {
+		t.Errorf("stdout %q: --dump-logprobs prints no text", h.stdout.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d logprobDump
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.TopK != 5 || len(d.Steps) == 0 || len(d.Steps) > 6 || d.PromptTokens == 0 {
+		t.Fatalf("dump header %+v", d)
+	}
+	var text []byte
+	for _, st := range d.Steps {
+		if len(st.TopLogprobs) != 5 || st.TopLogprobs[0].Token.ID != st.Selected.ID {
+			t.Fatalf("step %d: %+v", st.Step, st)
+		}
+		for i, a := range st.TopLogprobs {
+			if a.Logprob > 0 || (i > 0 && (a.Logit > st.TopLogprobs[i-1].Logit || a.Logprob > st.TopLogprobs[i-1].Logprob)) {
+				t.Fatalf("step %d: alternatives out of order: %+v", st.Step, st.TopLogprobs)
+			}
+			if d := float64(a.Logit-st.TopLogprobs[0].Logit) - (a.Logprob - st.TopLogprobs[0].Logprob); d > 1e-4 || d < -1e-4 {
+				t.Fatalf("step %d: logit and logprob differences disagree by %g", st.Step, d)
+			}
+		}
+		for _, c := range st.Selected.Bytes {
+			text = append(text, byte(c))
+		}
+	}
+	// The same prompt answered greedily by the chat path gives the same
+	// tokens.
+	var turn TurnStats
+	h2 := &harness{}
+	env := h2.env("")
+	env.onTurn = func(_ *Chat, st TurnStats) { turn = st }
+	if rc := Main([]string{"--demo", "--nothink", "-n", "6", "--temp", "0", "-p", "Hi"}, env); rc != 0 {
+		t.Fatalf("rc %d: %s", rc, h2.stderr.String())
+	}
+	if !strings.HasPrefix(string(text), turn.Text) || len(turn.Text) == 0 {
+		t.Errorf("dumped greedy text %q, chat's greedy answer %q", text, turn.Text)
 	}
 }
 
@@ -153,7 +276,7 @@ func suffixLen(t *testing.T, c *Chat, text string, mode chat.Mode) int {
 	if !mode.Thinking() {
 		open = chat.ThinkEnd
 	}
-	return len(c.m.tok.EncodeWithSpecial(chat.UserToken + text + chat.AssistantToken + open))
+	return len(c.m.Tokenizer.EncodeWithSpecial(chat.UserToken + text + chat.AssistantToken + open))
 }
 
 func TestInteractiveReusesSession(t *testing.T) {
@@ -263,7 +386,7 @@ func TestInterruptGeneration(t *testing.T) {
 	env := h.env("tell me a long story\nand another\n")
 	w := &interruptingWriter{intr: h.intr}
 	env.Stdout = w
-	rc := Main([]string{"--demo", "-n", "3000", "--seed", "3", "--nothink"}, env)
+	rc := Main([]string{"--demo", "-n", "300", "--seed", "3", "--nothink"}, env)
 	if rc != 0 {
 		t.Fatalf("rc %d: %s", rc, h.stderr.String())
 	}
@@ -271,7 +394,7 @@ func TestInterruptGeneration(t *testing.T) {
 		t.Fatalf("%d turns: %s", len(h.turns), h.stderr.String())
 	}
 	t1, t2 := h.turns[0], h.turns[1]
-	if t1.st.Stop != "interrupted" || t1.st.Generated >= 3000 {
+	if t1.st.Stop != "interrupted" || t1.st.Generated >= 300 {
 		t.Fatalf("turn 1 not interrupted: %+v", t1.st)
 	}
 	if !strings.Contains(h.stderr.String(), "interrupted") {
@@ -289,11 +412,7 @@ func TestInterruptGeneration(t *testing.T) {
 }
 
 func TestInterruptPrefillDropsTurn(t *testing.T) {
-	m, err := openModel(&Options{Demo: true, Backend: "cpu"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := openDemo(t)
 	o, err := ParseFlags([]string{"-n", "3", "--seed", "1"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/peterh/liner"
 
 	"ds4go/chat"
 )
@@ -24,37 +27,167 @@ const helpText = `commands:
 Ctrl+C stops the answer being generated; at the prompt it exits.
 `
 
-// interactive runs the chat loop over env.Stdin (plain line reading, no
-// line editing or history yet).
-func interactive(c *Chat, env Env) int {
-	lines := make(chan string)
+// errPromptInterrupted is returned by a lineReader when Ctrl+C is pressed
+// at the prompt.
+var errPromptInterrupted = errors.New("interrupted at the prompt")
+
+// lineReader reads the user's lines: with line editing and history on a
+// terminal (liner), plain lines otherwise (pipes, tests).
+type lineReader interface {
+	// ReadLine shows prompt and returns the next line (without its
+	// newline), io.EOF at the end of input, or errPromptInterrupted.
+	ReadLine(prompt string) (string, error)
+	Close()
+}
+
+// plainReader reads lines from a reader in a goroutine, so an interrupt
+// can end the wait.
+type plainReader struct {
+	out   io.Writer
+	lines chan string
+	intr  <-chan struct{}
+}
+
+func newPlainReader(in io.Reader, out io.Writer, intr <-chan struct{}) *plainReader {
+	p := &plainReader{out: out, lines: make(chan string), intr: intr}
 	go func() {
-		defer close(lines)
-		r := bufio.NewReader(env.Stdin)
+		defer close(p.lines)
+		r := bufio.NewReader(in)
 		for {
 			s, err := r.ReadString('\n')
 			if s != "" || err == nil {
-				lines <- strings.TrimRight(s, "\r\n")
+				p.lines <- strings.TrimRight(s, "\r\n")
 			}
 			if err != nil {
 				return
 			}
 		}
 	}()
-	fmt.Fprintf(env.Stderr, "ds4: model %s, context %d tokens, mode %s; /help for commands\n", c.m.name, c.ctxSize, modeName(c.mode))
+	return p
+}
+
+func (p *plainReader) ReadLine(prompt string) (string, error) {
+	fmt.Fprint(p.out, prompt)
+	select {
+	case s, ok := <-p.lines:
+		if !ok {
+			return "", io.EOF
+		}
+		return s, nil
+	case <-p.intr:
+		return "", errPromptInterrupted
+	}
+}
+
+func (p *plainReader) Close() {}
+
+// linerReader edits lines on the terminal (arrows, Ctrl+A/E/W/R, history
+// search) and keeps a history file.
+type linerReader struct {
+	st      *liner.State
+	history string
+}
+
+// maxHistory bounds the history kept in the file.
+const maxHistory = 1000
+
+func newLinerReader(history string) *linerReader {
+	st := liner.NewLiner()
+	st.SetCtrlCAborts(true)
+	st.SetMultiLineMode(true)
+	st.SetTabCompletionStyle(liner.TabPrints)
+	st.SetCompleter(completeCommand)
+	l := &linerReader{st: st, history: history}
+	if history != "" {
+		if f, err := os.Open(history); err == nil {
+			st.ReadHistory(f)
+			f.Close()
+		}
+	}
+	return l
+}
+
+func (l *linerReader) ReadLine(prompt string) (string, error) {
+	s, err := l.st.Prompt(prompt)
+	switch {
+	case errors.Is(err, liner.ErrPromptAborted):
+		return "", errPromptInterrupted
+	case err != nil:
+		return "", err
+	}
+	if strings.TrimSpace(s) != "" {
+		l.st.AppendHistory(s)
+	}
+	return s, nil
+}
+
+// Close saves the history and gives the terminal back its mode.
+func (l *linerReader) Close() {
+	if l.history != "" {
+		if err := writeFileAtomic(l.history, func(w io.Writer) error {
+			_, err := l.st.WriteHistory(w)
+			return err
+		}); err != nil {
+			fmt.Fprintln(os.Stderr, "ds4: history not saved:", err)
+		}
+	}
+	l.st.Close()
+}
+
+// commands lists the interactive commands (for tab completion).
+var commands = []string{"/help", "/think", "/think-max", "/nothink", "/ctx ", "/read ", "/quit", "/exit"}
+
+func completeCommand(line string) []string {
+	if !strings.HasPrefix(line, "/") {
+		return nil
+	}
+	var out []string
+	for _, c := range commands {
+		if strings.HasPrefix(c, line) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// historyPath returns where the line history is kept: $DS4_HISTORY if set
+// ("" there disables it), else ~/.ds4_history.
+func historyPath() string {
+	if p, ok := os.LookupEnv("DS4_HISTORY"); ok {
+		return p
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".ds4_history")
+}
+
+// interactive runs the chat loop: line editing and history when stdin and
+// stdout are the process's terminal, plain line reading otherwise.
+func interactive(c *Chat, env Env) int {
+	var lr lineReader
+	if env.Stdin == io.Reader(os.Stdin) && env.Stdout == io.Writer(os.Stdout) && isTerminal(os.Stdin) && isTerminal(os.Stdout) {
+		lr = newLinerReader(historyPath())
+	} else {
+		lr = newPlainReader(env.Stdin, env.Stdout, env.Interrupts)
+	}
+	defer lr.Close()
+	fmt.Fprintf(env.Stderr, "ds4: model %s, context %d tokens, mode %s; /help for commands\n", c.m.Name, c.ctxSize, modeName(c.mode))
 	for {
-		fmt.Fprint(env.Stdout, "ds4> ")
-		var line string
+		// An interrupt that arrived after the last answer ended is stale.
 		select {
-		case s, ok := <-lines:
-			if !ok {
-				fmt.Fprintln(env.Stdout)
-				return 0
-			}
-			line = s
 		case <-env.Interrupts:
+		default:
+		}
+		line, err := lr.ReadLine("ds4> ")
+		switch {
+		case errors.Is(err, errPromptInterrupted):
 			fmt.Fprintln(env.Stdout)
 			return 130
+		case err != nil:
+			fmt.Fprintln(env.Stdout)
+			return 0
 		}
 		line = strings.TrimSpace(line)
 		if line == "" {

@@ -5,6 +5,7 @@ package cli
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,12 +45,18 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 		m.Close()
 		t.Skipf("open pts: %v", err)
 	}
+	// A terminal of 120×40 (a new pty has 0×0, too narrow for editing).
+	ws := [4]uint16{40, 120, 0, 0}
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, m.Fd(), syscall.TIOCSWINSZ, uintptr(unsafe.Pointer(&ws))); e != 0 {
+		t.Logf("TIOCSWINSZ: %v", e)
+	}
 	return m, s
 }
 
 // TestPTYSession drives ds4 as a person would, in a pseudo-terminal: a turn
 // interrupted with Ctrl+C mid-generation, /nothink, another turn on the same
-// session, then Ctrl+D.
+// session, a line edited with backspace, one recalled from the history with
+// Up, then Ctrl+D; the history file holds the lines.
 func TestPTYSession(t *testing.T) {
 	master, slave := openPTY(t)
 	defer master.Close()
@@ -58,7 +65,8 @@ func TestPTYSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), "DS4_CLI_MAIN=1",
+	history := filepath.Join(t.TempDir(), "history")
+	cmd.Env = append(os.Environ(), "DS4_CLI_MAIN=1", "DS4_HISTORY="+history, "TERM=xterm",
 		"DS4_CLI_ARGS="+strings.Join([]string{"--demo", "--temp", "0", "-n", "600"}, "\x1f"))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
@@ -115,7 +123,8 @@ func TestPTYSession(t *testing.T) {
 	at = waitFor(at, "mode: nothink")
 	at = waitFor(at, "ds4> ")
 	send("hello\n") // greedy: about 2300 tokens before EOS, so it stops at -n 600
-	at = waitFor(at, "hello\r\n")
+	at = waitFor(at, "hello")
+	at = waitFor(at, "\n")
 	for start := time.Now(); len(snapshot()) < at+16; { // the answer has started
 		if time.Since(start) > time.Minute {
 			t.Fatalf("no answer:\n%s", snapshot())
@@ -128,6 +137,14 @@ func TestPTYSession(t *testing.T) {
 	at = waitFor(at, "ds4> ")
 	send("and another\n")
 	at = waitFor(at, "stop: ")
+	at = waitFor(at, "ds4> ")
+	// Line editing: two backspaces turn "/ctx 99" into "/ctx " before 512.
+	send("/ctx 99\x7f\x7f512\n")
+	at = waitFor(at, "context: 512 tokens")
+	at = waitFor(at, "ds4> ")
+	// History: Up recalls the last line.
+	send("\x1b[A\n")
+	at = waitFor(at, "context: 512 tokens")
 	waitFor(at, "ds4> ")
 	send("\x04") // Ctrl+D
 	select {
@@ -137,5 +154,13 @@ func TestPTYSession(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatalf("ds4 did not exit:\n%s", snapshot())
+	}
+	h, err := os.ReadFile(history)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "/nothink\nhello\nand another\n/ctx 512\n" // a repeated line is kept once
+	if string(h) != want {
+		t.Errorf("history file %q, want %q", h, want)
 	}
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"math"
 	"math/rand/v2"
-	"slices"
 )
 
 // SamplerOptions chooses how the next token is drawn from the logits.
@@ -59,12 +58,16 @@ func Greedy(logits []float32) int32 {
 }
 
 // Sample draws a token id from logits.
+//
+// It never sorts the vocabulary: top-k and top-p pick their sets by
+// quickselect over the order (logit descending, lower id first), expected
+// linear time, and the draw walks the chosen set in the order the
+// selection left it (any fixed order draws from the same distribution).
 func (s *Sampler) Sample(logits []float32) int32 {
 	o := s.opts
 	if o.Temperature <= 0 || len(logits) == 0 {
 		return Greedy(logits)
 	}
-	// Candidates sorted by logit, descending (ties by id).
 	s.idx = s.idx[:0]
 	for i, v := range logits {
 		if v == v && !math.IsInf(float64(v), -1) {
@@ -74,58 +77,136 @@ func (s *Sampler) Sample(logits []float32) int32 {
 	if len(s.idx) == 0 {
 		return Greedy(logits)
 	}
-	slices.SortFunc(s.idx, func(a, b int32) int {
-		switch la, lb := logits[a], logits[b]; {
-		case la > lb:
-			return -1
-		case la < lb:
-			return 1
+	better := func(a, b int32) bool {
+		if la, lb := logits[a], logits[b]; la != lb {
+			return la > lb
 		}
-		return int(a) - int(b)
-	})
+		return a < b
+	}
 	if o.TopK > 0 && o.TopK < len(s.idx) {
+		selectBest(s.idx, o.TopK, better)
 		s.idx = s.idx[:o.TopK]
 	}
-	// Softmax at the temperature, in float64.
-	invT := 1 / float64(o.Temperature)
-	top := float64(logits[s.idx[0]])
-	s.prob = s.prob[:0]
-	var sum float64
-	for _, id := range s.idx {
-		p := math.Exp((float64(logits[id]) - top) * invT)
-		s.prob = append(s.prob, p)
-		sum += p
-	}
-	for i := range s.prob {
-		s.prob[i] /= sum
-	}
-	n := len(s.idx)
-	if o.MinP > 0 {
-		th := float64(o.MinP) * s.prob[0]
-		for n > 1 && s.prob[n-1] < th {
-			n--
+	top := s.idx[0]
+	for _, id := range s.idx[1:] {
+		if better(id, top) {
+			top = id
 		}
 	}
-	if o.TopP > 0 && o.TopP < 1 {
-		var c float64
-		for i := 0; i < n; i++ {
-			c += s.prob[i]
-			if c >= float64(o.TopP) {
-				n = i + 1
-				break
+	// Weights at the temperature relative to the best token (which has 1).
+	invT := 1 / float64(o.Temperature)
+	lt := float64(logits[top])
+	s.prob = s.prob[:0]
+	for _, id := range s.idx {
+		s.prob = append(s.prob, math.Exp((float64(logits[id])-lt)*invT))
+	}
+	// min-p keeps weights ≥ MinP (the best token's weight is 1).
+	if o.MinP > 0 {
+		n := 0
+		for i, id := range s.idx {
+			if s.prob[i] >= float64(o.MinP) || id == top {
+				s.idx[n], s.prob[n] = id, s.prob[i]
+				n++
 			}
 		}
+		s.idx, s.prob = s.idx[:n], s.prob[:n]
+	}
+	if o.TopP > 0 && o.TopP < 1 {
+		var total float64
+		for _, p := range s.prob {
+			total += p
+		}
+		n := nucleus(s.idx, s.prob, float64(o.TopP)*total, better)
+		s.idx, s.prob = s.idx[:n], s.prob[:n]
 	}
 	var total float64
-	for _, p := range s.prob[:n] {
+	for _, p := range s.prob {
 		total += p
 	}
 	u := s.rng.Float64() * total
-	for i, p := range s.prob[:n] {
+	for i, p := range s.prob {
 		u -= p
 		if u < 0 {
 			return s.idx[i]
 		}
 	}
-	return s.idx[n-1]
+	return s.idx[len(s.idx)-1]
+}
+
+// partition rearranges ids[lo:hi] (and w alongside, when not nil) around a
+// pivot chosen from the middle: the ids better than it, then the pivot, then
+// the rest. It returns the pivot's final index.
+func partition(ids []int32, w []float64, lo, hi int, better func(a, b int32) bool) int {
+	swap := func(i, j int) {
+		ids[i], ids[j] = ids[j], ids[i]
+		if w != nil {
+			w[i], w[j] = w[j], w[i]
+		}
+	}
+	// Median of three as the pivot, moved to hi-1.
+	m := lo + (hi-lo)/2
+	a, b, c := lo, m, hi-1
+	if better(ids[b], ids[a]) {
+		a, b = b, a
+	}
+	if better(ids[c], ids[b]) {
+		b = c
+		if better(ids[b], ids[a]) {
+			b = a
+		}
+	}
+	swap(b, hi-1)
+	pv := ids[hi-1]
+	store := lo
+	for i := lo; i < hi-1; i++ {
+		if better(ids[i], pv) {
+			swap(i, store)
+			store++
+		}
+	}
+	swap(store, hi-1)
+	return store
+}
+
+// selectBest moves the k best ids (by better) to ids[:k], in no order.
+func selectBest(ids []int32, k int, better func(a, b int32) bool) {
+	lo, hi := 0, len(ids)
+	for hi-lo > 1 {
+		p := partition(ids, nil, lo, hi, better)
+		switch {
+		case p == k || p == k-1:
+			return
+		case p > k:
+			hi = p
+		default:
+			lo = p + 1
+		}
+	}
+}
+
+// nucleus rearranges ids and w so that ids[:n] is the smallest set of the
+// best ids whose weights reach need (all of them if they never do), and
+// returns n.
+func nucleus(ids []int32, w []float64, need float64, better func(a, b int32) bool) int {
+	lo, hi := 0, len(ids)
+	for hi > lo {
+		if hi-lo == 1 {
+			return hi
+		}
+		p := partition(ids, w, lo, hi, better)
+		var mass float64
+		for _, x := range w[lo:p] {
+			mass += x
+		}
+		switch {
+		case mass >= need:
+			hi = p
+		case mass+w[p] >= need:
+			return p + 1
+		default:
+			need -= mass + w[p]
+			lo = p + 1
+		}
+	}
+	return max(lo, 1)
 }

@@ -105,16 +105,6 @@ func (m *Model) Close() {
 	}
 }
 
-// Demo builds the demo model's file: synth.Tiny's shapes with the real
-// DeepSeek V4 vocabulary (so its tokenizer is the real one), Q8_0 weights,
-// seed 1. It runs the real forward pass on random weights: the pipeline is
-// real, the text meaningless.
-func Demo() (*gguf.File, error) {
-	c := synth.Tiny()
-	c.Vocab = synth.RealVocabSize
-	return synth.BuildFile(synth.Options{Config: c, Scheme: model.SchemeQ8, Seed: 1})
-}
-
 // Resolve returns the path Open would use ("" for the demo model).
 func Resolve(o Options) (string, error) {
 	if o.Demo {
@@ -144,7 +134,7 @@ func Open(o Options) (*Model, error) {
 	t0 := time.Now()
 	if path == "" {
 		m.Demo, m.Name = true, DemoName
-		if m.File, err = Demo(); err != nil {
+		if m.File, err = synth.Demo(); err != nil {
 			return nil, fmt.Errorf("demo model: %w", err)
 		}
 	} else {

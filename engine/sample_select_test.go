@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestSelectionMatchesSorting checks the quickselect top-k and nucleus sets
+// against sorting, on distributions with many ties.
+func TestSelectionMatchesSorting(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 300; trial++ {
+		n := 1 + r.IntN(300)
+		logits := make([]float32, n)
+		for i := range logits {
+			logits[i] = float32(r.IntN(12)) // ties on purpose
+		}
+		better := func(a, b int32) bool {
+			if logits[a] != logits[b] {
+				return logits[a] > logits[b]
+			}
+			return a < b
+		}
+		sorted := make([]int32, n)
+		for i := range sorted {
+			sorted[i] = int32(i)
+		}
+		slices.SortFunc(sorted, func(a, b int32) int {
+			if better(a, b) {
+				return -1
+			}
+			return 1
+		})
+		k := 1 + r.IntN(n)
+		ids := slices.Clone(sorted)
+		r.Shuffle(n, func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		selectBest(ids, k, better)
+		got, want := slices.Clone(ids[:k]), slices.Clone(sorted[:k])
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("top-%d of %d: %v, want %v", k, n, got, want)
+		}
+
+		w := make([]float64, n)
+		var total float64
+		for i := range w {
+			w[i] = float64(logits[i]+1) / 13
+			total += w[i]
+		}
+		need := r.Float64() * total
+		wantN := 0
+		for acc := 0.0; wantN < n; {
+			acc += w[sorted[wantN]]
+			wantN++
+			if acc >= need {
+				break
+			}
+		}
+		r.Shuffle(n, func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		ws := make([]float64, n)
+		for i, id := range ids {
+			ws[i] = w[id]
+		}
+		gotN := nucleus(ids, ws, need, better)
+		got, want = slices.Clone(ids[:gotN]), slices.Clone(sorted[:wantN])
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("nucleus need %g of %g: %v, want %v", need, total, got, want)
+		}
+		for i, id := range ids {
+			if ws[i] != w[id] {
+				t.Fatalf("weights no longer follow their ids")
+			}
+		}
+	}
+}
+
+func BenchmarkSampleFlat(b *testing.B) {
+	r := rand.New(rand.NewPCG(3, 4))
+	logits := make([]float32, 129280)
+	for i := range logits {
+		logits[i] = float32(r.NormFloat64())
+	}
+	s := NewSampler(SamplerOptions{Temperature: 0.6, TopP: 0.95, Seed: 1})
+	for b.Loop() {
+		s.Sample(logits)
+	}
+}
