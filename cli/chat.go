@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/schollz/progressbar/v3"
+
 	"ds4go/chat"
 	"ds4go/chat/dsml"
 	"ds4go/engine"
@@ -38,6 +40,41 @@ type Chat struct {
 	sampler    *engine.Sampler
 	stops      map[int32]bool
 	eos        int32
+	// progress shows a prefill progress bar on errw for long prompts
+	// (set when stderr is a terminal).
+	progress bool
+}
+
+// progressMinTokens is the prompt length from which the prefill shows a
+// progress bar; progressStep is how many tokens each prefill call takes then.
+const (
+	progressMinTokens = 2048
+	progressStep      = 512
+)
+
+// prefill runs toks through the session, in steps behind a progress bar
+// when the prompt is long and progress is on.
+func (c *Chat) prefill(ctx context.Context, toks []int32) error {
+	if !c.progress || len(toks) < progressMinTokens {
+		return c.sess.Prefill(ctx, toks)
+	}
+	bar := progressbar.NewOptions(len(toks),
+		progressbar.OptionSetWriter(c.errw),
+		progressbar.OptionSetDescription("prefill"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString("tok"),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+	)
+	defer bar.Exit()
+	for off := 0; off < len(toks); off += progressStep {
+		if err := c.sess.Prefill(ctx, toks[off:min(off+progressStep, len(toks))]); err != nil {
+			return err
+		}
+		bar.Add(min(progressStep, len(toks)-off))
+	}
+	return bar.Finish()
 }
 
 // TurnStats describes one turn.
@@ -172,7 +209,7 @@ func (c *Chat) Turn(ctx context.Context, text string) (TurnStats, error) {
 		return st, fmt.Errorf("context full: %d + %d tokens > %d (use /ctx N for a larger context, which starts a new conversation)", base, len(toks), c.ctxSize)
 	}
 	t0 := time.Now()
-	err = c.sess.Prefill(ctx, toks)
+	err = c.prefill(ctx, toks)
 	st.PrefillTime = time.Since(t0)
 	if err != nil {
 		// Drop the turn: back to the session as it was.

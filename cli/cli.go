@@ -293,6 +293,7 @@ func Main(args []string, env Env) int {
 		return 1
 	}
 	defer c.Close()
+	c.progress = stderrIsTerminal(env.Stderr)
 	if o.Prompt != "" {
 		ctx, stop := turnCtx(env.Interrupts)
 		st, err := c.Turn(ctx, o.Prompt)
