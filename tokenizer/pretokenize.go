@@ -23,7 +23,9 @@ import (
 //	   |\s+                                             (f)
 //
 // The scanner below implements each step by hand. \p{..} are Unicode general
-// categories (Go's unicode tables), \s is Unicode White_Space (unicode.IsSpace).
+// categories (Go's unicode tables, Unicode 15.0, completed with the characters
+// Unicode 15.1 and 16.0 added, as HF's Oniguruma knows them: unicode16.go),
+// \s is Unicode White_Space (unicode.IsSpace).
 // A byte that is not part of a valid UTF-8 sequence counts as one character of
 // no class, like a control character.
 
@@ -62,6 +64,13 @@ func init() {
 	mark(unicode.N, cN)
 	mark(unicode.P, cP)
 	mark(unicode.S, cS)
+	for _, rg := range unicode16New {
+		for r := rg.lo; r <= rg.hi && r < rune(len(bmpClass)); r++ {
+			if bmpClass[r]&categoryBits == 0 {
+				bmpClass[r] |= rg.class()
+			}
+		}
+	}
 	for r := range bmpClass {
 		if unicode.IsSpace(rune(r)) {
 			bmpClass[r] |= cSpace
@@ -82,7 +91,54 @@ func init() {
 	}
 }
 
-// unicodeClass returns the class bits of r from the Unicode tables (without
+// categoryBits are the general-category class bits.
+const categoryBits = cL | cM | cN | cP | cS
+
+// newerRange is a run of code points that Unicode 16.0 assigns and Go's
+// tables (Unicode 15.0) may not, with their major category: 'L', 'M', 'N',
+// 'P', 'S' or 'Z' (unicode16.go).
+type newerRange struct {
+	lo, hi rune
+	major  byte
+}
+
+// class returns the range's class bits.
+func (n newerRange) class() uint16 {
+	switch n.major {
+	case 'L':
+		return cL
+	case 'M':
+		return cM
+	case 'N':
+		return cN
+	case 'P':
+		return cP
+	case 'S':
+		return cS
+	}
+	return 0
+}
+
+// unicode16Class returns the class bits Unicode 16.0 gives r when r is in
+// unicode16New, else 0.
+func unicode16Class(r rune) uint16 {
+	lo, hi := 0, len(unicode16New)
+	for lo < hi {
+		m := (lo + hi) / 2
+		switch rg := unicode16New[m]; {
+		case r < rg.lo:
+			hi = m
+		case r > rg.hi:
+			lo = m + 1
+		default:
+			return rg.class()
+		}
+	}
+	return 0
+}
+
+// unicodeClass returns the class bits of r from the Unicode tables (Go's,
+// completed by Unicode 16.0 for the characters Go's do not assign; without
 // the ASCII-only bits cNL and cASCIIPunct).
 func unicodeClass(r rune) uint16 {
 	var c uint16
@@ -99,6 +155,8 @@ func unicodeClass(r rune) uint16 {
 		c = cP
 	case unicode.IsSymbol(r):
 		c = cS
+	default:
+		c = unicode16Class(r)
 	}
 	if unicode.IsSpace(r) {
 		c |= cSpace

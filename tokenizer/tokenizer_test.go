@@ -497,3 +497,28 @@ func TestClassTable(t *testing.T) {
 		}
 	}
 }
+
+// TestUnicode16Classes checks characters that Unicode 15.1 and 16.0 added
+// (unknown to Go's 15.0 tables) get the class HF's Oniguruma gives them.
+func TestUnicode16Classes(t *testing.T) {
+	for _, c := range []struct {
+		r    rune
+		want uint16
+	}{
+		{0x10D50, cL}, // GARAY CAPITAL LETTER A (16.0)
+		{0x10D40, cN}, // GARAY DIGIT ZERO (16.0)
+		{0x16D5B, cL}, // KIRAT RAI (16.0), seen as a letter by HF
+		{0x13E62, cL}, // EGYPTIAN HIEROGLYPH (16.0 extension A), seen as a letter by HF
+		{0x2EBF9, cL}, // CJK EXTENSION I (15.1), seen as a letter by HF
+		{0x1CC18, cS}, // SYMBOLS FOR LEGACY COMPUTING SUPPLEMENT (16.0), seen as a symbol by HF
+		{0x0041, cL},  // unchanged: Go's tables still decide assigned characters
+		{0x10FFFD, 0}, // private use: no class
+	} {
+		if unicode.In(c.r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S) && c.r > 0x7F && c.r != 0x41 {
+			t.Errorf("%U: Go's tables now assign it; the test needs other examples", c.r)
+		}
+		if got, _ := classAt(string(c.r), 0); got&categoryBits != c.want {
+			t.Errorf("%U: class %b, want %b", c.r, got&categoryBits, c.want)
+		}
+	}
+}
