@@ -47,12 +47,23 @@ type Options struct {
 	LogprobsTopK int
 	// NoWarm skips paging the weights in before the first token.
 	NoWarm bool
-	Color  string
+	// Fast selects the CUDA backend's fast (parallel-sum) mode.
+	Fast bool
+	// Inspect loads the model, prints a summary and exits.
+	Inspect bool
+	Color   string
 }
 
-// DefaultCtx is the context size when --ctx is not given (capped at the
-// model's).
-const DefaultCtx = 32768
+// Defaults of the flags, as ds4.c's.
+const (
+	// DefaultCtx is the context size when --ctx is not given (capped at
+	// the model's).
+	DefaultCtx = 32768
+	// DefaultSystem is the system prompt when -sys is not given.
+	DefaultSystem = "You are a helpful assistant"
+	// DefaultMaxTokens caps an answer's length when -n is not given.
+	DefaultMaxTokens = 50000
+)
 
 // Env is what Main talks to; the zero value of a field means the process's.
 type Env struct {
@@ -76,13 +87,14 @@ flags (-x and --x are the same):
   -m, --model FILE     model GGUF (default ./ds4flash.gguf; without it, the demo model)
   --demo               built-in demo model: synthetic, random weights, meaningless text
   -p, --prompt TEXT    one-shot prompt        --prompt-file FILE   one-shot prompt from a file
-  -sys, --system TEXT  system prompt
-  -n, --max-tokens N   max tokens per answer (4096)
+  -sys, --system TEXT  system prompt ("You are a helpful assistant"; -sys "" for none)
+  -n, --tokens N       max tokens per answer (50000; --max-tokens too)
   -c, --ctx N          context size in tokens (32768, capped at the model's)
-  --temp T (0.6)  --top-p P (0.95)  --top-k K (0: off)  --min-p P (0: off)  --seed S (0: random)
+  --temp T (1)  --top-p P (1: off)  --top-k K (0: off)  --min-p P (0.05)  --seed S (0: random)
   --think (default) | --nothink | --think-max (Think-Max needs --ctx >= 393216)
   -t, --threads N      CPU threads (0: all cores)
-  --backend cpu|cuda   (--cuda: same as --backend cuda)
+  --backend cpu|cuda   (--cpu, --cuda: the same)   --fast: CUDA parallel sums (--quality: exact, default)
+  --inspect            load the model, print a summary and exit
   --color auto|always|never   dim the reasoning with ANSI colours
   --dump-tokens        print the token ids and pieces of the prompt (chat template applied,
                        unless the text is already a rendered chat starting with BOS) and exit
@@ -90,7 +102,7 @@ flags (-x and --x are the same):
   --json               with --dump-tokens: {"ids": [...], "pieces": [...]} (hex for non-UTF-8 pieces)
   --dump-logprobs FILE write the greedy continuation's top-k logprobs per step as JSON, print nothing
   --logprobs-top-k K   alternatives per step for --dump-logprobs (20, at most 128)
-  --no-warm            do not page the model's weights in before the first token
+  --no-warm            do not page the model's weights in before the first token (--warm-weights: do, the default)
 `
 
 // errUsage marks a command-line error (exit status 2).
@@ -118,17 +130,22 @@ func newFlagSet(o *Options, stderr io.Writer) *flag.FlagSet {
 	boolean(&o.Demo, "run the built-in demo model (random weights, meaningless text)", "demo")
 	str(&o.Prompt, "", "one-shot prompt (no -p: interactive chat)", "p", "prompt")
 	str(&o.PromptFile, "", "read the one-shot prompt from a file", "prompt-file")
-	str(&o.System, "", "system prompt", "sys", "system")
-	integer(&o.MaxTokens, 4096, "max tokens generated per answer", "n", "max-tokens")
+	str(&o.System, DefaultSystem, "system prompt (\"\" for none)", "sys", "system")
+	integer(&o.MaxTokens, DefaultMaxTokens, "max tokens generated per answer", "n", "tokens", "max-tokens")
 	integer(&o.Ctx, DefaultCtx, "context size in tokens (capped at the model's)", "c", "ctx")
-	fs.Float64Var(&o.Temp, "temp", 0.6, "sampling temperature (0: greedy)")
-	fs.Float64Var(&o.TopP, "top-p", 0.95, "top-p (nucleus) sampling")
+	fs.Float64Var(&o.Temp, "temp", 1, "sampling temperature (0: greedy)")
+	fs.Float64Var(&o.TopP, "top-p", 1, "top-p (nucleus) sampling (1: off)")
 	integer(&o.TopK, 0, "top-k sampling (0: off)", "top-k")
-	fs.Float64Var(&o.MinP, "min-p", 0, "min-p sampling (0: off)")
+	fs.Float64Var(&o.MinP, "min-p", 0.05, "min-p sampling (0: off)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "sampler seed (0: random)")
 	integer(&o.Threads, 0, "CPU threads (0: all cores)", "t", "threads")
 	str(&o.Backend, "cpu", "backend: cpu or cuda", "backend")
 	fs.BoolFunc("cuda", "same as --backend cuda", func(string) error { o.Backend = "cuda"; return nil })
+	fs.BoolFunc("cpu", "same as --backend cpu", func(string) error { o.Backend = "cpu"; return nil })
+	boolean(&o.Fast, "CUDA: let matrix products sum in parallel (a few ulps from the CPU backend)", "fast")
+	fs.BoolFunc("quality", "exact kernels (the default; --fast turns it off)", func(string) error { o.Fast = false; return nil })
+	boolean(&o.Inspect, "load the model, print a summary and exit", "inspect")
+	fs.BoolFunc("warm-weights", "page the weights in before the first token (the default)", func(string) error { o.NoWarm = false; return nil })
 	boolean(&o.Think, "thinking mode (the default)", "think")
 	boolean(&o.NoThink, "non-thinking mode: direct answers", "nothink")
 	boolean(&o.ThinkMax, "Think-Max mode (needs --ctx >= 393216, else plain thinking)", "think-max")
@@ -261,6 +278,10 @@ func Main(args []string, env Env) int {
 	}
 	defer m.Close()
 
+	if o.Inspect {
+		inspect(env.Stdout, m)
+		return 0
+	}
 	if o.DumpTokens {
 		if err := dumpTokens(env.Stdout, m, o); err != nil {
 			fmt.Fprintln(env.Stderr, "ds4:", err)

@@ -238,7 +238,7 @@ func TestDumpLogprobs(t *testing.T) {
 	if d.TopK != 5 || len(d.Steps) == 0 || len(d.Steps) > 6 || d.PromptTokens == 0 {
 		t.Fatalf("dump header %+v", d)
 	}
-	var text []byte
+	var sel []int32
 	for _, st := range d.Steps {
 		if len(st.TopLogprobs) != 5 || st.TopLogprobs[0].Token.ID != st.Selected.ID {
 			t.Fatalf("step %d: %+v", st.Step, st)
@@ -251,21 +251,17 @@ func TestDumpLogprobs(t *testing.T) {
 				t.Fatalf("step %d: logit and logprob differences disagree by %g", st.Step, d)
 			}
 		}
-		for _, c := range st.Selected.Bytes {
-			text = append(text, byte(c))
-		}
+		sel = append(sel, st.Selected.ID)
 	}
 	// The same prompt answered greedily by the chat path gives the same
 	// tokens.
-	var turn TurnStats
-	h2 := &harness{}
-	env := h2.env("")
-	env.onTurn = func(_ *Chat, st TurnStats) { turn = st }
-	if rc := Main([]string{"--demo", "--nothink", "-n", "6", "--temp", "0", "-p", "Hi"}, env); rc != 0 {
+	h2, rc := run(t, "", "--demo", "--nothink", "-n", "6", "--temp", "0", "-p", "Hi")
+	if rc != 0 || len(h2.turns) != 1 {
 		t.Fatalf("rc %d: %s", rc, h2.stderr.String())
 	}
-	if !strings.HasPrefix(string(text), turn.Text) || len(turn.Text) == 0 {
-		t.Errorf("dumped greedy text %q, chat's greedy answer %q", text, turn.Text)
+	tr := h2.turns[0]
+	if tr.st.Prefilled != d.PromptTokens || !slices.Equal(tr.tokens[tr.st.Prefilled:], sel[:tr.st.Generated]) {
+		t.Errorf("dumped greedy tokens %v after %d prompt tokens; the chat's: %v", sel, d.PromptTokens, tr.tokens)
 	}
 }
 
@@ -353,7 +349,11 @@ func TestCommands(t *testing.T) {
 	if r.ctx != 300 || r.pos != r.st.Prefilled+r.st.Generated {
 		t.Errorf("after /ctx: ctx %d pos %d stats %+v", r.ctx, r.pos, r.st)
 	}
-	if got := h.chat.conv.Messages[0].Content; got != "from a file" {
+	msgs := h.chat.conv.Messages
+	if msgs[0].Role != chat.RoleSystem || msgs[0].Content != DefaultSystem {
+		t.Errorf("the new conversation lost the default system prompt: %+v", msgs[0])
+	}
+	if got := msgs[1].Content; msgs[1].Role != chat.RoleUser || got != "from a file" {
 		t.Errorf("/read sent %q", got)
 	}
 	// Ctrl+D (EOF) exits cleanly too.
@@ -465,5 +465,35 @@ func TestBadFlags(t *testing.T) {
 	}
 	if rc := Main([]string{"--help"}, Env{Stdout: io.Discard, Stderr: io.Discard, Interrupts: make(chan struct{})}); rc != 0 {
 		t.Errorf("--help: rc %d", rc)
+	}
+}
+
+func TestDS4Defaults(t *testing.T) {
+	o, err := ParseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Temp != 1 || o.TopP != 1 || o.MinP != 0.05 || o.TopK != 0 || o.MaxTokens != 50000 || o.Ctx != 32768 ||
+		o.System != DefaultSystem || o.Backend != "cpu" || o.Mode() != chat.ModeThinking {
+		t.Errorf("defaults differ from ds4.c's: %+v", o)
+	}
+	o, err = ParseFlags([]string{"-sys", "", "--tokens", "7", "--cuda", "--fast", "--quality"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.System != "" || o.MaxTokens != 7 || o.Backend != "cuda" || o.Fast {
+		t.Errorf("aliases: %+v", o)
+	}
+}
+
+func TestInspect(t *testing.T) {
+	h, rc := run(t, "", "--demo", "--inspect")
+	if rc != 0 {
+		t.Fatalf("rc %d: %s", rc, h.stderr.String())
+	}
+	for _, want := range []string{"deepseek4 q8: 6 layers", "vocabulary 129280 tokens", "compress ratios [0 0 4 128 4 128]", "differs from Flash"} {
+		if !strings.Contains(h.stdout.String(), want) {
+			t.Errorf("--inspect lacks %q:\n%s", want, h.stdout.String())
+		}
 	}
 }

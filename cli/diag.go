@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"ds4go/chat"
@@ -258,4 +259,22 @@ func writeFileAtomic(path string, fill func(io.Writer) error) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+// inspect prints a summary of the loaded model (--inspect).
+func inspect(w io.Writer, m *loader.Model) {
+	c := &m.Config
+	fmt.Fprintf(w, "model: %s\n", m.Name)
+	fmt.Fprintf(w, "file: %d bytes, %d tensors, mapped in %v, validated in %v\n",
+		m.File.Size(), len(m.File.Tensors), m.MapTime.Round(time.Microsecond), m.LoadTime.Round(time.Microsecond))
+	fmt.Fprintf(w, "weights: %s\n", m.Weights)
+	fmt.Fprintf(w, "attention: window %d, compress ratios %v, indexer %d heads × %d, top-%d\n",
+		c.Window, c.CompressRatios[:c.Layers], c.IndexerHeads, c.IndexerHeadDim, c.IndexerTopK)
+	fmt.Fprintf(w, "context: %d tokens (model), vocabulary %d tokens (BOS %d, EOS %d)\n",
+		c.ContextLen, m.Tokenizer.VocabSize(), m.Tokenizer.BOS(), m.Tokenizer.EOS())
+	if d := c.DiffFromFlash(); len(d) == 0 {
+		fmt.Fprintln(w, "hyperparameters: DeepSeek V4 Flash")
+	} else {
+		fmt.Fprintf(w, "hyperparameters: DeepSeek V4 family, differs from Flash in %s\n", strings.Join(d, ", "))
+	}
 }
