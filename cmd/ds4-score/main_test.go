@@ -1,0 +1,334 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"ds4go/convert"
+	"ds4go/model"
+	"ds4go/score"
+	"ds4go/gguf"
+	"ds4go/synth"
+)
+
+const goldenRoot = "../../testdata/golden"
+
+// ds4score runs the command and returns its exit status, stdout and stderr.
+func ds4score(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb, false)
+	return code, out.String(), errb.String()
+}
+
+// jsonReport runs the command with --json and decodes the report.
+func jsonReport(t *testing.T, wantCode int, args ...string) report {
+	t.Helper()
+	code, out, errs := ds4score(t, append(args, "--json")...)
+	if code != wantCode {
+		t.Fatalf("ds4-score %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, wantCode, out, errs)
+	}
+	var r report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	return r
+}
+
+func writeSeq(t *testing.T, tokens []int32, prefill int) string {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"tokens": tokens, "prefill": prefill})
+	path := filepath.Join(t.TempDir(), "seq.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// writeRef writes a logits file from rows in memory.
+func writeRef(t *testing.T, positions []int32, rows [][]float32) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ref.safetensors")
+	w, err := score.CreateLogits(path, len(rows[0]), positions, map[string]string{"source": t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if err := w.WriteRow(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// goldenCase is a golden checkpoint converted to an F32 GGUF, with its
+// token runs and reference logits.
+type goldenCase struct {
+	gguf   string
+	tokens map[string][]int32
+	logits *convert.SafeFile
+}
+
+var (
+	goldenMu    sync.Mutex
+	goldenCache = map[string]*goldenCase{}
+	goldenTmp   string
+)
+
+func TestMain(m *testing.M) {
+	d, err := os.MkdirTemp("", "ds4-score-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	goldenTmp = d
+	code := m.Run()
+	os.RemoveAll(d)
+	os.Exit(code)
+}
+
+func loadGolden(t *testing.T, name string) *goldenCase {
+	t.Helper()
+	goldenMu.Lock()
+	defer goldenMu.Unlock()
+	if g := goldenCache[name]; g != nil {
+		return g
+	}
+	dir := filepath.Join(goldenRoot, name)
+	out := filepath.Join(goldenTmp, name+".gguf")
+	if err := convert.ConvertDir(context.Background(), dir, out, model.SchemeF32); err != nil {
+		t.Fatalf("convert %s: %v", name, err)
+	}
+	addVocab(t, out)
+	g := &goldenCase{gguf: out}
+	b, err := os.ReadFile(filepath.Join(dir, "tokens.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &g.tokens); err != nil {
+		t.Fatal(err)
+	}
+	if g.logits, err = convert.OpenSafetensors(filepath.Join(dir, "logits.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	goldenCache[name] = g
+	return g
+}
+
+// addVocab adds tokenizer metadata to a converted checkpoint (the official
+// layout carries none; the loader needs a vocabulary): a small byte-level
+// vocabulary of the model's size. The weights are untouched.
+func addVocab(t *testing.T, path string) {
+	t.Helper()
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg, err := model.ConfigFromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := synth.SmallVocab(cfg.Vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := gguf.FromFile(f)
+	b.KVs = append(b.KVs, model.VocabMetadata(v)...)
+	var buf bytes.Buffer
+	if err := b.Write(&buf, func(i int) ([]byte, error) { return f.TensorData(&f.Tensors[i]), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ref writes the golden variant key's rows (optionally only its rows at
+// positions ≥ from) as a ds4-score reference file.
+func (g *goldenCase) ref(t *testing.T, key string, from int32) (string, int) {
+	t.Helper()
+	read := func(name string) ([]byte, []int64) {
+		ti, ok := g.logits.Header.Tensor(name)
+		if !ok {
+			t.Fatalf("golden tensor %s missing", name)
+		}
+		b, err := g.logits.ReadAll(ti)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, ti.Shape
+	}
+	pb, _ := read(key + ".positions")
+	lb, shape := read(key + ".logits")
+	V := int(shape[1])
+	var pos []int32
+	var rows [][]float32
+	for i := 0; i < int(shape[0]); i++ {
+		p := int32(binary.LittleEndian.Uint32(pb[4*i:]))
+		if p < from {
+			continue
+		}
+		row := make([]float32, V)
+		for j := range row {
+			row[j] = math.Float32frombits(binary.LittleEndian.Uint32(lb[4*(i*V+j):]))
+		}
+		pos = append(pos, p)
+		rows = append(rows, row)
+	}
+	return writeRef(t, pos, rows), len(rows)
+}
+
+// TestGoldenThroughScore runs the golden cases of the forward pass
+// (official model.py logits, testdata/golden) through ds4-score --ref with
+// the bounds of forward-reference-notes.md §4.
+func TestGoldenThroughScore(t *testing.T) {
+	bounds := []string{"--max-p50", "2e-5", "--max-kl", "1e-7", "--min-top1", "0.99"}
+	cases := []struct {
+		golden, run, variant string
+		prefill, chunk       int
+		from                 int32 // reference rows from this position
+	}{
+		// A prefill of 13 tokens, then 24 decode steps.
+		{"flash6_w16_k8", "short", "prefill_13_then_decode", 13, 0, 0},
+		// Token by token from the first token.
+		{"flash6_w16_k8", "short", "decode_from_0", 1, 0, 0},
+		// 448 tokens: a chunked prefill of 100, then decode steps through
+		// three ratio-128 rows, against the reference's one-shot prefill.
+		{"flash6_w16_k8", "long", "prefill", 100, 7, 99},
+		// The real top-k 512 over 2112 tokens: one prefill, its last row.
+		{"flash4_w128_k512", "long", "prefill", 2112, 0, 2111},
+	}
+	for _, c := range cases {
+		name := fmt.Sprintf("%s/%s/P=%d", c.golden, c.variant, c.prefill)
+		t.Run(name, func(t *testing.T) {
+			g := loadGolden(t, c.golden)
+			ref, n := g.ref(t, c.run+"."+c.variant, c.from)
+			seq := writeSeq(t, g.tokens[c.run], c.prefill)
+			args := append([]string{"-m", g.gguf, "--tokens", seq, "--ref", ref, "--prefill-chunk", fmt.Sprint(c.chunk)}, bounds...)
+			r := jsonReport(t, exitOK, args...)
+			s := r.Compare
+			t.Logf("%d rows: rel err p50 %.3g p95 %.3g max %.3g (pos %d), KL mean %.3g max %.3g, top-1 %.4f",
+				s.Rows, s.RelErrP50, s.RelErrP95, s.RelErrMax, s.RelErrMaxPos, s.KLMean, s.KLMax, s.Top1)
+			if s.Rows != n || r.Rows != n {
+				t.Errorf("compared %d rows, reference has %d", s.Rows, n)
+			}
+			if s.RelErrP95 > 1e-3 {
+				t.Errorf("p95 relative error %.3g > 1e-3", s.RelErrP95)
+			}
+		})
+	}
+}
+
+// quantConfig is synth.Tiny widened so that every row length is a multiple
+// of 256, as the q2 and q4 block formats need.
+func quantConfig() model.Config {
+	c := synth.Tiny()
+	c.Embed, c.ExpertFF, c.QLoraRank, c.OLoraRank = 256, 256, 256, 256
+	return c
+}
+
+var (
+	quantOnce  sync.Once
+	quantFiles map[string]string
+	quantErr   error
+)
+
+// quantModels writes a synthetic f32 model and its q2 and q4
+// requantizations (the same float weights, quantized).
+func quantModels(t *testing.T) map[string]string {
+	t.Helper()
+	quantOnce.Do(func() {
+		data, err := synth.Build(synth.Options{Config: quantConfig(), Scheme: model.SchemeF32, Seed: 11})
+		if err != nil {
+			quantErr = err
+			return
+		}
+		f, err := gguf.Parse(data)
+		if err != nil {
+			quantErr = err
+			return
+		}
+		quantFiles = map[string]string{"f32": filepath.Join(goldenTmp, "synth-f32.gguf")}
+		if quantErr = os.WriteFile(quantFiles["f32"], data, 0o644); quantErr != nil {
+			return
+		}
+		for _, sc := range []model.Scheme{model.SchemeQ2, model.SchemeQ4} {
+			q, err := synth.Requantize(f, sc)
+			if err != nil {
+				quantErr = err
+				return
+			}
+			quantFiles[sc.Name] = filepath.Join(goldenTmp, "synth-"+sc.Name+".gguf")
+			if quantErr = os.WriteFile(quantFiles[sc.Name], q, 0o644); quantErr != nil {
+				return
+			}
+		}
+	})
+	if quantErr != nil {
+		t.Fatal(quantErr)
+	}
+	return quantFiles
+}
+
+// randomTokens returns n token ids below vocab from a fixed LCG.
+func randomTokens(n, vocab int, seed uint64) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		out[i] = int32((seed >> 33) % uint64(vocab))
+	}
+	return out
+}
+
+// TestQuantizedAgainstF32 scores q2 and q4 requantizations of a synthetic
+// f32 model against it: the metrics must see the quantization (non-zero
+// KL, top-1 below 1, relative errors far above f32 rounding), q2 more than
+// q4, and a --min-top1 1 bound must fail with exit status 3.
+func TestQuantizedAgainstF32(t *testing.T) {
+	files := quantModels(t)
+	seq := writeSeq(t, randomTokens(96, quantConfig().Vocab, 5), 32)
+	ref := filepath.Join(t.TempDir(), "f32.safetensors")
+	r := jsonReport(t, exitOK, "-m", files["f32"], "--tokens", seq, "--logits-out", ref)
+	if r.Rows != 65 {
+		t.Fatalf("rows %d, want 65", r.Rows)
+	}
+	// The f32 model against itself, with another prefill chunking: exact.
+	self := jsonReport(t, exitOK, "-m", files["f32"], "--tokens", seq, "--ref", ref, "--prefill-chunk", "5", "--max-p50", "1e-30", "--min-top1", "1")
+	if s := self.Compare; s.RelErrMax != 0 || s.KLMax != 0 || s.Top1 != 1 {
+		t.Errorf("f32 against itself: %+v", s)
+	}
+	got := map[string]*score.Summary{}
+	for _, q := range []string{"q2", "q4"} {
+		r := jsonReport(t, exitOK, "-m", files[q], "--tokens", seq, "--ref", ref)
+		s := r.Compare
+		got[q] = s
+		t.Logf("%s vs f32: %d rows, rel err p50 %.3g p95 %.3g max %.3g, KL mean %.3g max %.3g, top-1 %.4f",
+			q, s.Rows, s.RelErrP50, s.RelErrP95, s.RelErrMax, s.KLMean, s.KLMax, s.Top1)
+		if s.Rows != 65 || !(s.KLMean > 0) || !(s.RelErrP50 > 1e-4) {
+			t.Errorf("%s: the metrics do not see the quantization: %+v", q, s)
+		}
+	}
+	if !(got["q2"].Top1 < 1) {
+		t.Errorf("q2 top-1 agreement %v, want < 1", got["q2"].Top1)
+	}
+	if !(got["q2"].KLMean > got["q4"].KLMean) {
+		t.Errorf("q2 mean KL %.3g not above q4's %.3g", got["q2"].KLMean, got["q4"].KLMean)
+	}
+	code, _, errs := ds4score(t, "-m", files["q2"], "--tokens", seq, "--ref", ref, "--min-top1", "1")
+	if code != exitBounds || !strings.Contains(errs, "top-1 agreement") {
+		t.Errorf("q2 with --min-top1 1: exit %d, stderr %q", code, errs)
+	}
+}

@@ -1,0 +1,73 @@
+package synth
+
+import (
+	"bytes"
+	"fmt"
+
+	"ds4go/gguf"
+	"ds4go/model"
+	"ds4go/quant"
+)
+
+// Requantize returns the model in f stored in another scheme: every tensor
+// is decoded to f32 and encoded again in the type the scheme gives its role
+// (quant.Quantize, ggml's reference quantizers); the metadata is kept, with
+// KeyScheme set to the new scheme's name. Requantizing an F32 model gives
+// quantized models of the very same float weights (Build with another
+// Scheme draws different weights), which is what measuring a quantization's
+// error needs. For small models: the whole file is built in memory.
+func Requantize(f *gguf.File, scheme model.Scheme) ([]byte, error) {
+	cfg, err := model.ConfigFromGGUF(f)
+	if err != nil {
+		return nil, fmt.Errorf("synth: requantize: %w", err)
+	}
+	typed, err := scheme.Typed(model.ExpectedTensors(&cfg))
+	if err != nil {
+		return nil, fmt.Errorf("synth: requantize: %w", err)
+	}
+	b := &gguf.Builder{Version: f.Version}
+	if _, ok := f.KV("general.alignment"); !ok {
+		b.Alignment = f.Alignment
+	}
+	hasScheme := false
+	for _, kv := range f.KVs {
+		if kv.Key == KeyScheme {
+			kv.Value, hasScheme = gguf.Str(scheme.Name), true
+		}
+		b.KVs = append(b.KVs, kv)
+	}
+	if !hasScheme {
+		b.Add(KeyScheme, gguf.Str(scheme.Name))
+	}
+	b.Tensors = typed
+	var buf bytes.Buffer
+	var vals []float32
+	err = b.Write(&buf, func(i int) ([]byte, error) {
+		spec := &typed[i]
+		src, ok := f.Tensor(spec.Name)
+		if !ok {
+			return nil, fmt.Errorf("not in the source file")
+		}
+		data := f.TensorData(src)
+		if src.Type == spec.Type {
+			return data, nil
+		}
+		n := int(src.Elements())
+		if cap(vals) < n {
+			vals = make([]float32, n)
+		}
+		vals = vals[:n]
+		if err := quant.Dequantize(src.Type, data, vals); err != nil {
+			return nil, err
+		}
+		out := make([]byte, uint64(n)/uint64(spec.Type.BlockSize())*uint64(spec.Type.BlockBytes()))
+		if err := quant.Quantize(spec.Type, vals, out); err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("synth: requantize to %s: %w", scheme.Name, err)
+	}
+	return buf.Bytes(), nil
+}
