@@ -14,10 +14,11 @@ import (
 	"testing"
 
 	"ds4go/convert"
+	"ds4go/gguf"
 	"ds4go/model"
 	"ds4go/score"
-	"ds4go/gguf"
 	"ds4go/synth"
+	"ds4go/tokenizer"
 )
 
 const goldenRoot = "../../testdata/golden"
@@ -330,5 +331,131 @@ func TestQuantizedAgainstF32(t *testing.T) {
 	code, _, errs := ds4score(t, "-m", files["q2"], "--tokens", seq, "--ref", ref, "--min-top1", "1")
 	if code != exitBounds || !strings.Contains(errs, "top-1 agreement") {
 		t.Errorf("q2 with --min-top1 1: exit %d, stderr %q", code, errs)
+	}
+}
+
+// TestBadInput checks that bad sequences, references and options give a
+// clear error and exit status 1 or 2, never a panic.
+func TestBadInput(t *testing.T) {
+	files := quantModels(t)
+	vocab := quantConfig().Vocab
+	dir := t.TempDir()
+	good := writeSeq(t, randomTokens(8, vocab, 1), 3)
+	ref := filepath.Join(dir, "good.safetensors")
+	if code, _, errs := ds4score(t, "-m", files["f32"], "--tokens", good, "--logits-out", ref); code != exitOK {
+		t.Fatalf("good run: %d %s", code, errs)
+	}
+	raw := func(s string) string {
+		p := filepath.Join(t.TempDir(), "seq.json")
+		os.WriteFile(p, []byte(s), 0o644)
+		return p
+	}
+	row := make([]float32, vocab)
+	nanRow := make([]float32, vocab)
+	nanRow[7] = float32(math.NaN())
+	pos := []int32{2, 3, 4, 5, 6, 7}
+	rows := func(n int, last []float32) [][]float32 {
+		out := make([][]float32, n)
+		for i := range out {
+			out[i] = row
+		}
+		out[n-1] = last
+		return out
+	}
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"token outside the vocabulary", []string{"--tokens", writeSeq(t, []int32{1, int32(vocab)}, 1)}, exitError, "outside the vocabulary"},
+		{"negative token", []string{"--tokens", writeSeq(t, []int32{-3}, 1)}, exitError, "outside the vocabulary"},
+		{"prefill 0", []string{"--tokens", writeSeq(t, []int32{1, 2}, 0)}, exitError, "prefill 0 is outside [1, 2]"},
+		{"prefill past the end", []string{"--tokens", writeSeq(t, []int32{1, 2}, 3)}, exitError, "prefill 3 is outside [1, 2]"},
+		{"not JSON", []string{"--tokens", raw("tokens: 1 2 3")}, exitError, "sequence JSON"},
+		{"missing file", []string{"--tokens", filepath.Join(dir, "none.json")}, exitError, "no such file"},
+		{"reference of another vocabulary", []string{"--tokens", good, "--ref", writeRef(t, pos, [][]float32{{1}, {1}, {1}, {1}, {1}, {1}})}, exitError, "vocabulary of 1 logits, the model has 1024"},
+		{"reference with fewer rows", []string{"--tokens", good, "--ref", writeRef(t, pos[:5], rows(5, row))}, exitError, "5 rows, this run produces 6"},
+		{"reference with more rows", []string{"--tokens", writeSeq(t, randomTokens(8, vocab, 1), 2), "--ref", ref}, exitError, "6 rows, this run produces 7"},
+		{"reference at other positions", []string{"--tokens", good, "--ref", writeRef(t, []int32{1, 2, 3, 4, 5, 6}, rows(6, row))}, exitError, "row 0 is at position 1, this run's row 0 is at 2"},
+		{"reference with NaN", []string{"--tokens", good, "--ref", writeRef(t, pos, rows(6, nanRow))}, exitError, "NaN at index 7"},
+		{"reference not safetensors", []string{"--tokens", good, "--ref", good}, exitError, "safetensors"},
+		{"bounds without a reference", []string{"--tokens", good, "--max-kl", "1"}, exitUsage, "need --ref"},
+		{"no input", []string{}, exitUsage, "exactly one of"},
+		{"both inputs", []string{"--tokens", good, "--text", good}, exitUsage, "exactly one of"},
+		{"bad top-1 bound", []string{"--tokens", good, "--ref", ref, "--min-top1", "2"}, exitUsage, "min-top1"},
+		{"unknown backend", []string{"--tokens", good, "--backend", "tpu"}, exitError, "unknown backend"},
+		{"text shorter than a window", []string{"--text", raw("hello"), "--ctx", "64"}, exitError, "fewer than one window"},
+		{"window too small", []string{"--text", raw("hello world, hello world"), "--ctx", "2"}, exitError, "below"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errs := ds4score(t, append([]string{"-m", files["f32"]}, c.args...)...)
+			if code != c.code || !strings.Contains(errs, c.want) {
+				t.Errorf("exit %d (want %d), stderr %q (want it to mention %q), stdout %q", code, c.code, errs, c.want, out)
+			}
+		})
+	}
+}
+
+// TestText scores a text: perplexity, its logits saved and compared, and
+// the perplexity recomputed from the saved rows and the tokenized text.
+func TestText(t *testing.T) {
+	files := quantModels(t)
+	text := filepath.Join(t.TempDir(), "text.txt")
+	b, err := os.ReadFile("../../docs/engine.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(text, b[:2000], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved := filepath.Join(t.TempDir(), "text.safetensors")
+	r := jsonReport(t, exitOK, "-m", files["f32"], "--text", text, "--ctx", "64", "--chunks", "3", "--save-logits", saved)
+	p := r.Perplexity
+	t.Logf("%d tokens, %d windows: ppl %.4f ± %.4f over %d tokens, %.1f tokens/s", r.Tokens, r.Windows, p.PPL, p.StdErr, p.Scored, r.TokensPerS)
+	if r.Windows != 3 || p.Scored != 3*31 || r.Rows != p.Scored || !(p.PPL > 1) || !(p.StdErr > 0) {
+		t.Fatalf("report %+v, perplexity %+v", r, p)
+	}
+
+	// Recompute from the file: BOS + the text's tokens; row i at position
+	// pos predicts token pos+1.
+	f, err := gguf.Open(files["f32"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v, err := model.VocabFromGGUF(f, quantConfig().Vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := tokenizer.New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := append([]int32{tk.BOS()}, tk.Encode(string(b[:2000]))...)
+	lf, err := score.OpenLogits(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	var pp score.Perplexity
+	var row []float32
+	for i, pos := range lf.Positions {
+		if row, err = lf.Row(i, row); err != nil {
+			t.Fatal(err)
+		}
+		nll, _ := score.NLL(row, toks[pos+1], nil)
+		pp.Add(nll)
+	}
+	if ppl, e := pp.Result(); math.Abs(ppl-p.PPL) > 1e-9*ppl || math.Abs(e-p.StdErr) > 1e-9*e {
+		t.Errorf("recomputed perplexity %v ± %v, reported %v ± %v", ppl, e, p.PPL, p.StdErr)
+	}
+
+	// The same text on the q4 model against the saved f32 logits.
+	q := jsonReport(t, exitOK, "-m", files["q4"], "--text", text, "--ctx", "64", "--chunks", "3", "--ref", saved, "--prefill-chunk", "16")
+	t.Logf("q4: ppl %.4f; vs f32: KL mean %.3g, top-1 %.4f", q.Perplexity.PPL, q.Compare.KLMean, q.Compare.Top1)
+	if q.Compare.Rows != r.Rows || !(q.Compare.KLMean > 0) || q.Perplexity.PPL == p.PPL {
+		t.Errorf("q4 against f32: %+v", q.Compare)
 	}
 }
