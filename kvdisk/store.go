@@ -464,3 +464,31 @@ func lastUse(e *Entry) uint64 {
 	}
 	return e.Header.Created
 }
+
+// ReadToolMap reads only the KTM section of an entry's file (it sits after
+// the text and the payload, whose lengths the header gives). The section is
+// auxiliary replay memory; the whole-file checksum is verified only when
+// the checkpoint is loaded.
+func ReadToolMap(e Entry) ([]ToolMapping, error) {
+	if e.Header.Flags&FlagToolMap == 0 {
+		return nil, nil
+	}
+	f, err := os.Open(e.Path)
+	if err != nil {
+		return nil, fmt.Errorf("kvdisk: %w", err)
+	}
+	defer f.Close()
+	off := int64(HeaderSize+4+e.TextBytes) + int64(e.Header.PayloadBytes)
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("kvdisk: %w", err)
+	}
+	if off > st.Size() || st.Size()-off > 1<<30 {
+		return nil, fmt.Errorf("%w: tool-id map at %d of a %d-byte file", ErrCorrupt, off, st.Size())
+	}
+	b := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return nil, fmt.Errorf("kvdisk: %w", err)
+	}
+	return parseKTM(b)
+}

@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -49,6 +51,8 @@ type FakeEngine struct {
 	// decode), Sessions the sessions made.
 	Prefilled atomic.Int64
 	Sessions  atomic.Int64
+	// Loaded counts tokens restored from payloads (disk KV cache hits).
+	Loaded atomic.Int64
 
 	once      sync.Once
 	assistant int32
@@ -260,4 +264,50 @@ func (s *fakeSession) noiseOn(next int32) bool {
 	gen := s.tokens[min(len(s.prompt), len(s.tokens)):]
 	b, _ := s.e.Tok.Decode(gen)
 	return strings.Contains(string(b), s.e.NoiseAfter)
+}
+
+// The fake session's payload (for the disk KV cache): "FAKE", u32 count,
+// the tokens. Its logits follow from the tokens.
+const fakePayloadMagic = "FAKE"
+
+// PayloadSize implements PayloadSession.
+func (s *fakeSession) PayloadSize() int64 { return int64(8 + 4*len(s.tokens)) }
+
+// WritePayload implements PayloadSession.
+func (s *fakeSession) WritePayload(w io.Writer) error {
+	b := make([]byte, 0, s.PayloadSize())
+	b = append(b, fakePayloadMagic...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(s.tokens)))
+	for _, t := range s.tokens {
+		b = binary.LittleEndian.AppendUint32(b, uint32(t))
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+// ReadPayload implements PayloadSession.
+func (s *fakeSession) ReadPayload(r io.Reader, n int64) error {
+	if n < 8 || n > int64(8+4*s.e.Ctx) {
+		return fmt.Errorf("fake: payload of %d bytes", n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return fmt.Errorf("fake: payload: %w", err)
+	}
+	cnt := binary.LittleEndian.Uint32(b[4:])
+	if string(b[:4]) != fakePayloadMagic || int64(cnt)*4+8 != n || cnt == 0 {
+		return fmt.Errorf("fake: not a fake payload")
+	}
+	toks := make([]int32, cnt)
+	for i := range toks {
+		toks[i] = int32(binary.LittleEndian.Uint32(b[8+4*i:]))
+		if toks[i] < 0 || int(toks[i]) >= len(s.logits) {
+			return fmt.Errorf("fake: payload token %d out of range", toks[i])
+		}
+	}
+	s.tokens = toks
+	s.ok = true
+	s.computeLogits()
+	s.e.Loaded.Add(int64(cnt))
+	return nil
 }

@@ -28,6 +28,8 @@ type metrics struct {
 	cancelled        prometheus.Counter
 	panics           prometheus.Counter
 	dsmlErrors       prometheus.Counter
+	kvDisk           *prometheus.CounterVec
+	kvDiskBytes      prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -90,7 +92,13 @@ func newMetrics() *metrics {
 	m.dsmlErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "ds4_dsml_errors_total", Help: "Malformed DSML tool calls returned as text.",
 	})
-	for _, c := range []prometheus.Collector{m.requests, m.promptTokens, m.prefilledTokens, m.cachedTokens,
+	m.kvDisk = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ds4_kv_disk_total", Help: "Disk KV cache events: hit, miss, corrupt, rejected, save_cold/continued/evict/shutdown, save_error.",
+	}, []string{"event"})
+	m.kvDiskBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ds4_kv_disk_bytes", Help: "Bytes of disk KV cache files after the last save.",
+	})
+	for _, c := range []prometheus.Collector{m.kvDisk, m.kvDiskBytes, m.requests, m.promptTokens, m.prefilledTokens, m.cachedTokens,
 		m.completionTokens, m.cache, m.toolReplay, m.finish, m.queueDepth, m.active, m.liveTokens,
 		m.decodeTPS, m.prefillTPS, m.ttft, m.duration, m.cancelled, m.panics, m.dsmlErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"ds4go/chat/dsml"
+	"ds4go/kvdisk"
 )
 
 // evKind identifies what a generation reports to its HTTP handler.
@@ -121,6 +122,7 @@ type job struct {
 type scheduler struct {
 	s    *Server
 	sess Session
+	kv   *kvCache // nil: no disk KV cache
 	jobs chan *job
 
 	mu      sync.Mutex
@@ -132,8 +134,8 @@ type scheduler struct {
 	done chan struct{}
 }
 
-func newScheduler(s *Server, sess Session, maxQueue int) *scheduler {
-	sc := &scheduler{s: s, sess: sess, jobs: make(chan *job, maxQueue), done: make(chan struct{})}
+func newScheduler(s *Server, sess Session, kv *kvCache, maxQueue int) *scheduler {
+	sc := &scheduler{s: s, sess: sess, kv: kv, jobs: make(chan *job, maxQueue), done: make(chan struct{})}
 	go sc.worker()
 	return sc
 }
@@ -204,6 +206,7 @@ func (sc *scheduler) worker() {
 		sc.mu.Unlock()
 		sc.s.metrics.liveTokens.Set(float64(sc.liveLen))
 	}
+	sc.shutdownSave()
 	sc.sess.Close()
 }
 
@@ -291,6 +294,21 @@ func (sc *scheduler) run(j *job) {
 	}
 	if eff == nil {
 		eff, cached, source = sc.reusePrefix(live, r.promptTokens, r.promptText)
+		if sc.kv != nil {
+			if deff, dc, ok := sc.kvLookup(r, cached); ok {
+				eff, cached, source = deff, dc, "disk"
+			} else {
+				if len(live) >= sc.kv.cfg.MinTokens && cached < len(live)/2 {
+					// An unrelated request replaces most of the live
+					// session: keep it on disk first.
+					sc.kvSave(kvdisk.ReasonEvict)
+				}
+				if now := sess.Tokens(); !slices.Equal(now, live) {
+					// A failed load changed the session.
+					eff, cached, source = sc.reusePrefix(now, r.promptTokens, r.promptText)
+				}
+			}
+		}
 	}
 	if r.replayNoRs && source != "live-tail" {
 		s.log.Warn("responses replay without reasoning state; continuing from the visible history")
@@ -314,7 +332,7 @@ func (sc *scheduler) run(j *job) {
 			return
 		}
 	}
-	if err := sess.Prefill(ctx, eff[keep:]); err != nil {
+	if err := sc.prefill(ctx, eff, keep, cached, source); err != nil {
 		sc.engineFailure(ctx, res, q, "prefill", err)
 		return
 	}
@@ -328,6 +346,63 @@ func (sc *scheduler) run(j *job) {
 	s.log.Debug("prefill done", "api", r.api.String(), "prompt", len(eff), "cached", cached, "source", source, "seconds", res.prefill.Seconds())
 
 	sc.decode(ctx, j, res, len(eff))
+}
+
+// prefill runs eff[keep:] on the live session. With the disk KV cache it
+// stops on the way where a checkpoint is due: the cold checkpoint of a
+// first prompt (not after a disk hit) and the absolute continued frontiers.
+func (sc *scheduler) prefill(ctx context.Context, eff []int32, keep, cached int, source string) error {
+	sess, kc := sc.sess, sc.kv
+	if kc == nil {
+		return sess.Prefill(ctx, eff[keep:])
+	}
+	kc.lastStore = min(kc.lastStore, keep)
+	cold := 0
+	if source != "disk" && source != "live-tail" {
+		cold = kc.coldLen(sc.s, eff, cached)
+	}
+	var stops []int
+	if cold > keep {
+		stops = append(stops, cold)
+	}
+	if st := kc.step(); st > 0 {
+		for f := (keep/st + 1) * st; f <= len(eff); f += st {
+			stops = append(stops, f)
+		}
+	}
+	slices.Sort(stops)
+	stops = slices.Compact(stops)
+	pos := keep
+	for _, stop := range stops {
+		if err := sess.Prefill(ctx, eff[pos:stop]); err != nil {
+			return err
+		}
+		pos = stop
+		if stop == cold {
+			sc.kvSave(kvdisk.ReasonCold)
+			kc.lastStore = max(kc.lastStore, stop)
+		} else {
+			sc.kvMaybeContinued()
+		}
+	}
+	if pos < len(eff) {
+		return sess.Prefill(ctx, eff[pos:])
+	}
+	return nil
+}
+
+// shutdownSave writes the live session to the disk cache when the server
+// stops cleanly.
+func (sc *scheduler) shutdownSave() {
+	if sc.kv == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			sc.s.log.Error("kv cache: shutdown save panicked", "panic", fmt.Sprint(p))
+		}
+	}()
+	sc.kvSave(kvdisk.ReasonShutdown)
 }
 
 func subset(a, b []string) bool {
@@ -485,6 +560,7 @@ func (sc *scheduler) decode(ctx context.Context, j *job, res *genResult, promptL
 			}
 			break
 		}
+		sc.kvMaybeContinued()
 		if raw {
 			b, _ := sd.Add(t)
 			out, hit := stops.push(string(b))

@@ -67,6 +67,9 @@ type Config struct {
 	DisableExactReplay bool
 	// Logger receives the server's logs (slog.Default() if nil).
 	Logger *slog.Logger
+	// KVCache configures the disk KV cache (off when KVCache.Dir is empty;
+	// start from DefaultKVCacheConfig for ds4's knobs).
+	KVCache KVCacheConfig
 }
 
 // Server is ds4-server. Create it with New, serve Handler, stop with Close.
@@ -124,7 +127,12 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: new session: %w", err)
 	}
-	s.sched = newScheduler(s, sess, cfg.MaxQueue)
+	kv, err := newKVCache(s, cfg.KVCache, sess)
+	if err != nil {
+		sess.Close()
+		return nil, err
+	}
+	s.sched = newScheduler(s, sess, kv, cfg.MaxQueue)
 	s.handler = s.routes()
 	return s, nil
 }

@@ -4,7 +4,10 @@ import (
 	"container/list"
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 	"sync"
+
+	"ds4go/kvdisk"
 )
 
 // Tool-memory bounds (ds4's defaults).
@@ -92,6 +95,24 @@ func (t *toolMemory) has(id string) bool {
 	defer t.mu.Unlock()
 	_, ok := t.m[id]
 	return ok
+}
+
+// mappingsIn returns the remembered ids whose DSML block occurs in text
+// (what a disk checkpoint of that text stores in its KTM section).
+func (t *toolMemory) mappingsIn(text string) []kvdisk.ToolMapping {
+	if t.disabled {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []kvdisk.ToolMapping
+	for el := t.ll.Back(); el != nil; el = el.Prev() {
+		e := el.Value.(*toolMemEntry)
+		if strings.Contains(text, e.block) {
+			out = append(out, kvdisk.ToolMapping{ID: e.id, DSML: e.block})
+		}
+	}
+	return out
 }
 
 func (t *toolMemory) len() int {

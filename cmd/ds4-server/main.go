@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"ds4go/kvdisk"
 	"ds4go/server"
 )
 
@@ -41,15 +42,12 @@ type options struct {
 	backend      string
 	chdir        string
 
-	// Accepted for ds4 compatibility; the disk KV cache is not implemented
-	// yet (a warning is printed when they are used).
-	kvDiskDir     string
-	kvDiskSpaceMB int
-	kvIgnored     map[string]*string
+	kv        server.KVCacheConfig
+	kvIgnored map[string]*string // accepted for ds4 compatibility, not implemented
 }
 
 func parseFlags(args []string) (*options, error) {
-	o := &options{kvIgnored: map[string]*string{}}
+	o := &options{kvIgnored: map[string]*string{}, kv: server.DefaultKVCacheConfig()}
 	fs := flag.NewFlagSet("ds4-server", flag.ContinueOnError)
 	str := func(p *string, def, usage string, names ...string) {
 		for _, n := range names {
@@ -84,17 +82,21 @@ func parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&cpu, "cpu", false, "use the CPU backend")
 	fs.BoolVar(&cuda, "cuda", false, "use the CUDA backend")
 	fs.BoolVar(&metal, "metal", false, "not supported (ds4go has no Metal backend)")
-	str(&o.kvDiskDir, "", "disk KV cache directory (not implemented yet: ignored)", "kv-disk-dir")
-	num(&o.kvDiskSpaceMB, 0, "disk KV cache budget (not implemented yet: ignored)", "kv-disk-space-mb")
-	for _, n := range []string{"kv-cache-min-tokens", "kv-cache-cold-max-tokens", "kv-cache-continued-interval-tokens",
-		"kv-cache-boundary-trim-tokens", "kv-cache-boundary-align-tokens", "mtp", "mtp-draft", "mtp-margin",
+	str(&o.kv.Dir, "", "enable disk KV checkpoints in DIR (created if needed; docs/kvdisk.md)", "kv-disk-dir")
+	num(&o.kv.SpaceMB, kvdisk.DefaultBudgetMB, "disk budget for checkpoint files in MiB (least recently used files are removed beyond it)", "kv-disk-space-mb")
+	num(&o.kv.MinTokens, server.DefaultKVCacheMinTokens, "do not save or load checkpoints shorter than N tokens", "kv-cache-min-tokens")
+	num(&o.kv.ColdMaxTokens, server.DefaultKVCacheColdMaxTokens, "cold first prompts in [min, N] tokens are saved before generation; 0 disables cold saves", "kv-cache-cold-max-tokens")
+	num(&o.kv.ContinuedIntervalTokens, server.DefaultKVCacheContinuedInterval, "save at absolute aligned frontiers about N tokens apart; 0 disables", "kv-cache-continued-interval-tokens")
+	num(&o.kv.BoundaryTrimTokens, server.DefaultKVCacheBoundaryTrimTokens, "trim N tail tokens before a cold save (tokenizer boundary merges)", "kv-cache-boundary-trim-tokens")
+	num(&o.kv.BoundaryAlignTokens, server.DefaultKVCacheBoundaryAlign, "align cold saves down to a multiple of N tokens; 0 disables", "kv-cache-boundary-align-tokens")
+	fs.BoolVar(&o.kv.RejectDifferentQuant, "kv-cache-reject-different-quant", false, "refuse checkpoints written with another routed-expert quantization")
+	for _, n := range []string{"mtp", "mtp-draft", "mtp-margin",
 		"dir-steering-file", "dir-steering-ffn", "dir-steering-attn"} {
 		v := new(string)
 		o.kvIgnored[n] = v
 		fs.StringVar(v, n, "", "accepted for ds4 compatibility; not implemented (ignored)")
 	}
 	var ignoredBool bool
-	fs.BoolVar(&ignoredBool, "kv-cache-reject-different-quant", false, "accepted for ds4 compatibility (ignored)")
 	fs.BoolVar(&ignoredBool, "quality", false, "accepted for ds4 compatibility (ignored)")
 	fs.BoolVar(&ignoredBool, "warm-weights", false, "accepted for ds4 compatibility (ignored)")
 	if err := fs.Parse(args); err != nil {
@@ -116,6 +118,16 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.ctx < 2 {
 		return nil, fmt.Errorf("--ctx %d is too small", o.ctx)
+	}
+	for name, v := range map[string]int{"kv-disk-space-mb": o.kv.SpaceMB, "kv-cache-min-tokens": o.kv.MinTokens,
+		"kv-cache-cold-max-tokens": o.kv.ColdMaxTokens, "kv-cache-continued-interval-tokens": o.kv.ContinuedIntervalTokens,
+		"kv-cache-boundary-trim-tokens": o.kv.BoundaryTrimTokens, "kv-cache-boundary-align-tokens": o.kv.BoundaryAlignTokens} {
+		if v < 0 {
+			return nil, fmt.Errorf("--%s %d must not be negative", name, v)
+		}
+	}
+	if o.kv.ColdMaxTokens > 0 && o.kv.ColdMaxTokens < o.kv.MinTokens {
+		return nil, errors.New("--kv-cache-cold-max-tokens must be 0 or >= --kv-cache-min-tokens")
 	}
 	if o.port < 0 || o.port > 65535 {
 		return nil, fmt.Errorf("--port %d is out of range", o.port)
@@ -193,9 +205,6 @@ func run(o *options) error {
 			return err
 		}
 	}
-	if o.kvDiskDir != "" || o.kvDiskSpaceMB != 0 {
-		log.Warn("the disk KV cache is not implemented yet; --kv-disk-dir and --kv-disk-space-mb are ignored")
-	}
 	for n, v := range o.kvIgnored {
 		if *v != "" {
 			log.Warn("flag accepted for ds4 compatibility but not implemented", "flag", "--"+n)
@@ -211,7 +220,7 @@ func run(o *options) error {
 		Engine: eng, DefaultMaxTokens: o.tokens, APIKey: o.apiKey, CORS: o.cors,
 		MaxBodyBytes: int64(o.maxBodyMB) << 20, MaxQueue: o.maxQueue, KeepAlive: o.keepAlive,
 		WriteTimeout: o.writeTimeout, ToolMemoryMaxIDs: o.toolMaxIDs, DisableExactReplay: o.noExactDSML,
-		Logger: log,
+		Logger: log, KVCache: o.kv,
 	})
 	if err != nil {
 		return err

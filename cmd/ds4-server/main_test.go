@@ -8,20 +8,26 @@ import (
 
 func TestFlagsCompatibleWithDS4(t *testing.T) {
 	o, err := parseFlags([]string{"-m", "x.gguf", "--ctx", "100000", "-n", "500", "--host", "0.0.0.0", "--port", "9000",
-		"--cors", "--kv-disk-dir", "/tmp/kv", "--kv-disk-space-mb", "8192", "--kv-cache-min-tokens", "512",
+		"--cors", "--kv-disk-dir", "/tmp/kv", "--kv-disk-space-mb", "8192", "--kv-cache-min-tokens", "600",
+		"--kv-cache-cold-max-tokens", "20000", "--kv-cache-continued-interval-tokens", "5000", "--kv-cache-boundary-trim-tokens", "16",
+		"--kv-cache-boundary-align-tokens", "1024", "--kv-cache-reject-different-quant",
 		"--tool-memory-max-ids", "10", "--disable-exact-dsml-tool-replay", "--cpu", "--api-key", "k"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.model != "x.gguf" || o.ctx != 100000 || o.tokens != 500 || o.host != "0.0.0.0" || o.port != 9000 || !o.cors ||
-		o.kvDiskDir != "/tmp/kv" || o.toolMaxIDs != 10 || !o.noExactDSML || o.backend != "cpu" || o.apiKey != "k" {
+		o.kv != (server.KVCacheConfig{Dir: "/tmp/kv", SpaceMB: 8192, MinTokens: 600, ColdMaxTokens: 20000,
+			ContinuedIntervalTokens: 5000, BoundaryTrimTokens: 16, BoundaryAlignTokens: 1024, RejectDifferentQuant: true}) || o.toolMaxIDs != 10 || !o.noExactDSML || o.backend != "cpu" || o.apiKey != "k" {
 		t.Fatalf("%+v", o)
 	}
 	o, err = parseFlags(nil)
-	if err != nil || o.host != "127.0.0.1" || o.port != 8000 || o.ctx != 32768 || o.tokens != server.DefaultMaxTokens || o.fake {
+	if err != nil || o.host != "127.0.0.1" || o.port != 8000 || o.ctx != 32768 || o.tokens != server.DefaultMaxTokens || o.fake ||
+		o.kv != (server.KVCacheConfig{SpaceMB: 4096, MinTokens: 512, ColdMaxTokens: 30000, ContinuedIntervalTokens: 10000,
+			BoundaryTrimTokens: 32, BoundaryAlignTokens: 2048}) {
 		t.Fatalf("defaults: %+v %v", o, err)
 	}
-	for _, bad := range [][]string{{"--metal"}, {"--ctx", "1"}, {"--port", "70000"}, {"--nope"}, {"extra"}} {
+	for _, bad := range [][]string{{"--metal"}, {"--ctx", "1"}, {"--port", "70000"}, {"--nope"}, {"extra"},
+		{"--kv-cache-min-tokens", "100", "--kv-cache-cold-max-tokens", "50"}, {"--kv-disk-space-mb", "-1"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Fatalf("%v accepted", bad)
 		}

@@ -8,11 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"ds4go/backend/cpu"
 	"ds4go/engine"
 	"ds4go/gguf"
 	"ds4go/model"
+	"ds4go/quant"
 	"ds4go/server"
 	"ds4go/synth"
 	"ds4go/tokenizer"
@@ -24,6 +26,32 @@ type Engine struct {
 	Tok     *tokenizer.Tokenizer
 	// Opts configure every session (MaxContext is the served context).
 	Opts engine.Options
+	// Quant is the routed experts' quantization in bits (2, 4, 8; 0
+	// unknown), recorded in disk KV cache headers.
+	Quant uint8
+}
+
+// QuantBits implements server.CacheModel.
+func (e *Engine) QuantBits() uint8 { return e.Quant }
+
+// expertQuantBits names the routed experts' quantization the way ds4's
+// cache header does: 2 for the q2 files (IQ2_XXS/Q2_K), 4 for Q4_K, 8 for
+// Q8_0, 16 for F16/BF16, 0 otherwise.
+func expertQuantBits(w *model.Weights) uint8 {
+	if len(w.Layers) == 0 || w.Layers[0].DownExps == nil {
+		return 0
+	}
+	switch w.Layers[0].DownExps.Type {
+	case quant.Q2_K, quant.IQ2_XXS:
+		return 2
+	case quant.Q4_K:
+		return 4
+	case quant.Q8_0:
+		return 8
+	case quant.F16, quant.BF16:
+		return 16
+	}
+	return 0
 }
 
 // Tokenizer implements server.Engine.
@@ -77,6 +105,19 @@ func (x *session) Prefill(ctx context.Context, toks []int32) error {
 
 func (x *session) Logits() []float32 { return x.s.Logits() }
 
+// PayloadSize implements server.PayloadSession.
+func (x *session) PayloadSize() int64 { return x.s.PayloadSize() }
+
+// WritePayload implements server.PayloadSession (the DSV4 payload).
+func (x *session) WritePayload(w io.Writer) error { return x.s.WritePayload(w) }
+
+// ReadPayload implements server.PayloadSession.
+func (x *session) ReadPayload(r io.Reader, n int64) error {
+	err := x.s.ReadPayload(r, n)
+	x.sync()
+	return err
+}
+
 func (x *session) Close() { x.s.Close() }
 
 // Options choose how a model is opened.
@@ -109,7 +150,7 @@ func fromFile(f *gguf.File, o Options) (*Engine, error) {
 	if ctx <= 0 || (w.Config.ContextLen > 0 && ctx > w.Config.ContextLen) {
 		ctx = w.Config.ContextLen
 	}
-	return &Engine{Backend: be, Tok: tok, Opts: engine.Options{MaxContext: ctx}}, nil
+	return &Engine{Backend: be, Tok: tok, Opts: engine.Options{MaxContext: ctx}, Quant: expertQuantBits(w)}, nil
 }
 
 // Open maps a DS4 GGUF file and serves it on the CPU backend. Call the
