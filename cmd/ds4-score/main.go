@@ -6,7 +6,7 @@
 //
 //	ds4-score [-m MODEL.gguf | --demo] --tokens SEQ.json [--logits-out OUT.safetensors]
 //	          [--ref REF.safetensors [--max-p50 X] [--max-kl X] [--min-top1 X]]
-//	          [--prefill-chunk K] [--backend cpu|cuda] [--threads N] [--json]
+//	          [--prefill-chunk K] [--backend cpu|cuda] [--cuda-fast] [--threads N] [--json]
 //	ds4-score [-m MODEL.gguf | --demo] --text FILE [--ctx 512] [--chunks N]
 //	          [--save-logits OUT.safetensors] [--ref REF.safetensors ...]
 //
@@ -88,6 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	demo := fs.Bool("demo", false, "use the built-in demo model")
 	backend := fs.String("backend", "cpu", "backend: cpu or cuda")
 	threads := fs.Int("threads", 0, "CPU backend threads (all cores when 0)")
+	cudaFast := fs.Bool("cuda-fast", false, "CUDA backend: fast (parallel-sum) mode instead of bit-exact")
 	tokensPath := fs.String("tokens", "", `sequence file {"tokens": [ids...], "prefill": P}`)
 	textPath := fs.String("text", "", "text file: perplexity over windows of --ctx tokens")
 	ctxLen := fs.Int("ctx", 512, "--text: window size in tokens")
@@ -144,13 +145,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		loadProgress = stderr
 	}
 	m, err := loader.Open(loader.Options{Path: *modelPath, Demo: *demo, Backend: *backend,
-		Threads: *threads, Warm: true, Progress: loadProgress})
+		Threads: *threads, CUDAFast: *cudaFast, Warm: true, Progress: loadProgress})
 	if err != nil {
 		return fail(err)
 	}
 	defer m.Close()
 	vocab := m.Config.Vocab
 	rep := report{Model: m.Name, Backend: *backend, LogitsOut: *logitsOut, Ref: *refPath}
+	if *backend == loader.BackendCUDA && *cudaFast {
+		rep.Backend += " (fast)"
+	}
 
 	// Plan the rows, so that the reference and the output are checked and
 	// created before any work.
