@@ -3,6 +3,9 @@ package synth
 import (
 	"bytes"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"ds4go/gguf"
 	"ds4go/model"
@@ -40,34 +43,56 @@ func Requantize(f *gguf.File, scheme model.Scheme) ([]byte, error) {
 		b.Add(KeyScheme, gguf.Str(scheme.Name))
 	}
 	b.Tensors = typed
+	// Encode the tensors in parallel (the block quantizers are slow), then
+	// write them in order.
+	out := make([][]byte, len(typed))
+	errs := make([]error, len(typed))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(typed)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var vals []float32
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(typed) {
+					return
+				}
+				out[i], vals, errs[i] = requantTensor(f, &typed[i], vals)
+			}
+		}()
+	}
+	wg.Wait()
 	var buf bytes.Buffer
-	var vals []float32
-	err = b.Write(&buf, func(i int) ([]byte, error) {
-		spec := &typed[i]
-		src, ok := f.Tensor(spec.Name)
-		if !ok {
-			return nil, fmt.Errorf("not in the source file")
-		}
-		data := f.TensorData(src)
-		if src.Type == spec.Type {
-			return data, nil
-		}
-		n := int(src.Elements())
-		if cap(vals) < n {
-			vals = make([]float32, n)
-		}
-		vals = vals[:n]
-		if err := quant.Dequantize(src.Type, data, vals); err != nil {
-			return nil, err
-		}
-		out := make([]byte, uint64(n)/uint64(spec.Type.BlockSize())*uint64(spec.Type.BlockBytes()))
-		if err := quant.Quantize(spec.Type, vals, out); err != nil {
-			return nil, err
-		}
-		return out, nil
-	})
+	err = b.Write(&buf, func(i int) ([]byte, error) { return out[i], errs[i] })
 	if err != nil {
 		return nil, fmt.Errorf("synth: requantize to %s: %w", scheme.Name, err)
 	}
 	return buf.Bytes(), nil
+}
+
+// requantTensor encodes one tensor of f in spec's type (vals is scratch).
+func requantTensor(f *gguf.File, spec *gguf.TensorSpec, vals []float32) ([]byte, []float32, error) {
+	src, ok := f.Tensor(spec.Name)
+	if !ok {
+		return nil, vals, fmt.Errorf("not in the source file")
+	}
+	data := f.TensorData(src)
+	if src.Type == spec.Type {
+		return data, vals, nil
+	}
+	n := int(src.Elements())
+	if cap(vals) < n {
+		vals = make([]float32, n)
+	}
+	vals = vals[:n]
+	if err := quant.Dequantize(src.Type, data, vals); err != nil {
+		return nil, vals, err
+	}
+	out := make([]byte, uint64(n)/uint64(spec.Type.BlockSize())*uint64(spec.Type.BlockBytes()))
+	if err := quant.Quantize(spec.Type, vals, out); err != nil {
+		return nil, vals, err
+	}
+	return out, vals, nil
 }
