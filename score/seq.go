@@ -65,29 +65,34 @@ func (s *Seq) Validate(vocab int) error {
 const maxSeqBytes = 64 << 20
 
 // ParseSeq parses a sequence file, {"tokens": [ids...], "prefill": P}, and
-// validates it against a vocabulary size. Unknown fields, non-integer ids,
-// ids that do not fit in int32 and a missing "prefill" are errors.
-func ParseSeq(data []byte, vocab int) (*Seq, error) {
+// validates it against a vocabulary size. "ids" is accepted instead of
+// "tokens" (the key `ds4 --dump-tokens --json` writes); other fields are
+// ignored. prefill > 0 overrides the file's "prefill", which is otherwise
+// required. Non-integer ids and ids outside [0, vocab) are errors.
+func ParseSeq(data []byte, vocab, prefill int) (*Seq, error) {
 	var raw struct {
 		Tokens  *[]int64 `json:"tokens"`
+		IDs     *[]int64 `json:"ids"`
 		Prefill *int64   `json:"prefill"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(&raw); err != nil {
 		return nil, inputErr("sequence JSON: %v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, inputErr("sequence JSON: trailing data after the object")
 	}
-	if raw.Tokens == nil {
+	ids := raw.Tokens
+	switch {
+	case raw.Tokens != nil && raw.IDs != nil:
+		return nil, inputErr(`sequence JSON: both "tokens" and "ids"`)
+	case raw.Tokens == nil && raw.IDs == nil:
 		return nil, inputErr(`sequence JSON: no "tokens" array`)
+	case raw.Tokens == nil:
+		ids = raw.IDs
 	}
-	if raw.Prefill == nil {
-		return nil, inputErr(`sequence JSON: no "prefill" count`)
-	}
-	s := &Seq{Tokens: make([]int32, len(*raw.Tokens))}
-	for i, t := range *raw.Tokens {
+	s := &Seq{Tokens: make([]int32, len(*ids))}
+	for i, t := range *ids {
 		if t < 0 || t >= int64(vocab) || t > 1<<31-1 {
 			return nil, inputErr("token %d (index %d) is outside the vocabulary [0, %d)", t, i, vocab)
 		}
@@ -96,7 +101,15 @@ func ParseSeq(data []byte, vocab int) (*Seq, error) {
 	if len(s.Tokens) == 0 {
 		return nil, inputErr("the sequence has no tokens")
 	}
-	p := *raw.Prefill
+	var p int64
+	switch {
+	case prefill > 0:
+		p = int64(prefill)
+	case raw.Prefill != nil:
+		p = *raw.Prefill
+	default:
+		return nil, inputErr(`sequence JSON: no "prefill" count (add one, or give it with --prefill)`)
+	}
 	if p < 1 || p > int64(len(s.Tokens)) {
 		return nil, inputErr("prefill %d is outside [1, %d] (the number of tokens)", p, len(s.Tokens))
 	}
@@ -104,8 +117,8 @@ func ParseSeq(data []byte, vocab int) (*Seq, error) {
 	return s, s.Validate(vocab)
 }
 
-// LoadSeq reads and parses a sequence file.
-func LoadSeq(path string, vocab int) (*Seq, error) {
+// LoadSeq reads and parses a sequence file (prefill as in ParseSeq).
+func LoadSeq(path string, vocab, prefill int) (*Seq, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("sequence: %w", err)
@@ -118,7 +131,7 @@ func LoadSeq(path string, vocab int) (*Seq, error) {
 	if len(data) > maxSeqBytes {
 		return nil, fmt.Errorf("sequence %s: %w", path, inputErr("file is larger than %d bytes", maxSeqBytes))
 	}
-	s, err := ParseSeq(data, vocab)
+	s, err := ParseSeq(data, vocab, prefill)
 	if err != nil {
 		return nil, fmt.Errorf("sequence %s: %w", path, err)
 	}

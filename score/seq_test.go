@@ -9,7 +9,7 @@ import (
 )
 
 func TestParseSeq(t *testing.T) {
-	s, err := ParseSeq([]byte(`{"tokens": [5, 0, 9], "prefill": 2}`), 10)
+	s, err := ParseSeq([]byte(`{"tokens": [5, 0, 9], "prefill": 2}`), 10, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,25 +30,37 @@ func TestParseSeq(t *testing.T) {
 		{`{"tokens": [1, 2], "prefill": -1}`, "outside"},
 		{`{"tokens": [], "prefill": 1}`, "no tokens"},
 		{`{"tokens": [1]}`, `no "prefill"`},
+		{`{"ids": [1]}`, `no "prefill"`},
+		{`{"tokens": [1], "ids": [1], "prefill": 1}`, `both "tokens" and "ids"`},
 		{`{"prefill": 1}`, `no "tokens"`},
-		{`{"tokens": [1], "prefill": 1, "extra": 2}`, "unknown field"},
 		{`{"tokens": [1], "prefill": 1} {}`, "trailing data"},
 		{`[1, 2]`, "sequence JSON"},
 		{``, "sequence JSON"},
 		{`{"tokens": [1], "prefill": 1`, "sequence JSON"},
 	}
 	for _, c := range bad {
-		_, err := ParseSeq([]byte(c.in), 10)
+		_, err := ParseSeq([]byte(c.in), 10, 0)
 		if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one mentioning %q", c.in, err, c.want)
 		}
 	}
+	// "ids" (ds4 --dump-tokens --json), other fields ignored, --prefill.
+	s, err = ParseSeq([]byte(`{"ids": [4, 5, 6], "pieces": ["a", "b", "c"]}`), 10, 2)
+	if err != nil || len(s.Tokens) != 3 || s.Tokens[0] != 4 || s.Prefill != 2 {
+		t.Errorf("ids: %+v %v", s, err)
+	}
+	if s, err := ParseSeq([]byte(`{"tokens": [4, 5, 6], "prefill": 1}`), 10, 3); err != nil || s.Prefill != 3 {
+		t.Errorf("prefill override: %+v %v", s, err)
+	}
+	if _, err := ParseSeq([]byte(`{"tokens": [4, 5, 6], "prefill": 1}`), 10, 4); err == nil {
+		t.Error("prefill override past the end accepted")
+	}
 	path := filepath.Join(t.TempDir(), "seq.json")
 	os.WriteFile(path, []byte(`{"tokens": [3], "prefill": 1}`), 0o644)
-	if s, err := LoadSeq(path, 4); err != nil || s.Tokens[0] != 3 {
+	if s, err := LoadSeq(path, 4, 0); err != nil || s.Tokens[0] != 3 {
 		t.Errorf("LoadSeq: %v %v", s, err)
 	}
-	if _, err := LoadSeq(path+".missing", 4); err == nil {
+	if _, err := LoadSeq(path+".missing", 4, 0); err == nil {
 		t.Error("missing file accepted")
 	}
 }
@@ -60,7 +72,7 @@ func FuzzParseSeq(f *testing.F) {
 	f.Add([]byte(`{"tokens": [5, 0, 9], "prefill": 3}`))
 	f.Add([]byte(`{"tokens": [1e3], "prefill": 1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := ParseSeq(b, 16)
+		s, err := ParseSeq(b, 16, 0)
 		if err != nil {
 			return
 		}

@@ -4,7 +4,7 @@
 // agreement) and reports perplexity over a text, like llama-perplexity
 // (with --kl-divergence). docs/score.md has the formats and definitions.
 //
-//	ds4-score [-m MODEL.gguf | --demo] --tokens SEQ.json [--logits-out OUT.safetensors]
+//	ds4-score [-m MODEL.gguf | --demo] --tokens SEQ.json [--prefill P] [--logits-out OUT.safetensors]
 //	          [--ref REF.safetensors [--max-p50 X] [--max-kl X] [--min-top1 X]]
 //	          [--prefill-chunk K] [--backend cpu|cuda] [--cuda-fast] [--threads N] [--json]
 //	ds4-score [-m MODEL.gguf | --demo] --text FILE [--ctx 512] [--chunks N]
@@ -90,6 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	threads := fs.Int("threads", 0, "CPU backend threads (all cores when 0)")
 	cudaFast := fs.Bool("cuda-fast", false, "CUDA backend: fast (parallel-sum) mode instead of bit-exact")
 	tokensPath := fs.String("tokens", "", `sequence file {"tokens": [ids...], "prefill": P}`)
+	prefill := fs.Int("prefill", 0, "--tokens: prefill count, overriding the file's \"prefill\"")
 	textPath := fs.String("text", "", "text file: perplexity over windows of --ctx tokens")
 	ctxLen := fs.Int("ctx", 512, "--text: window size in tokens")
 	chunks := fs.Int("chunks", 0, "--text: score at most this many windows (all when 0)")
@@ -119,14 +120,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		return usage("give exactly one of --tokens SEQ.json and --text FILE")
 	case *logitsOut != "" && *saveLogits != "" && *logitsOut != *saveLogits:
 		return usage("--logits-out and --save-logits name different files")
-	case *chunk < 0 || *threads < 0 || *chunks < 0:
-		return usage("--prefill-chunk, --threads and --chunks must not be negative")
+	case *chunk < 0 || *threads < 0 || *chunks < 0 || *prefill < 0:
+		return usage("--prefill, --prefill-chunk, --threads and --chunks must not be negative")
 	case *maxP50 < 0 || *maxKL < 0 || *minTop1 < 0 || *minTop1 > 1:
 		return usage("bounds must be ≥ 0 (and --min-top1 ≤ 1)")
 	case (*maxP50 > 0 || *maxKL > 0 || *minTop1 > 0) && *refPath == "":
 		return usage("--max-p50, --max-kl and --min-top1 need --ref")
 	case *tokensPath != "" && *chunks > 0:
 		return usage("--chunks applies to --text")
+	case *textPath != "" && *prefill > 0:
+		return usage("--prefill applies to --tokens")
 	}
 	if *logitsOut == "" {
 		*logitsOut = *saveLogits
@@ -164,7 +167,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		positions []int32
 	)
 	if *tokensPath != "" {
-		if seq, err = score.LoadSeq(*tokensPath, vocab); err != nil {
+		if seq, err = score.LoadSeq(*tokensPath, vocab, *prefill); err != nil {
 			return fail(err)
 		}
 		positions = seq.Positions()

@@ -459,3 +459,33 @@ func TestText(t *testing.T) {
 		t.Errorf("q4 against f32: %+v", q.Compare)
 	}
 }
+
+// TestInterruptAndDumpFormat: a cancelled run (Ctrl+C) exits with status 1
+// and leaves no output file; a `ds4 --dump-tokens --json` style file
+// ({"ids": [...], "pieces": [...]}) scores with --prefill.
+func TestInterruptAndDumpFormat(t *testing.T) {
+	files := quantModels(t)
+	dir := t.TempDir()
+	seq := writeSeq(t, randomTokens(16, quantConfig().Vocab, 3), 4)
+	out := filepath.Join(dir, "out.safetensors")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"-m", files["f32"], "--tokens", seq, "--logits-out", out}, &stdout, &stderr, false)
+	if code != exitError || !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("cancelled run: exit %d, stderr %q", code, stderr.String())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("left behind: %v", ents)
+	}
+
+	ref := filepath.Join(dir, "ref.safetensors")
+	jsonReport(t, exitOK, "-m", files["f32"], "--tokens", seq, "--logits-out", ref)
+	ids, _ := json.Marshal(map[string]any{"ids": randomTokens(16, quantConfig().Vocab, 3), "pieces": []string{"x"}})
+	dump := filepath.Join(dir, "dump.json")
+	os.WriteFile(dump, ids, 0o644)
+	r := jsonReport(t, exitOK, "-m", files["f32"], "--tokens", dump, "--prefill", "4", "--ref", ref, "--min-top1", "1")
+	if r.Prefill != 4 || r.Compare.Rows != 13 || r.Compare.RelErrMax != 0 {
+		t.Errorf("dump format: %+v %+v", r, r.Compare)
+	}
+}
