@@ -1,0 +1,81 @@
+package engineadapter
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"ds4go/server"
+)
+
+// TestDiskCacheRestartRealEngine runs the real forward pass (demo model,
+// CPU) through two server lifetimes sharing a cache directory: after the
+// restart the prompt's cached prefix is restored instead of prefilled, and
+// the greedy reply is the same as the fresh server's (the restored state is
+// the state a prefill computes).
+func TestDiskCacheRestartRealEngine(t *testing.T) {
+	eng, err := Demo(Options{Ctx: 2048, Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kv := server.DefaultKVCacheConfig()
+	kv.Dir, kv.MinTokens, kv.BoundaryTrimTokens, kv.BoundaryAlignTokens = dir, 64, 8, 64
+	content := "Tell me about caches. " + strings.Repeat("The quick brown fox jumps over the lazy dog. ", 40)
+	body, _ := json.Marshal(map[string]any{"model": "deepseek-chat", "max_tokens": 6, "temperature": 0,
+		"messages": []any{map[string]any{"role": "user", "content": content}}})
+	ask := func() (reply string, prompt, cached float64) {
+		srv, err := server.New(server.Config{Engine: eng, KVCache: kv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(srv.Handler())
+		defer func() { hs.Close(); srv.Close() }()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/chat/completions", strings.NewReader(string(body)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var m struct {
+			Choices []struct {
+				Message struct{ Content string }
+			}
+			Usage struct {
+				PromptTokens        float64 `json:"prompt_tokens"`
+				PromptTokensDetails struct {
+					CachedTokens float64 `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			}
+		}
+		if resp.StatusCode != 200 || json.Unmarshal(b, &m) != nil || len(m.Choices) != 1 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		return m.Choices[0].Message.Content, m.Usage.PromptTokens, m.Usage.PromptTokensDetails.CachedTokens
+	}
+	r1, p1, c1 := ask()
+	if c1 != 0 || p1 < 300 {
+		t.Fatalf("fresh server: prompt %v, cached %v", p1, c1)
+	}
+	files, _ := os.ReadDir(dir)
+	if len(files) != 2 { // cold + shutdown
+		t.Fatalf("%d cache files after the first lifetime", len(files))
+	}
+	r2, p2, c2 := ask()
+	if p2 != p1 || c2 < p1-64-8 {
+		t.Fatalf("after restart: prompt %v, cached %v (want ≥ %v)", p2, c2, p1-72)
+	}
+	if r1 != r2 {
+		t.Fatalf("greedy reply differs after restoring from disk: %q vs %q", r1, r2)
+	}
+}
