@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -257,5 +256,60 @@ func TestKVDiskToolMapSurvivesRestart(t *testing.T) {
 	if blk, n, ok := b.s.toolMem.get(id); !ok || blk != call || n != 1 {
 		t.Fatalf("restarted server's tool memory: %q %d %v", blk, n, ok)
 	}
-	_ = filepath.Join
+}
+
+func TestKVDiskContinuedDuringDecode(t *testing.T) {
+	dir := t.TempDir()
+	e := kvEnv(t, dir, nil, func(c *KVCacheConfig) {
+		c.ColdMaxTokens = 0
+		c.ContinuedIntervalTokens = 64
+	})
+	body := chatBody(longUser("echo", 50)) // the fake echoes the user text: the reply crosses frontiers
+	body["max_tokens"] = 400
+	m := e.postJSON("/v1/chat/completions", body)
+	prompt, completion := num(dig(m, "usage", "prompt_tokens")), num(dig(m, "usage", "completion_tokens"))
+	beyond := 0
+	for _, f := range cacheFiles(t, dir) {
+		if f.Header.Reason != kvdisk.ReasonContinued || f.Header.Tokens%64 != 0 {
+			t.Fatalf("unexpected checkpoint %+v", f.Header)
+		}
+		if int(f.Header.Tokens) > prompt {
+			beyond++
+		}
+	}
+	// Decoding fed the sampled tokens back one by one: every frontier in
+	// (prompt, prompt+completion] got a checkpoint (the last sampled token
+	// is not fed back, hence −1).
+	if want := (prompt+completion-1)/64 - prompt/64; beyond != want || want == 0 {
+		t.Fatalf("prompt %d + completion %d: %d checkpoints during decoding, want %d", prompt, completion, beyond, want)
+	}
+}
+
+func TestKVDiskRejectDifferentQuant(t *testing.T) {
+	dir := t.TempDir()
+	body := chatBody(longUser("quant", 400))
+	a := kvEnv(t, dir, nil, nil)
+	a.postJSON("/v1/chat/completions", body)
+	a.stop()
+	// Mark every checkpoint as written by a q4 model (the fake reports 0).
+	st, _ := kvdisk.Open(kvdisk.Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	for _, e := range st.Entries() {
+		f, err := st.Load(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := f.Header
+		h.Quant = 4
+		if _, err := st.Save(h, f.Text, int64(len(f.Payload)), func(w io.Writer) error { _, err := w.Write(f.Payload); return err }, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, strict := range []bool{true, false} {
+		b := kvEnv(t, dir, nil, func(c *KVCacheConfig) { c.RejectDifferentQuant = strict })
+		b.postJSON("/v1/chat/completions", body)
+		if hit := b.eng.Loaded.Load() > 0; hit == strict {
+			t.Fatalf("strict=%v: hit=%v", strict, hit)
+		}
+		b.stop()
+	}
 }
