@@ -153,3 +153,35 @@ func TestBadLogitsFiles(t *testing.T) {
 		f.Close()
 	}
 }
+
+// FuzzOpenLogits checks that no file makes OpenLogits or Row panic, and
+// that an accepted file's rows can all be read (or fail with an error).
+func FuzzOpenLogits(f *testing.F) {
+	var b bytes.Buffer
+	convert.WriteSafetensors(&b, []convert.WriteTensor{
+		{WriteSpec: convert.WriteSpec{Name: TensorPositions, DType: convert.I32, Shape: []int64{2}}, Data: make([]byte, 8)},
+		{WriteSpec: convert.WriteSpec{Name: TensorLogits, DType: convert.F32, Shape: []int64{2, 2}}, Data: f32s(1, 2, 3, 4)},
+	}, nil)
+	f.Add(b.Bytes())
+	f.Add([]byte{})
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(dir, "f.safetensors")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		lf, err := OpenLogits(path)
+		if err != nil {
+			return
+		}
+		defer lf.Close()
+		if len(lf.Positions) != lf.Rows || lf.Rows < 1 || lf.Vocab < 1 {
+			t.Fatalf("accepted %d rows × %d, %d positions", lf.Rows, lf.Vocab, len(lf.Positions))
+		}
+		for i := 0; i < min(lf.Rows, 4); i++ {
+			if r, err := lf.Row(i, nil); err == nil && len(r) != lf.Vocab {
+				t.Fatalf("row %d has %d values", i, len(r))
+			}
+		}
+	})
+}

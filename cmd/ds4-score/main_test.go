@@ -14,7 +14,9 @@ import (
 	"testing"
 
 	"ds4go/convert"
+	"ds4go/engine"
 	"ds4go/gguf"
+	"ds4go/loader"
 	"ds4go/model"
 	"ds4go/score"
 	"ds4go/synth"
@@ -450,6 +452,35 @@ func TestText(t *testing.T) {
 	}
 	if ppl, e := pp.Result(); math.Abs(ppl-p.PPL) > 1e-9*ppl || math.Abs(e-p.StdErr) > 1e-9*e {
 		t.Errorf("recomputed perplexity %v ± %v, reported %v ± %v", ppl, e, p.PPL, p.StdErr)
+	}
+
+	// One row of the second window, computed directly: a session prefilled
+	// with that window's tokens (BOS first) up to the row's position.
+	m, err := loader.Open(loader.Options{Path: files["f32"], Backend: loader.BackendCPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	const ctxLen, first = 64, 32
+	i := 31 + 5 // row 5 of window 1 (31 rows per window)
+	pos := int(lf.Positions[i])
+	if pos != ctxLen+first+5 {
+		t.Fatalf("row %d at position %d", i, pos)
+	}
+	win := append([]int32{tk.BOS()}, toks[ctxLen+1:pos+1]...)
+	sess, err := engine.NewSession(m.Backend, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if err := sess.Prefill(context.Background(), win); err != nil {
+		t.Fatal(err)
+	}
+	if row, err = lf.Row(i, row); err != nil {
+		t.Fatal(err)
+	}
+	if e := score.RowError(sess.Logits(), row); e != 0 {
+		t.Errorf("saved row %d differs from a direct prefill of its window by %g", i, e)
 	}
 
 	// The same text on the q4 model against the saved f32 logits.
