@@ -218,7 +218,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 	}
 
 	var bar *progressbar.ProgressBar
-	total := len(positions)
+	var total int // tokens run through the model
 	if plan != nil {
 		total = plan.Evaluated()
 	} else {
