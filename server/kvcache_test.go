@@ -313,3 +313,28 @@ func TestKVDiskRejectDifferentQuant(t *testing.T) {
 		b.stop()
 	}
 }
+
+func TestKVDiskWholePromptCheckpoint(t *testing.T) {
+	// With no trim and no alignment the cold checkpoint is the whole
+	// prompt: after a restart nothing is prefilled (the restored logits
+	// give the first token).
+	dir := t.TempDir()
+	mod := func(c *KVCacheConfig) { c.BoundaryTrimTokens, c.BoundaryAlignTokens = 0, 0 }
+	body := chatBody(longUser("whole", 300))
+	a := kvEnv(t, dir, nil, mod)
+	m1 := a.postJSON("/v1/chat/completions", body)
+	a.stop()
+	b := kvEnv(t, dir, nil, mod)
+	m2 := b.postJSON("/v1/chat/completions", body)
+	prompt, completion := num(dig(m2, "usage", "prompt_tokens")), num(dig(m2, "usage", "completion_tokens"))
+	if num(dig(m2, "usage", "prompt_tokens_details", "cached_tokens")) != prompt || b.eng.Loaded.Load() != int64(prompt) {
+		t.Fatalf("usage %v, loaded %d", dig(m2, "usage"), b.eng.Loaded.Load())
+	}
+	// Only the sampled tokens were fed (EOS is not).
+	if got := b.eng.Prefilled.Load(); got != int64(completion) {
+		t.Fatalf("prefilled %d tokens for %d completion tokens", got, completion)
+	}
+	if dig(m1, "choices", 0, "message", "content") != dig(m2, "choices", 0, "message", "content") {
+		t.Fatal("replies differ")
+	}
+}

@@ -326,6 +326,12 @@ func (sc *scheduler) run(j *job) {
 	// logits are fresh).
 	t0 := time.Now()
 	keep := min(cached, len(eff)-1)
+	if source == "disk" && cached == len(eff) && sess.Logits() != nil {
+		// A checkpoint of exactly the prompt restored its logits too; a
+		// one-token rewind would have to re-derive the prefix (the payload
+		// keeps only the rows the next position needs).
+		keep = cached
+	}
 	if keep < len(sess.Tokens()) {
 		if err := sess.Rewind(ctx, keep); err != nil {
 			sc.engineFailure(ctx, res, q, "rewind", err)

@@ -31,7 +31,7 @@ func TestDiskCacheRestartRealEngine(t *testing.T) {
 	content := "Tell me about caches. " + strings.Repeat("The quick brown fox jumps over the lazy dog. ", 40)
 	body, _ := json.Marshal(map[string]any{"model": "deepseek-chat", "max_tokens": 6, "temperature": 0,
 		"messages": []any{map[string]any{"role": "user", "content": content}}})
-	ask := func() (reply string, prompt, cached float64) {
+	ask := func(kv server.KVCacheConfig) (reply string, prompt, cached float64) {
 		srv, err := server.New(server.Config{Engine: eng, KVCache: kv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +63,7 @@ func TestDiskCacheRestartRealEngine(t *testing.T) {
 		}
 		return m.Choices[0].Message.Content, m.Usage.PromptTokens, m.Usage.PromptTokensDetails.CachedTokens
 	}
-	r1, p1, c1 := ask()
+	r1, p1, c1 := ask(kv)
 	if c1 != 0 || p1 < 300 {
 		t.Fatalf("fresh server: prompt %v, cached %v", p1, c1)
 	}
@@ -71,11 +71,20 @@ func TestDiskCacheRestartRealEngine(t *testing.T) {
 	if len(files) != 2 { // cold + shutdown
 		t.Fatalf("%d cache files after the first lifetime", len(files))
 	}
-	r2, p2, c2 := ask()
+	r2, p2, c2 := ask(kv)
 	if p2 != p1 || c2 < p1-64-8 {
 		t.Fatalf("after restart: prompt %v, cached %v (want ≥ %v)", p2, c2, p1-72)
 	}
 	if r1 != r2 {
 		t.Fatalf("greedy reply differs after restoring from disk: %q vs %q", r1, r2)
+	}
+	// Without trim and alignment the checkpoint is the whole prompt: the
+	// first token is sampled from the restored logits.
+	kv.Dir, kv.BoundaryTrimTokens, kv.BoundaryAlignTokens = t.TempDir(), 0, 0
+	if r, _, c := ask(kv); r != r1 || c != 0 {
+		t.Fatalf("fresh cache: reply %q, cached %v", r, c)
+	}
+	if r, p, c := ask(kv); r != r1 || c != p {
+		t.Fatalf("whole-prompt checkpoint: reply %q (want %q), cached %v of %v", r, r1, c, p)
 	}
 }
