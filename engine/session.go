@@ -181,19 +181,27 @@ func (s *Session) Logits() []float32 {
 // checked between chunks and between layers. On error the session holds
 // the chunks that completed (Pos tells how many tokens).
 func (s *Session) Prefill(ctx context.Context, tokens []int32) error {
-	return s.run(ctx, tokens, nil)
+	return s.run(ctx, tokens, 0, nil)
 }
 
 // PrefillAll is Prefill that also reports the logits after every token:
 // fn(p, logits) for each position p of the new tokens, in order (the slice
 // is reused after fn returns). It costs a vocabulary projection per token.
 func (s *Session) PrefillAll(ctx context.Context, tokens []int32, fn func(pos int, logits []float32)) error {
-	return s.run(ctx, tokens, fn)
+	return s.run(ctx, tokens, 0, fn)
+}
+
+// PrefillFrom is PrefillAll reporting only the positions ≥ from (absolute
+// positions): the vocabulary projection is computed for those rows (and the
+// last one) only. Scoring the second half of a window costs half the head
+// work of PrefillAll.
+func (s *Session) PrefillFrom(ctx context.Context, tokens []int32, from int, fn func(pos int, logits []float32)) error {
+	return s.run(ctx, tokens, from, fn)
 }
 
 // Decode processes one token.
 func (s *Session) Decode(ctx context.Context, token int32) error {
-	return s.run(ctx, []int32{token}, nil)
+	return s.run(ctx, []int32{token}, 0, nil)
 }
 
 // Sample draws the next token from the current logits.
@@ -230,7 +238,7 @@ func (s *Session) Rewind(ctx context.Context, n int) error {
 	}
 	last := s.tokens[n-1]
 	s.tokens = s.tokens[:n-1]
-	return s.run(ctx, []int32{last}, nil)
+	return s.run(ctx, []int32{last}, 0, nil)
 }
 
 // Reset empties the session (as Rewind(ctx, 0)).
@@ -252,7 +260,7 @@ func (s *Session) checkTokens(tokens []int32) error {
 }
 
 // run processes tokens after the current ones, chunk by chunk.
-func (s *Session) run(ctx context.Context, tokens []int32, fn func(int, []float32)) error {
+func (s *Session) run(ctx context.Context, tokens []int32, from int, fn func(int, []float32)) error {
 	if s.closed {
 		return ErrClosed
 	}
@@ -266,7 +274,7 @@ func (s *Session) run(ctx context.Context, tokens []int32, fn func(int, []float3
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := s.chunk(ctx, tokens[off:min(off+s.opts.ChunkSize, len(tokens))], fn); err != nil {
+		if err := s.chunk(ctx, tokens[off:min(off+s.opts.ChunkSize, len(tokens))], from, fn); err != nil {
 			return err
 		}
 	}
@@ -290,7 +298,7 @@ func (s *Session) ensureContinuable(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("engine: re-deriving the KV state: %w", err)
 		}
-		if err := s.chunk(ctx, keep[off:min(off+s.opts.ChunkSize, len(keep))], nil); err != nil {
+		if err := s.chunk(ctx, keep[off:min(off+s.opts.ChunkSize, len(keep))], 0, nil); err != nil {
 			return fmt.Errorf("engine: re-deriving the KV state: %w", err)
 		}
 	}
@@ -300,7 +308,7 @@ func (s *Session) ensureContinuable(ctx context.Context) error {
 // chunk runs one chunk through every layer and the head. The session's
 // tokens and logits change only when it succeeds; the rings may have been
 // written either way (the retention record says so).
-func (s *Session) chunk(ctx context.Context, toks []int32, fn func(int, []float32)) error {
+func (s *Session) chunk(ctx context.Context, toks []int32, from int, fn func(int, []float32)) error {
 	be, b, st := s.be, s.b, s.st
 	pos, n := len(s.tokens), len(toks)
 	s.ret.written(pos, n)
@@ -343,14 +351,15 @@ func (s *Session) chunk(ctx context.Context, toks []int32, fn func(int, []float3
 		}
 		trace(StageBlockOut, l)
 	}
+	// Head rows: those fn reports (positions ≥ from), and always the last
+	// (the session's next-token logits).
 	s.rows = s.rows[:0]
 	if fn != nil {
-		for r := 0; r < n; r++ {
+		for r := max(0, from-pos); r < n-1; r++ {
 			s.rows = append(s.rows, r)
 		}
-	} else {
-		s.rows = append(s.rows, n-1)
 	}
+	s.rows = append(s.rows, n-1)
 	V := s.cfg.Vocab
 	if need := len(s.rows) * V; cap(s.buf) < need {
 		s.buf = make([]float32, need)
@@ -364,8 +373,10 @@ func (s *Session) chunk(ctx context.Context, toks []int32, fn func(int, []float3
 	s.logitsOK = true
 	s.tokens = append(s.tokens, toks...)
 	if fn != nil {
-		for r := 0; r < n; r++ {
-			fn(pos+r, out[r*V:(r+1)*V])
+		for i, r := range s.rows {
+			if pos+r >= from {
+				fn(pos+r, out[i*V:(i+1)*V])
+			}
 		}
 	}
 	return nil

@@ -101,7 +101,8 @@ func RunText(ctx context.Context, be engine.Backend, p *TextPlan, opts RunOption
 		if chunk <= 0 {
 			chunk = engine.DefaultChunkSize
 		}
-		err := s.PrefillAll(ctx, win, func(j int, logits []float32) {
+		// Only the scored half needs the vocabulary projection.
+		err := s.PrefillFrom(ctx, win, p.First, func(j int, logits []float32) {
 			if ferr != nil {
 				return
 			}

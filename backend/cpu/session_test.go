@@ -338,3 +338,35 @@ func TestConcurrentSessions(t *testing.T) {
 		t.Fatal("concurrent sessions differ from sequential ones")
 	}
 }
+
+// TestPrefillFrom checks PrefillFrom reports exactly the positions ≥ from,
+// with PrefillAll's logits, whatever the chunking, after an earlier prefix.
+func TestPrefillFrom(t *testing.T) {
+	g := loadGolden(t, "flash6_w16_k8")
+	be := newBackend(t, g.w, cpu.Options{})
+	toks := g.tokens["long"][:120]
+	ref := prefillLogits(t, be, engine.Options{ChunkSize: 128}, toks)
+	for _, cs := range []int{5, 32, 128} {
+		s := newSession(t, be, engine.Options{ChunkSize: cs})
+		ctx := context.Background()
+		if err := s.Prefill(ctx, toks[:10]); err != nil {
+			t.Fatal(err)
+		}
+		var seen []int
+		err := s.PrefillFrom(ctx, toks[10:], 70, func(p int, l []float32) {
+			seen = append(seen, p)
+			if !slices.Equal(l, ref[p]) {
+				t.Fatalf("chunk %d: logits at %d differ from PrefillAll's", cs, p)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(seen) != 50 || seen[0] != 70 || seen[49] != 119 {
+			t.Fatalf("chunk %d: reported positions %v", cs, seen)
+		}
+		if !slices.Equal(s.Logits(), ref[119]) {
+			t.Fatalf("chunk %d: Logits() is not the last row", cs)
+		}
+	}
+}
