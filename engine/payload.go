@@ -25,8 +25,8 @@ import (
 //	 9 raw/head KV dimension (HeadDim)
 //	10 indexer head dimension (IndexerHeadDim)
 //	11 vocabulary size
-//	12 live raw rows serialized per layer (min(n, Window−1): the rows the
-//	   next position's window attention reads)
+//	12 live raw rows serialized per layer (min(n, Window+1): the rows the
+//	   window attention of positions n−2 … n reads)
 //
 // then
 //
@@ -38,14 +38,15 @@ import (
 //	                  order (not ring order), HeadDim f32 each
 //	per ratio>0 layer: compressed rows [0, rows) (HeadDim f32 each), then the
 //	                  compressor frontier: comp_kv then comp_score entries of
-//	                  positions [Need(n), n) (coff·HeadDim f32 each)
+//	                  positions [Need(n−2), n) (coff·HeadDim f32 each)
 //	per ratio-4 layer: indexer rows [0, rows) (IndexerHeadDim f32 each), then
 //	                  index_kv then index_score entries of positions
-//	                  [Need(n), n) (2·IndexerHeadDim f32 each)
+//	                  [Need(n−2), n) (2·IndexerHeadDim f32 each)
 //
 // where Need is StateLayout.Need: the frontier positions the compressor
 // still pools (the current block, at ratio 4 also the previous one). The
-// payload stores exactly what continuing at position n needs, so its size
+// payload stores exactly what continuing at positions n−2 … n needs (a
+// restored session can continue, or rewind one token cheaply), so its size
 // is fixed by n and the model; the frontier counts are not stored but
 // recomputed by the reader from its layout, and the row counts are checked
 // against it (this is what catches another model's ratios). The payload
@@ -68,9 +69,13 @@ type payloadSection struct {
 // payloadSections lists the payload's tensors for a session at pos, in
 // file order.
 func (l *StateLayout) payloadSections(pos int) []payloadSection {
+	// Ring parts keep what position pos−2 needs: a restored session can
+	// continue, or rewind by one token (Rewind(pos−1) re-runs the token at
+	// pos−2), without re-deriving its prefix.
+	at := max(pos-2, 0)
 	var secs []payloadSection
 	for layer := 0; layer < l.Config.Layers; layer++ {
-		need := l.Need(layer, PartWindow, pos)
+		need := l.Need(layer, PartWindow, at)
 		secs = append(secs, payloadSection{layer, PartWindow, need, pos - need})
 	}
 	for layer := 0; layer < l.Config.Layers; layer++ {
@@ -80,7 +85,7 @@ func (l *StateLayout) payloadSections(pos int) []payloadSection {
 			}
 			secs = append(secs, payloadSection{layer, grp[0], 0, l.Rows(layer, grp[0], pos)})
 			for _, p := range grp[1:] {
-				need := l.Need(layer, p, pos)
+				need := l.Need(layer, p, at)
 				secs = append(secs, payloadSection{layer, p, need, pos - need})
 			}
 		}
@@ -89,7 +94,7 @@ func (l *StateLayout) payloadSections(pos int) []payloadSection {
 }
 
 // rawRows is header field 12: the window rows stored per layer.
-func (l *StateLayout) rawRows(pos int) int { return pos - l.Need(0, PartWindow, pos) }
+func (l *StateLayout) rawRows(pos int) int { return pos - l.Need(0, PartWindow, max(pos-2, 0)) }
 
 // PayloadSize returns the byte length WritePayload will write for the
 // session's current state.
@@ -294,11 +299,6 @@ func (s *Session) ReadPayload(r io.Reader, n int64) error {
 		}
 	}
 	secs := s.layout.payloadSections(pos)
-	for _, sc := range secs {
-		if sc.part.ByPosition() && sc.n > s.layout.Capacity(sc.layer, sc.part) {
-			return fmt.Errorf("%w: layer %d %s: %d entries exceed the ring", ErrSnapshot, sc.layer, sc.part, sc.n)
-		}
-	}
 	// From here on the state is written: a failure leaves the session empty.
 	s.tokens, s.logitsOK = s.tokens[:0], false
 	s.ret.reset()
@@ -308,6 +308,12 @@ func (s *Session) ReadPayload(r io.Reader, n int64) error {
 		w := s.layout.Width(sc.layer, sc.part)
 		d := take(4 * sc.n * w)
 		if sc.part.ByPosition() {
+			// A ring smaller than the stored span (a session without
+			// rewind slack) keeps the newest entries.
+			if c := s.layout.Capacity(sc.layer, sc.part); sc.n > c {
+				d = d[4*(sc.n-c)*w:]
+				sc.first, sc.n = sc.first+sc.n-c, c
+			}
 			ret.lo[sc.layer][sc.part] = sc.first
 		}
 		if sc.n == 0 {

@@ -93,8 +93,29 @@ func TestPayloadRoundTrip(t *testing.T) {
 				t.Fatalf("n=%d: logits differ after continuing at %d", n, a.Pos())
 			}
 		}
+		// A one-token rewind of a restored session re-runs its last token
+		// from the restored rings (no re-derivation of the prefix).
+		c, _ := engine.NewSession(be, engine.Options{MaxContext: 1024})
+		buf.Reset()
+		if err := a.WritePayload(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ReadPayload(bytes.NewReader(buf.Bytes()), int64(buf.Len())); err != nil {
+			t.Fatal(err)
+		}
+		m := a.Pos()
+		if err := a.Rewind(ctx, m-1); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Rewind(ctx, m-1); err != nil {
+			t.Fatal(err)
+		}
+		if c.Stats().Rederivations != 0 || !slices.Equal(a.Logits(), c.Logits()) {
+			t.Fatalf("n=%d: rewind after restore: %d re-derivations, logits equal %v", n, c.Stats().Rederivations, slices.Equal(a.Logits(), c.Logits()))
+		}
 		a.Close()
 		b.Close()
+		c.Close()
 	}
 }
 
@@ -135,6 +156,7 @@ func TestPayloadRejects(t *testing.T) {
 		"longer":    append(slices.Clone(good), 0),
 		"token":     mod(func(p []byte) []byte { p[13*4+3] = 0x7f; return p }),
 		"rows":      mod(func(p []byte) []byte { p[13*4+4*200+4*512+2*4]++; return p }),
+		"raw rows":  mod(func(p []byte) []byte { p[12*4]--; return p }),
 	}
 	for name, p := range cases {
 		if err := load(be, p, 1024); !errors.Is(err, engine.ErrSnapshot) {
