@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"ds4go/chat"
 	"ds4go/engine"
 	"ds4go/loader"
+	"ds4go/score"
 )
 
 // MaxLogprobsTopK bounds --logprobs-top-k (as ds4.c).
@@ -130,17 +130,9 @@ type logprobDump struct {
 }
 
 // topLogprobs returns the k most likely tokens of logits (ties: lower id
-// first) with their log-probabilities (log-softmax in float64).
-func topLogprobs(logits []float32, k int) (ids []int32, lps []float64) {
-	mx := math.Inf(-1)
-	for _, x := range logits {
-		mx = math.Max(mx, float64(x))
-	}
-	var sum float64
-	for _, x := range logits {
-		sum += math.Exp(float64(x) - mx)
-	}
-	lse := mx + math.Log(sum)
+// first) with their log-probabilities (score.LogSoftmax, float64).
+func topLogprobs(logits []float32, k int, scratch *[]float64) (ids []int32, lps []float64) {
+	*scratch = score.LogSoftmax(logits, *scratch)
 	k = min(k, len(logits))
 	// Keep the best k in order: a token enters when it beats the last.
 	better := func(a, b int32) bool {
@@ -166,7 +158,7 @@ func topLogprobs(logits []float32, k int) (ids []int32, lps []float64) {
 	}
 	lps = make([]float64, k)
 	for i, id := range ids {
-		lps[i] = float64(logits[id]) - lse
+		lps[i] = (*scratch)[id]
 	}
 	return ids, lps
 }
@@ -209,12 +201,13 @@ func dumpLogprobs(ctx context.Context, m *loader.Model, o *Options) (int, error)
 		eos = id
 	}
 	maxSteps := min(o.MaxTokens, ctxSize-1-len(toks))
+	var scratch []float64
 	for step := 0; step < maxSteps; step++ {
 		logits := s.Logits()
 		if logits == nil {
 			return 0, fmt.Errorf("step %d: no logits", step)
 		}
-		ids, lps := topLogprobs(logits, o.LogprobsTopK)
+		ids, lps := topLogprobs(logits, o.LogprobsTopK, &scratch)
 		st := logprobStep{Step: step, Selected: tokOf(ids[0])}
 		for i, id := range ids {
 			st.TopLogprobs = append(st.TopLogprobs, logprobAlt{Token: tokOf(id), Logit: logits[id], Logprob: lps[i]})
