@@ -42,9 +42,13 @@
 // (".tmp-PID-RANDOM"), synced, renamed to their final name and the
 // directory synced, so a file under a final name is complete or absent.
 // Temporary files left by a crash are removed when a store opens. A file
-// that is truncated, bit-flipped, of another format or payload version, or
-// (checked by the engine when restoring) of another model shape is skipped
-// with one log line and removed; parsing never panics (fuzzed: FuzzParse).
+// that is truncated or bit-flipped is skipped with one log line and
+// removed. A file of another format version, or (checked by the engine when
+// restoring) of another model shape, is skipped with one log line and left
+// on disk, where it may serve the build or model that wrote it (a file of
+// another shape stays in the index, marked unusable, so the space budget
+// still counts it and may evict it). Parsing never panics (fuzzed:
+// FuzzParse).
 //
 // # Facts taken from ds4 (antirez/ds4 ds4_kvstore.c, ds4_server.c; read, not copied)
 //
@@ -60,8 +64,8 @@
 // than min tokens, written for a larger context, or of another quant when
 // strict), and hit-count/last-used updates on a hit. Differences: the
 // CRC32C (ds4 has no checksum), eviction by least recent use (ds4 scores
-// entries by decayed hits × tokens per byte), and a file that fails to load
-// is removed.
+// entries by decayed hits × tokens per byte), and a corrupt file is
+// removed.
 package kvdisk
 
 import (
@@ -118,6 +122,11 @@ func (r Reason) String() string {
 // the reason).
 var ErrCorrupt = errors.New("kvdisk: invalid cache file")
 
+// ErrVersion reports a cache file of another format version (wrapped in
+// ErrCorrupt too). Such a file may belong to another build of the server:
+// it is ignored, never loaded, and left on disk.
+var ErrVersion = errors.New("kvdisk: other format version")
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Header is the fixed 48-byte header.
@@ -159,7 +168,7 @@ func parseHeader(b []byte) (Header, error) {
 		return Header{}, fmt.Errorf("%w: magic %q", ErrCorrupt, b[:3])
 	}
 	if b[3] != Version {
-		return Header{}, fmt.Errorf("%w: version %d, this build reads %d", ErrCorrupt, b[3], Version)
+		return Header{}, fmt.Errorf("%w: %w %d, this build reads %d", ErrCorrupt, ErrVersion, b[3], Version)
 	}
 	le := binary.LittleEndian
 	h := Header{Quant: b[4], Reason: Reason(b[5]), Flags: b[6],

@@ -49,7 +49,10 @@ type Entry struct {
 	TextBytes int
 	// Size is the file size in bytes.
 	Size int64
-	use  uint64 // in-process recency (breaks ties of the 1 s clock)
+	// Unusable is set when the engine rejected the file's payload (another
+	// model shape): Lookup skips it; it stays on disk and in the budget.
+	Unusable bool
+	use      uint64 // in-process recency (breaks ties of the 1 s clock)
 }
 
 // Store is a directory of cache files with an in-memory index. Its methods
@@ -111,6 +114,10 @@ func Open(o Options) (*Store, error) {
 			continue
 		}
 		e, err := readEntry(path, name)
+		if errors.Is(err, ErrVersion) {
+			s.log.Warn("kv cache: ignoring a file of another format version (left on disk)", "file", path, "err", err)
+			continue
+		}
 		if err != nil {
 			s.log.Warn("kv cache: skipping invalid file", "file", path, "err", err)
 			_ = os.Remove(path)
@@ -219,7 +226,7 @@ func (s *Store) Has(text string) bool {
 func (s *Store) Lookup(prompt string, accept func(*Entry) bool) []Entry {
 	var out []Entry
 	for _, e := range s.Entries() {
-		if e.TextBytes > len(prompt) || (accept != nil && !accept(&e)) {
+		if e.Unusable || e.TextBytes > len(prompt) || (accept != nil && !accept(&e)) {
 			continue
 		}
 		if Name(prompt[:e.TextBytes]) == e.Name {
@@ -231,7 +238,8 @@ func (s *Store) Lookup(prompt string, accept func(*Entry) bool) []Entry {
 
 // Load reads and verifies an entry's file: checksum, lengths, and that its
 // text hashes to its name and has the token count of the header's. A file
-// that fails is removed from disk and the index, with a log line.
+// that fails these checks (corrupt) is removed from disk and the index,
+// with a log line.
 func (s *Store) Load(e Entry) (*File, error) {
 	b, err := os.ReadFile(e.Path)
 	if err != nil {
@@ -249,8 +257,19 @@ func (s *Store) Load(e Entry) (*File, error) {
 	return f, nil
 }
 
-// Discard removes an entry's file after it turned out unusable (corrupt,
-// or rejected by the engine), logging why.
+// Reject marks an entry whose file is valid but unusable here (the engine
+// rejected its payload: another model shape), logging why. The file stays
+// on disk, for the model that wrote it, and in the space budget.
+func (s *Store) Reject(e Entry, why error) {
+	s.log.Warn("kv cache: ignoring a file this model cannot use (left on disk)", "file", e.Path, "err", why)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if x, ok := s.entries[e.Name]; ok {
+		x.Unusable = true
+	}
+}
+
+// Discard removes an entry's file after it turned out corrupt, logging why.
 func (s *Store) Discard(e Entry, why error) {
 	s.log.Warn("kv cache: ignoring unusable file", "file", e.Path, "err", why)
 	_ = os.Remove(e.Path)

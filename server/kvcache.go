@@ -262,7 +262,7 @@ func (sc *scheduler) kvLookup(r *genRequest, cached int) ([]int32, int, bool) {
 			continue
 		}
 		if err := ps.ReadPayload(bytes.NewReader(f.Payload), int64(len(f.Payload))); err != nil {
-			kc.store.Discard(e, err)
+			kc.store.Reject(e, err)
 			s.metrics.kvDisk.WithLabelValues("rejected").Inc()
 			continue
 		}

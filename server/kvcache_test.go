@@ -174,7 +174,8 @@ func TestKVDiskCorruptFileIgnored(t *testing.T) {
 
 func TestKVDiskRejectedByEngine(t *testing.T) {
 	// A file with a valid checksum whose payload the engine refuses (another
-	// model): logged, removed, the request prefills normally.
+	// model): logged, left on disk for the model that wrote it, never tried
+	// again by this server; the request prefills normally.
 	dir := t.TempDir()
 	body := chatBody(longUser("other model", 400))
 	a := kvEnv(t, dir, nil, nil)
@@ -194,8 +195,20 @@ func TestKVDiskRejectedByEngine(t *testing.T) {
 	var logs syncBuf
 	b := kvEnv(t, dir, &logs, nil)
 	b.postJSON("/v1/chat/completions", body)
-	if b.eng.Loaded.Load() != 0 || !strings.Contains(logs.String(), "unusable file") {
+	if b.eng.Loaded.Load() != 0 || strings.Count(logs.String(), "cannot use") != 1 {
 		t.Fatalf("loaded %d; log %s", b.eng.Loaded.Load(), logs.String())
+	}
+	for _, e := range st.Entries() {
+		if _, err := os.Stat(e.Path); err != nil {
+			t.Errorf("the other model's file was removed: %v", err)
+		}
+	}
+	// After an unrelated request replaced the live session, the same
+	// request again does not try the rejected file again.
+	b.postJSON("/v1/chat/completions", chatBody(user("something else")))
+	b.postJSON("/v1/chat/completions", body)
+	if n := strings.Count(logs.String(), "cannot use"); n != 1 || b.eng.Loaded.Load() != 0 {
+		t.Errorf("rejected file tried again: %d log lines, %d loads", n, b.eng.Loaded.Load())
 	}
 }
 
