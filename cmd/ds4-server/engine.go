@@ -1,22 +1,17 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
 
+	"ds4go/loader"
 	"ds4go/server"
 	"ds4go/server/engineadapter"
 )
 
-// defaultModel is ds4's default model path, used when it exists.
-const defaultModel = "ds4flash.gguf"
-
 // openEngine picks the engine to serve: the fake engine behind --fake
 // (never silently), the -m model, ./ds4flash.gguf when present, or else the
-// built-in demo model (said loudly in the log).
+// built-in demo model (said loudly in the log), on the --backend asked for.
 func openEngine(o *options, log *slog.Logger) (server.Engine, string, func(), error) {
 	if o.fake {
 		log.Warn("serving the FAKE engine (--fake): replies are scripted echoes, not a model")
@@ -26,29 +21,31 @@ func openEngine(o *options, log *slog.Logger) (server.Engine, string, func(), er
 		}
 		return eng, "fake", func() {}, nil
 	}
-	if o.backend != "" && o.backend != "cpu" {
-		return nil, "", nil, fmt.Errorf("backend %q is not available in this build (cpu only)", o.backend)
+	backend := o.backend
+	if backend == "" {
+		backend = loader.BackendCPU
 	}
-	eo := engineadapter.Options{Ctx: o.ctx, Threads: o.threads}
-	path := o.model
-	if path == "" {
-		if _, err := os.Stat(defaultModel); err == nil {
-			path = defaultModel
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return nil, "", nil, err
-		}
+	if backend != loader.BackendCPU && backend != loader.BackendCUDA {
+		return nil, "", nil, fmt.Errorf("unknown backend %q (want cpu or cuda)", backend)
 	}
-	if path == "" {
-		log.Warn("no -m and no ./" + defaultModel + ": serving the built-in DEMO model (synthetic random weights; its output is meaningless)")
-		eng, err := engineadapter.Demo(eo)
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("demo model: %w", err)
-		}
-		return eng, "demo (synthetic tiny model, cpu)", func() {}, nil
-	}
-	eng, closeFn, err := engineadapter.Open(path, eo)
+	lo := loader.Options{Path: o.model, Backend: backend, Threads: o.threads, Warm: true}
+	path, err := loader.Resolve(lo)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("%s: %w", path, err)
+		return nil, "", nil, err
 	}
-	return eng, path + " (cpu)", closeFn, nil
+	if path == "" {
+		log.Warn("no -m and no ./" + loader.DefaultPath + ": serving the built-in DEMO model (synthetic random weights, real tokenizer; its output is meaningless)")
+	}
+	m, err := loader.Open(lo)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	eng, err := engineadapter.New(m, o.ctx)
+	if err != nil {
+		m.Close()
+		return nil, "", nil, err
+	}
+	log.Info("model loaded", "model", m.Name, "backend", backend, "weights", m.Weights.String(),
+		"map_s", m.MapTime.Seconds(), "validate_s", m.LoadTime.Seconds(), "warm_s", m.WarmTime.Seconds(), "backend_s", m.BackendTime.Seconds())
+	return eng, m.Name + " (" + backend + ")", m.Close, nil
 }

@@ -76,7 +76,7 @@ func parseFlags(args []string) (*options, error) {
 	num(&o.toolMaxIDs, server.DefaultToolMemoryMaxIDs, "maximum exact tool-call ids kept for DSML replay", "tool-memory-max-ids")
 	fs.BoolVar(&o.noExactDSML, "disable-exact-dsml-tool-replay", false, "render tool history canonically from JSON instead of the sampled DSML")
 	str(&o.logLevel, "info", "log level: debug, info, warn, error", "log-level")
-	str(&o.backend, "", "backend: cpu (cuda when built)", "backend")
+	str(&o.backend, "", "backend: cpu or cuda (cuda needs libds4cuda.so, docs/cuda.md)", "backend")
 	str(&o.chdir, "", "change directory before loading the model", "chdir")
 	var cpu, cuda, metal bool
 	fs.BoolVar(&cpu, "cpu", false, "use the CPU backend")
@@ -98,7 +98,7 @@ func parseFlags(args []string) (*options, error) {
 	}
 	var ignoredBool bool
 	fs.BoolVar(&ignoredBool, "quality", false, "accepted for ds4 compatibility (ignored)")
-	fs.BoolVar(&ignoredBool, "warm-weights", false, "accepted for ds4 compatibility (ignored)")
+	fs.BoolVar(&ignoredBool, "warm-weights", false, "accepted for ds4 compatibility (weights are always paged in at start)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
 // Package engineadapter serves ds4go's engine (package engine on a backend)
-// through the server's narrow Engine/Session interface, and opens models:
-// a GGUF file, or the built-in demo model (a synthetic tiny model built in
-// memory by package synth).
+// through the server's narrow Engine/Session interface, for a model opened
+// by package loader (a GGUF file or the built-in demo model, on the CPU or
+// CUDA backend).
 package engineadapter
 
 import (
@@ -10,13 +10,11 @@ import (
 	"fmt"
 	"io"
 
-	"ds4go/backend/cpu"
 	"ds4go/engine"
-	"ds4go/gguf"
+	"ds4go/loader"
 	"ds4go/model"
 	"ds4go/quant"
 	"ds4go/server"
-	"ds4go/synth"
 	"ds4go/tokenizer"
 )
 
@@ -120,61 +118,14 @@ func (x *session) ReadPayload(r io.Reader, n int64) error {
 
 func (x *session) Close() { x.s.Close() }
 
-// Options choose how a model is opened.
-type Options struct {
-	// Ctx is the served context size (the model's when ≤ 0).
-	Ctx int
-	// Threads for the CPU backend (all cores when ≤ 0).
-	Threads int
-}
-
-// fromFile builds the engine for a parsed GGUF file.
-func fromFile(f *gguf.File, o Options) (*Engine, error) {
-	w, err := model.Load(f)
-	if err != nil {
-		return nil, err
+// New serves a model opened by package loader (with a backend). ctx is the
+// served context size (the model's when ≤ 0 or larger than the model's).
+func New(m *loader.Model, ctx int) (*Engine, error) {
+	if m.Backend == nil {
+		return nil, errors.New("engineadapter: the model was opened without a backend")
 	}
-	v, err := model.VocabFromGGUF(f, w.Config.Vocab)
-	if err != nil {
-		return nil, err
+	if l := m.Config.ContextLen; ctx <= 0 || (l > 0 && ctx > l) {
+		ctx = l
 	}
-	tok, err := tokenizer.New(v)
-	if err != nil {
-		return nil, err
-	}
-	be, err := cpu.New(w, cpu.Options{Threads: o.Threads})
-	if err != nil {
-		return nil, err
-	}
-	ctx := o.Ctx
-	if ctx <= 0 || (w.Config.ContextLen > 0 && ctx > w.Config.ContextLen) {
-		ctx = w.Config.ContextLen
-	}
-	return &Engine{Backend: be, Tok: tok, Opts: engine.Options{MaxContext: ctx}, Quant: expertQuantBits(w)}, nil
-}
-
-// Open maps a DS4 GGUF file and serves it on the CPU backend. Call the
-// returned function to unmap it after the server is closed.
-func Open(path string, o Options) (*Engine, func(), error) {
-	f, err := gguf.Open(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	e, err := fromFile(f, o)
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	return e, func() { f.Close() }, nil
-}
-
-// Demo builds the built-in demo model: synth.Tiny with seeded random
-// weights (Q8_0), generated in memory. It runs the real forward pass, so it
-// exercises everything, but its output is meaningless text.
-func Demo(o Options) (*Engine, error) {
-	f, err := synth.Demo()
-	if err != nil {
-		return nil, err
-	}
-	return fromFile(f, o)
+	return &Engine{Backend: m.Backend, Tok: m.Tokenizer, Opts: engine.Options{MaxContext: ctx}, Quant: expertQuantBits(m.Weights)}, nil
 }

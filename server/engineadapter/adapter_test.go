@@ -17,10 +17,7 @@ import (
 // TestDemoModelServes drives the real engine (synthetic tiny model, CPU
 // backend) through the HTTP server: generation, prefix reuse, streaming.
 func TestDemoModelServes(t *testing.T) {
-	eng, err := Demo(Options{Ctx: 512, Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := demo(t, 512)
 	srv, err := server.New(server.Config{Engine: eng, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

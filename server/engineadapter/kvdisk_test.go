@@ -21,10 +21,7 @@ import (
 // the greedy reply is the same as the fresh server's (the restored state is
 // the state a prefill computes).
 func TestDiskCacheRestartRealEngine(t *testing.T) {
-	eng, err := Demo(Options{Ctx: 2048, Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := demo(t, 2048)
 	dir := t.TempDir()
 	kv := server.DefaultKVCacheConfig()
 	kv.Dir, kv.MinTokens, kv.BoundaryTrimTokens, kv.BoundaryAlignTokens = dir, 64, 8, 64
