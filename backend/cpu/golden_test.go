@@ -3,7 +3,6 @@ package cpu_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 
 	"ds4go/backend/cpu"
 	"ds4go/engine"
+	"ds4go/internal/golden"
+	"ds4go/score"
 )
 
 // Golden tests: the forward pass against logits and activations recorded
@@ -30,13 +31,43 @@ const (
 	boundTop1   = 0.99
 )
 
-func checkAgreement(t *testing.T, what string, a agreement) {
+// checkAgreement compares the engine's rows with the reference rows
+// (score.Comparer) and checks the bounds.
+func checkAgreement(t *testing.T, what string, pos []int32, ref, got [][]float32) {
 	t.Helper()
-	t.Logf("%s: %v", what, a)
-	if a.max > boundMax || a.median > boundMedian || a.p95 > boundP95 || a.meanKL > boundKL || a.top1 < boundTop1 {
+	var c score.Comparer
+	for i := range ref {
+		if err := c.Add(int(pos[i]), ref[i], got[i]); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	a := c.Summary()
+	t.Logf("%s: rows %d: max %.3g (pos %d) median %.3g p95 %.3g meanKL %.3g top1 %.4f",
+		what, a.Rows, a.RelErrMax, a.RelErrMaxPos, a.RelErrP50, a.RelErrP95, a.KLMean, a.Top1)
+	if a.RelErrMax > boundMax || a.RelErrP50 > boundMedian || a.RelErrP95 > boundP95 || a.KLMean > boundKL || a.Top1 < boundTop1 {
 		t.Errorf("%s: outside the bounds (max %g, median %g, p95 %g, KL %g, top1 %g)",
 			what, boundMax, boundMedian, boundP95, boundKL, boundTop1)
 	}
+}
+
+// goldenRows returns a logits variant's reference rows.
+func goldenRows(t *testing.T, lg golden.Tensors, key string) ([]int32, [][]float32) {
+	t.Helper()
+	pos, rows, err := lg.Rows(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pos, rows
+}
+
+// readGolden reads one reference file of a golden case.
+func readGolden(t *testing.T, g *goldenModel, file string) golden.Tensors {
+	t.Helper()
+	ts, err := g.Read(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
 }
 
 // captured activations of one run at chosen positions, keyed like
@@ -107,20 +138,16 @@ func (c *capture) trace(ev engine.TraceEvent) {
 	}
 }
 
-// relErr returns max|a−b| / max|a| over a tensor.
-func relErr(ref, got []float32) float64 { return rowErr(ref, got) }
-
 // runGoldenCase checks one run of a golden case: the prefill logits at every
 // stored position, the per-layer activations, the indexer picks and the
 // compressed rows; then the decode variants.
 func runGoldenCase(t *testing.T, name, run string, variants bool) {
 	g := loadGolden(t, name)
 	c := g.w.Config
-	dir := filepath.Join(goldenRoot, name)
-	lg := readSafetensors(t, filepath.Join(dir, "logits.safetensors"))
-	hid := readSafetensors(t, filepath.Join(dir, "hidden.safetensors"))
-	toks := g.tokens[run]
-	hpos := hid[run+".positions"].i32()
+	lg := readGolden(t, g, "logits.safetensors")
+	hid := readGolden(t, g, "hidden.safetensors")
+	toks := g.Tokens[run]
+	hpos := hid[run+".positions"].I32
 
 	// Indexer picks at the hidden positions.
 	var pickMu sync.Mutex
@@ -146,12 +173,12 @@ func runGoldenCase(t *testing.T, name, run string, variants bool) {
 	}
 	t.Logf("%s/%s: prefill of %d tokens in %v", name, run, len(toks), time.Since(start))
 
-	pos, ref := goldenLogits(t, lg, run+".prefill")
+	pos, ref := goldenRows(t, lg, run+".prefill")
 	rows := make([][]float32, len(pos))
 	for i, p := range pos {
-		rows[i] = got[p]
+		rows[i] = got[int(p)]
 	}
-	checkAgreement(t, run+" prefill", compare(ref, rows, pos))
+	checkAgreement(t, run+" prefill", pos, ref, rows)
 
 	// Activations.
 	var worst float64
@@ -167,10 +194,10 @@ func runGoldenCase(t *testing.T, name, run string, variants bool) {
 			t.Errorf("%s: not captured", k)
 			continue
 		}
-		vals := want.f32()
+		vals := want.F32
 		w := len(vals) / len(hpos)
 		for i := range hpos {
-			e := relErr(vals[i*w:(i+1)*w], have[i])
+			e := score.RowError(vals[i*w:(i+1)*w], have[i])
 			if e > worst {
 				worst, worstKey = e, fmt.Sprintf("%s @%d", k, hpos[i])
 			}
@@ -187,8 +214,8 @@ func runGoldenCase(t *testing.T, name, run string, variants bool) {
 		if !ok {
 			continue
 		}
-		K := tk.shape[1]
-		vals := tk.i32()
+		K := int(tk.Shape[1])
+		vals := tk.I32
 		mismatch := 0
 		for i, p := range hpos {
 			var want []int32
@@ -220,15 +247,15 @@ func runGoldenCase(t *testing.T, name, run string, variants bool) {
 			if !ok {
 				continue
 			}
-			n, w := ck.shape[0], ck.shape[1]
+			n, w := int(ck.Shape[0]), int(ck.Shape[1])
 			have := make([]float32, n*w)
 			if err := be.ReadState(s.State(), l, kind.part, 0, n, have); err != nil {
 				t.Fatal(err)
 			}
-			want := ck.f32()
+			want := ck.F32
 			var e float64
 			for i := 0; i < n; i++ {
-				e = max(e, relErr(want[i*w:(i+1)*w], have[i*w:(i+1)*w]))
+				e = max(e, score.RowError(want[i*w:(i+1)*w], have[i*w:(i+1)*w]))
 			}
 			t.Logf("%s layer %d %s: %d rows, max relative error %.3g", run, l, kind.key, n, e)
 			if e > 1e-3 {
@@ -253,7 +280,7 @@ func runGoldenCase(t *testing.T, name, run string, variants bool) {
 				t.Fatalf("variant %s", variant)
 			}
 		}
-		pos, ref := goldenLogits(t, lg, run+"."+variant)
+		pos, ref := goldenRows(t, lg, run+"."+variant)
 		s2 := newSession(t, be, engine.Options{})
 		vals := map[int][]float32{}
 		start := time.Now()
@@ -269,13 +296,13 @@ func runGoldenCase(t *testing.T, name, run string, variants bool) {
 		rows := make([][]float32, len(pos))
 		same := true
 		for i, p := range pos {
-			rows[i] = vals[p]
-			if !slices.Equal(vals[p], got[p]) {
+			rows[i] = vals[int(p)]
+			if !slices.Equal(vals[int(p)], got[int(p)]) {
 				same = false
 			}
 		}
 		t.Logf("%s: %v; identical to the one-shot prefill: %v", variant, time.Since(start), same)
-		checkAgreement(t, run+" "+variant, compare(ref, rows, pos))
+		checkAgreement(t, run+" "+variant, pos, ref, rows)
 		if !same {
 			t.Errorf("%s: logits differ from the one-shot prefill", variant)
 		}

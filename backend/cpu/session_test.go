@@ -9,6 +9,7 @@ import (
 
 	"ds4go/backend/cpu"
 	"ds4go/engine"
+	"ds4go/score"
 )
 
 // Session features on the CPU backend, on the flash6_w16_k8 golden model
@@ -35,7 +36,7 @@ func sameRows(t *testing.T, what string, want, got [][]float32) {
 	t.Helper()
 	for p := range want {
 		if !slices.Equal(want[p], got[p]) {
-			t.Fatalf("%s: logits at position %d differ (max rel %.3g)", what, p, rowErr(want[p], got[p]))
+			t.Fatalf("%s: logits at position %d differ (max rel %.3g)", what, p, score.RowError(want[p], got[p]))
 		}
 	}
 }
@@ -43,7 +44,7 @@ func sameRows(t *testing.T, what string, want, got [][]float32) {
 func TestChunkingInvariance(t *testing.T) {
 	g := loadGolden(t, "flash6_w16_k8")
 	be := newBackend(t, g.w, cpu.Options{})
-	toks := g.tokens["long"][:300]
+	toks := g.Tokens["long"][:300]
 	ref := prefillLogits(t, be, engine.Options{ChunkSize: len(toks)}, toks)
 	for _, cs := range []int{1, 3, 16, 37, 128} {
 		got := prefillLogits(t, be, engine.Options{ChunkSize: cs}, toks)
@@ -80,7 +81,7 @@ func TestChunkingInvariance(t *testing.T) {
 func TestSnapshotRestore(t *testing.T) {
 	g := loadGolden(t, "flash6_w16_k8")
 	be := newBackend(t, g.w, cpu.Options{})
-	toks := g.tokens["long"]
+	toks := g.Tokens["long"]
 	ctx := context.Background()
 	ref := prefillLogits(t, be, engine.Options{}, toks)
 
@@ -161,7 +162,7 @@ func TestSnapshotRestore(t *testing.T) {
 func TestRewind(t *testing.T) {
 	g := loadGolden(t, "flash6_w16_k8")
 	be := newBackend(t, g.w, cpu.Options{})
-	toks := g.tokens["long"]
+	toks := g.Tokens["long"]
 	ctx := context.Background()
 	ref := prefillLogits(t, be, engine.Options{}, toks)
 
@@ -215,7 +216,7 @@ func TestRewind(t *testing.T) {
 func TestCancellation(t *testing.T) {
 	g := loadGolden(t, "flash6_w16_k8")
 	be := newBackend(t, g.w, cpu.Options{})
-	toks := g.tokens["long"]
+	toks := g.Tokens["long"]
 	ref := prefillLogits(t, be, engine.Options{}, toks)
 
 	for _, slack := range []int{-1, 200} {
@@ -307,7 +308,7 @@ func TestBadInput(t *testing.T) {
 func TestClosedBackend(t *testing.T) {
 	g := loadGolden(t, "flash6_w16_k8")
 	be := newBackend(t, g.w, cpu.Options{})
-	toks := g.tokens["short"]
+	toks := g.Tokens["short"]
 	ref := prefillLogits(t, be, engine.Options{}, toks)
 	be.Close()
 	got := prefillLogits(t, be, engine.Options{}, toks)
@@ -318,7 +319,7 @@ func TestClosedBackend(t *testing.T) {
 func TestConcurrentSessions(t *testing.T) {
 	g := loadGolden(t, "flash6_w16_k8")
 	be := newBackend(t, g.w, cpu.Options{})
-	a, b := g.tokens["long"][:120], g.tokens["short"]
+	a, b := g.Tokens["long"][:120], g.Tokens["short"]
 	refA := prefillLogits(t, be, engine.Options{}, a)
 	refB := prefillLogits(t, be, engine.Options{}, b)
 	sa := newSession(t, be, engine.Options{ChunkSize: 16})
@@ -344,7 +345,7 @@ func TestConcurrentSessions(t *testing.T) {
 func TestPrefillFrom(t *testing.T) {
 	g := loadGolden(t, "flash6_w16_k8")
 	be := newBackend(t, g.w, cpu.Options{})
-	toks := g.tokens["long"][:120]
+	toks := g.Tokens["long"][:120]
 	ref := prefillLogits(t, be, engine.Options{ChunkSize: 128}, toks)
 	for _, cs := range []int{5, 32, 128} {
 		s := newSession(t, be, engine.Options{ChunkSize: cs})

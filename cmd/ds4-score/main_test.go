@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -13,17 +12,15 @@ import (
 	"sync"
 	"testing"
 
-	"ds4go/convert"
 	"ds4go/engine"
 	"ds4go/gguf"
+	"ds4go/internal/golden"
 	"ds4go/loader"
 	"ds4go/model"
 	"ds4go/score"
 	"ds4go/synth"
 	"ds4go/tokenizer"
 )
-
-const goldenRoot = "../../testdata/golden"
 
 // ds4score runs the command and returns its exit status, stdout and stderr.
 func ds4score(t *testing.T, args ...string) (int, string, string) {
@@ -76,12 +73,12 @@ func writeRef(t *testing.T, positions []int32, rows [][]float32) string {
 	return path
 }
 
-// goldenCase is a golden checkpoint converted to an F32 GGUF, with its
-// token runs and reference logits.
+// goldenCase is a golden checkpoint converted to an F32 GGUF (with a
+// vocabulary), with its token runs and reference logits.
 type goldenCase struct {
+	*golden.Case
 	gguf   string
-	tokens map[string][]int32
-	logits *convert.SafeFile
+	logits golden.Tensors
 }
 
 var (
@@ -109,87 +106,36 @@ func loadGolden(t *testing.T, name string) *goldenCase {
 	if g := goldenCache[name]; g != nil {
 		return g
 	}
-	dir := filepath.Join(goldenRoot, name)
-	out := filepath.Join(goldenTmp, name+".gguf")
-	if err := convert.ConvertDir(context.Background(), dir, out, model.SchemeF32); err != nil {
-		t.Fatalf("convert %s: %v", name, err)
-	}
-	addVocab(t, out)
-	g := &goldenCase{gguf: out}
-	b, err := os.ReadFile(filepath.Join(dir, "tokens.json"))
+	c, err := golden.Open(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(b, &g.tokens); err != nil {
+	g := &goldenCase{Case: c, gguf: filepath.Join(goldenTmp, name+".gguf")}
+	if err := c.Convert(context.Background(), g.gguf); err != nil {
 		t.Fatal(err)
 	}
-	if g.logits, err = convert.OpenSafetensors(filepath.Join(dir, "logits.safetensors")); err != nil {
+	if g.logits, err = c.Read("logits.safetensors"); err != nil {
 		t.Fatal(err)
 	}
 	goldenCache[name] = g
 	return g
 }
 
-// addVocab adds tokenizer metadata to a converted checkpoint (the official
-// layout carries none; the loader needs a vocabulary): a small byte-level
-// vocabulary of the model's size. The weights are untouched.
-func addVocab(t *testing.T, path string) {
-	t.Helper()
-	f, err := gguf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cfg, err := model.ConfigFromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := synth.SmallVocab(cfg.Vocab)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := gguf.FromFile(f)
-	b.KVs = append(b.KVs, model.VocabMetadata(v)...)
-	var buf bytes.Buffer
-	if err := b.Write(&buf, func(i int) ([]byte, error) { return f.TensorData(&f.Tensors[i]), nil }); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // ref writes the golden variant key's rows (optionally only its rows at
 // positions ≥ from) as a ds4-score reference file.
 func (g *goldenCase) ref(t *testing.T, key string, from int32) (string, int) {
 	t.Helper()
-	read := func(name string) ([]byte, []int64) {
-		ti, ok := g.logits.Header.Tensor(name)
-		if !ok {
-			t.Fatalf("golden tensor %s missing", name)
-		}
-		b, err := g.logits.ReadAll(ti)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b, ti.Shape
+	allPos, allRows, err := g.logits.Rows(key)
+	if err != nil {
+		t.Fatal(err)
 	}
-	pb, _ := read(key + ".positions")
-	lb, shape := read(key + ".logits")
-	V := int(shape[1])
 	var pos []int32
 	var rows [][]float32
-	for i := 0; i < int(shape[0]); i++ {
-		p := int32(binary.LittleEndian.Uint32(pb[4*i:]))
-		if p < from {
-			continue
+	for i, p := range allPos {
+		if p >= from {
+			pos = append(pos, p)
+			rows = append(rows, allRows[i])
 		}
-		row := make([]float32, V)
-		for j := range row {
-			row[j] = math.Float32frombits(binary.LittleEndian.Uint32(lb[4*(i*V+j):]))
-		}
-		pos = append(pos, p)
-		rows = append(rows, row)
 	}
 	return writeRef(t, pos, rows), len(rows)
 }
@@ -219,7 +165,7 @@ func TestGoldenThroughScore(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			g := loadGolden(t, c.golden)
 			ref, n := g.ref(t, c.run+"."+c.variant, c.from)
-			seq := writeSeq(t, g.tokens[c.run], c.prefill)
+			seq := writeSeq(t, g.Tokens[c.run], c.prefill)
 			args := append([]string{"-m", g.gguf, "--tokens", seq, "--ref", ref, "--prefill-chunk", fmt.Sprint(c.chunk)}, bounds...)
 			r := jsonReport(t, exitOK, args...)
 			s := r.Compare
