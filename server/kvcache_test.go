@@ -172,6 +172,28 @@ func TestKVDiskCorruptFileIgnored(t *testing.T) {
 	}
 }
 
+// rewriteCacheFiles rewrites every cache file of dir (valid checksum) after
+// edit changed its header or payload, and returns the store.
+func rewriteCacheFiles(t *testing.T, dir string, edit func(h *kvdisk.Header, payload *[]byte)) *kvdisk.Store {
+	t.Helper()
+	st, err := kvdisk.Open(kvdisk.Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range st.Entries() {
+		f, err := st.Load(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, payload := f.Header, f.Payload
+		edit(&h, &payload)
+		if _, err := st.Save(h, f.Text, int64(len(payload)), func(w io.Writer) error { _, err := w.Write(payload); return err }, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
 func TestKVDiskRejectedByEngine(t *testing.T) {
 	// A file with a valid checksum whose payload the engine refuses (another
 	// model): logged, left on disk for the model that wrote it, never tried
@@ -181,17 +203,7 @@ func TestKVDiskRejectedByEngine(t *testing.T) {
 	a := kvEnv(t, dir, nil, nil)
 	a.postJSON("/v1/chat/completions", body)
 	a.stop()
-	st, _ := kvdisk.Open(kvdisk.Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	for _, e := range st.Entries() {
-		f, err := st.Load(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bad := []byte("NOPE")
-		if _, err := st.Save(f.Header, f.Text, int64(len(bad)), func(w io.Writer) error { _, err := w.Write(bad); return err }, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st := rewriteCacheFiles(t, dir, func(h *kvdisk.Header, payload *[]byte) { *payload = []byte("NOPE") })
 	var logs syncBuf
 	b := kvEnv(t, dir, &logs, nil)
 	b.postJSON("/v1/chat/completions", body)
@@ -305,18 +317,7 @@ func TestKVDiskRejectDifferentQuant(t *testing.T) {
 	a.postJSON("/v1/chat/completions", body)
 	a.stop()
 	// Mark every checkpoint as written by a q4 model (the fake reports 0).
-	st, _ := kvdisk.Open(kvdisk.Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	for _, e := range st.Entries() {
-		f, err := st.Load(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := f.Header
-		h.Quant = 4
-		if _, err := st.Save(h, f.Text, int64(len(f.Payload)), func(w io.Writer) error { _, err := w.Write(f.Payload); return err }, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	rewriteCacheFiles(t, dir, func(h *kvdisk.Header, _ *[]byte) { h.Quant = 4 })
 	for _, strict := range []bool{true, false} {
 		b := kvEnv(t, dir, nil, func(c *KVCacheConfig) { c.RejectDifferentQuant = strict })
 		b.postJSON("/v1/chat/completions", body)
