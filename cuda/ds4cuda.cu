@@ -248,6 +248,45 @@ int ds4c_graph_end(void *stream, void **exec) {
     return 0;
 }
 
+int ds4c_graph_end_update(void *stream, void **exec, int *how) {
+    DS4C_READY();
+    cudaGraph_t g;
+    *how = 0;
+    DS4C_CHECK(cudaStreamEndCapture(as_stream(stream), &g));
+    if (*exec) {
+        cudaGraphExecUpdateResultInfo info;
+        cudaError_t err = cudaGraphExecUpdate((cudaGraphExec_t)*exec, g, &info);
+        if (err == cudaSuccess) {
+            cudaGraphDestroy(g);
+            *how = 1;
+            return 0;
+        }
+        (void)cudaGetLastError();
+        cudaGraphExecDestroy((cudaGraphExec_t)*exec);
+        *exec = nullptr;
+    }
+    cudaGraphExec_t e;
+    cudaError_t err = cudaGraphInstantiateWithFlags(&e, g, 0);
+    cudaGraphDestroy(g);
+    if (err != cudaSuccess) return ds4c_cuda_err(err, "cudaGraphInstantiate");
+    *exec = (void *)e;
+    *how = 2;
+    return 0;
+}
+
+int ds4c_graph_abort(void *stream) {
+    DS4C_READY();
+    cudaStreamCaptureStatus st;
+    DS4C_CHECK(cudaStreamIsCapturing(as_stream(stream), &st));
+    if (st == cudaStreamCaptureStatusNone) return 0;
+    cudaGraph_t g = nullptr;
+    cudaError_t err = cudaStreamEndCapture(as_stream(stream), &g);
+    if (g) cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+    (void)err;
+    return 0;
+}
+
 int ds4c_graph_launch(void *exec, void *stream) {
     DS4C_READY();
     DS4C_CHECK(cudaGraphLaunch((cudaGraphExec_t)exec, as_stream(stream)));

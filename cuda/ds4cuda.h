@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 3
+#define DS4C_ABI_VERSION 4
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -102,6 +102,12 @@ int ds4c_event_elapsed_ms(float *ms, void *start, void *end);
  * begin and end into an executable graph; replay it with launch. */
 int ds4c_graph_begin(void *stream);
 int ds4c_graph_end(void *stream, void **exec);
+/* End a capture and bring *exec up to date with the captured graph: update
+ * it in place when its topology matches (*how = 1), else (or when *exec is
+ * null) instantiate a new one (*how = 2), destroying the old. */
+int ds4c_graph_end_update(void *stream, void **exec, int *how);
+/* End any capture in progress on stream and drop what it recorded. */
+int ds4c_graph_abort(void *stream);
 int ds4c_graph_launch(void *exec, void *stream);
 int ds4c_graph_destroy(void *exec);
 

@@ -111,50 +111,69 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
                          float *post_out, float *comb_out) {
     __shared__ float s_pre[16], s_comb[256];
     const int t = blockIdx.x;
+    const int tid = threadIdx.x, nn = hc * hc;
     const float *m = mix + (int64_t)t * M;
-    if (threadIdx.x == 0) {
-        if (mode == 1) {
-            for (int j = 0; j < hc; j++) s_pre[j] = fadd(sigmoid_ref(fadd(fmul(m[j], scale[0]), base[j])), hc_eps);
-        } else {
-            float *post = post_out + (int64_t)t * hc;
-            float *comb = s_comb;
-            for (int j = 0; j < hc; j++) {
-                s_pre[j] = fadd(sigmoid_ref(fadd(fmul(m[j], scale[0]), base[j])), hc_eps);
-                post[j] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + j], scale[1]), base[hc + j])));
-            }
-            for (int j = 0; j < hc; j++) {
-                float *row = comb + j * hc;
-                float mx = 0.f;
-                for (int k = 0; k < hc; k++) {
-                    int i = 2 * hc + j * hc + k;
-                    row[k] = fadd(fmul(m[i], scale[2]), base[i]);
-                    if (k == 0 || row[k] > mx) mx = row[k];
-                }
-                float sum = 0.f;
-                for (int k = 0; k < hc; k++) {
-                    row[k] = exp_ref(fsub(row[k], mx));
-                    sum = fadd(sum, row[k]);
-                }
-                for (int k = 0; k < hc; k++) row[k] = fadd(__fdiv_rn(row[k], sum), hc_eps);
-            }
-            for (int it = 0; it < iters; it++) {
-                if (it > 0) { // rows
-                    for (int j = 0; j < hc; j++) {
-                        float s = 0.f;
-                        for (int k = 0; k < hc; k++) s = fadd(s, comb[j * hc + k]);
-                        s = fadd(s, hc_eps);
-                        for (int k = 0; k < hc; k++) comb[j * hc + k] = __fdiv_rn(comb[j * hc + k], s);
-                    }
-                }
-                for (int k = 0; k < hc; k++) { // columns
-                    float s = 0.f;
-                    for (int j = 0; j < hc; j++) s = fadd(s, comb[j * hc + k]);
-                    s = fadd(s, hc_eps);
-                    for (int j = 0; j < hc; j++) comb[j * hc + k] = __fdiv_rn(comb[j * hc + k], s);
-                }
-            }
-            for (int i = 0; i < hc * hc; i++) comb_out[(int64_t)t * hc * hc + i] = comb[i];
+    // The split runs one thread per value (pre/post: hc threads; comb: hc²
+    // threads, at most 256 = blockDim). Every value goes through exactly the
+    // reference's operations in its order: a row or column sum is computed
+    // by each thread of that row/column, sequentially in index order, from
+    // shared memory, so the result is bit-identical to the serial loop.
+    if (mode == 1) {
+        if (tid < hc) s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], scale[0]), base[tid])), hc_eps);
+    } else {
+        if (tid < hc) {
+            s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], scale[0]), base[tid])), hc_eps);
+            post_out[(int64_t)t * hc + tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + tid], scale[1]), base[hc + tid])));
         }
+        const int j = tid / hc, k = tid - (tid / hc) * hc;
+        if (tid < nn) {
+            const int i = 2 * hc + tid;
+            s_comb[tid] = fadd(fmul(m[i], scale[2]), base[i]);
+        }
+        __syncthreads();
+        float v = 0.f;
+        if (tid < nn) { // row softmax: max, then exp
+            float mx = 0.f;
+            for (int q = 0; q < hc; q++) {
+                const float r = s_comb[j * hc + q];
+                if (q == 0 || r > mx) mx = r;
+            }
+            v = exp_ref(fsub(s_comb[tid], mx));
+        }
+        __syncthreads();
+        if (tid < nn) s_comb[tid] = v;
+        __syncthreads();
+        if (tid < nn) {
+            float sum = 0.f;
+            for (int q = 0; q < hc; q++) sum = fadd(sum, s_comb[j * hc + q]);
+            v = fadd(__fdiv_rn(s_comb[tid], sum), hc_eps);
+        }
+        __syncthreads();
+        if (tid < nn) s_comb[tid] = v;
+        __syncthreads();
+        for (int it = 0; it < iters; it++) {
+            if (it > 0) { // rows
+                if (tid < nn) {
+                    float s = 0.f;
+                    for (int q = 0; q < hc; q++) s = fadd(s, s_comb[j * hc + q]);
+                    s = fadd(s, hc_eps);
+                    v = __fdiv_rn(s_comb[tid], s);
+                }
+                __syncthreads();
+                if (tid < nn) s_comb[tid] = v;
+                __syncthreads();
+            }
+            if (tid < nn) { // columns
+                float s = 0.f;
+                for (int q = 0; q < hc; q++) s = fadd(s, s_comb[q * hc + k]);
+                s = fadd(s, hc_eps);
+                v = __fdiv_rn(s_comb[tid], s);
+            }
+            __syncthreads();
+            if (tid < nn) s_comb[tid] = v;
+            __syncthreads();
+        }
+        if (tid < nn) comb_out[(int64_t)t * nn + tid] = s_comb[tid];
     }
     __syncthreads();
     const float *ht = h + (int64_t)t * hc * D;

@@ -23,6 +23,13 @@ type Options struct {
 	// and the forward pass reproduces the CPU backend's logits bit for bit
 	// (but for rare last-bit differences of transcendental functions).
 	Fast bool
+	// GraphLayers turns on graph decode (graph.go) when positive: the work
+	// of a one-token chunk (Embed to Head) is captured into CUDA graphs of
+	// GraphLayers layers each, each launched as one while the host
+	// captures the next (GraphLayers ≥ the layer count: one graph per
+	// token). 0, the default, launches kernel by kernel. The kernels and
+	// results are the same either way.
+	GraphLayers int
 }
 
 // Backend runs the DeepSeek V4 forward pass on one GPU: every weight, the KV
@@ -44,6 +51,7 @@ type Backend struct {
 	weights     []*Weight
 	vecs        []Ptr
 	fingerprint []byte
+	gstats      graphCounters
 }
 
 type dhc struct {

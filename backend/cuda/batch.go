@@ -25,6 +25,8 @@ type batch struct {
 	comb   Ptr     // [cap][HC·HC]
 	headIn Ptr     // [cap][Embed]
 	sc     scratch // named working buffers
+
+	g graphDecode // capture of one-token chunks (graph.go)
 }
 
 // scratch is per-batch device working memory: named buffers, grown on
@@ -33,6 +35,9 @@ type scratch struct {
 	d    *Device
 	s    Stream
 	bufs map[string]scratchBuf
+	// flush, when set, ends a graph capture in progress before the
+	// scratch allocates (allocation synchronises).
+	flush func() error
 }
 
 type scratchBuf struct {
@@ -48,6 +53,11 @@ func (s *scratch) get(name string, bytes int64) (Ptr, error) {
 	b := s.bufs[name]
 	if b.n >= bytes && b.p != 0 {
 		return b.p, nil
+	}
+	if s.flush != nil {
+		if err := s.flush(); err != nil {
+			return 0, err
+		}
 	}
 	if b.p != 0 {
 		if err := s.d.SyncStream(s.s); err != nil {
@@ -90,6 +100,7 @@ func (be *Backend) NewBatch(maxTokens int) (engine.Batch, error) {
 		return nil, err
 	}
 	b.sc.s = b.s
+	b.sc.flush = b.flush
 	if b.pinned, err = be.dev.MallocHost(4 * maxTokens); err != nil {
 		b.Release()
 		return nil, err
@@ -116,6 +127,7 @@ func (b *batch) Release() {
 		return
 	}
 	d := b.be.dev
+	b.releaseGraphs()
 	if b.s != 0 {
 		d.SyncStream(b.s)
 	}
@@ -174,6 +186,9 @@ func (be *Backend) ReadActivation(bi engine.Batch, a engine.Activation, dst []fl
 	}
 	if len(dst) < n {
 		return fmt.Errorf("cuda: activation needs %d values, dst has %d", n, len(dst))
+	}
+	if err := b.flush(); err != nil {
+		return err
 	}
 	if err := be.dev.SyncStream(b.s); err != nil {
 		return err

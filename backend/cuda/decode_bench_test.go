@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,15 +35,26 @@ func TestDecodeSpeed(t *testing.T) {
 	w := synthWeights(t, c, model.SchemeQ2)
 	t.Logf("built %v in %v", w, time.Since(start))
 	ctx := context.Background()
-	for _, fast := range []bool{false, true} {
-		be, err := New(w, Options{Fast: fast})
+	for _, m := range []struct {
+		mode string
+		opts Options
+	}{
+		{"exact, graph per token", Options{GraphLayers: 1 << 20}},
+		{"exact, graph per layer", Options{GraphLayers: 1}},
+		{"exact, graph per 2 layers", Options{GraphLayers: 2}},
+		{"exact, no graph", Options{}},
+		{"fast, graph per token", Options{Fast: true, GraphLayers: 1 << 20}},
+		{"fast, graph per layer", Options{Fast: true, GraphLayers: 1}},
+		{"fast, no graph", Options{Fast: true}},
+	} {
+		if f := os.Getenv("DS4_CUDA_BENCH_MODE"); f != "" && !strings.Contains(m.mode, f) {
+			continue
+		}
+		be, err := New(w, m.opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		mode := "exact"
-		if fast {
-			mode = "fast"
-		}
+		mode := m.mode
 		// prefill
 		toks := testTokens(1024, c.Vocab)
 		s, err := engine.NewSession(be, engine.Options{ChunkSize: 256, MaxContext: 8192})
@@ -75,14 +87,65 @@ func TestDecodeSpeed(t *testing.T) {
 		fmt.Printf("decode %s: %d layers at ctx ~%d: %.3f ms/token (%.1f tok/s); prefill of %d tokens (chunk 256): %.1f tok/s\n",
 			mode, layers, len(toks)+warm, float64(td.Microseconds())/1000, 1/td.Seconds(), len(toks), float64(len(toks))/tp.Seconds())
 
-		// per-op breakdown of one decode token (device synchronised around
-		// every op, so the sum exceeds the pipelined token time)
+		if m.opts.GraphLayers > 0 {
+			gs := be.GraphStats()
+			fmt.Printf("  graph stats: %+v; per token: host %.3f ms, wait %.3f ms\n", gs,
+				float64(gs.HostNs)/1e6/float64(gs.Captures), float64(gs.WaitNs)/1e6/float64(gs.Captures))
+			s.Close()
+			be.Close()
+			continue
+		}
+
+		// per-op breakdown of one decode token: host-timed with the device
+		// synchronised around every op (launch costs included, so the sum
+		// exceeds the pipelined token time), and GPU-timed (the op captured
+		// into a graph, launched between two events: kernels back to back,
+		// no host in the way). The first pass sizes the buffers.
 		b, err := be.NewBatch(1)
 		if err != nil {
 			t.Fatal(err)
 		}
+		bb := b.(*batch)
+		e0, err0 := be.dev.NewEvent()
+		e1, err1 := be.dev.NewEvent()
+		if err0 != nil || err1 != nil {
+			t.Fatal(err0, err1)
+		}
 		times := map[string]time.Duration{}
+		gpuMs := map[string]float64{}
+		rep := 0
 		op := func(name string, f func() error) {
+			if rep == 1 && name != "head" && name != "embed" {
+				if err := be.dev.BeginCapture(bb.s); err != nil {
+					t.Fatal(err)
+				}
+				if err := f(); err != nil {
+					t.Fatal(err)
+				}
+				g, err := be.dev.EndCapture(bb.s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := be.dev.Record(e0, bb.s); err != nil {
+					t.Fatal(err)
+				}
+				if err := be.dev.Launch(g, bb.s); err != nil {
+					t.Fatal(err)
+				}
+				if err := be.dev.Record(e1, bb.s); err != nil {
+					t.Fatal(err)
+				}
+				if err := be.dev.SyncEvent(e1); err != nil {
+					t.Fatal(err)
+				}
+				ms, err := be.dev.Elapsed(e0, e1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gpuMs[name] += float64(ms)
+				be.dev.DestroyGraph(g)
+				return
+			}
 			t0 := time.Now()
 			if err := f(); err != nil {
 				t.Fatal(err)
@@ -95,8 +158,10 @@ func TestDecodeSpeed(t *testing.T) {
 		st := s.State()
 		pos := s.Pos()
 		logits := make([]float32, c.Vocab)
-		for rep := 0; rep < 2; rep++ {
-			clear(times)
+		for rep = 0; rep < 3; rep++ {
+			if rep != 1 {
+				clear(times)
+			}
 			op("embed", func() error { return be.Embed(b, pos, []int32{5}) })
 			for l := 0; l < layers; l++ {
 				kind := fmt.Sprintf("ratio %d", c.Ratio(l))
@@ -109,14 +174,22 @@ func TestDecodeSpeed(t *testing.T) {
 			}
 			op("head", func() error { return be.Head(b, []int{0}, logits) })
 		}
+		be.dev.DestroyEvent(e0)
+		be.dev.DestroyEvent(e1)
+		gsum := 0.0
+		for _, v := range gpuMs {
+			gsum += v
+		}
+		fmt.Printf("  %-22s %8s %8s\n", "op (sum over layers)", "host+sync", "GPU")
 		names := make([]string, 0, len(times))
 		for k := range times {
 			names = append(names, k)
 		}
 		slices.Sort(names)
 		for _, k := range names {
-			fmt.Printf("  %-22s %8.3f ms\n", k, float64(times[k].Microseconds())/1000)
+			fmt.Printf("  %-22s %8.3f %8.3f ms\n", k, float64(times[k].Microseconds())/1000, gpuMs[k])
 		}
+		fmt.Printf("  %-22s %8s %8.3f ms (embed, head excluded)\n", "GPU total", "", gsum)
 		b.Release()
 		s.Close()
 		be.Close()

@@ -300,6 +300,22 @@ func (d *Device) Launch(g Graph, s Stream) error {
 	return d.l.call("graph_launch", func() int32 { return d.l.graphLaunch(uintptr(g), uintptr(s)) })
 }
 
+// EndCaptureUpdate ends the capture on s and brings *g up to date with
+// it: updated in place when the captured topology matches *g's (returns
+// 1), else re-instantiated (returns 2; *g may be 0 on entry).
+func (d *Device) EndCaptureUpdate(s Stream, g *Graph) (int, error) {
+	var how int32
+	e := uintptr(*g)
+	err := d.l.call("graph_end_update", func() int32 { return d.l.graphUpdate(uintptr(s), &e, &how) })
+	*g = Graph(e)
+	return int(how), err
+}
+
+// AbortCapture ends any capture in progress on s, dropping its work.
+func (d *Device) AbortCapture(s Stream) error {
+	return d.l.call("graph_abort", func() int32 { return d.l.graphAbort(uintptr(s)) })
+}
+
 // DestroyGraph releases g.
 func (d *Device) DestroyGraph(g Graph) error {
 	return d.l.call("graph_destroy", func() int32 { return d.l.graphDestroy(uintptr(g)) })

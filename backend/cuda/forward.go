@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"ds4go/engine"
 	"ds4go/model"
@@ -78,9 +79,15 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 			return fmt.Errorf("cuda: token %d out of range", tok)
 		}
 	}
+	b.abortGraph()
 	b.n, b.pos = len(tokens), pos
 	if err := b.setTokens(tokens); err != nil {
 		return err
+	}
+	if len(tokens) == 1 && be.opts.GraphLayers > 0 {
+		if err := b.beginGraph(); err != nil {
+			return err
+		}
 	}
 	D, HC := int64(c.Embed), int64(c.HC)
 	return be.dev.GetRows(b.s, be.embd, b.tokens, b.n, b.h, HC*D, c.HC, D)
@@ -133,7 +140,13 @@ func (be *Backend) HCPost(bi engine.Batch, layer int, sub engine.SubBlock) error
 		return err
 	}
 	c := &be.cfg
-	return be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n)
+	if err := be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n); err != nil {
+		return err
+	}
+	if sub == engine.FFNSub {
+		return b.segment(layer)
+	}
+	return nil
 }
 
 // Head computes the head input of every chunk row and the logits of the
@@ -168,31 +181,39 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 		return err
 	}
 	if len(rows) == 0 {
+		if err := b.finish(); err != nil {
+			return err
+		}
 		return d.SyncStream(b.s)
 	}
-	// Gather the requested rows (device indices), then the vocabulary
-	// projection.
-	in, err := b.sc.f32("head.in", len(rows)*D)
-	if err != nil {
-		return err
-	}
-	idx, err := b.sc.get("head.rows", 4*int64(len(rows)))
-	if err != nil {
-		return err
-	}
-	ids := make([]int32, len(rows))
-	for i, r := range rows {
-		ids[i] = int32(r)
-	}
-	if err := d.SyncStream(b.s); err != nil {
-		return err
-	}
-	if err := UploadSlice(d, idx, ids); err != nil {
-		return err
-	}
-	hin := &Weight{Type: quant.F32, Rows: b.n, Cols: D, Mats: 1, Ptr: b.headIn}
-	if err := d.GetRows(b.s, hin, idx, len(rows), in, int64(D), 1, 0); err != nil {
-		return err
+	// Gather the requested rows (device indices) unless they are the whole
+	// chunk, then the vocabulary projection.
+	in := b.headIn
+	if len(rows) < b.n {
+		if in, err = b.sc.f32("head.in", len(rows)*D); err != nil {
+			return err
+		}
+		idx, err := b.sc.get("head.rows", 4*int64(len(rows)))
+		if err != nil {
+			return err
+		}
+		ids := make([]int32, len(rows))
+		for i, r := range rows {
+			ids[i] = int32(r)
+		}
+		if err := b.flush(); err != nil {
+			return err
+		}
+		if err := d.SyncStream(b.s); err != nil {
+			return err
+		}
+		if err := UploadSlice(d, idx, ids); err != nil {
+			return err
+		}
+		hin := &Weight{Type: quant.F32, Rows: b.n, Cols: D, Mats: 1, Ptr: b.headIn}
+		if err := d.GetRows(b.s, hin, idx, len(rows), in, int64(D), 1, 0); err != nil {
+			return err
+		}
 	}
 	lg, err := b.sc.f32("head.logits", len(rows)*V)
 	if err != nil {
@@ -201,8 +222,16 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 	if err := be.linear(b, in, D, len(rows), linJob{be.out, lg, V}); err != nil {
 		return err
 	}
+	graph := b.g.capturing
+	if err := b.finish(); err != nil {
+		return err
+	}
+	t0 := time.Now()
 	if err := d.SyncStream(b.s); err != nil {
 		return err
+	}
+	if graph {
+		be.gstats.waitNs.Add(int64(time.Since(t0)))
 	}
 	return DownloadSlice(d, logits[:len(rows)*V], lg)
 }
@@ -237,6 +266,8 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	qr, kv := buf("attn.qr", n*QL), buf("attn.kv", n*HD)
 	jobs := []linJob{{L.qa, qr, QL}, {L.kv, kv, HD}}
 	scoring := L.idx != nil && (b.pos+n)/L.ratio > c.IndexerTopK
+	b.markRatio(L.ratio)
+	b.mark(scoring)
 	var ckv, csc, ikv, isc, iw Ptr
 	if L.comp != nil {
 		cw := L.comp.coff * HD
@@ -377,7 +408,14 @@ func (be *Backend) compress(b *batch, st *state, L *dlayer, cp *dcomp, kv, sc Pt
 		return err
 	}
 	i0, i1 := b.pos/r, (b.pos+b.n)/r
+	b.mark(i1 > i0)
 	if i1 > i0 {
+		if !rows.ring && i1 > rows.alloc {
+			// Growing the table synchronises the device.
+			if err := b.flush(); err != nil {
+				return err
+			}
+		}
 		if err := st.ensureRows(rows, i1); err != nil {
 			return err
 		}

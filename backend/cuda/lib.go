@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 3
+const abiVersion = 4
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -58,6 +58,8 @@ type lib struct {
 	graphBegin   func(s uintptr) int32
 	graphEnd     func(s uintptr, exec *uintptr) int32
 	graphLaunch  func(exec, s uintptr) int32
+	graphUpdate  func(s uintptr, exec *uintptr, how *int32) int32
+	graphAbort   func(s uintptr) int32
 	graphDestroy func(exec uintptr) int32
 
 	weightBytes  func(t int32, rows, cols int64) uint64
@@ -191,6 +193,8 @@ func load() (*lib, error) {
 		{&l.graphBegin, "ds4c_graph_begin"},
 		{&l.graphEnd, "ds4c_graph_end"},
 		{&l.graphLaunch, "ds4c_graph_launch"},
+		{&l.graphUpdate, "ds4c_graph_end_update"},
+		{&l.graphAbort, "ds4c_graph_abort"},
 		{&l.graphDestroy, "ds4c_graph_destroy"},
 		{&l.weightBytes, "ds4c_weight_bytes"},
 		{&l.weightRepack, "ds4c_weight_repack"},

@@ -47,7 +47,7 @@ done
 # /dev/shm must hold the 86.7 GB file (tmpfs defaults to half the memory).
 need=$((90 * 1000 * 1000 * 1000))
 avail=$(df -B1 --output=avail /dev/shm | tail -1)
-if [ "$avail" -lt "$need" ]; then
+if [ ! -f "$MODEL" ] && [ "$avail" -lt "$need" ]; then
     mount -o remount,size=112G /dev/shm && echo "remounted /dev/shm at 112G"
     df -h /dev/shm | tee -a "$OUT/env.txt"
 fi
