@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 
+	"ds4go/backend/cuda"
 	"ds4go/loader"
 )
 
@@ -19,7 +20,7 @@ const DemoWarning = "ds4: warning: running the built-in demo model (synthetic, r
 // weights are paged in first, behind a progress bar when stderr is a
 // terminal (--no-warm skips that).
 func openModel(o *Options, stderr io.Writer, stderrTTY bool) (*loader.Model, error) {
-	lo := loader.Options{Path: o.Model, Demo: o.Demo, Backend: o.Backend, Threads: o.Threads, CUDAFast: o.Fast, Warm: !o.NoWarm}
+	lo := loader.Options{Path: o.Model, Demo: o.Demo, Backend: o.Backend, Threads: o.Threads, CUDA: cuda.Options{Fast: o.Fast}, Warm: !o.NoWarm}
 	if o.DumpTokens || o.Inspect {
 		lo.Backend = loader.BackendNone
 	}

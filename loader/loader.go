@@ -60,8 +60,8 @@ type Options struct {
 	Backend string
 	// Threads is the CPU backend's worker count (all cores when ≤ 0).
 	Threads int
-	// CUDAFast selects the CUDA backend's fast (parallel-sum) mode.
-	CUDAFast bool
+	// CUDA configures the CUDA backend (fast mode, graph decode, device).
+	CUDA cuda.Options
 	// Warm reads every weight page once before the backend is built (so
 	// the first token does not pay the disk reads), showing progress on
 	// Progress. Ignored for in-memory models.
@@ -183,7 +183,7 @@ func Open(o Options) (*Model, error) {
 		}
 		m.Backend, m.closeBackend = b, func() { b.Close() }
 	case BackendCUDA:
-		b, err := cuda.New(m.Weights, cuda.Options{Fast: o.CUDAFast})
+		b, err := cuda.New(m.Weights, o.CUDA)
 		if err != nil {
 			return fail(fmt.Errorf("cuda backend: %w", err))
 		}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"ds4go/backend/cuda"
 	"ds4go/loader"
 	"ds4go/score"
 )
@@ -148,7 +149,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		loadProgress = stderr
 	}
 	m, err := loader.Open(loader.Options{Path: *modelPath, Demo: *demo, Backend: *backend,
-		Threads: *threads, CUDAFast: *cudaFast, Warm: true, Progress: loadProgress})
+		Threads: *threads, CUDA: cuda.Options{Fast: *cudaFast}, Warm: true, Progress: loadProgress})
 	if err != nil {
 		return fail(err)
 	}
