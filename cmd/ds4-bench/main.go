@@ -7,7 +7,8 @@
 //	          [--csv FILE] [--plot FILE.svg] [--time-limit DUR]
 //	ds4-bench --plot-csv IN.csv --plot OUT.svg     (plot an existing CSV)
 //
-// Without -m it runs the built-in demo model (synth.Tiny, random weights).
+// Without -m it runs ./ds4flash.gguf when present, else the built-in demo
+// model (synth.Demo: random weights, the real tokenizer).
 // The prompt is random valid token ids from --seed, or --prompt's text
 // tokenized (repeated to the last frontier). After each frontier's
 // generation the session is rewound to the frontier.
@@ -23,14 +24,10 @@ import (
 	"strings"
 	"time"
 
-	"ds4go/backend/cpu"
 	"ds4go/backend/cuda"
 	"ds4go/bench"
 	"ds4go/engine"
-	"ds4go/gguf"
-	"ds4go/model"
-	"ds4go/synth"
-	"ds4go/tokenizer"
+	"ds4go/loader"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -38,7 +35,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ds4-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	modelPath := fs.String("m", "", "GGUF model (default: the built-in demo model)")
+	modelPath := fs.String("m", "", "GGUF model (default ./ds4flash.gguf, else the built-in demo model)")
 	backend := fs.String("backend", "cpu", "backend: cpu or cuda")
 	frontiers := fs.String("frontiers", "2048,4096,8192,16384,32768", "ascending context frontiers")
 	gen := fs.Int("gen", 32, "tokens greedily generated at each frontier")
@@ -101,27 +98,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return fail(fmt.Errorf("--ctx %d is below the last frontier %d + gen %d + 1", *ctxLen, last, *gen))
 	}
 
-	// Model.
+	// Model and backend.
 	t0 := time.Now()
-	var f *gguf.File
-	name := "demo (synth.Tiny, q8, random weights)"
-	if *modelPath == "" {
-		if f, err = synth.Demo(); err != nil {
-			return fail(err)
-		}
-	} else {
-		if f, err = gguf.Open(*modelPath); err != nil {
-			return fail(err)
-		}
-		defer f.Close()
-		name = *modelPath
-	}
-	w, err := model.Load(f)
+	m, err := loader.Open(loader.Options{Path: *modelPath, Backend: strings.ToLower(*backend), Threads: *threads,
+		CUDA: cuda.Options{Fast: *fast, GraphLayers: *graphLayers}})
 	if err != nil {
 		return fail(err)
 	}
-	logf("model %s: %v (mapped in %.2f s)", name, w, time.Since(t0).Seconds())
-	c := w.Config
+	defer m.Close()
+	be, c := m.Backend, m.Config
+	logf("model %s: %v; backend %s ready in %.2f s (map %.2f s, validate %.2f s, backend %.2f s)", m.Name, m.Weights, *backend,
+		time.Since(t0).Seconds(), m.MapTime.Seconds(), m.LoadTime.Seconds(), m.BackendTime.Seconds())
 	if *ctxLen > c.ContextLen && c.ContextLen > 0 {
 		return fail(fmt.Errorf("context %d exceeds the model's %d", *ctxLen, c.ContextLen))
 	}
@@ -133,15 +120,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
-		v, err := model.VocabFromGGUF(f, c.Vocab)
-		if err != nil {
-			return fail(err)
-		}
-		tk, err := tokenizer.New(v)
-		if err != nil {
-			return fail(err)
-		}
-		toks := tk.Encode(string(text))
+		toks := m.Tokenizer.Encode(string(text))
 		if len(toks) == 0 {
 			return fail(fmt.Errorf("%s tokenizes to nothing", *promptFile))
 		}
@@ -150,28 +129,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else {
 		prompt = bench.RandomTokens(last, c.Vocab, *seed)
 	}
-
-	// Backend.
-	t0 = time.Now()
-	var be engine.Backend
-	switch strings.ToLower(*backend) {
-	case "cpu":
-		b, err := cpu.New(w, cpu.Options{Threads: *threads})
-		if err != nil {
-			return fail(err)
-		}
-		be = b
-	case "cuda":
-		b, err := cuda.New(w, cuda.Options{Fast: *fast, GraphLayers: *graphLayers})
-		if err != nil {
-			return fail(err)
-		}
-		defer b.Close()
-		be = b
-	default:
-		return fail(fmt.Errorf("unknown backend %q (cpu or cuda)", *backend))
-	}
-	logf("backend %s ready in %.2f s", *backend, time.Since(t0).Seconds())
 
 	s, err := engine.NewSession(be, engine.Options{ChunkSize: *chunk, MaxContext: *ctxLen})
 	if err != nil {
@@ -222,7 +179,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		status = 1
 	}
 	if *plot != "" {
-		title := fmt.Sprintf("ds4-bench: %s, backend %s, gen %d", name, *backend, *gen)
+		title := fmt.Sprintf("ds4-bench: %s, backend %s, gen %d", m.Name, *backend, *gen)
 		if err := writePlot(*plot, rows, title); err != nil {
 			return fail(err)
 		}
