@@ -419,25 +419,28 @@ __global__ void k_index_scores(const float *q, const float *w, const float *rows
 // to sel[t][0..), best first; with R ≤ K (and all_if_few) all rows in order.
 __global__ void k_topk(const float *scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio, int K,
                        int all_if_few, int32_t *sel, int32_t *nsel) {
-    const int t = blockIdx.x;
+    // grid (candidate blocks, tokens): each thread ranks one candidate row
+    // against all R, so the O(R²) comparisons of a token spread over
+    // R/blockDim CTAs instead of one.
+    const int t = blockIdx.y;
     const int64_t R = R_fixed > 0 ? R_fixed : (pos0 + t + 1) / ratio;
     const float *s = scores + t * stride;
     int32_t *out = sel + (int64_t)t * K;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (R <= K && all_if_few) {
-        for (int64_t i = threadIdx.x; i < R; i += blockDim.x) out[i] = (int32_t)i;
-        if (threadIdx.x == 0 && nsel) nsel[t] = (int32_t)R;
+        if (i < R) out[i] = (int32_t)i;
+        if (i == 0 && nsel) nsel[t] = (int32_t)R;
         return;
     }
-    for (int64_t i = threadIdx.x; i < R; i += blockDim.x) {
-        const float si = s[i];
-        int64_t rank = 0;
-        for (int64_t j = 0; j < R && rank < K; j++) {
-            const float sj = s[j];
-            rank += (sj > si || (sj == si && j < i)) ? 1 : 0;
-        }
-        if (rank < K) out[rank] = (int32_t)i;
+    if (i == 0 && nsel) nsel[t] = (int32_t)(R < K ? R : K);
+    if (i >= R) return;
+    const float si = s[i];
+    int64_t rank = 0;
+    for (int64_t j = 0; j < R && rank < K; j++) {
+        const float sj = s[j];
+        rank += (sj > si || (sj == si && j < i)) ? 1 : 0;
     }
-    if (threadIdx.x == 0 && nsel) nsel[t] = (int32_t)(R < K ? R : K);
+    if (rank < K) out[rank] = (int32_t)i;
 }
 
 // ------------------------------------------------------------ attention
@@ -749,7 +752,10 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     DS4C_READY();
     if (n <= 0) return 0;
     if (R_fixed <= 0 && ratio <= 0) return ds4c_err(DS4C_EINVAL, "topk: neither a count nor a ratio");
-    k_topk<<<n, 256, 0, as_stream(stream)>>>(d_scores, stride, R_fixed, pos0, ratio, K, all_if_few, d_sel, d_nsel);
+    const int64_t maxR = R_fixed > 0 ? R_fixed : (pos0 + n) / ratio;
+    if (n > 65535) return ds4c_err(DS4C_EINVAL, "topk: %d tokens (at most 65535)", n);
+    dim3 g((unsigned)(maxR > 0 ? nblk(maxR, 64) : 1), (unsigned)n);
+    k_topk<<<g, 64, 0, as_stream(stream)>>>(d_scores, stride, R_fixed, pos0, ratio, K, all_if_few, d_sel, d_nsel);
     DS4C_CHECK_LAUNCH("topk");
     return 0;
 }
