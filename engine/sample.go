@@ -64,7 +64,14 @@ func Greedy(logits []float32) int32 {
 // linear time, and the draw walks the chosen set in the order the
 // selection left it (any fixed order draws from the same distribution).
 func (s *Sampler) Sample(logits []float32) int32 {
-	o := s.opts
+	return s.SampleWith(logits, s.opts)
+}
+
+// SampleWith draws a token id from logits with other options than the
+// sampler's (their Seed is ignored: the draw uses the sampler's random
+// stream). A server uses it to apply each request's settings to one seeded
+// stream.
+func (s *Sampler) SampleWith(logits []float32, o SamplerOptions) int32 {
 	if o.Temperature <= 0 || len(logits) == 0 {
 		return Greedy(logits)
 	}
@@ -96,6 +103,19 @@ func (s *Sampler) Sample(logits []float32) int32 {
 	// Weights at the temperature relative to the best token (which has 1).
 	invT := 1 / float64(o.Temperature)
 	lt := float64(logits[top])
+	if o.MinP > 0 {
+		// Logits this far below the best cannot reach min-p's weight:
+		// drop them before their exp (the exact test follows).
+		cut := lt + float64(o.Temperature)*math.Log(float64(o.MinP)) - 1e-3
+		n := 0
+		for _, id := range s.idx {
+			if float64(logits[id]) >= cut {
+				s.idx[n] = id
+				n++
+			}
+		}
+		s.idx = s.idx[:n]
+	}
 	s.prob = s.prob[:0]
 	for _, id := range s.idx {
 		s.prob = append(s.prob, math.Exp((float64(logits[id])-lt)*invT))
