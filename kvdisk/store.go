@@ -225,11 +225,16 @@ func (s *Store) Has(text string) bool {
 // one that works).
 func (s *Store) Lookup(prompt string, accept func(*Entry) bool) []Entry {
 	var out []Entry
+	// Entries come longest first: hash each prefix length once.
+	hashedLen, hash := -1, ""
 	for _, e := range s.Entries() {
 		if e.Unusable || e.TextBytes > len(prompt) || (accept != nil && !accept(&e)) {
 			continue
 		}
-		if Name(prompt[:e.TextBytes]) == e.Name {
+		if e.TextBytes != hashedLen {
+			hashedLen, hash = e.TextBytes, Name(prompt[:e.TextBytes])
+		}
+		if hash == e.Name {
 			out = append(out, e)
 		}
 	}
