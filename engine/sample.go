@@ -109,7 +109,7 @@ func (s *Sampler) SampleWith(logits []float32, o SamplerOptions) int32 {
 		cut := lt + float64(o.Temperature)*math.Log(float64(o.MinP)) - 1e-3
 		n := 0
 		for _, id := range s.idx {
-			if float64(logits[id]) >= cut {
+			if float64(logits[id]) >= cut || id == top {
 				s.idx[n] = id
 				n++
 			}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -87,5 +88,24 @@ func BenchmarkSampleFlat(b *testing.B) {
 	s := NewSampler(SamplerOptions{Temperature: 0.6, TopP: 0.95, Seed: 1})
 	for b.Loop() {
 		s.Sample(logits)
+	}
+}
+
+// TestSampleExtremeOptions: options out of the usual ranges still give a
+// valid token (min-p above 1 keeps the best token; top-p tiny keeps one).
+func TestSampleExtremeOptions(t *testing.T) {
+	logits := []float32{0.5, 3, 2.9, -1, float32(math.Inf(-1)), float32(math.NaN())}
+	s := NewSampler(SamplerOptions{Seed: 3})
+	for _, o := range []SamplerOptions{
+		{Temperature: 1, MinP: 5},
+		{Temperature: 1, MinP: 1},
+		{Temperature: 1e-6, TopP: 1e-9},
+		{Temperature: 100, TopK: 1, MinP: 0.9, TopP: 0.5},
+	} {
+		for range 50 {
+			if got := s.SampleWith(logits, o); got != 1 {
+				t.Fatalf("%+v: token %d, want the best (1)", o, got)
+			}
+		}
 	}
 }
