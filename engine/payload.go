@@ -58,35 +58,27 @@ const (
 	payloadHeader  = 13
 )
 
-// payloadSection is one tensor of the payload: entries [first, first+n) of a
-// layer's part.
-type payloadSection struct {
-	layer    int
-	part     StatePart
-	first, n int
-}
-
-// payloadSections lists the payload's tensors for a session at pos, in
+// stateSections lists the payload's tensors for a session at pos, in
 // file order.
-func (l *StateLayout) payloadSections(pos int) []payloadSection {
+func (l *StateLayout) stateSections(pos int) []stateSection {
 	// Ring parts keep what position pos−2 needs: a restored session can
 	// continue, or rewind by one token (Rewind(pos−1) re-runs the token at
 	// pos−2), without re-deriving its prefix.
 	at := max(pos-2, 0)
-	var secs []payloadSection
+	var secs []stateSection
 	for layer := 0; layer < l.Config.Layers; layer++ {
 		need := l.Need(layer, PartWindow, at)
-		secs = append(secs, payloadSection{layer, PartWindow, need, pos - need})
+		secs = append(secs, stateSection{layer: layer, part: PartWindow, first: need, n: pos - need})
 	}
 	for layer := 0; layer < l.Config.Layers; layer++ {
 		for _, grp := range [][3]StatePart{{PartComp, PartCompKV, PartCompScore}, {PartIndex, PartIndexKV, PartIndexScore}} {
 			if !l.Has(layer, grp[0]) {
 				continue
 			}
-			secs = append(secs, payloadSection{layer, grp[0], 0, l.Rows(layer, grp[0], pos)})
+			secs = append(secs, stateSection{layer: layer, part: grp[0], n: l.Rows(layer, grp[0], pos)})
 			for _, p := range grp[1:] {
 				need := l.Need(layer, p, at)
-				secs = append(secs, payloadSection{layer, p, need, pos - need})
+				secs = append(secs, stateSection{layer: layer, part: p, first: need, n: pos - need})
 			}
 		}
 	}
@@ -132,7 +124,7 @@ func (s *Session) WritePayload(w io.Writer) error {
 	if pos == 0 || !s.logitsOK {
 		return fmt.Errorf("engine: payload: %w", ErrNoLogits)
 	}
-	secs := s.layout.payloadSections(pos)
+	secs := s.layout.stateSections(pos)
 	for _, sc := range secs {
 		if sc.part.ByPosition() && sc.n > 0 && s.ret.first(sc.layer, sc.part, pos) > sc.first {
 			return fmt.Errorf("engine: payload: layer %d %s no longer holds position %d", sc.layer, sc.part, sc.first)
@@ -159,27 +151,12 @@ func (s *Session) WritePayload(w io.Writer) error {
 		}
 	}
 	bw.write(buf)
-	var vals []float32
-	var raw []byte
 	for _, sc := range secs {
-		if sc.n == 0 || bw.err != nil {
-			continue
+		if bw.err != nil {
+			break
 		}
-		w := s.layout.Width(sc.layer, sc.part)
-		// Read in pieces no larger than the ring (a by-row table can be
-		// read whole, but keep buffers bounded either way).
-		step := max(1, min(sc.n, (1<<20)/max(1, w)))
-		for off := 0; off < sc.n; off += step {
-			k := min(step, sc.n-off)
-			if cap(vals) < k*w {
-				vals = make([]float32, k*w)
-			}
-			vals = vals[:k*w]
-			if err := s.be.ReadState(s.st, sc.layer, sc.part, sc.first+off, k, vals); err != nil {
-				return fmt.Errorf("engine: payload: layer %d %s: %w", sc.layer, sc.part, err)
-			}
-			raw = appendF32s(raw[:0], vals)
-			bw.write(raw)
+		if err := s.emitSection(sc, bw.write); err != nil {
+			return fmt.Errorf("engine: payload: %w", err)
 		}
 	}
 	if bw.err != nil {
@@ -298,37 +275,16 @@ func (s *Session) ReadPayload(r io.Reader, n int64) error {
 			}
 		}
 	}
-	secs := s.layout.payloadSections(pos)
+	secs := s.layout.stateSections(pos)
+	for i := range secs {
+		secs[i].data = take(4 * secs[i].n * s.layout.Width(secs[i].layer, secs[i].part))
+	}
 	// From here on the state is written: a failure leaves the session empty.
 	s.tokens, s.logitsOK = s.tokens[:0], false
 	s.ret.reset()
-	ret := newRetention(s.layout)
-	var vals []float32
-	for _, sc := range secs {
-		w := s.layout.Width(sc.layer, sc.part)
-		d := take(4 * sc.n * w)
-		if sc.part.ByPosition() {
-			// A ring smaller than the stored span (a session without
-			// rewind slack) keeps the newest entries.
-			if c := s.layout.Capacity(sc.layer, sc.part); sc.n > c {
-				d = d[4*(sc.n-c)*w:]
-				sc.first, sc.n = sc.first+sc.n-c, c
-			}
-			ret.lo[sc.layer][sc.part] = sc.first
-		}
-		if sc.n == 0 {
-			continue
-		}
-		if cap(vals) < sc.n*w {
-			vals = make([]float32, sc.n*w)
-		}
-		vals = vals[:sc.n*w]
-		for i := range vals {
-			vals[i] = math.Float32frombits(le.Uint32(d[4*i:]))
-		}
-		if err := s.be.WriteState(s.st, sc.layer, sc.part, sc.first, sc.n, vals); err != nil {
-			return fmt.Errorf("engine: payload restore: layer %d %s: %w", sc.layer, sc.part, err)
-		}
+	ret, err := s.writeSections(secs)
+	if err != nil {
+		return fmt.Errorf("engine: payload restore: %w", err)
 	}
 	for i := range s.logits {
 		s.logits[i] = math.Float32frombits(le.Uint32(logitsRaw[4*i:]))
@@ -343,7 +299,7 @@ func (s *Session) ReadPayload(r io.Reader, n int64) error {
 // layout at pos tokens.
 func (s *Session) PayloadSizeAt(pos int) int64 {
 	n := int64(4*payloadHeader + 4*pos + 4*s.cfg.Vocab + 8*s.cfg.Layers)
-	for _, sc := range s.layout.payloadSections(pos) {
+	for _, sc := range s.layout.stateSections(pos) {
 		n += int64(4 * sc.n * s.layout.Width(sc.layer, sc.part))
 	}
 	return n

@@ -81,24 +81,17 @@ func (s *Session) Snapshot() ([]byte, error) {
 	} else {
 		buf.WriteByte(0)
 	}
-	type section struct {
-		layer    int
-		part     StatePart
-		first, n int
-	}
-	var secs []section
+	var secs []stateSection
 	for l := 0; l < s.cfg.Layers; l++ {
 		for _, p := range s.layout.Parts(l) {
 			first, end := 0, s.layout.Rows(l, p, pos)
 			if p.ByPosition() {
 				first, end = s.ret.first(l, p, pos), pos
 			}
-			secs = append(secs, section{l, p, first, end - first})
+			secs = append(secs, stateSection{layer: l, part: p, first: first, n: end - first})
 		}
 	}
 	buf.Write(le.AppendUint32(nil, uint32(len(secs))))
-	var vals []float32
-	var raw []byte
 	for _, sc := range secs {
 		w := s.layout.Width(sc.layer, sc.part)
 		hdr := le.AppendUint32(nil, uint32(sc.layer))
@@ -107,21 +100,80 @@ func (s *Session) Snapshot() ([]byte, error) {
 		hdr = le.AppendUint64(hdr, uint64(sc.n))
 		hdr = le.AppendUint32(hdr, uint32(w))
 		buf.Write(hdr)
-		if sc.n == 0 {
-			continue
+		if err := s.emitSection(sc, func(b []byte) { buf.Write(b) }); err != nil {
+			return nil, fmt.Errorf("engine: snapshot: %w", err)
 		}
-		if cap(vals) < sc.n*w {
-			vals = make([]float32, sc.n*w)
-		}
-		vals = vals[:sc.n*w]
-		if err := s.be.ReadState(s.st, sc.layer, sc.part, sc.first, sc.n, vals); err != nil {
-			return nil, fmt.Errorf("engine: snapshot: layer %d %s: %w", sc.layer, sc.part, err)
-		}
-		raw = appendF32s(raw[:0], vals)
-		buf.Write(raw)
 	}
 	buf.Write(le.AppendUint32(nil, crc32.Checksum(buf.Bytes(), castagnoli)))
 	return buf.Bytes(), nil
+}
+
+// stateSection is one tensor of a saved state: entries [first, first+n) of
+// a layer's part, with their values (little-endian f32) when restoring.
+// Snapshots and DSV4 payloads are both sequences of them.
+type stateSection struct {
+	layer    int
+	part     StatePart
+	first, n int
+	data     []byte
+}
+
+// emitSection reads a section's values from the backend, in pieces of at
+// most about 4 MiB, and passes their little-endian bytes to out.
+func (s *Session) emitSection(sc stateSection, out func([]byte)) error {
+	w := s.layout.Width(sc.layer, sc.part)
+	step := max(1, min(sc.n, (1<<20)/max(1, w)))
+	var vals []float32
+	var raw []byte
+	for off := 0; off < sc.n; off += step {
+		k := min(step, sc.n-off)
+		if cap(vals) < k*w {
+			vals = make([]float32, k*w)
+		}
+		vals = vals[:k*w]
+		if err := s.be.ReadState(s.st, sc.layer, sc.part, sc.first+off, k, vals); err != nil {
+			return fmt.Errorf("layer %d %s: %w", sc.layer, sc.part, err)
+		}
+		raw = appendF32s(raw[:0], vals)
+		out(raw)
+	}
+	return nil
+}
+
+// writeSections writes saved sections (with their data) into the
+// session's state and returns the retention they leave. A ring section
+// longer than this session's ring (a session with less rewind slack) keeps
+// its newest entries. On error the session is left empty.
+func (s *Session) writeSections(secs []stateSection) (*retention, error) {
+	ret := newRetention(s.layout)
+	var vals []float32
+	for _, sc := range secs {
+		w := s.layout.Width(sc.layer, sc.part)
+		first, n, d := sc.first, sc.n, sc.data
+		if sc.part.ByPosition() {
+			if c := s.layout.Capacity(sc.layer, sc.part); n > c {
+				d = d[(n-c)*w*4:]
+				first, n = first+n-c, c
+			}
+			ret.lo[sc.layer][sc.part] = first
+		}
+		if n == 0 {
+			continue
+		}
+		if cap(vals) < n*w {
+			vals = make([]float32, n*w)
+		}
+		vals = vals[:n*w]
+		for i := range vals {
+			vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(d[4*i:]))
+		}
+		if err := s.be.WriteState(s.st, sc.layer, sc.part, first, n, vals); err != nil {
+			s.tokens, s.logitsOK = s.tokens[:0], false
+			s.ret.reset()
+			return nil, fmt.Errorf("layer %d %s: %w", sc.layer, sc.part, err)
+		}
+	}
+	return ret, nil
 }
 
 func appendF32s(dst []byte, xs []float32) []byte {
@@ -223,17 +275,11 @@ func (s *Session) Restore(data []byte) error {
 			}
 		}
 	}
-	type section struct {
-		layer    int
-		part     StatePart
-		first, n int
-		data     []byte
-	}
 	nsec := r.u32("section count")
 	if r.err != nil {
 		return r.err
 	}
-	var secs []section
+	var secs []stateSection
 	for i := uint32(0); i < nsec && r.err == nil; i++ {
 		layer, part := int(r.u32("section layer")), r.take(1, "section part")
 		first, n, w := r.u64("section first"), r.u64("section length"), r.u32("section width")
@@ -248,7 +294,7 @@ func (s *Session) Restore(data []byte) error {
 			return fmt.Errorf("%w: section %d (layer %d %s): bad shape (first %d, n %d, width %d)", ErrSnapshot, i, layer, p, first, n, w)
 		}
 		d := r.take(int(n)*int(w)*4, "section data")
-		secs = append(secs, section{layer, p, int(first), int(n), d})
+		secs = append(secs, stateSection{layer, p, int(first), int(n), d})
 	}
 	if r.err != nil {
 		return r.err
@@ -257,7 +303,7 @@ func (s *Session) Restore(data []byte) error {
 		return fmt.Errorf("%w: %d trailing bytes", ErrSnapshot, len(body)-r.off)
 	}
 	// Check the sections' coverage.
-	have := map[[2]int]section{}
+	have := map[[2]int]stateSection{}
 	for _, sc := range secs {
 		have[[2]int{sc.layer, int(sc.part)}] = sc
 	}
@@ -281,35 +327,9 @@ func (s *Session) Restore(data []byte) error {
 			}
 		}
 	}
-	// Write the state. Ring sections longer than this session's rings keep
-	// their newest entries.
-	ret := newRetention(s.layout)
-	var vals []float32
-	for _, sc := range secs {
-		w := s.layout.Width(sc.layer, sc.part)
-		first, n, d := sc.first, sc.n, sc.data
-		if sc.part.ByPosition() {
-			if c := s.layout.Capacity(sc.layer, sc.part); n > c {
-				d = d[(n-c)*w*4:]
-				first, n = first+n-c, c
-			}
-			ret.lo[sc.layer][sc.part] = first
-		}
-		if n == 0 {
-			continue
-		}
-		if cap(vals) < n*w {
-			vals = make([]float32, n*w)
-		}
-		vals = vals[:n*w]
-		for i := range vals {
-			vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(d[4*i:]))
-		}
-		if err := s.be.WriteState(s.st, sc.layer, sc.part, first, n, vals); err != nil {
-			s.tokens, s.logitsOK = s.tokens[:0], false
-			s.ret.reset()
-			return fmt.Errorf("engine: restore: layer %d %s: %w", sc.layer, sc.part, err)
-		}
+	ret, err := s.writeSections(secs)
+	if err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
 	}
 	s.tokens = append(s.tokens[:0], tokens...)
 	s.ret = ret
