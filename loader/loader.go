@@ -62,12 +62,14 @@ type Options struct {
 	Threads int
 	// CUDA configures the CUDA backend (fast mode, graph decode, device).
 	CUDA cuda.Options
-	// Warm reads every weight page once before the backend is built (so
-	// the first token does not pay the disk reads), showing progress on
-	// Progress. Ignored for in-memory models.
+	// Warm reads every weight page once before the CPU backend is built
+	// (so the first token does not pay the disk reads), showing progress on
+	// Progress. Ignored for in-memory models and for the CUDA backend,
+	// whose upload reads every weight anyway (Progress shows the upload).
 	Warm bool
 	// Progress, when not nil, receives a progress bar while the weights
-	// are paged in (normally os.Stderr, only when it is a terminal).
+	// are paged in or uploaded (normally os.Stderr, only when it is a
+	// terminal).
 	Progress io.Writer
 }
 
@@ -166,11 +168,9 @@ func Open(o Options) (*Model, error) {
 		return fail(fmt.Errorf("tokenizer: %w", err))
 	}
 	m.LoadTime = time.Since(t0)
-	if o.Warm && !m.Demo && o.Backend != BackendNone {
+	if o.Warm && !m.Demo && o.Backend == BackendCPU {
 		t0 = time.Now()
-		if err := warm(m.File, o.Progress); err != nil {
-			return fail(err)
-		}
+		warm(m.File, o.Progress)
 		m.WarmTime = time.Since(t0)
 	}
 	t0 = time.Now()
@@ -183,7 +183,16 @@ func Open(o Options) (*Model, error) {
 		}
 		m.Backend, m.closeBackend = b, func() { b.Close() }
 	case BackendCUDA:
-		b, err := cuda.New(m.Weights, o.CUDA)
+		co := o.CUDA
+		var bar *progressbar.ProgressBar
+		if o.Progress != nil && !m.Demo && co.Uploaded == nil {
+			bar = newBar(o.Progress, tensorBytes(m.File), "uploading weights")
+			co.Uploaded = func(n int64) { bar.Add64(n) }
+		}
+		b, err := cuda.New(m.Weights, co)
+		if bar != nil {
+			bar.Finish()
+		}
 		if err != nil {
 			return fail(fmt.Errorf("cuda backend: %w", err))
 		}
@@ -197,22 +206,11 @@ func Open(o Options) (*Model, error) {
 
 // warm reads one byte of every page of every tensor's data, in parallel,
 // reporting bytes done on a progress bar when w is not nil.
-func warm(f *gguf.File, w io.Writer) error {
+func warm(f *gguf.File, w io.Writer) {
 	const page = 4096
-	var total int64
-	for i := range f.Tensors {
-		total += int64(len(f.TensorData(&f.Tensors[i])))
-	}
 	var bar *progressbar.ProgressBar
 	if w != nil {
-		bar = progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(w),
-			progressbar.OptionSetDescription("loading weights"),
-			progressbar.OptionShowBytes(true),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
-			progressbar.OptionClearOnFinish(),
-		)
+		bar = newBar(w, tensorBytes(f), "loading weights")
 	}
 	var next atomic.Int64
 	var sink atomic.Uint32
@@ -247,5 +245,26 @@ func warm(f *gguf.File, w io.Writer) error {
 	if bar != nil {
 		bar.Finish()
 	}
-	return nil
+}
+
+// tensorBytes is the size of all tensor data in f.
+func tensorBytes(f *gguf.File) int64 {
+	var total int64
+	for i := range f.Tensors {
+		total += int64(len(f.TensorData(&f.Tensors[i])))
+	}
+	return total
+}
+
+// newBar returns a byte-counting progress bar on w that clears itself when
+// finished.
+func newBar(w io.Writer, total int64, what string) *progressbar.ProgressBar {
+	return progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(what),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
+		progressbar.OptionClearOnFinish(),
+	)
 }

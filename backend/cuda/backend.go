@@ -30,6 +30,10 @@ type Options struct {
 	// token). 0, the default, launches kernel by kernel. The kernels and
 	// results are the same either way.
 	GraphLayers int
+	// Uploaded, when not nil, is called after each weight matrix is copied
+	// to the device with its size in bytes (a progress bar for the upload
+	// of a large model; small vectors are not reported).
+	Uploaded func(bytes int64)
 }
 
 // Backend runs the DeepSeek V4 forward pass on one GPU: every weight, the KV
@@ -215,6 +219,9 @@ func (be *Backend) mat(t *model.Tensor, mats, rows, k int) (*Weight, error) {
 		return nil, fmt.Errorf("%s: %w", t.Name, err)
 	}
 	be.weights = append(be.weights, w)
+	if be.opts.Uploaded != nil {
+		be.opts.Uploaded(int64(len(t.Data)))
+	}
 	return w, nil
 }
 
