@@ -141,9 +141,7 @@ func newChat(m *loader.Model, o *Options, out, errw io.Writer, color bool) (*Cha
 // setContext starts a new session of n tokens (capped at the model's) and
 // an empty transcript (the system prompt kept).
 func (c *Chat) setContext(n int) error {
-	if l := c.m.Config.ContextLen; l > 0 && n > l {
-		n = l
-	}
+	n = c.m.ContextSize(n)
 	s, err := engine.NewSession(c.m.Backend, engine.Options{MaxContext: n})
 	if err != nil {
 		return err

@@ -36,8 +36,7 @@ func promptTokens(m *loader.Model, o *Options) ([]int32, error) {
 		msgs = append(msgs, chat.Message{Role: chat.RoleSystem, Content: o.System})
 	}
 	msgs = append(msgs, chat.Message{Role: chat.RoleUser, Content: o.Prompt})
-	ctx := min(o.Ctx, max(m.Config.ContextLen, 1))
-	text, err := chat.Render(chat.Conversation{Messages: msgs}, chat.Options{Mode: o.Mode(), ContextSize: ctx})
+	text, err := chat.Render(chat.Conversation{Messages: msgs}, chat.Options{Mode: o.Mode(), ContextSize: m.ContextSize(o.Ctx)})
 	if err != nil {
 		return nil, fmt.Errorf("rendering the prompt: %w", err)
 	}
@@ -172,10 +171,7 @@ func dumpLogprobs(ctx context.Context, m *loader.Model, o *Options) (int, error)
 	if err != nil {
 		return 0, err
 	}
-	ctxSize := o.Ctx
-	if l := m.Config.ContextLen; l > 0 && ctxSize > l {
-		ctxSize = l
-	}
+	ctxSize := m.ContextSize(o.Ctx)
 	if len(toks) >= ctxSize {
 		return 0, fmt.Errorf("prompt of %d tokens does not fit a context of %d", len(toks), ctxSize)
 	}

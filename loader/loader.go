@@ -95,6 +95,16 @@ type Model struct {
 	closeBackend func()
 }
 
+// ContextSize returns the context a session should get when want tokens
+// are asked for: want capped at the model's context length, or the model's
+// when want ≤ 0 (want itself when the model states none).
+func (m *Model) ContextSize(want int) int {
+	if l := m.Config.ContextLen; l > 0 && (want <= 0 || want > l) {
+		return l
+	}
+	return want
+}
+
 // Close releases the backend and unmaps the file.
 func (m *Model) Close() {
 	if m.closeBackend != nil {

@@ -86,3 +86,17 @@ func TestOpenErrors(t *testing.T) {
 		t.Errorf("unknown backend: %v", err)
 	}
 }
+
+func TestContextSize(t *testing.T) {
+	m := &Model{}
+	m.Config.ContextLen = 8192
+	for _, c := range [][2]int{{100, 100}, {8192, 8192}, {9000, 8192}, {0, 8192}, {-1, 8192}} {
+		if got := m.ContextSize(c[0]); got != c[1] {
+			t.Errorf("ContextSize(%d) = %d, want %d", c[0], got, c[1])
+		}
+	}
+	m.Config.ContextLen = 0 // the model states none
+	if got := m.ContextSize(300); got != 300 {
+		t.Errorf("no model limit: %d", got)
+	}
+}

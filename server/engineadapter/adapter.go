@@ -124,8 +124,5 @@ func New(m *loader.Model, ctx int) (*Engine, error) {
 	if m.Backend == nil {
 		return nil, errors.New("engineadapter: the model was opened without a backend")
 	}
-	if l := m.Config.ContextLen; ctx <= 0 || (l > 0 && ctx > l) {
-		ctx = l
-	}
-	return &Engine{Backend: m.Backend, Tok: m.Tokenizer, Opts: engine.Options{MaxContext: ctx}, Quant: expertQuantBits(m.Weights)}, nil
+	return &Engine{Backend: m.Backend, Tok: m.Tokenizer, Opts: engine.Options{MaxContext: m.ContextSize(ctx)}, Quant: expertQuantBits(m.Weights)}, nil
 }
