@@ -28,16 +28,12 @@ func Requantize(f *gguf.File, scheme model.Scheme) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("synth: requantize: %w", err)
 	}
-	b := &gguf.Builder{Version: f.Version}
-	if _, ok := f.KV("general.alignment"); !ok {
-		b.Alignment = f.Alignment
-	}
+	b := gguf.FromFile(f)
 	hasScheme := false
-	for _, kv := range f.KVs {
-		if kv.Key == KeyScheme {
-			kv.Value, hasScheme = gguf.Str(scheme.Name), true
+	for i := range b.KVs {
+		if b.KVs[i].Key == KeyScheme {
+			b.KVs[i].Value, hasScheme = gguf.Str(scheme.Name), true
 		}
-		b.KVs = append(b.KVs, kv)
 	}
 	if !hasScheme {
 		b.Add(KeyScheme, gguf.Str(scheme.Name))
