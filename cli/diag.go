@@ -132,30 +132,8 @@ type logprobDump struct {
 // first) with their log-probabilities (score.LogSoftmax, float64).
 func topLogprobs(logits []float32, k int, scratch *[]float64) (ids []int32, lps []float64) {
 	*scratch = score.LogSoftmax(logits, *scratch)
-	k = min(k, len(logits))
-	// Keep the best k in order: a token enters when it beats the last.
-	better := func(a, b int32) bool {
-		if logits[a] != logits[b] {
-			return logits[a] > logits[b]
-		}
-		return a < b
-	}
-	ids = make([]int32, 0, k)
-	for i := range logits {
-		id := int32(i)
-		if len(ids) == k && !better(id, ids[k-1]) {
-			continue
-		}
-		if len(ids) < k {
-			ids = append(ids, id)
-		} else {
-			ids[k-1] = id
-		}
-		for j := len(ids) - 1; j > 0 && better(ids[j], ids[j-1]); j-- {
-			ids[j], ids[j-1] = ids[j-1], ids[j]
-		}
-	}
-	lps = make([]float64, k)
+	ids = engine.TopK(logits, k)
+	lps = make([]float64, len(ids))
 	for i, id := range ids {
 		lps[i] = (*scratch)[id]
 	}
@@ -204,6 +182,9 @@ func dumpLogprobs(ctx context.Context, m *loader.Model, o *Options) (int, error)
 			return 0, fmt.Errorf("step %d: no logits", step)
 		}
 		ids, lps := topLogprobs(logits, o.LogprobsTopK, &scratch)
+		if len(ids) == 0 {
+			return 0, fmt.Errorf("step %d: no finite logits", step)
+		}
 		st := logprobStep{Step: step, Selected: tokOf(ids[0])}
 		for i, id := range ids {
 			st.TopLogprobs = append(st.TopLogprobs, logprobAlt{Token: tokOf(id), Logit: logits[id], Logprob: lps[i]})

@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // SamplerOptions chooses how the next token is drawn from the logits.
@@ -84,12 +85,7 @@ func (s *Sampler) SampleWith(logits []float32, o SamplerOptions) int32 {
 	if len(s.idx) == 0 {
 		return Greedy(logits)
 	}
-	better := func(a, b int32) bool {
-		if la, lb := logits[a], logits[b]; la != lb {
-			return la > lb
-		}
-		return a < b
-	}
+	better := logitOrder(logits)
 	if o.TopK > 0 && o.TopK < len(s.idx) {
 		selectBest(s.idx, o.TopK, better)
 		s.idx = s.idx[:o.TopK]
@@ -186,6 +182,38 @@ func partition(ids []int32, w []float64, lo, hi int, better func(a, b int32) boo
 	}
 	swap(store, hi-1)
 	return store
+}
+
+// logitOrder orders token ids by logit, largest first, ties by lower id.
+func logitOrder(logits []float32) func(a, b int32) bool {
+	return func(a, b int32) bool {
+		if la, lb := logits[a], logits[b]; la != lb {
+			return la > lb
+		}
+		return a < b
+	}
+}
+
+// TopK returns the ids of the k largest logits (NaNs excluded), largest
+// first, ties by lower id — the order greedy sampling ranks them in.
+func TopK(logits []float32, k int) []int32 {
+	ids := make([]int32, 0, len(logits))
+	for i, v := range logits {
+		if v == v {
+			ids = append(ids, int32(i))
+		}
+	}
+	better := logitOrder(logits)
+	k = min(max(k, 0), len(ids))
+	selectBest(ids, k, better)
+	ids = ids[:k]
+	slices.SortFunc(ids, func(a, b int32) int {
+		if better(a, b) {
+			return -1
+		}
+		return 1
+	})
+	return ids
 }
 
 // selectBest moves the k best ids (by better) to ids[:k], in no order.

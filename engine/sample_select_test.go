@@ -109,3 +109,17 @@ func TestSampleExtremeOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestTopK(t *testing.T) {
+	nan := float32(math.NaN())
+	logits := []float32{1, 3, nan, 3, -2, 5, 1}
+	for k, want := range [][]int32{{}, {5}, {5, 1}, {5, 1, 3}, {5, 1, 3, 0}, {5, 1, 3, 0, 6, 4}} {
+		kk := k
+		if k == 5 {
+			kk = 100 // more than there are: all finite ids
+		}
+		if got := TopK(logits, kk); !slices.Equal(got, want) {
+			t.Errorf("TopK(%d) = %v, want %v", kk, got, want)
+		}
+	}
+}
