@@ -8,11 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"ds4go/chat"
 	"ds4go/chat/dsml"
 	"ds4go/engine"
+	"ds4go/internal/progress"
 	"ds4go/loader"
 )
 
@@ -58,15 +57,7 @@ func (c *Chat) prefill(ctx context.Context, toks []int32) error {
 	if !c.progress || len(toks) < progressMinTokens {
 		return c.sess.Prefill(ctx, toks)
 	}
-	bar := progressbar.NewOptions(len(toks),
-		progressbar.OptionSetWriter(c.errw),
-		progressbar.OptionSetDescription("prefill"),
-		progressbar.OptionShowCount(),
-		progressbar.OptionShowIts(),
-		progressbar.OptionSetItsString("tok"),
-		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionClearOnFinish(),
-	)
+	bar := progress.Tokens(c.errw, len(toks), "prefill", false)
 	defer bar.Exit()
 	for off := 0; off < len(toks); off += progressStep {
 		if err := c.sess.Prefill(ctx, toks[off:min(off+progressStep, len(toks))]); err != nil {

@@ -23,6 +23,7 @@ import (
 	"ds4go/backend/cuda"
 	"ds4go/engine"
 	"ds4go/gguf"
+	"ds4go/internal/progress"
 	"ds4go/model"
 	"ds4go/synth"
 	"ds4go/tokenizer"
@@ -196,7 +197,7 @@ func Open(o Options) (*Model, error) {
 		co := o.CUDA
 		var bar *progressbar.ProgressBar
 		if o.Progress != nil && !m.Demo && co.Uploaded == nil {
-			bar = newBar(o.Progress, tensorBytes(m.File), "uploading weights")
+			bar = progress.Bytes(o.Progress, tensorBytes(m.File), "uploading weights")
 			co.Uploaded = func(n int64) { bar.Add64(n) }
 		}
 		b, err := cuda.New(m.Weights, co)
@@ -220,7 +221,7 @@ func warm(f *gguf.File, w io.Writer) {
 	const page = 4096
 	var bar *progressbar.ProgressBar
 	if w != nil {
-		bar = newBar(w, tensorBytes(f), "loading weights")
+		bar = progress.Bytes(w, tensorBytes(f), "loading weights")
 	}
 	var next atomic.Int64
 	var sink atomic.Uint32
@@ -264,17 +265,4 @@ func tensorBytes(f *gguf.File) int64 {
 		total += int64(len(f.TensorData(&f.Tensors[i])))
 	}
 	return total
-}
-
-// newBar returns a byte-counting progress bar on w that clears itself when
-// finished.
-func newBar(w io.Writer, total int64, what string) *progressbar.ProgressBar {
-	return progressbar.NewOptions64(total,
-		progressbar.OptionSetWriter(w),
-		progressbar.OptionSetDescription(what),
-		progressbar.OptionShowBytes(true),
-		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
-		progressbar.OptionClearOnFinish(),
-	)
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"ds4go/backend/cuda"
+	bars "ds4go/internal/progress"
 	"ds4go/loader"
 	"ds4go/score"
 )
@@ -226,15 +227,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, tty bool)
 		total = len(seq.Tokens)
 	}
 	if *progress {
-		bar = progressbar.NewOptions(total,
-			progressbar.OptionSetWriter(stderr),
-			progressbar.OptionSetDescription("scoring"),
-			progressbar.OptionShowCount(),
-			progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("tok"),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(stderr) }),
-		)
+		bar = bars.Tokens(stderr, total, "scoring", true)
 	}
 	opts := score.RunOptions{ChunkSize: *chunk}
 	if bar != nil {
