@@ -1,15 +1,9 @@
 package engineadapter
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"ds4go/server"
 )
@@ -18,25 +12,9 @@ import (
 // backend) through the HTTP server: generation, prefix reuse, streaming.
 func TestDemoModelServes(t *testing.T) {
 	eng := demo(t, 512)
-	srv, err := server.New(server.Config{Engine: eng, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	defer func() { hs.Close(); srv.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	send, _ := testServer(t, eng, server.KVCacheConfig{})
 	post := func(body string) map[string]any {
-		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/chat/completions", strings.NewReader(body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("%d %s", resp.StatusCode, b)
-		}
+		b := send(body)
 		if strings.Contains(body, `"stream":true`) {
 			if !strings.Contains(string(b), "data: [DONE]") {
 				t.Fatalf("stream: %s", b)

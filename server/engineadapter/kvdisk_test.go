@@ -1,16 +1,10 @@
 package engineadapter
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"ds4go/server"
 )
@@ -29,21 +23,9 @@ func TestDiskCacheRestartRealEngine(t *testing.T) {
 	body, _ := json.Marshal(map[string]any{"model": "deepseek-chat", "max_tokens": 6, "temperature": 0,
 		"messages": []any{map[string]any{"role": "user", "content": content}}})
 	ask := func(kv server.KVCacheConfig) (reply string, prompt, cached float64) {
-		srv, err := server.New(server.Config{Engine: eng, KVCache: kv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs := httptest.NewServer(srv.Handler())
-		defer func() { hs.Close(); srv.Close() }()
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/chat/completions", strings.NewReader(string(body)))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		post, stop := testServer(t, eng, kv)
+		defer stop()
+		b := post(string(body))
 		var m struct {
 			Choices []struct {
 				Message struct{ Content string }
@@ -55,8 +37,8 @@ func TestDiskCacheRestartRealEngine(t *testing.T) {
 				} `json:"prompt_tokens_details"`
 			}
 		}
-		if resp.StatusCode != 200 || json.Unmarshal(b, &m) != nil || len(m.Choices) != 1 {
-			t.Fatalf("%d %s", resp.StatusCode, b)
+		if json.Unmarshal(b, &m) != nil || len(m.Choices) != 1 {
+			t.Fatalf("reply %s", b)
 		}
 		return m.Choices[0].Message.Content, m.Usage.PromptTokens, m.Usage.PromptTokensDetails.CachedTokens
 	}
