@@ -20,6 +20,8 @@ int ds4c_sm_count(void);
 int ds4c_opt_wload(void);
 int ds4c_opt_splitk(void);
 int ds4c_opt_rpw(void);
+int ds4c_opt_tc_min_tok(void); // INT32_MAX when disabled
+int ds4c_opt_tc_min_sel(void); // INT32_MAX when disabled
 
 #define DS4C_CHECK(call)                                              \
     do {                                                              \

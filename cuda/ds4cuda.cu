@@ -13,6 +13,8 @@ static int g_sm_count = 0;
 static int g_opt_wload = 1; // measured fastest on the H100 (cuda/NOTES.md)
 static int g_opt_splitk = 0;
 static int g_opt_rpw = 0;
+static int g_opt_tc_min_tok = 4;  // tensor cores from 4 tokens (cuda/NOTES.md v4)
+static int g_opt_tc_min_sel = 32;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -41,6 +43,8 @@ int ds4c_sm_count(void) { return g_sm_count; }
 int ds4c_opt_wload(void) { return g_opt_wload; }
 int ds4c_opt_splitk(void) { return g_opt_splitk; }
 int ds4c_opt_rpw(void) { return g_opt_rpw; }
+int ds4c_opt_tc_min_tok(void) { return g_opt_tc_min_tok > 0 ? g_opt_tc_min_tok : 0x7fffffff; }
+int ds4c_opt_tc_min_sel(void) { return g_opt_tc_min_sel > 0 ? g_opt_tc_min_sel : 0x7fffffff; }
 
 extern "C" {
 
@@ -314,6 +318,14 @@ int ds4c_set_option(int key, int value) {
         if (value != 0 && value != 1 && value != 2 && value != 4 && value != 8)
             return ds4c_err(DS4C_EINVAL, "rpw option %d not one of 0,1,2,4,8", value);
         g_opt_rpw = value;
+        return 0;
+    case DS4C_OPT_TC_MIN_TOK:
+        if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_tok option %d negative", value);
+        g_opt_tc_min_tok = value;
+        return 0;
+    case DS4C_OPT_TC_MIN_SEL:
+        if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_sel option %d negative", value);
+        g_opt_tc_min_sel = value;
         return 0;
     }
     return ds4c_err(DS4C_EINVAL, "unknown option %d", key);

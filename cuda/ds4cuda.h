@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 4
+#define DS4C_ABI_VERSION 5
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -161,6 +161,22 @@ int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_
                    int64_t act_sel, int act_div, int n_tok, float *d_y, int64_t y_tok,
                    int64_t y_sel, int flags, void *stream);
 
+/* Tensor-core products (mm_tc.cu; Q8_0, Q2_K, IQ2_XXS with cols a multiple
+ * of 256; results bit-identical to the exact mode). ds4c_matmul_ex uses them
+ * by itself for n_tok >= DS4C_OPT_TC_MIN_TOK tokens. For routed experts:
+ * ds4c_group sorts n_sel selections by their matrix ids into d_scratch
+ * (ds4c_group_bytes(n_sel, n_mat) bytes), then each ds4c_matmul_grouped with
+ * the same ids, n_sel, n_mat and scratch computes, like ds4c_matmul_ex with
+ * n_tok = 1, y[s*y_sel + r] = W_ids[s][r] . act(s), act(s) at
+ * d_act + (s / act_div)*act_sel bytes, reading each matrix once per 32 of
+ * its selections. With fewer than DS4C_OPT_TC_MIN_SEL selections or an
+ * unsupported type it runs ds4c_matmul_ex instead (scratch unused). */
+uint64_t ds4c_group_bytes(int n_sel, int64_t n_mat);
+int ds4c_group(const int32_t *d_ids, int n_sel, int64_t n_mat, void *d_scratch, void *stream);
+int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids,
+                        int n_sel, const void *d_act, int64_t act_sel, int act_div, float *d_y, int64_t y_sel,
+                        const void *d_scratch, int flags, void *stream);
+
 /* Elementwise and row operations (float32). */
 /* y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w (w may be NULL: no weight). */
 int ds4c_rmsnorm(const float *d_x, const float *d_w, float *d_y, int64_t n, int rows,
@@ -228,6 +244,8 @@ enum {
     DS4C_OPT_WLOAD = 1,   /* weight loads: 0 __ldg, 1 ld.nc.L1::no_allocate.L2::256B (default), 2 __ldcs */
     DS4C_OPT_SPLITK = 2,  /* 0: automatic; 1, 2, 4, 8: warps per row (single token) */
     DS4C_OPT_RPW = 3,     /* 0: automatic; 1, 2, 4, 8: rows per warp (single token) */
+    DS4C_OPT_TC_MIN_TOK = 4, /* tokens from which dense products use tensor cores (default 4; 0: never) */
+    DS4C_OPT_TC_MIN_SEL = 5, /* selections from which grouped products use tensor cores (default 32; 0: never) */
 };
 
 #ifdef __cplusplus

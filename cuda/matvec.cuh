@@ -870,4 +870,9 @@ int launch_q4_k(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st)
 int launch_iq2_xxs(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 int launch_float(int type, const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 
+// Tensor-core products (mm_tc.cu): whether type/cols have one, and the dense
+// form (n_sel selections × n_tok tokens, addressed as ds4c_matmul_ex does).
+bool tc_supported(int type, int64_t cols);
+int tc_dense(int type, const MVArgs &a, int n_sel, int n_tok, cudaStream_t st);
+
 } // namespace ds4mv

@@ -716,3 +716,105 @@ func TestMatMulExact(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulTensorCores checks the tensor-core products (mm_tc.cu), dense
+// (many tokens, several matrices, rows not a multiple of the CTA's 128) and
+// grouped by expert ids (Group + MatMulGrouped, with an id out of range),
+// bit for bit against quant.MatVec.
+func TestMatMulTensorCores(t *testing.T) {
+	d := gpu(t)
+	cases := []struct {
+		typ        quant.Type
+		rows, cols int
+	}{
+		{quant.Q8_0, 1024, 4096},
+		{quant.Q8_0, 300, 512},
+		{quant.Q2_K, 512, 2048},
+		{quant.Q2_K, 200, 1024},
+		{quant.IQ2_XXS, 256, 4096},
+		{quant.IQ2_XXS, 136, 512},
+	}
+	exactEqual := func(name string, got, want []float32) {
+		t.Helper()
+		bad := 0
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				if bad < 3 {
+					t.Errorf("%s: [%d] got %v, want %v", name, i, got[i], want[i])
+				}
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s: %d of %d values not bit-identical", name, bad, len(want))
+		}
+	}
+	for ci, c := range cases {
+		const mats = 5
+		mb := weightBytes(c.typ, c.rows, c.cols)
+		w := randomWeights(c.typ, mats*mb/int64(c.typ.BlockBytes()), uint64(2100+ci))
+		dw := uploadWeight(t, d, c.typ, c.rows, c.cols, mats, w)
+		mat := func(m int) []byte { return w[m*int(mb) : (m+1)*int(mb)] }
+		at, _ := d.ActType(c.typ)
+		ab := d.ActBytes(at, c.cols)
+
+		// dense: every matrix (selection = matrix) × nt tokens
+		for _, nt := range []int{4, 33, 70} {
+			x := gaussian(nt*c.cols, uint64(2200+ci+nt))
+			act := quantizeOnDevice(t, d, c.typ, x, c.cols, nt)
+			y := alloc(t, d, int64(4*mats*nt*c.rows))
+			poison(t, d, y, mats*nt*c.rows)
+			must(t, d.MatMulEx(0, dw, 0, mats, act, ab, 0, 1, nt, y, int64(c.rows), int64(nt*c.rows), false))
+			got := download(t, d, y, mats*nt*c.rows)
+			for m := 0; m < mats; m++ {
+				for tok := 0; tok < nt; tok++ {
+					want, _ := reference(t, c.typ, mat(m), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
+					o := (m*nt + tok) * c.rows
+					exactEqual(fmt.Sprintf("dense %s %dx%d nt=%d mat %d tok %d", c.typ, c.rows, c.cols, nt, m, tok), got[o:o+c.rows], want)
+				}
+			}
+		}
+
+		// grouped: ntok tokens × K selections each (activation per token,
+		// act_div K), one id out of range; then per selection (act_div 1)
+		const K = 3
+		for _, ntok := range []int{2, 40} {
+			nsel := ntok * K
+			r := rand.New(rand.NewPCG(uint64(ci), uint64(ntok)))
+			ids := make([]int32, nsel)
+			for i := range ids {
+				ids[i] = int32(r.IntN(mats))
+			}
+			ids[nsel/2] = mats // out of range: NaN rows
+			idp := alloc(t, d, int64(4*nsel))
+			must(t, UploadSlice(d, idp, ids))
+			grp := alloc(t, d, d.GroupBytes(nsel, mats))
+			must(t, d.Group(0, idp, nsel, mats, grp))
+			for _, div := range []int{K, 1} {
+				na := nsel / div
+				x := gaussian(na*c.cols, uint64(2300+ci+ntok+div))
+				act := quantizeOnDevice(t, d, c.typ, x, c.cols, na)
+				ys := int64(c.rows + 5)
+				y := alloc(t, d, 4*ys*int64(nsel))
+				poison(t, d, y, int(ys)*nsel)
+				must(t, d.MatMulGrouped(0, dw, idp, nsel, act, ab, div, y, ys, grp, true))
+				got := download(t, d, y, int(ys)*nsel)
+				for i := 0; i < nsel; i++ {
+					row := got[int64(i)*ys : int64(i)*ys+int64(c.rows)]
+					name := fmt.Sprintf("grouped %s %dx%d nsel=%d div=%d sel %d", c.typ, c.rows, c.cols, nsel, div, i)
+					if ids[i] == mats {
+						for k, v := range row {
+							if !math.IsNaN(float64(v)) {
+								t.Fatalf("%s (id out of range): row %d = %v, want NaN", name, k, v)
+							}
+						}
+						continue
+					}
+					a := i / div
+					want, _ := reference(t, c.typ, mat(int(ids[i])), c.rows, c.cols, x[a*c.cols:(a+1)*c.cols])
+					exactEqual(name, row, want)
+				}
+			}
+		}
+	}
+}

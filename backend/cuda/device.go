@@ -270,6 +270,8 @@ const (
 	OptWeightLoad  = 1 // 0 __ldg, 1 ld.global.nc.L1::no_allocate.L2::256B (default), 2 __ldcs
 	OptSplitK      = 2 // 0 automatic; 1, 2, 4, 8 warps per row (single-token products)
 	OptRowsPerWarp = 3 // 0 automatic; 1, 2, 4, 8 rows per warp (single-token products)
+	OptTCMinTokens = 4 // tokens from which dense products use tensor cores (default 4; 0 never)
+	OptTCMinSel    = 5 // selections from which grouped products use tensor cores (default 32; 0 never)
 )
 
 // SetOption sets a library tuning option (process-wide).

@@ -554,13 +554,23 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		}
 		actSel = ab
 	}
-	if err := d.MatMulEx(s, L.gateExps, sel, nk, act, 0, actSel, K, 1, ge, 0, int64(FF), be.exact()); err != nil {
+	// The selections sorted by expert once, for the three grouped products
+	// (each reads an expert once per 32 of its tokens; below
+	// OptTCMinSel selections they run as MatMulEx and scratch is unused).
+	grp, err := b.sc.get("moe.group", d.GroupBytes(nk, E))
+	if err != nil {
+		return err
+	}
+	if err := d.Group(s, sel, nk, E, grp); err != nil {
+		return err
+	}
+	if err := d.MatMulGrouped(s, L.gateExps, sel, nk, act, actSel, K, ge, int64(FF), grp, be.exact()); err != nil {
 		return err
 	}
 	if L.upExps.Type != L.gateExps.Type {
 		return fmt.Errorf("cuda: layer %d: gate and up experts of different types", layer)
 	}
-	if err := d.MatMulEx(s, L.upExps, sel, nk, act, 0, actSel, K, 1, ue, 0, int64(FF), be.exact()); err != nil {
+	if err := d.MatMulGrouped(s, L.upExps, sel, nk, act, actSel, K, ue, int64(FF), grp, be.exact()); err != nil {
 		return err
 	}
 	if err := d.SwiGLURef(s, ge, ue, ge, FF, nk, L.clamp, wts); err != nil {
@@ -581,7 +591,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		}
 		act2Sel = ab
 	}
-	if err := d.MatMulEx(s, L.downExps, sel, nk, act2, 0, act2Sel, 1, 1, ye, 0, int64(D), be.exact()); err != nil {
+	if err := d.MatMulGrouped(s, L.downExps, sel, nk, act2, act2Sel, 1, ye, int64(D), grp, be.exact()); err != nil {
 		return err
 	}
 

@@ -24,6 +24,35 @@ func (d *Device) MatMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTo
 	})
 }
 
+// GroupBytes is the size of the scratch buffer that Group and MatMulGrouped
+// use for nsel selections over nmat matrices.
+func (d *Device) GroupBytes(nsel, nmat int) int64 {
+	return int64(d.l.groupBytes(int32(nsel), int64(nmat)))
+}
+
+// Group sorts nsel selections by their matrix ids (device int32) into
+// scratch (GroupBytes bytes): the tile table of MatMulGrouped.
+func (d *Device) Group(s Stream, ids Ptr, nsel, nmat int, scratch Ptr) error {
+	return d.l.call("group", func() int32 {
+		return d.l.group(uintptr(ids), int32(nsel), int64(nmat), uintptr(scratch), uintptr(s))
+	})
+}
+
+// MatMulGrouped computes y[i·ySel + r] = W_ids[i][r]·act(i), act(i) at act +
+// (i/actDiv)·actSel bytes, for i < nsel, from the tile table that Group
+// built for the same ids into scratch: each matrix is read once per 32 of
+// its selections (tensor cores). Results are those of MatMulEx in exact mode.
+func (d *Device) MatMulGrouped(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, scratch Ptr, exact bool) error {
+	flags := int32(0)
+	if exact {
+		flags = 1
+	}
+	return d.l.call("matmul_grouped", func() int32 {
+		return d.l.matmulGroup(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), uintptr(ids), int32(nsel),
+			uintptr(act), actSel, int32(actDiv), uintptr(y), ySel, uintptr(scratch), flags, uintptr(s))
+	})
+}
+
 // GetRows dequantizes rows ids[i] (device int32) of w (F32, F16, BF16 or
 // Q8_0) into dst + i·dstStride + k·copyStride for k < copies.
 func (d *Device) GetRows(s Stream, w *Weight, ids Ptr, n int, dst Ptr, dstStride int64, copies int, copyStride int64) error {

@@ -1,0 +1,530 @@
+// mm_tc.cu: batched products on the tensor cores (int8 mma.sync m16n8k32)
+// for Q8_0, Q2_K and IQ2_XXS weights, dense (many tokens through one
+// matrix) or grouped (selections sorted by expert, tiles of one expert).
+//
+// Numerics: bit-identical to quant.Dot (and so to backend/cpu), in both the
+// fast and the exact mode. One mma covers 32 values of one row for 8 tokens
+// and yields exact integer sums; the per-block float terms are formed with
+// the operations of quant.Dot (explicitly rounded) and added by the thread
+// that owns the (row, token) output, in block order:
+//   Q8_0     block = one mma (32 values): sum += isum · (d_w · d_a).
+//   Q2_K     the 4-bit scale is folded into the weight bytes (q·sc ≤ 45) so
+//            the mma sums Σ sc·q·a directly; a second mma with the 4-bit mins
+//            as weights gives Σ m·a = Σ_j m_j·bsum_j; per 256-block
+//            sum += (d_a·d)·isum − (d_a·dmin)·summs.
+//   IQ2_XXS  one mma per 32-value sub-block (grid magnitude × sign), times
+//            the odd integer 2·scale+1; per 256-block sum += (d_w·d_a)·bsum;
+//            the row ends with 0.125·sum.
+// The K index of the mma is permuted (thread t of a quad holds values
+// 8t…8t+7 of the 32, the same for weights and activations), which leaves
+// every integer sum unchanged and lets each thread load 8 contiguous bytes.
+//
+// Work split: a CTA is 4 warps; a warp owns 32 rows (two m16 tiles) × 32
+// token slots (four n8 tiles); a CTA 128 rows × 32 slots. Slots map to
+// (selection, token) pairs: dense, blockIdx.y picks 32 tokens and
+// blockIdx.z the selection; grouped, blockIdx.y indexes a tile table
+// (matrix, first pair, count) that k_group builds on the device from the
+// selections' matrix ids, so no host round trip is needed.
+#include "matvec.cuh"
+
+namespace ds4mv {
+namespace {
+
+constexpr int TC_WARPS = 4;
+constexpr int TC_ROWS = 32 * TC_WARPS; // rows per CTA
+constexpr int TC_BN = 32;              // token slots per CTA
+
+struct TCArgs {
+    MVArgs a;
+    int n_tok;
+    const int4 *tiles;   // grouped: per blockIdx.y (matrix, first pair, count, 0)
+    const int32_t *perm; // grouped: pair → selection
+};
+
+__device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], int b0, int b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ int2 ld8(const void *p) { return __ldg((const int2 *)p); }
+
+// The CTA's slots: byte offsets of each slot's activation row and float
+// offsets of its output row; the matrix and the number of valid slots.
+struct Slots {
+    int64_t act[TC_BN];
+    int64_t y[TC_BN];
+};
+
+// slots fills s (all threads must call it; it synchronises) and returns
+// the slot count (0: nothing to do) and the matrix in *mat.
+__device__ int tc_slots(const TCArgs &p, Slots &s, int64_t *mat) {
+    const MVArgs &a = p.a;
+    const int tid = threadIdx.x;
+    int cnt;
+    if (p.tiles) {
+        const int4 tl = p.tiles[blockIdx.y];
+        *mat = tl.x;
+        cnt = tl.z;
+        if (cnt > 0 && tid < TC_BN) {
+            const int sel = p.perm[tl.y + min(tid, cnt - 1)];
+            s.act[tid] = (int64_t)(sel / a.act_div) * a.act_sel;
+            s.y[tid] = (int64_t)sel * a.y_sel;
+        }
+    } else {
+        const int sel = blockIdx.z;
+        int64_t m = a.sel_mat ? sel : 0;
+        if (a.ids) m = a.ids[sel];
+        *mat = m;
+        const int t0 = blockIdx.y * TC_BN;
+        cnt = min(TC_BN, p.n_tok - t0);
+        if (tid < TC_BN) {
+            const int64_t t = t0 + min(tid, cnt - 1);
+            s.act[tid] = (int64_t)(sel / a.act_div) * a.act_sel + t * a.act_tok;
+            s.y[tid] = (int64_t)sel * a.y_sel + t * a.y_tok;
+        }
+    }
+    __syncthreads();
+    return cnt;
+}
+
+// Per-thread geometry of the warp's 32 rows × 32 slots.
+struct Geo {
+    int g, q;       // lane / 4, lane % 4
+    int rb;         // the warp's first row
+    int64_t gr[4];  // global rows (clamped) of [m-tile][lo/hi]
+    bool rok[4];    // row inside the matrix
+};
+
+__device__ __forceinline__ void tc_geo(Geo &G, const MVArgs &a, int64_t mat) {
+    const int lane = threadIdx.x & 31;
+    G.g = lane >> 2;
+    G.q = lane & 3;
+    G.rb = blockIdx.x * TC_ROWS + (threadIdx.x >> 5) * 32;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = G.rb + (i >> 1) * 16 + (i & 1) * 8 + G.g;
+        G.rok[i] = r < a.rows;
+        G.gr[i] = mat * a.rows + min(r, a.rows - 1);
+    }
+}
+
+// Store the accumulators: acc[mt][nt][i] is row rb + 16mt + g + 8(i>>1),
+// slot 8nt + 2q + (i&1).
+__device__ __forceinline__ void tc_store(const MVArgs &a, const Slots &s, const Geo &G, int cnt,
+                                         float (&acc)[2][4][4], bool mat_ok, float final_scale) {
+    const float nan = __int_as_float(0x7fc00000);
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int ri = 2 * mt + (i >> 1);
+                const int slot = 8 * nt + 2 * G.q + (i & 1);
+                if (!G.rok[ri] || slot >= cnt) continue;
+                const int r = G.rb + 16 * mt + 8 * (i >> 1) + G.g;
+                float v = acc[mt][nt][i];
+                if (final_scale != 1.0f) v = __fmul_rn(final_scale, v);
+                a.y[s.y[slot] + r] = mat_ok ? v : nan;
+            }
+}
+
+// ---------------------------------------------------------------- Q8_0
+__global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
+    __shared__ Slots s;
+    int64_t mat;
+    const int cnt = tc_slots(p, s, &mat);
+    const MVArgs &a = p.a;
+    if (cnt <= 0) return;
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    if (!mat_ok) mat = 0;
+    Geo G;
+    tc_geo(G, a, mat);
+    if (G.rb >= a.rows) return;
+    const int8_t *wq = (const int8_t *)a.w;
+    const __half *wd = (const __half *)(a.w + a.R * a.cols);
+    const int nb = a.cols / 32;
+    const int8_t *wr[4];
+    const __half *dr[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        wr[i] = wq + G.gr[i] * a.cols + 8 * G.q;
+        dr[i] = wd + G.gr[i] * nb;
+    }
+    const uint8_t *ab[4], *ac[8];
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+        ab[nt] = a.act + s.act[8 * nt + G.g] + 8 * G.q;
+        ac[2 * nt] = a.act + s.act[8 * nt + 2 * G.q];
+        ac[2 * nt + 1] = a.act + s.act[8 * nt + 2 * G.q + 1];
+    }
+    float acc[2][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+    for (int b = 0; b < nb; b++) {
+        int A[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            const int2 lo = ld8(wr[2 * mt] + 32 * b), hi = ld8(wr[2 * mt + 1] + 32 * b);
+            A[mt][0] = lo.x;
+            A[mt][1] = hi.x;
+            A[mt][2] = lo.y;
+            A[mt][3] = hi.y;
+        }
+        int B[4][2];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            const int2 v = ld8(ab[nt] + 32 * b);
+            B[nt][0] = v.x;
+            B[nt][1] = v.y;
+        }
+        float dw[4], da[8];
+#pragma unroll
+        for (int i = 0; i < 4; i++) dw[i] = __half2float(dr[i][b]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) da[j] = __ldg((const float *)(ac[j] + a.cols) + b);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                int c[4] = {0, 0, 0, 0};
+                mma_s8(c, A[mt], B[nt][0], B[nt][1]);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float sc = __fmul_rn(dw[2 * mt + (i >> 1)], da[2 * nt + (i & 1)]);
+                    acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], __fmul_rn((float)c[i], sc));
+                }
+            }
+    }
+    tc_store(a, s, G, cnt, acc, mat_ok, 1.0f);
+}
+
+// ---------------------------------------------------------------- Q2_K
+__global__ void __launch_bounds__(128) k_tc_q2_k(TCArgs p) {
+    __shared__ Slots s;
+    int64_t mat;
+    const int cnt = tc_slots(p, s, &mat);
+    const MVArgs &a = p.a;
+    if (cnt <= 0) return;
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    if (!mat_ok) mat = 0;
+    Geo G;
+    tc_geo(G, a, mat);
+    if (G.rb >= a.rows) return;
+    const int nbr = a.cols / 256;          // blocks per row
+    const int64_t NB = a.R * nbr;          // blocks of the tensor
+    const uint8_t *qs = a.w, *scb = a.w + NB * 64;
+    const __half2 *dmb = (const __half2 *)(a.w + NB * 80);
+    const uint8_t *ab[4], *ac[8];
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+        ab[nt] = a.act + s.act[8 * nt + G.g] + 8 * G.q;
+        ac[2 * nt] = a.act + s.act[8 * nt + 2 * G.q];
+        ac[2 * nt + 1] = a.act + s.act[8 * nt + 2 * G.q + 1];
+    }
+    float acc[2][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+    for (int b = 0; b < nbr; b++) {
+        int2 q[4][2];  // per row, per half: bytes 8q..8q+7 of the half's 32
+        int4 sc[4];    // per row: the 16 scale bytes
+        __half2 dm[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int64_t gb = G.gr[i] * nbr + b;
+            q[i][0] = ld8(qs + gb * 64 + 8 * G.q);
+            q[i][1] = ld8(qs + gb * 64 + 32 + 8 * G.q);
+            sc[i] = __ldg((const int4 *)(scb + gb * 16));
+            dm[i] = dmb[gb];
+        }
+        int ci[2][4][4], cm[2][4][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) ci[mt][nt][i] = cm[mt][nt][i] = 0;
+#pragma unroll
+        for (int ks = 0; ks < 8; ks++) { // values 32ks … 32ks+31: half ks/4, plane ks%4
+            const int h = ks >> 2, sh = 2 * (ks & 3);
+            const int sub = 2 * ks + (G.q >> 1); // the 16-value sub-block of this thread's 8 values
+            int A[2][4], M[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int hl = 0; hl < 2; hl++) { // row lo (g) / hi (g+8)
+                    const int i = 2 * mt + hl;
+                    const int4 v = sc[i];
+                    const int word = sub < 4 ? v.x : (sub < 8 ? v.y : (sub < 12 ? v.z : v.w));
+                    const int sb = (word >> (8 * (sub & 3))) & 0xff;
+                    const int lo = (int)(((unsigned)q[i][h].x >> sh) & 0x03030303u) * (sb & 15);
+                    const int hi = (int)(((unsigned)q[i][h].y >> sh) & 0x03030303u) * (sb & 15);
+                    A[mt][hl] = lo;
+                    A[mt][2 + hl] = hi;
+                    M[mt][hl] = M[mt][2 + hl] = 0x01010101 * (sb >> 4);
+                }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const int2 v = ld8(ab[nt] + 256 * b + 32 * ks);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma_s8(ci[mt][nt], A[mt], v.x, v.y);
+                    mma_s8(cm[mt][nt], M[mt], v.x, v.y);
+                }
+            }
+        }
+        float da[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) da[j] = __ldg((const float *)(ac[j] + a.cols) + b);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const __half2 d2 = dm[2 * mt + (i >> 1)];
+                    const float x = da[2 * nt + (i & 1)];
+                    const float dall = __fmul_rn(x, __low2float(d2)), dmin = __fmul_rn(x, __high2float(d2));
+                    const float term = __fsub_rn(__fmul_rn(dall, (float)ci[mt][nt][i]), __fmul_rn(dmin, (float)cm[mt][nt][i]));
+                    acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], term);
+                }
+    }
+    tc_store(a, s, G, cnt, acc, mat_ok, 1.0f);
+}
+
+// ---------------------------------------------------------------- IQ2_XXS
+__global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
+    __shared__ Slots s;
+    __shared__ uint64_t s_grid[256 + 128]; // codebook, then the sign masks
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) s_grid[i] = iq2xxs_grid[i];
+    if (threadIdx.x < 128) s_grid[256 + threadIdx.x] = iq2_sign_mask(threadIdx.x);
+    int64_t mat;
+    const int cnt = tc_slots(p, s, &mat); // synchronises (after the tables too)
+    const MVArgs &a = p.a;
+    if (cnt <= 0) return;
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    if (!mat_ok) mat = 0;
+    Geo G;
+    tc_geo(G, a, mat);
+    if (G.rb >= a.rows) return;
+    const int nbr = a.cols / 256;
+    const int64_t NB = a.R * nbr;
+    const uint8_t *qs = a.w;
+    const __half *db = (const __half *)(a.w + NB * 64);
+    const uint8_t *ab[4], *ac[8];
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+        ab[nt] = a.act + s.act[8 * nt + G.g] + 8 * G.q;
+        ac[2 * nt] = a.act + s.act[8 * nt + 2 * G.q];
+        ac[2 * nt + 1] = a.act + s.act[8 * nt + 2 * G.q + 1];
+    }
+    float acc[2][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+    for (int b = 0; b < nbr; b++) {
+        int bs[2][4][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) bs[mt][nt][i] = 0;
+        float dw[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) dw[i] = __half2float(db[G.gr[i] * nbr + b]);
+#pragma unroll 2
+        for (int ib = 0; ib < 8; ib++) { // 32-value sub-block: thread q holds its group q of 8
+            int A[2][4], ls[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int2 v = ld8(qs + (G.gr[i] * nbr + b) * 64 + 8 * ib);
+                const uint32_t aux = (uint32_t)v.y;
+                ls[i] = 2 * (int)(aux >> 28) + 1;
+                const uint64_t gv = s_grid[((uint32_t)v.x >> (8 * G.q)) & 0xff];
+                const uint64_t sm = s_grid[256 + ((aux >> (7 * G.q)) & 127)];
+                const int mt = i >> 1, hl = i & 1;
+                A[mt][hl] = apply_signs((uint32_t)gv, (uint32_t)sm);
+                A[mt][2 + hl] = apply_signs((uint32_t)(gv >> 32), (uint32_t)(sm >> 32));
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const int2 v = ld8(ab[nt] + 256 * b + 32 * ib);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    int c[4] = {0, 0, 0, 0};
+                    mma_s8(c, A[mt], v.x, v.y);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) bs[mt][nt][i] += c[i] * ls[2 * mt + (i >> 1)];
+                }
+            }
+        }
+        float da[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) da[j] = __ldg((const float *)(ac[j] + a.cols) + b);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float d = __fmul_rn(dw[2 * mt + (i >> 1)], da[2 * nt + (i & 1)]);
+                    acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], __fmul_rn(d, (float)bs[mt][nt][i]));
+                }
+    }
+    tc_store(a, s, G, cnt, acc, mat_ok, 0.125f);
+}
+
+// ---------------------------------------------------------------- grouping
+// Tile bound for n_sel selections over n_mat matrices (plus one bucket for
+// ids outside [0, n_mat), whose rows come out NaN).
+int64_t group_tiles(int64_t n_sel, int64_t n_mat) { return (n_sel + TC_BN - 1) / TC_BN + n_mat + 1; }
+
+int64_t group_perm_bytes(int64_t n_sel) { return ((4 * n_sel + 15) / 16) * 16; }
+
+// k_group sorts the selections by matrix (a counting sort; the order within
+// a matrix is arbitrary, which no result depends on) and writes the tile
+// table: tiles of up to TC_BN selections of one matrix, then empty tiles up
+// to the bound. One CTA.
+__global__ void __launch_bounds__(1024) k_group(const int32_t *ids, int n_sel, int n_mat, int32_t *perm, int4 *tiles,
+                                                int bound) {
+    extern __shared__ int g_sh[];
+    const int nbk = n_mat + 1;
+    int *cnt = g_sh, *off = g_sh + nbk, *toff = g_sh + 2 * nbk; // toff has nbk+1 entries
+    const int tid = threadIdx.x, nth = blockDim.x;
+    for (int i = tid; i < nbk; i += nth) cnt[i] = 0;
+    __syncthreads();
+    for (int s = tid; s < n_sel; s += nth) {
+        const int e = ids[s];
+        atomicAdd(&cnt[(e >= 0 && e < n_mat) ? e : n_mat], 1);
+    }
+    __syncthreads();
+    if (tid == 0) {
+        int o = 0, to = 0;
+        for (int k = 0; k < nbk; k++) {
+            off[k] = o;
+            toff[k] = to;
+            o += cnt[k];
+            to += (cnt[k] + TC_BN - 1) / TC_BN;
+        }
+        toff[nbk] = to;
+    }
+    __syncthreads();
+    for (int k = tid; k < nbk; k += nth) {
+        const int c = cnt[k];
+        for (int j = 0; j * TC_BN < c; j++)
+            tiles[toff[k] + j] = make_int4(k == n_mat ? -1 : k, off[k] + j * TC_BN, min(TC_BN, c - j * TC_BN), 0);
+    }
+    for (int i = toff[nbk] + tid; i < bound; i += nth) tiles[i] = make_int4(0, 0, 0, 0);
+    __syncthreads();
+    for (int i = tid; i < nbk; i += nth) cnt[i] = 0; // now the cursors
+    __syncthreads();
+    for (int s = tid; s < n_sel; s += nth) {
+        const int e = ids[s];
+        const int k = (e >= 0 && e < n_mat) ? e : n_mat;
+        perm[off[k] + atomicAdd(&cnt[k], 1)] = s;
+    }
+}
+
+int tc_launch(int type, const TCArgs &p, dim3 grid, cudaStream_t st) {
+    switch (type) {
+    case DS4C_Q8_0: k_tc_q8_0<<<grid, 128, 0, st>>>(p); break;
+    case DS4C_Q2_K: k_tc_q2_k<<<grid, 128, 0, st>>>(p); break;
+    case DS4C_IQ2_XXS: k_tc_iq2_xxs<<<grid, 128, 0, st>>>(p); break;
+    default: return ds4c_err(DS4C_ETYPE, "no tensor-core product for type %d", type);
+    }
+    DS4C_CHECK_LAUNCH("matmul (tensor cores)");
+    return 0;
+}
+
+} // namespace
+
+bool tc_supported(int type, int64_t cols) {
+    return (type == DS4C_Q8_0 || type == DS4C_Q2_K || type == DS4C_IQ2_XXS) && cols % 256 == 0;
+}
+
+int tc_dense(int type, const MVArgs &a, int n_sel, int n_tok, cudaStream_t st) {
+    TCArgs p;
+    p.a = a;
+    p.n_tok = n_tok;
+    p.tiles = nullptr;
+    p.perm = nullptr;
+    dim3 grid((unsigned)((a.rows + TC_ROWS - 1) / TC_ROWS), (unsigned)((n_tok + TC_BN - 1) / TC_BN), (unsigned)n_sel);
+    return tc_launch(type, p, grid, st);
+}
+
+} // namespace ds4mv
+
+using namespace ds4mv;
+
+extern "C" {
+
+uint64_t ds4c_group_bytes(int n_sel, int64_t n_mat) {
+    if (n_sel < 0 || n_mat <= 0) return 0;
+    return (uint64_t)(group_perm_bytes(n_sel) + 16 * group_tiles(n_sel, n_mat));
+}
+
+int ds4c_group(const int32_t *d_ids, int n_sel, int64_t n_mat, void *d_scratch, void *stream) {
+    DS4C_READY();
+    if (n_sel <= 0 || n_sel < ds4c_opt_tc_min_sel()) return 0; // ds4c_matmul_grouped will not read it
+    if (n_mat <= 0 || n_mat > 4096) return ds4c_err(DS4C_EINVAL, "group: %lld matrices (1..4096)", (long long)n_mat);
+    const int64_t bound = group_tiles(n_sel, n_mat);
+    if (bound > 65535) return ds4c_err(DS4C_EINVAL, "group: %d selections make too many tiles", n_sel);
+    int32_t *perm = (int32_t *)d_scratch;
+    int4 *tiles = (int4 *)((uint8_t *)d_scratch + group_perm_bytes(n_sel));
+    const size_t smem = (size_t)(3 * (n_mat + 1) + 1) * sizeof(int);
+    k_group<<<1, 1024, smem, as_stream(stream)>>>(d_ids, n_sel, (int)n_mat, perm, tiles, (int)bound);
+    DS4C_CHECK_LAUNCH("group");
+    return 0;
+}
+
+int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids,
+                        int n_sel, const void *d_act, int64_t act_sel, int act_div, float *d_y, int64_t y_sel,
+                        const void *d_scratch, int flags, void *stream) {
+    DS4C_READY();
+    if (n_sel <= 0) return 0;
+    if (!tc_supported(type, cols) || n_sel < ds4c_opt_tc_min_sel())
+        return ds4c_matmul_ex(type, d_w, rows, cols, n_mat, d_ids, n_sel, d_act, 0, act_sel, act_div, 1, d_y, 0,
+                              y_sel, flags, stream);
+    if (rows <= 0 || rows > 0x7fffffff || cols <= 0 || cols > 0x7fffffff || n_mat <= 0 || act_div <= 0)
+        return ds4c_err(DS4C_EINVAL, "grouped matmul: bad shape or act_div");
+    const int64_t bound = group_tiles(n_sel, n_mat);
+    if (bound > 65535) return ds4c_err(DS4C_EINVAL, "grouped matmul: %d selections make too many tiles", n_sel);
+    TCArgs p;
+    MVArgs &a = p.a;
+    a.w = (const uint8_t *)d_w;
+    a.R = rows * n_mat;
+    a.rows = (int)rows;
+    a.cols = (int)cols;
+    a.n_mat = n_mat;
+    a.ids = nullptr;
+    a.act = (const uint8_t *)d_act;
+    a.act_tok = 0;
+    a.act_sel = act_sel;
+    a.y = d_y;
+    a.y_tok = 0;
+    a.y_sel = y_sel;
+    a.wl = 0;
+    a.act_div = act_div;
+    a.sel_mat = 0;
+    p.n_tok = 1;
+    p.perm = (const int32_t *)d_scratch;
+    p.tiles = (const int4 *)((const uint8_t *)d_scratch + group_perm_bytes(n_sel));
+    dim3 grid((unsigned)((rows + TC_ROWS - 1) / TC_ROWS), (unsigned)bound, 1);
+    return tc_launch(type, p, grid, as_stream(stream));
+}
+
+} // extern "C"
