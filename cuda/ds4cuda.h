@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 5
+#define DS4C_ABI_VERSION 6
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -225,7 +225,7 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
 int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap,
                    const float *d_comp, int ratio, const int32_t *d_sel, const int32_t *d_nsel,
                    int K, const float *d_sinks, float *d_out, int64_t pos0, int n, int H, int HD,
-                   int W, float scale, int64_t max_keys, void *stream);
+                   int W, float scale, int64_t max_keys, float *d_work, void *stream);
 int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t *d_tid2eid,
                 const int32_t *d_tokens, int K, int norm, float wscale, int32_t *d_sel,
                 float *d_w, int n, void *stream);

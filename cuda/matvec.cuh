@@ -540,7 +540,9 @@ __global__ void __launch_bounds__(256, 2) k_matvec(MVArgs a) {
     const int team = (warp % S) * 32 + lane;
     const int sel = blockIdx.y;
     const int nb = a.cols / block_vals<T>();
-    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel;
+    // blockIdx.z: the piece of NT tokens (launch_chunks runs all full pieces in one grid)
+    const int64_t tz = (int64_t)blockIdx.z * NT;
+    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel + tz * a.act_tok;
     float acc[RPW][NT];
 #pragma unroll
     for (int r = 0; r < RPW; r++)
@@ -577,7 +579,7 @@ __global__ void __launch_bounds__(256, 2) k_matvec(MVArgs a) {
         }
     }
     const float nan = __int_as_float(0x7fc00000);
-    float *y = a.y + sel * a.y_sel;
+    float *y = a.y + sel * a.y_sel + tz * a.y_tok;
     const int rows0 = blockIdx.x * ROWS;
     if constexpr (EX) {
         // one thread per (row, token): the terms in block order
@@ -669,7 +671,8 @@ __global__ void __launch_bounds__(256) k_matvec_fexact(MVArgs a) {
     int64_t mat = a.sel_mat ? sel : 0;
     if (a.ids) mat = a.ids[sel];
     const bool mat_ok = mat >= 0 && mat < a.n_mat;
-    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel;
+    const int64_t tz = (int64_t)blockIdx.z * NT; // the piece of NT tokens
+    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel + tz * a.act_tok;
     const size_t esz = FT == 0 ? 4 : 2;
     const uint8_t *wbase = a.w + (size_t)(mat_ok ? mat : 0) * a.rows * a.cols * esz;
     const int ntiles = (a.cols + FX_TILE - 1) / FX_TILE;
@@ -735,13 +738,13 @@ __global__ void __launch_bounds__(256) k_matvec_fexact(MVArgs a) {
         const float s2 = __shfl_down_sync(FULL_MASK, s, 2);
         const float s3 = __shfl_down_sync(FULL_MASK, s, 3);
         if (chain && j == 0 && row0 + r < a.rows)
-            a.y[sel * a.y_sel + t * a.y_tok + row0 + r] =
+            a.y[sel * a.y_sel + (tz + t) * a.y_tok + row0 + r] =
                 mat_ok ? __fadd_rn(__fadd_rn(s, s1), __fadd_rn(s2, s3)) : __int_as_float(0x7fc00000);
     }
 }
 
 template <class T, int NT, int S, int RPW, bool EX>
-int launch_one(const MVArgs &a, int n_sel, cudaStream_t st) {
+int launch_one(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
     constexpr int rows_per_cta = 8 * RPW / S;
     size_t smem = EX ? (size_t)rows_per_cta * NT * (a.cols / block_vals<T>()) * sizeof(float) : 0;
     if (smem > 48 * 1024) {
@@ -753,7 +756,7 @@ int launch_one(const MVArgs &a, int n_sel, cudaStream_t st) {
             set = smem;
         }
     }
-    dim3 g((unsigned)((a.rows + rows_per_cta - 1) / rows_per_cta), (unsigned)n_sel);
+    dim3 g((unsigned)((a.rows + rows_per_cta - 1) / rows_per_cta), (unsigned)n_sel, (unsigned)pieces);
     k_matvec<T, NT, S, RPW, EX><<<g, 256, smem, st>>>(a);
     return 0;
 }
@@ -777,6 +780,15 @@ int launch_nt(const MVArgs &a, int n_sel, int S, int RPW, cudaStream_t st) {
 
 template <class T, bool EX>
 int launch_chunks(const MVArgs &a, int n_sel, int nt, int S, int RPW, cudaStream_t st) {
+    if (nt >= 16) { // all full pieces of 8 tokens in one grid, then the rest
+        const int pieces = min(nt / 8, 65535);
+        int rc = launch_one<T, 8, 1, 1, EX>(a, n_sel, st, pieces);
+        if (rc) return rc;
+        MVArgs b = a;
+        b.act = a.act + (int64_t)pieces * 8 * a.act_tok;
+        b.y = a.y + (int64_t)pieces * 8 * a.y_tok;
+        return nt > pieces * 8 ? launch_chunks<T, EX>(b, n_sel, nt - pieces * 8, S, RPW, st) : 0;
+    }
     for (int t0 = 0; t0 < nt; t0 += 8) {
         MVArgs b = a;
         b.act = a.act + t0 * a.act_tok;
@@ -827,7 +839,7 @@ int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
 }
 
 template <int FT, int NT>
-int launch_fexact_nt(const MVArgs &a, int n_sel, cudaStream_t st) {
+int launch_fexact_nt(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
     const size_t smem = (size_t)(2 * FX_ROWS + 2 * NT) * FX_PAD * sizeof(float);
     static bool set = false;
     if (!set) {
@@ -835,13 +847,22 @@ int launch_fexact_nt(const MVArgs &a, int n_sel, cudaStream_t st) {
         if (e != cudaSuccess) return ds4c_cuda_err(e, "matvec (float, exact) shared memory");
         set = true;
     }
-    dim3 g((unsigned)((a.rows + FX_ROWS - 1) / FX_ROWS), (unsigned)n_sel);
+    dim3 g((unsigned)((a.rows + FX_ROWS - 1) / FX_ROWS), (unsigned)n_sel, (unsigned)pieces);
     k_matvec_fexact<FT, NT><<<g, 256, smem, st>>>(a);
     return 0;
 }
 
 template <int FT>
 int launch_fexact(const MVArgs &a, int n_sel, int nt, cudaStream_t st) {
+    if (nt >= 16) { // all full pieces of 8 tokens in one grid, then the rest
+        const int pieces = min(nt / 8, 65535);
+        int rc = launch_fexact_nt<FT, 8>(a, n_sel, st, pieces);
+        if (rc) return rc;
+        MVArgs b = a;
+        b.act = a.act + (int64_t)pieces * 8 * a.act_tok;
+        b.y = a.y + (int64_t)pieces * 8 * a.y_tok;
+        return nt > pieces * 8 ? launch_fexact<FT>(b, n_sel, nt - pieces * 8, st) : 0;
+    }
     for (int t0 = 0; t0 < nt; t0 += 8) {
         MVArgs b = a;
         b.act = a.act + t0 * a.act_tok;

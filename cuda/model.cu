@@ -380,37 +380,57 @@ __global__ void k_comp_pool(Entries e, int r, int coff, int64_t w, int64_t i0, i
     rows[(i - i0) * w + c] = acc;
 }
 
-// ------------------------------------------------------------ dot in the CPU's order
-// dotF32 of backend/cpu: four running sums over i mod 4, then (s0+s1)+(s2+s3).
-__device__ __forceinline__ float dot_ref(const float *a, const float *b, int n) {
+// ------------------------------------------------------------ indexer scores
+// scores[t][i] = Σ_h relu(q_t,h · k_i)·w_t,h for i < (pos0+t+1)/ratio, the
+// dots in dot_ref's order and the heads added in order. One CTA per (token,
+// IX_ROWS rows): the token's IH query heads and the rows are staged in
+// shared memory (rows padded by 4 floats: conflict-free float4 reads), one
+// thread per (row, head) dot, then one thread per row adds the heads.
+constexpr int IX_ROWS = 32;
+
+__device__ __forceinline__ float dot4_ref(const float *a, const float *b, int n) { // n % 4 == 0, 16-byte aligned
     float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        float4 x = *(const float4 *)(a + i), y = *(const float4 *)(b + i);
+#pragma unroll 4
+    for (int i = 0; i < n; i += 4) {
+        const float4 x = *(const float4 *)(a + i), y = *(const float4 *)(b + i);
         s0 = fadd(s0, fmul(x.x, y.x));
         s1 = fadd(s1, fmul(x.y, y.y));
         s2 = fadd(s2, fmul(x.z, y.z));
         s3 = fadd(s3, fmul(x.w, y.w));
     }
-    for (; i < n; i++) s0 = fadd(s0, fmul(a[i], b[i]));
     return fadd(fadd(s0, s1), fadd(s2, s3));
 }
 
-// ------------------------------------------------------------ indexer scores
-// scores[t][i] = Σ_h relu(q_t,h · k_i)·w_t,h for i < (pos0+t+1)/ratio.
-__global__ void k_index_scores(const float *q, const float *w, const float *rows, int IH, int IHD, int64_t pos0,
-                               int ratio, float *scores, int64_t sc_stride) {
-    const int t = blockIdx.y;
+__global__ void __launch_bounds__(256) k_index_scores(const float *q, const float *w, const float *rows, int IH, int IHD,
+                                                      int64_t pos0, int ratio, float *scores, int64_t sc_stride) {
+    extern __shared__ float s_ix[];
+    const int t = blockIdx.y, tid = threadIdx.x;
     const int64_t R = (pos0 + t + 1) / ratio;
-    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= R) return;
-    const float *qt = q + (int64_t)t * IH * IHD, *wt = w + (int64_t)t * IH, *k = rows + i * IHD;
-    float s = 0.f;
-    for (int h = 0; h < IH; h++) {
-        float d = dot_ref(qt + (int64_t)h * IHD, k, IHD);
-        if (d > 0.f) s = fadd(s, fmul(d, wt[h]));
+    const int64_t i0 = (int64_t)blockIdx.x * IX_ROWS;
+    if (i0 >= R) return;
+    const int nr = (int)min((int64_t)IX_ROWS, R - i0);
+    const int ld = IHD + 4, v4 = IHD / 4;
+    float *sq = s_ix, *sk = s_ix + IH * ld, *sd = sk + IX_ROWS * ld; // sd: [IX_ROWS][IH+1]
+    const float *qt = q + (int64_t)t * IH * IHD;
+    for (int i = tid; i < IH * v4; i += blockDim.x)
+        *(float4 *)&sq[(i / v4) * ld + 4 * (i % v4)] = ((const float4 *)qt)[i];
+    for (int i = tid; i < nr * v4; i += blockDim.x)
+        *(float4 *)&sk[(i / v4) * ld + 4 * (i % v4)] = ((const float4 *)(rows + i0 * IHD))[i];
+    __syncthreads();
+    for (int i = tid; i < nr * IH; i += blockDim.x) {
+        const int r = i / IH, h = i % IH;
+        sd[r * (IH + 1) + h] = dot4_ref(sq + h * ld, sk + r * ld, IHD);
     }
-    scores[t * sc_stride + i] = s;
+    __syncthreads();
+    if (tid < nr) {
+        const float *wt = w + (int64_t)t * IH;
+        float sum = 0.f;
+        for (int h = 0; h < IH; h++) {
+            const float d = sd[tid * (IH + 1) + h];
+            if (d > 0.f) sum = fadd(sum, fmul(d, wt[h]));
+        }
+        scores[t * sc_stride + i0 + tid] = sum;
+    }
 }
 
 // ------------------------------------------------------------ top-k
@@ -475,50 +495,101 @@ __device__ __forceinline__ const float *attn_key(const AttnArgs &a, int t, int64
     return a.comp + k * a.HD;
 }
 
-__global__ void __launch_bounds__(128) k_attention(AttnArgs a) {
-    extern __shared__ float s_mem[];
-    const int t = blockIdx.x / a.H, h = blockIdx.x % a.H;
+__device__ __forceinline__ int64_t attn_nkeys(const AttnArgs &a, int t, int64_t *nwin) {
     const int64_t p = a.pos0 + t;
-    const int64_t nwin = p + 1 < a.W ? p + 1 : a.W;
+    *nwin = p + 1 < a.W ? p + 1 : a.W;
     int64_t ncomp = 0;
     if (a.ratio == 128) ncomp = (p + 1) / 128;
     else if (a.ratio == 4) ncomp = a.nsel[t];
-    const int64_t nk = nwin + ncomp;
-    float *s_q = s_mem;            // HD
-    float *s_sc = s_mem + a.HD;    // nk
-    __shared__ float s_sum;
-    const float *q = a.q + ((int64_t)t * a.H + h) * a.HD;
-    for (int i = threadIdx.x; i < a.HD; i += blockDim.x) s_q[i] = q[i];
+    return *nwin + ncomp;
+}
+
+// Attention runs as three kernels over a work buffer sc [n][H][maxk]:
+// scores (every (token, head, key) dot in parallel), softmax (one warp per
+// (token, head): the maximum, the exponentials, their sum in key order after
+// the sink's term, the probabilities), and the weighted sum of the keys (one
+// thread per (token, output dim) for AO_H heads, keys in order). Same
+// operations and order as backend/cpu's attention, so bit-identical.
+constexpr int AS_K = 16, AS_H = 16; // scores: keys × heads per CTA (256 threads)
+constexpr int AO_PK = 512;          // output: probabilities staged per pass
+
+__global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int64_t maxk) {
+    extern __shared__ float s_at[];
+    const int t = blockIdx.y, tid = threadIdx.x;
+    const int64_t p = a.pos0 + t;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin);
+    const int64_t k0 = (int64_t)blockIdx.x * AS_K;
+    if (k0 >= nk) return;
+    const int h0 = blockIdx.z * AS_H, nh = min(AS_H, a.H - h0);
+    const int nkt = (int)min((int64_t)AS_K, nk - k0);
+    const int ld = a.HD + 4, v4 = a.HD / 4;
+    float *sq = s_at, *sk = s_at + AS_H * ld;
+    const float *qt = a.q + ((int64_t)t * a.H + h0) * a.HD;
+    for (int i = tid; i < nh * v4; i += blockDim.x)
+        *(float4 *)&sq[(i / v4) * ld + 4 * (i % v4)] = ((const float4 *)qt)[i];
+    for (int i = tid; i < nkt * v4; i += blockDim.x) {
+        const int k = i / v4, c = i % v4;
+        *(float4 *)&sk[k * ld + 4 * c] = ((const float4 *)attn_key(a, t, p, k0 + k, nwin))[c];
+    }
     __syncthreads();
-    for (int64_t k = threadIdx.x; k < nk; k += blockDim.x)
-        s_sc[k] = fmul(dot_ref(s_q, attn_key(a, t, p, k, nwin), a.HD), a.scale);
-    // the maximum (order-free), the exponentials (in parallel), then their
-    // sum in key order after the sink's term, as the reference adds them
+    const int kk = tid % AS_K, hh = tid / AS_K;
+    if (kk < nkt && hh < nh)
+        sc[((int64_t)t * a.H + h0 + hh) * maxk + k0 + kk] = fmul(dot4_ref(sq + hh * ld, sk + kk * ld, a.HD), a.scale);
+}
+
+__global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int64_t maxk) {
+    const int t = blockIdx.x / a.H, h = blockIdx.x % a.H, lane = threadIdx.x;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin);
+    float *s = sc + ((int64_t)t * a.H + h) * maxk;
     const float sink = a.sinks[h];
     float mx = sink;
-    for (int64_t k = threadIdx.x; k < nk; k += blockDim.x) mx = fmax_go(mx, s_sc[k]);
+    for (int64_t k = lane; k < nk; k += 32) mx = fmax_go(mx, s[k]);
     mx = warp_max(mx);
-    __shared__ float s_mx[4];
-    if ((threadIdx.x & 31) == 0) s_mx[threadIdx.x >> 5] = mx;
-    __syncthreads();
-    mx = fmax_go(fmax_go(s_mx[0], s_mx[1]), fmax_go(s_mx[2], s_mx[3]));
-    for (int64_t k = threadIdx.x; k < nk; k += blockDim.x) s_sc[k] = exp_ref(fsub(s_sc[k], mx));
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float sum = exp_ref(fsub(sink, mx));
-        for (int64_t k = 0; k < nk; k++) sum = fadd(sum, s_sc[k]);
-        s_sum = sum;
+    for (int64_t k = lane; k < nk; k += 32) s[k] = exp_ref(fsub(s[k], mx));
+    __syncwarp();
+    // every lane runs the same serial sum, 32 values per load
+    float sum = exp_ref(fsub(sink, mx));
+    for (int64_t k0 = 0; k0 < nk; k0 += 32) {
+        const float v = k0 + lane < nk ? s[k0 + lane] : 0.f;
+        const int m = (int)min((int64_t)32, nk - k0);
+        for (int j = 0; j < m; j++) sum = fadd(sum, __shfl_sync(FULL_MASK, v, j));
     }
-    __syncthreads();
-    const float sum = s_sum;
-    for (int64_t k = threadIdx.x; k < nk; k += blockDim.x) s_sc[k] = __fdiv_rn(s_sc[k], sum);
-    __syncthreads();
-    float *o = a.out + ((int64_t)t * a.H + h) * a.HD;
-    for (int d = threadIdx.x; d < a.HD; d += blockDim.x) {
-        float acc = 0.f;
-        for (int64_t k = 0; k < nk; k++) acc = fadd(acc, fmul(s_sc[k], attn_key(a, t, p, k, nwin)[d]));
-        o[d] = acc;
+    __syncwarp();
+    for (int64_t k = lane; k < nk; k += 32) s[k] = __fdiv_rn(s[k], sum);
+}
+
+template <int OH>
+__global__ void __launch_bounds__(128) k_attn_out(AttnArgs a, const float *sc, int64_t maxk) {
+    __shared__ float sp[OH][AO_PK];
+    const int t = blockIdx.y, tid = threadIdx.x;
+    const int64_t p = a.pos0 + t;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin);
+    const int h0 = blockIdx.z * OH, nh = min(OH, a.H - h0);
+    const int d = blockIdx.x * 128 + tid;
+    const bool dok = d < a.HD;
+    float acc[OH];
+#pragma unroll
+    for (int j = 0; j < OH; j++) acc[j] = 0.f;
+    for (int64_t kc = 0; kc < nk; kc += AO_PK) {
+        const int m = (int)min((int64_t)AO_PK, nk - kc);
+        __syncthreads();
+        for (int i = tid; i < OH * m; i += blockDim.x) {
+            const int hh = i / m, j = i % m;
+            sp[hh][j] = hh < nh ? sc[((int64_t)t * a.H + h0 + hh) * maxk + kc + j] : 0.f;
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int j = 0; j < m; j++) {
+            const float v = dok ? attn_key(a, t, p, kc + j, nwin)[d] : 0.f;
+#pragma unroll
+            for (int hh = 0; hh < OH; hh++) acc[hh] = fadd(acc[hh], fmul(sp[hh][j], v));
+        }
     }
+    if (!dok) return;
+    for (int hh = 0; hh < nh; hh++) a.out[((int64_t)t * a.H + h0 + hh) * a.HD + d] = acc[hh];
 }
 
 // ------------------------------------------------------------ router
@@ -739,10 +810,17 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
                       int ratio, int n, float *d_scores, int64_t sc_stride, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
+    if (IHD % 4 || IH <= 0) return ds4c_err(DS4C_EINVAL, "index_scores: %d heads of %d", IH, IHD);
     const int64_t maxR = (pos0 + n) / ratio;
     if (maxR <= 0) return 0;
-    dim3 g(nblk(maxR, 128), (unsigned)n);
-    k_index_scores<<<g, 128, 0, as_stream(stream)>>>(d_q, d_w, d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
+    const size_t smem = ((size_t)(IH + IX_ROWS) * (IHD + 4) + (size_t)IX_ROWS * (IH + 1)) * sizeof(float);
+    static size_t set = 0;
+    if (smem > 48 * 1024 && smem > set) {
+        DS4C_CHECK(cudaFuncSetAttribute(k_index_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        set = smem;
+    }
+    dim3 g(nblk(maxR, IX_ROWS), (unsigned)n);
+    k_index_scores<<<g, 256, smem, as_stream(stream)>>>(d_q, d_w, d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
     DS4C_CHECK_LAUNCH("index_scores");
     return 0;
 }
@@ -762,17 +840,29 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
 
 int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap, const float *d_comp,
                    int ratio, const int32_t *d_sel, const int32_t *d_nsel, int K, const float *d_sinks, float *d_out,
-                   int64_t pos0, int n, int H, int HD, int W, float scale, int64_t max_keys, void *stream) {
+                   int64_t pos0, int n, int H, int HD, int W, float scale, int64_t max_keys, float *d_work,
+                   void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
     if (HD % 4) return ds4c_err(DS4C_EINVAL, "attention: head dim %d not a multiple of 4", HD);
+    if (n > 65535 || max_keys <= 0) return ds4c_err(DS4C_EINVAL, "attention: %d tokens, %lld keys", n, (long long)max_keys);
     AttnArgs a{d_q, d_kv, d_win, wcap, d_comp, ratio, d_sel, d_nsel, K, d_sinks, d_out, pos0, H, HD, W, scale};
-    size_t smem = (size_t)(HD + max_keys) * sizeof(float);
-    if (smem > 48 * 1024) {
-        DS4C_CHECK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaStream_t st = as_stream(stream);
+    const size_t smem = (size_t)(AS_H + AS_K) * (HD + 4) * sizeof(float);
+    static size_t set = 0;
+    if (smem > 48 * 1024 && smem > set) {
+        DS4C_CHECK(cudaFuncSetAttribute(k_attn_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        set = smem;
     }
-    k_attention<<<(unsigned)(n * H), 128, smem, as_stream(stream)>>>(a);
-    DS4C_CHECK_LAUNCH("attention");
+    k_attn_scores<<<dim3(nblk(max_keys, AS_K), (unsigned)n, nblk(H, AS_H)), 256, smem, st>>>(a, d_work, max_keys);
+    DS4C_CHECK_LAUNCH("attention scores");
+    k_attn_softmax<<<(unsigned)(n * H), 32, 0, st>>>(a, d_work, max_keys);
+    DS4C_CHECK_LAUNCH("attention softmax");
+    if (n >= 8)
+        k_attn_out<8><<<dim3(nblk(HD, 128), (unsigned)n, nblk(H, 8)), 128, 0, st>>>(a, d_work, max_keys);
+    else
+        k_attn_out<2><<<dim3(nblk(HD, 128), (unsigned)n, nblk(H, 2)), 128, 0, st>>>(a, d_work, max_keys);
+    DS4C_CHECK_LAUNCH("attention output");
     return 0;
 }
 

@@ -96,102 +96,110 @@ func TestDecodeSpeed(t *testing.T) {
 			continue
 		}
 
-		// per-op breakdown of one decode token: host-timed with the device
-		// synchronised around every op (launch costs included, so the sum
-		// exceeds the pipelined token time), and GPU-timed (the op captured
-		// into a graph, launched between two events: kernels back to back,
-		// no host in the way). The first pass sizes the buffers.
-		b, err := be.NewBatch(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bb := b.(*batch)
-		e0, err0 := be.dev.NewEvent()
-		e1, err1 := be.dev.NewEvent()
-		if err0 != nil || err1 != nil {
-			t.Fatal(err0, err1)
-		}
-		times := map[string]time.Duration{}
-		gpuMs := map[string]float64{}
-		rep := 0
-		op := func(name string, f func() error) {
-			if rep == 1 && name != "head" && name != "embed" {
-				if err := be.dev.BeginCapture(bb.s); err != nil {
-					t.Fatal(err)
-				}
-				if err := f(); err != nil {
-					t.Fatal(err)
-				}
-				g, err := be.dev.EndCapture(bb.s)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := be.dev.Record(e0, bb.s); err != nil {
-					t.Fatal(err)
-				}
-				if err := be.dev.Launch(g, bb.s); err != nil {
-					t.Fatal(err)
-				}
-				if err := be.dev.Record(e1, bb.s); err != nil {
-					t.Fatal(err)
-				}
-				if err := be.dev.SyncEvent(e1); err != nil {
-					t.Fatal(err)
-				}
-				ms, err := be.dev.Elapsed(e0, e1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				gpuMs[name] += float64(ms)
-				be.dev.DestroyGraph(g)
-				return
-			}
-			t0 := time.Now()
-			if err := f(); err != nil {
-				t.Fatal(err)
-			}
-			if err := be.dev.Synchronize(); err != nil {
-				t.Fatal(err)
-			}
-			times[name] += time.Since(t0)
-		}
-		st := s.State()
-		pos := s.Pos()
-		logits := make([]float32, c.Vocab)
-		for rep = 0; rep < 3; rep++ {
-			if rep != 1 {
-				clear(times)
-			}
-			op("embed", func() error { return be.Embed(b, pos, []int32{5}) })
-			for l := 0; l < layers; l++ {
-				kind := fmt.Sprintf("ratio %d", c.Ratio(l))
-				op("hc_pre", func() error { return be.HCPre(b, l, engine.AttnSub) })
-				op("attention "+kind, func() error { return be.Attention(b, st, l) })
-				op("hc_post", func() error { return be.HCPost(b, l, engine.AttnSub) })
-				op("hc_pre", func() error { return be.HCPre(b, l, engine.FFNSub) })
-				op("ffn", func() error { return be.FFN(b, l) })
-				op("hc_post", func() error { return be.HCPost(b, l, engine.FFNSub) })
-			}
-			op("head", func() error { return be.Head(b, []int{0}, logits) })
-		}
-		be.dev.DestroyEvent(e0)
-		be.dev.DestroyEvent(e1)
-		gsum := 0.0
-		for _, v := range gpuMs {
-			gsum += v
-		}
-		fmt.Printf("  %-22s %8s %8s\n", "op (sum over layers)", "host+sync", "GPU")
-		names := make([]string, 0, len(times))
-		for k := range times {
-			names = append(names, k)
-		}
-		slices.Sort(names)
-		for _, k := range names {
-			fmt.Printf("  %-22s %8.3f %8.3f ms\n", k, float64(times[k].Microseconds())/1000, gpuMs[k])
-		}
-		fmt.Printf("  %-22s %8s %8.3f ms (embed, head excluded)\n", "GPU total", "", gsum)
-		b.Release()
+		// per-op breakdown of one decode token, then of a prefill chunk
+		opBreakdown(t, be, s, c, layers, 1)
+		opBreakdown(t, be, s, c, layers, 512)
 		s.Close()
 		be.Close()
 	}
+}
+
+// opBreakdown prints the time of each op of one chunk of ntok tokens at the
+// session's position: host-timed with the device synchronised around every
+// op (launch costs included, so the sum exceeds the pipelined chunk time),
+// and GPU-timed (the op captured into a graph, launched between two events:
+// kernels back to back, no host in the way). The first pass sizes the
+// buffers.
+func opBreakdown(t *testing.T, be *Backend, s *engine.Session, c model.Config, layers, ntok int) {
+	toks := testTokens(ntok, c.Vocab)
+	b, err := be.NewBatch(ntok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb := b.(*batch)
+	e0, err0 := be.dev.NewEvent()
+	e1, err1 := be.dev.NewEvent()
+	if err0 != nil || err1 != nil {
+		t.Fatal(err0, err1)
+	}
+	times := map[string]time.Duration{}
+	gpuMs := map[string]float64{}
+	rep := 0
+	op := func(name string, f func() error) {
+		if rep == 1 && name != "head" && name != "embed" {
+			if err := be.dev.BeginCapture(bb.s); err != nil {
+				t.Fatal(err)
+			}
+			if err := f(); err != nil {
+				t.Fatal(err)
+			}
+			g, err := be.dev.EndCapture(bb.s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := be.dev.Record(e0, bb.s); err != nil {
+				t.Fatal(err)
+			}
+			if err := be.dev.Launch(g, bb.s); err != nil {
+				t.Fatal(err)
+			}
+			if err := be.dev.Record(e1, bb.s); err != nil {
+				t.Fatal(err)
+			}
+			if err := be.dev.SyncEvent(e1); err != nil {
+				t.Fatal(err)
+			}
+			ms, err := be.dev.Elapsed(e0, e1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gpuMs[name] += float64(ms)
+			be.dev.DestroyGraph(g)
+			return
+		}
+		t0 := time.Now()
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+		if err := be.dev.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		times[name] += time.Since(t0)
+	}
+	st := s.State()
+	pos := s.Pos()
+	logits := make([]float32, c.Vocab)
+	for rep = 0; rep < 3; rep++ {
+		if rep != 1 {
+			clear(times)
+		}
+		op("embed", func() error { return be.Embed(b, pos, toks) })
+		for l := 0; l < layers; l++ {
+			kind := fmt.Sprintf("ratio %d", c.Ratio(l))
+			op("hc_pre", func() error { return be.HCPre(b, l, engine.AttnSub) })
+			op("attention "+kind, func() error { return be.Attention(b, st, l) })
+			op("hc_post", func() error { return be.HCPost(b, l, engine.AttnSub) })
+			op("hc_pre", func() error { return be.HCPre(b, l, engine.FFNSub) })
+			op("ffn", func() error { return be.FFN(b, l) })
+			op("hc_post", func() error { return be.HCPost(b, l, engine.FFNSub) })
+		}
+		op("head", func() error { return be.Head(b, []int{ntok - 1}, logits) })
+	}
+	be.dev.DestroyEvent(e0)
+	be.dev.DestroyEvent(e1)
+	gsum := 0.0
+	for _, v := range gpuMs {
+		gsum += v
+	}
+	fmt.Printf("  chunk of %d token(s) at %d:\n  %-22s %8s %8s\n", ntok, pos, "op (sum over layers)", "host+sync", "GPU")
+	names := make([]string, 0, len(times))
+	for k := range times {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		fmt.Printf("  %-22s %8.3f %8.3f ms\n", k, float64(times[k].Microseconds())/1000, gpuMs[k])
+	}
+	fmt.Printf("  %-22s %8s %8.3f ms (embed, head excluded)\n", "GPU total", "", gsum)
+	b.Release()
 }

@@ -350,10 +350,14 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		comp = tabs[engine.PartComp].p
 	}
 	win := tabs[engine.PartWindow]
+	work, err := b.sc.f32("attn.work", AttentionWork(n, H, maxKeys))
+	if err != nil {
+		return err
+	}
 	if err := d.Attention(s, &AttentionArgs{
 		Q: q, KV: kv, Win: win.p, WCap: win.cap, Comp: comp, Ratio: L.ratio, Sel: sel, NSel: nsel, K: K,
 		Sinks: L.sinks, Out: o, Pos0: b.pos, N: n, H: H, HD: HD, W: c.Window,
-		Scale: float32(1 / math.Sqrt(float64(HD))), MaxKeys: maxKeys,
+		Scale: float32(1 / math.Sqrt(float64(HD))), MaxKeys: maxKeys, Work: work,
 	}); err != nil {
 		return err
 	}

@@ -218,14 +218,18 @@ type AttentionArgs struct {
 	H, HD, W  int
 	Scale     float32
 	MaxKeys   int // the most keys any token of the chunk has
+	Work      Ptr // N·H·MaxKeys floats of scores and probabilities (AttentionWork)
 }
+
+// AttentionWork is the number of floats of AttentionArgs.Work.
+func AttentionWork(n, h, maxKeys int) int { return n * h * maxKeys }
 
 // Attention runs sparse attention with sinks for every token and head.
 func (d *Device) Attention(s Stream, a *AttentionArgs) error {
 	return d.l.call("attention", func() int32 {
 		return d.l.attention(uintptr(a.Q), uintptr(a.KV), uintptr(a.Win), int64(a.WCap), uintptr(a.Comp), int32(a.Ratio),
 			uintptr(a.Sel), uintptr(a.NSel), int32(a.K), uintptr(a.Sinks), uintptr(a.Out), int64(a.Pos0), int32(a.N),
-			int32(a.H), int32(a.HD), int32(a.W), a.Scale, int64(a.MaxKeys), uintptr(s))
+			int32(a.H), int32(a.HD), int32(a.W), a.Scale, int64(a.MaxKeys), uintptr(a.Work), uintptr(s))
 	})
 }
 
