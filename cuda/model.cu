@@ -463,6 +463,138 @@ __global__ void k_topk(const float *scores, int64_t stride, int64_t R_fixed, int
     if (rank < K) out[rank] = (int32_t)i;
 }
 
+// Radix top-k, the same picks in the same order as k_topk without its
+// O(R²) ranking: one CTA of TK_THREADS per token. Scores map to ordered
+// 32-bit keys (-0 taken as +0, so equal keys are equal floats); four 8-bit
+// radix passes find the K-th largest key T and how many keys equal to T
+// make the cut (those of the lowest indices, as the ranking breaks ties); an
+// ordered compaction collects the winners; a bitonic sort on (key desc,
+// index asc) gives the ranks. Needs K ≤ TK_THREADS.
+constexpr int TK_THREADS = 1024;
+
+__device__ __forceinline__ uint32_t topk_key(float f) {
+    if (f == 0.f) f = 0.f;
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__global__ void __launch_bounds__(TK_THREADS) k_topk_radix(const float *scores, int64_t stride, int64_t R_fixed,
+                                                           int64_t pos0, int ratio, int K, int all_if_few,
+                                                           int32_t *sel, int32_t *nsel) {
+    __shared__ int s_hist[256];
+    __shared__ int s_suf[257];
+    __shared__ uint32_t s_prefix, s_mask;
+    __shared__ int s_kleft;
+    __shared__ int s_wcnt[TK_THREADS / 32][2];
+    __shared__ int s_base[2];
+    __shared__ unsigned long long s_sort[TK_THREADS];
+    const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t R = R_fixed > 0 ? R_fixed : (pos0 + t + 1) / ratio;
+    const float *sc = scores + t * stride;
+    const int take = (int)(R < K ? R : K);
+    if (R <= K && all_if_few) { // all rows, in order
+        for (int64_t i = tid; i < R; i += TK_THREADS) sel[(int64_t)t * K + i] = (int32_t)i;
+        if (tid == 0 && nsel) nsel[t] = (int32_t)R;
+        return;
+    }
+    if (tid == 0) {
+        s_prefix = 0;
+        s_mask = 0;
+        s_kleft = take;
+        if (nsel) nsel[t] = take;
+    }
+    // 1. the take-th largest key, 8 bits at a time
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        if (tid < 256) s_hist[tid] = 0;
+        __syncthreads();
+        const uint32_t prefix = s_prefix, mask = s_mask;
+        for (int64_t i = tid; i < R; i += TK_THREADS) {
+            const uint32_t k = topk_key(sc[i]);
+            if ((k & mask) == prefix) atomicAdd(&s_hist[(k >> shift) & 255], 1);
+        }
+        __syncthreads();
+        // suffix sums over the bins (Hillis–Steele), bin 256 = 0
+        if (tid < 256) s_suf[tid] = s_hist[tid];
+        if (tid == 0) s_suf[256] = 0;
+        __syncthreads();
+        for (int o = 1; o < 256; o <<= 1) {
+            int v = 0;
+            if (tid < 256 && tid + o < 256) v = s_suf[tid + o];
+            __syncthreads();
+            if (tid < 256) s_suf[tid] += v;
+            __syncthreads();
+        }
+        const int kleft = s_kleft;
+        __syncthreads();
+        if (tid < 256 && s_suf[tid] >= kleft && s_suf[tid + 1] < kleft) {
+            s_prefix = prefix | ((uint32_t)tid << shift);
+            s_mask = mask | (255u << shift);
+            s_kleft = kleft - s_suf[tid + 1];
+        }
+        __syncthreads();
+    }
+    const uint32_t T = s_prefix;
+    const int need_eq = s_kleft; // keys equal to T that make the cut (lowest indices first)
+    // 2. ordered compaction: keys above T (any slot), the first need_eq equal to T
+    if (tid < 2) s_base[tid] = 0;
+    s_sort[tid] = 0; // padding sorts last
+    __syncthreads();
+    const int n_gt = take - need_eq;
+    for (int64_t c0 = 0; c0 < R; c0 += TK_THREADS) {
+        const int64_t i = c0 + tid;
+        uint32_t k = 0;
+        bool gt = false, eq = false;
+        if (i < R) {
+            k = topk_key(sc[i]);
+            gt = k > T;
+            eq = k == T;
+        }
+        const unsigned bg = __ballot_sync(FULL_MASK, gt), be = __ballot_sync(FULL_MASK, eq);
+        if (lane == 0) {
+            s_wcnt[warp][0] = __popc(bg);
+            s_wcnt[warp][1] = __popc(be);
+        }
+        __syncthreads();
+        int og = s_base[0], oe = s_base[1];
+        for (int w = 0; w < warp; w++) {
+            og += s_wcnt[w][0];
+            oe += s_wcnt[w][1];
+        }
+        const unsigned below = (1u << lane) - 1;
+        og += __popc(bg & below);
+        oe += __popc(be & below);
+        if (gt) s_sort[og] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
+        if (eq && oe < need_eq) s_sort[n_gt + oe] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
+        __syncthreads();
+        if (tid == 0) {
+            int tg = 0, te = 0;
+            for (int w = 0; w < TK_THREADS / 32; w++) {
+                tg += s_wcnt[w][0];
+                te += s_wcnt[w][1];
+            }
+            s_base[0] += tg;
+            s_base[1] += te;
+        }
+        __syncthreads();
+    }
+    // 3. bitonic sort, descending
+    for (int size = 2; size <= TK_THREADS; size <<= 1) {
+        for (int stride2 = size >> 1; stride2 > 0; stride2 >>= 1) {
+            const int j = tid ^ stride2;
+            if (j > tid) {
+                const unsigned long long x = s_sort[tid], y = s_sort[j];
+                const bool desc = (tid & size) == 0;
+                if (desc ? x < y : x > y) {
+                    s_sort[tid] = y;
+                    s_sort[j] = x;
+                }
+            }
+            __syncthreads();
+        }
+    }
+    if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(s_sort[tid] & 0xffffffffu));
+}
+
 // ------------------------------------------------------------ attention
 // One CTA per (token, head). Keys (= values): the window positions
 // max(0, p−W+1)..p (this chunk's kv rows, or the window ring), then the
@@ -832,6 +964,12 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     if (R_fixed <= 0 && ratio <= 0) return ds4c_err(DS4C_EINVAL, "topk: neither a count nor a ratio");
     const int64_t maxR = R_fixed > 0 ? R_fixed : (pos0 + n) / ratio;
     if (n > 65535) return ds4c_err(DS4C_EINVAL, "topk: %d tokens (at most 65535)", n);
+    if (K <= TK_THREADS && maxR > K) {
+        k_topk_radix<<<(unsigned)n, TK_THREADS, 0, as_stream(stream)>>>(d_scores, stride, R_fixed, pos0, ratio, K,
+                                                                        all_if_few, d_sel, d_nsel);
+        DS4C_CHECK_LAUNCH("topk");
+        return 0;
+    }
     dim3 g((unsigned)(maxR > 0 ? nblk(maxR, 64) : 1), (unsigned)n);
     k_topk<<<g, 64, 0, as_stream(stream)>>>(d_scores, stride, R_fixed, pos0, ratio, K, all_if_few, d_sel, d_nsel);
     DS4C_CHECK_LAUNCH("topk");

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -813,6 +814,71 @@ func TestMatMulTensorCores(t *testing.T) {
 					a := i / div
 					want, _ := reference(t, c.typ, mat(int(ids[i])), c.rows, c.cols, x[a*c.cols:(a+1)*c.cols])
 					exactEqual(name, row, want)
+				}
+			}
+		}
+	}
+}
+
+// TestTopK checks the indexer's top-k (radix select + bitonic sort beyond K
+// rows, all rows in order below) against a sort by (score desc, index asc),
+// on scores with many ties, both zeros and both infinities, per token row
+// counts from (pos0+t+1)/ratio.
+func TestTopK(t *testing.T) {
+	d := gpu(t)
+	for _, c := range []struct{ k, pos0, ratio, n int }{
+		{4, 0, 4, 40}, {512, 1900, 4, 8}, {512, 20000, 4, 3}, {64, 0, 1, 300},
+	} {
+		maxR := (c.pos0 + c.n) / c.ratio
+		r := rand.New(rand.NewPCG(uint64(c.k), uint64(c.pos0)))
+		scores := make([]float32, c.n*maxR)
+		for i := range scores {
+			switch v := r.IntN(20); {
+			case v == 0:
+				scores[i] = float32(math.Copysign(0, -1))
+			case v == 1:
+				scores[i] = 0
+			case v == 2:
+				scores[i] = float32(math.Inf(1 - 2*r.IntN(2)))
+			default:
+				scores[i] = float32(r.IntN(40)-20) / 8 // many ties
+			}
+		}
+		sp := upload(t, d, scores)
+		sel := alloc(t, d, int64(4*c.n*c.k))
+		nsel := alloc(t, d, int64(4*c.n))
+		must(t, d.TopK(0, sp, int64(maxR), 0, c.pos0, c.ratio, c.k, true, sel, nsel, c.n))
+		gotSel := make([]int32, c.n*c.k)
+		gotN := make([]int32, c.n)
+		must(t, DownloadSlice(d, gotSel, sel))
+		must(t, DownloadSlice(d, gotN, nsel))
+		for tok := 0; tok < c.n; tok++ {
+			R := (c.pos0 + tok + 1) / c.ratio
+			row := scores[tok*maxR : tok*maxR+R]
+			idx := make([]int32, R)
+			for i := range idx {
+				idx[i] = int32(i)
+			}
+			if R > c.k {
+				slices.SortStableFunc(idx, func(a, b int32) int {
+					switch {
+					case row[a] > row[b]:
+						return -1
+					case row[a] < row[b]:
+						return 1
+					}
+					return 0
+				})
+				idx = idx[:c.k]
+			}
+			if int(gotN[tok]) != len(idx) {
+				t.Fatalf("k=%d pos0=%d token %d: nsel %d, want %d", c.k, c.pos0, tok, gotN[tok], len(idx))
+			}
+			if got := gotSel[tok*c.k : tok*c.k+len(idx)]; !slices.Equal(got, idx) {
+				for i := range idx {
+					if got[i] != idx[i] {
+						t.Fatalf("k=%d pos0=%d token %d (R=%d): pick %d is %d (%v), want %d (%v)", c.k, c.pos0, tok, R, i, got[i], row[got[i]], idx[i], row[idx[i]])
+					}
 				}
 			}
 		}
