@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cuda_profiler_api.h>
+
 #include "common.cuh"
 
 static thread_local char g_errbuf[512];
@@ -300,6 +302,12 @@ int ds4c_graph_launch(void *exec, void *stream) {
 int ds4c_graph_destroy(void *exec) {
     DS4C_READY();
     DS4C_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)exec));
+    return 0;
+}
+
+int ds4c_profiler(int on) {
+    DS4C_READY();
+    DS4C_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
     return 0;
 }
 

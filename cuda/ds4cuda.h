@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 6
+#define DS4C_ABI_VERSION 7
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -233,6 +233,10 @@ int ds4c_swiglu_ref(const float *d_g, const float *d_u, float *d_y, int64_t n, i
                     const float *d_w, void *stream);
 int ds4c_moe_combine(const float *d_ye, const int32_t *d_sel, const float *d_ysh, float *d_y,
                      int n, int K, int64_t D, void *stream);
+
+/* Start (on != 0) or stop the profiler's collection (cudaProfilerStart/Stop;
+ * for ncu --profile-from-start off). */
+int ds4c_profiler(int on);
 
 /* Read bytes (a multiple of 16) at d_src as fast as possible (a bandwidth
  * ceiling for benchmarks); d_out needs 4 * (4 * multiprocessors) bytes. */

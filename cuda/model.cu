@@ -102,6 +102,65 @@ __global__ void k_scale_by_rms(const float *x, int64_t n, float *y, int m, float
 }
 
 // ------------------------------------------------------------ hyper-connections
+// The Sinkhorn split of one token's mixing logits m into pre (s_pre), post
+// and comb (s_comb, then stored), one thread per value (pre/post: hc
+// threads; comb: hc² threads). Every value goes through exactly the
+// reference's operations in its order: a row or column sum is computed by
+// each thread of that row/column, sequentially in index order, from shared
+// memory, so the result is bit-identical to the serial loop. WARP: hc² ≤ 32
+// and only warp 0 runs it (warp barriers instead of block barriers).
+template <bool WARP>
+__device__ void hc_split(const float *m, const float *scale, const float *base, int hc, int iters, float hc_eps,
+                         float *s_pre, float *s_comb, float *post_out, float *comb_out) {
+    const int tid = threadIdx.x, nn = hc * hc;
+    const int j = tid / hc, k = tid - (tid / hc) * hc;
+    auto sync = [] {
+        if (WARP)
+            __syncwarp();
+        else
+            __syncthreads();
+    };
+    if (tid < hc) {
+        s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], scale[0]), base[tid])), hc_eps);
+        post_out[tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + tid], scale[1]), base[hc + tid])));
+    }
+    if (tid < nn) s_comb[tid] = fadd(fmul(m[2 * hc + tid], scale[2]), base[2 * hc + tid]);
+    sync();
+    float v = 0.f;
+    if (tid < nn) { // row softmax: max, then exp
+        float mx = 0.f;
+        for (int q = 0; q < hc; q++) {
+            const float r = s_comb[j * hc + q];
+            if (q == 0 || r > mx) mx = r;
+        }
+        v = exp_ref(fsub(s_comb[tid], mx));
+    }
+    sync();
+    if (tid < nn) s_comb[tid] = v;
+    sync();
+    if (tid < nn) {
+        float sum = 0.f;
+        for (int q = 0; q < hc; q++) sum = fadd(sum, s_comb[j * hc + q]);
+        v = fadd(__fdiv_rn(s_comb[tid], sum), hc_eps);
+    }
+    sync();
+    if (tid < nn) s_comb[tid] = v;
+    sync();
+    // iterations: rows (except the first), then columns, each divided by its sum + eps
+    for (int step = 1; step < 2 * iters; step++) {
+        const bool rows = (step & 1) == 0;
+        if (tid < nn) {
+            float sum = 0.f;
+            for (int q = 0; q < hc; q++) sum = fadd(sum, s_comb[rows ? j * hc + q : q * hc + k]);
+            v = __fdiv_rn(s_comb[tid], fadd(sum, hc_eps));
+        }
+        sync();
+        if (tid < nn) s_comb[tid] = v;
+        sync();
+    }
+    if (tid < nn) comb_out[tid] = s_comb[tid];
+}
+
 // One token per CTA. mode 0 (hc_pre): Sinkhorn split of the mixing logits
 // into pre, post and comb (post/comb stored for hc_post); mode 1 (head):
 // pre_j = sigmoid(m_j·scale + base_j) + eps only. Then x = Σ_j pre_j·h_j
@@ -113,67 +172,15 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     const int t = blockIdx.x;
     const int tid = threadIdx.x, nn = hc * hc;
     const float *m = mix + (int64_t)t * M;
-    // The split runs one thread per value (pre/post: hc threads; comb: hc²
-    // threads, at most 256 = blockDim). Every value goes through exactly the
-    // reference's operations in its order: a row or column sum is computed
-    // by each thread of that row/column, sequentially in index order, from
-    // shared memory, so the result is bit-identical to the serial loop.
     if (mode == 1) {
         if (tid < hc) s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], scale[0]), base[tid])), hc_eps);
+    } else if (nn <= 32) {
+        if (tid < 32)
+            hc_split<true>(m, scale, base, hc, iters, hc_eps, s_pre, s_comb, post_out + (int64_t)t * hc,
+                           comb_out + (int64_t)t * nn);
     } else {
-        if (tid < hc) {
-            s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], scale[0]), base[tid])), hc_eps);
-            post_out[(int64_t)t * hc + tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + tid], scale[1]), base[hc + tid])));
-        }
-        const int j = tid / hc, k = tid - (tid / hc) * hc;
-        if (tid < nn) {
-            const int i = 2 * hc + tid;
-            s_comb[tid] = fadd(fmul(m[i], scale[2]), base[i]);
-        }
-        __syncthreads();
-        float v = 0.f;
-        if (tid < nn) { // row softmax: max, then exp
-            float mx = 0.f;
-            for (int q = 0; q < hc; q++) {
-                const float r = s_comb[j * hc + q];
-                if (q == 0 || r > mx) mx = r;
-            }
-            v = exp_ref(fsub(s_comb[tid], mx));
-        }
-        __syncthreads();
-        if (tid < nn) s_comb[tid] = v;
-        __syncthreads();
-        if (tid < nn) {
-            float sum = 0.f;
-            for (int q = 0; q < hc; q++) sum = fadd(sum, s_comb[j * hc + q]);
-            v = fadd(__fdiv_rn(s_comb[tid], sum), hc_eps);
-        }
-        __syncthreads();
-        if (tid < nn) s_comb[tid] = v;
-        __syncthreads();
-        for (int it = 0; it < iters; it++) {
-            if (it > 0) { // rows
-                if (tid < nn) {
-                    float s = 0.f;
-                    for (int q = 0; q < hc; q++) s = fadd(s, s_comb[j * hc + q]);
-                    s = fadd(s, hc_eps);
-                    v = __fdiv_rn(s_comb[tid], s);
-                }
-                __syncthreads();
-                if (tid < nn) s_comb[tid] = v;
-                __syncthreads();
-            }
-            if (tid < nn) { // columns
-                float s = 0.f;
-                for (int q = 0; q < hc; q++) s = fadd(s, s_comb[q * hc + k]);
-                s = fadd(s, hc_eps);
-                v = __fdiv_rn(s_comb[tid], s);
-            }
-            __syncthreads();
-            if (tid < nn) s_comb[tid] = v;
-            __syncthreads();
-        }
-        if (tid < nn) comb_out[(int64_t)t * nn + tid] = s_comb[tid];
+        hc_split<false>(m, scale, base, hc, iters, hc_eps, s_pre, s_comb, post_out + (int64_t)t * hc,
+                        comb_out + (int64_t)t * nn);
     }
     __syncthreads();
     const float *ht = h + (int64_t)t * hc * D;
@@ -643,7 +650,7 @@ __device__ __forceinline__ int64_t attn_nkeys(const AttnArgs &a, int t, int64_t 
 // thread per (token, output dim) for AO_H heads, keys in order). Same
 // operations and order as backend/cpu's attention, so bit-identical.
 constexpr int AS_K = 16, AS_H = 16; // scores: keys × heads per CTA (256 threads)
-constexpr int AO_PK = 512;          // output: probabilities staged per pass
+constexpr int AO_PK = 256;          // output: probabilities staged per pass
 
 __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int64_t maxk) {
     extern __shared__ float s_at[];
@@ -695,6 +702,7 @@ __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int6
 template <int OH>
 __global__ void __launch_bounds__(128) k_attn_out(AttnArgs a, const float *sc, int64_t maxk) {
     __shared__ float sp[OH][AO_PK];
+    __shared__ const float *skey[AO_PK]; // the pass's key rows
     const int t = blockIdx.y, tid = threadIdx.x;
     const int64_t p = a.pos0 + t;
     int64_t nwin;
@@ -702,6 +710,7 @@ __global__ void __launch_bounds__(128) k_attn_out(AttnArgs a, const float *sc, i
     const int h0 = blockIdx.z * OH, nh = min(OH, a.H - h0);
     const int d = blockIdx.x * 128 + tid;
     const bool dok = d < a.HD;
+    const int dd = dok ? d : 0;
     float acc[OH];
 #pragma unroll
     for (int j = 0; j < OH; j++) acc[j] = 0.f;
@@ -712,10 +721,20 @@ __global__ void __launch_bounds__(128) k_attn_out(AttnArgs a, const float *sc, i
             const int hh = i / m, j = i % m;
             sp[hh][j] = hh < nh ? sc[((int64_t)t * a.H + h0 + hh) * maxk + kc + j] : 0.f;
         }
+        for (int j = tid; j < m; j += blockDim.x) skey[j] = attn_key(a, t, p, kc + j, nwin);
         __syncthreads();
-#pragma unroll 4
-        for (int j = 0; j < m; j++) {
-            const float v = dok ? attn_key(a, t, p, kc + j, nwin)[d] : 0.f;
+        int j = 0;
+        for (; j + 8 <= m; j += 8) { // the loads of 8 keys first, then the serial sums
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) v[u] = __ldg(skey[j + u] + dd);
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+#pragma unroll
+                for (int hh = 0; hh < OH; hh++) acc[hh] = fadd(acc[hh], fmul(sp[hh][j + u], v[u]));
+        }
+        for (; j < m; j++) {
+            const float v = __ldg(skey[j] + dd);
 #pragma unroll
             for (int hh = 0; hh < OH; hh++) acc[hh] = fadd(acc[hh], fmul(sp[hh][j], v));
         }
@@ -997,7 +1016,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     k_attn_softmax<<<(unsigned)(n * H), 32, 0, st>>>(a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention softmax");
     if (n >= 8)
-        k_attn_out<8><<<dim3(nblk(HD, 128), (unsigned)n, nblk(H, 8)), 128, 0, st>>>(a, d_work, max_keys);
+        k_attn_out<16><<<dim3(nblk(HD, 128), (unsigned)n, nblk(H, 16)), 128, 0, st>>>(a, d_work, max_keys);
     else
         k_attn_out<2><<<dim3(nblk(HD, 128), (unsigned)n, nblk(H, 2)), 128, 0, st>>>(a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention output");

@@ -169,9 +169,17 @@ func opBreakdown(t *testing.T, be *Backend, s *engine.Session, c model.Config, l
 	st := s.State()
 	pos := s.Pos()
 	logits := make([]float32, c.Vocab)
+	// DS4_CUDA_PROFILE=N: the last (host-timed) pass of the N-token chunk
+	// runs between profiler start and stop (scripts/cuda/profile.sh).
+	profile := os.Getenv("DS4_CUDA_PROFILE") == strconv.Itoa(ntok)
 	for rep = 0; rep < 3; rep++ {
 		if rep != 1 {
 			clear(times)
+		}
+		if profile && rep == 2 {
+			if err := be.dev.Profiler(true); err != nil {
+				t.Fatal(err)
+			}
 		}
 		op("embed", func() error { return be.Embed(b, pos, toks) })
 		for l := 0; l < layers; l++ {
@@ -184,6 +192,11 @@ func opBreakdown(t *testing.T, be *Backend, s *engine.Session, c model.Config, l
 			op("hc_post", func() error { return be.HCPost(b, l, engine.FFNSub) })
 		}
 		op("head", func() error { return be.Head(b, []int{ntok - 1}, logits) })
+		if profile && rep == 2 {
+			if err := be.dev.Profiler(false); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	be.dev.DestroyEvent(e0)
 	be.dev.DestroyEvent(e1)

@@ -328,3 +328,13 @@ func (d *Device) DestroyGraph(g Graph) error {
 func (d *Device) BenchRead(src Ptr, n int64, out Ptr, s Stream) error {
 	return d.l.call("bench_read", func() int32 { return d.l.benchRead(uintptr(src), uint64(n), uintptr(out), uintptr(s)) })
 }
+
+// Profiler starts (on) or stops the CUDA profiler's collection, for
+// `ncu --profile-from-start off` around the work of interest.
+func (d *Device) Profiler(on bool) error {
+	v := int32(0)
+	if on {
+		v = 1
+	}
+	return d.l.call("profiler", func() int32 { return d.l.profiler(v) })
+}
