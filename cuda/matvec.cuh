@@ -743,6 +743,106 @@ __global__ void __launch_bounds__(256) k_matvec_fexact(MVArgs a) {
     }
 }
 
+// Float weights, exact, many tokens: a CTA owns FT_R rows × FT_T tokens;
+// thread (chain j, row pair, token pair) runs running sum j of 2 rows × 2
+// tokens (4 chains: 4 products per 4 shared-memory loads instead of 1 per
+// 2), the same sums in the same order as k_matvec_fexact. Tiles of FT_C
+// columns stream through shared memory, the next tile's loads in flight.
+constexpr int FT_R = 16, FT_T = 16, FT_C = 256, FT_LD = FT_C + 4; // stride ≡ 4 (mod 32): conflict-free
+
+template <int FT>
+__global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt) {
+    constexpr int EPV = FT == 0 ? 4 : 8;          // elements per 16-byte weight load
+    constexpr int WV = FT_R * FT_C / EPV / 256;     // weight loads per thread per tile
+    constexpr int XV = FT_T * FT_C / 4 / 256;       // input float4 loads per thread per tile
+    extern __shared__ float s_ft[];
+    float *s_w = s_ft;                    // [2][FT_R][FT_LD]
+    float *s_x = s_ft + 2 * FT_R * FT_LD; // [2][FT_T][FT_LD]
+    const int tid = threadIdx.x, sel = blockIdx.y;
+    const int row0 = blockIdx.x * FT_R, tok0 = blockIdx.z * FT_T;
+    int64_t mat = a.sel_mat ? sel : 0;
+    if (a.ids) mat = a.ids[sel];
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel;
+    const size_t esz = FT == 0 ? 4 : 2;
+    const uint8_t *wbase = a.w + (size_t)(mat_ok ? mat : 0) * a.rows * a.cols * esz;
+    const int ntiles = a.cols / FT_C; // cols % FT_C == 0 (launcher)
+    int4 wr[WV];
+    float4 xr[XV];
+    auto load = [&](int k) {
+        const int c0 = k * FT_C;
+#pragma unroll
+        for (int v = 0; v < WV; v++) {
+            const int idx = tid + v * 256;
+            const int r = idx / (FT_C / EPV), c = c0 + (idx % (FT_C / EPV)) * EPV;
+            wr[v] = make_int4(0, 0, 0, 0);
+            if (mat_ok && row0 + r < a.rows) wr[v] = ldw16(wbase + ((size_t)(row0 + r) * a.cols + c) * esz, a.wl);
+        }
+#pragma unroll
+        for (int v = 0; v < XV; v++) {
+            const int idx = tid + v * 256;
+            const int t = idx / (FT_C / 4), c = c0 + (idx % (FT_C / 4)) * 4;
+            xr[v] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (tok0 + t < nt) xr[v] = __ldg((const float4 *)(act + (tok0 + t) * a.act_tok) + c / 4);
+        }
+    };
+    auto store = [&](int buf) {
+#pragma unroll
+        for (int v = 0; v < WV; v++) {
+            const int idx = tid + v * 256;
+            const int r = idx / (FT_C / EPV), c = (idx % (FT_C / EPV)) * EPV;
+            float f[8];
+            fx_unpack<FT>(wr[v], f);
+#pragma unroll
+            for (int e = 0; e < EPV; e++) s_w[(buf * FT_R + r) * FT_LD + c + e] = f[e];
+        }
+#pragma unroll
+        for (int v = 0; v < XV; v++) {
+            const int idx = tid + v * 256;
+            const int t = idx / (FT_C / 4), c = (idx % (FT_C / 4)) * 4;
+            *(float4 *)&s_x[(buf * FT_T + t) * FT_LD + c] = xr[v];
+        }
+    };
+    const int j = tid & 3, rp = (tid >> 2) & 7, tp = tid >> 5;
+    const int r0 = rp, r1 = rp + 8, t0 = 2 * tp, t1 = 2 * tp + 1;
+    float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f; // [row][token]
+    load(0);
+    store(0);
+    __syncthreads();
+    for (int k = 0; k < ntiles; k++) {
+        const int cur = k & 1;
+        if (k + 1 < ntiles) load(k + 1);
+        const float *w0 = s_w + (cur * FT_R + r0) * FT_LD, *w1 = s_w + (cur * FT_R + r1) * FT_LD;
+        const float *x0 = s_x + (cur * FT_T + t0) * FT_LD, *x1 = s_x + (cur * FT_T + t1) * FT_LD;
+#pragma unroll 8
+        for (int i = j; i < FT_C; i += 4) {
+            const float a0 = w0[i], a1 = w1[i], b0 = x0[i], b1 = x1[i];
+            s00 = __fadd_rn(s00, __fmul_rn(a0, b0));
+            s01 = __fadd_rn(s01, __fmul_rn(a0, b1));
+            s10 = __fadd_rn(s10, __fmul_rn(a1, b0));
+            s11 = __fadd_rn(s11, __fmul_rn(a1, b1));
+        }
+        if (k + 1 < ntiles) store(cur ^ 1);
+        __syncthreads();
+    }
+    // (s0 + s1) + (s2 + s3) over the four chains of each output (lanes j = 0..3)
+    float v[4] = {s00, s01, s10, s11};
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const float c1 = __shfl_down_sync(FULL_MASK, v[q], 1);
+        const float c2 = __shfl_down_sync(FULL_MASK, v[q], 2);
+        const float c3 = __shfl_down_sync(FULL_MASK, v[q], 3);
+        v[q] = __fadd_rn(__fadd_rn(v[q], c1), __fadd_rn(c2, c3));
+    }
+    if (j != 0) return;
+    const float nan = __int_as_float(0x7fc00000);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const int r = row0 + (q < 2 ? r0 : r1), t = tok0 + (q & 1 ? t1 : t0);
+        if (r < a.rows && t < nt) a.y[sel * a.y_sel + (int64_t)t * a.y_tok + r] = mat_ok ? v[q] : nan;
+    }
+}
+
 template <class T, int NT, int S, int RPW, bool EX>
 int launch_one(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
     constexpr int rows_per_cta = 8 * RPW / S;
@@ -854,6 +954,20 @@ int launch_fexact_nt(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1
 
 template <int FT>
 int launch_fexact(const MVArgs &a, int n_sel, int nt, cudaStream_t st) {
+    if (nt >= FT_T && a.cols % FT_C == 0) { // 16 rows × 16 tokens per CTA
+        const size_t smem = (size_t)2 * (FT_R + FT_T) * FT_LD * sizeof(float);
+        static bool set = false;
+        if (!set) {
+            cudaError_t e = cudaFuncSetAttribute(k_fexact_tile<FT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) return ds4c_cuda_err(e, "matmul (float, exact, tiled) shared memory");
+            set = true;
+        }
+        dim3 g((unsigned)((a.rows + FT_R - 1) / FT_R), (unsigned)n_sel, (unsigned)((nt + FT_T - 1) / FT_T));
+        if (g.z > 65535) return ds4c_err(DS4C_EINVAL, "too many tokens (%d)", nt);
+        k_fexact_tile<FT><<<g, 256, smem, st>>>(a, nt);
+        DS4C_CHECK_LAUNCH("matmul (float, exact, tiled)");
+        return 0;
+    }
     if (nt >= 16) { // all full pieces of 8 tokens in one grid, then the rest
         const int pieces = min(nt / 8, 65535);
         int rc = launch_fexact_nt<FT, 8>(a, n_sel, st, pieces);

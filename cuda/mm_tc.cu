@@ -20,9 +20,11 @@
 // every integer sum unchanged and lets each thread load 8 contiguous bytes.
 //
 // Work split: a CTA is 4 warps; a warp owns 32 rows (two m16 tiles) × 32
-// token slots (four n8 tiles); a CTA 128 rows × 32 slots. Slots map to
-// (selection, token) pairs: dense, blockIdx.y picks 32 tokens and
-// blockIdx.z the selection; grouped, blockIdx.y indexes a tile table
+// token slots (four n8 tiles); a CTA 128 rows × 32 slots. blockIdx.y picks
+// the 128 rows; blockIdx.x (the fastest-varying, so the CTAs that read the
+// same weight rows run together and share them through L2) the slots, which
+// map to (selection, token) pairs: dense, blockIdx.x picks 32 tokens and
+// blockIdx.z the selection; grouped, blockIdx.x indexes a tile table
 // (matrix, first pair, count) that k_group builds on the device from the
 // selections' matrix ids, so no host round trip is needed.
 #include "matvec.cuh"
@@ -37,7 +39,7 @@ constexpr int TC_BN = 32;              // token slots per CTA
 struct TCArgs {
     MVArgs a;
     int n_tok;
-    const int4 *tiles;   // grouped: per blockIdx.y (matrix, first pair, count, 0)
+    const int4 *tiles;   // grouped: per blockIdx.x (matrix, first pair, count, 0)
     const int32_t *perm; // grouped: pair → selection
 };
 
@@ -64,7 +66,7 @@ __device__ int tc_slots(const TCArgs &p, Slots &s, int64_t *mat) {
     const int tid = threadIdx.x;
     int cnt;
     if (p.tiles) {
-        const int4 tl = p.tiles[blockIdx.y];
+        const int4 tl = p.tiles[blockIdx.x];
         *mat = tl.x;
         cnt = tl.z;
         if (cnt > 0 && tid < TC_BN) {
@@ -77,7 +79,7 @@ __device__ int tc_slots(const TCArgs &p, Slots &s, int64_t *mat) {
         int64_t m = a.sel_mat ? sel : 0;
         if (a.ids) m = a.ids[sel];
         *mat = m;
-        const int t0 = blockIdx.y * TC_BN;
+        const int t0 = blockIdx.x * TC_BN;
         cnt = min(TC_BN, p.n_tok - t0);
         if (tid < TC_BN) {
             const int64_t t = t0 + min(tid, cnt - 1);
@@ -101,7 +103,7 @@ __device__ __forceinline__ void tc_geo(Geo &G, const MVArgs &a, int64_t mat) {
     const int lane = threadIdx.x & 31;
     G.g = lane >> 2;
     G.q = lane & 3;
-    G.rb = blockIdx.x * TC_ROWS + (threadIdx.x >> 5) * 32;
+    G.rb = blockIdx.y * TC_ROWS + (threadIdx.x >> 5) * 32;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int r = G.rb + (i >> 1) * 16 + (i & 1) * 8 + G.g;
@@ -462,7 +464,8 @@ int tc_dense(int type, const MVArgs &a, int n_sel, int n_tok, cudaStream_t st) {
     p.n_tok = n_tok;
     p.tiles = nullptr;
     p.perm = nullptr;
-    dim3 grid((unsigned)((a.rows + TC_ROWS - 1) / TC_ROWS), (unsigned)((n_tok + TC_BN - 1) / TC_BN), (unsigned)n_sel);
+    if ((a.rows + TC_ROWS - 1) / TC_ROWS > 65535) return ds4c_err(DS4C_EINVAL, "matmul: %d rows", a.rows);
+    dim3 grid((unsigned)((n_tok + TC_BN - 1) / TC_BN), (unsigned)((a.rows + TC_ROWS - 1) / TC_ROWS), (unsigned)n_sel);
     return tc_launch(type, p, grid, st);
 }
 
@@ -523,7 +526,8 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
     p.n_tok = 1;
     p.perm = (const int32_t *)d_scratch;
     p.tiles = (const int4 *)((const uint8_t *)d_scratch + group_perm_bytes(n_sel));
-    dim3 grid((unsigned)((rows + TC_ROWS - 1) / TC_ROWS), (unsigned)bound, 1);
+    if ((rows + TC_ROWS - 1) / TC_ROWS > 65535) return ds4c_err(DS4C_EINVAL, "grouped matmul: %lld rows", (long long)rows);
+    dim3 grid((unsigned)bound, (unsigned)((rows + TC_ROWS - 1) / TC_ROWS), 1);
     return tc_launch(type, p, grid, as_stream(stream));
 }
 

@@ -649,7 +649,7 @@ __device__ __forceinline__ int64_t attn_nkeys(const AttnArgs &a, int t, int64_t 
 // the sink's term, the probabilities), and the weighted sum of the keys (one
 // thread per (token, output dim) for AO_H heads, keys in order). Same
 // operations and order as backend/cpu's attention, so bit-identical.
-constexpr int AS_K = 16, AS_H = 16; // scores: keys × heads per CTA (256 threads)
+constexpr int AS_K = 32, AS_H = 16; // scores: keys × heads per CTA (256 threads, 2 keys each)
 constexpr int AO_PK = 256;          // output: probabilities staged per pass
 
 __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int64_t maxk) {
@@ -667,14 +667,35 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
     const float *qt = a.q + ((int64_t)t * a.H + h0) * a.HD;
     for (int i = tid; i < nh * v4; i += blockDim.x)
         *(float4 *)&sq[(i / v4) * ld + 4 * (i % v4)] = ((const float4 *)qt)[i];
+    __shared__ const float *s_kp[AS_K];
+    if (tid < nkt) s_kp[tid] = attn_key(a, t, p, k0 + tid, nwin);
+    __syncthreads();
     for (int i = tid; i < nkt * v4; i += blockDim.x) {
         const int k = i / v4, c = i % v4;
-        *(float4 *)&sk[k * ld + 4 * c] = ((const float4 *)attn_key(a, t, p, k0 + k, nwin))[c];
+        *(float4 *)&sk[k * ld + 4 * c] = __ldg((const float4 *)s_kp[k] + c);
     }
     __syncthreads();
-    const int kk = tid % AS_K, hh = tid / AS_K;
-    if (kk < nkt && hh < nh)
-        sc[((int64_t)t * a.H + h0 + hh) * maxk + k0 + kk] = fmul(dot4_ref(sq + hh * ld, sk + kk * ld, a.HD), a.scale);
+    // thread: head tid/16, keys tid%16 and tid%16 + 16 (two dots sharing the query loads)
+    const int kk = tid % 16, hh = tid / 16;
+    if (hh >= nh || kk >= nkt) return;
+    const float *qa = sq + hh * ld, *ka = sk + kk * ld, *kb = sk + (kk + 16) * ld;
+    const bool two = kk + 16 < nkt;
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, b0 = 0.f, b1 = 0.f, b2 = 0.f, b3 = 0.f;
+#pragma unroll 4
+    for (int i = 0; i < a.HD; i += 4) {
+        const float4 x = *(const float4 *)(qa + i), y = *(const float4 *)(ka + i), z = *(const float4 *)(kb + i);
+        a0 = fadd(a0, fmul(x.x, y.x));
+        a1 = fadd(a1, fmul(x.y, y.y));
+        a2 = fadd(a2, fmul(x.z, y.z));
+        a3 = fadd(a3, fmul(x.w, y.w));
+        b0 = fadd(b0, fmul(x.x, z.x));
+        b1 = fadd(b1, fmul(x.y, z.y));
+        b2 = fadd(b2, fmul(x.z, z.z));
+        b3 = fadd(b3, fmul(x.w, z.w));
+    }
+    float *o = sc + ((int64_t)t * a.H + h0 + hh) * maxk + k0;
+    o[kk] = fmul(fadd(fadd(a0, a1), fadd(a2, a3)), a.scale);
+    if (two) o[kk + 16] = fmul(fadd(fadd(b0, b1), fadd(b2, b3)), a.scale);
 }
 
 __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int64_t maxk) {

@@ -687,7 +687,7 @@ func TestMatMulExact(t *testing.T) {
 		mb := weightBytes(c.typ, c.rows, c.cols)
 		w := randomWeights(c.typ, int64(c.mats)*mb/int64(c.typ.BlockBytes()), uint64(1100+ci))
 		dw := uploadWeight(t, d, c.typ, c.rows, c.cols, c.mats, w)
-		for _, nt := range []int{1, 3, 9} {
+		for _, nt := range []int{1, 3, 9, 40} {
 			x := gaussian(nt*c.cols, uint64(1200+ci+nt))
 			act := quantizeOnDevice(t, d, c.typ, x, c.cols, nt)
 			at, _ := d.ActType(c.typ)
