@@ -169,40 +169,48 @@ __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
-    for (int b = 0; b < nb; b++) {
-        int A[2][4];
+    // one block's operands; the next block's are loaded before this one's
+    // products run (register double buffering hides the load latency)
+    struct Frag {
+        int2 lo[2], hi[2], x[4];
+        float dw[4], da[8];
+    };
+    auto load = [&](Frag &f, int b) {
 #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
-            const int2 lo = ld8(wr[2 * mt] + 32 * b), hi = ld8(wr[2 * mt + 1] + 32 * b);
-            A[mt][0] = lo.x;
-            A[mt][1] = hi.x;
-            A[mt][2] = lo.y;
-            A[mt][3] = hi.y;
+            f.lo[mt] = ld8(wr[2 * mt] + 32 * b);
+            f.hi[mt] = ld8(wr[2 * mt + 1] + 32 * b);
         }
-        int B[4][2];
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-            const int2 v = ld8(ab[nt] + 32 * b);
-            B[nt][0] = v.x;
-            B[nt][1] = v.y;
-        }
-        float dw[4], da[8];
+        for (int nt = 0; nt < 4; nt++) f.x[nt] = ld8(ab[nt] + 32 * b);
 #pragma unroll
-        for (int i = 0; i < 4; i++) dw[i] = __half2float(dr[i][b]);
+        for (int i = 0; i < 4; i++) f.dw[i] = __half2float(dr[i][b]);
 #pragma unroll
-        for (int j = 0; j < 8; j++) da[j] = __ldg((const float *)(ac[j] + a.cols) + b);
+        for (int j = 0; j < 8; j++) f.da[j] = __ldg((const float *)(ac[j] + a.cols) + b);
+    };
+    auto compute = [&](const Frag &f) {
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++)
+        for (int mt = 0; mt < 2; mt++) {
+            const int A[4] = {f.lo[mt].x, f.hi[mt].x, f.lo[mt].y, f.hi[mt].y};
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
                 int c[4] = {0, 0, 0, 0};
-                mma_s8(c, A[mt], B[nt][0], B[nt][1]);
+                mma_s8(c, A, f.x[nt].x, f.x[nt].y);
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    const float sc = __fmul_rn(dw[2 * mt + (i >> 1)], da[2 * nt + (i & 1)]);
+                    const float sc = __fmul_rn(f.dw[2 * mt + (i >> 1)], f.da[2 * nt + (i & 1)]);
                     acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], __fmul_rn((float)c[i], sc));
                 }
             }
+        }
+    };
+    Frag f0, f1;
+    load(f0, 0);
+    for (int b = 0; b < nb; b += 2) {
+        if (b + 1 < nb) load(f1, b + 1);
+        compute(f0);
+        if (b + 2 < nb) load(f0, b + 2);
+        if (b + 1 < nb) compute(f1);
     }
     tc_store(a, s, G, cnt, acc, mat_ok, 1.0f);
 }
@@ -337,46 +345,64 @@ __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+    // one 32-value sub-block's weight words and activations; the next
+    // sub-block's are loaded before this one's products run
+    struct Sub {
+        int2 q[4], x[4];
+    };
+    auto load = [&](Sub &f, int b, int ib) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) f.q[i] = ld8(qs + (G.gr[i] * nbr + b) * 64 + 8 * ib);
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) f.x[nt] = ld8(ab[nt] + 256 * b + 32 * ib);
+    };
+    int bs[2][4][4];
+    auto compute = [&](const Sub &f) {
+        int A[2][4], ls[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t aux = (uint32_t)f.q[i].y;
+            ls[i] = 2 * (int)(aux >> 28) + 1;
+            const uint64_t gv = s_grid[((uint32_t)f.q[i].x >> (8 * G.q)) & 0xff];
+            const uint64_t sm = s_grid[256 + ((aux >> (7 * G.q)) & 127)];
+            const int mt = i >> 1, hl = i & 1;
+            A[mt][hl] = apply_signs((uint32_t)gv, (uint32_t)sm);
+            A[mt][2 + hl] = apply_signs((uint32_t)(gv >> 32), (uint32_t)(sm >> 32));
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                int c[4] = {0, 0, 0, 0};
+                mma_s8(c, A[mt], f.x[nt].x, f.x[nt].y);
+#pragma unroll
+                for (int i = 0; i < 4; i++) bs[mt][nt][i] += c[i] * ls[2 * mt + (i >> 1)];
+            }
+    };
+    Sub f0, f1;
+    load(f0, 0, 0);
     for (int b = 0; b < nbr; b++) {
-        int bs[2][4][4];
+        float dw[4], da[8];
+#pragma unroll
+        for (int i = 0; i < 4; i++) dw[i] = __half2float(db[G.gr[i] * nbr + b]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) da[j] = __ldg((const float *)(ac[j] + a.cols) + b);
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
             for (int nt = 0; nt < 4; nt++)
 #pragma unroll
                 for (int i = 0; i < 4; i++) bs[mt][nt][i] = 0;
-        float dw[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) dw[i] = __half2float(db[G.gr[i] * nbr + b]);
-#pragma unroll 2
-        for (int ib = 0; ib < 8; ib++) { // 32-value sub-block: thread q holds its group q of 8
-            int A[2][4], ls[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int2 v = ld8(qs + (G.gr[i] * nbr + b) * 64 + 8 * ib);
-                const uint32_t aux = (uint32_t)v.y;
-                ls[i] = 2 * (int)(aux >> 28) + 1;
-                const uint64_t gv = s_grid[((uint32_t)v.x >> (8 * G.q)) & 0xff];
-                const uint64_t sm = s_grid[256 + ((aux >> (7 * G.q)) & 127)];
-                const int mt = i >> 1, hl = i & 1;
-                A[mt][hl] = apply_signs((uint32_t)gv, (uint32_t)sm);
-                A[mt][2 + hl] = apply_signs((uint32_t)(gv >> 32), (uint32_t)(sm >> 32));
-            }
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                const int2 v = ld8(ab[nt] + 256 * b + 32 * ib);
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    int c[4] = {0, 0, 0, 0};
-                    mma_s8(c, A[mt], v.x, v.y);
-#pragma unroll
-                    for (int i = 0; i < 4; i++) bs[mt][nt][i] += c[i] * ls[2 * mt + (i >> 1)];
-                }
-            }
+        for (int ib = 0; ib < 8; ib += 2) {
+            load(f1, b, ib + 1);
+            compute(f0);
+            if (ib + 2 < 8)
+                load(f0, b, ib + 2);
+            else if (b + 1 < nbr)
+                load(f0, b + 1, 0);
+            compute(f1);
         }
-        float da[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) da[j] = __ldg((const float *)(ac[j] + a.cols) + b);
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll

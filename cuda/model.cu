@@ -652,50 +652,56 @@ __device__ __forceinline__ int64_t attn_nkeys(const AttnArgs &a, int t, int64_t 
 constexpr int AS_K = 32, AS_H = 16; // scores: keys × heads per CTA (256 threads, 2 keys each)
 constexpr int AO_PK = 256;          // output: probabilities staged per pass
 
-__global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int64_t maxk) {
+// hg: head groups of AS_H per CTA (the key tile is loaded once for all).
+__global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int64_t maxk, int hg) {
     extern __shared__ float s_at[];
+    __shared__ const float *s_kp[AS_K];
     const int t = blockIdx.y, tid = threadIdx.x;
     const int64_t p = a.pos0 + t;
     int64_t nwin;
     const int64_t nk = attn_nkeys(a, t, &nwin);
     const int64_t k0 = (int64_t)blockIdx.x * AS_K;
     if (k0 >= nk) return;
-    const int h0 = blockIdx.z * AS_H, nh = min(AS_H, a.H - h0);
     const int nkt = (int)min((int64_t)AS_K, nk - k0);
     const int ld = a.HD + 4, v4 = a.HD / 4;
     float *sq = s_at, *sk = s_at + AS_H * ld;
-    const float *qt = a.q + ((int64_t)t * a.H + h0) * a.HD;
-    for (int i = tid; i < nh * v4; i += blockDim.x)
-        *(float4 *)&sq[(i / v4) * ld + 4 * (i % v4)] = ((const float4 *)qt)[i];
-    __shared__ const float *s_kp[AS_K];
     if (tid < nkt) s_kp[tid] = attn_key(a, t, p, k0 + tid, nwin);
     __syncthreads();
     for (int i = tid; i < nkt * v4; i += blockDim.x) {
         const int k = i / v4, c = i % v4;
         *(float4 *)&sk[k * ld + 4 * c] = __ldg((const float4 *)s_kp[k] + c);
     }
-    __syncthreads();
-    // thread: head tid/16, keys tid%16 and tid%16 + 16 (two dots sharing the query loads)
+    // thread: head tid/16 of the group, keys tid%16 and tid%16 + 16 (two
+    // dots sharing the query loads)
     const int kk = tid % 16, hh = tid / 16;
-    if (hh >= nh || kk >= nkt) return;
-    const float *qa = sq + hh * ld, *ka = sk + kk * ld, *kb = sk + (kk + 16) * ld;
-    const bool two = kk + 16 < nkt;
-    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, b0 = 0.f, b1 = 0.f, b2 = 0.f, b3 = 0.f;
+    for (int g = 0; g < hg; g++) {
+        const int h0 = (blockIdx.z * hg + g) * AS_H;
+        if (h0 >= a.H) break;
+        const int nh = min(AS_H, a.H - h0);
+        if (g > 0) __syncthreads(); // the previous group's queries are consumed
+        const float *qt = a.q + ((int64_t)t * a.H + h0) * a.HD;
+        for (int i = tid; i < nh * v4; i += blockDim.x)
+            *(float4 *)&sq[(i / v4) * ld + 4 * (i % v4)] = __ldg((const float4 *)qt + i);
+        __syncthreads();
+        if (hh >= nh || kk >= nkt) continue;
+        const float *qa = sq + hh * ld, *ka = sk + kk * ld, *kb = sk + (kk + 16) * ld;
+        float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, b0 = 0.f, b1 = 0.f, b2 = 0.f, b3 = 0.f;
 #pragma unroll 4
-    for (int i = 0; i < a.HD; i += 4) {
-        const float4 x = *(const float4 *)(qa + i), y = *(const float4 *)(ka + i), z = *(const float4 *)(kb + i);
-        a0 = fadd(a0, fmul(x.x, y.x));
-        a1 = fadd(a1, fmul(x.y, y.y));
-        a2 = fadd(a2, fmul(x.z, y.z));
-        a3 = fadd(a3, fmul(x.w, y.w));
-        b0 = fadd(b0, fmul(x.x, z.x));
-        b1 = fadd(b1, fmul(x.y, z.y));
-        b2 = fadd(b2, fmul(x.z, z.z));
-        b3 = fadd(b3, fmul(x.w, z.w));
+        for (int i = 0; i < a.HD; i += 4) {
+            const float4 x = *(const float4 *)(qa + i), y = *(const float4 *)(ka + i), z = *(const float4 *)(kb + i);
+            a0 = fadd(a0, fmul(x.x, y.x));
+            a1 = fadd(a1, fmul(x.y, y.y));
+            a2 = fadd(a2, fmul(x.z, y.z));
+            a3 = fadd(a3, fmul(x.w, y.w));
+            b0 = fadd(b0, fmul(x.x, z.x));
+            b1 = fadd(b1, fmul(x.y, z.y));
+            b2 = fadd(b2, fmul(x.z, z.z));
+            b3 = fadd(b3, fmul(x.w, z.w));
+        }
+        float *o = sc + ((int64_t)t * a.H + h0 + hh) * maxk + k0;
+        o[kk] = fmul(fadd(fadd(a0, a1), fadd(a2, a3)), a.scale);
+        if (kk + 16 < nkt) o[kk + 16] = fmul(fadd(fadd(b0, b1), fadd(b2, b3)), a.scale);
     }
-    float *o = sc + ((int64_t)t * a.H + h0 + hh) * maxk + k0;
-    o[kk] = fmul(fadd(fadd(a0, a1), fadd(a2, a3)), a.scale);
-    if (two) o[kk + 16] = fmul(fadd(fadd(b0, b1), fadd(b2, b3)), a.scale);
 }
 
 __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int64_t maxk) {
@@ -1032,7 +1038,9 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         DS4C_CHECK(cudaFuncSetAttribute(k_attn_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         set = smem;
     }
-    k_attn_scores<<<dim3(nblk(max_keys, AS_K), (unsigned)n, nblk(H, AS_H)), 256, smem, st>>>(a, d_work, max_keys);
+    const int hg = n >= 8 ? (int)nblk(H, AS_H) : 1; // chunks: every head group in one CTA
+    k_attn_scores<<<dim3(nblk(max_keys, AS_K), (unsigned)n, nblk(H, AS_H * hg)), 256, smem, st>>>(a, d_work, max_keys,
+                                                                                                   hg);
     DS4C_CHECK_LAUNCH("attention scores");
     k_attn_softmax<<<(unsigned)(n * H), 32, 0, st>>>(a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention softmax");

@@ -22,8 +22,8 @@ tot = collections.defaultdict(float); cnt = collections.Counter()
 scale = 1.0  # to µs
 for r in rd:
     u = r.get("gpu__time_duration.sum", "")
-    if u in ("nsecond", "usecond", "msecond", "second"):
-        scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}[u]
+    if u in ("nsecond", "ns", "usecond", "us", "msecond", "ms", "second", "s"):
+        scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}[u]
         continue
     name = r.get("Kernel Name", "")
     v = r.get("gpu__time_duration.sum", "")
