@@ -135,3 +135,10 @@ type Inspector interface {
 type Fingerprinter interface {
 	WeightsFingerprint() []byte
 }
+
+// ChunkSizer is implemented by backends whose prefill wants another chunk
+// size than DefaultChunkSize (Options.ChunkSize ≤ 0 takes it).
+type ChunkSizer interface {
+	// PreferredChunk is the prefill chunk size, in tokens.
+	PreferredChunk() int
+}

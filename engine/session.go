@@ -30,8 +30,9 @@ const (
 // Options configures a Session. The zero value is usable.
 type Options struct {
 	// ChunkSize is the number of tokens a prefill processes per pass through
-	// the layers (DefaultChunkSize when ≤ 0). Larger chunks amortise weight
-	// reads over more tokens and need more activation memory.
+	// the layers (when ≤ 0: the backend's ChunkSizer preference, else
+	// DefaultChunkSize). Larger chunks amortise weight reads over more tokens
+	// and need more activation memory.
 	ChunkSize int
 	// MaxContext bounds the session's positions (the model's ContextLen when
 	// ≤ 0).
@@ -107,6 +108,9 @@ func NewSession(be Backend, opts Options) (*Session, error) {
 	cfg := be.Config()
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = DefaultChunkSize
+		if cs, ok := be.(ChunkSizer); ok && cs.PreferredChunk() > 0 {
+			opts.ChunkSize = cs.PreferredChunk()
+		}
 	}
 	if opts.MaxContext <= 0 {
 		opts.MaxContext = cfg.ContextLen
