@@ -42,10 +42,10 @@ func TestDecodeSpeed(t *testing.T) {
 		{"exact, graph per token", Options{GraphLayers: 1 << 20}},
 		{"exact, graph per layer", Options{GraphLayers: 1}},
 		{"exact, graph per 2 layers", Options{GraphLayers: 2}},
-		{"exact, no graph", Options{}},
+		{"exact, no graph", Options{GraphLayers: -1}},
 		{"fast, graph per token", Options{Fast: true, GraphLayers: 1 << 20}},
 		{"fast, graph per layer", Options{Fast: true, GraphLayers: 1}},
-		{"fast, no graph", Options{Fast: true}},
+		{"fast, no graph", Options{Fast: true, GraphLayers: -1}},
 	} {
 		if f := os.Getenv("DS4_CUDA_BENCH_MODE"); f != "" && !strings.Contains(m.mode, f) {
 			continue

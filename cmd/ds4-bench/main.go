@@ -48,7 +48,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	plotCSV := fs.String("plot-csv", "", "only plot this CSV (written by ds4-bench) to --plot")
 	threads := fs.Int("threads", 0, "CPU backend threads (all cores when 0)")
 	fast := fs.Bool("fast", false, "CUDA backend: fast (parallel-sum) mode")
-	graphLayers := fs.Int("graph-layers", 0, "CUDA backend: decode through CUDA graphs of N layers each (0: plain launches)")
+	graphLayers := fs.Int("graph-layers", 0, "CUDA backend: decode through CUDA graphs of N layers each (0: the default, 1; -1: plain launches)")
 	limit := fs.Duration("time-limit", 0, "stop this long after the start (loading included), keeping the frontiers completed (0: none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
