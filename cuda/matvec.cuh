@@ -658,8 +658,11 @@ __device__ __forceinline__ void fx_unpack(int4 v, float *out) { // 16 bytes → 
     }
 }
 
-template <int FT, int NT> // FT: 0 F32, 1 F16, 2 BF16
+// TILE: columns per stage (single tokens take 2048: the few CTAs walking
+// hc_fn's long rows wait on fewer, larger stages).
+template <int FT, int NT, int TILE> // FT: 0 F32, 1 F16, 2 BF16
 __global__ void __launch_bounds__(256) k_matvec_fexact(MVArgs a) {
+    constexpr int FX_TILE = TILE, FX_PAD = TILE + 4;
     constexpr int EPV = FT == 0 ? 4 : 8;             // elements per 16-byte load
     constexpr int WV = FX_ROWS * FX_TILE / EPV / 256; // weight loads per thread per tile
     constexpr int XV = (NT * FX_TILE / 4 + 255) / 256; // input float4 loads per thread per tile
@@ -940,15 +943,16 @@ int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
 
 template <int FT, int NT>
 int launch_fexact_nt(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
-    const size_t smem = (size_t)(2 * FX_ROWS + 2 * NT) * FX_PAD * sizeof(float);
+    constexpr int TILE = NT == 1 ? 2048 : FX_TILE;
+    const size_t smem = (size_t)(2 * FX_ROWS + 2 * NT) * (TILE + 4) * sizeof(float);
     static bool set = false;
     if (!set) {
-        cudaError_t e = cudaFuncSetAttribute(k_matvec_fexact<FT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(k_matvec_fexact<FT, NT, TILE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return ds4c_cuda_err(e, "matvec (float, exact) shared memory");
         set = true;
     }
     dim3 g((unsigned)((a.rows + FX_ROWS - 1) / FX_ROWS), (unsigned)n_sel, (unsigned)pieces);
-    k_matvec_fexact<FT, NT><<<g, 256, smem, st>>>(a);
+    k_matvec_fexact<FT, NT, TILE><<<g, 256, smem, st>>>(a);
     return 0;
 }
 

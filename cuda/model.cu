@@ -95,6 +95,7 @@ __global__ void k_rmsnorm_ref(const float *x, int64_t x_stride, const float *w, 
 __global__ void k_scale_by_rms(const float *x, int64_t n, float *y, int m, float eps) {
     const float *xr = x + blockIdx.x * n;
     double ss = 0;
+#pragma unroll 8
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
     ss = block_sum_d(ss);
     const float r = rms_from_sumsq(ss, n, eps);
@@ -186,6 +187,7 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     const float *ht = h + (int64_t)t * hc * D;
     float *xt = x + (int64_t)t * D;
     double ss = 0;
+#pragma unroll 4
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
         float s = 0.f;
         for (int j = 0; j < hc; j++) s = fadd(s, fmul(s_pre[j], ht[j * D + d]));
@@ -880,7 +882,7 @@ int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float
 int ds4c_scale_by_rms(const float *d_x, int64_t n, float *d_y, int m, int rows, float eps, void *stream) {
     DS4C_READY();
     if (rows <= 0) return 0;
-    k_scale_by_rms<<<rows, 256, 0, as_stream(stream)>>>(d_x, n, d_y, m, eps);
+    k_scale_by_rms<<<rows, 1024, 0, as_stream(stream)>>>(d_x, n, d_y, m, eps); // many loads in flight: one CTA per token
     DS4C_CHECK_LAUNCH("scale_by_rms");
     return 0;
 }
@@ -891,7 +893,7 @@ int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const
     DS4C_READY();
     if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_pre: %d streams (at most 16)", hc);
     if (n <= 0) return 0;
-    k_hc_pre<<<n, 256, 0, as_stream(stream)>>>(mode, d_mix, M, d_scale, d_base, hc, iters, hc_eps, d_h, D, d_normw,
+    k_hc_pre<<<n, 512, 0, as_stream(stream)>>>(mode, d_mix, M, d_scale, d_base, hc, iters, hc_eps, d_h, D, d_normw,
                                                 norm_eps, d_x, d_post, d_comb);
     DS4C_CHECK_LAUNCH("hc_pre");
     return 0;

@@ -54,6 +54,13 @@ func TestDecodeSpeed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// DS4_CUDA_TC_MIN_SEL=N: grouped tensor-core products from N selections
+		if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_TC_MIN_SEL")); err == nil {
+			if err := be.dev.SetOption(OptTCMinSel, v); err != nil {
+				t.Fatal(err)
+			}
+			defer be.dev.SetOption(OptTCMinSel, 32)
+		}
 		mode := m.mode
 		// prefill
 		toks := testTokens(1024, c.Vocab)
