@@ -633,7 +633,7 @@ __global__ void __launch_bounds__(256, 2) k_matvec(MVArgs a) {
 // CTA streams tiles of FX_ROWS rows × FX_TILE columns (and the tokens'
 // inputs) through shared memory with coalesced 16-byte loads, the next tile's
 // loads in flight while the chains consume the current one.
-constexpr int FX_ROWS = 8, FX_TILE = 512, FX_PAD = FX_TILE + 4; // padded rows: conflict-free
+constexpr int FX_ROWS = 8, FX_TILE = 512, FX_PAD = FX_TILE + 4; // padded rows: conflict-free; FX_TILE % 64 == 0
 
 template <int FT>
 __device__ __forceinline__ void fx_unpack(int4 v, float *out) { // 16 bytes → 8 (F16/BF16) or 4 (F32) floats
@@ -731,7 +731,35 @@ __global__ void __launch_bounds__(256) k_matvec_fexact(MVArgs a) {
             const float *w = s_w + (cur * FX_ROWS + r) * FX_PAD;
             const float *x = s_x + (cur * NT + t) * FX_PAD;
             const int len = min(FX_TILE, a.cols - k * FX_TILE);
-            for (int i = j; i < len; i += 4) s = __fadd_rn(s, __fmul_rn(w[i], x[i]));
+            if (len == FX_TILE) {
+                // software-pipelined: the next 16 steps' shared-memory loads
+                // are in flight while this group's products join the chain
+                constexpr int G = 16;
+                float wa[G], xa[G];
+#pragma unroll
+                for (int u = 0; u < G; u++) {
+                    wa[u] = w[j + 4 * u];
+                    xa[u] = x[j + 4 * u];
+                }
+                for (int i = j; i < FX_TILE; i += 4 * G) {
+                    float wb[G], xb[G];
+                    const int nx = i + 4 * G < FX_TILE ? i + 4 * G : j; // the last group reloads the first (unused)
+#pragma unroll
+                    for (int u = 0; u < G; u++) {
+                        wb[u] = w[nx + 4 * u];
+                        xb[u] = x[nx + 4 * u];
+                    }
+#pragma unroll
+                    for (int u = 0; u < G; u++) s = __fadd_rn(s, __fmul_rn(wa[u], xa[u]));
+#pragma unroll
+                    for (int u = 0; u < G; u++) {
+                        wa[u] = wb[u];
+                        xa[u] = xb[u];
+                    }
+                }
+            } else {
+                for (int i = j; i < len; i += 4) s = __fadd_rn(s, __fmul_rn(w[i], x[i]));
+            }
         }
         if (k + 1 < ntiles) store(cur ^ 1);
         __syncthreads();
