@@ -103,28 +103,17 @@ __global__ void k_scale_by_rms(const float *x, int64_t n, float *y, int m, float
 }
 
 // ------------------------------------------------------------ hyper-connections
-// The Sinkhorn split of one token's mixing logits m into pre (s_pre), post
-// and comb (s_comb, then stored), one thread per value (pre/post: hc
-// threads; comb: hc² threads). Every value goes through exactly the
+// The Sinkhorn normalisation of one token's comb logits (s_comb, then
+// stored), one thread per value (hc² threads). Every value goes through exactly the
 // reference's operations in its order: a row or column sum is computed by
 // each thread of that row/column, sequentially in index order, from shared
-// memory, so the result is bit-identical to the serial loop. WARP: hc² ≤ 32
-// and only warp 0 runs it (warp barriers instead of block barriers).
-template <bool WARP>
+// memory, so the result is bit-identical to the serial loop. All threads of
+// the block run it (hc² ≤ blockDim).
 __device__ void hc_split(const float *m, const float *scale, const float *base, int hc, int iters, float hc_eps,
-                         float *s_pre, float *s_comb, float *post_out, float *comb_out) {
+                         float *s_comb, float *comb_out) {
     const int tid = threadIdx.x, nn = hc * hc;
     const int j = tid / hc, k = tid - (tid / hc) * hc;
-    auto sync = [] {
-        if (WARP)
-            __syncwarp();
-        else
-            __syncthreads();
-    };
-    if (tid < hc) {
-        s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], scale[0]), base[tid])), hc_eps);
-        post_out[tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + tid], scale[1]), base[hc + tid])));
-    }
+    auto sync = [] { __syncthreads(); };
     if (tid < nn) s_comb[tid] = fadd(fmul(m[2 * hc + tid], scale[2]), base[2 * hc + tid]);
     sync();
     float v = 0.f;
@@ -162,6 +151,35 @@ __device__ void hc_split(const float *m, const float *scale, const float *base, 
     if (tid < nn) comb_out[tid] = s_comb[tid];
 }
 
+// The same split for hc² ≤ 32 in warp 0's registers: lane j·hc+k holds
+// comb[j][k]; a row or column sum gathers its values by shuffles in index
+// order and adds them as the serial loop does (no shared memory, no
+// barriers: the latency-bound critical path of hc_pre in decode).
+__device__ void hc_split_warp(const float *m, const float *scale, const float *base, int hc, int iters, float hc_eps,
+                              float *comb_out) {
+    const int lane = threadIdx.x & 31, nn = hc * hc;
+    const bool on = lane < nn;
+    const int j = on ? lane / hc : 0, k = on ? lane - (lane / hc) * hc : 0;
+    float v = on ? fadd(fmul(m[2 * hc + lane], scale[2]), base[2 * hc + lane]) : 0.f;
+    float mx = 0.f; // row softmax: max, exp, sum, then + eps
+    for (int q = 0; q < hc; q++) {
+        const float r = __shfl_sync(FULL_MASK, v, j * hc + q);
+        if (q == 0 || r > mx) mx = r;
+    }
+    v = on ? exp_ref(fsub(v, mx)) : 0.f;
+    float sum = 0.f;
+    for (int q = 0; q < hc; q++) sum = fadd(sum, __shfl_sync(FULL_MASK, v, j * hc + q));
+    v = on ? fadd(__fdiv_rn(v, sum), hc_eps) : 0.f;
+    // iterations: rows (except the first), then columns, each divided by its sum + eps
+    for (int step = 1; step < 2 * iters; step++) {
+        const bool rows = (step & 1) == 0;
+        float s2 = 0.f;
+        for (int q = 0; q < hc; q++) s2 = fadd(s2, __shfl_sync(FULL_MASK, v, rows ? j * hc + q : q * hc + k));
+        v = on ? __fdiv_rn(v, fadd(s2, hc_eps)) : 0.f;
+    }
+    if (on) comb_out[lane] = v;
+}
+
 // One token per CTA. mode 0 (hc_pre): Sinkhorn split of the mixing logits
 // into pre, post and comb (post/comb stored for hc_post); mode 1 (head):
 // pre_j = sigmoid(m_j·scale + base_j) + eps only. Then x = Σ_j pre_j·h_j
@@ -173,22 +191,28 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     const int t = blockIdx.x;
     const int tid = threadIdx.x, nn = hc * hc;
     const float *m = mix + (int64_t)t * M;
-    if (mode == 1) {
-        if (tid < hc) s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], scale[0]), base[tid])), hc_eps);
-    } else if (nn <= 32) {
-        if (tid < 32)
-            hc_split<true>(m, scale, base, hc, iters, hc_eps, s_pre, s_comb, post_out + (int64_t)t * hc,
-                           comb_out + (int64_t)t * nn);
-    } else {
-        hc_split<false>(m, scale, base, hc, iters, hc_eps, s_pre, s_comb, post_out + (int64_t)t * hc,
-                        comb_out + (int64_t)t * nn);
+    // pre (and post) first: x needs only pre, so with a one-warp split the
+    // other warps form x while warp 0 runs the Sinkhorn iterations
+    if (tid < hc) {
+        s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], scale[0]), base[tid])), hc_eps);
+        if (mode == 0)
+            post_out[(int64_t)t * hc + tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + tid], scale[1]), base[hc + tid])));
     }
     __syncthreads();
+    const bool warp_split = mode == 0 && nn <= 32 && blockDim.x > 32;
+    if (mode == 0) {
+        if (warp_split) {
+            if (tid < 32) hc_split_warp(m, scale, base, hc, iters, hc_eps, comb_out + (int64_t)t * nn);
+        } else {
+            hc_split(m, scale, base, hc, iters, hc_eps, s_comb, comb_out + (int64_t)t * nn);
+        }
+    }
     const float *ht = h + (int64_t)t * hc * D;
     float *xt = x + (int64_t)t * D;
     double ss = 0;
+    const int x0 = warp_split ? 32 : 0; // warp 0 is busy with the split
 #pragma unroll 4
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    for (int64_t d = (int64_t)threadIdx.x - x0; d >= 0 && d < D; d += (int64_t)blockDim.x - x0) {
         float s = 0.f;
         for (int j = 0; j < hc; j++) s = fadd(s, fmul(s_pre[j], ht[j * D + d]));
         xt[d] = s;
