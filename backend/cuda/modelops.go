@@ -41,7 +41,9 @@ func (d *Device) Group(s Stream, ids Ptr, nsel, nmat int, scratch Ptr) error {
 // MatMulGrouped computes y[i·ySel + r] = W_ids[i][r]·act(i), act(i) at act +
 // (i/actDiv)·actSel bytes, for i < nsel, from the tile table that Group
 // built for the same ids into scratch: each matrix is read once per 32 of
-// its selections (tensor cores). Results are those of MatMulEx in exact mode.
+// its selections (tensor cores; results bit-identical to quant.Dot in
+// either mode). Below OptTCMinSel selections, or for a type without a
+// tensor-core product, it runs MatMulEx in the given mode instead.
 func (d *Device) MatMulGrouped(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, scratch Ptr, exact bool) error {
 	flags := int32(0)
 	if exact {
