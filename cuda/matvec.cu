@@ -295,7 +295,9 @@ int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_
     a.sel_mat = d_ids == nullptr && n_sel > 1;
     cudaStream_t st = as_stream(stream);
     const bool exact = (flags & DS4C_MM_EXACT) != 0;
-    if (n_tok >= ds4c_opt_tc_min_tok() && tc_supported(type, cols)) return tc_dense(type, a, n_sel, n_tok, st);
+    // (the tensor-core kernels copy activation rows in 16-byte pieces)
+    const bool aligned = (((uintptr_t)d_act | (uint64_t)act_tok | (uint64_t)act_sel) & 15) == 0;
+    if (n_tok >= ds4c_opt_tc_min_tok() && aligned && tc_supported(type, cols)) return tc_dense(type, a, n_sel, n_tok, st);
     switch (type) {
     case DS4C_Q8_0: return launch_q8_0(a, n_sel, n_tok, exact, st);
     case DS4C_Q2_K: return launch_q2_k(a, n_sel, n_tok, exact, st);

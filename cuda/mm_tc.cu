@@ -134,8 +134,27 @@ __device__ __forceinline__ void tc_store(const MVArgs &a, const Slots &s, const 
 }
 
 // ---------------------------------------------------------------- Q8_0
+// Stages of 8 blocks (256 values) of the CTA's 128 weight rows, 32
+// activation rows and their scales go to shared memory with 16-byte
+// cp.async copies (double buffered), so each global byte is fetched once per
+// CTA in whole sectors; the warps then read their fragments with 8-byte
+// shared loads (rows padded to 288 bytes: conflict-free per half-warp).
+constexpr int Q8S_LD = 288;                                   // bytes per staged row
+constexpr int Q8S_A = TC_ROWS * Q8S_LD, Q8S_B = TC_BN * Q8S_LD; // weight, activation bytes
+constexpr int Q8S_DW = TC_ROWS * 16, Q8S_DA = TC_BN * 32;     // 8 f16 / 8 f32 scales per row
+constexpr int Q8S_STAGE = Q8S_A + Q8S_B + Q8S_DW + Q8S_DA;
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
 __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
     __shared__ Slots s;
+    extern __shared__ __align__(16) uint8_t s_q8[]; // [2][Q8S_STAGE]
     int64_t mat;
     const int cnt = tc_slots(p, s, &mat);
     const MVArgs &a = p.a;
@@ -144,24 +163,37 @@ __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
     if (!mat_ok) mat = 0;
     Geo G;
     tc_geo(G, a, mat);
-    if (G.rb >= a.rows) return;
+    const int tid = threadIdx.x, warp = tid >> 5;
+    const int row0 = blockIdx.y * TC_ROWS;
+    const int nb = a.cols / 32, nst = a.cols / 256;
     const int8_t *wq = (const int8_t *)a.w;
     const __half *wd = (const __half *)(a.w + a.R * a.cols);
-    const int nb = a.cols / 32;
-    const int8_t *wr[4];
-    const __half *dr[4];
+    // this thread's copies: weight rows tid/16 + 8k (k < 16) at chunk tid%16;
+    // activation rows tid/16 + 8k (k < 4); the scales of row tid and slot tid/4
+    const int cr = tid >> 4, cc = tid & 15;
+    auto issue = [&](int st, int buf) {
+        uint8_t *sa = s_q8 + buf * Q8S_STAGE, *sb = sa + Q8S_A, *sdw = sb + Q8S_B, *sda = sdw + Q8S_DW;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        wr[i] = wq + G.gr[i] * a.cols + 8 * G.q;
-        dr[i] = wd + G.gr[i] * nb;
-    }
-    const uint8_t *ab[4], *ac[8];
+        for (int k = 0; k < 16; k++) {
+            const int r = cr + 8 * k;
+            const int64_t gr = mat * a.rows + min(row0 + r, a.rows - 1);
+            cp_async16(sa + r * Q8S_LD + 16 * cc, wq + gr * a.cols + 256 * st + 16 * cc);
+        }
 #pragma unroll
-    for (int nt = 0; nt < 4; nt++) {
-        ab[nt] = a.act + s.act[8 * nt + G.g] + 8 * G.q;
-        ac[2 * nt] = a.act + s.act[8 * nt + 2 * G.q];
-        ac[2 * nt + 1] = a.act + s.act[8 * nt + 2 * G.q + 1];
-    }
+        for (int k = 0; k < 4; k++) {
+            const int j = cr + 8 * k;
+            cp_async16(sb + j * Q8S_LD + 16 * cc, a.act + s.act[j] + 256 * st + 16 * cc);
+        }
+        {
+            const int64_t gr = mat * a.rows + min(row0 + tid, a.rows - 1);
+            cp_async16(sdw + tid * 16, wd + gr * nb + 8 * st);
+        }
+        if (tid < 2 * TC_BN) {
+            const int j = tid >> 1, h = tid & 1;
+            cp_async16(sda + j * 32 + 16 * h, a.act + s.act[j] + a.cols + 32 * st + 16 * h);
+        }
+        cp_async_commit();
+    };
     float acc[2][4][4];
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
@@ -169,49 +201,55 @@ __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
         for (int nt = 0; nt < 4; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
-    // one block's operands; the next block's are loaded before this one's
-    // products run (register double buffering hides the load latency)
-    struct Frag {
-        int2 lo[2], hi[2], x[4];
-        float dw[4], da[8];
-    };
-    auto load = [&](Frag &f, int b) {
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-            f.lo[mt] = ld8(wr[2 * mt] + 32 * b);
-            f.hi[mt] = ld8(wr[2 * mt + 1] + 32 * b);
+    issue(0, 0);
+    for (int st = 0; st < nst; st++) {
+        const int buf = st & 1;
+        if (st + 1 < nst) {
+            issue(st + 1, buf ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
+        __syncthreads();
+        const uint8_t *sa = s_q8 + buf * Q8S_STAGE, *sb = sa + Q8S_A;
+        const __half *sdw = (const __half *)(sb + Q8S_B);
+        const float *sda = (const float *)(sb + Q8S_B + Q8S_DW);
+#pragma unroll 2
+        for (int bb = 0; bb < 8; bb++) {
+            int A[2][4];
+            float dw[4];
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) f.x[nt] = ld8(ab[nt] + 32 * b);
-#pragma unroll
-        for (int i = 0; i < 4; i++) f.dw[i] = __half2float(dr[i][b]);
-#pragma unroll
-        for (int j = 0; j < 8; j++) f.da[j] = __ldg((const float *)(ac[j] + a.cols) + b);
-    };
-    auto compute = [&](const Frag &f) {
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-            const int A[4] = {f.lo[mt].x, f.hi[mt].x, f.lo[mt].y, f.hi[mt].y};
+            for (int mt = 0; mt < 2; mt++) {
+                const int rl = warp * 32 + mt * 16 + G.g;
+                const int2 lo = *(const int2 *)(sa + rl * Q8S_LD + 32 * bb + 8 * G.q);
+                const int2 hi = *(const int2 *)(sa + (rl + 8) * Q8S_LD + 32 * bb + 8 * G.q);
+                A[mt][0] = lo.x;
+                A[mt][1] = hi.x;
+                A[mt][2] = lo.y;
+                A[mt][3] = hi.y;
+                dw[2 * mt] = __half2float(sdw[rl * 8 + bb]);
+                dw[2 * mt + 1] = __half2float(sdw[(rl + 8) * 8 + bb]);
+            }
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
-                int c[4] = {0, 0, 0, 0};
-                mma_s8(c, A, f.x[nt].x, f.x[nt].y);
+                const int2 x = *(const int2 *)(sb + (8 * nt + G.g) * Q8S_LD + 32 * bb + 8 * G.q);
+                const float da0 = sda[(8 * nt + 2 * G.q) * 8 + bb], da1 = sda[(8 * nt + 2 * G.q + 1) * 8 + bb];
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const float sc = __fmul_rn(f.dw[2 * mt + (i >> 1)], f.da[2 * nt + (i & 1)]);
-                    acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], __fmul_rn((float)c[i], sc));
+                for (int mt = 0; mt < 2; mt++) {
+                    int c[4] = {0, 0, 0, 0};
+                    mma_s8(c, A[mt], x.x, x.y);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const float sc = __fmul_rn(dw[2 * mt + (i >> 1)], (i & 1) ? da1 : da0);
+                        acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], __fmul_rn((float)c[i], sc));
+                    }
                 }
             }
         }
-    };
-    Frag f0, f1;
-    load(f0, 0);
-    for (int b = 0; b < nb; b += 2) {
-        if (b + 1 < nb) load(f1, b + 1);
-        compute(f0);
-        if (b + 2 < nb) load(f0, b + 2);
-        if (b + 1 < nb) compute(f1);
+        __syncthreads(); // the buffer is refilled by the next iteration's issue
     }
+    (void)nb;
+    if (G.rb >= a.rows) return;
     tc_store(a, s, G, cnt, acc, mat_ok, 1.0f);
 }
 
@@ -469,7 +507,15 @@ __global__ void __launch_bounds__(1024) k_group(const int32_t *ids, int n_sel, i
 
 int tc_launch(int type, const TCArgs &p, dim3 grid, cudaStream_t st) {
     switch (type) {
-    case DS4C_Q8_0: k_tc_q8_0<<<grid, 128, 0, st>>>(p); break;
+    case DS4C_Q8_0: {
+        static bool set = false;
+        if (!set) {
+            DS4C_CHECK(cudaFuncSetAttribute(k_tc_q8_0, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * Q8S_STAGE));
+            set = true;
+        }
+        k_tc_q8_0<<<grid, 128, 2 * Q8S_STAGE, st>>>(p);
+        break;
+    }
     case DS4C_Q2_K: k_tc_q2_k<<<grid, 128, 0, st>>>(p); break;
     case DS4C_IQ2_XXS: k_tc_iq2_xxs<<<grid, 128, 0, st>>>(p); break;
     default: return ds4c_err(DS4C_ETYPE, "no tensor-core product for type %d", type);
@@ -525,7 +571,8 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
                         const void *d_scratch, int flags, void *stream) {
     DS4C_READY();
     if (n_sel <= 0) return 0;
-    if (!tc_supported(type, cols) || n_sel < ds4c_opt_tc_min_sel())
+    const bool aligned = (((uintptr_t)d_act | (uint64_t)act_sel) & 15) == 0; // 16-byte activation copies
+    if (!tc_supported(type, cols) || n_sel < ds4c_opt_tc_min_sel() || !aligned)
         return ds4c_matmul_ex(type, d_w, rows, cols, n_mat, d_ids, n_sel, d_act, 0, act_sel, act_div, 1, d_y, 0,
                               y_sel, flags, stream);
     if (rows <= 0 || rows > 0x7fffffff || cols <= 0 || cols > 0x7fffffff || n_mat <= 0 || act_div <= 0)
