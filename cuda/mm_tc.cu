@@ -26,7 +26,9 @@
 // map to (selection, token) pairs: dense, blockIdx.x picks 32 tokens and
 // blockIdx.z the selection; grouped, blockIdx.x indexes a tile table
 // (matrix, first pair, count) that k_group builds on the device from the
-// selections' matrix ids, so no host round trip is needed.
+// selections' matrix ids, so no host round trip is needed. Q8_0 stages its
+// operands in shared memory (k_tc_q8_0); Q2_K and IQ2_XXS load their
+// fragments from global memory, one block (or sub-block) ahead.
 #include "matvec.cuh"
 
 namespace ds4mv {
@@ -248,7 +250,6 @@ __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
         }
         __syncthreads(); // the buffer is refilled by the next iteration's issue
     }
-    (void)nb;
     if (G.rb >= a.rows) return;
     tc_store(a, s, G, cnt, acc, mat_ok, 1.0f);
 }

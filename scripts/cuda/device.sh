@@ -8,7 +8,8 @@
 # Modes (first argument): all (default: build, tests, benchmark),
 # test (build + tests), bench (build + benchmark), sanitize (build +
 # compute-sanitizer memcheck on the short tests; a second argument replaces
-# the -test.run pattern).
+# the -test.run pattern), build (the library only, for a command that runs
+# its own selection of tests next).
 # Everything it writes lands in $OUT (or ./dev-out/device when OUT is unset):
 # ptxas.txt (registers/spills), test-*.log, bench.csv, bench.log, env.txt.
 set -uo pipefail
