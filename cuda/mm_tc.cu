@@ -101,7 +101,12 @@ struct Geo {
     bool rok[4];    // row inside the matrix
 };
 
-__device__ __forceinline__ void tc_geo(Geo &G, const MVArgs &a, int64_t mat) {
+// tc_geo fills G for the CTA's matrix mat and returns whether mat is one
+// of the tensor's (if not, mat becomes 0 so that loads stay inside the
+// tensor, and the outputs are NaN).
+__device__ __forceinline__ bool tc_geo(Geo &G, const MVArgs &a, int64_t &mat) {
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    if (!mat_ok) mat = 0;
     const int lane = threadIdx.x & 31;
     G.g = lane >> 2;
     G.q = lane & 3;
@@ -112,6 +117,29 @@ __device__ __forceinline__ void tc_geo(Geo &G, const MVArgs &a, int64_t mat) {
         G.rok[i] = r < a.rows;
         G.gr[i] = mat * a.rows + min(r, a.rows - 1);
     }
+    return mat_ok;
+}
+
+// tc_act_rows points ab[nt] at this thread's 8 bytes of the B fragment of
+// n-tile nt (slot 8nt + g) and ac[2nt + j] at the activation rows of its
+// output slots 8nt + 2q + j (whose scales the block terms need).
+__device__ __forceinline__ void tc_act_rows(const MVArgs &a, const Slots &s, const Geo &G, const uint8_t *(&ab)[4],
+                                            const uint8_t *(&ac)[8]) {
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+        ab[nt] = a.act + s.act[8 * nt + G.g] + 8 * G.q;
+        ac[2 * nt] = a.act + s.act[8 * nt + 2 * G.q];
+        ac[2 * nt + 1] = a.act + s.act[8 * nt + 2 * G.q + 1];
+    }
+}
+
+__device__ __forceinline__ void tc_zero(float (&acc)[2][4][4]) {
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
 }
 
 // Store the accumulators: acc[mt][nt][i] is row rb + 16mt + g + 8(i>>1),
@@ -161,10 +189,8 @@ __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
     const int cnt = tc_slots(p, s, &mat);
     const MVArgs &a = p.a;
     if (cnt <= 0) return;
-    const bool mat_ok = mat >= 0 && mat < a.n_mat;
-    if (!mat_ok) mat = 0;
     Geo G;
-    tc_geo(G, a, mat);
+    const bool mat_ok = tc_geo(G, a, mat);
     const int tid = threadIdx.x, warp = tid >> 5;
     const int row0 = blockIdx.y * TC_ROWS;
     const int nb = a.cols / 32, nst = a.cols / 256;
@@ -197,12 +223,7 @@ __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
         cp_async_commit();
     };
     float acc[2][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+    tc_zero(acc);
     issue(0, 0);
     for (int st = 0; st < nst; st++) {
         const int buf = st & 1;
@@ -261,29 +282,17 @@ __global__ void __launch_bounds__(128) k_tc_q2_k(TCArgs p) {
     const int cnt = tc_slots(p, s, &mat);
     const MVArgs &a = p.a;
     if (cnt <= 0) return;
-    const bool mat_ok = mat >= 0 && mat < a.n_mat;
-    if (!mat_ok) mat = 0;
     Geo G;
-    tc_geo(G, a, mat);
+    const bool mat_ok = tc_geo(G, a, mat);
     if (G.rb >= a.rows) return;
     const int nbr = a.cols / 256;          // blocks per row
     const int64_t NB = a.R * nbr;          // blocks of the tensor
     const uint8_t *qs = a.w, *scb = a.w + NB * 64;
     const __half2 *dmb = (const __half2 *)(a.w + NB * 80);
     const uint8_t *ab[4], *ac[8];
-#pragma unroll
-    for (int nt = 0; nt < 4; nt++) {
-        ab[nt] = a.act + s.act[8 * nt + G.g] + 8 * G.q;
-        ac[2 * nt] = a.act + s.act[8 * nt + 2 * G.q];
-        ac[2 * nt + 1] = a.act + s.act[8 * nt + 2 * G.q + 1];
-    }
+    tc_act_rows(a, s, G, ab, ac);
     float acc[2][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+    tc_zero(acc);
     for (int b = 0; b < nbr; b++) {
         int2 q[4][2];  // per row, per half: bytes 8q..8q+7 of the half's 32
         int4 sc[4];    // per row: the 16 scale bytes
@@ -361,29 +370,17 @@ __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
     const int cnt = tc_slots(p, s, &mat); // synchronises (after the tables too)
     const MVArgs &a = p.a;
     if (cnt <= 0) return;
-    const bool mat_ok = mat >= 0 && mat < a.n_mat;
-    if (!mat_ok) mat = 0;
     Geo G;
-    tc_geo(G, a, mat);
+    const bool mat_ok = tc_geo(G, a, mat);
     if (G.rb >= a.rows) return;
     const int nbr = a.cols / 256;
     const int64_t NB = a.R * nbr;
     const uint8_t *qs = a.w;
     const __half *db = (const __half *)(a.w + NB * 64);
     const uint8_t *ab[4], *ac[8];
-#pragma unroll
-    for (int nt = 0; nt < 4; nt++) {
-        ab[nt] = a.act + s.act[8 * nt + G.g] + 8 * G.q;
-        ac[2 * nt] = a.act + s.act[8 * nt + 2 * G.q];
-        ac[2 * nt + 1] = a.act + s.act[8 * nt + 2 * G.q + 1];
-    }
+    tc_act_rows(a, s, G, ab, ac);
     float acc[2][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+    tc_zero(acc);
     // one 32-value sub-block's weight words and activations; the next
     // sub-block's are loaded before this one's products run
     struct Sub {
