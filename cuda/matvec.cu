@@ -277,22 +277,8 @@ int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_
     if (act_div <= 0) return ds4c_err(DS4C_EINVAL, "act_div %d", act_div);
     if (act_tok == 0) act_tok = (int64_t)ds4c_act_bytes(ds4c_act_type(type), cols);
     if (y_tok == 0) y_tok = rows;
-    MVArgs a;
-    a.w = (const uint8_t *)d_w;
-    a.R = rows * n_mat;
-    a.rows = (int)rows;
-    a.cols = (int)cols;
-    a.n_mat = n_mat;
-    a.ids = d_ids;
-    a.act = (const uint8_t *)d_act;
-    a.act_tok = act_tok;
-    a.act_sel = act_sel;
-    a.y = d_y;
-    a.y_tok = y_tok;
-    a.y_sel = y_sel;
-    a.wl = ds4c_opt_wload();
-    a.act_div = act_div;
-    a.sel_mat = d_ids == nullptr && n_sel > 1;
+    const MVArgs a = mv_args(d_w, rows, cols, n_mat, d_ids, d_ids == nullptr && n_sel > 1, d_act, act_tok, act_sel,
+                             act_div, d_y, y_tok, y_sel);
     cudaStream_t st = as_stream(stream);
     const bool exact = (flags & DS4C_MM_EXACT) != 0;
     // (the tensor-core kernels copy activation rows in 16-byte pieces)

@@ -49,6 +49,30 @@ struct MVArgs {
     int sel_mat;   // without ids: selection s uses matrix s (else matrix 0)
 };
 
+// mv_args gathers a product's arguments (ds4c_matmul_ex's, in its terms)
+// into MVArgs; the weight-load flavour is the current option.
+inline MVArgs mv_args(const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids, bool sel_mat,
+                      const void *d_act, int64_t act_tok, int64_t act_sel, int act_div, float *d_y, int64_t y_tok,
+                      int64_t y_sel) {
+    MVArgs a;
+    a.w = (const uint8_t *)d_w;
+    a.R = rows * n_mat;
+    a.rows = (int)rows;
+    a.cols = (int)cols;
+    a.n_mat = n_mat;
+    a.ids = d_ids;
+    a.act = (const uint8_t *)d_act;
+    a.act_tok = act_tok;
+    a.act_sel = act_sel;
+    a.y = d_y;
+    a.y_tok = y_tok;
+    a.y_sel = y_sel;
+    a.wl = ds4c_opt_wload();
+    a.act_div = act_div;
+    a.sel_mat = sel_mat;
+    return a;
+}
+
 __device__ __forceinline__ int dot4(int4 w, int4 x, int acc) {
     acc = __dp4a(w.x, x.x, acc);
     acc = __dp4a(w.y, x.y, acc);

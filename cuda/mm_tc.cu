@@ -578,22 +578,8 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
     const int64_t bound = group_tiles(n_sel, n_mat);
     if (bound > 65535) return ds4c_err(DS4C_EINVAL, "grouped matmul: %d selections make too many tiles", n_sel);
     TCArgs p;
-    MVArgs &a = p.a;
-    a.w = (const uint8_t *)d_w;
-    a.R = rows * n_mat;
-    a.rows = (int)rows;
-    a.cols = (int)cols;
-    a.n_mat = n_mat;
-    a.ids = nullptr;
-    a.act = (const uint8_t *)d_act;
-    a.act_tok = 0;
-    a.act_sel = act_sel;
-    a.y = d_y;
-    a.y_tok = 0;
-    a.y_sel = y_sel;
-    a.wl = 0;
-    a.act_div = act_div;
-    a.sel_mat = 0;
+    // (the tile table picks each selection's matrix; no ids, no token stride)
+    p.a = mv_args(d_w, rows, cols, n_mat, nullptr, false, d_act, 0, act_sel, act_div, d_y, 0, y_sel);
     p.n_tok = 1;
     p.perm = (const int32_t *)d_scratch;
     p.tiles = (const int4 *)((const uint8_t *)d_scratch + group_perm_bytes(n_sel));
