@@ -24,7 +24,13 @@ func TestDecodeSpeed(t *testing.T) {
 	if os.Getenv("DS4_CUDA_BENCH") == "" {
 		t.Skip("set DS4_CUDA_BENCH=1 to run the decode benchmark")
 	}
-	gpu(t)
+	d := gpu(t)
+	// DS4_CUDA_TC_MIN_SEL=N: grouped tensor-core products from N selections
+	// (every mode; the library default, 32, is restored at the end)
+	if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_TC_MIN_SEL")); err == nil {
+		must(t, d.SetOption(OptTCMinSel, v))
+		defer d.SetOption(OptTCMinSel, 32)
+	}
 	layers := 6
 	if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_BENCH_LAYERS")); err == nil && v > 0 {
 		layers = v
@@ -53,13 +59,6 @@ func TestDecodeSpeed(t *testing.T) {
 		be, err := New(w, m.opts)
 		if err != nil {
 			t.Fatal(err)
-		}
-		// DS4_CUDA_TC_MIN_SEL=N: grouped tensor-core products from N selections
-		if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_TC_MIN_SEL")); err == nil {
-			if err := be.dev.SetOption(OptTCMinSel, v); err != nil {
-				t.Fatal(err)
-			}
-			defer be.dev.SetOption(OptTCMinSel, 32)
 		}
 		mode := m.mode
 		// prefill
