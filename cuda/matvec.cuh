@@ -12,8 +12,10 @@
 // __fsub_rn, so nvcc cannot contract them into FMAs). Only the order in which
 // the per-block terms of a row are added differs from the CPU (per lane, then
 // a warp tree, then across warps), so a GPU dot differs from quant.Dot by a
-// few float32 ulps of the sum of the terms' magnitudes. F16/F32 rows are
-// plain float32 FMA dot products (the CPU rounds each product; the GPU fuses).
+// few float32 ulps of the sum of the terms' magnitudes; exact mode adds
+// them in block order instead (bit-identical). F16/F32 rows here are plain
+// float32 FMA dot products (fast mode); exact float products are in
+// fexact.cuh.
 //
 // Work split. One row is owned by a team of S warps (S = 1, 2, 4 or 8; more
 // when there are too few rows to fill the GPU); a CTA is 256 threads, so it
@@ -368,7 +370,7 @@ struct TIQ2_XXS {
 #pragma unroll
             for (int g = 0; g < 4; g++) {
                 const uint64_t gv = grid[(idx >> (8 * g)) & 0xff];
-                const uint64_t sm = grid[256 + ((aux >> (7 * g)) & 127)];
+                const uint64_t sm = iq2_sign_mask((aux >> (7 * g)) & 127); // ALU: no bank conflicts
                 w[8 * sb + 2 * g] = apply_signs((uint32_t)gv, (uint32_t)sm);
                 w[8 * sb + 2 * g + 1] = apply_signs((uint32_t)(gv >> 32), (uint32_t)(sm >> 32));
             }
@@ -549,13 +551,12 @@ __global__ void __launch_bounds__(256, 2) k_matvec(MVArgs a) {
     constexpr int CHR = RPW == 1 ? CH : (RPW >= 8 ? 1 : 8 / RPW);
     constexpr int TEAM = 32 * S;
     constexpr int ROWS = 8 * RPW / S; // rows per CTA
-    // IQ2_XXS: the codebook (256 entries), then the 128 sign masks
-    __shared__ uint64_t s_grid[T::GRID ? 256 + 128 : 1];
+    // IQ2_XXS: the codebook (256 entries; sign masks are computed)
+    __shared__ uint64_t s_grid[T::GRID ? 256 : 1];
     __shared__ float s_red[S > 1 && !EX ? 8 : 1][NT];
     extern __shared__ float s_terms[]; // EX: [ROWS][NT][nb]
     if (T::GRID) {
         s_grid[threadIdx.x] = iq2xxs_grid[threadIdx.x];
-        if (threadIdx.x < 128) s_grid[256 + threadIdx.x] = iq2_sign_mask(threadIdx.x);
         __syncthreads();
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -651,253 +652,6 @@ __global__ void __launch_bounds__(256, 2) k_matvec(MVArgs a) {
     }
 }
 
-// Float weights, exact: the order of backend/cpu's dotF32/dotF16 — four
-// running sums over i mod 4 (products rounded before each addition), then
-// (s0+s1)+(s2+s3). Each (row, running sum, token) is a serial chain, so the
-// CTA streams tiles of FX_ROWS rows × FX_TILE columns (and the tokens'
-// inputs) through shared memory with coalesced 16-byte loads, the next tile's
-// loads in flight while the chains consume the current one.
-constexpr int FX_ROWS = 8, FX_TILE = 512, FX_PAD = FX_TILE + 4; // padded rows: conflict-free; FX_TILE % 64 == 0
-
-template <int FT>
-__device__ __forceinline__ void fx_unpack(int4 v, float *out) { // 16 bytes → 8 (F16/BF16) or 4 (F32) floats
-    if (FT == 0) {
-        out[0] = __int_as_float(v.x);
-        out[1] = __int_as_float(v.y);
-        out[2] = __int_as_float(v.z);
-        out[3] = __int_as_float(v.w);
-    } else {
-        const uint32_t q[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (FT == 1) {
-                float2 f = __half22float2(*(const __half2 *)&q[k]);
-                out[2 * k] = f.x;
-                out[2 * k + 1] = f.y;
-            } else {
-                out[2 * k] = __uint_as_float(q[k] << 16);
-                out[2 * k + 1] = __uint_as_float(q[k] & 0xffff0000u);
-            }
-        }
-    }
-}
-
-// TILE: columns per stage (single tokens take 2048: the few CTAs walking
-// hc_fn's long rows wait on fewer, larger stages).
-template <int FT, int NT, int TILE> // FT: 0 F32, 1 F16, 2 BF16
-__global__ void __launch_bounds__(256) k_matvec_fexact(MVArgs a) {
-    constexpr int FX_TILE = TILE, FX_PAD = TILE + 4;
-    constexpr int EPV = FT == 0 ? 4 : 8;             // elements per 16-byte load
-    constexpr int WV = FX_ROWS * FX_TILE / EPV / 256; // weight loads per thread per tile
-    constexpr int XV = (NT * FX_TILE / 4 + 255) / 256; // input float4 loads per thread per tile
-    extern __shared__ float s_fx[];
-    float *s_w = s_fx;                       // [2][FX_ROWS][FX_PAD]
-    float *s_x = s_fx + 2 * FX_ROWS * FX_PAD; // [2][NT][FX_PAD]
-    const int tid = threadIdx.x, sel = blockIdx.y;
-    const int row0 = blockIdx.x * FX_ROWS;
-    int64_t mat = a.sel_mat ? sel : 0;
-    if (a.ids) mat = a.ids[sel];
-    const bool mat_ok = mat >= 0 && mat < a.n_mat;
-    const int64_t tz = (int64_t)blockIdx.z * NT; // the piece of NT tokens
-    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel + tz * a.act_tok;
-    const size_t esz = FT == 0 ? 4 : 2;
-    const uint8_t *wbase = a.w + (size_t)(mat_ok ? mat : 0) * a.rows * a.cols * esz;
-    const int ntiles = (a.cols + FX_TILE - 1) / FX_TILE;
-    int4 wr[WV];
-    float4 xr[XV];
-    // the loads of tile k into registers
-    auto load = [&](int k) {
-        const int c0 = k * FX_TILE;
-#pragma unroll
-        for (int v = 0; v < WV; v++) {
-            const int idx = tid + v * 256;                 // 16-byte slot in the tile
-            const int r = idx / (FX_TILE / EPV), c = c0 + (idx % (FX_TILE / EPV)) * EPV;
-            wr[v] = make_int4(0, 0, 0, 0);
-            if (mat_ok && row0 + r < a.rows && c < a.cols)
-                wr[v] = ldw16(wbase + ((size_t)(row0 + r) * a.cols + c) * esz, a.wl);
-        }
-#pragma unroll
-        for (int v = 0; v < XV; v++) {
-            const int idx = tid + v * 256;
-            const int t = idx / (FX_TILE / 4), c = c0 + (idx % (FX_TILE / 4)) * 4;
-            xr[v] = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (t < NT && c < a.cols) xr[v] = __ldg((const float4 *)(act + t * a.act_tok) + c / 4);
-        }
-    };
-    auto store = [&](int buf) {
-#pragma unroll
-        for (int v = 0; v < WV; v++) {
-            const int idx = tid + v * 256;
-            const int r = idx / (FX_TILE / EPV), c = (idx % (FX_TILE / EPV)) * EPV;
-            float f[8];
-            fx_unpack<FT>(wr[v], f);
-#pragma unroll
-            for (int e = 0; e < EPV; e++) s_w[(buf * FX_ROWS + r) * FX_PAD + c + e] = f[e];
-        }
-#pragma unroll
-        for (int v = 0; v < XV; v++) {
-            const int idx = tid + v * 256;
-            const int t = idx / (FX_TILE / 4), c = (idx % (FX_TILE / 4)) * 4;
-            if (t < NT) *(float4 *)&s_x[(buf * NT + t) * FX_PAD + c] = xr[v];
-        }
-    };
-    // chain c = ((r·NT + t)·4 + j): row r, token t, running sum j
-    const int j = tid & 3, rt = tid >> 2, r = rt / NT, t = rt % NT;
-    const bool chain = tid < FX_ROWS * NT * 4;
-    float s = 0.f;
-    load(0);
-    store(0);
-    __syncthreads();
-    for (int k = 0; k < ntiles; k++) {
-        const int cur = k & 1;
-        if (k + 1 < ntiles) load(k + 1);
-        if (chain) {
-            const float *w = s_w + (cur * FX_ROWS + r) * FX_PAD;
-            const float *x = s_x + (cur * NT + t) * FX_PAD;
-            const int len = min(FX_TILE, a.cols - k * FX_TILE);
-            if (len == FX_TILE) {
-                // software-pipelined: the next 16 steps' shared-memory loads
-                // are in flight while this group's products join the chain
-                constexpr int G = 16;
-                float wa[G], xa[G];
-#pragma unroll
-                for (int u = 0; u < G; u++) {
-                    wa[u] = w[j + 4 * u];
-                    xa[u] = x[j + 4 * u];
-                }
-                for (int i = j; i < FX_TILE; i += 4 * G) {
-                    float wb[G], xb[G];
-                    const int nx = i + 4 * G < FX_TILE ? i + 4 * G : j; // the last group reloads the first (unused)
-#pragma unroll
-                    for (int u = 0; u < G; u++) {
-                        wb[u] = w[nx + 4 * u];
-                        xb[u] = x[nx + 4 * u];
-                    }
-#pragma unroll
-                    for (int u = 0; u < G; u++) s = __fadd_rn(s, __fmul_rn(wa[u], xa[u]));
-#pragma unroll
-                    for (int u = 0; u < G; u++) {
-                        wa[u] = wb[u];
-                        xa[u] = xb[u];
-                    }
-                }
-            } else {
-                for (int i = j; i < len; i += 4) s = __fadd_rn(s, __fmul_rn(w[i], x[i]));
-            }
-        }
-        if (k + 1 < ntiles) store(cur ^ 1);
-        __syncthreads();
-    }
-    if (tid < 32 * ((FX_ROWS * NT * 4 + 31) / 32)) { // whole warps holding chains
-        const float s1 = __shfl_down_sync(FULL_MASK, s, 1);
-        const float s2 = __shfl_down_sync(FULL_MASK, s, 2);
-        const float s3 = __shfl_down_sync(FULL_MASK, s, 3);
-        if (chain && j == 0 && row0 + r < a.rows)
-            a.y[sel * a.y_sel + (tz + t) * a.y_tok + row0 + r] =
-                mat_ok ? __fadd_rn(__fadd_rn(s, s1), __fadd_rn(s2, s3)) : __int_as_float(0x7fc00000);
-    }
-}
-
-// Float weights, exact, many tokens: a CTA owns FT_R rows × FT_T tokens;
-// thread (chain j, row pair, token pair) runs running sum j of 2 rows × 2
-// tokens (4 chains: 4 products per 4 shared-memory loads instead of 1 per
-// 2), the same sums in the same order as k_matvec_fexact. Tiles of FT_C
-// columns stream through shared memory, the next tile's loads in flight.
-constexpr int FT_R = 16, FT_T = 16, FT_C = 256, FT_LD = FT_C + 4; // stride ≡ 4 (mod 32): conflict-free
-
-template <int FT>
-__global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt) {
-    constexpr int EPV = FT == 0 ? 4 : 8;          // elements per 16-byte weight load
-    constexpr int WV = FT_R * FT_C / EPV / 256;     // weight loads per thread per tile
-    constexpr int XV = FT_T * FT_C / 4 / 256;       // input float4 loads per thread per tile
-    extern __shared__ float s_ft[];
-    float *s_w = s_ft;                    // [2][FT_R][FT_LD]
-    float *s_x = s_ft + 2 * FT_R * FT_LD; // [2][FT_T][FT_LD]
-    const int tid = threadIdx.x, sel = blockIdx.y;
-    const int row0 = blockIdx.x * FT_R, tok0 = blockIdx.z * FT_T;
-    int64_t mat = a.sel_mat ? sel : 0;
-    if (a.ids) mat = a.ids[sel];
-    const bool mat_ok = mat >= 0 && mat < a.n_mat;
-    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel;
-    const size_t esz = FT == 0 ? 4 : 2;
-    const uint8_t *wbase = a.w + (size_t)(mat_ok ? mat : 0) * a.rows * a.cols * esz;
-    const int ntiles = a.cols / FT_C; // cols % FT_C == 0 (launcher)
-    int4 wr[WV];
-    float4 xr[XV];
-    auto load = [&](int k) {
-        const int c0 = k * FT_C;
-#pragma unroll
-        for (int v = 0; v < WV; v++) {
-            const int idx = tid + v * 256;
-            const int r = idx / (FT_C / EPV), c = c0 + (idx % (FT_C / EPV)) * EPV;
-            wr[v] = make_int4(0, 0, 0, 0);
-            if (mat_ok && row0 + r < a.rows) wr[v] = ldw16(wbase + ((size_t)(row0 + r) * a.cols + c) * esz, a.wl);
-        }
-#pragma unroll
-        for (int v = 0; v < XV; v++) {
-            const int idx = tid + v * 256;
-            const int t = idx / (FT_C / 4), c = c0 + (idx % (FT_C / 4)) * 4;
-            xr[v] = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (tok0 + t < nt) xr[v] = __ldg((const float4 *)(act + (tok0 + t) * a.act_tok) + c / 4);
-        }
-    };
-    auto store = [&](int buf) {
-#pragma unroll
-        for (int v = 0; v < WV; v++) {
-            const int idx = tid + v * 256;
-            const int r = idx / (FT_C / EPV), c = (idx % (FT_C / EPV)) * EPV;
-            float f[8];
-            fx_unpack<FT>(wr[v], f);
-#pragma unroll
-            for (int e = 0; e < EPV; e++) s_w[(buf * FT_R + r) * FT_LD + c + e] = f[e];
-        }
-#pragma unroll
-        for (int v = 0; v < XV; v++) {
-            const int idx = tid + v * 256;
-            const int t = idx / (FT_C / 4), c = (idx % (FT_C / 4)) * 4;
-            *(float4 *)&s_x[(buf * FT_T + t) * FT_LD + c] = xr[v];
-        }
-    };
-    const int j = tid & 3, rp = (tid >> 2) & 7, tp = tid >> 5;
-    const int r0 = rp, r1 = rp + 8, t0 = 2 * tp, t1 = 2 * tp + 1;
-    float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f; // [row][token]
-    load(0);
-    store(0);
-    __syncthreads();
-    for (int k = 0; k < ntiles; k++) {
-        const int cur = k & 1;
-        if (k + 1 < ntiles) load(k + 1);
-        const float *w0 = s_w + (cur * FT_R + r0) * FT_LD, *w1 = s_w + (cur * FT_R + r1) * FT_LD;
-        const float *x0 = s_x + (cur * FT_T + t0) * FT_LD, *x1 = s_x + (cur * FT_T + t1) * FT_LD;
-#pragma unroll 8
-        for (int i = j; i < FT_C; i += 4) {
-            const float a0 = w0[i], a1 = w1[i], b0 = x0[i], b1 = x1[i];
-            s00 = __fadd_rn(s00, __fmul_rn(a0, b0));
-            s01 = __fadd_rn(s01, __fmul_rn(a0, b1));
-            s10 = __fadd_rn(s10, __fmul_rn(a1, b0));
-            s11 = __fadd_rn(s11, __fmul_rn(a1, b1));
-        }
-        if (k + 1 < ntiles) store(cur ^ 1);
-        __syncthreads();
-    }
-    // (s0 + s1) + (s2 + s3) over the four chains of each output (lanes j = 0..3)
-    float v[4] = {s00, s01, s10, s11};
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const float c1 = __shfl_down_sync(FULL_MASK, v[q], 1);
-        const float c2 = __shfl_down_sync(FULL_MASK, v[q], 2);
-        const float c3 = __shfl_down_sync(FULL_MASK, v[q], 3);
-        v[q] = __fadd_rn(__fadd_rn(v[q], c1), __fadd_rn(c2, c3));
-    }
-    if (j != 0) return;
-    const float nan = __int_as_float(0x7fc00000);
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const int r = row0 + (q < 2 ? r0 : r1), t = tok0 + (q & 1 ? t1 : t0);
-        if (r < a.rows && t < nt) a.y[sel * a.y_sel + (int64_t)t * a.y_tok + r] = mat_ok ? v[q] : nan;
-    }
-}
-
 template <class T, int NT, int S, int RPW, bool EX>
 int launch_one(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
     constexpr int rows_per_cta = 8 * RPW / S;
@@ -990,67 +744,6 @@ int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
     int rc = exact ? launch_chunks<T, true>(a, n_sel, nt, S, RPW, st) : launch_chunks<T, false>(a, n_sel, nt, S, RPW, st);
     if (rc) return rc;
     DS4C_CHECK_LAUNCH("matvec");
-    return 0;
-}
-
-template <int FT, int NT>
-int launch_fexact_nt(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
-    constexpr int TILE = NT == 1 ? 2048 : FX_TILE;
-    const size_t smem = (size_t)(2 * FX_ROWS + 2 * NT) * (TILE + 4) * sizeof(float);
-    static bool set = false;
-    if (!set) {
-        cudaError_t e = cudaFuncSetAttribute(k_matvec_fexact<FT, NT, TILE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return ds4c_cuda_err(e, "matvec (float, exact) shared memory");
-        set = true;
-    }
-    dim3 g((unsigned)((a.rows + FX_ROWS - 1) / FX_ROWS), (unsigned)n_sel, (unsigned)pieces);
-    k_matvec_fexact<FT, NT, TILE><<<g, 256, smem, st>>>(a);
-    return 0;
-}
-
-template <int FT>
-int launch_fexact(const MVArgs &a, int n_sel, int nt, cudaStream_t st) {
-    if (nt >= FT_T && a.cols % FT_C == 0) { // 16 rows × 16 tokens per CTA
-        const size_t smem = (size_t)2 * (FT_R + FT_T) * FT_LD * sizeof(float);
-        static bool set = false;
-        if (!set) {
-            cudaError_t e = cudaFuncSetAttribute(k_fexact_tile<FT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            if (e != cudaSuccess) return ds4c_cuda_err(e, "matmul (float, exact, tiled) shared memory");
-            set = true;
-        }
-        dim3 g((unsigned)((a.rows + FT_R - 1) / FT_R), (unsigned)n_sel, (unsigned)((nt + FT_T - 1) / FT_T));
-        if (g.z > 65535) return ds4c_err(DS4C_EINVAL, "too many tokens (%d)", nt);
-        k_fexact_tile<FT><<<g, 256, smem, st>>>(a, nt);
-        DS4C_CHECK_LAUNCH("matmul (float, exact, tiled)");
-        return 0;
-    }
-    if (nt >= 16) { // all full pieces of 8 tokens in one grid, then the rest
-        const int pieces = min(nt / 8, 65535);
-        int rc = launch_fexact_nt<FT, 8>(a, n_sel, st, pieces);
-        if (rc) return rc;
-        MVArgs b = a;
-        b.act = a.act + (int64_t)pieces * 8 * a.act_tok;
-        b.y = a.y + (int64_t)pieces * 8 * a.y_tok;
-        return nt > pieces * 8 ? launch_fexact<FT>(b, n_sel, nt - pieces * 8, st) : 0;
-    }
-    for (int t0 = 0; t0 < nt; t0 += 8) {
-        MVArgs b = a;
-        b.act = a.act + t0 * a.act_tok;
-        b.y = a.y + t0 * a.y_tok;
-        int rc = 0;
-        switch (nt - t0 >= 8 ? 8 : nt - t0) {
-        case 1: rc = launch_fexact_nt<FT, 1>(b, n_sel, st); break;
-        case 2: rc = launch_fexact_nt<FT, 2>(b, n_sel, st); break;
-        case 3: rc = launch_fexact_nt<FT, 3>(b, n_sel, st); break;
-        case 4: rc = launch_fexact_nt<FT, 4>(b, n_sel, st); break;
-        case 5: rc = launch_fexact_nt<FT, 5>(b, n_sel, st); break;
-        case 6: rc = launch_fexact_nt<FT, 6>(b, n_sel, st); break;
-        case 7: rc = launch_fexact_nt<FT, 7>(b, n_sel, st); break;
-        default: rc = launch_fexact_nt<FT, 8>(b, n_sel, st); break;
-        }
-        if (rc) return rc;
-    }
-    DS4C_CHECK_LAUNCH("matvec (float, exact)");
     return 0;
 }
 

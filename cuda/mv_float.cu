@@ -1,6 +1,6 @@
 // mv_float.cu: matrix-product kernels for F32, F16 and BF16 weights (see
 // matvec.cuh).
-#include "matvec.cuh"
+#include "fexact.cuh"
 
 namespace ds4mv {
 

@@ -1,9 +1,7 @@
 package quant
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 )
 
 // checkDot validates a weight row of type t against activation a.
@@ -33,7 +31,8 @@ func checkDot(t Type, nbytes int, a *Activation) error {
 // activation a, computed as ggml's CPU vec_dot does: exact integer sums per
 // block, then float32 scaling and accumulation (the order of the float
 // additions may differ from ggml's SIMD kernels by a few ulps). Float rows
-// (F32, F16, BF16) are multiplied with a's float32 values directly.
+// (F32, F16, BF16) are multiplied with a's float32 values directly, in the
+// float-weight order (floatdot.go).
 func Dot(t Type, row []byte, a *Activation) (float32, error) {
 	if err := checkDot(t, len(row), a); err != nil {
 		return 0, fmt.Errorf("dot: %w", err)
@@ -70,11 +69,11 @@ func MatVec(t Type, w []byte, a *Activation, out []float32) error {
 func dotUnchecked(t Type, row []byte, a *Activation) float32 {
 	switch t {
 	case F32:
-		return dotF32Row(row, a.f)
+		return dotF32Bytes(row, a.f)
 	case F16:
-		return dotF16Row(row, a.f)
+		return DotF16(row, a.f)
 	case BF16:
-		return dotBF16Row(row, a.f)
+		return DotBF16(row, a.f)
 	case Q8_0:
 		return dotQ8_0(row, a)
 	case Q2_K:
@@ -85,58 +84,6 @@ func dotUnchecked(t Type, row []byte, a *Activation) float32 {
 		return dotIQ2XXS(row, a)
 	}
 	return 0
-}
-
-func dotF32Row(row []byte, x []float32) float32 {
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		r := (*[16]byte)(row[4*i:])
-		v := (*[4]float32)(x[i:])
-		s0 += math.Float32frombits(binary.LittleEndian.Uint32(r[0:])) * v[0]
-		s1 += math.Float32frombits(binary.LittleEndian.Uint32(r[4:])) * v[1]
-		s2 += math.Float32frombits(binary.LittleEndian.Uint32(r[8:])) * v[2]
-		s3 += math.Float32frombits(binary.LittleEndian.Uint32(r[12:])) * v[3]
-	}
-	for ; i < len(x); i++ {
-		s0 += math.Float32frombits(binary.LittleEndian.Uint32(row[4*i:])) * x[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-func dotF16Row(row []byte, x []float32) float32 {
-	tab := f16Table
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		r := (*[8]byte)(row[2*i:])
-		v := (*[4]float32)(x[i:])
-		s0 += tab[uint16(r[0])|uint16(r[1])<<8] * v[0]
-		s1 += tab[uint16(r[2])|uint16(r[3])<<8] * v[1]
-		s2 += tab[uint16(r[4])|uint16(r[5])<<8] * v[2]
-		s3 += tab[uint16(r[6])|uint16(r[7])<<8] * v[3]
-	}
-	for ; i < len(x); i++ {
-		s0 += tab[binary.LittleEndian.Uint16(row[2*i:])] * x[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-func dotBF16Row(row []byte, x []float32) float32 {
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		r := (*[8]byte)(row[2*i:])
-		v := (*[4]float32)(x[i:])
-		s0 += math.Float32frombits(uint32(r[0])<<16|uint32(r[1])<<24) * v[0]
-		s1 += math.Float32frombits(uint32(r[2])<<16|uint32(r[3])<<24) * v[1]
-		s2 += math.Float32frombits(uint32(r[4])<<16|uint32(r[5])<<24) * v[2]
-		s3 += math.Float32frombits(uint32(r[6])<<16|uint32(r[7])<<24) * v[3]
-	}
-	for ; i < len(x); i++ {
-		s0 += BF16ToF32(binary.LittleEndian.Uint16(row[2*i:])) * x[i]
-	}
-	return (s0 + s1) + (s2 + s3)
 }
 
 // dotI8x32 is the exact integer dot product of 32 int8 weights (as bytes)

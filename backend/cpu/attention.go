@@ -192,3 +192,24 @@ func attendHead(out, q []float32, keys [][]float32, scores []float32, sink, scal
 		axpy(out, scores[k]/sum, row)
 	}
 }
+
+// dotF32 returns w·x (len(x) ≥ len(w)) with four running sums over i mod 4
+// (each product rounded before its addition), combined as (s0+s1)+(s2+s3):
+// the order of the attention and indexer scores, which the CUDA kernels
+// reproduce.
+func dotF32(w, x []float32) float32 {
+	x = x[:len(w)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(w); i += 4 {
+		w4, x4 := (*[4]float32)(w[i:]), (*[4]float32)(x[i:])
+		s0 += float32(w4[0] * x4[0])
+		s1 += float32(w4[1] * x4[1])
+		s2 += float32(w4[2] * x4[2])
+		s3 += float32(w4[3] * x4[3])
+	}
+	for ; i < len(w); i++ {
+		s0 += float32(w[i] * x[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}

@@ -86,71 +86,17 @@ func (m *mat) floatRow(r int, buf []float32) []float32 {
 	return buf[:m.k]
 }
 
-// dotRow is row r · x for a float matrix. It gives exactly the value of
-// dotF32(floatRow(r), x): the products and the order of the additions are
-// the same, so one-token and many-token products agree bit for bit.
+// dotRow is row r · x for a float matrix in the float-weight order of
+// package quant: exactly the value of quant.DotFloat32(floatRow(r), x), so
+// one-token and many-token products agree bit for bit.
 func (m *mat) dotRow(r int, x []float32) float32 {
 	switch m.t {
 	case quant.F16:
-		return dotF16(m.row(r), x)
+		return quant.DotF16(m.row(r), x)
 	case quant.BF16:
-		return dotBF16(m.row(r), x)
+		return quant.DotBF16(m.row(r), x)
 	}
-	return dotF32(m.f32[r*m.k:(r+1)*m.k], x)
-}
-
-// dotF32 returns w·x (len(x) ≥ len(w)) with four running sums.
-func dotF32(w, x []float32) float32 {
-	x = x[:len(w)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(w); i += 4 {
-		w4, x4 := (*[4]float32)(w[i:]), (*[4]float32)(x[i:])
-		s0 += w4[0] * x4[0]
-		s1 += w4[1] * x4[1]
-		s2 += w4[2] * x4[2]
-		s3 += w4[3] * x4[3]
-	}
-	for ; i < len(w); i++ {
-		s0 += w[i] * x[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-func dotF16(row []byte, x []float32) float32 {
-	n := len(row) / 2
-	x = x[:n]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= n; i += 4 {
-		b, x4 := (*[8]byte)(row[2*i:]), (*[4]float32)(x[i:])
-		s0 += quant.F16ToF32(uint16(b[0])|uint16(b[1])<<8) * x4[0]
-		s1 += quant.F16ToF32(uint16(b[2])|uint16(b[3])<<8) * x4[1]
-		s2 += quant.F16ToF32(uint16(b[4])|uint16(b[5])<<8) * x4[2]
-		s3 += quant.F16ToF32(uint16(b[6])|uint16(b[7])<<8) * x4[3]
-	}
-	for ; i < n; i++ {
-		s0 += quant.F16ToF32(binary.LittleEndian.Uint16(row[2*i:])) * x[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-func dotBF16(row []byte, x []float32) float32 {
-	n := len(row) / 2
-	x = x[:n]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= n; i += 4 {
-		b, x4 := (*[8]byte)(row[2*i:]), (*[4]float32)(x[i:])
-		s0 += math.Float32frombits(uint32(b[0])<<16|uint32(b[1])<<24) * x4[0]
-		s1 += math.Float32frombits(uint32(b[2])<<16|uint32(b[3])<<24) * x4[1]
-		s2 += math.Float32frombits(uint32(b[4])<<16|uint32(b[5])<<24) * x4[2]
-		s3 += math.Float32frombits(uint32(b[6])<<16|uint32(b[7])<<24) * x4[3]
-	}
-	for ; i < n; i++ {
-		s0 += quant.BF16ToF32(binary.LittleEndian.Uint16(row[2*i:])) * x[i]
-	}
-	return (s0 + s1) + (s2 + s3)
+	return quant.DotFloat32(m.f32[r*m.k:(r+1)*m.k], x)
 }
 
 // quantTile is the number of quantized weight rows dotted with all tokens
@@ -255,7 +201,7 @@ func (be *Backend) linear(sc *scratch, x []float32, ldx, n int, jobs ...linJob) 
 					w = m.floatRow(rr, *buf)
 				}
 				for t := 0; t < n; t++ {
-					jb.y[t*jb.ldy+rr] = dotF32(w, x[t*ldx:t*ldx+k])
+					jb.y[t*jb.ldy+rr] = quant.DotFloat32(w, x[t*ldx:t*ldx+k])
 				}
 			}
 		}

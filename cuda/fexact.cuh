@@ -1,0 +1,375 @@
+// fexact.cuh: exact float-weight products (F32, F16, BF16 weights with
+// float32 inputs), bit-identical to ds4go/quant's float-weight order
+// (quant/floatdot.go): product i, rounded, joins running sum (i/8) mod 256;
+// the 256 sums are combined as a complete binary tree of adjacent pairs.
+// Included by mv_float.cu only.
+//
+// Both kernels give running sum j to lane j%32 of warp j/32 of a 256-thread
+// CTA, so a sum's 8 consecutive elements are one 16-byte load of F16/BF16
+// weights (two of F32 weights or of inputs), and the pair tree is a warp's
+// xor-shuffle reduction (offsets 1, 2, …, 16 pair exactly the adjacent
+// sums; a + b == b + a in IEEE arithmetic) followed by the 8 warp totals
+// paired in shared memory. A product of k columns is a serial chain of k/256
+// additions per thread.
+#pragma once
+
+#include "matvec.cuh"
+
+namespace ds4mv {
+
+constexpr int FX_SUMS = 256, FX_RUN = 8, FX_PERIOD = FX_SUMS * FX_RUN; // 2048 columns per period
+
+// fx_unpack: 16 bytes → 8 (F16/BF16) or 4 (F32) floats.
+template <int FT>
+__device__ __forceinline__ void fx_unpack(int4 v, float *out) {
+    if (FT == 0) {
+        out[0] = __int_as_float(v.x);
+        out[1] = __int_as_float(v.y);
+        out[2] = __int_as_float(v.z);
+        out[3] = __int_as_float(v.w);
+    } else {
+        const uint32_t q[4] = {(uint32_t)v.x, (uint32_t)v.y, (uint32_t)v.z, (uint32_t)v.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (FT == 1) {
+                float2 f = __half22float2(*(const __half2 *)&q[k]);
+                out[2 * k] = f.x;
+                out[2 * k + 1] = f.y;
+            } else {
+                out[2 * k] = __uint_as_float(q[k] << 16);
+                out[2 * k + 1] = __uint_as_float(q[k] & 0xffff0000u);
+            }
+        }
+    }
+}
+
+template <int FT>
+__device__ __forceinline__ float fx_scalar(const uint8_t *row, int c) {
+    if (FT == 0) return ((const float *)row)[c];
+    if (FT == 1) return __half2float(((const __half *)row)[c]);
+    return __uint_as_float((uint32_t)((const uint16_t *)row)[c] << 16);
+}
+
+// fx_w8: weights c … c+7 of a row as floats, zero past cols (vec: the row
+// allows 16-byte loads and cols % 8 == 0).
+template <int FT>
+__device__ __forceinline__ void fx_w8(const uint8_t *row, int c, int cols, bool vec, int wl, float *out) {
+    if (vec) {
+        if (c < cols) {
+            if constexpr (FT == 0) {
+                fx_unpack<0>(ldw16(row + (size_t)c * 4, wl), out);
+                fx_unpack<0>(ldw16(row + (size_t)c * 4 + 16, wl), out + 4);
+            } else {
+                fx_unpack<FT>(ldw16(row + (size_t)c * 2, wl), out);
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) out[e] = 0.f;
+        }
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) out[e] = c + e < cols ? fx_scalar<FT>(row, c + e) : 0.f;
+}
+
+// fx_x8: inputs c … c+7 of a float32 row, zero past cols.
+__device__ __forceinline__ void fx_x8(const uint8_t *xrow, int c, int cols, bool vec, float *out) {
+    const float *x = (const float *)xrow;
+    if (vec) {
+        if (c < cols) {
+            const float4 p = __ldg((const float4 *)(x + c)), q = __ldg((const float4 *)(x + c + 4));
+            out[0] = p.x, out[1] = p.y, out[2] = p.z, out[3] = p.w;
+            out[4] = q.x, out[5] = q.y, out[6] = q.z, out[7] = q.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) out[e] = 0.f;
+        }
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) out[e] = c + e < cols ? __ldg(x + c + e) : 0.f;
+}
+
+// fx_vec reports whether a product's rows allow the 16-byte loads.
+inline bool fx_vec(const MVArgs &a) {
+    return a.cols % 8 == 0 && a.act_tok % 16 == 0 && a.act_sel % 16 == 0 && ((uintptr_t)a.act & 15) == 0 &&
+           ((uintptr_t)a.w & 15) == 0;
+}
+
+// fx_tree8 pairs the 8 warp totals of one output: ((t0+t1)+(t2+t3))+((t4+t5)+(t6+t7)).
+__device__ __forceinline__ float fx_tree8(const float *t, int stride) {
+    return __fadd_rn(__fadd_rn(__fadd_rn(t[0], t[stride]), __fadd_rn(t[2 * stride], t[3 * stride])),
+                     __fadd_rn(__fadd_rn(t[4 * stride], t[5 * stride]), __fadd_rn(t[6 * stride], t[7 * stride])));
+}
+
+// k_fexact_rows: one row × NT tokens per CTA (NT ≤ 8), the loads of U
+// periods in flight before their products join the chains.
+template <int FT, int NT, int U>
+__global__ void __launch_bounds__(256) k_fexact_rows(MVArgs a, int vec) {
+    __shared__ float s_tot[8][NT];
+    const int j = threadIdx.x, lane = j & 31, warp = j >> 5, sel = blockIdx.y;
+    int64_t mat = a.sel_mat ? sel : 0;
+    if (a.ids) mat = a.ids[sel];
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    const int64_t tz = (int64_t)blockIdx.z * NT;
+    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel + tz * a.act_tok;
+    const size_t esz = FT == 0 ? 4 : 2;
+    const uint8_t *row = a.w + ((size_t)(mat_ok ? mat : 0) * a.rows + blockIdx.x) * a.cols * esz;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.f;
+    if (mat_ok) {
+        for (int c0 = j * FX_RUN; c0 < a.cols; c0 += U * FX_PERIOD) {
+            float w[U][8], x[U][NT][8];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * FX_PERIOD;
+                fx_w8<FT>(row, c, a.cols, vec, a.wl, w[u]);
+#pragma unroll
+                for (int t = 0; t < NT; t++) fx_x8(act + t * a.act_tok, c, a.cols, vec, x[u][t]);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[t] = __fadd_rn(acc[t], __fmul_rn(w[u][e], x[u][t][e]));
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float v = acc[t];
+#pragma unroll
+        for (int m = 1; m < 32; m <<= 1) v = __fadd_rn(v, __shfl_xor_sync(FULL_MASK, v, m));
+        if (lane == 0) s_tot[warp][t] = v;
+    }
+    __syncthreads();
+    if (j < NT)
+        a.y[sel * a.y_sel + (tz + j) * a.y_tok + blockIdx.x] =
+            mat_ok ? fx_tree8(&s_tot[0][j], NT) : __int_as_float(0x7fc00000);
+}
+
+// fx_reduce32: v[o] holds this lane's running sum of output o (32 outputs);
+// the 32 lanes' sums of every output are pair-tree reduced with 31 shuffles
+// (each level hands half of the outputs to the partner lane). The lane is
+// left with the total of output brev5(lane) in v[0].
+template <int LVL>
+__device__ __forceinline__ void fx_reduce_level(float (&v)[32], int lane) {
+    constexpr int m = 1 << LVL, half = 16 >> LVL;
+    const bool hi = lane & m;
+#pragma unroll
+    for (int i = 0; i < half; i++) {
+        const float send = hi ? v[i] : v[i + half];
+        const float keep = hi ? v[i + half] : v[i];
+        v[i] = __fadd_rn(keep, __shfl_xor_sync(FULL_MASK, send, m));
+    }
+}
+
+__device__ __forceinline__ void fx_reduce32(float (&v)[32], int lane) {
+    fx_reduce_level<0>(v, lane);
+    fx_reduce_level<1>(v, lane);
+    fx_reduce_level<2>(v, lane);
+    fx_reduce_level<3>(v, lane);
+    fx_reduce_level<4>(v, lane);
+}
+
+// k_fexact_tile: FXT_R rows × FXT_T tokens per CTA (many tokens). Sums are
+// taken 32 at a time (a group: 256 columns of every period); each warp owns
+// 4 rows × 8 tokens, lane l running sum 32g + l of its 32 outputs. The
+// group's columns of the CTA's rows and tokens stream through shared memory
+// (transposed, element e of sum l at [e][l]: conflict-free), the next
+// stage's loads in flight; each group's 32 sums are reduced by shuffles and
+// the 8 group totals paired at the end.
+constexpr int FXT_R = 16, FXT_T = 16, FXT_G = FX_SUMS / 32;
+constexpr int FXT_STAGE = (FXT_R + FXT_T) * FX_RUN * 32; // floats per stage
+
+template <int FT>
+__global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt, int vec) {
+    constexpr int WV = FT == 0 ? 4 : 2; // 16-byte weight loads per thread per stage
+    extern __shared__ float s_ft[];
+    float *s_tot = s_ft + 2 * FXT_STAGE; // [FXT_G][FXT_R][FXT_T]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sel = blockIdx.y;
+    const int row0 = blockIdx.x * FXT_R, tok0 = blockIdx.z * FXT_T;
+    int64_t mat = a.sel_mat ? sel : 0;
+    if (a.ids) mat = a.ids[sel];
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel;
+    const size_t esz = FT == 0 ? 4 : 2;
+    const uint8_t *wbase = a.w + ((size_t)(mat_ok ? mat : 0) * a.rows) * a.cols * esz;
+    const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
+    const int groups = min(FXT_G, (a.cols + 32 * FX_RUN - 1) / (32 * FX_RUN)); // groups with any column
+    const int steps = groups * periods;
+    // Stage loads: weights as (row, sum) pairs of 8 values, inputs as
+    // (token, sum, half) quads; thread → pair keeps a warp on one row.
+    float wr[WV][8 / (FT == 0 ? 2 : 1)];
+    float xr[4][4];
+    auto load = [&](int s) {
+        const int g = s / periods, k = s % periods;
+        const int cb = k * FX_PERIOD + g * 32 * FX_RUN; // first column of the stage
+#pragma unroll
+        for (int v = 0; v < WV; v++) {
+            const int id = tid + v * 256;
+            if constexpr (FT == 0) { // 4 floats: (row, sum, half)
+                const int r = id / 64, q = id % 64, l = q % 32, h = q / 32;
+                const int c = cb + l * FX_RUN + 4 * h;
+                const bool ok = mat_ok && row0 + r < a.rows;
+                const uint8_t *rowp = wbase + (size_t)(row0 + r) * a.cols * esz;
+#pragma unroll
+                for (int e = 0; e < 4; e++) wr[v][e] = 0.f;
+                if (ok) {
+                    if (vec) {
+                        if (c < a.cols) fx_unpack<0>(ldw16(rowp + (size_t)c * 4, a.wl), wr[v]);
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < 4; e++) wr[v][e] = c + e < a.cols ? fx_scalar<0>(rowp, c + e) : 0.f;
+                    }
+                }
+            } else { // 8 halves: (row, sum)
+                const int r = id / 32, l = id % 32;
+                const int c = cb + l * FX_RUN;
+                if (mat_ok && row0 + r < a.rows)
+                    fx_w8<FT>(wbase + (size_t)(row0 + r) * a.cols * esz, c, a.cols, vec, a.wl, wr[v]);
+                else
+#pragma unroll
+                    for (int e = 0; e < 8; e++) wr[v][e] = 0.f;
+            }
+        }
+#pragma unroll
+        for (int v = 0; v < 4; v++) {
+            const int id = tid + v * 256;
+            const int t = id / 64, q = id % 64, l = q % 32, h = q / 32;
+            const int c = cb + l * FX_RUN + 4 * h;
+            const float *x = (const float *)(act + (int64_t)(tok0 + t) * a.act_tok);
+#pragma unroll
+            for (int e = 0; e < 4; e++) xr[v][e] = 0.f;
+            if (tok0 + t < nt) {
+                if (vec) {
+                    if (c < a.cols) {
+                        const float4 p = __ldg((const float4 *)(x + c));
+                        xr[v][0] = p.x, xr[v][1] = p.y, xr[v][2] = p.z, xr[v][3] = p.w;
+                    }
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) xr[v][e] = c + e < a.cols ? __ldg(x + c + e) : 0.f;
+                }
+            }
+        }
+    };
+    // stage layout: [row or FXT_R + token][e][sum l]
+    auto store = [&](int buf) {
+        float *st = s_ft + buf * FXT_STAGE;
+#pragma unroll
+        for (int v = 0; v < WV; v++) {
+            const int id = tid + v * 256;
+            if constexpr (FT == 0) {
+                const int r = id / 64, q = id % 64, l = q % 32, h = q / 32;
+#pragma unroll
+                for (int e = 0; e < 4; e++) st[(r * FX_RUN + 4 * h + e) * 32 + l] = wr[v][e];
+            } else {
+                const int r = id / 32, l = id % 32;
+#pragma unroll
+                for (int e = 0; e < 8; e++) st[(r * FX_RUN + e) * 32 + l] = wr[v][e];
+            }
+        }
+#pragma unroll
+        for (int v = 0; v < 4; v++) {
+            const int id = tid + v * 256;
+            const int t = id / 64, q = id % 64, l = q % 32, h = q / 32;
+#pragma unroll
+            for (int e = 0; e < 4; e++) st[((FXT_R + t) * FX_RUN + 4 * h + e) * 32 + l] = xr[v][e];
+        }
+    };
+    const int rb = 4 * (warp & 3), tb = 8 * (warp >> 2); // the warp's rows and tokens
+    float acc[32];                                       // [row r][token t] = acc[r·8 + t]
+#pragma unroll
+    for (int o = 0; o < 32; o++) acc[o] = 0.f;
+    if (steps > 0) {
+        load(0);
+        store(0);
+    }
+    __syncthreads();
+    for (int s = 0; s < steps; s++) {
+        const int cur = s & 1;
+        if (s + 1 < steps) load(s + 1);
+        const float *st = s_ft + cur * FXT_STAGE;
+#pragma unroll
+        for (int e = 0; e < FX_RUN; e++) {
+            float w[4], x[8];
+#pragma unroll
+            for (int r = 0; r < 4; r++) w[r] = st[((rb + r) * FX_RUN + e) * 32 + lane];
+#pragma unroll
+            for (int t = 0; t < 8; t++) x[t] = st[((FXT_R + tb + t) * FX_RUN + e) * 32 + lane];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int t = 0; t < 8; t++) acc[r * 8 + t] = __fadd_rn(acc[r * 8 + t], __fmul_rn(w[r], x[t]));
+        }
+        const bool group_done = (s + 1) % periods == 0;
+        if (group_done) { // the group's 32 sums of each output → its group total
+            const int g = s / periods;
+            fx_reduce32(acc, lane);
+            const int o = __brev(lane) >> 27; // the output lane holds
+            s_tot[(g * FXT_R + rb + o / 8) * FXT_T + tb + o % 8] = acc[0];
+#pragma unroll
+            for (int o2 = 0; o2 < 32; o2++) acc[o2] = 0.f;
+        }
+        if (s + 1 < steps) store(cur ^ 1);
+        __syncthreads();
+    }
+    // groups past the last column total +0, as their sums do on the CPU
+    for (int i = groups * FXT_R * FXT_T + tid; i < FXT_G * FXT_R * FXT_T; i += 256) s_tot[i] = 0.f;
+    __syncthreads();
+    const int r = tid / FXT_T, t = tid % FXT_T;
+    if (row0 + r < a.rows && tok0 + t < nt)
+        a.y[sel * a.y_sel + (int64_t)(tok0 + t) * a.y_tok + row0 + r] =
+            mat_ok ? fx_tree8(&s_tot[r * FXT_T + t], FXT_R * FXT_T) : __int_as_float(0x7fc00000);
+}
+
+template <int FT, int NT>
+int launch_fexact_rows(const MVArgs &a, int n_sel, int vec, cudaStream_t st, int pieces = 1) {
+    constexpr int U = NT == 1 ? 4 : (NT <= 2 ? 2 : 1);
+    dim3 g((unsigned)a.rows, (unsigned)n_sel, (unsigned)pieces);
+    k_fexact_rows<FT, NT, U><<<g, 256, 0, st>>>(a, vec);
+    return 0;
+}
+
+template <int FT>
+int launch_fexact(const MVArgs &a, int n_sel, int nt, cudaStream_t st) {
+    if (a.rows > INT32_MAX || n_sel > 65535) return ds4c_err(DS4C_EINVAL, "float product of %lld rows × %d selections", (long long)a.rows, n_sel);
+    const int vec = fx_vec(a) ? 1 : 0;
+    if (nt >= FXT_T) { // FXT_R rows × FXT_T tokens per CTA
+        const size_t smem = (size_t)(2 * FXT_STAGE + FXT_G * FXT_R * FXT_T) * sizeof(float);
+        static bool set = false;
+        if (!set) {
+            cudaError_t e = cudaFuncSetAttribute(k_fexact_tile<FT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) return ds4c_cuda_err(e, "matmul (float, exact, tiled) shared memory");
+            set = true;
+        }
+        dim3 g((unsigned)((a.rows + FXT_R - 1) / FXT_R), (unsigned)n_sel, (unsigned)((nt + FXT_T - 1) / FXT_T));
+        if (g.z > 65535) return ds4c_err(DS4C_EINVAL, "too many tokens (%d)", nt);
+        k_fexact_tile<FT><<<g, 256, smem, st>>>(a, nt, vec);
+        DS4C_CHECK_LAUNCH("matmul (float, exact, tiled)");
+        return 0;
+    }
+    for (int t0 = 0; t0 < nt; t0 += 8) {
+        MVArgs b = a;
+        b.act = a.act + t0 * a.act_tok;
+        b.y = a.y + t0 * a.y_tok;
+        int rc = 0;
+        switch (nt - t0 >= 8 ? 8 : nt - t0) {
+        case 1: rc = launch_fexact_rows<FT, 1>(b, n_sel, vec, st); break;
+        case 2: rc = launch_fexact_rows<FT, 2>(b, n_sel, vec, st); break;
+        case 3: rc = launch_fexact_rows<FT, 3>(b, n_sel, vec, st); break;
+        case 4: rc = launch_fexact_rows<FT, 4>(b, n_sel, vec, st); break;
+        case 5: rc = launch_fexact_rows<FT, 5>(b, n_sel, vec, st); break;
+        case 6: rc = launch_fexact_rows<FT, 6>(b, n_sel, vec, st); break;
+        case 7: rc = launch_fexact_rows<FT, 7>(b, n_sel, vec, st); break;
+        default: rc = launch_fexact_rows<FT, 8>(b, n_sel, vec, st); break;
+        }
+        if (rc) return rc;
+    }
+    DS4C_CHECK_LAUNCH("matvec (float, exact)");
+    return 0;
+}
+
+} // namespace ds4mv
