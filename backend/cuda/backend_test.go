@@ -270,7 +270,10 @@ func TestBackendMatchesCPU(t *testing.T) {
 				same++
 			}
 			t.Logf("greedy: %d of %d generated tokens identical", same, gen)
-			if same < gen && strict {
+			// Fast products sum in another order than the CPU, so a near
+			// tie between the two best tokens may go either way: only
+			// exact mode must generate the same tokens.
+			if same < gen && !tc.fast {
 				t.Errorf("greedy generations differ at token %d: cpu %v… gpu %v…", same, gc[same:min(same+8, gen)], gg[same:min(same+8, gen)])
 			}
 		})
