@@ -363,9 +363,8 @@ __global__ void __launch_bounds__(128) k_tc_q2_k(TCArgs p) {
 // ---------------------------------------------------------------- IQ2_XXS
 __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
     __shared__ Slots s;
-    __shared__ uint64_t s_grid[256 + 128]; // codebook, then the sign masks
+    __shared__ uint64_t s_grid[256]; // the codebook (sign masks are computed: iq2_sign_mask)
     for (int i = threadIdx.x; i < 256; i += blockDim.x) s_grid[i] = iq2xxs_grid[i];
-    if (threadIdx.x < 128) s_grid[256 + threadIdx.x] = iq2_sign_mask(threadIdx.x);
     int64_t mat;
     const int cnt = tc_slots(p, s, &mat); // synchronises (after the tables too)
     const MVArgs &a = p.a;
@@ -400,7 +399,7 @@ __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
             const uint32_t aux = (uint32_t)f.q[i].y;
             ls[i] = 2 * (int)(aux >> 28) + 1;
             const uint64_t gv = s_grid[((uint32_t)f.q[i].x >> (8 * G.q)) & 0xff];
-            const uint64_t sm = s_grid[256 + ((aux >> (7 * G.q)) & 127)];
+            const uint64_t sm = iq2_sign_mask((aux >> (7 * G.q)) & 127);
             const int mt = i >> 1, hl = i & 1;
             A[mt][hl] = apply_signs((uint32_t)gv, (uint32_t)sm);
             A[mt][2 + hl] = apply_signs((uint32_t)(gv >> 32), (uint32_t)(sm >> 32));
