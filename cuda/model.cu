@@ -675,11 +675,16 @@ __device__ __forceinline__ int64_t attn_nkeys(const AttnArgs &a, int t, int64_t 
 // the sink's term, the probabilities), and the weighted sum of the keys (one
 // thread per (token, output dim) for AO_H heads, keys in order). Same
 // operations and order as backend/cpu's attention, so bit-identical.
-constexpr int AS_K = 32, AS_H = 16; // scores: keys × heads per CTA (256 threads, 2 keys each)
+constexpr int AS_H = 16;   // scores: heads per CTA (256 threads: 16 heads × 16 key slots)
+constexpr int AS_KMAX = 32; // keys per CTA at most (2 per thread)
 constexpr int AO_PK = 256;          // output: probabilities staged per pass
 
 // hg: head groups of AS_H per CTA (the key tile is loaded once for all).
+// KPT: keys per thread (2 for chunks: two dots share the query loads; 1 for
+// single tokens, whose few keys need more CTAs instead), AS_K keys per CTA.
+template <int KPT>
 __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int64_t maxk, int hg) {
+    constexpr int AS_K = 16 * KPT;
     extern __shared__ float s_at[];
     __shared__ const float *s_kp[AS_K];
     const int t = blockIdx.y, tid = threadIdx.x;
@@ -710,23 +715,26 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
             *(float4 *)&sq[(i / v4) * ld + 4 * (i % v4)] = __ldg((const float4 *)qt + i);
         __syncthreads();
         if (hh >= nh || kk >= nkt) continue;
-        const float *qa = sq + hh * ld, *ka = sk + kk * ld, *kb = sk + (kk + 16) * ld;
+        const float *qa = sq + hh * ld, *ka = sk + kk * ld, *kb = sk + (KPT > 1 ? kk + 16 : kk) * ld;
         float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, b0 = 0.f, b1 = 0.f, b2 = 0.f, b3 = 0.f;
 #pragma unroll 4
         for (int i = 0; i < a.HD; i += 4) {
-            const float4 x = *(const float4 *)(qa + i), y = *(const float4 *)(ka + i), z = *(const float4 *)(kb + i);
+            const float4 x = *(const float4 *)(qa + i), y = *(const float4 *)(ka + i);
             a0 = fadd(a0, fmul(x.x, y.x));
             a1 = fadd(a1, fmul(x.y, y.y));
             a2 = fadd(a2, fmul(x.z, y.z));
             a3 = fadd(a3, fmul(x.w, y.w));
-            b0 = fadd(b0, fmul(x.x, z.x));
-            b1 = fadd(b1, fmul(x.y, z.y));
-            b2 = fadd(b2, fmul(x.z, z.z));
-            b3 = fadd(b3, fmul(x.w, z.w));
+            if (KPT > 1) {
+                const float4 z = *(const float4 *)(kb + i);
+                b0 = fadd(b0, fmul(x.x, z.x));
+                b1 = fadd(b1, fmul(x.y, z.y));
+                b2 = fadd(b2, fmul(x.z, z.z));
+                b3 = fadd(b3, fmul(x.w, z.w));
+            }
         }
         float *o = sc + ((int64_t)t * a.H + h0 + hh) * maxk + k0;
         o[kk] = fmul(fadd(fadd(a0, a1), fadd(a2, a3)), a.scale);
-        if (kk + 16 < nkt) o[kk + 16] = fmul(fadd(fadd(b0, b1), fadd(b2, b3)), a.scale);
+        if (KPT > 1 && kk + 16 < nkt) o[kk + 16] = fmul(fadd(fadd(b0, b1), fadd(b2, b3)), a.scale);
     }
 }
 
@@ -1058,18 +1066,28 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     if (n > 65535 || max_keys <= 0) return ds4c_err(DS4C_EINVAL, "attention: %d tokens, %lld keys", n, (long long)max_keys);
     AttnArgs a{d_q, d_kv, d_win, wcap, d_comp, ratio, d_sel, d_nsel, K, d_sinks, d_out, pos0, H, HD, W, scale};
     cudaStream_t st = as_stream(stream);
-    const size_t smem = (size_t)(AS_H + AS_K) * (HD + 4) * sizeof(float);
-    static size_t set = 0;
-    if (smem > 48 * 1024 && smem > set) {
-        DS4C_CHECK(cudaFuncSetAttribute(k_attn_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        set = smem;
+    // chunks: 32 keys and every head group per CTA; single tokens (and
+    // small chunks): 16 keys and one head group, for more CTAs
+    const bool chunk = n >= 8;
+    const int ak = chunk ? AS_KMAX : AS_KMAX / 2;
+    const size_t smem = (size_t)(AS_H + ak) * (HD + 4) * sizeof(float);
+    static size_t set[2] = {0, 0};
+    if (smem > 48 * 1024 && smem > set[chunk]) {
+        DS4C_CHECK(cudaFuncSetAttribute(chunk ? k_attn_scores<2> : k_attn_scores<1>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        set[chunk] = smem;
     }
-    const int hg = n >= 8 ? (int)nblk(H, AS_H) : 1; // chunks: every head group in one CTA
-    k_attn_scores<<<dim3(nblk(max_keys, AS_K), (unsigned)n, nblk(H, AS_H * hg)), 256, smem, st>>>(a, d_work, max_keys,
-                                                                                                   hg);
+    const int hg = chunk ? (int)nblk(H, AS_H) : 1;
+    const dim3 gs(nblk(max_keys, ak), (unsigned)n, nblk(H, AS_H * hg));
+    if (chunk)
+        k_attn_scores<2><<<gs, 256, smem, st>>>(a, d_work, max_keys, hg);
+    else
+        k_attn_scores<1><<<gs, 256, smem, st>>>(a, d_work, max_keys, hg);
     DS4C_CHECK_LAUNCH("attention scores");
     k_attn_softmax<<<(unsigned)(n * H), 32, 0, st>>>(a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention softmax");
+    // single tokens: 2 heads per CTA (measured against 4 and 8 on the H200:
+    // more heads per CTA read the keys fewer times but leave SMs idle)
     if (n >= 8)
         k_attn_out<16><<<dim3(nblk(HD, 128), (unsigned)n, nblk(H, 16)), 128, 0, st>>>(a, d_work, max_keys);
     else
