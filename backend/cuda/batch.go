@@ -16,6 +16,14 @@ type batch struct {
 	pos int // position of the first token
 	s   Stream
 
+	// side is a second stream for work independent of the main stream's
+	// (the shared expert beside the routed ones): fork makes it wait for
+	// the main stream's work so far, join makes the main stream wait for
+	// it. Under graph capture the two become parallel branches of the graph.
+	side           Stream
+	evFork, evJoin Event
+	forked         bool
+
 	tokens Ptr     // [cap] int32
 	pinned []byte  // pinned host staging for the tokens
 	h      Ptr     // [cap][HC·Embed] hyper-connection streams
@@ -34,6 +42,7 @@ type batch struct {
 type scratch struct {
 	d    *Device
 	s    Stream
+	side Stream // also waited for before a buffer is freed
 	bufs map[string]scratchBuf
 	// flush, when set, ends a graph capture in progress before the
 	// scratch allocates (allocation synchronises).
@@ -62,6 +71,11 @@ func (s *scratch) get(name string, bytes int64) (Ptr, error) {
 	if b.p != 0 {
 		if err := s.d.SyncStream(s.s); err != nil {
 			return 0, err
+		}
+		if s.side != 0 {
+			if err := s.d.SyncStream(s.side); err != nil {
+				return 0, err
+			}
 		}
 		if err := s.d.Free(b.p); err != nil {
 			return 0, err
@@ -100,6 +114,19 @@ func (be *Backend) NewBatch(maxTokens int) (engine.Batch, error) {
 		return nil, err
 	}
 	b.sc.s = b.s
+	if b.side, err = be.dev.NewStream(); err != nil {
+		b.Release()
+		return nil, err
+	}
+	b.sc.side = b.side
+	if b.evFork, err = be.dev.NewEvent(); err != nil {
+		b.Release()
+		return nil, err
+	}
+	if b.evJoin, err = be.dev.NewEvent(); err != nil {
+		b.Release()
+		return nil, err
+	}
 	b.sc.flush = b.flush
 	if b.pinned, err = be.dev.MallocHost(4 * maxTokens); err != nil {
 		b.Release()
@@ -131,6 +158,9 @@ func (b *batch) Release() {
 	if b.s != 0 {
 		d.SyncStream(b.s)
 	}
+	if b.side != 0 {
+		d.SyncStream(b.side)
+	}
 	for _, p := range []Ptr{b.tokens, b.h, b.x, b.out, b.post, b.comb, b.headIn} {
 		d.Free(p)
 	}
@@ -140,6 +170,14 @@ func (b *batch) Release() {
 	}
 	if b.s != 0 {
 		d.DestroyStream(b.s)
+	}
+	if b.side != 0 {
+		d.DestroyStream(b.side)
+	}
+	for _, e := range []Event{b.evFork, b.evJoin} {
+		if e != 0 {
+			d.DestroyEvent(e)
+		}
 	}
 	*b = batch{}
 }
@@ -194,4 +232,33 @@ func (be *Backend) ReadActivation(bi engine.Batch, a engine.Activation, dst []fl
 		return err
 	}
 	return DownloadSlice(be.dev, dst[:n], src)
+}
+
+// fork makes the side stream wait for the work queued on the main stream.
+func (b *batch) fork() error {
+	d := b.be.dev
+	if err := d.Record(b.evFork, b.s); err != nil {
+		return err
+	}
+	if err := d.StreamWait(b.side, b.evFork); err != nil {
+		return err
+	}
+	b.forked = true
+	return nil
+}
+
+// join makes the main stream wait for the work queued on the side stream.
+func (b *batch) join() error {
+	if !b.forked {
+		return nil
+	}
+	d := b.be.dev
+	if err := d.Record(b.evJoin, b.side); err != nil {
+		return err
+	}
+	if err := d.StreamWait(b.s, b.evJoin); err != nil {
+		return err
+	}
+	b.forked = false
+	return nil
 }

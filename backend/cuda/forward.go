@@ -24,10 +24,16 @@ type linJob struct {
 }
 
 // linear computes several products that share their input x (n rows of k
-// floats, ldx apart): quantized weights dot the input quantized once per
-// activation format (bit-exactly as quant.Activation.Set does); float
-// weights read x directly.
+// floats, ldx apart) on the batch's main stream: quantized weights dot the
+// input quantized once per activation format (bit-exactly as
+// quant.Activation.Set does); float weights read x directly.
 func (be *Backend) linear(b *batch, x Ptr, ldx, n int, jobs ...linJob) error {
+	return be.linearOn(b, b.s, "act.", x, ldx, n, jobs...)
+}
+
+// linearOn is linear on stream s, its quantized activations in scratch
+// buffers named tag + format (work on two streams at once uses two tags).
+func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, jobs ...linJob) error {
 	if n == 0 || len(jobs) == 0 {
 		return nil
 	}
@@ -47,17 +53,17 @@ func (be *Backend) linear(b *batch, x Ptr, ldx, n int, jobs ...linJob) error {
 			ab := d.ActBytes(at, k)
 			p, ok := acts[at]
 			if !ok {
-				if p, err = b.sc.get("act."+at.String(), ab*int64(n)); err != nil {
+				if p, err = b.sc.get(tag+at.String(), ab*int64(n)); err != nil {
 					return err
 				}
-				if err := d.Quantize(b.s, at, x, ldx, p, k, n); err != nil {
+				if err := d.Quantize(s, at, x, ldx, p, k, n); err != nil {
 					return err
 				}
 				acts[at] = p
 			}
 			act, actTok = p, ab
 		}
-		if err := d.MatMulEx(b.s, j.w, 0, 1, act, actTok, 0, 1, n, j.y, int64(j.ldy), 0, be.exact()); err != nil {
+		if err := d.MatMulEx(s, j.w, 0, 1, act, actTok, 0, 1, n, j.y, int64(j.ldy), 0, be.exact()); err != nil {
 			return err
 		}
 	}
@@ -262,9 +268,11 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		return p
 	}
 
-	// Every projection of the sub-block input.
+	// Every projection of the sub-block input: the query and KV ones on the
+	// main stream, the compressors' on the side stream (below).
 	qr, kv := buf("attn.qr", n*QL), buf("attn.kv", n*HD)
 	jobs := []linJob{{L.qa, qr, QL}, {L.kv, kv, HD}}
+	var sideJobs []linJob
 	scoring := L.idx != nil && (b.pos+n)/L.ratio > c.IndexerTopK
 	b.markRatio(L.ratio)
 	b.mark(scoring)
@@ -272,12 +280,12 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	if L.comp != nil {
 		cw := L.comp.coff * HD
 		ckv, csc = buf("attn.ckv", n*cw), buf("attn.csc", n*cw)
-		jobs = append(jobs, linJob{L.comp.kv, ckv, cw}, linJob{L.comp.gate, csc, cw})
+		sideJobs = append(sideJobs, linJob{L.comp.kv, ckv, cw}, linJob{L.comp.gate, csc, cw})
 	}
 	if L.idx != nil {
 		cw := 2 * c.IndexerHeadDim
 		ikv, isc = buf("idx.ckv", n*cw), buf("idx.csc", n*cw)
-		jobs = append(jobs, linJob{L.idx.comp.kv, ikv, cw}, linJob{L.idx.comp.gate, isc, cw})
+		sideJobs = append(sideJobs, linJob{L.idx.comp.kv, ikv, cw}, linJob{L.idx.comp.gate, isc, cw})
 		if scoring {
 			iw = buf("idx.w", n*c.IndexerHeads)
 			jobs = append(jobs, linJob{L.idx.proj, iw, c.IndexerHeads})
@@ -291,6 +299,35 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	o := buf("attn.o", n*H*HD)
 	if e != nil {
 		return e
+	}
+	// Side stream: the compressors (products, pooling of completed rows,
+	// post-processing), which only the attention and the indexer's scores
+	// read; joined before those.
+	if len(sideJobs) > 0 {
+		ws := make([]*Weight, len(sideJobs))
+		for i, j := range sideJobs {
+			ws[i] = j.w
+		}
+		if err := be.reserveActs(b, "side.", n, ws...); err != nil {
+			return err
+		}
+		if err := b.fork(); err != nil {
+			return err
+		}
+		if err := be.linearOn(b, b.side, "side.", b.x, D, n, sideJobs...); err != nil {
+			return err
+		}
+		if L.comp != nil {
+			if err := be.compress(b, b.side, st, L, L.comp, ckv, csc, tabs[engine.PartCompKV], tabs[engine.PartCompScore], tabs[engine.PartComp],
+				func(rows Ptr, nrows int) error { return d.FP8Sim(b.side, rows, int64(HD), nrows, nope) }); err != nil {
+				return err
+			}
+		}
+		if L.idx != nil {
+			if err := be.indexRows(b, b.side, st, L, tabs, ikv, isc); err != nil {
+				return err
+			}
+		}
 	}
 	if err := be.linear(b, b.x, D, n, jobs...); err != nil {
 		return err
@@ -323,17 +360,14 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		return err
 	}
 
-	// Compressed rows completed by this chunk, then the indexer's picks.
-	if L.comp != nil {
-		if err := be.compress(b, st, L, L.comp, ckv, csc, tabs[engine.PartCompKV], tabs[engine.PartCompScore], tabs[engine.PartComp],
-			func(rows Ptr, nrows int) error { return d.FP8Sim(s, rows, int64(HD), nrows, nope) }); err != nil {
-			return err
-		}
+	// The compressed rows are complete; the indexer's picks.
+	if err := b.join(); err != nil {
+		return err
 	}
 	var sel, nsel Ptr
 	K := c.IndexerTopK
 	if L.idx != nil {
-		if sel, nsel, err = be.index(b, st, L, tabs, iq, ikv, isc, iw, scoring); err != nil {
+		if sel, nsel, err = be.index(b, L, tabs, iq, iw, scoring); err != nil {
 			return err
 		}
 	}
@@ -402,10 +436,10 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 // sc without the ape bias) to a compressor and emits every row whose block
 // completes: pooled, RMS-normed, rotated at the block's first position and
 // post-processed.
-func (be *Backend) compress(b *batch, st *state, L *dlayer, cp *dcomp, kv, sc Ptr, kvT, scT, rows *dtable,
+func (be *Backend) compress(b *batch, s Stream, st *state, L *dlayer, cp *dcomp, kv, sc Ptr, kvT, scT, rows *dtable,
 	post func(rows Ptr, nrows int) error) error {
 	c := &be.cfg
-	d, s := be.dev, b.s
+	d := be.dev
 	r, cw, w := cp.ratio, cp.coff*cp.width, cp.width
 	rd := c.RopeDim
 	if err := d.AddAPE(s, sc, cp.ape, cw, r, b.pos, b.n); err != nil {
@@ -447,24 +481,29 @@ func (be *Backend) compress(b *batch, st *state, L *dlayer, cp *dcomp, kv, sc Pt
 	return d.RingWrite(s, scT.p, scT.cap, cw, sc, int64(cw), b.pos, b.n)
 }
 
-// index runs the indexer of a ratio-4 layer: its compressor, then (when
-// some token sees more rows than it keeps) the scores and the top-k; it
-// returns the picks sel [n][TopK] and their counts nsel [n].
-func (be *Backend) index(b *batch, st *state, L *dlayer, tabs []*dtable, iq, ikv, isc, iw Ptr, scoring bool) (sel, nsel Ptr, err error) {
-	c := &be.cfg
-	d, s := be.dev, b.s
-	n, IH, IHD, rd, K := b.n, c.IndexerHeads, c.IndexerHeadDim, c.RopeDim, c.IndexerTopK
-	ix := L.idx
-	rows := tabs[engine.PartIndex]
-	if err := be.compress(b, st, L, &ix.comp, ikv, isc, tabs[engine.PartIndexKV], tabs[engine.PartIndexScore], rows,
+// indexRows runs the indexer's compressor of a ratio-4 layer on stream s
+// (its completed rows Hadamard-rotated and FP4-rounded).
+func (be *Backend) indexRows(b *batch, s Stream, st *state, L *dlayer, tabs []*dtable, ikv, isc Ptr) error {
+	d, ix, IHD := be.dev, L.idx, be.cfg.IndexerHeadDim
+	return be.compress(b, s, st, L, &ix.comp, ikv, isc, tabs[engine.PartIndexKV], tabs[engine.PartIndexScore], tabs[engine.PartIndex],
 		func(p Ptr, nrows int) error {
 			if err := d.Hadamard(s, p, int64(IHD), nrows, IHD, ix.hadScale); err != nil {
 				return err
 			}
 			return d.FP4Sim(s, p, int64(IHD), nrows, IHD)
-		}); err != nil {
-		return 0, 0, err
-	}
+		})
+}
+
+// index picks the compressed rows of a ratio-4 layer each token attends
+// (indexRows has run): when some token sees more rows than it keeps, the
+// indexer's scores and their top-k; it returns the picks sel [n][TopK] and
+// their counts nsel [n].
+func (be *Backend) index(b *batch, L *dlayer, tabs []*dtable, iq, iw Ptr, scoring bool) (sel, nsel Ptr, err error) {
+	c := &be.cfg
+	d, s := be.dev, b.s
+	n, IH, IHD, rd, K := b.n, c.IndexerHeads, c.IndexerHeadDim, c.RopeDim, c.IndexerTopK
+	ix := L.idx
+	rows := tabs[engine.PartIndex]
 	if sel, err = b.sc.get("idx.sel", 4*int64(n*K)); err != nil {
 		return 0, 0, err
 	}
@@ -531,7 +570,19 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if e != nil {
 		return e
 	}
-	if err := be.linear(b, b.x, D, n, linJob{L.gate, lg, E}, linJob{L.gateSh, shg, FF}, linJob{L.upSh, shu, FF}); err != nil {
+	// The shared expert runs on the side stream, beside the router and the
+	// routed experts (its activation buffers sized first: a buffer growing
+	// inside the fork would synchronise).
+	if err := be.reserveActs(b, "side.", n, L.gateSh, L.downSh); err != nil {
+		return err
+	}
+	if err := b.fork(); err != nil {
+		return err
+	}
+	if err := be.sharedExpert(b, L, shg, shu, ysh); err != nil {
+		return err
+	}
+	if err := be.linear(b, b.x, D, n, linJob{L.gate, lg, E}); err != nil {
 		return err
 	}
 	tid := Ptr(0)
@@ -599,16 +650,50 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		return err
 	}
 
-	// Shared expert, then the sum.
+	// The routed and shared experts' sum.
+	if err := b.join(); err != nil {
+		return err
+	}
+	return d.MoECombine(s, ye, sel, ysh, b.out, n, K, D)
+}
+
+// sharedExpert queues the shared expert of layer L on the side stream:
+// ysh = down(swiglu(gate·x, up·x)).
+func (be *Backend) sharedExpert(b *batch, L *dlayer, shg, shu, ysh Ptr) error {
+	c := &be.cfg
+	n, D, FF := b.n, c.Embed, c.ExpertFF
+	if err := be.linearOn(b, b.side, "side.", b.x, D, n, linJob{L.gateSh, shg, FF}, linJob{L.upSh, shu, FF}); err != nil {
+		return err
+	}
 	shLim := float32(0)
 	if be.opts.ClampSharedExpert {
 		shLim = L.clamp
 	}
-	if err := d.SwiGLURef(s, shg, shu, shg, FF, n, shLim, 0); err != nil {
+	if err := be.dev.SwiGLURef(b.side, shg, shu, shg, FF, n, shLim, 0); err != nil {
 		return err
 	}
-	if err := be.linear(b, shg, FF, n, linJob{L.downSh, ysh, D}); err != nil {
-		return err
+	return be.linearOn(b, b.side, "side.", shg, FF, n, linJob{L.downSh, ysh, D})
+}
+
+// reserveActs sizes the activation buffers (named tag + format) that
+// linearOn needs for n rows of each weight's input.
+func (be *Backend) reserveActs(b *batch, tag string, n int, ws ...*Weight) error {
+	need := map[string]int64{}
+	for _, w := range ws {
+		if isFloatType(w.Type) {
+			continue
+		}
+		at, err := be.dev.ActType(w.Type)
+		if err != nil {
+			return err
+		}
+		name := tag + at.String()
+		need[name] = max(need[name], be.dev.ActBytes(at, w.Cols)*int64(n))
 	}
-	return d.MoECombine(s, ye, sel, ysh, b.out, n, K, D)
+	for name, bytes := range need {
+		if _, err := b.sc.get(name, bytes); err != nil {
+			return err
+		}
+	}
+	return nil
 }

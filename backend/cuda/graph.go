@@ -113,13 +113,26 @@ func (b *batch) mark(v bool) {
 	}
 }
 
-// flush ends the capture in progress, if any, and launches its work.
+// flush ends the capture in progress, if any, and launches its work. A
+// capture forked onto the side stream is joined first (a capture must end
+// joined) and forked again after the launch, so that the side stream's
+// later work still follows everything before it.
 func (b *batch) flush() error {
 	if !b.g.capturing {
 		return nil
 	}
+	forked := b.forked
+	if err := b.join(); err != nil {
+		return err
+	}
 	b.g.capturing = false
-	return b.launchCaptured(false)
+	if err := b.launchCaptured(false); err != nil {
+		return err
+	}
+	if forked {
+		return b.fork()
+	}
+	return nil
 }
 
 // finish ends the capture at the end of the chunk (Head) and launches it.
@@ -166,6 +179,9 @@ func (b *batch) launchCaptured(whole bool) error {
 
 // abortGraph drops a capture left open by a chunk that failed.
 func (b *batch) abortGraph() {
+	if b.forked {
+		_ = b.join()
+	}
 	if b.g.capturing {
 		b.g.capturing = false
 		b.be.dev.AbortCapture(b.s)
