@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 7
+#define DS4C_ABI_VERSION 8
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -195,8 +195,6 @@ int ds4c_get_rows(int type, const void *d_w, int64_t total_rows, int64_t cols, c
                   void *stream);
 int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float *d_y,
                      int64_t y_stride, int64_t n, int rows, float eps, void *stream);
-int ds4c_scale_by_rms(const float *d_x, int64_t n, float *d_y, int m, int rows, float eps,
-                      void *stream);
 int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const float *d_base,
                 int hc, int iters, float hc_eps, const float *d_h, int64_t D,
                 const float *d_normw, float norm_eps, float *d_x, float *d_post, float *d_comb,

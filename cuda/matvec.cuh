@@ -148,6 +148,7 @@ struct TQ8_0 {
     }
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
+    static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
 };
 
 // ---------------------------------------------------------------- Q2_K
@@ -228,6 +229,7 @@ struct TQ2_K {
     }
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
+    static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
 };
 
 // ---------------------------------------------------------------- Q4_K
@@ -311,6 +313,7 @@ struct TQ4_K {
     }
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
+    static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
 };
 
 // ---------------------------------------------------------------- IQ2_XXS
@@ -406,6 +409,7 @@ struct TIQ2_XXS {
     }
     static constexpr float FINAL = 0.125f;
     static constexpr bool GRID = true;
+    static constexpr int MIN_BLOCKS = 3; // CTAs per SM the registers are capped for (3: the 384 CTAs of a decode expert product in one wave; spills 16 bytes)
 };
 
 // ---------------------------------------------------------------- F16, F32
@@ -451,6 +455,7 @@ struct TF16 {
     }
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
+    static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
 };
 
 struct TBF16 {
@@ -499,6 +504,7 @@ struct TBF16 {
     }
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
+    static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
 };
 
 struct TF32 {
@@ -536,6 +542,7 @@ struct TF32 {
     }
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
+    static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
 };
 
 template <class T>
@@ -544,7 +551,7 @@ __host__ __device__ constexpr int block_vals() {
 }
 
 template <class T, int NT, int S, int RPW, bool EX>
-__global__ void __launch_bounds__(256, 2) k_matvec(MVArgs a) {
+__global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
     static_assert(32 % T::U == 0, "a quant block must fit in aligned lanes");
     static_assert(S == 1 || RPW == 1, "split-K and stacked rows exclude each other");
     // units per row loaded per thread before computing: RPW*CHR in flight

@@ -91,17 +91,6 @@ __global__ void k_rmsnorm_ref(const float *x, int64_t x_stride, const float *w, 
     }
 }
 
-// y[t][i] *= rms scale of x[t] (the hyper-connection mixing logits).
-__global__ void k_scale_by_rms(const float *x, int64_t n, float *y, int m, float eps) {
-    const float *xr = x + blockIdx.x * n;
-    double ss = 0;
-#pragma unroll 8
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
-    ss = block_sum_d(ss);
-    const float r = rms_from_sumsq(ss, n, eps);
-    for (int i = threadIdx.x; i < m; i += blockDim.x) y[blockIdx.x * m + i] = fmul(y[blockIdx.x * m + i], r);
-}
-
 // ------------------------------------------------------------ hyper-connections
 // The Sinkhorn normalisation of one token's comb logits (s_comb, then
 // stored), one thread per value (hc² threads). Every value goes through exactly the
@@ -180,17 +169,32 @@ __device__ void hc_split_warp(const float *m, const float *scale, const float *b
     if (on) comb_out[lane] = v;
 }
 
-// One token per CTA. mode 0 (hc_pre): Sinkhorn split of the mixing logits
-// into pre, post and comb (post/comb stored for hc_post); mode 1 (head):
-// pre_j = sigmoid(m_j·scale + base_j) + eps only. Then x = Σ_j pre_j·h_j
-// and x = normw ⊙ (x·rms(x)).
+// One token per CTA. mode bit 0 clear (hc_pre): Sinkhorn split of the
+// mixing logits into pre, post and comb (post/comb stored for hc_post); set
+// (head): pre_j = sigmoid(m_j·scale + base_j) + eps only. Then x = Σ_j
+// pre_j·h_j and x = normw ⊙ (x·rms(x)). Mode bit 1: the mixing logits are
+// raw products fn·flat(h) and are first scaled by rsqrt(mean(h²) + norm_eps)
+// here (M ≤ 288).
 __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, const float *base, int hc, int iters,
                          float hc_eps, const float *h, int64_t D, const float *normw, float norm_eps, float *x,
                          float *post_out, float *comb_out) {
-    __shared__ float s_pre[16], s_comb[256];
+    __shared__ float s_pre[16], s_comb[256], s_mix[288];
     const int t = blockIdx.x;
     const int tid = threadIdx.x, nn = hc * hc;
     const float *m = mix + (int64_t)t * M;
+    if (mode & 2) {
+        const float *hr = h + (int64_t)t * hc * D;
+        const int64_t nh = (int64_t)hc * D;
+        double ss = 0;
+#pragma unroll 8
+        for (int64_t i = tid; i < nh; i += blockDim.x) ss += (double)hr[i] * (double)hr[i];
+        ss = block_sum_d(ss);
+        const float r = rms_from_sumsq(ss, nh, norm_eps);
+        for (int i = tid; i < M; i += blockDim.x) s_mix[i] = fmul(m[i], r);
+        __syncthreads();
+        m = s_mix;
+    }
+    mode &= 1;
     // pre (and post) first: x needs only pre, so with a one-warp split the
     // other warps form x while warp 0 runs the Sinkhorn iterations
     if (tid < hc) {
@@ -911,19 +915,12 @@ int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float
     return 0;
 }
 
-int ds4c_scale_by_rms(const float *d_x, int64_t n, float *d_y, int m, int rows, float eps, void *stream) {
-    DS4C_READY();
-    if (rows <= 0) return 0;
-    k_scale_by_rms<<<rows, 1024, 0, as_stream(stream)>>>(d_x, n, d_y, m, eps); // many loads in flight: one CTA per token
-    DS4C_CHECK_LAUNCH("scale_by_rms");
-    return 0;
-}
-
 int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const float *d_base, int hc, int iters,
                 float hc_eps, const float *d_h, int64_t D, const float *d_normw, float norm_eps, float *d_x,
                 float *d_post, float *d_comb, int n, void *stream) {
     DS4C_READY();
     if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_pre: %d streams (at most 16)", hc);
+    if ((mode & 2) && M > 288) return ds4c_err(DS4C_EINVAL, "hc_pre: %d mixing logits to scale (at most 288)", M);
     if (n <= 0) return 0;
     k_hc_pre<<<n, 512, 0, as_stream(stream)>>>(mode, d_mix, M, d_scale, d_base, hc, iters, hc_eps, d_h, D, d_normw,
                                                 norm_eps, d_x, d_post, d_comb);

@@ -99,15 +99,11 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 	return be.dev.GetRows(b.s, be.embd, b.tokens, b.n, b.h, HC*D, c.HC, D)
 }
 
-// mixes computes the hyper-connection mixing logits fn·flat(h_t), scaled by
-// rsqrt(mean(h_t²)+eps), into out [n][fn.Rows].
+// mixes computes the hyper-connection mixing logits fn·flat(h_t) into out
+// [n][fn.Rows]; HCPre (RawMix) scales them by rsqrt(mean(h_t²)+eps).
 func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) error {
-	c := &be.cfg
-	HCD := c.HC * c.Embed
-	if err := be.linear(b, b.h, HCD, b.n, linJob{fn, out, fn.Rows}); err != nil {
-		return err
-	}
-	return be.dev.ScaleByRMS(b.s, b.h, HCD, out, fn.Rows, b.n, c.NormEps)
+	HCD := be.cfg.HC * be.cfg.Embed
+	return be.linear(b, b.h, HCD, b.n, linJob{fn, out, fn.Rows})
 }
 
 func (L *dlayer) hcOf(sub engine.SubBlock) (*dhc, Ptr) {
@@ -134,7 +130,7 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 		return err
 	}
 	return be.dev.HCPre(b.s, &HCPreArgs{
-		Mix: mx, M: M, Scale: hw.scale, Base: hw.base, HC: c.HC, Iters: c.SinkhornIters, HCEps: c.HCEps,
+		Mix: mx, RawMix: true, M: M, Scale: hw.scale, Base: hw.base, HC: c.HC, Iters: c.SinkhornIters, HCEps: c.HCEps,
 		H: b.h, D: c.Embed, NormW: normW, NormEps: c.NormEps, X: b.x, Post: b.post, Comb: b.comb, N: b.n,
 	})
 }
@@ -181,7 +177,7 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 		return err
 	}
 	if err := d.HCPre(b.s, &HCPreArgs{
-		Head: true, Mix: mx, M: HC, Scale: be.hcHeadScale, Base: be.hcHeadBase, HC: HC, HCEps: c.HCEps,
+		Head: true, Mix: mx, RawMix: true, M: HC, Scale: be.hcHeadScale, Base: be.hcHeadBase, HC: HC, HCEps: c.HCEps,
 		H: b.h, D: D, NormW: be.outNorm, NormEps: c.NormEps, X: b.headIn, N: b.n,
 	}); err != nil {
 		return err

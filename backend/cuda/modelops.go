@@ -72,18 +72,11 @@ func (d *Device) RMSNormRef(s Stream, x Ptr, xStride int64, w, y Ptr, yStride in
 	})
 }
 
-// ScaleByRMS multiplies the m values y[t] by rsqrt(mean(x_t²)+eps) of the
-// rows x_t of n values, for rows tokens.
-func (d *Device) ScaleByRMS(s Stream, x Ptr, n int, y Ptr, m, rows int, eps float32) error {
-	return d.l.call("scale_by_rms", func() int32 {
-		return d.l.scaleByRMS(uintptr(x), int64(n), uintptr(y), int32(m), int32(rows), eps, uintptr(s))
-	})
-}
-
 // HCPreArgs are the arguments of HCPre.
 type HCPreArgs struct {
 	Head          bool // the output head's variant (no Sinkhorn, no post/comb)
-	Mix           Ptr  // [n][M] mixing logits (already RMS-scaled)
+	Mix           Ptr  // [n][M] mixing logits, RMS-scaled unless RawMix
+	RawMix        bool // Mix holds fn·flat(h): scale by rsqrt(mean(h²)+NormEps) first (M ≤ 288)
 	M             int
 	Scale, Base   Ptr // hc scale (3 values; head: 1) and base (M values)
 	HC, Iters     int
@@ -101,6 +94,9 @@ func (d *Device) HCPre(s Stream, a *HCPreArgs) error {
 	mode := int32(0)
 	if a.Head {
 		mode = 1
+	}
+	if a.RawMix {
+		mode |= 2
 	}
 	return d.l.call("hc_pre", func() int32 {
 		return d.l.hcPre(mode, uintptr(a.Mix), int32(a.M), uintptr(a.Scale), uintptr(a.Base), int32(a.HC), int32(a.Iters), a.HCEps,
