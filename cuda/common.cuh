@@ -22,6 +22,7 @@ int ds4c_opt_splitk(void);
 int ds4c_opt_rpw(void);
 int ds4c_opt_tc_min_tok(void); // INT32_MAX when disabled
 int ds4c_opt_tc_min_sel(void); // INT32_MAX when disabled
+int ds4c_opt_pdl(void);
 
 #define DS4C_CHECK(call)                                              \
     do {                                                              \
@@ -42,6 +43,40 @@ int ds4c_opt_tc_min_sel(void); // INT32_MAX when disabled
     } while (0)
 
 static inline cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
+
+// Programmatic dependent launch (Hopper). Every kernel is launched through
+// ds4c_launch, which lets the next kernel of the stream (or captured graph)
+// be launched before this one completes, and begins with pdl_enter: it
+// allows its own dependents to launch at once, then waits until the kernel
+// before it has completed and its writes are visible — so a kernel never
+// reads data early, while the launch and the filling of the GPU with the
+// next kernel's CTAs overlap the end of the previous one. Without the
+// launch attribute (or before Hopper) both instructions do nothing.
+static __device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// ds4c_launch launches kernel k (arguments converted to its parameter
+// types) with the programmatic-serialization attribute unless the PDL
+// option is off. Launch errors surface through DS4C_CHECK_LAUNCH.
+template <typename... KArgs, typename... Args>
+static inline void ds4c_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                               Args &&...args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = ds4c_opt_pdl() ? 1 : 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, k, static_cast<Args &&>(args)...);
+}
 
 #define FULL_MASK 0xffffffffu
 

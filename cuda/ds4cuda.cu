@@ -6,6 +6,8 @@
 
 #include <cuda_profiler_api.h>
 
+#include <stdlib.h>
+
 #include "common.cuh"
 
 static thread_local char g_errbuf[512];
@@ -17,6 +19,7 @@ static int g_opt_splitk = 0;
 static int g_opt_rpw = 0;
 static int g_opt_tc_min_tok = 4;  // tensor cores from 4 tokens (cuda/NOTES.md v4)
 static int g_opt_tc_min_sel = 32;
+static int g_opt_pdl = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -47,6 +50,7 @@ int ds4c_opt_splitk(void) { return g_opt_splitk; }
 int ds4c_opt_rpw(void) { return g_opt_rpw; }
 int ds4c_opt_tc_min_tok(void) { return g_opt_tc_min_tok > 0 ? g_opt_tc_min_tok : 0x7fffffff; }
 int ds4c_opt_tc_min_sel(void) { return g_opt_tc_min_sel > 0 ? g_opt_tc_min_sel : 0x7fffffff; }
+int ds4c_opt_pdl(void) { return g_opt_pdl; }
 
 extern "C" {
 
@@ -69,6 +73,8 @@ int ds4c_init(int device) {
     DS4C_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     g_sm_count = sms;
     g_device = device;
+    const char *pdl = getenv("DS4_CUDA_PDL");
+    if (pdl && pdl[0] == '0') g_opt_pdl = 0;
     t_device = device;
     return 0;
 }
@@ -330,6 +336,10 @@ int ds4c_set_option(int key, int value) {
     case DS4C_OPT_TC_MIN_TOK:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_tok option %d negative", value);
         g_opt_tc_min_tok = value;
+        return 0;
+    case DS4C_OPT_PDL:
+        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "pdl option %d not 0 or 1", value);
+        g_opt_pdl = value;
         return 0;
     case DS4C_OPT_TC_MIN_SEL:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_sel option %d negative", value);

@@ -106,6 +106,7 @@ __device__ __forceinline__ float fx_tree8(const float *t, int stride) {
 // periods in flight before their products join the chains.
 template <int FT, int NT, int U>
 __global__ void __launch_bounds__(256) k_fexact_rows(MVArgs a, int vec) {
+    pdl_enter();
     __shared__ float s_tot[8][NT];
     const int j = threadIdx.x, lane = j & 31, warp = j >> 5, sel = blockIdx.y;
     int64_t mat = a.sel_mat ? sel : 0;
@@ -185,6 +186,7 @@ constexpr int FXT_STAGE = (FXT_R + FXT_T) * FX_RUN * 32; // floats per stage
 
 template <int FT>
 __global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt, int vec) {
+    pdl_enter();
     constexpr int WV = FT == 0 ? 4 : 2; // 16-byte weight loads per thread per stage
     extern __shared__ float s_ft[];
     float *s_tot = s_ft + 2 * FXT_STAGE; // [FXT_G][FXT_R][FXT_T]
@@ -329,7 +331,7 @@ template <int FT, int NT>
 int launch_fexact_rows(const MVArgs &a, int n_sel, int vec, cudaStream_t st, int pieces = 1) {
     constexpr int U = NT == 1 ? 4 : (NT <= 2 ? 2 : 1);
     dim3 g((unsigned)a.rows, (unsigned)n_sel, (unsigned)pieces);
-    k_fexact_rows<FT, NT, U><<<g, 256, 0, st>>>(a, vec);
+    ds4c_launch(k_fexact_rows<FT, NT, U>, g, 256, 0, st, a, vec);
     return 0;
 }
 
@@ -347,7 +349,7 @@ int launch_fexact(const MVArgs &a, int n_sel, int nt, cudaStream_t st) {
         }
         dim3 g((unsigned)((a.rows + FXT_R - 1) / FXT_R), (unsigned)n_sel, (unsigned)((nt + FXT_T - 1) / FXT_T));
         if (g.z > 65535) return ds4c_err(DS4C_EINVAL, "too many tokens (%d)", nt);
-        k_fexact_tile<FT><<<g, 256, smem, st>>>(a, nt, vec);
+        ds4c_launch(k_fexact_tile<FT>, g, 256, smem, st, a, nt, vec);
         DS4C_CHECK_LAUNCH("matmul (float, exact, tiled)");
         return 0;
     }

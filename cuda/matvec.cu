@@ -10,6 +10,7 @@ namespace {
 // ---------------------------------------------------------------- repack
 __global__ void k_repack_q8_0(uint8_t *dst, int64_t R, int64_t cols, const uint8_t *src, int64_t first,
                               int64_t n) {
+    pdl_enter();
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     const uint8_t *s = src + i * 34;
@@ -22,6 +23,7 @@ __global__ void k_repack_q8_0(uint8_t *dst, int64_t R, int64_t cols, const uint8
 }
 
 __global__ void k_repack_q2_k(uint8_t *dst, int64_t NB, const uint8_t *src, int64_t first, int64_t n) {
+    pdl_enter();
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     const uint8_t *s = src + i * 84;
@@ -33,6 +35,7 @@ __global__ void k_repack_q2_k(uint8_t *dst, int64_t NB, const uint8_t *src, int6
 }
 
 __global__ void k_repack_iq2_xxs(uint8_t *dst, int64_t NB, const uint8_t *src, int64_t first, int64_t n) {
+    pdl_enter();
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     const uint8_t *s = src + i * 66;
@@ -46,6 +49,7 @@ __global__ void k_repack_iq2_xxs(uint8_t *dst, int64_t NB, const uint8_t *src, i
 // ---------------------------------------------------------------- quantize
 __global__ void k_quant_q8_0(const float *x, int64_t x_stride, uint8_t *act, int64_t act_stride, int64_t cols,
                              int n_tok) {
+    pdl_enter();
     const int64_t nb = cols / 32;
     const int64_t gw = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
@@ -64,6 +68,7 @@ __global__ void k_quant_q8_0(const float *x, int64_t x_stride, uint8_t *act, int
 
 __global__ void __launch_bounds__(256) k_quant_q8_k(const float *x, int64_t x_stride, uint8_t *act,
                                                     int64_t act_stride, int64_t cols, int n_tok) {
+    pdl_enter();
     __shared__ float s_v[256];
     __shared__ float s_av[8];
     __shared__ int s_ix[8];
@@ -117,6 +122,7 @@ __global__ void __launch_bounds__(256) k_quant_q8_k(const float *x, int64_t x_st
 
 __global__ void k_copy_rows_f32(const float *x, int64_t x_stride, uint8_t *act, int64_t act_stride, int64_t cols,
                                 int n_tok) {
+    pdl_enter();
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= cols * n_tok) return;
     int64_t t = i / cols, c = i % cols;
@@ -192,14 +198,14 @@ int ds4c_weight_repack(int type, void *d_dst, int64_t total_rows, int64_t cols, 
                                    (size_t)(n_blocks * blk_bytes(type)), cudaMemcpyDeviceToDevice, st));
         return 0;
     case DS4C_Q8_0:
-        k_repack_q8_0<<<grid, 256, 0, st>>>((uint8_t *)d_dst, total_rows, cols, (const uint8_t *)d_src, first_block,
+        ds4c_launch(k_repack_q8_0, grid, 256, 0, st, (uint8_t *)d_dst, total_rows, cols, (const uint8_t *)d_src, first_block,
                                             n_blocks);
         break;
     case DS4C_Q2_K:
-        k_repack_q2_k<<<grid, 256, 0, st>>>((uint8_t *)d_dst, nb, (const uint8_t *)d_src, first_block, n_blocks);
+        ds4c_launch(k_repack_q2_k, grid, 256, 0, st, (uint8_t *)d_dst, nb, (const uint8_t *)d_src, first_block, n_blocks);
         break;
     case DS4C_IQ2_XXS:
-        k_repack_iq2_xxs<<<grid, 256, 0, st>>>((uint8_t *)d_dst, nb, (const uint8_t *)d_src, first_block, n_blocks);
+        ds4c_launch(k_repack_iq2_xxs, grid, 256, 0, st, (uint8_t *)d_dst, nb, (const uint8_t *)d_src, first_block, n_blocks);
         break;
     }
     DS4C_CHECK_LAUNCH("weight_repack");
@@ -247,18 +253,18 @@ int ds4c_quantize(int act_type, const float *d_x, int64_t x_stride, void *d_act,
     switch (act_type) {
     case DS4C_F32: {
         int64_t n = cols * n_tok;
-        k_copy_rows_f32<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
+        ds4c_launch(k_copy_rows_f32, (unsigned)((n + 255) / 256), 256, 0, st, d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
                                                                       cols, n_tok);
         break;
     }
     case DS4C_Q8_0: {
         int64_t warps = cols / 32 * n_tok;
-        k_quant_q8_0<<<(unsigned)((warps + 7) / 8), 256, 0, st>>>(d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
+        ds4c_launch(k_quant_q8_0, (unsigned)((warps + 7) / 8), 256, 0, st, d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
                                                                    cols, n_tok);
         break;
     }
     case DS4C_Q8_K:
-        k_quant_q8_k<<<(unsigned)(cols / 256 * n_tok), 256, 0, st>>>(d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
+        ds4c_launch(k_quant_q8_k, (unsigned)(cols / 256 * n_tok), 256, 0, st, d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
                                                                       cols, n_tok);
         break;
     }

@@ -552,6 +552,7 @@ __host__ __device__ constexpr int block_vals() {
 
 template <class T, int NT, int S, int RPW, bool EX>
 __global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
+    pdl_enter();
     static_assert(32 % T::U == 0, "a quant block must fit in aligned lanes");
     static_assert(S == 1 || RPW == 1, "split-K and stacked rows exclude each other");
     // units per row loaded per thread before computing: RPW*CHR in flight
@@ -673,7 +674,7 @@ int launch_one(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
         }
     }
     dim3 g((unsigned)((a.rows + rows_per_cta - 1) / rows_per_cta), (unsigned)n_sel, (unsigned)pieces);
-    k_matvec<T, NT, S, RPW, EX><<<g, 256, smem, st>>>(a);
+    ds4c_launch(k_matvec<T, NT, S, RPW, EX>, g, 256, smem, st, a);
     return 0;
 }
 

@@ -183,6 +183,7 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
 __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
+    pdl_enter();
     __shared__ Slots s;
     extern __shared__ __align__(16) uint8_t s_q8[]; // [2][Q8S_STAGE]
     int64_t mat;
@@ -277,6 +278,7 @@ __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
 
 // ---------------------------------------------------------------- Q2_K
 __global__ void __launch_bounds__(128) k_tc_q2_k(TCArgs p) {
+    pdl_enter();
     __shared__ Slots s;
     int64_t mat;
     const int cnt = tc_slots(p, s, &mat);
@@ -362,6 +364,7 @@ __global__ void __launch_bounds__(128) k_tc_q2_k(TCArgs p) {
 
 // ---------------------------------------------------------------- IQ2_XXS
 __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
+    pdl_enter();
     __shared__ Slots s;
     __shared__ uint64_t s_grid[256]; // the codebook (sign masks are computed: iq2_sign_mask)
     for (int i = threadIdx.x; i < 256; i += blockDim.x) s_grid[i] = iq2xxs_grid[i];
@@ -464,6 +467,7 @@ int64_t group_perm_bytes(int64_t n_sel) { return ((4 * n_sel + 15) / 16) * 16; }
 // to the bound. One CTA.
 __global__ void __launch_bounds__(1024) k_group(const int32_t *ids, int n_sel, int n_mat, int32_t *perm, int4 *tiles,
                                                 int bound) {
+    pdl_enter();
     extern __shared__ int g_sh[];
     const int nbk = n_mat + 1;
     int *cnt = g_sh, *off = g_sh + nbk, *toff = g_sh + 2 * nbk; // toff has nbk+1 entries
@@ -510,11 +514,11 @@ int tc_launch(int type, const TCArgs &p, dim3 grid, cudaStream_t st) {
             DS4C_CHECK(cudaFuncSetAttribute(k_tc_q8_0, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * Q8S_STAGE));
             set = true;
         }
-        k_tc_q8_0<<<grid, 128, 2 * Q8S_STAGE, st>>>(p);
+        ds4c_launch(k_tc_q8_0, grid, 128, 2 * Q8S_STAGE, st, p);
         break;
     }
-    case DS4C_Q2_K: k_tc_q2_k<<<grid, 128, 0, st>>>(p); break;
-    case DS4C_IQ2_XXS: k_tc_iq2_xxs<<<grid, 128, 0, st>>>(p); break;
+    case DS4C_Q2_K: ds4c_launch(k_tc_q2_k, grid, 128, 0, st, p); break;
+    case DS4C_IQ2_XXS: ds4c_launch(k_tc_iq2_xxs, grid, 128, 0, st, p); break;
     default: return ds4c_err(DS4C_ETYPE, "no tensor-core product for type %d", type);
     }
     DS4C_CHECK_LAUNCH("matmul (tensor cores)");
@@ -558,7 +562,7 @@ int ds4c_group(const int32_t *d_ids, int n_sel, int64_t n_mat, void *d_scratch, 
     int32_t *perm = (int32_t *)d_scratch;
     int4 *tiles = (int4 *)((uint8_t *)d_scratch + group_perm_bytes(n_sel));
     const size_t smem = (size_t)(3 * (n_mat + 1) + 1) * sizeof(int);
-    k_group<<<1, 1024, smem, as_stream(stream)>>>(d_ids, n_sel, (int)n_mat, perm, tiles, (int)bound);
+    ds4c_launch(k_group, 1, 1024, smem, as_stream(stream), d_ids, n_sel, (int)n_mat, perm, tiles, (int)bound);
     DS4C_CHECK_LAUNCH("group");
     return 0;
 }

@@ -67,6 +67,7 @@ __device__ __forceinline__ float load_elem(int type, const uint8_t *w, int64_t R
 
 __global__ void k_get_rows(int type, const uint8_t *w, int64_t R, int64_t cols, const int32_t *ids, float *dst,
                            int64_t dst_stride, int copies, int64_t copy_stride) {
+    pdl_enter();
     const int i = blockIdx.y;
     const int64_t row = ids[i];
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cols; c += (int64_t)gridDim.x * blockDim.x) {
@@ -79,6 +80,7 @@ __global__ void k_get_rows(int type, const uint8_t *w, int64_t R, int64_t cols, 
 // y = w ⊙ (x · r) (w null: x · r), rows of n values.
 __global__ void k_rmsnorm_ref(const float *x, int64_t x_stride, const float *w, float *y, int64_t y_stride, int64_t n,
                               float eps) {
+    pdl_enter();
     const float *xr = x + blockIdx.x * x_stride;
     float *yr = y + blockIdx.x * y_stride;
     double ss = 0;
@@ -178,6 +180,7 @@ __device__ void hc_split_warp(const float *m, const float *scale, const float *b
 __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, const float *base, int hc, int iters,
                          float hc_eps, const float *h, int64_t D, const float *normw, float norm_eps, float *x,
                          float *post_out, float *comb_out) {
+    pdl_enter();
     __shared__ float s_pre[16], s_comb[256], s_mix[288];
     const int t = blockIdx.x;
     const int tid = threadIdx.x, nn = hc * hc;
@@ -229,6 +232,7 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
 
 // h'_k = post_k·out + Σ_j comb[j][k]·h_j, in place; one thread per (t, d).
 __global__ void k_hc_post(float *h, const float *out, const float *post, const float *comb, int hc, int64_t D, int n) {
+    pdl_enter();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= D * n) return;
     const int64_t t = i / D, d = i % D;
@@ -249,6 +253,7 @@ __global__ void k_hc_post(float *h, const float *out, const float *post, const f
 // Rotates x[t][j][off : off+rd] (pairs) at position pos0 + t·pos_step.
 __global__ void k_rope(float *x, int64_t tok_stride, int heads, int64_t head_stride, int64_t off, const float *freqs,
                        int rd, int64_t pos0, int64_t pos_step, int n_tok, int inverse) {
+    pdl_enter();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     const int half = rd / 2;
     if (i >= (int64_t)n_tok * heads * half) return;
@@ -292,6 +297,7 @@ __device__ __forceinline__ float round_e2m1(float y) {
 
 // FP8 e4m3 simulation of x[r][0:n] in blocks of 64: one warp per block.
 __global__ void k_fp8_sim(float *x, int64_t stride, int rows, int64_t n) {
+    pdl_enter();
     const int64_t gw = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     const int64_t nb = n / 64;
@@ -309,6 +315,7 @@ __global__ void k_fp8_sim(float *x, int64_t stride, int rows, int64_t n) {
 
 // FP4 e2m1 simulation of x[r][0:n] in blocks of 32: one warp per block.
 __global__ void k_fp4_sim(float *x, int64_t stride, int rows, int64_t n) {
+    pdl_enter();
     const int64_t gw = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     const int64_t nb = n / 32;
@@ -325,6 +332,7 @@ __global__ void k_fp4_sim(float *x, int64_t stride, int rows, int64_t n) {
 // Normalised Walsh–Hadamard transform of rows of n (a power of two ≤ 1024)
 // values, Sylvester order, then × scale; one CTA per row.
 __global__ void k_hadamard(float *x, int64_t stride, int n, float scale) {
+    pdl_enter();
     extern __shared__ float s_h[];
     float *xr = x + blockIdx.x * stride;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s_h[i] = xr[i];
@@ -343,12 +351,14 @@ __global__ void k_hadamard(float *x, int64_t stride, int n, float scale) {
 
 // ------------------------------------------------------------ small helpers
 __global__ void k_scale(float *x, int64_t n, float s) {
+    pdl_enter();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i < n) x[i] = fmul(x[i], s);
 }
 
 // dst[t][c] += add[((pos0 + t) mod r)][c] for t < n, c < width.
 __global__ void k_add_ape(float *dst, const float *ape, int64_t width, int r, int64_t pos0, int n) {
+    pdl_enter();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= width * n) return;
     const int64_t t = i / width, c = i % width;
@@ -358,6 +368,7 @@ __global__ void k_add_ape(float *dst, const float *ape, int64_t width, int r, in
 // ring[(pos0 + t) mod cap] = src[t] for the last min(n, cap) rows.
 __global__ void k_ring_write(float *ring, int64_t cap, int64_t width, const float *src, int64_t src_stride, int64_t pos0,
                              int n) {
+    pdl_enter();
     const int64_t first = n > cap ? n - cap : 0;
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= (n - first) * width) return;
@@ -384,6 +395,7 @@ struct Entries {
 };
 
 __global__ void k_comp_pool(Entries e, int r, int coff, int64_t w, int64_t i0, int nrows, float *rows) {
+    pdl_enter();
     const int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (idx >= w * nrows) return;
     const int64_t i = i0 + idx / w, c = idx % w;
@@ -440,6 +452,7 @@ __device__ __forceinline__ float dot4_ref(const float *a, const float *b, int n)
 
 __global__ void __launch_bounds__(256) k_index_scores(const float *q, const float *w, const float *rows, int IH, int IHD,
                                                       int64_t pos0, int ratio, float *scores, int64_t sc_stride) {
+    pdl_enter();
     extern __shared__ float s_ix[];
     const int t = blockIdx.y, tid = threadIdx.x;
     const int64_t R = (pos0 + t + 1) / ratio;
@@ -476,6 +489,7 @@ __global__ void __launch_bounds__(256) k_index_scores(const float *q, const floa
 // to sel[t][0..), best first; with R ≤ K (and all_if_few) all rows in order.
 __global__ void k_topk(const float *scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio, int K,
                        int all_if_few, int32_t *sel, int32_t *nsel) {
+    pdl_enter();
     // grid (candidate blocks, tokens): each thread ranks one candidate row
     // against all R, so the O(R²) comparisons of a token spread over
     // R/blockDim CTAs instead of one.
@@ -518,6 +532,7 @@ __device__ __forceinline__ uint32_t topk_key(float f) {
 __global__ void __launch_bounds__(TK_THREADS) k_topk_radix(const float *scores, int64_t stride, int64_t R_fixed,
                                                            int64_t pos0, int ratio, int K, int all_if_few,
                                                            int32_t *sel, int32_t *nsel) {
+    pdl_enter();
     __shared__ int s_hist[256];
     __shared__ int s_suf[257];
     __shared__ uint32_t s_prefix, s_mask;
@@ -688,6 +703,7 @@ constexpr int AO_PK = 256;          // output: probabilities staged per pass
 // single tokens, whose few keys need more CTAs instead), AS_K keys per CTA.
 template <int KPT>
 __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int64_t maxk, int hg) {
+    pdl_enter();
     constexpr int AS_K = 16 * KPT;
     extern __shared__ float s_at[];
     __shared__ const float *s_kp[AS_K];
@@ -743,6 +759,7 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
 }
 
 __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int64_t maxk) {
+    pdl_enter();
     const int t = blockIdx.x / a.H, h = blockIdx.x % a.H, lane = threadIdx.x;
     int64_t nwin;
     const int64_t nk = attn_nkeys(a, t, &nwin);
@@ -766,6 +783,7 @@ __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int6
 
 template <int OH>
 __global__ void __launch_bounds__(128) k_attn_out(AttnArgs a, const float *sc, int64_t maxk) {
+    pdl_enter();
     __shared__ float sp[OH][AO_PK];
     __shared__ const float *skey[AO_PK]; // the pass's key rows
     const int t = blockIdx.y, tid = threadIdx.x;
@@ -813,6 +831,7 @@ __global__ void __launch_bounds__(128) k_attn_out(AttnArgs a, const float *sc, i
 // layers) or the top-K of s + bias; weights s[e], normalised, scaled.
 __global__ void k_router(const float *logits, int E, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
                          int K, int norm, float wscale, int32_t *sel, float *wts) {
+    pdl_enter();
     extern __shared__ float s_r[]; // s[E], biased[E]
     float *s = s_r, *biased = s_r + E;
     const int t = blockIdx.x;
@@ -854,6 +873,7 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
 // to ≤ lim (w null: no weight).
 __global__ void k_swiglu_ref(const float *g, const float *u, float *y, int64_t n, int rows, float lim,
                              const float *w) {
+    pdl_enter();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n * rows) return;
     float gv = g[i], uv = u[i];
@@ -870,6 +890,7 @@ __global__ void k_swiglu_ref(const float *g, const float *u, float *y, int64_t n
 // y[t] = Σ over the token's experts in ascending expert id of ye[t][k],
 // then + ysh[t].
 __global__ void k_moe_combine(const float *ye, const int32_t *sel, const float *ysh, float *y, int n, int K, int64_t D) {
+    pdl_enter();
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= D * n) return;
     const int64_t t = i / D, d = i % D;
@@ -900,7 +921,7 @@ int ds4c_get_rows(int type, const void *d_w, int64_t total_rows, int64_t cols, c
         return ds4c_err(DS4C_ETYPE, "get_rows: unsupported type %d", type);
     if (n <= 0) return 0;
     dim3 g((unsigned)((cols + 255) / 256 < 64 ? (cols + 255) / 256 : 64), (unsigned)n);
-    k_get_rows<<<g, 256, 0, as_stream(stream)>>>(type, (const uint8_t *)d_w, total_rows, cols, d_ids, d_dst, dst_stride,
+    ds4c_launch(k_get_rows, g, 256, 0, as_stream(stream), type, (const uint8_t *)d_w, total_rows, cols, d_ids, d_dst, dst_stride,
                                                   copies, copy_stride);
     DS4C_CHECK_LAUNCH("get_rows");
     return 0;
@@ -910,7 +931,7 @@ int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float
                      int rows, float eps, void *stream) {
     DS4C_READY();
     if (rows <= 0) return 0;
-    k_rmsnorm_ref<<<rows, 256, 0, as_stream(stream)>>>(d_x, x_stride, d_w, d_y, y_stride, n, eps);
+    ds4c_launch(k_rmsnorm_ref, rows, 256, 0, as_stream(stream), d_x, x_stride, d_w, d_y, y_stride, n, eps);
     DS4C_CHECK_LAUNCH("rmsnorm_ref");
     return 0;
 }
@@ -922,7 +943,7 @@ int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const
     if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_pre: %d streams (at most 16)", hc);
     if ((mode & 2) && M > 288) return ds4c_err(DS4C_EINVAL, "hc_pre: %d mixing logits to scale (at most 288)", M);
     if (n <= 0) return 0;
-    k_hc_pre<<<n, 512, 0, as_stream(stream)>>>(mode, d_mix, M, d_scale, d_base, hc, iters, hc_eps, d_h, D, d_normw,
+    ds4c_launch(k_hc_pre, n, 512, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, hc, iters, hc_eps, d_h, D, d_normw,
                                                 norm_eps, d_x, d_post, d_comb);
     DS4C_CHECK_LAUNCH("hc_pre");
     return 0;
@@ -933,7 +954,7 @@ int ds4c_hc_post(float *d_h, const float *d_out, const float *d_post, const floa
     DS4C_READY();
     if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_post: %d streams (at most 16)", hc);
     if (n <= 0) return 0;
-    k_hc_post<<<nblk(D * n, 256), 256, 0, as_stream(stream)>>>(d_h, d_out, d_post, d_comb, hc, D, n);
+    ds4c_launch(k_hc_post, nblk(D * n, 256), 256, 0, as_stream(stream), d_h, d_out, d_post, d_comb, hc, D, n);
     DS4C_CHECK_LAUNCH("hc_post");
     return 0;
 }
@@ -943,7 +964,7 @@ int ds4c_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, in
     DS4C_READY();
     int64_t n = (int64_t)n_tok * heads * (rd / 2);
     if (n <= 0) return 0;
-    k_rope<<<nblk(n, 256), 256, 0, as_stream(stream)>>>(d_x, tok_stride, heads, head_stride, off, d_freqs, rd, pos0,
+    ds4c_launch(k_rope, nblk(n, 256), 256, 0, as_stream(stream), d_x, tok_stride, heads, head_stride, off, d_freqs, rd, pos0,
                                                         pos_step, n_tok, inverse);
     DS4C_CHECK_LAUNCH("rope");
     return 0;
@@ -954,7 +975,7 @@ int ds4c_fp8_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream) 
     if (n % 64) return ds4c_err(DS4C_EINVAL, "fp8_sim: %lld values not a multiple of 64", (long long)n);
     int64_t warps = n / 64 * rows;
     if (warps <= 0) return 0;
-    k_fp8_sim<<<nblk(warps * 32, 256), 256, 0, as_stream(stream)>>>(d_x, stride, rows, n);
+    ds4c_launch(k_fp8_sim, nblk(warps * 32, 256), 256, 0, as_stream(stream), d_x, stride, rows, n);
     DS4C_CHECK_LAUNCH("fp8_sim");
     return 0;
 }
@@ -964,7 +985,7 @@ int ds4c_fp4_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream) 
     if (n % 32) return ds4c_err(DS4C_EINVAL, "fp4_sim: %lld values not a multiple of 32", (long long)n);
     int64_t warps = n / 32 * rows;
     if (warps <= 0) return 0;
-    k_fp4_sim<<<nblk(warps * 32, 256), 256, 0, as_stream(stream)>>>(d_x, stride, rows, n);
+    ds4c_launch(k_fp4_sim, nblk(warps * 32, 256), 256, 0, as_stream(stream), d_x, stride, rows, n);
     DS4C_CHECK_LAUNCH("fp4_sim");
     return 0;
 }
@@ -973,7 +994,7 @@ int ds4c_hadamard(float *d_x, int64_t stride, int rows, int n, float scale, void
     DS4C_READY();
     if (n <= 0 || n > 4096 || (n & (n - 1))) return ds4c_err(DS4C_EINVAL, "hadamard: size %d", n);
     if (rows <= 0) return 0;
-    k_hadamard<<<rows, 128, n * sizeof(float), as_stream(stream)>>>(d_x, stride, n, scale);
+    ds4c_launch(k_hadamard, rows, 128, n * sizeof(float), as_stream(stream), d_x, stride, n, scale);
     DS4C_CHECK_LAUNCH("hadamard");
     return 0;
 }
@@ -981,7 +1002,7 @@ int ds4c_hadamard(float *d_x, int64_t stride, int rows, int n, float scale, void
 int ds4c_scale(float *d_x, int64_t n, float s, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
-    k_scale<<<nblk(n, 256), 256, 0, as_stream(stream)>>>(d_x, n, s);
+    ds4c_launch(k_scale, nblk(n, 256), 256, 0, as_stream(stream), d_x, n, s);
     DS4C_CHECK_LAUNCH("scale");
     return 0;
 }
@@ -989,7 +1010,7 @@ int ds4c_scale(float *d_x, int64_t n, float s, void *stream) {
 int ds4c_add_ape(float *d_dst, const float *d_ape, int64_t width, int r, int64_t pos0, int n, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
-    k_add_ape<<<nblk(width * n, 256), 256, 0, as_stream(stream)>>>(d_dst, d_ape, width, r, pos0, n);
+    ds4c_launch(k_add_ape, nblk(width * n, 256), 256, 0, as_stream(stream), d_dst, d_ape, width, r, pos0, n);
     DS4C_CHECK_LAUNCH("add_ape");
     return 0;
 }
@@ -999,7 +1020,7 @@ int ds4c_ring_write(float *d_ring, int64_t cap, int64_t width, const float *d_sr
     DS4C_READY();
     if (n <= 0) return 0;
     int64_t rows = n > cap ? cap : n;
-    k_ring_write<<<nblk(rows * width, 256), 256, 0, as_stream(stream)>>>(d_ring, cap, width, d_src, src_stride, pos0, n);
+    ds4c_launch(k_ring_write, nblk(rows * width, 256), 256, 0, as_stream(stream), d_ring, cap, width, d_src, src_stride, pos0, n);
     DS4C_CHECK_LAUNCH("ring_write");
     return 0;
 }
@@ -1010,7 +1031,7 @@ int ds4c_comp_pool(const float *d_kv, const float *d_sc, const float *d_kv_ring,
     DS4C_READY();
     if (nrows <= 0) return 0;
     Entries e{d_kv, d_sc, d_kv_ring, d_sc_ring, cap, cw, pos0};
-    k_comp_pool<<<nblk(w * nrows, 128), 128, 0, as_stream(stream)>>>(e, r, coff, w, i0, nrows, d_rows);
+    ds4c_launch(k_comp_pool, nblk(w * nrows, 128), 128, 0, as_stream(stream), e, r, coff, w, i0, nrows, d_rows);
     DS4C_CHECK_LAUNCH("comp_pool");
     return 0;
 }
@@ -1029,7 +1050,7 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         set = smem;
     }
     dim3 g(nblk(maxR, IX_ROWS), (unsigned)n);
-    k_index_scores<<<g, 256, smem, as_stream(stream)>>>(d_q, d_w, d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
+    ds4c_launch(k_index_scores, g, 256, smem, as_stream(stream), d_q, d_w, d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
     DS4C_CHECK_LAUNCH("index_scores");
     return 0;
 }
@@ -1042,13 +1063,13 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     const int64_t maxR = R_fixed > 0 ? R_fixed : (pos0 + n) / ratio;
     if (n > 65535) return ds4c_err(DS4C_EINVAL, "topk: %d tokens (at most 65535)", n);
     if (K <= TK_THREADS && maxR > K) {
-        k_topk_radix<<<(unsigned)n, TK_THREADS, 0, as_stream(stream)>>>(d_scores, stride, R_fixed, pos0, ratio, K,
+        ds4c_launch(k_topk_radix, (unsigned)n, TK_THREADS, 0, as_stream(stream), d_scores, stride, R_fixed, pos0, ratio, K,
                                                                         all_if_few, d_sel, d_nsel);
         DS4C_CHECK_LAUNCH("topk");
         return 0;
     }
     dim3 g((unsigned)(maxR > 0 ? nblk(maxR, 64) : 1), (unsigned)n);
-    k_topk<<<g, 64, 0, as_stream(stream)>>>(d_scores, stride, R_fixed, pos0, ratio, K, all_if_few, d_sel, d_nsel);
+    ds4c_launch(k_topk, g, 64, 0, as_stream(stream), d_scores, stride, R_fixed, pos0, ratio, K, all_if_few, d_sel, d_nsel);
     DS4C_CHECK_LAUNCH("topk");
     return 0;
 }
@@ -1077,18 +1098,18 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     const int hg = chunk ? (int)nblk(H, AS_H) : 1;
     const dim3 gs(nblk(max_keys, ak), (unsigned)n, nblk(H, AS_H * hg));
     if (chunk)
-        k_attn_scores<2><<<gs, 256, smem, st>>>(a, d_work, max_keys, hg);
+        ds4c_launch(k_attn_scores<2>, gs, 256, smem, st, a, d_work, max_keys, hg);
     else
-        k_attn_scores<1><<<gs, 256, smem, st>>>(a, d_work, max_keys, hg);
+        ds4c_launch(k_attn_scores<1>, gs, 256, smem, st, a, d_work, max_keys, hg);
     DS4C_CHECK_LAUNCH("attention scores");
-    k_attn_softmax<<<(unsigned)(n * H), 32, 0, st>>>(a, d_work, max_keys);
+    ds4c_launch(k_attn_softmax, (unsigned)(n * H), 32, 0, st, a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention softmax");
     // single tokens: 2 heads per CTA (measured against 4 and 8 on the H200:
     // more heads per CTA read the keys fewer times but leave SMs idle)
     if (n >= 8)
-        k_attn_out<16><<<dim3(nblk(HD, 128), (unsigned)n, nblk(H, 16)), 128, 0, st>>>(a, d_work, max_keys);
+        ds4c_launch(k_attn_out<16>, dim3(nblk(HD, 128), (unsigned)n, nblk(H, 16)), 128, 0, st, a, d_work, max_keys);
     else
-        k_attn_out<2><<<dim3(nblk(HD, 128), (unsigned)n, nblk(H, 2)), 128, 0, st>>>(a, d_work, max_keys);
+        ds4c_launch(k_attn_out<2>, dim3(nblk(HD, 128), (unsigned)n, nblk(H, 2)), 128, 0, st, a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention output");
     return 0;
 }
@@ -1097,7 +1118,7 @@ int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t
                 int K, int norm, float wscale, int32_t *d_sel, float *d_w, int n, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
-    k_router<<<n, 256, 2 * E * sizeof(float), as_stream(stream)>>>(d_logits, E, d_bias, d_tid2eid, d_tokens, K, norm,
+    ds4c_launch(k_router, n, 256, 2 * E * sizeof(float), as_stream(stream), d_logits, E, d_bias, d_tid2eid, d_tokens, K, norm,
                                                                      wscale, d_sel, d_w);
     DS4C_CHECK_LAUNCH("router");
     return 0;
@@ -1107,7 +1128,7 @@ int ds4c_swiglu_ref(const float *d_g, const float *d_u, float *d_y, int64_t n, i
                     void *stream) {
     DS4C_READY();
     if (n * rows <= 0) return 0;
-    k_swiglu_ref<<<nblk(n * rows, 256), 256, 0, as_stream(stream)>>>(d_g, d_u, d_y, n, rows, lim, d_w);
+    ds4c_launch(k_swiglu_ref, nblk(n * rows, 256), 256, 0, as_stream(stream), d_g, d_u, d_y, n, rows, lim, d_w);
     DS4C_CHECK_LAUNCH("swiglu_ref");
     return 0;
 }
@@ -1116,7 +1137,7 @@ int ds4c_moe_combine(const float *d_ye, const int32_t *d_sel, const float *d_ysh
                      void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
-    k_moe_combine<<<nblk(D * n, 256), 256, 0, as_stream(stream)>>>(d_ye, d_sel, d_ysh, d_y, n, K, D);
+    ds4c_launch(k_moe_combine, nblk(D * n, 256), 256, 0, as_stream(stream), d_ye, d_sel, d_ysh, d_y, n, K, D);
     DS4C_CHECK_LAUNCH("moe_combine");
     return 0;
 }

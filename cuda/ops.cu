@@ -29,6 +29,7 @@ __device__ __forceinline__ float block_max(float v, float *s_red) {
 }
 
 __global__ void __launch_bounds__(256) k_rmsnorm(const float *x, const float *w, float *y, int64_t n, float eps) {
+    pdl_enter();
     __shared__ float s_red[8];
     const float *xr = x + blockIdx.x * n;
     float *yr = y + blockIdx.x * n;
@@ -43,6 +44,7 @@ __global__ void __launch_bounds__(256) k_rmsnorm(const float *x, const float *w,
 }
 
 __global__ void __launch_bounds__(256) k_softmax(const float *x, float *y, int64_t n) {
+    pdl_enter();
     __shared__ float s_red[8];
     const float *xr = x + blockIdx.x * n;
     float *yr = y + blockIdx.x * n;
@@ -57,6 +59,7 @@ __global__ void __launch_bounds__(256) k_softmax(const float *x, float *y, int64
 }
 
 __global__ void k_swiglu(const float *g, const float *u, float *y, int64_t n, float clamp) {
+    pdl_enter();
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     float gv = g[i], uv = u[i];
@@ -71,6 +74,7 @@ __global__ void k_swiglu(const float *g, const float *u, float *y, int64_t n, fl
 // writes one value per CTA, so nothing is optimised away: a read-bandwidth
 // ceiling for the benchmarks.
 __global__ void __launch_bounds__(256) k_read(const int4 *p, int64_t n16, int *out) {
+    pdl_enter();
     int acc = 0;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -93,7 +97,7 @@ extern "C" {
 
 int ds4c_bench_read(const void *d_src, uint64_t bytes, int *d_out, void *stream) {
     DS4C_READY();
-    k_read<<<ds4c_sm_count() * 4, 256, 0, as_stream(stream)>>>((const int4 *)d_src, (int64_t)(bytes / 16), d_out);
+    ds4c_launch(k_read, ds4c_sm_count() * 4, 256, 0, as_stream(stream), (const int4 *)d_src, (int64_t)(bytes / 16), d_out);
     DS4C_CHECK_LAUNCH("bench_read");
     return 0;
 }
@@ -103,7 +107,7 @@ int ds4c_rmsnorm(const float *d_x, const float *d_w, float *d_y, int64_t n, int 
     DS4C_READY();
     if (n <= 0 || rows < 0) return ds4c_err(DS4C_EINVAL, "rmsnorm: bad shape");
     if (rows == 0) return 0;
-    k_rmsnorm<<<rows, 256, 0, as_stream(stream)>>>(d_x, d_w, d_y, n, eps);
+    ds4c_launch(k_rmsnorm, rows, 256, 0, as_stream(stream), d_x, d_w, d_y, n, eps);
     DS4C_CHECK_LAUNCH("rmsnorm");
     return 0;
 }
@@ -112,7 +116,7 @@ int ds4c_softmax(const float *d_x, float *d_y, int64_t n, int rows, void *stream
     DS4C_READY();
     if (n <= 0 || rows < 0) return ds4c_err(DS4C_EINVAL, "softmax: bad shape");
     if (rows == 0) return 0;
-    k_softmax<<<rows, 256, 0, as_stream(stream)>>>(d_x, d_y, n);
+    ds4c_launch(k_softmax, rows, 256, 0, as_stream(stream), d_x, d_y, n);
     DS4C_CHECK_LAUNCH("softmax");
     return 0;
 }
@@ -121,7 +125,7 @@ int ds4c_swiglu(const float *d_g, const float *d_u, float *d_y, int64_t n, float
     DS4C_READY();
     if (n < 0) return ds4c_err(DS4C_EINVAL, "swiglu: bad size");
     if (n == 0) return 0;
-    k_swiglu<<<(unsigned)((n + 255) / 256), 256, 0, as_stream(stream)>>>(d_g, d_u, d_y, n, clamp);
+    ds4c_launch(k_swiglu, (unsigned)((n + 255) / 256), 256, 0, as_stream(stream), d_g, d_u, d_y, n, clamp);
     DS4C_CHECK_LAUNCH("swiglu");
     return 0;
 }

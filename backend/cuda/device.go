@@ -272,6 +272,7 @@ const (
 	OptRowsPerWarp = 3 // 0 automatic; 1, 2, 4, 8 rows per warp (single-token products)
 	OptTCMinTokens = 4 // tokens from which dense products use tensor cores (default 4; 0 never)
 	OptTCMinSel    = 5 // selections from which grouped products use tensor cores (default 32; 0 never)
+	OptPDL         = 6 // 1: programmatic dependent launch (default; env DS4_CUDA_PDL=0 turns it off); 0: plain launches
 )
 
 // SetOption sets a library tuning option (process-wide).
