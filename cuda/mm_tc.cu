@@ -363,10 +363,16 @@ __global__ void __launch_bounds__(128) k_tc_q2_k(TCArgs p) {
 }
 
 // ---------------------------------------------------------------- IQ2_XXS
+// The 32 activation rows of each 256-value block, which all four warps read,
+// are staged in shared memory with cp.async (double buffered: block b+1 is
+// copied while block b is multiplied; rows padded to 288 bytes, as Q8_0's,
+// so the 8-byte fragment reads are conflict-free per half-warp). Each warp's
+// weight words are its own and stay register-pipelined from global memory.
 __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
     pdl_enter();
     __shared__ Slots s;
     __shared__ uint64_t s_grid[256]; // the codebook (sign masks are computed: iq2_sign_mask)
+    __shared__ __align__(16) uint8_t s_x[2][TC_BN * Q8S_LD];
     for (int i = threadIdx.x; i < 256; i += blockDim.x) s_grid[i] = iq2xxs_grid[i];
     int64_t mat;
     const int cnt = tc_slots(p, s, &mat); // synchronises (after the tables too)
@@ -374,28 +380,37 @@ __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
     if (cnt <= 0) return;
     Geo G;
     const bool mat_ok = tc_geo(G, a, mat);
-    if (G.rb >= a.rows) return;
+    const bool live = G.rb < a.rows; // warps past the matrix still stage and synchronise
+    const int tid = threadIdx.x;
     const int nbr = a.cols / 256;
     const int64_t NB = a.R * nbr;
     const uint8_t *qs = a.w;
     const __half *db = (const __half *)(a.w + NB * 64);
     const uint8_t *ab[4], *ac[8];
     tc_act_rows(a, s, G, ab, ac);
+    // staging: thread tid copies 16-byte chunk tid%16 of rows tid/16 + 8k
+    const int cr = tid >> 4, cc = tid & 15;
+    auto issue = [&](int b, int buf) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int j = cr + 8 * k;
+            cp_async16(&s_x[buf][j * Q8S_LD + 16 * cc], a.act + s.act[j] + 256 * b + 16 * cc);
+        }
+        cp_async_commit();
+    };
     float acc[2][4][4];
     tc_zero(acc);
-    // one 32-value sub-block's weight words and activations; the next
-    // sub-block's are loaded before this one's products run
+    // one 32-value sub-block's weight words; the next sub-block's are
+    // loaded before this one's products run
     struct Sub {
-        int2 q[4], x[4];
+        int2 q[4];
     };
     auto load = [&](Sub &f, int b, int ib) {
 #pragma unroll
         for (int i = 0; i < 4; i++) f.q[i] = ld8(qs + (G.gr[i] * nbr + b) * 64 + 8 * ib);
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++) f.x[nt] = ld8(ab[nt] + 256 * b + 32 * ib);
     };
     int bs[2][4][4];
-    auto compute = [&](const Sub &f) {
+    auto compute = [&](const Sub &f, int ib, const uint8_t *xs) {
         int A[2][4], ls[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -408,18 +423,27 @@ __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
             A[mt][2 + hl] = apply_signs((uint32_t)(gv >> 32), (uint32_t)(sm >> 32));
         }
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++)
+        for (int nt = 0; nt < 4; nt++) {
+            const int2 x = *(const int2 *)(xs + (8 * nt + G.g) * Q8S_LD + 32 * ib + 8 * G.q);
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
                 int c[4] = {0, 0, 0, 0};
-                mma_s8(c, A[mt], f.x[nt].x, f.x[nt].y);
+                mma_s8(c, A[mt], x.x, x.y);
 #pragma unroll
                 for (int i = 0; i < 4; i++) bs[mt][nt][i] += c[i] * ls[2 * mt + (i >> 1)];
             }
+        }
     };
     Sub f0, f1;
+    issue(0, 0);
     load(f0, 0, 0);
     for (int b = 0; b < nbr; b++) {
+        const int buf = b & 1;
+        cp_async_wait<0>();
+        __syncthreads(); // block b is staged; block b-1's buffer is free
+        if (b + 1 < nbr) issue(b + 1, buf ^ 1);
+        if (!live) continue;
+        const uint8_t *xs = s_x[buf];
         float dw[4], da[8];
 #pragma unroll
         for (int i = 0; i < 4; i++) dw[i] = __half2float(db[G.gr[i] * nbr + b]);
@@ -434,12 +458,12 @@ __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
 #pragma unroll
         for (int ib = 0; ib < 8; ib += 2) {
             load(f1, b, ib + 1);
-            compute(f0);
+            compute(f0, ib, xs);
             if (ib + 2 < 8)
                 load(f0, b, ib + 2);
             else if (b + 1 < nbr)
                 load(f0, b + 1, 0);
-            compute(f1);
+            compute(f1, ib + 1, xs);
         }
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
@@ -451,6 +475,7 @@ __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
                     acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], __fmul_rn(d, (float)bs[mt][nt][i]));
                 }
     }
+    if (!live) return;
     tc_store(a, s, G, cnt, acc, mat_ok, 0.125f);
 }
 
