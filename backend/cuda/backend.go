@@ -30,6 +30,10 @@ type Options struct {
 	// default, DefaultGraphLayers; negative launches kernel by kernel. The
 	// kernels and results are the same either way.
 	GraphLayers int
+	// OneStream queues the work that otherwise runs on each batch's side
+	// stream (the shared expert, the compressors) on its main stream, in
+	// the same order; the results are the same.
+	OneStream bool
 	// Uploaded, when not nil, is called after each weight matrix is copied
 	// to the device with its size in bytes (a progress bar for the upload
 	// of a large model; small vectors are not reported).

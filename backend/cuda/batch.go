@@ -114,11 +114,15 @@ func (be *Backend) NewBatch(maxTokens int) (engine.Batch, error) {
 		return nil, err
 	}
 	b.sc.s = b.s
-	if b.side, err = be.dev.NewStream(); err != nil {
-		b.Release()
-		return nil, err
+	if be.opts.OneStream {
+		b.side = b.s
+	} else {
+		if b.side, err = be.dev.NewStream(); err != nil {
+			b.Release()
+			return nil, err
+		}
+		b.sc.side = b.side
 	}
-	b.sc.side = b.side
 	if b.evFork, err = be.dev.NewEvent(); err != nil {
 		b.Release()
 		return nil, err
@@ -158,7 +162,7 @@ func (b *batch) Release() {
 	if b.s != 0 {
 		d.SyncStream(b.s)
 	}
-	if b.side != 0 {
+	if b.side != 0 && b.side != b.s {
 		d.SyncStream(b.side)
 	}
 	for _, p := range []Ptr{b.tokens, b.h, b.x, b.out, b.post, b.comb, b.headIn} {
@@ -171,7 +175,7 @@ func (b *batch) Release() {
 	if b.s != 0 {
 		d.DestroyStream(b.s)
 	}
-	if b.side != 0 {
+	if b.side != 0 && b.side != b.s {
 		d.DestroyStream(b.side)
 	}
 	for _, e := range []Event{b.evFork, b.evJoin} {
@@ -236,6 +240,9 @@ func (be *Backend) ReadActivation(bi engine.Batch, a engine.Activation, dst []fl
 
 // fork makes the side stream wait for the work queued on the main stream.
 func (b *batch) fork() error {
+	if b.side == b.s {
+		return nil
+	}
 	d := b.be.dev
 	if err := d.Record(b.evFork, b.s); err != nil {
 		return err
