@@ -146,25 +146,30 @@ __device__ void hc_split(const float *m, const float *scale, const float *base, 
 // comb[j][k]; a row or column sum gathers its values by shuffles in index
 // order and adds them as the serial loop does (no shared memory, no
 // barriers: the latency-bound critical path of hc_pre in decode).
-__device__ void hc_split_warp(const float *m, const float *scale, const float *base, int hc, int iters, float hc_eps,
-                              float *comb_out) {
+template <int HC>
+__device__ void hc_split_warp(const float *m, const float *scale, const float *base, int hc_rt, int iters,
+                              float hc_eps, float *comb_out) {
+    const int hc = HC ? HC : hc_rt; // HC > 0: the loops below unroll
     const int lane = threadIdx.x & 31, nn = hc * hc;
     const bool on = lane < nn;
     const int j = on ? lane / hc : 0, k = on ? lane - (lane / hc) * hc : 0;
     float v = on ? fadd(fmul(m[2 * hc + lane], scale[2]), base[2 * hc + lane]) : 0.f;
     float mx = 0.f; // row softmax: max, exp, sum, then + eps
+#pragma unroll
     for (int q = 0; q < hc; q++) {
         const float r = __shfl_sync(FULL_MASK, v, j * hc + q);
         if (q == 0 || r > mx) mx = r;
     }
     v = on ? exp_ref(fsub(v, mx)) : 0.f;
     float sum = 0.f;
+#pragma unroll
     for (int q = 0; q < hc; q++) sum = fadd(sum, __shfl_sync(FULL_MASK, v, j * hc + q));
     v = on ? fadd(__fdiv_rn(v, sum), hc_eps) : 0.f;
     // iterations: rows (except the first), then columns, each divided by its sum + eps
     for (int step = 1; step < 2 * iters; step++) {
         const bool rows = (step & 1) == 0;
         float s2 = 0.f;
+#pragma unroll
         for (int q = 0; q < hc; q++) s2 = fadd(s2, __shfl_sync(FULL_MASK, v, rows ? j * hc + q : q * hc + k));
         v = on ? __fdiv_rn(v, fadd(s2, hc_eps)) : 0.f;
     }
@@ -177,10 +182,12 @@ __device__ void hc_split_warp(const float *m, const float *scale, const float *b
 // pre_j·h_j and x = normw ⊙ (x·rms(x)). Mode bit 1: the mixing logits are
 // raw products fn·flat(h) and are first scaled by rsqrt(mean(h²) + norm_eps)
 // here (M ≤ 288).
-__global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, const float *base, int hc, int iters,
+template <int HC> // HC > 0: compiled for hc == HC (the loops over streams unroll); 0: any hc
+__global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, const float *base, int hc_rt, int iters,
                          float hc_eps, const float *h, int64_t D, const float *normw, float norm_eps, float *x,
                          float *post_out, float *comb_out) {
     pdl_enter();
+    const int hc = HC ? HC : hc_rt;
     __shared__ float s_pre[16], s_comb[256], s_mix[288];
     const int t = blockIdx.x;
     const int tid = threadIdx.x, nn = hc * hc;
@@ -209,7 +216,7 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     const bool warp_split = mode == 0 && nn <= 32 && blockDim.x > 32;
     if (mode == 0) {
         if (warp_split) {
-            if (tid < 32) hc_split_warp(m, scale, base, hc, iters, hc_eps, comb_out + (int64_t)t * nn);
+            if (tid < 32) hc_split_warp<HC>(m, scale, base, hc, iters, hc_eps, comb_out + (int64_t)t * nn);
         } else {
             hc_split(m, scale, base, hc, iters, hc_eps, s_comb, comb_out + (int64_t)t * nn);
         }
@@ -221,6 +228,7 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
 #pragma unroll 4
     for (int64_t d = (int64_t)threadIdx.x - x0; d >= 0 && d < D; d += (int64_t)blockDim.x - x0) {
         float s = 0.f;
+#pragma unroll
         for (int j = 0; j < hc; j++) s = fadd(s, fmul(s_pre[j], ht[j * D + d]));
         xt[d] = s;
         ss += (double)s * (double)s;
@@ -943,7 +951,7 @@ int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const
     if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_pre: %d streams (at most 16)", hc);
     if ((mode & 2) && M > 288) return ds4c_err(DS4C_EINVAL, "hc_pre: %d mixing logits to scale (at most 288)", M);
     if (n <= 0) return 0;
-    ds4c_launch(k_hc_pre, n, 512, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, hc, iters, hc_eps, d_h, D, d_normw,
+    ds4c_launch(hc == 4 ? k_hc_pre<4> : k_hc_pre<0>, n, 512, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, hc, iters, hc_eps, d_h, D, d_normw,
                                                 norm_eps, d_x, d_post, d_comb);
     DS4C_CHECK_LAUNCH("hc_pre");
     return 0;
