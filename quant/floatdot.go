@@ -42,20 +42,40 @@ func (s *floatSums) total() float32 {
 	return s[0]
 }
 
+// add32 adds the products of the 32 elements i0 … i0+31 (i0 a multiple of
+// 32) to their four running sums j … j+3 (j = i0/8 mod FloatSums), the four
+// chains interleaved so that their additions overlap.
+func (s *floatSums) add32(j int, w, x *[32]float32) {
+	a0, a1, a2, a3 := s[j], s[j+1], s[j+2], s[j+3]
+	for e := 0; e < FloatRun; e++ {
+		a0 += float32(w[e] * x[e])
+		a1 += float32(w[8+e] * x[8+e])
+		a2 += float32(w[16+e] * x[16+e])
+		a3 += float32(w[24+e] * x[24+e])
+	}
+	s[j], s[j+1], s[j+2], s[j+3] = a0, a1, a2, a3
+}
+
+// tail adds the products of elements i0, i0+1, … (w and x start there) one
+// by one to their running sums.
+func (s *floatSums) tail(i0 int, w, x []float32) {
+	for i := range w {
+		j := ((i0 + i) / FloatRun) % FloatSums
+		s[j] += float32(w[i] * x[i])
+	}
+}
+
 // DotFloat32 returns the dot product of the float32 weights w with x
 // (len(x) ≥ len(w)) in the float-weight order.
 func DotFloat32(w, x []float32) float32 {
-	x = x[:len(w)]
+	n := len(w)
+	x = x[:n]
 	var s floatSums
-	for i0 := 0; i0 < len(w); i0 += FloatRun {
-		j := (i0 / FloatRun) % FloatSums
-		acc := s[j]
-		end := min(i0+FloatRun, len(w))
-		for i := i0; i < end; i++ {
-			acc += float32(w[i] * x[i])
-		}
-		s[j] = acc
+	i0 := 0
+	for ; i0+32 <= n; i0 += 32 {
+		s.add32((i0/FloatRun)%FloatSums, (*[32]float32)(w[i0:]), (*[32]float32)(x[i0:]))
 	}
+	s.tail(i0, w[i0:], x[i0:])
 	return s.total()
 }
 
@@ -66,21 +86,17 @@ func DotF16(row []byte, x []float32) float32 {
 	x = x[:n]
 	tab := f16Table
 	var s floatSums
+	var buf [32]float32
 	i0 := 0
-	for ; i0+FloatRun <= n; i0 += FloatRun {
-		b, v := (*[2 * FloatRun]byte)(row[2*i0:]), (*[FloatRun]float32)(x[i0:])
-		j := (i0 / FloatRun) % FloatSums
-		acc := s[j]
-		for e := 0; e < FloatRun; e++ {
-			acc += float32(tab[uint16(b[2*e])|uint16(b[2*e+1])<<8] * v[e])
+	for ; i0+32 <= n; i0 += 32 {
+		b := (*[64]byte)(row[2*i0:])
+		for e := range buf {
+			buf[e] = tab[uint16(b[2*e])|uint16(b[2*e+1])<<8]
 		}
-		s[j] = acc
+		s.add32((i0/FloatRun)%FloatSums, &buf, (*[32]float32)(x[i0:]))
 	}
-	if i0 < n {
-		j := (i0 / FloatRun) % FloatSums
-		for i := i0; i < n; i++ {
-			s[j] += float32(tab[binary.LittleEndian.Uint16(row[2*i:])] * x[i])
-		}
+	for i := i0; i < n; i++ {
+		s[(i/FloatRun)%FloatSums] += float32(tab[binary.LittleEndian.Uint16(row[2*i:])] * x[i])
 	}
 	return s.total()
 }
@@ -91,14 +107,17 @@ func DotBF16(row []byte, x []float32) float32 {
 	n := len(row) / 2
 	x = x[:n]
 	var s floatSums
-	for i0 := 0; i0 < n; i0 += FloatRun {
-		j := (i0 / FloatRun) % FloatSums
-		acc := s[j]
-		end := min(i0+FloatRun, n)
-		for i := i0; i < end; i++ {
-			acc += float32(BF16ToF32(binary.LittleEndian.Uint16(row[2*i:])) * x[i])
+	var buf [32]float32
+	i0 := 0
+	for ; i0+32 <= n; i0 += 32 {
+		b := (*[64]byte)(row[2*i0:])
+		for e := range buf {
+			buf[e] = math.Float32frombits(uint32(b[2*e])<<16 | uint32(b[2*e+1])<<24)
 		}
-		s[j] = acc
+		s.add32((i0/FloatRun)%FloatSums, &buf, (*[32]float32)(x[i0:]))
+	}
+	for i := i0; i < n; i++ {
+		s[(i/FloatRun)%FloatSums] += float32(BF16ToF32(binary.LittleEndian.Uint16(row[2*i:])) * x[i])
 	}
 	return s.total()
 }
@@ -108,14 +127,17 @@ func dotF32Bytes(row []byte, x []float32) float32 {
 	n := len(row) / 4
 	x = x[:n]
 	var s floatSums
-	for i0 := 0; i0 < n; i0 += FloatRun {
-		j := (i0 / FloatRun) % FloatSums
-		acc := s[j]
-		end := min(i0+FloatRun, n)
-		for i := i0; i < end; i++ {
-			acc += float32(math.Float32frombits(binary.LittleEndian.Uint32(row[4*i:])) * x[i])
+	var buf [32]float32
+	i0 := 0
+	for ; i0+32 <= n; i0 += 32 {
+		b := (*[128]byte)(row[4*i0:])
+		for e := range buf {
+			buf[e] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*e:]))
 		}
-		s[j] = acc
+		s.add32((i0/FloatRun)%FloatSums, &buf, (*[32]float32)(x[i0:]))
+	}
+	for i := i0; i < n; i++ {
+		s[(i/FloatRun)%FloatSums] += float32(math.Float32frombits(binary.LittleEndian.Uint32(row[4*i:])) * x[i])
 	}
 	return s.total()
 }
