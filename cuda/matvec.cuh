@@ -562,7 +562,7 @@ __global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
     // IQ2_XXS: the codebook (256 entries; sign masks are computed)
     __shared__ uint64_t s_grid[T::GRID ? 256 : 1];
     __shared__ float s_red[S > 1 && !EX ? 8 : 1][NT];
-    extern __shared__ float s_terms[]; // EX: [ROWS][NT][nb]
+    extern __shared__ __align__(16) float s_terms[]; // EX: [ROWS][NT][nb]
     if (T::GRID) {
         s_grid[threadIdx.x] = iq2xxs_grid[threadIdx.x];
         __syncthreads();
@@ -622,7 +622,22 @@ __global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
             if (rows0 + rl >= a.rows) continue;
             float sum = 0.f;
             const float *tm = s_terms + (size_t)(rl * NT + t) * nb;
-            for (int b = 0; b < nb; b++) sum = __fadd_rn(sum, tm[b]);
+            int b = 0;
+            if ((nb & 3) == 0) { // 32 terms loaded (16-byte loads) before they join the chain
+                for (; b + 32 <= nb; b += 32) {
+                    float4 v[8];
+#pragma unroll
+                    for (int k = 0; k < 8; k++) v[k] = *(const float4 *)(tm + b + 4 * k);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) {
+                        sum = __fadd_rn(sum, v[k].x);
+                        sum = __fadd_rn(sum, v[k].y);
+                        sum = __fadd_rn(sum, v[k].z);
+                        sum = __fadd_rn(sum, v[k].w);
+                    }
+                }
+            }
+            for (; b < nb; b++) sum = __fadd_rn(sum, tm[b]);
             if (T::FINAL != 1.0f) sum = __fmul_rn(T::FINAL, sum);
             y[t * a.y_tok + rows0 + rl] = mat_ok ? sum : nan;
         }
