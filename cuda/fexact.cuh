@@ -329,9 +329,21 @@ __global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt, int vec) 
 
 template <int FT, int NT>
 int launch_fexact_rows(const MVArgs &a, int n_sel, int vec, cudaStream_t st, int pieces = 1) {
-    constexpr int U = NT == 1 ? 4 : (NT <= 2 ? 2 : 1);
     dim3 g((unsigned)a.rows, (unsigned)n_sel, (unsigned)pieces);
-    ds4c_launch(k_fexact_rows<FT, NT, U>, g, 256, 0, st, a, vec);
+    if constexpr (NT == 1) {
+        // periods of 2048 columns in flight per thread: all of a row's
+        // (hc_fn: 8) up to 8, so that a short grid waits for one round of loads
+        const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
+        if (periods > 4)
+            ds4c_launch(k_fexact_rows<FT, 1, 8>, g, 256, 0, st, a, vec);
+        else if (periods > 2)
+            ds4c_launch(k_fexact_rows<FT, 1, 4>, g, 256, 0, st, a, vec);
+        else
+            ds4c_launch(k_fexact_rows<FT, 1, 2>, g, 256, 0, st, a, vec);
+    } else {
+        constexpr int U = NT <= 2 ? 2 : 1;
+        ds4c_launch(k_fexact_rows<FT, NT, U>, g, 256, 0, st, a, vec);
+    }
     return 0;
 }
 
