@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -50,6 +51,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fast := fs.Bool("fast", false, "CUDA backend: fast (parallel-sum) mode")
 	graphLayers := fs.Int("graph-layers", 0, "CUDA backend: decode through CUDA graphs of N layers each (0: the default, 1; -1: plain launches)")
 	limit := fs.Duration("time-limit", 0, "stop this long after the start (loading included), keeping the frontiers completed (0: none)")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run (after loading) to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -111,6 +113,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		time.Since(t0).Seconds(), m.MapTime.Seconds(), m.LoadTime.Seconds(), m.BackendTime.Seconds())
 	if *ctxLen > c.ContextLen && c.ContextLen > 0 {
 		return fail(fmt.Errorf("context %d exceeds the model's %d", *ctxLen, c.ContextLen))
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fail(fmt.Errorf("cpu profile: %w", err))
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(fmt.Errorf("cpu profile: %w", err))
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	// Prompt.
