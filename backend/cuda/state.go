@@ -93,7 +93,10 @@ func (s *state) table(layer int, p engine.StatePart) (*dtable, error) {
 }
 
 // ensureRows makes a row table hold at least n rows (zero-filled beyond
-// what was written). It synchronizes the device when it grows the table.
+// what was written). It synchronizes the device when it grows the table,
+// to twice the rows needed: a prompt that ends on a power of two (as
+// ds4-bench's frontiers do) leaves room for the tokens that follow instead
+// of a growth — a device-wide wait per compressed layer — at the first one.
 func (s *state) ensureRows(t *dtable, n int) error {
 	if t.ring {
 		return nil
@@ -103,7 +106,7 @@ func (s *state) ensureRows(t *dtable, n int) error {
 	}
 	if n > t.alloc {
 		d := s.be.dev
-		na := min(t.cap, max(n, 2*t.alloc, 64))
+		na := min(t.cap, max(2*n, 64))
 		p, err := d.Malloc(4 * int64(na) * int64(t.width))
 		if err != nil {
 			return err
