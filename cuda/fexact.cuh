@@ -4,13 +4,15 @@
 // the 256 sums are combined as a complete binary tree of adjacent pairs.
 // Included by mv_float.cu only.
 //
-// Both kernels give running sum j to lane j%32 of warp j/32 of a 256-thread
-// CTA, so a sum's 8 consecutive elements are one 16-byte load of F16/BF16
-// weights (two of F32 weights or of inputs), and the pair tree is a warp's
-// xor-shuffle reduction (offsets 1, 2, …, 16 pair exactly the adjacent
-// sums; a + b == b + a in IEEE arithmetic) followed by the 8 warp totals
-// paired in shared memory. A product of k columns is a serial chain of k/256
-// additions per thread.
+// k_fexact_rows gives running sum j to thread j of a 256-thread CTA (lane
+// j%32 of warp j/32); k_fexact_tile gives lane l the sums 32g + l of its
+// warp's outputs, group g after group. Either way a sum's 8 consecutive
+// elements are one 16-byte load of F16/BF16 weights (two of F32 weights or
+// of inputs), and the pair tree is a warp's xor-shuffle reduction (offsets
+// 1, 2, …, 16 pair exactly the adjacent sums; a + b == b + a in IEEE
+// arithmetic) followed by the 8 warp (or group) totals paired in shared
+// memory. A product of k columns is a serial chain of k/256 additions per
+// sum.
 #pragma once
 
 #include "matvec.cuh"
