@@ -367,23 +367,9 @@ int launch_fexact(const MVArgs &a, int n_sel, int nt, cudaStream_t st) {
         DS4C_CHECK_LAUNCH("matmul (float, exact, tiled)");
         return 0;
     }
-    for (int t0 = 0; t0 < nt; t0 += 8) {
-        MVArgs b = a;
-        b.act = a.act + t0 * a.act_tok;
-        b.y = a.y + t0 * a.y_tok;
-        int rc = 0;
-        switch (nt - t0 >= 8 ? 8 : nt - t0) {
-        case 1: rc = launch_fexact_rows<FT, 1>(b, n_sel, vec, st); break;
-        case 2: rc = launch_fexact_rows<FT, 2>(b, n_sel, vec, st); break;
-        case 3: rc = launch_fexact_rows<FT, 3>(b, n_sel, vec, st); break;
-        case 4: rc = launch_fexact_rows<FT, 4>(b, n_sel, vec, st); break;
-        case 5: rc = launch_fexact_rows<FT, 5>(b, n_sel, vec, st); break;
-        case 6: rc = launch_fexact_rows<FT, 6>(b, n_sel, vec, st); break;
-        case 7: rc = launch_fexact_rows<FT, 7>(b, n_sel, vec, st); break;
-        default: rc = launch_fexact_rows<FT, 8>(b, n_sel, vec, st); break;
-        }
-        if (rc) return rc;
-    }
+    const int rc = for_pieces(
+        a, nt, [&](const MVArgs &b, auto k) { return launch_fexact_rows<FT, decltype(k)::value>(b, n_sel, vec, st); });
+    if (rc) return rc;
     DS4C_CHECK_LAUNCH("matvec (float, exact)");
     return 0;
 }

@@ -26,6 +26,8 @@
 // units, then computes, so several 16-byte loads are in flight per thread.
 #pragma once
 
+#include <type_traits>
+
 #include "common.cuh"
 #include "iq2xxs_grid.inc"
 
@@ -710,6 +712,31 @@ int launch_nt(const MVArgs &a, int n_sel, int S, int RPW, cudaStream_t st) {
     return launch_one<T, NT, 1, 1, EX>(a, n_sel, st);
 }
 
+// for_pieces calls launch(b, std::integral_constant<int, NT>{}) for each
+// piece of up to 8 of the nt tokens (NT its token count), b being a with the
+// activation and output advanced to the piece; it stops at the first error.
+template <class L>
+int for_pieces(const MVArgs &a, int nt, L launch) {
+    for (int t0 = 0; t0 < nt; t0 += 8) {
+        MVArgs b = a;
+        b.act = a.act + t0 * a.act_tok;
+        b.y = a.y + t0 * a.y_tok;
+        int rc = 0;
+        switch (nt - t0 >= 8 ? 8 : nt - t0) {
+        case 1: rc = launch(b, std::integral_constant<int, 1>{}); break;
+        case 2: rc = launch(b, std::integral_constant<int, 2>{}); break;
+        case 3: rc = launch(b, std::integral_constant<int, 3>{}); break;
+        case 4: rc = launch(b, std::integral_constant<int, 4>{}); break;
+        case 5: rc = launch(b, std::integral_constant<int, 5>{}); break;
+        case 6: rc = launch(b, std::integral_constant<int, 6>{}); break;
+        case 7: rc = launch(b, std::integral_constant<int, 7>{}); break;
+        default: rc = launch(b, std::integral_constant<int, 8>{}); break;
+        }
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 template <class T, bool EX>
 int launch_chunks(const MVArgs &a, int n_sel, int nt, int S, int RPW, cudaStream_t st) {
     if (nt >= 16) { // all full pieces of 8 tokens in one grid, then the rest
@@ -721,24 +748,9 @@ int launch_chunks(const MVArgs &a, int n_sel, int nt, int S, int RPW, cudaStream
         b.y = a.y + (int64_t)pieces * 8 * a.y_tok;
         return nt > pieces * 8 ? launch_chunks<T, EX>(b, n_sel, nt - pieces * 8, S, RPW, st) : 0;
     }
-    for (int t0 = 0; t0 < nt; t0 += 8) {
-        MVArgs b = a;
-        b.act = a.act + t0 * a.act_tok;
-        b.y = a.y + t0 * a.y_tok;
-        int rc = 0;
-        switch (nt - t0 >= 8 ? 8 : nt - t0) {
-        case 1: rc = launch_nt<T, 1, EX>(b, n_sel, S, RPW, st); break;
-        case 2: rc = launch_nt<T, 2, EX>(b, n_sel, S, RPW, st); break;
-        case 3: rc = launch_nt<T, 3, EX>(b, n_sel, S, RPW, st); break;
-        case 4: rc = launch_nt<T, 4, EX>(b, n_sel, S, RPW, st); break;
-        case 5: rc = launch_nt<T, 5, EX>(b, n_sel, S, RPW, st); break;
-        case 6: rc = launch_nt<T, 6, EX>(b, n_sel, S, RPW, st); break;
-        case 7: rc = launch_nt<T, 7, EX>(b, n_sel, S, RPW, st); break;
-        default: rc = launch_nt<T, 8, EX>(b, n_sel, S, RPW, st); break;
-        }
-        if (rc) return rc;
-    }
-    return 0;
+    return for_pieces(a, nt, [&](const MVArgs &b, auto k) {
+        return launch_nt<T, decltype(k)::value, EX>(b, n_sel, S, RPW, st);
+    });
 }
 
 template <class T>
