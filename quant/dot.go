@@ -68,12 +68,8 @@ func MatVec(t Type, w []byte, a *Activation, out []float32) error {
 
 func dotUnchecked(t Type, row []byte, a *Activation) float32 {
 	switch t {
-	case F32:
-		return dotF32Bytes(row, a.f)
-	case F16:
-		return DotF16(row, a.f)
-	case BF16:
-		return DotBF16(row, a.f)
+	case F32, F16, BF16:
+		return DotFloatRow(t, row, a.f)
 	case Q8_0:
 		return dotQ8_0(row, a)
 	case Q2_K:

@@ -79,65 +79,48 @@ func DotFloat32(w, x []float32) float32 {
 	return s.total()
 }
 
-// DotF16 returns the dot product of a row of little-endian F16 weights with
-// x (len(x) ≥ len(row)/2) in the float-weight order.
-func DotF16(row []byte, x []float32) float32 {
-	n := len(row) / 2
+// DotFloatRow returns the dot product of one row of little-endian F32, F16
+// or BF16 weights (t) with x (len(x) ≥ the row's values) in the
+// float-weight order: whole groups of 32 weights decoded in place (one loop
+// per type, so that the decoding stays inside it), the rest by Dequantize.
+func DotFloatRow(t Type, row []byte, x []float32) float32 {
+	es := t.BlockBytes() // bytes per value: float types have blocks of one
+	n := len(row) / es
 	x = x[:n]
-	tab := f16Table
+	full := n &^ 31
 	var s floatSums
 	var buf [32]float32
-	i0 := 0
-	for ; i0+32 <= n; i0 += 32 {
-		b := (*[64]byte)(row[2*i0:])
-		for e := range buf {
-			buf[e] = tab[uint16(b[2*e])|uint16(b[2*e+1])<<8]
+	group := func(i0 int) { s.add32((i0/FloatRun)%FloatSums, &buf, (*[32]float32)(x[i0:])) }
+	switch t {
+	case F16:
+		tab := f16Table
+		for i0 := 0; i0 < full; i0 += 32 {
+			h := (*[64]byte)(row[2*i0:])
+			for e := range buf {
+				buf[e] = tab[uint16(h[2*e])|uint16(h[2*e+1])<<8]
+			}
+			group(i0)
 		}
-		s.add32((i0/FloatRun)%FloatSums, &buf, (*[32]float32)(x[i0:]))
-	}
-	for i := i0; i < n; i++ {
-		s[(i/FloatRun)%FloatSums] += float32(tab[binary.LittleEndian.Uint16(row[2*i:])] * x[i])
-	}
-	return s.total()
-}
-
-// DotBF16 returns the dot product of a row of little-endian BF16 weights
-// with x (len(x) ≥ len(row)/2) in the float-weight order.
-func DotBF16(row []byte, x []float32) float32 {
-	n := len(row) / 2
-	x = x[:n]
-	var s floatSums
-	var buf [32]float32
-	i0 := 0
-	for ; i0+32 <= n; i0 += 32 {
-		b := (*[64]byte)(row[2*i0:])
-		for e := range buf {
-			buf[e] = math.Float32frombits(uint32(b[2*e])<<16 | uint32(b[2*e+1])<<24)
+	case BF16:
+		for i0 := 0; i0 < full; i0 += 32 {
+			h := (*[64]byte)(row[2*i0:])
+			for e := range buf {
+				buf[e] = math.Float32frombits(uint32(h[2*e])<<16 | uint32(h[2*e+1])<<24)
+			}
+			group(i0)
 		}
-		s.add32((i0/FloatRun)%FloatSums, &buf, (*[32]float32)(x[i0:]))
-	}
-	for i := i0; i < n; i++ {
-		s[(i/FloatRun)%FloatSums] += float32(BF16ToF32(binary.LittleEndian.Uint16(row[2*i:])) * x[i])
-	}
-	return s.total()
-}
-
-// dotF32Bytes is DotFloat32 for a row of little-endian F32 bytes.
-func dotF32Bytes(row []byte, x []float32) float32 {
-	n := len(row) / 4
-	x = x[:n]
-	var s floatSums
-	var buf [32]float32
-	i0 := 0
-	for ; i0+32 <= n; i0 += 32 {
-		b := (*[128]byte)(row[4*i0:])
-		for e := range buf {
-			buf[e] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*e:]))
+	case F32:
+		for i0 := 0; i0 < full; i0 += 32 {
+			w := (*[128]byte)(row[4*i0:])
+			for e := range buf {
+				buf[e] = math.Float32frombits(binary.LittleEndian.Uint32(w[4*e:]))
+			}
+			group(i0)
 		}
-		s.add32((i0/FloatRun)%FloatSums, &buf, (*[32]float32)(x[i0:]))
 	}
-	for i := i0; i < n; i++ {
-		s[(i/FloatRun)%FloatSums] += float32(math.Float32frombits(binary.LittleEndian.Uint32(row[4*i:])) * x[i])
+	if full < n {
+		_ = Dequantize(t, row[full*es:], buf[:n-full])
+		s.tail(full, buf[:n-full], x[full:])
 	}
 	return s.total()
 }

@@ -27,8 +27,8 @@ func floatOrderRef(w, x []float32) float32 {
 	return pairTree(s)
 }
 
-// TestFloatDotOrder: every float-weight dot (F32, F16, BF16, through Dot
-// and the exported row functions) is bit-identical to the order's
+// TestFloatDotOrder: every float-weight dot (F32, F16, BF16, through Dot,
+// DotFloatRow and DotFloat32) is bit-identical to the order's
 // definition, for lengths that are and are not multiples of the run and of
 // a whole period of sums, and close to the float64 value.
 func TestFloatDotOrder(t *testing.T) {
@@ -70,15 +70,8 @@ func TestFloatDotOrder(t *testing.T) {
 			if g := DotFloat32(wq, x); math.Float32bits(g) != math.Float32bits(want) {
 				t.Errorf("%s n=%d: DotFloat32 %v, definition %v", ty, n, g, want)
 			}
-			switch ty {
-			case F16:
-				if g := DotF16(row, x); math.Float32bits(g) != math.Float32bits(want) {
-					t.Errorf("n=%d: DotF16 %v, definition %v", n, g, want)
-				}
-			case BF16:
-				if g := DotBF16(row, x); math.Float32bits(g) != math.Float32bits(want) {
-					t.Errorf("n=%d: DotBF16 %v, definition %v", n, g, want)
-				}
+			if g := DotFloatRow(ty, row, x); math.Float32bits(g) != math.Float32bits(want) {
+				t.Errorf("%s n=%d: DotFloatRow %v, definition %v", ty, n, g, want)
 			}
 			var ref, mag float64
 			for i := range x {

@@ -90,13 +90,10 @@ func (m *mat) floatRow(r int, buf []float32) []float32 {
 // package quant: exactly the value of quant.DotFloat32(floatRow(r), x), so
 // one-token and many-token products agree bit for bit.
 func (m *mat) dotRow(r int, x []float32) float32 {
-	switch m.t {
-	case quant.F16:
-		return quant.DotF16(m.row(r), x)
-	case quant.BF16:
-		return quant.DotBF16(m.row(r), x)
+	if m.f32 != nil {
+		return quant.DotFloat32(m.f32[r*m.k:(r+1)*m.k], x)
 	}
-	return quant.DotFloat32(m.f32[r*m.k:(r+1)*m.k], x)
+	return quant.DotFloatRow(m.t, m.row(r), x)
 }
 
 // quantTile is the number of quantized weight rows dotted with all tokens
