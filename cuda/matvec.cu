@@ -198,14 +198,16 @@ int ds4c_weight_repack(int type, void *d_dst, int64_t total_rows, int64_t cols, 
                                    (size_t)(n_blocks * blk_bytes(type)), cudaMemcpyDeviceToDevice, st));
         return 0;
     case DS4C_Q8_0:
-        ds4c_launch(k_repack_q8_0, grid, 256, 0, st, (uint8_t *)d_dst, total_rows, cols, (const uint8_t *)d_src, first_block,
-                                            n_blocks);
+        ds4c_launch(k_repack_q8_0, grid, 256, 0, st, (uint8_t *)d_dst, total_rows, cols, (const uint8_t *)d_src,
+                    first_block, n_blocks);
         break;
     case DS4C_Q2_K:
-        ds4c_launch(k_repack_q2_k, grid, 256, 0, st, (uint8_t *)d_dst, nb, (const uint8_t *)d_src, first_block, n_blocks);
+        ds4c_launch(k_repack_q2_k, grid, 256, 0, st, (uint8_t *)d_dst, nb, (const uint8_t *)d_src, first_block,
+                    n_blocks);
         break;
     case DS4C_IQ2_XXS:
-        ds4c_launch(k_repack_iq2_xxs, grid, 256, 0, st, (uint8_t *)d_dst, nb, (const uint8_t *)d_src, first_block, n_blocks);
+        ds4c_launch(k_repack_iq2_xxs, grid, 256, 0, st, (uint8_t *)d_dst, nb, (const uint8_t *)d_src, first_block,
+                    n_blocks);
         break;
     }
     DS4C_CHECK_LAUNCH("weight_repack");
@@ -253,19 +255,19 @@ int ds4c_quantize(int act_type, const float *d_x, int64_t x_stride, void *d_act,
     switch (act_type) {
     case DS4C_F32: {
         int64_t n = cols * n_tok;
-        ds4c_launch(k_copy_rows_f32, (unsigned)((n + 255) / 256), 256, 0, st, d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
-                                                                      cols, n_tok);
+        ds4c_launch(k_copy_rows_f32, (unsigned)((n + 255) / 256), 256, 0, st, d_x, x_stride, (uint8_t *)d_act,
+                    (int64_t)ab, cols, n_tok);
         break;
     }
     case DS4C_Q8_0: {
         int64_t warps = cols / 32 * n_tok;
         ds4c_launch(k_quant_q8_0, (unsigned)((warps + 7) / 8), 256, 0, st, d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
-                                                                   cols, n_tok);
+                    cols, n_tok);
         break;
     }
     case DS4C_Q8_K:
-        ds4c_launch(k_quant_q8_k, (unsigned)(cols / 256 * n_tok), 256, 0, st, d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
-                                                                      cols, n_tok);
+        ds4c_launch(k_quant_q8_k, (unsigned)(cols / 256 * n_tok), 256, 0, st, d_x, x_stride, (uint8_t *)d_act,
+                    (int64_t)ab, cols, n_tok);
         break;
     }
     DS4C_CHECK_LAUNCH("quantize");

@@ -929,8 +929,8 @@ int ds4c_get_rows(int type, const void *d_w, int64_t total_rows, int64_t cols, c
         return ds4c_err(DS4C_ETYPE, "get_rows: unsupported type %d", type);
     if (n <= 0) return 0;
     dim3 g((unsigned)((cols + 255) / 256 < 64 ? (cols + 255) / 256 : 64), (unsigned)n);
-    ds4c_launch(k_get_rows, g, 256, 0, as_stream(stream), type, (const uint8_t *)d_w, total_rows, cols, d_ids, d_dst, dst_stride,
-                                                  copies, copy_stride);
+    ds4c_launch(k_get_rows, g, 256, 0, as_stream(stream), type, (const uint8_t *)d_w, total_rows, cols, d_ids, d_dst,
+                dst_stride, copies, copy_stride);
     DS4C_CHECK_LAUNCH("get_rows");
     return 0;
 }
@@ -951,8 +951,8 @@ int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const
     if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_pre: %d streams (at most 16)", hc);
     if ((mode & 2) && M > 288) return ds4c_err(DS4C_EINVAL, "hc_pre: %d mixing logits to scale (at most 288)", M);
     if (n <= 0) return 0;
-    ds4c_launch(hc == 4 ? k_hc_pre<4> : k_hc_pre<0>, n, 512, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, hc, iters, hc_eps, d_h, D, d_normw,
-                                                norm_eps, d_x, d_post, d_comb);
+    ds4c_launch(hc == 4 ? k_hc_pre<4> : k_hc_pre<0>, n, 512, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, hc,
+                iters, hc_eps, d_h, D, d_normw, norm_eps, d_x, d_post, d_comb);
     DS4C_CHECK_LAUNCH("hc_pre");
     return 0;
 }
@@ -972,8 +972,8 @@ int ds4c_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, in
     DS4C_READY();
     int64_t n = (int64_t)n_tok * heads * (rd / 2);
     if (n <= 0) return 0;
-    ds4c_launch(k_rope, nblk(n, 256), 256, 0, as_stream(stream), d_x, tok_stride, heads, head_stride, off, d_freqs, rd, pos0,
-                                                        pos_step, n_tok, inverse);
+    ds4c_launch(k_rope, nblk(n, 256), 256, 0, as_stream(stream), d_x, tok_stride, heads, head_stride, off, d_freqs, rd,
+                pos0, pos_step, n_tok, inverse);
     DS4C_CHECK_LAUNCH("rope");
     return 0;
 }
@@ -1028,7 +1028,8 @@ int ds4c_ring_write(float *d_ring, int64_t cap, int64_t width, const float *d_sr
     DS4C_READY();
     if (n <= 0) return 0;
     int64_t rows = n > cap ? cap : n;
-    ds4c_launch(k_ring_write, nblk(rows * width, 256), 256, 0, as_stream(stream), d_ring, cap, width, d_src, src_stride, pos0, n);
+    ds4c_launch(k_ring_write, nblk(rows * width, 256), 256, 0, as_stream(stream), d_ring, cap, width, d_src, src_stride,
+                pos0, n);
     DS4C_CHECK_LAUNCH("ring_write");
     return 0;
 }
@@ -1058,7 +1059,8 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         set = smem;
     }
     dim3 g(nblk(maxR, IX_ROWS), (unsigned)n);
-    ds4c_launch(k_index_scores, g, 256, smem, as_stream(stream), d_q, d_w, d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
+    ds4c_launch(k_index_scores, g, 256, smem, as_stream(stream), d_q, d_w, d_rows, IH, IHD, pos0, ratio, d_scores,
+                sc_stride);
     DS4C_CHECK_LAUNCH("index_scores");
     return 0;
 }
@@ -1071,13 +1073,14 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     const int64_t maxR = R_fixed > 0 ? R_fixed : (pos0 + n) / ratio;
     if (n > 65535) return ds4c_err(DS4C_EINVAL, "topk: %d tokens (at most 65535)", n);
     if (K <= TK_THREADS && maxR > K) {
-        ds4c_launch(k_topk_radix, (unsigned)n, TK_THREADS, 0, as_stream(stream), d_scores, stride, R_fixed, pos0, ratio, K,
-                                                                        all_if_few, d_sel, d_nsel);
+        ds4c_launch(k_topk_radix, (unsigned)n, TK_THREADS, 0, as_stream(stream), d_scores, stride, R_fixed, pos0, ratio,
+                    K, all_if_few, d_sel, d_nsel);
         DS4C_CHECK_LAUNCH("topk");
         return 0;
     }
     dim3 g((unsigned)(maxR > 0 ? nblk(maxR, 64) : 1), (unsigned)n);
-    ds4c_launch(k_topk, g, 64, 0, as_stream(stream), d_scores, stride, R_fixed, pos0, ratio, K, all_if_few, d_sel, d_nsel);
+    ds4c_launch(k_topk, g, 64, 0, as_stream(stream), d_scores, stride, R_fixed, pos0, ratio, K, all_if_few, d_sel,
+                d_nsel);
     DS4C_CHECK_LAUNCH("topk");
     return 0;
 }
@@ -1126,8 +1129,8 @@ int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t
                 int K, int norm, float wscale, int32_t *d_sel, float *d_w, int n, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
-    ds4c_launch(k_router, n, 256, 2 * E * sizeof(float), as_stream(stream), d_logits, E, d_bias, d_tid2eid, d_tokens, K, norm,
-                                                                     wscale, d_sel, d_w);
+    ds4c_launch(k_router, n, 256, 2 * E * sizeof(float), as_stream(stream), d_logits, E, d_bias, d_tid2eid, d_tokens, K,
+                norm, wscale, d_sel, d_w);
     DS4C_CHECK_LAUNCH("router");
     return 0;
 }

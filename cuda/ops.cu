@@ -97,7 +97,8 @@ extern "C" {
 
 int ds4c_bench_read(const void *d_src, uint64_t bytes, int *d_out, void *stream) {
     DS4C_READY();
-    ds4c_launch(k_read, ds4c_sm_count() * 4, 256, 0, as_stream(stream), (const int4 *)d_src, (int64_t)(bytes / 16), d_out);
+    ds4c_launch(k_read, ds4c_sm_count() * 4, 256, 0, as_stream(stream), (const int4 *)d_src, (int64_t)(bytes / 16),
+                d_out);
     DS4C_CHECK_LAUNCH("bench_read");
     return 0;
 }
