@@ -44,6 +44,19 @@ int ds4c_opt_pdl(void);
 
 static inline cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
 
+// Graph replay (replay.cu): while a recorder records, the work queued on its
+// streams is logged through these hooks instead of run. ds4c_rec_any is
+// nonzero while any recorder records; ds4c_rec_of returns the recorder of
+// stream s, or null.
+struct ds4c_rec;
+int ds4c_rec_any(void);
+ds4c_rec *ds4c_rec_of(cudaStream_t s);
+void ds4c_rec_kernel(ds4c_rec *r, cudaStream_t s, const void *fn, dim3 grid, dim3 block, size_t smem, int pdl,
+                     int nargs, void *const *args, const size_t *sizes);
+int ds4c_rec_event(ds4c_rec *r, cudaStream_t s, void *event, int wait);
+int ds4c_rec_memset(ds4c_rec *r, cudaStream_t s, void *dst, int value, uint64_t bytes);
+int ds4c_rec_memcpy(ds4c_rec *r, cudaStream_t s, void *dst, const void *src, uint64_t bytes, int kind);
+
 // Programmatic dependent launch (Hopper). Every kernel is launched through
 // ds4c_launch, which lets the next kernel of the stream (or captured graph)
 // be launched before this one completes, and begins with pdl_enter: it
@@ -61,13 +74,27 @@ static __device__ __forceinline__ void pdl_enter() {
 
 // ds4c_launch launches kernel k (arguments converted to its parameter
 // types) with the programmatic-serialization attribute unless the PDL
-// option is off. Launch errors surface through DS4C_CHECK_LAUNCH.
+// option is off, or logs it when st is being recorded (replay.cu). Launch
+// errors surface through DS4C_CHECK_LAUNCH.
 template <typename... KArgs, typename... Args>
 static inline void ds4c_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                                Args &&...args) {
+    const int pdl = ds4c_opt_pdl() ? 1 : 0;
+    if (ds4c_rec_any()) {
+        if (ds4c_rec *r = ds4c_rec_of(st)) {
+            // Logged with its arguments converted to the parameter types,
+            // as cudaLaunchKernelEx would pass them.
+            [&](KArgs... a) {
+                void *p[] = {(void *)&a..., nullptr};
+                const size_t sz[] = {sizeof(KArgs)..., 0};
+                ds4c_rec_kernel(r, st, (const void *)k, grid, block, smem, pdl, (int)sizeof...(KArgs), p, sz);
+            }(static_cast<Args &&>(args)...);
+            return;
+        }
+    }
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = ds4c_opt_pdl() ? 1 : 0;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;

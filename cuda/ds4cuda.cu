@@ -159,26 +159,37 @@ int ds4c_memcpy_d2h(void *h_dst, const void *d_src, uint64_t bytes) {
     return 0;
 }
 
+// recorded returns the recorder logging the work of stream, if any
+// (replay.cu).
+static ds4c_rec *recorded(void *stream) { return ds4c_rec_any() ? ds4c_rec_of(as_stream(stream)) : nullptr; }
+
 int ds4c_memcpy_h2d_async(void *d_dst, const void *h_src, uint64_t bytes, void *stream) {
     DS4C_READY();
+    if (ds4c_rec *r = recorded(stream))
+        return ds4c_rec_memcpy(r, as_stream(stream), d_dst, h_src, bytes, cudaMemcpyHostToDevice);
     DS4C_CHECK(cudaMemcpyAsync(d_dst, h_src, bytes, cudaMemcpyHostToDevice, as_stream(stream)));
     return 0;
 }
 
 int ds4c_memcpy_d2h_async(void *h_dst, const void *d_src, uint64_t bytes, void *stream) {
     DS4C_READY();
+    if (ds4c_rec *r = recorded(stream))
+        return ds4c_rec_memcpy(r, as_stream(stream), h_dst, d_src, bytes, cudaMemcpyDeviceToHost);
     DS4C_CHECK(cudaMemcpyAsync(h_dst, d_src, bytes, cudaMemcpyDeviceToHost, as_stream(stream)));
     return 0;
 }
 
 int ds4c_memcpy_d2d_async(void *d_dst, const void *d_src, uint64_t bytes, void *stream) {
     DS4C_READY();
+    if (ds4c_rec *r = recorded(stream))
+        return ds4c_rec_memcpy(r, as_stream(stream), d_dst, d_src, bytes, cudaMemcpyDeviceToDevice);
     DS4C_CHECK(cudaMemcpyAsync(d_dst, d_src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
     return 0;
 }
 
 int ds4c_memset_async(void *d_dst, int value, uint64_t bytes, void *stream) {
     DS4C_READY();
+    if (ds4c_rec *r = recorded(stream)) return ds4c_rec_memset(r, as_stream(stream), d_dst, value, bytes);
     DS4C_CHECK(cudaMemsetAsync(d_dst, value, bytes, as_stream(stream)));
     return 0;
 }
@@ -199,12 +210,14 @@ int ds4c_stream_destroy(void *stream) {
 
 int ds4c_stream_synchronize(void *stream) {
     DS4C_READY();
+    if (recorded(stream)) return ds4c_err(DS4C_EINVAL, "stream_synchronize: the stream is being recorded");
     DS4C_CHECK(cudaStreamSynchronize(as_stream(stream)));
     return 0;
 }
 
 int ds4c_stream_wait_event(void *stream, void *event) {
     DS4C_READY();
+    if (ds4c_rec *r = recorded(stream)) return ds4c_rec_event(r, as_stream(stream), event, 1);
     DS4C_CHECK(cudaStreamWaitEvent(as_stream(stream), (cudaEvent_t)event, 0));
     return 0;
 }
@@ -225,6 +238,7 @@ int ds4c_event_destroy(void *event) {
 
 int ds4c_event_record(void *event, void *stream) {
     DS4C_READY();
+    if (ds4c_rec *r = recorded(stream)) return ds4c_rec_event(r, as_stream(stream), event, 0);
     DS4C_CHECK(cudaEventRecord((cudaEvent_t)event, as_stream(stream)));
     return 0;
 }
@@ -243,6 +257,7 @@ int ds4c_event_elapsed_ms(float *ms, void *start, void *end) {
 
 int ds4c_graph_begin(void *stream) {
     DS4C_READY();
+    if (recorded(stream)) return ds4c_err(DS4C_EINVAL, "graph_begin: the stream is being recorded");
     DS4C_CHECK(cudaStreamBeginCapture(as_stream(stream), cudaStreamCaptureModeRelaxed));
     return 0;
 }

@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 8
+#define DS4C_ABI_VERSION 9
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -110,6 +110,21 @@ int ds4c_graph_end_update(void *stream, void **exec, int *how);
 int ds4c_graph_abort(void *stream);
 int ds4c_graph_launch(void *exec, void *stream);
 int ds4c_graph_destroy(void *exec);
+
+/* Graph replay (replay.cu). A recorder logs, while it records, the work
+ * queued on its streams (main and side; side may be null) instead of
+ * running it; ds4c_rec_launch stops recording and runs the log as the graph
+ * *graph: built (capturing the log) when *graph is null or was built from
+ * work of another structure, else updated in place where kernel launch
+ * configurations or arguments changed. stats[0] = 1 when the graph was
+ * built, stats[1] = kernel nodes updated, stats[2] = operations logged.
+ * Synchronising a recorded stream is an error. */
+int ds4c_rec_create(void *main, void *side, void **rec);
+int ds4c_rec_destroy(void *rec);
+int ds4c_rec_begin(void *rec);
+int ds4c_rec_abort(void *rec);
+int ds4c_rec_launch(void *rec, void **graph, int *stats);
+int ds4c_rgraph_destroy(void *graph);
 
 /* Weights. */
 uint64_t ds4c_weight_bytes(int type, int64_t rows, int64_t cols); /* 0: unsupported */

@@ -30,6 +30,12 @@ type Options struct {
 	// default, DefaultGraphLayers; negative launches kernel by kernel. The
 	// kernels and results are the same either way.
 	GraphLayers int
+	// Recapture captures each decode token's work into a graph again and
+	// updates the executable graph kept for its shape (cudaGraphExecUpdate),
+	// instead of recording the work and setting only the kernel nodes whose
+	// arguments changed (graph.go). The kernels are the same; for
+	// comparison.
+	Recapture bool
 	// OneStream queues the work that otherwise runs on each batch's side
 	// stream (the shared expert, the compressors) on its main stream, in
 	// the same order; the results are the same.

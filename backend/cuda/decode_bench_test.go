@@ -47,6 +47,8 @@ func TestDecodeSpeed(t *testing.T) {
 	}{
 		{"exact, graph per token", Options{GraphLayers: 1 << 20}},
 		{"exact, graph per layer", Options{GraphLayers: 1}},
+		{"exact, recaptured graph per layer", Options{GraphLayers: 1, Recapture: true}},
+		{"exact, recaptured graph per token", Options{GraphLayers: 1 << 20, Recapture: true}},
 		{"exact, one stream, graph per layer", Options{GraphLayers: 1, OneStream: true}},
 		{"exact, one stream, no graph", Options{GraphLayers: -1, OneStream: true}},
 		{"exact, graph per 2 layers", Options{GraphLayers: 2}},

@@ -324,6 +324,61 @@ func (d *Device) DestroyGraph(g Graph) error {
 	return d.l.call("graph_destroy", func() int32 { return d.l.graphDestroy(uintptr(g)) })
 }
 
+// Recorder logs the work queued on a main and a side stream instead of
+// running it, to run it as a graph replayed without capture (cuda/replay.cu).
+type Recorder uintptr
+
+// RGraph is an executable graph run from a Recorder's log.
+type RGraph uintptr
+
+// RecordStats says what RecordLaunch did.
+type RecordStats struct {
+	Built   bool // the graph was built (captured) from the log
+	Updated int  // kernel nodes whose parameters were set in place
+	Ops     int  // operations logged
+}
+
+// NewRecorder returns a recorder of the work queued on main and side (side
+// may equal main).
+func (d *Device) NewRecorder(main, side Stream) (Recorder, error) {
+	var r uintptr
+	err := d.l.call("rec_create", func() int32 { return d.l.recCreate(uintptr(main), uintptr(side), &r) })
+	return Recorder(r), err
+}
+
+// DestroyRecorder releases r (recording or not).
+func (d *Device) DestroyRecorder(r Recorder) error {
+	return d.l.call("rec_destroy", func() int32 { return d.l.recDestroy(uintptr(r)) })
+}
+
+// RecordBegin starts logging the work queued on r's streams: kernels,
+// copies and event operations are kept instead of run, and synchronising
+// either stream is an error, until RecordLaunch or RecordAbort.
+func (d *Device) RecordBegin(r Recorder) error {
+	return d.l.call("rec_begin", func() int32 { return d.l.recBegin(uintptr(r)) })
+}
+
+// RecordAbort stops logging and drops the log.
+func (d *Device) RecordAbort(r Recorder) error {
+	return d.l.call("rec_abort", func() int32 { return d.l.recAbort(uintptr(r)) })
+}
+
+// RecordLaunch stops logging and runs the log on r's main stream as the
+// graph *g: built when *g is 0 or was built from work of another
+// structure, else its changed kernel parameters set in place.
+func (d *Device) RecordLaunch(r Recorder, g *RGraph) (RecordStats, error) {
+	var st [3]int32
+	e := uintptr(*g)
+	err := d.l.call("rec_launch", func() int32 { return d.l.recLaunch(uintptr(r), &e, &st) })
+	*g = RGraph(e)
+	return RecordStats{Built: st[0] != 0, Updated: int(st[1]), Ops: int(st[2])}, err
+}
+
+// DestroyRGraph releases g.
+func (d *Device) DestroyRGraph(g RGraph) error {
+	return d.l.call("rgraph_destroy", func() int32 { return d.l.rgraphDestroy(uintptr(g)) })
+}
+
 // BenchRead reads n bytes at src as fast as the library can (a bandwidth
 // ceiling for benchmarks); out must hold 16·SMs bytes.
 func (d *Device) BenchRead(src Ptr, n int64, out Ptr, s Stream) error {

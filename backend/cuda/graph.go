@@ -12,13 +12,17 @@ import (
 // capture record per kernel instead of a launch, and the GPU runs the
 // ≈ 60 kernels of a layer back to back.
 //
-// Every token is captured again (positions and row counts are kernel
-// arguments), and the capture updates an executable graph kept from an
-// earlier token of the same shape in place (cudaGraphExecUpdate), which
-// costs far less than instantiating one. The shape is the sequence of host
-// decisions that add or remove kernels (a compressor completing a row, the
-// indexer starting to score), recorded as the ops run; each shape keeps its
-// own executable graph.
+// The ops run every token (positions and row counts are kernel arguments),
+// but their work is recorded rather than captured (cuda/replay.cu): the
+// library logs each kernel and its arguments, and at the end of a segment
+// runs the log as the executable graph kept from an earlier token of the
+// same shape, setting in place only the kernel nodes whose arguments
+// changed; a log of another structure is captured into a new graph. The
+// shape is the sequence of host decisions that add or remove kernels (a
+// compressor completing a row, the indexer starting to score), recorded as
+// the ops run; each shape keeps its own executable graph.
+// Options.Recapture captures every token instead and updates the kept graph
+// with cudaGraphExecUpdate (the way before recording; for comparison).
 //
 // Anything that must synchronise with the host in the middle of a token
 // (a scratch buffer or row table growing, an activation read by a tracer)
@@ -26,23 +30,28 @@ import (
 // the rest of the token runs as plain launches. The kernels and their
 // arguments are the same either way, so the results are bit-identical.
 type graphDecode struct {
-	capturing bool
+	capturing bool // recording or capturing a segment
 	shape     []byte
-	execs     map[string]Graph
-	began     time.Time // when the current capture began
+	execs     map[string]Graph  // Options.Recapture
+	rec       Recorder          // the batch's recorder, created on first use
+	rgraphs   map[string]RGraph // recorded graphs by shape
+	began     time.Time         // when the current segment began
 }
 
 // graphCounters are a backend's graph-decode counters, over all batches.
 type graphCounters struct {
 	captures, updates, instantiates, flushes, segments atomic.Int64
+	replays, nodeSets                                  atomic.Int64
 	hostNs, waitNs                                     atomic.Int64
 }
 
 // GraphStats counts what graph decode did.
 type GraphStats struct {
 	Captures     int64 // tokens whose work was captured
-	Updates      int64 // executable graphs updated in place
-	Instantiates int64 // executable graphs built (new shape or failed update)
+	Updates      int64 // executable graphs updated in place (Options.Recapture)
+	Instantiates int64 // executable graphs built (new shape or structure)
+	Replays      int64 // recorded segments run by setting changed kernel nodes
+	NodeSets     int64 // kernel nodes set in place by those replays
 	Flushes      int64 // captures ended early by a synchronising step
 	Segments     int64 // graphs launched (a token is one or more segments)
 	// HostNs is the host time spent capturing, updating and launching;
@@ -54,19 +63,41 @@ type GraphStats struct {
 // batches since it was created.
 func (be *Backend) GraphStats() GraphStats {
 	c := &be.gstats
-	return GraphStats{c.captures.Load(), c.updates.Load(), c.instantiates.Load(), c.flushes.Load(),
-		c.segments.Load(), c.hostNs.Load(), c.waitNs.Load()}
+	return GraphStats{c.captures.Load(), c.updates.Load(), c.instantiates.Load(), c.replays.Load(),
+		c.nodeSets.Load(), c.flushes.Load(), c.segments.Load(), c.hostNs.Load(), c.waitNs.Load()}
 }
 
-// beginGraph starts capturing the chunk's work (one token, graphs on).
+// beginGraph starts recording the chunk's work (one token, graphs on).
 func (b *batch) beginGraph() error {
-	if err := b.be.dev.BeginCapture(b.s); err != nil {
+	if err := b.startSegment(); err != nil {
 		return err
+	}
+	b.be.gstats.captures.Add(1)
+	return nil
+}
+
+// startSegment starts recording (or capturing) a segment of the token.
+func (b *batch) startSegment() error {
+	d := b.be.dev
+	if b.be.opts.Recapture {
+		if err := d.BeginCapture(b.s); err != nil {
+			return err
+		}
+	} else {
+		if b.g.rec == 0 {
+			r, err := d.NewRecorder(b.s, b.side)
+			if err != nil {
+				return err
+			}
+			b.g.rec = r
+		}
+		if err := d.RecordBegin(b.g.rec); err != nil {
+			return err
+		}
 	}
 	b.g.capturing = true
 	b.g.shape = b.g.shape[:0]
 	b.g.began = time.Now()
-	b.be.gstats.captures.Add(1)
 	return nil
 }
 
@@ -85,13 +116,7 @@ func (b *batch) segment(layer int) error {
 	if err := b.launchCaptured(true); err != nil {
 		return err
 	}
-	if err := b.be.dev.BeginCapture(b.s); err != nil {
-		return err
-	}
-	b.g.capturing = true
-	b.g.shape = b.g.shape[:0]
-	b.g.began = time.Now()
-	return nil
+	return b.startSegment()
 }
 
 // markRatio records the compression ratio of the layer being captured
@@ -151,6 +176,9 @@ func (b *batch) launchCaptured(whole bool) error {
 		key = "partial:" + key
 		b.be.gstats.flushes.Add(1)
 	}
+	if !b.be.opts.Recapture {
+		return b.launchRecorded(key)
+	}
 	if b.g.execs == nil {
 		b.g.execs = map[string]Graph{}
 	}
@@ -177,14 +205,43 @@ func (b *batch) launchCaptured(whole bool) error {
 	return nil
 }
 
-// abortGraph drops a capture left open by a chunk that failed.
+// launchRecorded runs the recorded segment as the graph of its shape.
+func (b *batch) launchRecorded(key string) error {
+	if b.g.rgraphs == nil {
+		b.g.rgraphs = map[string]RGraph{}
+	}
+	g := b.g.rgraphs[key]
+	st, err := b.be.dev.RecordLaunch(b.g.rec, &g)
+	if g != 0 {
+		b.g.rgraphs[key] = g
+	}
+	if err != nil {
+		return fmt.Errorf("cuda: graph decode: %w", err)
+	}
+	c := &b.be.gstats
+	if st.Built {
+		c.instantiates.Add(1)
+	} else {
+		c.replays.Add(1)
+		c.nodeSets.Add(int64(st.Updated))
+	}
+	c.segments.Add(1)
+	c.hostNs.Add(int64(time.Since(b.g.began)))
+	return nil
+}
+
+// abortGraph drops a capture or recording left open by a chunk that failed.
 func (b *batch) abortGraph() {
 	if b.forked {
 		_ = b.join()
 	}
 	if b.g.capturing {
 		b.g.capturing = false
-		b.be.dev.AbortCapture(b.s)
+		if b.be.opts.Recapture {
+			b.be.dev.AbortCapture(b.s)
+		} else {
+			b.be.dev.RecordAbort(b.g.rec)
+		}
 	}
 }
 
@@ -194,4 +251,12 @@ func (b *batch) releaseGraphs() {
 		b.be.dev.DestroyGraph(g)
 	}
 	b.g.execs = nil
+	for _, g := range b.g.rgraphs {
+		b.be.dev.DestroyRGraph(g)
+	}
+	b.g.rgraphs = nil
+	if b.g.rec != 0 {
+		b.be.dev.DestroyRecorder(b.g.rec)
+		b.g.rec = 0
+	}
 }

@@ -11,8 +11,10 @@ import (
 	"ds4go/synth"
 )
 
-// TestGraphDecode checks graph decode (one graph per token, and one per
-// layer) against plain launches and the CPU backend: logits of every token when each
+// TestGraphDecode checks graph decode (one graph per token, one per layer,
+// and one per token captured again every token instead of recorded and
+// replayed) against plain launches and the CPU backend: logits of every
+// token when each
 // token is its own chunk (so every shape of the captured graph occurs:
 // compressor rows completing, the indexer starting to score, buffers
 // growing), bit for bit; and greedy generations of 256 tokens.
@@ -48,6 +50,11 @@ func TestGraphDecode(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer seg.Close()
+			recap, err := New(w, Options{GraphLayers: 1 << 20, Recapture: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer recap.Close()
 
 			toks := testTokens(300, tc.cfg.Vocab)
 			want := allLogits(t, ref, 1, toks)
@@ -58,13 +65,17 @@ func TestGraphDecode(t *testing.T) {
 			}
 			st := gr.GraphStats()
 			t.Logf("graph decode of %d tokens: %+v", len(toks), st)
-			if st.Captures != int64(len(toks)) || st.Updates == 0 {
-				t.Errorf("graph decode did not capture and update: %+v", st)
+			if st.Captures != int64(len(toks)) || st.Replays == 0 || st.NodeSets == 0 || st.Instantiates == 0 {
+				t.Errorf("graph decode did not record, build and replay: %+v", st)
 			}
 			nog := allLogits(t, plain, 1, toks)
 			segs := allLogits(t, seg, 1, toks)
 			t.Logf("graph per layer: %+v", seg.GraphStats())
-			diff, dseg := 0, 0
+			recaps := allLogits(t, recap, 1, toks)
+			if rs := recap.GraphStats(); rs.Updates == 0 || rs.Replays != 0 {
+				t.Errorf("recapture mode did not capture and update: %+v", rs)
+			}
+			diff, dseg, drecap := 0, 0, 0
 			for i := range got {
 				for j := range got[i] {
 					if math.Float32bits(got[i][j]) != math.Float32bits(nog[i][j]) {
@@ -73,10 +84,14 @@ func TestGraphDecode(t *testing.T) {
 					if math.Float32bits(segs[i][j]) != math.Float32bits(nog[i][j]) {
 						dseg++
 					}
+					if math.Float32bits(recaps[i][j]) != math.Float32bits(nog[i][j]) {
+						drecap++
+					}
 				}
 			}
-			if diff != 0 || dseg != 0 {
-				t.Errorf("graph decode differs from plain launches in %d logits (per-layer graphs: %d)", diff, dseg)
+			if diff != 0 || dseg != 0 || drecap != 0 {
+				t.Errorf("graph decode differs from plain launches in %d logits (per-layer graphs: %d, recaptured: %d)",
+					diff, dseg, drecap)
 			}
 			checkAgree(t, "graph decode vs cpu", want, got)
 

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 8
+const abiVersion = 9
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -61,6 +61,13 @@ type lib struct {
 	graphUpdate  func(s uintptr, exec *uintptr, how *int32) int32
 	graphAbort   func(s uintptr) int32
 	graphDestroy func(exec uintptr) int32
+
+	recCreate     func(main, side uintptr, rec *uintptr) int32
+	recDestroy    func(rec uintptr) int32
+	recBegin      func(rec uintptr) int32
+	recAbort      func(rec uintptr) int32
+	recLaunch     func(rec uintptr, graph *uintptr, stats *[3]int32) int32
+	rgraphDestroy func(graph uintptr) int32
 
 	weightBytes  func(t int32, rows, cols int64) uint64
 	weightRepack func(t int32, dst uintptr, totalRows, cols int64, src uintptr, first, n int64, s uintptr) int32
@@ -198,6 +205,12 @@ func load() (*lib, error) {
 		{&l.graphLaunch, "ds4c_graph_launch"},
 		{&l.graphUpdate, "ds4c_graph_end_update"},
 		{&l.graphAbort, "ds4c_graph_abort"},
+		{&l.recCreate, "ds4c_rec_create"},
+		{&l.recDestroy, "ds4c_rec_destroy"},
+		{&l.recBegin, "ds4c_rec_begin"},
+		{&l.recAbort, "ds4c_rec_abort"},
+		{&l.recLaunch, "ds4c_rec_launch"},
+		{&l.rgraphDestroy, "ds4c_rgraph_destroy"},
 		{&l.graphDestroy, "ds4c_graph_destroy"},
 		{&l.weightBytes, "ds4c_weight_bytes"},
 		{&l.weightRepack, "ds4c_weight_repack"},

@@ -50,6 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	threads := fs.Int("threads", 0, "CPU backend threads (all cores when 0)")
 	fast := fs.Bool("fast", false, "CUDA backend: fast (parallel-sum) mode")
 	graphLayers := fs.Int("graph-layers", 0, "CUDA backend: decode through CUDA graphs of N layers each (0: the default, 1; -1: plain launches)")
+	recapture := fs.Bool("recapture", false, "CUDA backend: capture every decode token's graphs again instead of replaying recorded ones (for comparison)")
 	limit := fs.Duration("time-limit", 0, "stop this long after the start (loading included), keeping the frontiers completed (0: none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run (after loading) to this file")
 	if err := fs.Parse(args); err != nil {
@@ -103,7 +104,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// Model and backend.
 	t0 := time.Now()
 	m, err := loader.Open(loader.Options{Path: *modelPath, Backend: strings.ToLower(*backend), Threads: *threads,
-		CUDA: cuda.Options{Fast: *fast, GraphLayers: *graphLayers}})
+		CUDA: cuda.Options{Fast: *fast, GraphLayers: *graphLayers, Recapture: *recapture}})
 	if err != nil {
 		return fail(err)
 	}
