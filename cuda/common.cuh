@@ -23,6 +23,7 @@ int ds4c_opt_rpw(void);
 int ds4c_opt_tc_min_tok(void); // INT32_MAX when disabled
 int ds4c_opt_tc_min_sel(void); // INT32_MAX when disabled
 int ds4c_opt_pdl(void);
+int ds4c_opt_attn_po(void);
 
 #define DS4C_CHECK(call)                                              \
     do {                                                              \

@@ -20,6 +20,7 @@ static int g_opt_rpw = 0;
 static int g_opt_tc_min_tok = 4;  // tensor cores from 4 tokens (cuda/NOTES.md v4)
 static int g_opt_tc_min_sel = 32;
 static int g_opt_pdl = 1;
+static int g_opt_attn_po = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -51,6 +52,7 @@ int ds4c_opt_rpw(void) { return g_opt_rpw; }
 int ds4c_opt_tc_min_tok(void) { return g_opt_tc_min_tok > 0 ? g_opt_tc_min_tok : 0x7fffffff; }
 int ds4c_opt_tc_min_sel(void) { return g_opt_tc_min_sel > 0 ? g_opt_tc_min_sel : 0x7fffffff; }
 int ds4c_opt_pdl(void) { return g_opt_pdl; }
+int ds4c_opt_attn_po(void) { return g_opt_attn_po; }
 
 extern "C" {
 
@@ -355,6 +357,10 @@ int ds4c_set_option(int key, int value) {
     case DS4C_OPT_PDL:
         if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "pdl option %d not 0 or 1", value);
         g_opt_pdl = value;
+        return 0;
+    case DS4C_OPT_ATTN_PO:
+        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "attn_po option %d not 0 or 1", value);
+        g_opt_attn_po = value;
         return 0;
     case DS4C_OPT_TC_MIN_SEL:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_sel option %d negative", value);

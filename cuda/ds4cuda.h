@@ -264,6 +264,7 @@ enum {
     DS4C_OPT_TC_MIN_TOK = 4, /* tokens from which dense products use tensor cores (default 4; 0: never) */
     DS4C_OPT_TC_MIN_SEL = 5, /* selections from which grouped products use tensor cores (default 32; 0: never) */
     DS4C_OPT_PDL = 6,     /* 1: kernels launched with programmatic dependent launch (default; env DS4_CUDA_PDL=0 sets 0) */
+    DS4C_OPT_ATTN_PO = 7, /* 1: single-token attention's softmax and output in one kernel (default); 0: two */
 };
 
 #ifdef __cplusplus

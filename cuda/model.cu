@@ -192,12 +192,30 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     const int t = blockIdx.x;
     const int tid = threadIdx.x, nn = hc * hc;
     const float *m = mix + (int64_t)t * M;
+    // HC > 0 and D a multiple of 4 that the threads cover in at most
+    // HP_G float4 groups each: the streams are read as float4 (every load of
+    // a thread in flight at once) and x stays in registers
+    constexpr int HP_G = 4;
+    const int x0 = (mode & 1) == 0 && nn <= 32 && blockDim.x > 32 ? 32 : 0; // warp 0 runs the split
+    const bool vec = HC > 0 && D % 4 == 0 && D / 4 <= (int64_t)HP_G * (blockDim.x - x0);
     if (mode & 2) {
         const float *hr = h + (int64_t)t * hc * D;
         const int64_t nh = (int64_t)hc * D;
         double ss = 0;
+        if (vec) {
+            const float4 *h4 = (const float4 *)hr;
 #pragma unroll 8
-        for (int64_t i = tid; i < nh; i += blockDim.x) ss += (double)hr[i] * (double)hr[i];
+            for (int64_t i = tid; i < nh / 4; i += blockDim.x) {
+                const float4 v = h4[i];
+                ss += (double)v.x * (double)v.x;
+                ss += (double)v.y * (double)v.y;
+                ss += (double)v.z * (double)v.z;
+                ss += (double)v.w * (double)v.w;
+            }
+        } else {
+#pragma unroll 8
+            for (int64_t i = tid; i < nh; i += blockDim.x) ss += (double)hr[i] * (double)hr[i];
+        }
         ss = block_sum_d(ss);
         const float r = rms_from_sumsq(ss, nh, norm_eps);
         for (int i = tid; i < M; i += blockDim.x) s_mix[i] = fmul(m[i], r);
@@ -224,7 +242,54 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     const float *ht = h + (int64_t)t * hc * D;
     float *xt = x + (int64_t)t * D;
     double ss = 0;
-    const int x0 = warp_split ? 32 : 0; // warp 0 is busy with the split
+    if (vec) {
+        // float4 group g = tid − x0 + i·(blockDim − x0), i < HP_G
+        const int64_t ng = D / 4, step = blockDim.x - x0, g0 = (int64_t)tid - x0;
+        constexpr int NS = HC > 0 ? HC : 1;
+        float4 xr[HP_G], hv[HP_G][NS];
+#pragma unroll
+        for (int i = 0; i < HP_G; i++) { // every load first, then the sums
+            const int64_t g = g0 + i * step;
+#pragma unroll
+            for (int j = 0; j < NS; j++)
+                hv[i][j] = g0 >= 0 && g < ng ? ((const float4 *)(ht + j * D))[g] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int i = 0; i < HP_G; i++) {
+            const int64_t g = g0 + i * step;
+            float4 sx = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (g0 >= 0 && g < ng) {
+#pragma unroll
+                for (int j = 0; j < NS; j++) {
+                    const float pj = s_pre[j];
+                    sx.x = fadd(sx.x, fmul(pj, hv[i][j].x));
+                    sx.y = fadd(sx.y, fmul(pj, hv[i][j].y));
+                    sx.z = fadd(sx.z, fmul(pj, hv[i][j].z));
+                    sx.w = fadd(sx.w, fmul(pj, hv[i][j].w));
+                }
+                ss += (double)sx.x * (double)sx.x;
+                ss += (double)sx.y * (double)sx.y;
+                ss += (double)sx.z * (double)sx.z;
+                ss += (double)sx.w * (double)sx.w;
+            }
+            xr[i] = sx;
+        }
+        ss = block_sum_d(ss);
+        const float r = rms_from_sumsq(ss, D, norm_eps);
+#pragma unroll
+        for (int i = 0; i < HP_G; i++) {
+            const int64_t g = g0 + i * step;
+            if (g0 < 0 || g >= ng) continue;
+            const float4 nw = ((const float4 *)normw)[g];
+            float4 o;
+            o.x = fmul(nw.x, fmul(xr[i].x, r));
+            o.y = fmul(nw.y, fmul(xr[i].y, r));
+            o.z = fmul(nw.z, fmul(xr[i].z, r));
+            o.w = fmul(nw.w, fmul(xr[i].w, r));
+            ((float4 *)xt)[g] = o;
+        }
+        return;
+    }
 #pragma unroll 4
     for (int64_t d = (int64_t)threadIdx.x - x0; d >= 0 && d < D; d += (int64_t)blockDim.x - x0) {
         float s = 0.f;
@@ -834,6 +899,95 @@ __global__ void __launch_bounds__(128) k_attn_out(AttnArgs a, const float *sc, i
     for (int hh = 0; hh < nh; hh++) a.out[((int64_t)t * a.H + h0 + hh) * a.HD + d] = acc[hh];
 }
 
+// Single tokens (and chunks of fewer than 8): the softmax and the weighted
+// sum in one kernel. CTA: 32 output dims × 8 heads, warp w = head h0 + w,
+// lane = dim. The warp first finds its head's maximum and the serial sum of
+// the exponentials (key order, after the sink's term; lane 0 adds them from
+// shared memory), then the keys go by in chunks of AP_K: the probabilities
+// p_k = exp(s_k − max)/sum recomputed by the warp (exp_ref is deterministic,
+// so the same values as the softmax kernel's), the chunk's 32-dim key
+// slices staged in shared memory, and every thread adds p_k·v_k[d] in key
+// order. The next chunk's slices are loaded into registers while the
+// current one is summed. Same operations and order as k_attn_softmax +
+// k_attn_out, so the same bits; each key slice is read by 8 heads at once
+// (k_attn_out<2>: 2) and the softmax costs no launch of its own.
+constexpr int AP_H = 8, AP_D = 32, AP_K = 256, AP_T = AP_H * 32;
+constexpr int AP_LD = AP_K / (AP_T / (AP_D / 4)); // float4 key loads per thread per chunk (8)
+
+__global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk) {
+    pdl_enter();
+    __shared__ float4 s_v[AP_K][AP_D / 4];
+    __shared__ float s_p[AP_H][AP_K];
+    const int t = blockIdx.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int64_t p = a.pos0 + t;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin);
+    const int h = blockIdx.z * AP_H + w;
+    const bool hok = h < a.H;
+    const int d0 = blockIdx.x * AP_D;
+    // loads of a chunk: float4 column tid % 8 of keys tid / 8 + 32·u
+    const int lc = tid % (AP_D / 4), lk = tid / (AP_D / 4);
+    float4 nv[AP_LD];
+    auto load = [&](int64_t kc) {
+#pragma unroll
+        for (int u = 0; u < AP_LD; u++) {
+            const int64_t k = kc + lk + u * (AP_T / (AP_D / 4));
+            nv[u] = k < nk ? __ldg((const float4 *)(attn_key(a, t, p, k, nwin) + d0) + lc) : make_float4(0, 0, 0, 0);
+        }
+    };
+    load(0);
+    // softmax statistics of head h: maximum, then the serial sum
+    const float *s = sc + ((int64_t)t * a.H + (hok ? h : 0)) * maxk;
+    const float sink = hok ? a.sinks[h] : 0.f;
+    float mx = sink;
+    for (int64_t k = lane; k < nk; k += 32) mx = fmax_go(mx, s[k]);
+    mx = warp_max(mx);
+    float sum = exp_ref(fsub(sink, mx));
+    float *sp = s_p[w];
+    for (int64_t kc = 0; kc < nk; kc += AP_K) {
+        const int m = (int)min((int64_t)AP_K, nk - kc);
+        for (int j = lane; j < m; j += 32) sp[j] = exp_ref(fsub(s[kc + j], mx));
+        __syncwarp();
+        if (lane == 0) {
+            int j = 0;
+            for (; j + 8 <= m; j += 8) {
+                float e[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) e[u] = sp[j + u];
+#pragma unroll
+                for (int u = 0; u < 8; u++) sum = fadd(sum, e[u]);
+            }
+            for (; j < m; j++) sum = fadd(sum, sp[j]);
+        }
+        __syncwarp();
+    }
+    sum = __shfl_sync(FULL_MASK, sum, 0);
+    float acc = 0.f;
+    const float *vcol = (const float *)s_v + lane; // this thread's dim in a staged row
+    for (int64_t kc = 0; kc < nk; kc += AP_K) {
+        const int m = (int)min((int64_t)AP_K, nk - kc);
+        __syncthreads(); // the previous chunk is consumed
+#pragma unroll
+        for (int u = 0; u < AP_LD; u++) s_v[lk + u * (AP_T / (AP_D / 4))][lc] = nv[u];
+        for (int j = lane; j < m; j += 32) sp[j] = __fdiv_rn(exp_ref(fsub(s[kc + j], mx)), sum);
+        __syncthreads();
+        if (kc + AP_K < nk) load(kc + AP_K);
+        int j = 0;
+        for (; j + 8 <= m; j += 8) {
+            float v[8], q[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                v[u] = vcol[(j + u) * AP_D];
+                q[u] = sp[j + u];
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) acc = fadd(acc, fmul(q[u], v[u]));
+        }
+        for (; j < m; j++) acc = fadd(acc, fmul(sp[j], vcol[j * AP_D]));
+    }
+    if (hok && d0 + lane < a.HD) a.out[((int64_t)t * a.H + h) * a.HD + d0 + lane] = acc;
+}
+
 // ------------------------------------------------------------ router
 // One CTA per token: s = sqrt(softplus(logit)); experts from tid2eid (hash
 // layers) or the top-K of s + bias; weights s[e], normalised, scaled.
@@ -1113,6 +1267,12 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     else
         ds4c_launch(k_attn_scores<1>, gs, 256, smem, st, a, d_work, max_keys, hg);
     DS4C_CHECK_LAUNCH("attention scores");
+    if (n < 8 && HD % AP_D == 0 && ds4c_opt_attn_po()) {
+        // softmax and output in one kernel (k_attn_po)
+        ds4c_launch(k_attn_po, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, 0, st, a, d_work, max_keys);
+        DS4C_CHECK_LAUNCH("attention softmax and output");
+        return 0;
+    }
     ds4c_launch(k_attn_softmax, (unsigned)(n * H), 32, 0, st, a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention softmax");
     // single tokens: 2 heads per CTA (measured against 4 and 8 on the H200:

@@ -314,3 +314,56 @@ func TestBackendFlashLayers(t *testing.T) {
 	t.Logf("prefill of %d tokens: cpu %v, cuda %v", len(toks), tCPU, time.Since(start))
 	checkAgree(t, "flash layers prefill chunk 16", want, got)
 }
+
+// TestAttentionFused checks single-token attention's fused softmax and
+// output kernel (k_attn_po) against the softmax and output kernels it
+// replaces, bit for bit: logits of every token decoded one at a time, on the
+// tiny model (4 heads, window 16, the indexer selecting) and on Flash-shaped
+// layers (64 heads of 512; past 600 tokens the ratio-4 layer's keys span
+// more than one of the kernel's 256-key chunks).
+func TestAttentionFused(t *testing.T) {
+	gpu(t)
+	flash := synth.Flash(4)
+	flash.Experts = 16
+	for _, tc := range []struct {
+		name   string
+		cfg    model.Config
+		scheme model.Scheme
+		n      int
+	}{
+		{"tiny", quantTiny(), model.SchemeQ2, 300},
+		{"flash4", flash, model.SchemeQ2, 700},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "flash4" && testing.Short() {
+				t.Skip("short")
+			}
+			w := synthWeights(t, tc.cfg, tc.scheme)
+			be, err := New(w, Options{GraphLayers: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer be.Close()
+			defer be.dev.SetOption(OptAttnPO, 1)
+			toks := testTokens(tc.n, tc.cfg.Vocab)
+			var runs [2][][]float32
+			for i, v := range []int{0, 1} {
+				if err := be.dev.SetOption(OptAttnPO, v); err != nil {
+					t.Fatal(err)
+				}
+				runs[i] = allLogits(t, be, 1, toks)
+			}
+			diff := 0
+			for p := range runs[0] {
+				for j := range runs[0][p] {
+					if math.Float32bits(runs[0][p][j]) != math.Float32bits(runs[1][p][j]) {
+						diff++
+					}
+				}
+			}
+			if diff != 0 {
+				t.Errorf("fused attention differs from softmax + output in %d logits", diff)
+			}
+		})
+	}
+}

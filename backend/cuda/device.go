@@ -273,6 +273,7 @@ const (
 	OptTCMinTokens = 4 // tokens from which dense products use tensor cores (default 4; 0 never)
 	OptTCMinSel    = 5 // selections from which grouped products use tensor cores (default 32; 0 never)
 	OptPDL         = 6 // 1: programmatic dependent launch (default; env DS4_CUDA_PDL=0 turns it off); 0: plain launches
+	OptAttnPO      = 7 // 1: single-token attention's softmax and output in one kernel (default); 0: two kernels
 )
 
 // SetOption sets a library tuning option (process-wide).

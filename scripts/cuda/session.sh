@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One device call that checks and times a change (binaries from
+# scripts/cuda/build-smoke.sh plus ds4-bench and ds4-gguf, all in
+# dev-out/final): the smoke script, the 6-layer decode test (graph modes),
+# the ncu per-kernel profile of one decode token, then the full-size bench.
+#   run(kind="nvidia-h200", command="bash scripts/cuda/session.sh", carry=["dev-out/final"])
+# Writes at most 6 files under $OUT (the device tool returns 8).
+# Environment: SKIP (words: smoke, decode, profile, bench), BUDGET for the
+# bench (seconds, default 230), FRONTIERS.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-dev-out/session}; mkdir -p "$OUT"
+SKIP=${SKIP:-}
+F=dev-out/final
+if [[ $SKIP != *smoke* ]]; then
+    OUT=/tmp/smoke bash scripts/cuda/smoke.sh >"$OUT/smoke.txt" 2>&1
+    cp /tmp/smoke/cuda-tests.log "$OUT/"
+    tail -12 "$OUT/smoke.txt"
+    grep -E "^(--- )?FAIL|^ok|^PASS|differs" "$OUT/cuda-tests.log" | head -20
+else
+    bash scripts/cuda/device.sh build >/dev/null 2>&1 || { echo "library build failed"; exit 1; }
+fi
+export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1
+if [[ $SKIP != *decode* ]]; then
+    DS4_CUDA_BENCH=1 DS4_CUDA_BENCH_MODE="${DECODE_MODE:-graph per layer}" $F/cuda.test -test.run TestDecodeSpeed -test.timeout 300s >"$OUT/decode.txt" 2>&1
+    grep -E "^decode|graph stats" "$OUT/decode.txt"
+fi
+if [[ $SKIP != *profile* ]]; then
+    CUDA_TEST=$F/cuda.test PROFILE_CHUNKS=1 OUT=/tmp/prof bash scripts/cuda/profile.sh >/dev/null 2>&1
+    cp /tmp/prof/profile.txt "$OUT/"
+    head -25 "$OUT/profile.txt"
+fi
+if [[ $SKIP != *bench* ]]; then
+    mkdir -p /tmp/b
+    OUT=/tmp/b BIN=$F STAGES=ours BUDGET=${BUDGET:-230} bash scripts/cuda/bench-h200.sh >/tmp/b/out.txt 2>&1
+    cp /tmp/b/bench.csv "$OUT/"
+    tail -8 /tmp/b/out.txt
+fi
