@@ -24,6 +24,7 @@ int ds4c_opt_tc_min_tok(void); // INT32_MAX when disabled
 int ds4c_opt_tc_min_sel(void); // INT32_MAX when disabled
 int ds4c_opt_pdl(void);
 int ds4c_opt_attn_po(void);
+int ds4c_opt_prefetch(void);
 
 #define DS4C_CHECK(call)                                              \
     do {                                                              \
@@ -70,6 +71,38 @@ static __device__ __forceinline__ void pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// pdl_enter in two halves, for kernels with work to do before they may
+// read what the previous kernel wrote: pdl_launch lets the dependents
+// launch, pdl_wait waits for the previous kernel.
+static __device__ __forceinline__ void pdl_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// prefetch_l2 asks the copy engine of the SM to bring bytes at p into L2
+// (one thread's instruction; Hopper's bulk prefetch, no-op before). Kernels
+// call it on their weights between pdl_launch and pdl_wait: weights are
+// never written by the previous kernel, so their first loads need not wait
+// for it, and the CTAs placed while the previous kernel drains find their
+// weights in L2.
+static __device__ __forceinline__ void prefetch_l2(const void *p, int64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDACC_VER_MAJOR__ >= 12
+    const uintptr_t a0 = (uintptr_t)p & ~(uintptr_t)15;
+    const uintptr_t a1 = ((uintptr_t)p + (uintptr_t)bytes + 15) & ~(uintptr_t)15;
+    for (uintptr_t a = a0; a < a1; a += (1u << 20)) {
+        const uint32_t n = (uint32_t)min((uintptr_t)(1u << 20), a1 - a);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
+    }
 #endif
 }
 

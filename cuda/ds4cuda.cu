@@ -21,6 +21,7 @@ static int g_opt_tc_min_tok = 4;  // tensor cores from 4 tokens (cuda/NOTES.md v
 static int g_opt_tc_min_sel = 32;
 static int g_opt_pdl = 1;
 static int g_opt_attn_po = 1;
+static int g_opt_prefetch = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -53,6 +54,7 @@ int ds4c_opt_tc_min_tok(void) { return g_opt_tc_min_tok > 0 ? g_opt_tc_min_tok :
 int ds4c_opt_tc_min_sel(void) { return g_opt_tc_min_sel > 0 ? g_opt_tc_min_sel : 0x7fffffff; }
 int ds4c_opt_pdl(void) { return g_opt_pdl; }
 int ds4c_opt_attn_po(void) { return g_opt_attn_po; }
+int ds4c_opt_prefetch(void) { return g_opt_prefetch; }
 
 extern "C" {
 
@@ -77,6 +79,8 @@ int ds4c_init(int device) {
     g_device = device;
     const char *pdl = getenv("DS4_CUDA_PDL");
     if (pdl && pdl[0] == '0') g_opt_pdl = 0;
+    const char *pf = getenv("DS4_CUDA_PREFETCH");
+    if (pf && pf[0] == '0') g_opt_prefetch = 0;
     t_device = device;
     return 0;
 }
@@ -361,6 +365,10 @@ int ds4c_set_option(int key, int value) {
     case DS4C_OPT_ATTN_PO:
         if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "attn_po option %d not 0 or 1", value);
         g_opt_attn_po = value;
+        return 0;
+    case DS4C_OPT_PREFETCH:
+        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "prefetch option %d not 0 or 1", value);
+        g_opt_prefetch = value;
         return 0;
     case DS4C_OPT_TC_MIN_SEL:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_sel option %d negative", value);

@@ -108,7 +108,12 @@ __device__ __forceinline__ float fx_tree8(const float *t, int stride) {
 // periods in flight before their products join the chains.
 template <int FT, int NT, int U>
 __global__ void __launch_bounds__(256) k_fexact_rows(MVArgs a, int vec) {
-    pdl_enter();
+    pdl_launch();
+    if (threadIdx.x == 0 && !a.ids && a.pf && (a.sel_mat ? blockIdx.y : 0) < a.n_mat) {
+        const size_t rb = (size_t)a.cols * (FT == 0 ? 4 : 2);
+        prefetch_l2(a.w + ((size_t)(a.sel_mat ? blockIdx.y : 0) * a.rows + blockIdx.x) * rb, rb);
+    }
+    pdl_wait();
     __shared__ float s_tot[8][NT];
     const int j = threadIdx.x, lane = j & 31, warp = j >> 5, sel = blockIdx.y;
     int64_t mat = a.sel_mat ? sel : 0;

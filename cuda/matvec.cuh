@@ -49,6 +49,7 @@ struct MVArgs {
     int64_t y_tok; // floats between tokens
     int64_t y_sel; // floats between selections
     int wl;        // weight load flavour
+    int pf;        // prefetch the weights into L2 before the wait (prefetch_l2)
     int act_div;   // selection s reads activation s / act_div
     int sel_mat;   // without ids: selection s uses matrix s (else matrix 0)
 };
@@ -72,6 +73,7 @@ inline MVArgs mv_args(const void *d_w, int64_t rows, int64_t cols, int64_t n_mat
     a.y_tok = y_tok;
     a.y_sel = y_sel;
     a.wl = ds4c_opt_wload();
+    a.pf = ds4c_opt_prefetch();
     a.act_div = act_div;
     a.sel_mat = sel_mat;
     return a;
@@ -128,6 +130,8 @@ struct TQ8_0 {
         r.q = a.w + grow * a.cols;
         r.d = (const __half *)(a.w + a.R * a.cols) + grow * (a.cols / 32);
     }
+    // qrow: where row grow's quants begin (rows' quants are contiguous)
+    static __device__ __forceinline__ const uint8_t *qrow(const MVArgs &a, int64_t grow) { return a.w + grow * a.cols; }
     static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
         u.q = ldw16(r.q + (int64_t)ui * 16, wl);
         u.d = __half2float(r.d[ui >> 1]);
@@ -173,6 +177,9 @@ struct TQ2_K {
         r.qs = a.w + b0 * 64;
         r.sc = a.w + nb * 64 + b0 * 16;
         r.dm = (const __half2 *)(a.w + nb * 80) + b0;
+    }
+    static __device__ __forceinline__ const uint8_t *qrow(const MVArgs &a, int64_t grow) {
+        return a.w + grow * (a.cols / 256) * 64;
     }
     static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
         int blk = ui >> 2, h = (ui >> 1) & 1;
@@ -248,6 +255,9 @@ struct TQ4_K {
     };
     static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
         r.b = a.w + grow * (a.cols / 256) * 144;
+    }
+    static __device__ __forceinline__ const uint8_t *qrow(const MVArgs &a, int64_t grow) {
+        return a.w + grow * (a.cols / 256) * 144;
     }
     static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
         const uint8_t *blk = r.b + (int64_t)(ui >> 3) * 144;
@@ -355,6 +365,9 @@ struct TIQ2_XXS {
         r.qs = a.w + b0 * 64;
         r.d = (const __half *)(a.w + nb * 64) + b0;
     }
+    static __device__ __forceinline__ const uint8_t *qrow(const MVArgs &a, int64_t grow) {
+        return a.w + grow * (a.cols / 256) * 64;
+    }
     static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
         u.q = ldw16(r.qs + (int64_t)ui * 16, wl);
         u.d = __half2float(r.d[ui >> 2]);
@@ -428,6 +441,7 @@ struct TF16 {
     static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
         r.w = a.w + grow * a.cols * 2;
     }
+    static __device__ __forceinline__ const uint8_t *qrow(const MVArgs &a, int64_t grow) { return a.w + grow * a.cols * 2; }
     static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
         u.q = ldw16(r.w + (int64_t)ui * 16, wl);
     }
@@ -473,6 +487,7 @@ struct TBF16 {
     static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
         r.w = a.w + grow * a.cols * 2;
     }
+    static __device__ __forceinline__ const uint8_t *qrow(const MVArgs &a, int64_t grow) { return a.w + grow * a.cols * 2; }
     static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
         u.q = ldw16(r.w + (int64_t)ui * 16, wl);
     }
@@ -522,6 +537,7 @@ struct TF32 {
     static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
         r.w = a.w + grow * a.cols * 4;
     }
+    static __device__ __forceinline__ const uint8_t *qrow(const MVArgs &a, int64_t grow) { return a.w + grow * a.cols * 4; }
     static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
         u.q = ldw16(r.w + (int64_t)ui * 16, wl);
     }
@@ -554,13 +570,19 @@ __host__ __device__ constexpr int block_vals() {
 
 template <class T, int NT, int S, int RPW, bool EX>
 __global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
-    pdl_enter();
     static_assert(32 % T::U == 0, "a quant block must fit in aligned lanes");
     static_assert(S == 1 || RPW == 1, "split-K and stacked rows exclude each other");
     // units per row loaded per thread before computing: RPW*CHR in flight
     constexpr int CHR = RPW == 1 ? CH : (RPW >= 8 ? 1 : 8 / RPW);
     constexpr int TEAM = 32 * S;
     constexpr int ROWS = 8 * RPW / S; // rows per CTA
+    pdl_launch();
+    if (threadIdx.x == 0 && !a.ids && a.pf) { // the CTA's rows of a matrix known before the wait
+        const int64_t m0 = (a.sel_mat ? blockIdx.y : 0) * (int64_t)a.rows;
+        const int64_t r0 = (int64_t)blockIdx.x * ROWS, r1 = min(r0 + ROWS, (int64_t)a.rows);
+        if (m0 / a.rows < a.n_mat && r0 < r1) prefetch_l2(T::qrow(a, m0 + r0), T::qrow(a, m0 + r1) - T::qrow(a, m0 + r0));
+    }
+    pdl_wait();
     // IQ2_XXS: the codebook (256 entries; sign masks are computed)
     __shared__ uint64_t s_grid[T::GRID ? 256 : 1];
     __shared__ float s_red[S > 1 && !EX ? 8 : 1][NT];

@@ -6,7 +6,9 @@
 #   run(kind="nvidia-h200", command="bash scripts/cuda/session.sh", carry=["dev-out/final"])
 # Writes at most 6 files under $OUT (the device tool returns 8).
 # Environment: SKIP (words: smoke, decode, profile, bench), BUDGET for the
-# bench (seconds, default 230), FRONTIERS.
+# bench (seconds, default 230), FRONTIERS, DECODE_MODE (TestDecodeSpeed's
+# mode filter), AB (ds4-bench at 8k once more with this environment
+# assignment, e.g. AB=DS4_CUDA_PREFETCH=0, for an A/B on the same model).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-dev-out/session}; mkdir -p "$OUT"
@@ -35,4 +37,8 @@ if [[ $SKIP != *bench* ]]; then
     OUT=/tmp/b BIN=$F STAGES=ours BUDGET=${BUDGET:-230} bash scripts/cuda/bench-h200.sh >/tmp/b/out.txt 2>&1
     cp /tmp/b/bench.csv "$OUT/"
     tail -8 /tmp/b/out.txt
+fi
+if [ -n "${AB:-}" ]; then
+    echo "== A/B: $AB"
+    env "$AB" $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers 8192 --gen 32 2>&1 | grep "frontier 8192"
 fi
