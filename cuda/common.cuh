@@ -25,6 +25,7 @@ int ds4c_opt_tc_min_sel(void); // INT32_MAX when disabled
 int ds4c_opt_pdl(void);
 int ds4c_opt_attn_po(void);
 int ds4c_opt_prefetch(void);
+int ds4c_opt_fx_warp(void);
 
 #define DS4C_CHECK(call)                                              \
     do {                                                              \

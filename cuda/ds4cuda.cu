@@ -22,6 +22,7 @@ static int g_opt_tc_min_sel = 32;
 static int g_opt_pdl = 1;
 static int g_opt_attn_po = 1;
 static int g_opt_prefetch = 1;
+static int g_opt_fx_warp = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -55,6 +56,7 @@ int ds4c_opt_tc_min_sel(void) { return g_opt_tc_min_sel > 0 ? g_opt_tc_min_sel :
 int ds4c_opt_pdl(void) { return g_opt_pdl; }
 int ds4c_opt_attn_po(void) { return g_opt_attn_po; }
 int ds4c_opt_prefetch(void) { return g_opt_prefetch; }
+int ds4c_opt_fx_warp(void) { return g_opt_fx_warp; }
 
 extern "C" {
 
@@ -369,6 +371,10 @@ int ds4c_set_option(int key, int value) {
     case DS4C_OPT_PREFETCH:
         if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "prefetch option %d not 0 or 1", value);
         g_opt_prefetch = value;
+        return 0;
+    case DS4C_OPT_FX_WARP:
+        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "fx_warp option %d not 0 or 1", value);
+        g_opt_fx_warp = value;
         return 0;
     case DS4C_OPT_TC_MIN_SEL:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_sel option %d negative", value);

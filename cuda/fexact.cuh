@@ -334,6 +334,66 @@ __global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt, int vec) 
             mat_ok ? fx_tree8(&s_tot[r * FXT_T + t], FXT_R * FXT_T) : __int_as_float(0x7fc00000);
 }
 
+// k_fexact_warp: one row per warp, 8 rows per CTA, one token, 16-bit
+// weights, rows of at most P periods (P·2048 columns). Lane l runs sums
+// l + 32k (k < 8): group k of the sums is what warp k of k_fexact_rows
+// holds, so each group's xor-shuffle reduction and the pairing of the 8
+// group totals are that kernel's, and the result the same bits. The
+// weights are loaded before waiting for the previous kernel (they are not
+// its output); the input row is staged in shared memory once per CTA.
+// Made for the compressors' and the router's products: many short rows,
+// which k_fexact_rows ran as one small CTA each.
+template <int FT, int P>
+__global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
+    static_assert(FT != 0, "16-bit weights");
+    extern __shared__ float4 s_x4[]; // the input row, a.cols floats
+    pdl_launch();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sel = blockIdx.y;
+    const int64_t mat = a.sel_mat ? sel : 0;
+    const bool mat_ok = mat < a.n_mat;
+    const int64_t r = (int64_t)blockIdx.x * 8 + warp;
+    const bool row_ok = mat_ok && r < a.rows;
+    const uint8_t *row = a.w + ((size_t)(mat_ok ? mat : 0) * a.rows + (row_ok ? r : 0)) * a.cols * 2;
+    int4 w[P][8];
+#pragma unroll
+    for (int p = 0; p < P; p++)
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int c = p * FX_PERIOD + (lane + 32 * k) * FX_RUN;
+            w[p][k] = row_ok && c < a.cols ? ldw16(row + (size_t)c * 2, a.wl) : make_int4(0, 0, 0, 0);
+        }
+    pdl_wait();
+    const float4 *x4 = (const float4 *)(a.act + (sel / a.act_div) * a.act_sel);
+    for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x) s_x4[i] = __ldg(x4 + i);
+    __syncthreads();
+    const float *sx = (const float *)s_x4;
+    float acc[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) acc[k] = 0.f;
+#pragma unroll
+    for (int p = 0; p < P; p++)
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int c = p * FX_PERIOD + (lane + 32 * k) * FX_RUN;
+            if (c >= a.cols) continue;
+            float wf[8];
+            fx_unpack<FT>(w[p][k], wf);
+            const float4 xa = *(const float4 *)(sx + c), xb = *(const float4 *)(sx + c + 4);
+            const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[k] = __fadd_rn(acc[k], __fmul_rn(wf[e], xv[e]));
+        }
+    float tot[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float v = acc[k];
+#pragma unroll
+        for (int m = 1; m < 32; m <<= 1) v = __fadd_rn(v, __shfl_xor_sync(FULL_MASK, v, m));
+        tot[k] = v;
+    }
+    if (lane == 0 && r < a.rows) a.y[sel * a.y_sel + r] = mat_ok ? fx_tree8(tot, 1) : __int_as_float(0x7fc00000);
+}
+
 template <int FT, int NT>
 int launch_fexact_rows(const MVArgs &a, int n_sel, int vec, cudaStream_t st, int pieces = 1) {
     dim3 g((unsigned)a.rows, (unsigned)n_sel, (unsigned)pieces);
@@ -341,6 +401,15 @@ int launch_fexact_rows(const MVArgs &a, int n_sel, int vec, cudaStream_t st, int
         // periods of 2048 columns in flight per thread: all of a row's
         // (hc_fn: 8) up to 8, so that a short grid waits for one round of loads
         const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
+        if (FT != 0 && vec && !a.ids && periods <= 2 && a.rows >= 64 && ds4c_opt_fx_warp()) {
+            const dim3 gw((unsigned)((a.rows + 7) / 8), (unsigned)n_sel, 1);
+            const size_t smem = (size_t)a.cols * sizeof(float);
+            if (periods == 1)
+                ds4c_launch(k_fexact_warp<FT == 0 ? 1 : FT, 1>, gw, 256, smem, st, a);
+            else
+                ds4c_launch(k_fexact_warp<FT == 0 ? 1 : FT, 2>, gw, 256, smem, st, a);
+            return 0;
+        }
         if (periods > 4)
             ds4c_launch(k_fexact_rows<FT, 1, 8>, g, 256, 0, st, a, vec);
         else if (periods > 2)

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
+	"strconv"
 
 	"ds4go/engine"
 	"ds4go/model"
@@ -71,6 +73,11 @@ type Backend struct {
 	vecs        []Ptr
 	fingerprint []byte
 	gstats      graphCounters
+
+	// profileAt is the one-token chunk (counted from 1) whose work runs
+	// between cudaProfilerStart and Stop, for `ncu --profile-from-start off`
+	// on any command (env DS4_CUDA_PROFILE_DECODE); decoded counts them.
+	profileAt, decoded int
 }
 
 type dhc struct {
@@ -142,11 +149,18 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 			}
 		}
 	}
+	profileAt := 0
+	if v := os.Getenv("DS4_CUDA_PROFILE_DECODE"); v != "" {
+		var err error
+		if profileAt, err = strconv.Atoi(v); err != nil {
+			return nil, fmt.Errorf("cuda: DS4_CUDA_PROFILE_DECODE=%q: %w", v, err)
+		}
+	}
 	dev, err := Open(opts.Device)
 	if err != nil {
 		return nil, err
 	}
-	be := &Backend{dev: dev, cfg: c, opts: opts}
+	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt}
 	if err := be.prepare(w); err != nil {
 		be.Close()
 		return nil, err

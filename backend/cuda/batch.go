@@ -35,6 +35,8 @@ type batch struct {
 	sc     scratch // named working buffers
 
 	g graphDecode // capture of one-token chunks (graph.go)
+
+	profiling bool // the profiler runs for this chunk (Backend.profileAt)
 }
 
 // scratch is per-batch device working memory: named buffers, grown on

@@ -685,6 +685,8 @@ func TestMatMulExact(t *testing.T) {
 		{quant.F16, 50, 5000, 2},  // a partial period of 2048 columns
 		{quant.F32, 33, 100, 1},   // cols % 8 != 0: element loads
 		{quant.BF16, 20, 2056, 1}, // one run past a whole period
+		{quant.F16, 1000, 2048, 2}, // short rows, many: a row per warp (single token, no ids)
+		{quant.BF16, 520, 4096, 1},
 	}
 	for ci, c := range cases {
 		mb := weightBytes(c.typ, c.rows, c.cols)
@@ -716,6 +718,21 @@ func TestMatMulExact(t *testing.T) {
 			}
 			if bad > 0 {
 				t.Errorf("%s %dx%d nt=%d: %d values not bit-identical", c.typ, c.rows, c.cols, nt, bad)
+			}
+			if nt == 1 { // matrix 0 without ids (the single-token kernels that load weights before the wait)
+				poison(t, d, y, c.rows)
+				must(t, d.MatMulEx(0, dw, 0, 1, act, ab, 0, 1, 1, y, int64(c.rows), 0, true))
+				got := download(t, d, y, c.rows)
+				want, _ := reference(t, c.typ, w[:mb], c.rows, c.cols, x[:c.cols])
+				bad := 0
+				for r := range want {
+					if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
+						bad++
+					}
+				}
+				if bad > 0 {
+					t.Errorf("%s %dx%d, one token, no ids: %d values not bit-identical", c.typ, c.rows, c.cols, bad)
+				}
 			}
 		}
 	}

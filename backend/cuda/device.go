@@ -274,6 +274,7 @@ const (
 	OptTCMinSel    = 5 // selections from which grouped products use tensor cores (default 32; 0 never)
 	OptPDL         = 6 // 1: programmatic dependent launch (default; env DS4_CUDA_PDL=0 turns it off); 0: plain launches
 	OptAttnPO      = 7 // 1: single-token attention's softmax and output in one kernel (default); 0: two kernels
+	OptFXWarp      = 9 // 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA
 	OptPrefetch    = 8 // 1: products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 turns it off)
 )
 

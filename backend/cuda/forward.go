@@ -87,6 +87,14 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 	}
 	b.abortGraph()
 	b.n, b.pos = len(tokens), pos
+	if len(tokens) == 1 && be.profileAt > 0 {
+		if be.decoded++; be.decoded == be.profileAt {
+			if err := be.dev.Profiler(true); err != nil {
+				return err
+			}
+			b.profiling = true
+		}
+	}
 	if err := b.setTokens(tokens); err != nil {
 		return err
 	}
@@ -231,6 +239,12 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 	t0 := time.Now()
 	if err := d.SyncStream(b.s); err != nil {
 		return err
+	}
+	if b.profiling {
+		b.profiling = false
+		if err := d.Profiler(false); err != nil {
+			return err
+		}
 	}
 	if graph {
 		be.gstats.waitNs.Add(int64(time.Since(t0)))
