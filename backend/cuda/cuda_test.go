@@ -682,9 +682,9 @@ func TestMatMulExact(t *testing.T) {
 		{quant.F16, 24, 16384, 1},
 		{quant.F32, 100, 512, 2},
 		{quant.BF16, 64, 1024, 1},
-		{quant.F16, 50, 5000, 2},  // a partial period of 2048 columns
-		{quant.F32, 33, 100, 1},   // cols % 8 != 0: element loads
-		{quant.BF16, 20, 2056, 1}, // one run past a whole period
+		{quant.F16, 50, 5000, 2},   // a partial period of 2048 columns
+		{quant.F32, 33, 100, 1},    // cols % 8 != 0: element loads
+		{quant.BF16, 20, 2056, 1},  // one run past a whole period
 		{quant.F16, 1000, 2048, 2}, // short rows, many: a row per warp (single token, no ids)
 		{quant.BF16, 520, 4096, 1},
 	}
