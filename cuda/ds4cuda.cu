@@ -23,6 +23,7 @@ static int g_opt_pdl = 1;
 static int g_opt_attn_po = 1;
 static int g_opt_prefetch = 1;
 static int g_opt_fx_warp = 1;
+static int g_opt_hc_two = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -57,6 +58,7 @@ int ds4c_opt_pdl(void) { return g_opt_pdl; }
 int ds4c_opt_attn_po(void) { return g_opt_attn_po; }
 int ds4c_opt_prefetch(void) { return g_opt_prefetch; }
 int ds4c_opt_fx_warp(void) { return g_opt_fx_warp; }
+int ds4c_opt_hc_two(void) { return g_opt_hc_two; }
 
 extern "C" {
 
@@ -375,6 +377,10 @@ int ds4c_set_option(int key, int value) {
     case DS4C_OPT_FX_WARP:
         if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "fx_warp option %d not 0 or 1", value);
         g_opt_fx_warp = value;
+        return 0;
+    case DS4C_OPT_HC_TWO:
+        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "hc_two option %d not 0 or 1", value);
+        g_opt_hc_two = value;
         return 0;
     case DS4C_OPT_TC_MIN_SEL:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_sel option %d negative", value);

@@ -334,32 +334,37 @@ __global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt, int vec) 
             mat_ok ? fx_tree8(&s_tot[r * FXT_T + t], FXT_R * FXT_T) : __int_as_float(0x7fc00000);
 }
 
-// k_fexact_warp: one row per warp, 8 rows per CTA, one token, 16-bit
-// weights, rows of at most P periods (P·2048 columns). Lane l runs sums
-// l + 32k (k < 8): group k of the sums is what warp k of k_fexact_rows
-// holds, so each group's xor-shuffle reduction and the pairing of the 8
-// group totals are that kernel's, and the result the same bits. The
-// weights are loaded before waiting for the previous kernel (they are not
-// its output); the input row is staged in shared memory once per CTA.
-// Made for the compressors' and the router's products: many short rows,
-// which k_fexact_rows ran as one small CTA each.
-template <int FT, int P>
+// k_fexact_warp: single token, 16-bit weights, rows of at most P periods
+// (P·2048 columns), no ids; a row per 8/G warps, G rows per CTA. Warp q of
+// a row runs the sum groups qG … qG+G−1, lane l of group k running sum
+// l + 32k: group k is what warp k of k_fexact_rows holds, so each group's
+// xor-shuffle reduction and the pairing of the 8 group totals are that
+// kernel's, and the result the same bits. The weights are loaded before
+// waiting for the previous kernel (they are not its output); the input row
+// is staged in shared memory once per CTA. Made for the compressors' and
+// the router's products: a few hundred short rows, which k_fexact_rows ran
+// as one small CTA each.
+template <int FT, int P, int G>
 __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     static_assert(FT != 0, "16-bit weights");
+    static_assert(G == 2 || G == 4 || G == 8, "groups per warp");
+    constexpr int WPR = 8 / G; // warps per row
     extern __shared__ float4 s_x4[]; // the input row, a.cols floats
+    __shared__ float s_tot[G][8];
     pdl_launch();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sel = blockIdx.y;
+    const int rl = warp / WPR, q = warp % WPR;
     const int64_t mat = a.sel_mat ? sel : 0;
     const bool mat_ok = mat < a.n_mat;
-    const int64_t r = (int64_t)blockIdx.x * 8 + warp;
+    const int64_t r = (int64_t)blockIdx.x * G + rl;
     const bool row_ok = mat_ok && r < a.rows;
     const uint8_t *row = a.w + ((size_t)(mat_ok ? mat : 0) * a.rows + (row_ok ? r : 0)) * a.cols * 2;
-    int4 w[P][8];
+    int4 w[P][G];
 #pragma unroll
     for (int p = 0; p < P; p++)
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int c = p * FX_PERIOD + (lane + 32 * k) * FX_RUN;
+        for (int k = 0; k < G; k++) {
+            const int c = p * FX_PERIOD + (lane + 32 * (q * G + k)) * FX_RUN;
             w[p][k] = row_ok && c < a.cols ? ldw16(row + (size_t)c * 2, a.wl) : make_int4(0, 0, 0, 0);
         }
     pdl_wait();
@@ -367,14 +372,14 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x) s_x4[i] = __ldg(x4 + i);
     __syncthreads();
     const float *sx = (const float *)s_x4;
-    float acc[8];
+    float acc[G];
 #pragma unroll
-    for (int k = 0; k < 8; k++) acc[k] = 0.f;
+    for (int k = 0; k < G; k++) acc[k] = 0.f;
 #pragma unroll
     for (int p = 0; p < P; p++)
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const int c = p * FX_PERIOD + (lane + 32 * k) * FX_RUN;
+        for (int k = 0; k < G; k++) {
+            const int c = p * FX_PERIOD + (lane + 32 * (q * G + k)) * FX_RUN;
             if (c >= a.cols) continue;
             float wf[8];
             fx_unpack<FT>(w[p][k], wf);
@@ -383,15 +388,32 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
 #pragma unroll
             for (int e = 0; e < 8; e++) acc[k] = __fadd_rn(acc[k], __fmul_rn(wf[e], xv[e]));
         }
-    float tot[8];
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < G; k++) {
         float v = acc[k];
 #pragma unroll
         for (int m = 1; m < 32; m <<= 1) v = __fadd_rn(v, __shfl_xor_sync(FULL_MASK, v, m));
-        tot[k] = v;
+        if (lane == 0) s_tot[rl][q * G + k] = v;
     }
-    if (lane == 0 && r < a.rows) a.y[sel * a.y_sel + r] = mat_ok ? fx_tree8(tot, 1) : __int_as_float(0x7fc00000);
+    __syncthreads();
+    const int64_t ro = (int64_t)blockIdx.x * G + threadIdx.x;
+    if (threadIdx.x < G && ro < a.rows)
+        a.y[sel * a.y_sel + ro] = mat_ok ? fx_tree8(s_tot[threadIdx.x], 1) : __int_as_float(0x7fc00000);
+}
+
+template <int FT, int P>
+void launch_fexact_warp(const MVArgs &a, int n_sel, cudaStream_t st) {
+    const size_t smem = (size_t)a.cols * sizeof(float);
+    const int64_t sms = ds4c_sm_count();
+    int G = 8; // fewer rows per CTA until the grid covers the SMs twice
+    while (G > 2 && (a.rows + G - 1) / G * n_sel < 2 * sms) G /= 2;
+    const dim3 g((unsigned)((a.rows + G - 1) / G), (unsigned)n_sel, 1);
+    if (G == 8)
+        ds4c_launch(k_fexact_warp<FT, P, 8>, g, 256, smem, st, a);
+    else if (G == 4)
+        ds4c_launch(k_fexact_warp<FT, P, 4>, g, 256, smem, st, a);
+    else
+        ds4c_launch(k_fexact_warp<FT, P, 2>, g, 256, smem, st, a);
 }
 
 template <int FT, int NT>
@@ -401,13 +423,11 @@ int launch_fexact_rows(const MVArgs &a, int n_sel, int vec, cudaStream_t st, int
         // periods of 2048 columns in flight per thread: all of a row's
         // (hc_fn: 8) up to 8, so that a short grid waits for one round of loads
         const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
-        if (FT != 0 && vec && !a.ids && periods <= 2 && a.rows >= 64 && ds4c_opt_fx_warp()) {
-            const dim3 gw((unsigned)((a.rows + 7) / 8), (unsigned)n_sel, 1);
-            const size_t smem = (size_t)a.cols * sizeof(float);
+        if (FT != 0 && vec && !a.ids && periods <= 2 && a.rows >= 16 && ds4c_opt_fx_warp()) {
             if (periods == 1)
-                ds4c_launch(k_fexact_warp<FT == 0 ? 1 : FT, 1>, gw, 256, smem, st, a);
+                launch_fexact_warp<FT == 0 ? 1 : FT, 1>(a, n_sel, st);
             else
-                ds4c_launch(k_fexact_warp<FT == 0 ? 1 : FT, 2>, gw, 256, smem, st, a);
+                launch_fexact_warp<FT == 0 ? 1 : FT, 2>(a, n_sel, st);
             return 0;
         }
         if (periods > 4)

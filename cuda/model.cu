@@ -196,7 +196,11 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     // HP_G float4 groups each: the streams are read as float4 (every load of
     // a thread in flight at once) and x stays in registers
     constexpr int HP_G = 4;
-    const int x0 = (mode & 1) == 0 && nn <= 32 && blockDim.x > 32 ? 32 : 0; // warp 0 runs the split
+    // hc_pre with two CTAs per token (blockIdx.y): CTA 1 runs the split
+    // (post, comb), CTA 0 forms x; else CTA 0 does both, the split in warp 0
+    // while the other warps form x (one warp: hc² ≤ 32) or before x
+    const bool two = (mode & 1) == 0 && gridDim.y == 2;
+    const int x0 = !two && (mode & 1) == 0 && nn <= 32 && blockDim.x > 32 ? 32 : 0; // warp 0 runs the split
     const bool vec = HC > 0 && D % 4 == 0 && D / 4 <= (int64_t)HP_G * (blockDim.x - x0);
     if (mode & 2) {
         const float *hr = h + (int64_t)t * hc * D;
@@ -223,16 +227,26 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
         m = s_mix;
     }
     mode &= 1;
+    const bool warp_split = mode == 0 && nn <= 32 && blockDim.x > 32;
+    if (two && blockIdx.y == 1) {
+        if (tid < hc)
+            post_out[(int64_t)t * hc + tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + tid], scale[1]), base[hc + tid])));
+        if (warp_split) {
+            if (tid < 32) hc_split_warp<HC>(m, scale, base, hc, iters, hc_eps, comb_out + (int64_t)t * nn);
+        } else {
+            hc_split(m, scale, base, hc, iters, hc_eps, s_comb, comb_out + (int64_t)t * nn);
+        }
+        return;
+    }
     // pre (and post) first: x needs only pre, so with a one-warp split the
     // other warps form x while warp 0 runs the Sinkhorn iterations
     if (tid < hc) {
         s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], scale[0]), base[tid])), hc_eps);
-        if (mode == 0)
+        if (mode == 0 && !two)
             post_out[(int64_t)t * hc + tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + tid], scale[1]), base[hc + tid])));
     }
     __syncthreads();
-    const bool warp_split = mode == 0 && nn <= 32 && blockDim.x > 32;
-    if (mode == 0) {
+    if (mode == 0 && !two) {
         if (warp_split) {
             if (tid < 32) hc_split_warp<HC>(m, scale, base, hc, iters, hc_eps, comb_out + (int64_t)t * nn);
         } else {
@@ -1117,7 +1131,10 @@ int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const
     if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_pre: %d streams (at most 16)", hc);
     if ((mode & 2) && M > 288) return ds4c_err(DS4C_EINVAL, "hc_pre: %d mixing logits to scale (at most 288)", M);
     if (n <= 0) return 0;
-    ds4c_launch(hc == 4 ? k_hc_pre<4> : k_hc_pre<0>, n, 512, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, hc,
+    // two CTAs per token (the split beside x) unless the option is off or
+    // this is the head's (no split)
+    const dim3 g((unsigned)n, (mode & 1) == 0 && ds4c_opt_hc_two() ? 2 : 1);
+    ds4c_launch(hc == 4 ? k_hc_pre<4> : k_hc_pre<0>, g, 512, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, hc,
                 iters, hc_eps, d_h, D, d_normw, norm_eps, d_x, d_post, d_comb);
     DS4C_CHECK_LAUNCH("hc_pre");
     return 0;

@@ -687,6 +687,7 @@ func TestMatMulExact(t *testing.T) {
 		{quant.BF16, 20, 2056, 1},  // one run past a whole period
 		{quant.F16, 1000, 2048, 2}, // short rows, many: a row per warp (single token, no ids)
 		{quant.BF16, 520, 4096, 1},
+		{quant.F16, 4096, 2048, 1}, // 8 rows per CTA
 	}
 	for ci, c := range cases {
 		mb := weightBytes(c.typ, c.rows, c.cols)

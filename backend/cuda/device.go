@@ -267,15 +267,16 @@ func (d *Device) Elapsed(start, end Event) (float32, error) {
 
 // Library options (cuda/ds4cuda.h DS4C_OPT_*), for experiments.
 const (
-	OptWeightLoad  = 1 // 0 __ldg, 1 ld.global.nc.L1::no_allocate.L2::256B (default), 2 __ldcs
-	OptSplitK      = 2 // 0 automatic; 1, 2, 4, 8 warps per row (single-token products)
-	OptRowsPerWarp = 3 // 0 automatic; 1, 2, 4, 8 rows per warp (single-token products)
-	OptTCMinTokens = 4 // tokens from which dense products use tensor cores (default 4; 0 never)
-	OptTCMinSel    = 5 // selections from which grouped products use tensor cores (default 32; 0 never)
-	OptPDL         = 6 // 1: programmatic dependent launch (default; env DS4_CUDA_PDL=0 turns it off); 0: plain launches
-	OptAttnPO      = 7 // 1: single-token attention's softmax and output in one kernel (default); 0: two kernels
-	OptFXWarp      = 9 // 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA
-	OptPrefetch    = 8 // 1: products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 turns it off)
+	OptWeightLoad  = 1  // 0 __ldg, 1 ld.global.nc.L1::no_allocate.L2::256B (default), 2 __ldcs
+	OptSplitK      = 2  // 0 automatic; 1, 2, 4, 8 warps per row (single-token products)
+	OptRowsPerWarp = 3  // 0 automatic; 1, 2, 4, 8 rows per warp (single-token products)
+	OptTCMinTokens = 4  // tokens from which dense products use tensor cores (default 4; 0 never)
+	OptTCMinSel    = 5  // selections from which grouped products use tensor cores (default 32; 0 never)
+	OptPDL         = 6  // 1: programmatic dependent launch (default; env DS4_CUDA_PDL=0 turns it off); 0: plain launches
+	OptAttnPO      = 7  // 1: single-token attention's softmax and output in one kernel (default); 0: two kernels
+	OptFXWarp      = 9  // 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA
+	OptHCTwo       = 10 // 1: hc_pre runs the Sinkhorn split in a second CTA per token (default); 0: one CTA
+	OptPrefetch    = 8  // 1: products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 turns it off)
 )
 
 // SetOption sets a library tuning option (process-wide).
