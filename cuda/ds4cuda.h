@@ -220,6 +220,13 @@ int ds4c_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, in
               const float *d_freqs, int rd, int64_t pos0, int64_t pos_step, int n_tok,
               int inverse, void *stream);
 int ds4c_fp8_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream);
+/* rmsnorm (weight d_w, or none), rope from off (position pos0 + t) and the
+ * FP8 rounding of the first fp8_n values of every row x[t][h][0:hd] in
+ * place; heads contiguous (tok_stride = heads·head_stride); fp8_n > 0 only
+ * for one head. As ds4c_rmsnorm_ref, ds4c_rope and ds4c_fp8_sim in turn. */
+int ds4c_norm_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int hd, const float *d_w,
+                   float eps, int64_t off, const float *d_freqs, int rd, int64_t pos0, int fp8_n, int n_tok,
+                   void *stream);
 int ds4c_fp4_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream);
 int ds4c_hadamard(float *d_x, int64_t stride, int rows, int n, float scale, void *stream);
 int ds4c_scale(float *d_x, int64_t n, float s, void *stream);
@@ -267,6 +274,7 @@ enum {
     DS4C_OPT_ATTN_PO = 7, /* 1: single-token attention's softmax and output in one kernel (default); 0: two */
     DS4C_OPT_FX_WARP = 9, /* 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA */
     DS4C_OPT_HC_TWO = 10, /* 1: hc_pre runs the Sinkhorn split in a second CTA per token (default); 0: one CTA */
+    DS4C_OPT_NORM_ROPE = 11, /* 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three */
     DS4C_OPT_PREFETCH = 8, /* 1: matrix products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 sets 0) */
 };
 

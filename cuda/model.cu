@@ -337,6 +337,20 @@ __global__ void k_hc_post(float *h, const float *out, const float *post, const f
 }
 
 // ------------------------------------------------------------ RoPE
+// rope_pair rotates the pair v[0], v[1] by the angle fp·freq (inverse: back).
+__device__ __forceinline__ void rope_pair(float *v, float fp, float freq, int inverse) {
+    const double a = (double)fmul(fp, freq);
+    const float c = (float)cos(a), s = (float)sin(a);
+    const float x0 = v[0], x1 = v[1];
+    if (!inverse) {
+        v[0] = fsub(fmul(x0, c), fmul(x1, s));
+        v[1] = fadd(fmul(x0, s), fmul(x1, c));
+    } else {
+        v[0] = fadd(fmul(x0, c), fmul(x1, s));
+        v[1] = fsub(fmul(x1, c), fmul(x0, s));
+    }
+}
+
 // Rotates x[t][j][off : off+rd] (pairs) at position pos0 + t·pos_step.
 __global__ void k_rope(float *x, int64_t tok_stride, int heads, int64_t head_stride, int64_t off, const float *freqs,
                        int rd, int64_t pos0, int64_t pos_step, int n_tok, int inverse) {
@@ -346,18 +360,7 @@ __global__ void k_rope(float *x, int64_t tok_stride, int heads, int64_t head_str
     if (i >= (int64_t)n_tok * heads * half) return;
     const int64_t t = i / ((int64_t)heads * half);
     const int j = (int)((i / half) % heads), p = (int)(i % half);
-    const float fp = (float)(pos0 + t * pos_step);
-    const double a = (double)fmul(fp, freqs[p]);
-    const float c = (float)cos(a), s = (float)sin(a);
-    float *v = x + t * tok_stride + j * head_stride + off + 2 * p;
-    const float x0 = v[0], x1 = v[1];
-    if (!inverse) {
-        v[0] = fsub(fmul(x0, c), fmul(x1, s));
-        v[1] = fadd(fmul(x0, s), fmul(x1, c));
-    } else {
-        v[0] = fadd(fmul(x0, c), fmul(x1, s));
-        v[1] = fsub(fmul(x1, c), fmul(x0, s));
-    }
+    rope_pair(x + t * tok_stride + j * head_stride + off + 2 * p, (float)(pos0 + t * pos_step), freqs[p], inverse);
 }
 
 // ------------------------------------------------------------ FP8 / FP4 / Hadamard
@@ -382,14 +385,8 @@ __device__ __forceinline__ float round_e2m1(float y) {
     return copysignf(rintf(a / q) * q, y);
 }
 
-// FP8 e4m3 simulation of x[r][0:n] in blocks of 64: one warp per block.
-__global__ void k_fp8_sim(float *x, int64_t stride, int rows, int64_t n) {
-    pdl_enter();
-    const int64_t gw = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    const int64_t nb = n / 64;
-    if (gw >= nb * rows) return;
-    float *blk = x + (gw / nb) * stride + (gw % nb) * 64;
+// fp8_block: FP8 e4m3 simulation of the 64 values at blk, by one warp.
+__device__ __forceinline__ void fp8_block(float *blk, int lane) {
     float v0 = blk[lane], v1 = blk[lane + 32];
     float amax = fmax_go(1e-4f, fmax_go(fabsf(v0), fabsf(v1)));
     amax = warp_max(amax);
@@ -398,6 +395,47 @@ __global__ void k_fp8_sim(float *x, int64_t stride, int rows, int64_t n) {
     float y1 = fminf(fmaxf(__fdiv_rn(v1, s), -448.f), 448.f);
     blk[lane] = fmul(round_e4m3(y0), s);
     blk[lane + 32] = fmul(round_e4m3(y1), s);
+}
+
+// k_norm_rope: k_rmsnorm_ref, k_rope and k_fp8_sim of one row in one CTA
+// (the query heads and the KV row of a token): x[t][h][0:hd] is normalised
+// (times w when w is set), its pairs from off rotated to position pos0 + t,
+// and its first fp8_n values rounded through FP8 — the same device code as
+// the three kernels, on the row staged in shared memory.
+__global__ void k_norm_rope(float *x, int64_t tok_stride, int heads, int64_t head_stride, int hd, const float *w,
+                            float eps, int64_t off, const float *freqs, int rd, int64_t pos0, int fp8_n) {
+    pdl_enter();
+    extern __shared__ float s_row[];
+    const int t = blockIdx.x / heads, h = blockIdx.x % heads, tid = threadIdx.x;
+    float *xr = x + t * tok_stride + h * head_stride;
+    double ss = 0;
+    for (int i = tid; i < hd; i += blockDim.x) {
+        const float v = xr[i];
+        s_row[i] = v;
+        ss += (double)v * (double)v;
+    }
+    ss = block_sum_d(ss);
+    const float r = rms_from_sumsq(ss, hd, eps);
+    for (int i = tid; i < hd; i += blockDim.x) {
+        const float v = fmul(s_row[i], r);
+        s_row[i] = w ? fmul(w[i], v) : v;
+    }
+    __syncthreads();
+    const float fp = (float)(pos0 + t);
+    for (int p = tid; p < rd / 2; p += blockDim.x) rope_pair(s_row + off + 2 * p, fp, freqs[p], 0);
+    for (int b = tid >> 5; b < fp8_n / 64; b += blockDim.x >> 5) fp8_block(s_row + 64 * b, tid & 31);
+    __syncthreads();
+    for (int i = tid; i < hd; i += blockDim.x) xr[i] = s_row[i];
+}
+
+// FP8 e4m3 simulation of x[r][0:n] in blocks of 64: one warp per block.
+__global__ void k_fp8_sim(float *x, int64_t stride, int rows, int64_t n) {
+    pdl_enter();
+    const int64_t gw = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    const int64_t nb = n / 64;
+    if (gw >= nb * rows) return;
+    fp8_block(x + (gw / nb) * stride + (gw % nb) * 64, lane);
 }
 
 // FP4 e2m1 simulation of x[r][0:n] in blocks of 32: one warp per block.
@@ -1168,6 +1206,27 @@ int ds4c_fp8_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream) 
     if (warps <= 0) return 0;
     ds4c_launch(k_fp8_sim, nblk(warps * 32, 256), 256, 0, as_stream(stream), d_x, stride, rows, n);
     DS4C_CHECK_LAUNCH("fp8_sim");
+    return 0;
+}
+
+int ds4c_norm_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int hd, const float *d_w,
+                   float eps, int64_t off, const float *d_freqs, int rd, int64_t pos0, int fp8_n, int n_tok,
+                   void *stream) {
+    DS4C_READY();
+    if (n_tok <= 0 || heads <= 0) return 0;
+    if (fp8_n % 64 || fp8_n > off || off + rd > hd || rd % 2 || (fp8_n > 0 && heads != 1) ||
+        tok_stride != heads * head_stride)
+        return ds4c_err(DS4C_EINVAL, "norm_rope: %d heads %lld apart, tokens %lld apart, fp8 %d, rope %lld+%d of %d", heads,
+                        (long long)head_stride, (long long)tok_stride, fp8_n, (long long)off, rd, hd);
+    if (!ds4c_opt_norm_rope()) { // the three kernels
+        int rc = ds4c_rmsnorm_ref(d_x, head_stride, d_w, d_x, head_stride, hd, heads * n_tok, eps, stream);
+        if (rc == 0) rc = ds4c_rope(d_x, tok_stride, heads, head_stride, off, d_freqs, rd, pos0, 1, n_tok, 0, stream);
+        if (rc == 0 && fp8_n > 0) rc = ds4c_fp8_sim(d_x, tok_stride, n_tok, fp8_n, stream);
+        return rc;
+    }
+    ds4c_launch(k_norm_rope, (unsigned)(n_tok * heads), 256, (size_t)hd * sizeof(float), as_stream(stream), d_x,
+                tok_stride, heads, head_stride, hd, d_w, eps, off, d_freqs, rd, pos0, fp8_n);
+    DS4C_CHECK_LAUNCH("norm_rope");
     return 0;
 }
 

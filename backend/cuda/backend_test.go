@@ -315,16 +315,25 @@ func TestBackendFlashLayers(t *testing.T) {
 	checkAgree(t, "flash layers prefill chunk 16", want, got)
 }
 
-// TestAttentionFused checks single-token attention's fused softmax and
-// output kernel (k_attn_po) against the softmax and output kernels it
-// replaces, bit for bit: logits of every token decoded one at a time, on the
-// tiny model (4 heads, window 16, the indexer selecting) and on Flash-shaped
-// layers (64 heads of 512; past 600 tokens the ratio-4 layer's keys span
-// more than one of the kernel's 256-key chunks).
-func TestAttentionFused(t *testing.T) {
+// TestKernelVariants checks each kernel variant that a library option
+// switches (fused attention softmax and output, fused query/KV norm and
+// rotation, hc_pre's second CTA, short float rows per warp, L2 weight
+// prefetch) against the kernels it replaces, bit for bit: logits of every
+// token decoded one at a time, on the tiny model (4 heads, window 16, the
+// indexer selecting) and on Flash-shaped layers (64 heads of 512; past 600
+// tokens the ratio-4 layer's keys span more than one of k_attn_po's 256-key
+// chunks).
+func TestKernelVariants(t *testing.T) {
 	gpu(t)
 	flash := synth.Flash(4)
 	flash.Experts = 16
+	opts := []struct {
+		name string
+		key  int
+	}{
+		{"attn_po", OptAttnPO}, {"norm_rope", OptNormRope}, {"hc_two", OptHCTwo}, {"fx_warp", OptFXWarp},
+		{"prefetch", OptPrefetch},
+	}
 	for _, tc := range []struct {
 		name   string
 		cfg    model.Config
@@ -344,25 +353,27 @@ func TestAttentionFused(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer be.Close()
-			defer be.dev.SetOption(OptAttnPO, 1)
 			toks := testTokens(tc.n, tc.cfg.Vocab)
-			var runs [2][][]float32
-			for i, v := range []int{0, 1} {
-				if err := be.dev.SetOption(OptAttnPO, v); err != nil {
+			base := allLogits(t, be, 1, toks) // every variant on (the defaults)
+			for _, o := range opts {
+				if err := be.dev.SetOption(o.key, 0); err != nil {
 					t.Fatal(err)
 				}
-				runs[i] = allLogits(t, be, 1, toks)
-			}
-			diff := 0
-			for p := range runs[0] {
-				for j := range runs[0][p] {
-					if math.Float32bits(runs[0][p][j]) != math.Float32bits(runs[1][p][j]) {
-						diff++
+				off := allLogits(t, be, 1, toks)
+				if err := be.dev.SetOption(o.key, 1); err != nil {
+					t.Fatal(err)
+				}
+				diff := 0
+				for p := range base {
+					for j := range base[p] {
+						if math.Float32bits(base[p][j]) != math.Float32bits(off[p][j]) {
+							diff++
+						}
 					}
 				}
-			}
-			if diff != 0 {
-				t.Errorf("fused attention differs from softmax + output in %d logits", diff)
+				if diff != 0 {
+					t.Errorf("%s: the variant differs from the kernels it replaces in %d logits", o.name, diff)
+				}
 			}
 		})
 	}

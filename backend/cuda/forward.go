@@ -354,19 +354,12 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	if err := be.linear(b, qr, QL, n, qjobs...); err != nil {
 		return err
 	}
-	if err := d.RMSNormRef(s, q, int64(HD), 0, q, int64(HD), HD, n*H, c.NormEps); err != nil {
+	// Per-head query norm and rotation; the KV row's norm, rotation and
+	// FP8 rounding of its non-rotated part.
+	if err := d.NormRope(s, q, H, int64(HD), HD, 0, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), 0, n); err != nil {
 		return err
 	}
-	if err := d.Rope(s, q, int64(H*HD), H, int64(HD), int64(nope), L.freqs, rd, int64(b.pos), 1, n, false); err != nil {
-		return err
-	}
-	if err := d.RMSNormRef(s, kv, int64(HD), L.kvNorm, kv, int64(HD), HD, n, c.NormEps); err != nil {
-		return err
-	}
-	if err := d.Rope(s, kv, int64(HD), 1, int64(HD), int64(nope), L.freqs, rd, int64(b.pos), 1, n, false); err != nil {
-		return err
-	}
-	if err := d.FP8Sim(s, kv, int64(HD), n, nope); err != nil {
+	if err := d.NormRope(s, kv, 1, int64(HD), HD, L.kvNorm, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), nope, n); err != nil {
 		return err
 	}
 

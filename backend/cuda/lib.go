@@ -86,6 +86,7 @@ type lib struct {
 	rmsnormRef  func(x uintptr, xStride int64, w, y uintptr, yStride, n int64, rows int32, eps float32, s uintptr) int32
 	hcPre       func(mode int32, mix uintptr, m int32, scale, base uintptr, hc, iters int32, hcEps float32, h uintptr, d int64, normw uintptr, normEps float32, x, post, comb uintptr, n int32, s uintptr) int32
 	hcPost      func(h, out, post, comb uintptr, hc int32, d int64, n int32, s uintptr) int32
+	normRope    func(x uintptr, tokStride int64, heads int32, headStride int64, hd int32, w uintptr, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, fp8n, nTok int32, s uintptr) int32
 	rope        func(x uintptr, tokStride int64, heads int32, headStride, off int64, freqs uintptr, rd int32, pos0, posStep int64, nTok, inverse int32, s uintptr) int32
 	fp8Sim      func(x uintptr, stride int64, rows int32, n int64, s uintptr) int32
 	fp4Sim      func(x uintptr, stride int64, rows int32, n int64, s uintptr) int32
@@ -229,6 +230,7 @@ func load() (*lib, error) {
 		{&l.hcPre, "ds4c_hc_pre"},
 		{&l.hcPost, "ds4c_hc_post"},
 		{&l.rope, "ds4c_rope"},
+		{&l.normRope, "ds4c_norm_rope"},
 		{&l.fp8Sim, "ds4c_fp8_sim"},
 		{&l.fp4Sim, "ds4c_fp4_sim"},
 		{&l.hadamard, "ds4c_hadamard"},

@@ -124,6 +124,17 @@ func (d *Device) Rope(s Stream, x Ptr, tokStride int64, heads int, headStride, o
 	})
 }
 
+// NormRope normalises every row x[t][j][0:hd] (t < ntok, j < heads;
+// heads contiguous, headStride floats apart) by its RMS (times w unless w is
+// 0), rotates its pairs from off to position pos0 + t, and rounds its first
+// fp8n values through FP8 (fp8n > 0 only with one head): RMSNormRef, Rope
+// and FP8Sim in one kernel, the same results.
+func (d *Device) NormRope(s Stream, x Ptr, heads int, headStride int64, hd int, w Ptr, eps float32, off int64, freqs Ptr, rd int, pos0 int64, fp8n, ntok int) error {
+	return d.l.call("norm_rope", func() int32 {
+		return d.l.normRope(uintptr(x), int64(heads)*headStride, int32(heads), headStride, int32(hd), uintptr(w), eps, off, uintptr(freqs), int32(rd), pos0, int32(fp8n), int32(ntok), uintptr(s))
+	})
+}
+
 // FP8Sim applies the FP8 e4m3 simulation (blocks of 64) to x[r][0:n].
 func (d *Device) FP8Sim(s Stream, x Ptr, stride int64, rows, n int) error {
 	return d.l.call("fp8_sim", func() int32 { return d.l.fp8Sim(uintptr(x), stride, int32(rows), int64(n), uintptr(s)) })

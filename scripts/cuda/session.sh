@@ -4,7 +4,7 @@
 # dev-out/final): the smoke script, the 6-layer decode test (graph modes),
 # the ncu per-kernel profile of one decode token, then the full-size bench.
 #   run(kind="nvidia-h200", command="bash scripts/cuda/session.sh", carry=["dev-out/final"])
-# Writes at most 6 files under $OUT (the device tool returns 8).
+# Writes at most 7 files under $OUT (the device tool returns 8).
 # Environment: SKIP (words: smoke, decode, profile, bench, fullprof), BUDGET for the
 # bench (seconds, default 230), FRONTIERS, DECODE_MODE (TestDecodeSpeed's
 # mode filter), AB (ds4-bench at 8k once more with this environment
@@ -37,7 +37,7 @@ fi
 if [[ $SKIP != *bench* ]]; then
     mkdir -p /tmp/b
     OUT=/tmp/b BIN=$F STAGES=ours BUDGET=${BUDGET:-230} bash scripts/cuda/bench-h200.sh >/tmp/b/out.txt 2>&1
-    cp /tmp/b/bench.csv "$OUT/"
+    cp /tmp/b/bench.csv /tmp/b/bench.svg "$OUT/"
     tail -8 /tmp/b/out.txt
 fi
 if [ -n "${AB:-}" ]; then
