@@ -25,7 +25,6 @@ static int g_opt_prefetch = 1;
 static int g_opt_fx_warp = 1;
 static int g_opt_hc_two = 1;
 static int g_opt_norm_rope = 1;
-static int g_opt_mv_wide = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -62,7 +61,6 @@ int ds4c_opt_prefetch(void) { return g_opt_prefetch; }
 int ds4c_opt_fx_warp(void) { return g_opt_fx_warp; }
 int ds4c_opt_hc_two(void) { return g_opt_hc_two; }
 int ds4c_opt_norm_rope(void) { return g_opt_norm_rope; }
-int ds4c_opt_mv_wide(void) { return g_opt_mv_wide; }
 
 extern "C" {
 
@@ -87,8 +85,6 @@ int ds4c_init(int device) {
     g_device = device;
     const char *pdl = getenv("DS4_CUDA_PDL");
     if (pdl && pdl[0] == '0') g_opt_pdl = 0;
-    const char *wide = getenv("DS4_CUDA_MV_WIDE");
-    if (wide && wide[0] == '0') g_opt_mv_wide = 0;
     const char *pf = getenv("DS4_CUDA_PREFETCH");
     if (pf && pf[0] == '0') g_opt_prefetch = 0;
     t_device = device;
@@ -391,10 +387,6 @@ int ds4c_set_option(int key, int value) {
     case DS4C_OPT_NORM_ROPE:
         if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "norm_rope option %d not 0 or 1", value);
         g_opt_norm_rope = value;
-        return 0;
-    case DS4C_OPT_MV_WIDE:
-        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "mv_wide option %d not 0 or 1", value);
-        g_opt_mv_wide = value;
         return 0;
     case DS4C_OPT_TC_MIN_SEL:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_sel option %d negative", value);

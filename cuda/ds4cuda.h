@@ -275,7 +275,6 @@ enum {
     DS4C_OPT_FX_WARP = 9, /* 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA */
     DS4C_OPT_HC_TWO = 10, /* 1: hc_pre runs the Sinkhorn split in a second CTA per token (default); 0: one CTA */
     DS4C_OPT_NORM_ROPE = 11, /* 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three */
-    DS4C_OPT_MV_WIDE = 12, /* 1: single-token Q8_0 products of wide rows load 8 units per thread at once (default); 0: 4 */
     DS4C_OPT_PREFETCH = 8, /* 1: matrix products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 sets 0) */
 };
 

@@ -155,7 +155,6 @@ struct TQ8_0 {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
-    static constexpr bool WIDE = true;   // single-token wide rows load 8 units per thread (launch_nt)
 };
 
 // ---------------------------------------------------------------- Q2_K
@@ -240,7 +239,6 @@ struct TQ2_K {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
-    static constexpr bool WIDE = false;
 };
 
 // ---------------------------------------------------------------- Q4_K
@@ -328,7 +326,6 @@ struct TQ4_K {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
-    static constexpr bool WIDE = false;
 };
 
 // ---------------------------------------------------------------- IQ2_XXS
@@ -428,7 +425,6 @@ struct TIQ2_XXS {
     static constexpr float FINAL = 0.125f;
     static constexpr bool GRID = true;
     static constexpr int MIN_BLOCKS = 3; // CTAs per SM the registers are capped for (3: the 384 CTAs of a decode expert product in one wave; spills 16 bytes)
-    static constexpr bool WIDE = false;
 };
 
 // ---------------------------------------------------------------- F16, F32
@@ -476,7 +472,6 @@ struct TF16 {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
-    static constexpr bool WIDE = false;
 };
 
 struct TBF16 {
@@ -527,7 +522,6 @@ struct TBF16 {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
-    static constexpr bool WIDE = false;
 };
 
 struct TF32 {
@@ -567,7 +561,6 @@ struct TF32 {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
-    static constexpr bool WIDE = false;
 };
 
 template <class T>
@@ -575,14 +568,12 @@ __host__ __device__ constexpr int block_vals() {
     return T::VPU * T::U;
 }
 
-// CHW: units per row a thread loads before computing when RPW is 1 (CH, or
-// 8 for wide rows: their units in one round of loads instead of two).
-template <class T, int NT, int S, int RPW, bool EX, int CHW = CH>
+template <class T, int NT, int S, int RPW, bool EX>
 __global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
     static_assert(32 % T::U == 0, "a quant block must fit in aligned lanes");
     static_assert(S == 1 || RPW == 1, "split-K and stacked rows exclude each other");
     // units per row loaded per thread before computing: RPW*CHR in flight
-    constexpr int CHR = RPW == 1 ? CHW : (RPW >= 8 ? 1 : 8 / RPW);
+    constexpr int CHR = RPW == 1 ? CH : (RPW >= 8 ? 1 : 8 / RPW);
     constexpr int TEAM = 32 * S;
     constexpr int ROWS = 8 * RPW / S; // rows per CTA
     pdl_launch();
@@ -708,33 +699,27 @@ __global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
     }
 }
 
-template <class T, int NT, int S, int RPW, bool EX, int CHW = CH>
+template <class T, int NT, int S, int RPW, bool EX>
 int launch_one(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
     constexpr int rows_per_cta = 8 * RPW / S;
     size_t smem = EX ? (size_t)rows_per_cta * NT * (a.cols / block_vals<T>()) * sizeof(float) : 0;
     if (smem > 48 * 1024) {
         static size_t set = 0; // the largest opt-in done for this instantiation
         if (smem > set) {
-            cudaError_t e = cudaFuncSetAttribute(k_matvec<T, NT, S, RPW, EX, CHW>,
+            cudaError_t e = cudaFuncSetAttribute(k_matvec<T, NT, S, RPW, EX>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (e != cudaSuccess) return ds4c_cuda_err(e, "matvec shared memory");
             set = smem;
         }
     }
     dim3 g((unsigned)((a.rows + rows_per_cta - 1) / rows_per_cta), (unsigned)n_sel, (unsigned)pieces);
-    ds4c_launch(k_matvec<T, NT, S, RPW, EX, CHW>, g, 256, smem, st, a);
+    ds4c_launch(k_matvec<T, NT, S, RPW, EX>, g, 256, smem, st, a);
     return 0;
 }
 
 template <class T, int NT, bool EX>
 int launch_nt(const MVArgs &a, int n_sel, int S, int RPW, cudaStream_t st) {
     if constexpr (NT == 1) {
-        // wide rows (T::WIDE; 8 or more units per lane): one round of loads
-        const bool wide = T::WIDE && ds4c_opt_mv_wide() && RPW <= 1 && a.cols / T::VPU >= 8 * 32 * max(S, 1);
-        if constexpr (T::WIDE) {
-            if (wide && S == 2) return launch_one<T, NT, 2, 1, EX, 8>(a, n_sel, st);
-            if (wide && S <= 1) return launch_one<T, NT, 1, 1, EX, 8>(a, n_sel, st);
-        }
         switch (S) {
         case 8: return launch_one<T, NT, 8, 1, EX>(a, n_sel, st);
         case 4: return launch_one<T, NT, 4, 1, EX>(a, n_sel, st);

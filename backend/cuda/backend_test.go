@@ -332,7 +332,7 @@ func TestKernelVariants(t *testing.T) {
 		key  int
 	}{
 		{"attn_po", OptAttnPO}, {"norm_rope", OptNormRope}, {"hc_two", OptHCTwo}, {"fx_warp", OptFXWarp},
-		{"prefetch", OptPrefetch}, {"mv_wide", OptMVWide},
+		{"prefetch", OptPrefetch},
 	}
 	for _, tc := range []struct {
 		name   string
