@@ -155,7 +155,6 @@ struct TQ8_0 {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
-    static constexpr int MIN_BLOCKS_1 = 6; // single-token rows of one or two warps (S ≤ 2, RPW = 1): 48 -> 40 registers, 6 CTAs per SM
 };
 
 // ---------------------------------------------------------------- Q2_K
@@ -240,7 +239,6 @@ struct TQ2_K {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
-    static constexpr int MIN_BLOCKS_1 = MIN_BLOCKS;
 };
 
 // ---------------------------------------------------------------- Q4_K
@@ -328,7 +326,6 @@ struct TQ4_K {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
-    static constexpr int MIN_BLOCKS_1 = MIN_BLOCKS;
 };
 
 // ---------------------------------------------------------------- IQ2_XXS
@@ -428,7 +425,6 @@ struct TIQ2_XXS {
     static constexpr float FINAL = 0.125f;
     static constexpr bool GRID = true;
     static constexpr int MIN_BLOCKS = 3; // CTAs per SM the registers are capped for (3: the 384 CTAs of a decode expert product in one wave; spills 16 bytes)
-    static constexpr int MIN_BLOCKS_1 = MIN_BLOCKS;
 };
 
 // ---------------------------------------------------------------- F16, F32
@@ -476,7 +472,6 @@ struct TF16 {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
-    static constexpr int MIN_BLOCKS_1 = MIN_BLOCKS;
 };
 
 struct TBF16 {
@@ -527,7 +522,6 @@ struct TBF16 {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
-    static constexpr int MIN_BLOCKS_1 = MIN_BLOCKS;
 };
 
 struct TF32 {
@@ -567,7 +561,6 @@ struct TF32 {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
-    static constexpr int MIN_BLOCKS_1 = MIN_BLOCKS;
 };
 
 template <class T>
@@ -576,7 +569,7 @@ __host__ __device__ constexpr int block_vals() {
 }
 
 template <class T, int NT, int S, int RPW, bool EX>
-__global__ void __launch_bounds__(256, NT == 1 && S <= 2 && RPW == 1 ? T::MIN_BLOCKS_1 : T::MIN_BLOCKS) k_matvec(MVArgs a) {
+__global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
     static_assert(32 % T::U == 0, "a quant block must fit in aligned lanes");
     static_assert(S == 1 || RPW == 1, "split-K and stacked rows exclude each other");
     // units per row loaded per thread before computing: RPW*CHR in flight
