@@ -28,6 +28,7 @@ int ds4c_opt_prefetch(void);
 int ds4c_opt_fx_warp(void);
 int ds4c_opt_hc_two(void);
 int ds4c_opt_norm_rope(void);
+int ds4c_opt_hc_quant(void);
 
 #define DS4C_CHECK(call)                                              \
     do {                                                              \

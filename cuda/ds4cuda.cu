@@ -25,6 +25,7 @@ static int g_opt_prefetch = 1;
 static int g_opt_fx_warp = 1;
 static int g_opt_hc_two = 1;
 static int g_opt_norm_rope = 1;
+static int g_opt_hc_quant = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -61,6 +62,7 @@ int ds4c_opt_prefetch(void) { return g_opt_prefetch; }
 int ds4c_opt_fx_warp(void) { return g_opt_fx_warp; }
 int ds4c_opt_hc_two(void) { return g_opt_hc_two; }
 int ds4c_opt_norm_rope(void) { return g_opt_norm_rope; }
+int ds4c_opt_hc_quant(void) { return g_opt_hc_quant; }
 
 extern "C" {
 
@@ -387,6 +389,10 @@ int ds4c_set_option(int key, int value) {
     case DS4C_OPT_NORM_ROPE:
         if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "norm_rope option %d not 0 or 1", value);
         g_opt_norm_rope = value;
+        return 0;
+    case DS4C_OPT_HC_QUANT:
+        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "hc_quant option %d not 0 or 1", value);
+        g_opt_hc_quant = value;
         return 0;
     case DS4C_OPT_TC_MIN_SEL:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_sel option %d negative", value);

@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 9
+#define DS4C_ABI_VERSION 10
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -213,7 +213,7 @@ int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float
 int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const float *d_base,
                 int hc, int iters, float hc_eps, const float *d_h, int64_t D,
                 const float *d_normw, float norm_eps, float *d_x, float *d_post, float *d_comb,
-                int n, void *stream);
+                void *d_xq, int n, void *stream);
 int ds4c_hc_post(float *d_h, const float *d_out, const float *d_post, const float *d_comb, int hc,
                  int64_t D, int n, void *stream);
 int ds4c_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int64_t off,
@@ -275,6 +275,7 @@ enum {
     DS4C_OPT_FX_WARP = 9, /* 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA */
     DS4C_OPT_HC_TWO = 10, /* 1: hc_pre runs the Sinkhorn split in a second CTA per token (default); 0: one CTA */
     DS4C_OPT_NORM_ROPE = 11, /* 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three */
+    DS4C_OPT_HC_QUANT = 12, /* 1: hc_pre forms x's Q8_0 activation itself when asked (default); 0: a quantize kernel after it */
     DS4C_OPT_PREFETCH = 8, /* 1: matrix products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 sets 0) */
 };
 

@@ -185,7 +185,7 @@ __device__ void hc_split_warp(const float *m, const float *scale, const float *b
 template <int HC> // HC > 0: compiled for hc == HC (the loops over streams unroll); 0: any hc
 __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, const float *base, int hc_rt, int iters,
                          float hc_eps, const float *h, int64_t D, const float *normw, float norm_eps, float *x,
-                         float *post_out, float *comb_out) {
+                         float *post_out, float *comb_out, uint8_t *xq, int64_t xq_stride) {
     pdl_enter();
     const int hc = HC ? HC : hc_rt;
     __shared__ float s_pre[16], s_comb[256], s_mix[288];
@@ -301,6 +301,26 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
             o.z = fmul(nw.z, fmul(xr[i].z, r));
             o.w = fmul(nw.w, fmul(xr[i].w, r));
             ((float4 *)xt)[g] = o;
+            if (xq) { // x's Q8_0 activation (k_quant_q8_0's operations): block g/8 is 8 adjacent lanes
+                // (D % 32 == 0: a block's 8 lanes are active together)
+                const unsigned lanes = __activemask();
+                float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+                amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 1));
+                amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 2));
+                amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 4));
+                const float dq = __half2float(__float2half_rn(amax / 127.f));
+                const float id = amax != 0.f ? 127.f / amax : 0.f;
+                const float ov[4] = {o.x, o.y, o.z, o.w};
+                uint32_t packed = 0;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int q = max(-128, min(127, __float2int_rn(__fmul_rn(ov[e], id))));
+                    packed |= (uint32_t)(uint8_t)(int8_t)q << (8 * e);
+                }
+                uint8_t *qa = xq + (int64_t)t * xq_stride;
+                ((uint32_t *)qa)[g] = packed;
+                if ((g & 7) == 0) ((float *)(qa + D))[g / 8] = dq;
+            }
         }
         return;
     }
@@ -1117,19 +1137,36 @@ __global__ void k_swiglu_ref(const float *g, const float *u, float *y, int64_t n
 // then + ysh[t].
 __global__ void k_moe_combine(const float *ye, const int32_t *sel, const float *ysh, float *y, int n, int K, int64_t D) {
     pdl_enter();
+    constexpr int KMAX = 16; // ds4c_moe_combine checks K
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= D * n) return;
     const int64_t t = i / D, d = i % D;
     const int32_t *ids = sel + t * K;
+    // every load first: the token's ids and its experts' outputs at d; then
+    // each expert's rank among the ids (distinct), and the sum in rank order
+    int32_t id[KMAX];
+    float v[KMAX];
+#pragma unroll
+    for (int k = 0; k < KMAX; k++) {
+        id[k] = k < K ? ids[k] : 0;
+        v[k] = k < K ? ye[(t * K + k) * D + d] : 0.f;
+    }
+    int rank[KMAX];
+#pragma unroll
+    for (int k = 0; k < KMAX; k++) {
+        int r = 0;
+#pragma unroll
+        for (int j = 0; j < KMAX; j++) r += (j < K && id[j] < id[k]) ? 1 : 0;
+        rank[k] = r;
+    }
     float acc = 0.f;
-    int32_t last = -1;
-    for (int k = 0; k < K; k++) {
-        // the next expert id above last (ids of one token are distinct)
-        int best = -1;
-        for (int j = 0; j < K; j++)
-            if (ids[j] > last && (best < 0 || ids[j] < ids[best])) best = j;
-        last = ids[best];
-        acc = fadd(acc, ye[(t * K + best) * D + d]);
+#pragma unroll
+    for (int r = 0; r < KMAX; r++) {
+        if (r >= K) break;
+        float x = 0.f;
+#pragma unroll
+        for (int k = 0; k < KMAX; k++) x = (k < K && rank[k] == r) ? v[k] : x;
+        acc = fadd(acc, x);
     }
     y[i] = ysh ? fadd(acc, ysh[i]) : acc;
 }
@@ -1164,17 +1201,25 @@ int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float
 
 int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const float *d_base, int hc, int iters,
                 float hc_eps, const float *d_h, int64_t D, const float *d_normw, float norm_eps, float *d_x,
-                float *d_post, float *d_comb, int n, void *stream) {
+                float *d_post, float *d_comb, void *d_xq, int n, void *stream) {
     DS4C_READY();
     if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_pre: %d streams (at most 16)", hc);
     if ((mode & 2) && M > 288) return ds4c_err(DS4C_EINVAL, "hc_pre: %d mixing logits to scale (at most 288)", M);
     if (n <= 0) return 0;
     // two CTAs per token (the split beside x) unless the option is off or
     // this is the head's (no split)
-    const dim3 g((unsigned)n, (mode & 1) == 0 && ds4c_opt_hc_two() ? 2 : 1);
+    const bool two = (mode & 1) == 0 && ds4c_opt_hc_two();
+    const dim3 g((unsigned)n, two ? 2 : 1);
+    // x's Q8_0 activation (d_xq, rows ds4c_act_bytes apart): formed by the
+    // kernel where its float4 groups of a block sit in 8 adjacent lanes (the
+    // vector path with every warp on x), else quantized after it
+    const int64_t xq_stride = d_xq ? (int64_t)ds4c_act_bytes(DS4C_Q8_0, D) : 0;
+    const bool fused = d_xq && hc == 4 && two && D % 32 == 0 && D / 4 <= 4 * 512 && ds4c_opt_hc_quant();
     ds4c_launch(hc == 4 ? k_hc_pre<4> : k_hc_pre<0>, g, 512, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, hc,
-                iters, hc_eps, d_h, D, d_normw, norm_eps, d_x, d_post, d_comb);
+                iters, hc_eps, d_h, D, d_normw, norm_eps, d_x, d_post, d_comb, fused ? (uint8_t *)d_xq : nullptr,
+                xq_stride);
     DS4C_CHECK_LAUNCH("hc_pre");
+    if (d_xq && !fused) return ds4c_quantize(DS4C_Q8_0, d_x, D, d_xq, D, n, stream);
     return 0;
 }
 
@@ -1396,7 +1441,8 @@ int ds4c_moe_combine(const float *d_ye, const int32_t *d_sel, const float *d_ysh
                      void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
-    ds4c_launch(k_moe_combine, nblk(D * n, 256), 256, 0, as_stream(stream), d_ye, d_sel, d_ysh, d_y, n, K, D);
+    if (K > 16) return ds4c_err(DS4C_EINVAL, "moe_combine: %d experts per token (at most 16)", K);
+    ds4c_launch(k_moe_combine, nblk(D * n, 64), 64, 0, as_stream(stream), d_ye, d_sel, d_ysh, d_y, n, K, D);
     DS4C_CHECK_LAUNCH("moe_combine");
     return 0;
 }

@@ -37,6 +37,8 @@ type batch struct {
 	g graphDecode // capture of one-token chunks (graph.go)
 
 	profiling bool // the profiler runs for this chunk (Backend.profileAt)
+
+	xq8 Ptr // x's Q8_0 activation, formed by the last HCPre (0: none)
 }
 
 // scratch is per-batch device working memory: named buffers, grown on

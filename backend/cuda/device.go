@@ -276,6 +276,7 @@ const (
 	OptAttnPO      = 7  // 1: single-token attention's softmax and output in one kernel (default); 0: two kernels
 	OptFXWarp      = 9  // 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA
 	OptNormRope    = 11 // 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three kernels
+	OptHCQuant     = 12 // 1: hc_pre forms x's Q8_0 activation itself when asked (default); 0: a quantize kernel after it
 	OptHCTwo       = 10 // 1: hc_pre runs the Sinkhorn split in a second CTA per token (default); 0: one CTA
 	OptPrefetch    = 8  // 1: products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 turns it off)
 )

@@ -52,6 +52,10 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 			}
 			ab := d.ActBytes(at, k)
 			p, ok := acts[at]
+			if !ok && at == quant.Q8_0 && x == b.x && ldx == be.cfg.Embed && b.xq8 != 0 {
+				p, ok = b.xq8, true // formed by HCPre
+				acts[at] = p
+			}
 			if !ok {
 				if p, err = b.sc.get(tag+at.String(), ab*int64(n)); err != nil {
 					return err
@@ -87,6 +91,7 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 	}
 	b.abortGraph()
 	b.n, b.pos = len(tokens), pos
+	b.xq8 = 0
 	if len(tokens) == 1 && be.profileAt > 0 {
 		if be.decoded++; be.decoded == be.profileAt {
 			if err := be.dev.Profiler(true); err != nil {
@@ -137,10 +142,28 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 	if err := be.mixes(b, hw.fn, mx); err != nil {
 		return err
 	}
-	return be.dev.HCPre(b.s, &HCPreArgs{
+	// The sub-block's first Q8_0 products (query/KV, shared expert) read x
+	// quantized: hc_pre forms that activation too (linearOn takes it).
+	L := &be.layers[layer]
+	first := L.qa
+	if sub == engine.FFNSub {
+		first = L.gateSh
+	}
+	b.xq8 = 0
+	var xq Ptr
+	if first != nil && first.Type == quant.Q8_0 {
+		if xq, err = b.sc.get("x.q8_0", be.dev.ActBytes(quant.Q8_0, c.Embed)*int64(b.n)); err != nil {
+			return err
+		}
+	}
+	if err := be.dev.HCPre(b.s, &HCPreArgs{
 		Mix: mx, RawMix: true, M: M, Scale: hw.scale, Base: hw.base, HC: c.HC, Iters: c.SinkhornIters, HCEps: c.HCEps,
-		H: b.h, D: c.Embed, NormW: normW, NormEps: c.NormEps, X: b.x, Post: b.post, Comb: b.comb, N: b.n,
-	})
+		H: b.h, D: c.Embed, NormW: normW, NormEps: c.NormEps, X: b.x, Post: b.post, Comb: b.comb, XQ: xq, N: b.n,
+	}); err != nil {
+		return err
+	}
+	b.xq8 = xq
+	return nil
 }
 
 // HCPost folds the sub-block output back into the streams.

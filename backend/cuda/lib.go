@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 9
+const abiVersion = 10
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -84,7 +84,7 @@ type lib struct {
 
 	getRows     func(t int32, w uintptr, totalRows, cols int64, ids uintptr, n int32, dst uintptr, dstStride int64, copies int32, copyStride int64, s uintptr) int32
 	rmsnormRef  func(x uintptr, xStride int64, w, y uintptr, yStride, n int64, rows int32, eps float32, s uintptr) int32
-	hcPre       func(mode int32, mix uintptr, m int32, scale, base uintptr, hc, iters int32, hcEps float32, h uintptr, d int64, normw uintptr, normEps float32, x, post, comb uintptr, n int32, s uintptr) int32
+	hcPre       func(mode int32, mix uintptr, m int32, scale, base uintptr, hc, iters int32, hcEps float32, h uintptr, d int64, normw uintptr, normEps float32, x, post, comb, xq uintptr, n int32, s uintptr) int32
 	hcPost      func(h, out, post, comb uintptr, hc int32, d int64, n int32, s uintptr) int32
 	normRope    func(x uintptr, tokStride int64, heads int32, headStride int64, hd int32, w uintptr, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, fp8n, nTok int32, s uintptr) int32
 	rope        func(x uintptr, tokStride int64, heads int32, headStride, off int64, freqs uintptr, rd int32, pos0, posStep int64, nTok, inverse int32, s uintptr) int32

@@ -86,7 +86,10 @@ type HCPreArgs struct {
 	NormW         Ptr
 	NormEps       float32
 	X, Post, Comb Ptr // outputs: [n][D], [n][HC], [n][HC·HC]
-	N             int
+	// XQ, when set, also receives x's Q8_0 activation ([n] rows of
+	// ActBytes(Q8_0, D)), as Quantize would form it (HCPre only).
+	XQ Ptr
+	N  int
 }
 
 // HCPre computes the sub-block (or head) input from the streams.
@@ -100,7 +103,7 @@ func (d *Device) HCPre(s Stream, a *HCPreArgs) error {
 	}
 	return d.l.call("hc_pre", func() int32 {
 		return d.l.hcPre(mode, uintptr(a.Mix), int32(a.M), uintptr(a.Scale), uintptr(a.Base), int32(a.HC), int32(a.Iters), a.HCEps,
-			uintptr(a.H), int64(a.D), uintptr(a.NormW), a.NormEps, uintptr(a.X), uintptr(a.Post), uintptr(a.Comb), int32(a.N), uintptr(s))
+			uintptr(a.H), int64(a.D), uintptr(a.NormW), a.NormEps, uintptr(a.X), uintptr(a.Post), uintptr(a.Comb), uintptr(a.XQ), int32(a.N), uintptr(s))
 	})
 }
 
