@@ -6,11 +6,10 @@ import (
 	"time"
 )
 
-// Graph decode. The work of a one-token chunk, Embed to Head, is captured
-// into a CUDA graph on the batch's stream instead of being launched kernel
-// by kernel, and the graph is launched once from Head: the host pays a
-// capture record per kernel instead of a launch, and the GPU runs the
-// ≈ 60 kernels of a layer back to back.
+// Graph decode. The work of a one-token chunk, Embed to Head, runs as CUDA
+// graphs (one per Options.GraphLayers layers) instead of kernel by kernel:
+// the GPU runs the ≈ 45 kernels of a layer back to back while the host
+// records the next layer.
 //
 // The ops run every token (positions and row counts are kernel arguments),
 // but their work is recorded rather than captured (cuda/replay.cu): the
@@ -26,7 +25,7 @@ import (
 //
 // Anything that must synchronise with the host in the middle of a token
 // (a scratch buffer or row table growing, an activation read by a tracer)
-// first flushes: it ends the capture and launches what was recorded, and
+// first flushes: it ends the recording (or capture) and launches its work, and
 // the rest of the token runs as plain launches. The kernels and their
 // arguments are the same either way, so the results are bit-identical.
 type graphDecode struct {

@@ -5,6 +5,7 @@
 //	ds4-bench [-m MODEL.gguf] [--backend cpu|cuda] [--frontiers 2048,4096,...]
 //	          [--gen 32] [--ctx N] [--chunk N] [--prompt FILE] [--seed N]
 //	          [--csv FILE] [--plot FILE.svg] [--time-limit DUR]
+//	          [--fast] [--graph-layers N] [--recapture] [--cpuprofile FILE]
 //	ds4-bench --plot-csv IN.csv --plot OUT.svg     (plot an existing CSV)
 //
 // Without -m it runs ./ds4flash.gguf when present, else the built-in demo
