@@ -5,8 +5,9 @@
 // Included by mv_float.cu only.
 //
 // k_fexact_rows gives running sum j to thread j of a 256-thread CTA (lane
-// j%32 of warp j/32); k_fexact_tile gives lane l the sums 32g + l of its
-// warp's outputs, group g after group. Either way a sum's 8 consecutive
+// j%32 of warp j/32); k_fexact_warp gives lane l of a row's warp q the sums
+// l + 32k of its groups k; k_fexact_tile gives lane l the sums 32g + l of
+// its warp's outputs, group g after group. Either way a sum's 8 consecutive
 // elements are one 16-byte load of F16/BF16 weights (two of F32 weights or
 // of inputs), and the pair tree is a warp's xor-shuffle reduction (offsets
 // 1, 2, …, 16 pair exactly the adjacent sums; a + b == b + a in IEEE
@@ -424,6 +425,7 @@ int launch_fexact_rows(const MVArgs &a, int n_sel, int vec, cudaStream_t st, int
         // (hc_fn: 8) up to 8, so that a short grid waits for one round of loads
         const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
         if (FT != 0 && vec && !a.ids && periods <= 2 && a.rows >= 16 && ds4c_opt_fx_warp()) {
+            // (FT is 1 or 2 here; the conditional keeps <0> uninstantiated)
             if (periods == 1)
                 launch_fexact_warp<FT == 0 ? 1 : FT, 1>(a, n_sel, st);
             else
