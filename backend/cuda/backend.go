@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"sync/atomic"
 
 	"ds4go/engine"
 	"ds4go/model"
@@ -77,7 +78,8 @@ type Backend struct {
 	// profileAt is the one-token chunk (counted from 1) whose work runs
 	// between cudaProfilerStart and Stop, for `ncu --profile-from-start off`
 	// on any command (env DS4_CUDA_PROFILE_DECODE); decoded counts them.
-	profileAt, decoded int
+	profileAt int
+	decoded   atomic.Int64
 }
 
 type dhc struct {

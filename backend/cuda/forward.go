@@ -93,7 +93,7 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 	b.n, b.pos = len(tokens), pos
 	b.xq8 = 0
 	if len(tokens) == 1 && be.profileAt > 0 {
-		if be.decoded++; be.decoded == be.profileAt {
+		if be.decoded.Add(1) == int64(be.profileAt) {
 			if err := be.dev.Profiler(true); err != nil {
 				return err
 			}
