@@ -346,7 +346,28 @@ int ds4c_profiler(int on) {
     return 0;
 }
 
+// The on/off options (1 on, 0 off), by key.
+static const struct {
+    int key;
+    const char *name;
+    int *value;
+} k_switches[] = {
+    {DS4C_OPT_PDL, "pdl", &g_opt_pdl},
+    {DS4C_OPT_ATTN_PO, "attn_po", &g_opt_attn_po},
+    {DS4C_OPT_PREFETCH, "prefetch", &g_opt_prefetch},
+    {DS4C_OPT_FX_WARP, "fx_warp", &g_opt_fx_warp},
+    {DS4C_OPT_HC_TWO, "hc_two", &g_opt_hc_two},
+    {DS4C_OPT_NORM_ROPE, "norm_rope", &g_opt_norm_rope},
+    {DS4C_OPT_HC_QUANT, "hc_quant", &g_opt_hc_quant},
+};
+
 int ds4c_set_option(int key, int value) {
+    for (const auto &sw : k_switches) {
+        if (sw.key != key) continue;
+        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "%s option %d not 0 or 1", sw.name, value);
+        *sw.value = value;
+        return 0;
+    }
     switch (key) {
     case DS4C_OPT_WLOAD:
         if (value < 0 || value > 2) return ds4c_err(DS4C_EINVAL, "wload option %d out of range 0..2", value);
@@ -365,34 +386,6 @@ int ds4c_set_option(int key, int value) {
     case DS4C_OPT_TC_MIN_TOK:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_tok option %d negative", value);
         g_opt_tc_min_tok = value;
-        return 0;
-    case DS4C_OPT_PDL:
-        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "pdl option %d not 0 or 1", value);
-        g_opt_pdl = value;
-        return 0;
-    case DS4C_OPT_ATTN_PO:
-        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "attn_po option %d not 0 or 1", value);
-        g_opt_attn_po = value;
-        return 0;
-    case DS4C_OPT_PREFETCH:
-        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "prefetch option %d not 0 or 1", value);
-        g_opt_prefetch = value;
-        return 0;
-    case DS4C_OPT_FX_WARP:
-        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "fx_warp option %d not 0 or 1", value);
-        g_opt_fx_warp = value;
-        return 0;
-    case DS4C_OPT_HC_TWO:
-        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "hc_two option %d not 0 or 1", value);
-        g_opt_hc_two = value;
-        return 0;
-    case DS4C_OPT_NORM_ROPE:
-        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "norm_rope option %d not 0 or 1", value);
-        g_opt_norm_rope = value;
-        return 0;
-    case DS4C_OPT_HC_QUANT:
-        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "hc_quant option %d not 0 or 1", value);
-        g_opt_hc_quant = value;
         return 0;
     case DS4C_OPT_TC_MIN_SEL:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_sel option %d negative", value);
