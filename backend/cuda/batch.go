@@ -247,11 +247,7 @@ func (b *batch) fork() error {
 	if b.side == b.s {
 		return nil
 	}
-	d := b.be.dev
-	if err := d.Record(b.evFork, b.s); err != nil {
-		return err
-	}
-	if err := d.StreamWait(b.side, b.evFork); err != nil {
+	if err := b.follow(b.side, b.s, b.evFork); err != nil {
 		return err
 	}
 	b.forked = true
@@ -263,13 +259,18 @@ func (b *batch) join() error {
 	if !b.forked {
 		return nil
 	}
-	d := b.be.dev
-	if err := d.Record(b.evJoin, b.side); err != nil {
-		return err
-	}
-	if err := d.StreamWait(b.s, b.evJoin); err != nil {
+	if err := b.follow(b.s, b.side, b.evJoin); err != nil {
 		return err
 	}
 	b.forked = false
 	return nil
+}
+
+// follow makes stream waiter wait for the work queued on stream s so far,
+// through event e.
+func (b *batch) follow(waiter, s Stream, e Event) error {
+	if err := b.be.dev.Record(e, s); err != nil {
+		return err
+	}
+	return b.be.dev.StreamWait(waiter, e)
 }
