@@ -5,12 +5,7 @@
 # chunk (1: a decode token). Build as for smoke.sh / device.sh, then
 #   run(command="KERNELS='k_matvec' bash scripts/cuda/ncu-detail.sh", carry=[...])
 # Writes ncu-detail-<chunk>.txt under $OUT.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-dev-out/profile}
-mkdir -p "$OUT"
-[ -s build/libds4cuda.so ] || bash scripts/cuda/device.sh build >/dev/null
-export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1 DS4_CUDA_BENCH=1 DS4_CUDA_BENCH_MODE="exact, no graph"
+source "$(dirname "$0")/ncu-env.sh"
 n=${CHUNK:-1}
 DS4_CUDA_PROFILE=$n ncu --clock-control none --cache-control none --profile-from-start off \
     -k "regex:${KERNELS:-k_matvec}" --launch-count "${COUNT:-40}" \

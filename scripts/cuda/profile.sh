@@ -4,12 +4,7 @@
 # GPU machine. Build the library and test binary as for device.sh, then
 #   run(command="bash scripts/cuda/profile.sh", carry=["dev-out"])
 # Writes ncu-<n>.csv and the summary profile.txt under $OUT.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-dev-out/profile}
-mkdir -p "$OUT"
-[ -s build/libds4cuda.so ] || bash scripts/cuda/device.sh build >/dev/null
-export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1 DS4_CUDA_BENCH=1 DS4_CUDA_BENCH_MODE="exact, no graph"
+source "$(dirname "$0")/ncu-env.sh"
 for n in ${PROFILE_CHUNKS:-1 512}; do
     DS4_CUDA_PROFILE=$n ncu --clock-control none --cache-control ${NCU_CACHE:-all} --profile-from-start off --metrics gpu__time_duration.sum,dram__bytes_read.sum \
         --csv --page raw ${CUDA_TEST:-dev-out/cuda.test} -test.run TestDecodeSpeed -test.timeout 300s >"$OUT/ncu-$n.csv" 2>"$OUT/ncu-$n.err"
