@@ -133,7 +133,8 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 		return err
 	}
 	c := &be.cfg
-	hw, normW := be.layers[layer].hcOf(sub)
+	L := &be.layers[layer]
+	hw, normW := L.hcOf(sub)
 	M := c.HCMixes()
 	mx, err := b.sc.f32("hc.mixes", b.n*M)
 	if err != nil {
@@ -144,7 +145,6 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 	}
 	// The sub-block's first Q8_0 products (query/KV, shared expert) read x
 	// quantized: hc_pre forms that activation too (linearOn takes it).
-	L := &be.layers[layer]
 	first := L.qa
 	if sub == engine.FFNSub {
 		first = L.gateSh
