@@ -71,15 +71,9 @@ int ds4c_rec_memcpy(ds4c_rec *r, cudaStream_t s, void *dst, const void *src, uin
 // reads data early, while the launch and the filling of the GPU with the
 // next kernel's CTAs overlap the end of the previous one. Without the
 // launch attribute (or before Hopper) both instructions do nothing.
-static __device__ __forceinline__ void pdl_enter() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// pdl_enter in two halves, for kernels with work to do before they may
-// read what the previous kernel wrote: pdl_launch lets the dependents
+//
+// Kernels with work to do before they may read what the previous kernel
+// wrote call the two halves themselves: pdl_launch lets the dependents
 // launch, pdl_wait waits for the previous kernel.
 static __device__ __forceinline__ void pdl_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -91,6 +85,11 @@ static __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+static __device__ __forceinline__ void pdl_enter() {
+    pdl_launch();
+    pdl_wait();
 }
 
 // prefetch_l2 asks the copy engine of the SM to bring bytes at p into L2

@@ -274,11 +274,11 @@ const (
 	OptTCMinSel    = 5  // selections from which grouped products use tensor cores (default 32; 0 never)
 	OptPDL         = 6  // 1: programmatic dependent launch (default; env DS4_CUDA_PDL=0 turns it off); 0: plain launches
 	OptAttnPO      = 7  // 1: single-token attention's softmax and output in one kernel (default); 0: two kernels
+	OptPrefetch    = 8  // 1: products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 turns it off)
 	OptFXWarp      = 9  // 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA
+	OptHCTwo       = 10 // 1: hc_pre runs the Sinkhorn split in a second CTA per token (default); 0: one CTA
 	OptNormRope    = 11 // 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three kernels
 	OptHCQuant     = 12 // 1: hc_pre forms x's Q8_0 activation itself when asked (default); 0: a quantize kernel after it
-	OptHCTwo       = 10 // 1: hc_pre runs the Sinkhorn split in a second CTA per token (default); 0: one CTA
-	OptPrefetch    = 8  // 1: products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 turns it off)
 )
 
 // SetOption sets a library tuning option (process-wide).
