@@ -29,6 +29,12 @@ int ds4c_opt_fx_warp(void);
 int ds4c_opt_hc_two(void);
 int ds4c_opt_norm_rope(void);
 int ds4c_opt_hc_quant(void);
+int ds4c_opt_mv_pipe(void);
+int ds4c_opt_mv_copy(void);
+int ds4c_opt_mv_timing(void);
+int ds4c_opt_mv_stage(void);
+int ds4c_opt_mv_stages(void);
+int ds4c_opt_mv_pipe_min(void);
 
 #define DS4C_CHECK(call)                                              \
     do {                                                              \
@@ -158,10 +164,14 @@ static __device__ __forceinline__ float warp_max(float v) {
 
 // Streaming 16-byte weight loads. flavour 0: the read-only path (__ldg);
 // 1: ld.global.nc with L1::no_allocate and a 256-byte L2 prefetch hint;
-// 2: ld.global.cs (evict first).
+// 2: ld.global.cs (evict first); WL_GENERIC: a plain load (weights already
+// staged in shared memory).
+constexpr int WL_GENERIC = 3;
 static __device__ __forceinline__ int4 ldw16(const void *p, int flavour) {
     int4 v;
-    if (flavour == 1) {
+    if (flavour == WL_GENERIC) {
+        v = *(const int4 *)p;
+    } else if (flavour == 1) {
         asm("ld.global.nc.L1::no_allocate.L2::256B.v4.s32 {%0,%1,%2,%3}, [%4];"
                      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                      : "l"(p));
@@ -174,3 +184,85 @@ static __device__ __forceinline__ int4 ldw16(const void *p, int flavour) {
 }
 
 static __device__ __forceinline__ int4 ld16(const void *p) { return __ldg((const int4 *)p); }
+
+// Ampere-style asynchronous copies global → shared, 16 bytes a thread:
+// issued, committed as a group per thread, and waited for until at most N
+// of the thread's groups are still in flight (then __syncthreads makes
+// every thread's copies visible to all).
+static __device__ __forceinline__ void cp_async16(void *smem, const void *g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
+#endif
+}
+static __device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N>
+static __device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+// cp_async16 with the hint that L2 fetch the whole 256-byte block around g.
+static __device__ __forceinline__ void cp_async16_l2(void *smem, const void *g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
+#endif
+}
+
+// Hopper bulk copies (the TMA unit) global → shared, completing on an
+// mbarrier in shared memory: bar_init once (count 1, then a fence and a
+// __syncthreads), bar_expect by the issuing thread with the bytes to come,
+// bulk_copy (16-byte aligned addresses, a multiple of 16 bytes), and
+// bar_wait(parity) by the consumers (the n-th completion of the barrier has
+// parity n & 1). BULK_COPY says whether this compiler can emit them (PTX 8.0).
+#if __CUDACC_VER_MAJOR__ >= 12
+#define BULK_COPY 1
+#else
+#define BULK_COPY 0
+#endif
+static __device__ __forceinline__ void bar_init(uint64_t *bar, unsigned count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && BULK_COPY
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(count) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void bar_expect(uint64_t *bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && BULK_COPY
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("{\n\t.reg .b64 st;\n\tmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n\t}" ::"r"(b),
+                 "r"(bytes)
+                 : "memory");
+#endif
+}
+static __device__ __forceinline__ void bulk_copy(void *smem, const void *g, unsigned bytes, uint64_t *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && BULK_COPY
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem), b = (unsigned)__cvta_generic_to_shared(bar);
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(s),
+                 "l"(g), "r"(bytes), "r"(b)
+                 : "memory");
+#endif
+}
+// bulk_fence orders this thread's earlier generic accesses to shared memory
+// before its later bulk copies into it (a stage read, then refilled).
+static __device__ __forceinline__ void bulk_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && BULK_COPY
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void bar_wait(uint64_t *bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(b), "r"(parity)
+                     : "memory");
+#endif
+}

@@ -26,6 +26,9 @@ static int g_opt_fx_warp = 1;
 static int g_opt_hc_two = 1;
 static int g_opt_norm_rope = 1;
 static int g_opt_hc_quant = 1;
+static int g_opt_mv_pipe = 2; // CTAs per SM of the pipelined products (0: off)
+static int g_opt_mv_pipe_min = 16; // MiB of weights from which a product is pipelined
+static int g_opt_mv_copy = 2; // their copies: cp.async, with the L2 hint, bulk
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -63,6 +66,15 @@ int ds4c_opt_fx_warp(void) { return g_opt_fx_warp; }
 int ds4c_opt_hc_two(void) { return g_opt_hc_two; }
 int ds4c_opt_norm_rope(void) { return g_opt_norm_rope; }
 int ds4c_opt_hc_quant(void) { return g_opt_hc_quant; }
+int ds4c_opt_mv_pipe(void) { return g_opt_mv_pipe; }
+int ds4c_opt_mv_pipe_min(void) { return g_opt_mv_pipe_min; }
+int ds4c_opt_mv_copy(void) { return g_opt_mv_copy; }
+static int g_opt_mv_timing = 0;
+static int g_opt_mv_stage = 0;  // bytes per stage of the pipelined products (0: what fits)
+static int g_opt_mv_stages = 3; // their stages
+int ds4c_opt_mv_stage(void) { return g_opt_mv_stage; }
+int ds4c_opt_mv_stages(void) { return g_opt_mv_stages; }
+int ds4c_opt_mv_timing(void) { return g_opt_mv_timing; }
 
 extern "C" {
 
@@ -89,6 +101,12 @@ int ds4c_init(int device) {
     if (pdl && pdl[0] == '0') g_opt_pdl = 0;
     const char *pf = getenv("DS4_CUDA_PREFETCH");
     if (pf && pf[0] == '0') g_opt_prefetch = 0;
+    const char *mp = getenv("DS4_CUDA_MV_PIPE");
+    if (mp && mp[0] >= '0' && mp[0] <= '4' && mp[1] == 0) g_opt_mv_pipe = mp[0] - '0';
+    const char *mt = getenv("DS4_CUDA_MV_TIMING");
+    if (mt && mt[0] >= '1' && mt[0] <= '2' && mt[1] == 0) g_opt_mv_timing = mt[0] - '0';
+    const char *mc = getenv("DS4_CUDA_MV_COPY");
+    if (mc && mc[0] >= '0' && mc[0] <= '2' && mc[1] == 0) g_opt_mv_copy = mc[0] - '0';
     t_device = device;
     return 0;
 }
@@ -386,6 +404,31 @@ int ds4c_set_option(int key, int value) {
     case DS4C_OPT_TC_MIN_TOK:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_tok option %d negative", value);
         g_opt_tc_min_tok = value;
+        return 0;
+    case DS4C_OPT_MV_PIPE:
+        if (value < 0 || value > 4) return ds4c_err(DS4C_EINVAL, "mv_pipe option %d out of range 0..4", value);
+        g_opt_mv_pipe = value;
+        return 0;
+    case DS4C_OPT_MV_TIMING:
+        if (value < 0 || value > 2) return ds4c_err(DS4C_EINVAL, "mv_timing option %d out of range 0..2", value);
+        g_opt_mv_timing = value;
+        return 0;
+    case DS4C_OPT_MV_STAGE:
+        if (value < 0 || value > 65536 || value % 1024)
+            return ds4c_err(DS4C_EINVAL, "mv_stage option %d not 0 or a multiple of 1024 up to 65536", value);
+        g_opt_mv_stage = value;
+        return 0;
+    case DS4C_OPT_MV_PIPE_MIN:
+        if (value < 0 || value > 1 << 20) return ds4c_err(DS4C_EINVAL, "mv_pipe_min option %d out of range", value);
+        g_opt_mv_pipe_min = value;
+        return 0;
+    case DS4C_OPT_MV_STAGES:
+        if (value < 3 || value > 8) return ds4c_err(DS4C_EINVAL, "mv_stages option %d out of range 3..8", value);
+        g_opt_mv_stages = value;
+        return 0;
+    case DS4C_OPT_MV_COPY:
+        if (value < 0 || value > 2) return ds4c_err(DS4C_EINVAL, "mv_copy option %d out of range 0..2", value);
+        g_opt_mv_copy = value;
         return 0;
     case DS4C_OPT_TC_MIN_SEL:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_sel option %d negative", value);

@@ -79,6 +79,14 @@ inline MVArgs mv_args(const void *d_w, int64_t rows, int64_t cols, int64_t n_mat
     return a;
 }
 
+// ldact16 loads 16 activation bytes: from global memory through the
+// read-only path, or (SA) from a copy in shared memory.
+template <bool SA>
+__device__ __forceinline__ int4 ldact16(const void *p) {
+    if (SA) return *(const int4 *)p;
+    return ld16(p);
+}
+
 __device__ __forceinline__ int dot4(int4 w, int4 x, int acc) {
     acc = __dp4a(w.x, x.x, acc);
     acc = __dp4a(w.y, x.y, acc);
@@ -132,18 +140,28 @@ struct TQ8_0 {
     }
     // qrow: where row grow's quants begin (rows' quants are contiguous)
     static __device__ __forceinline__ const uint8_t *qrow(const MVArgs &a, int64_t grow) { return a.w + grow * a.cols; }
+    // The pipeline's view (k_mv_pipe): region k of the tensor begins at
+    // byte base(k) and holds bpr(k) bytes per row; srow points a Row at a
+    // row's bytes of each region (p[k]) wherever they are staged.
+    static constexpr int NREG = 2; // quants, scales
+    static int64_t base(int k, int64_t R, int64_t cols) { return k == 0 ? 0 : R * cols; }
+    static int64_t bpr(int k, int64_t cols) { return k == 0 ? cols : cols / 16; }
+    static __device__ __forceinline__ void srow(Row &r, const uint8_t *const *p) {
+        r.q = p[0];
+        r.d = (const __half *)p[1];
+    }
     static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
         u.q = ldw16(r.q + (int64_t)ui * 16, wl);
         u.d = __half2float(r.d[ui >> 1]);
     }
-    template <int NT, bool EX>
+    template <int NT, bool EX, bool SA = false>
     static __device__ __forceinline__ void dot(const Unit &u, int ui, bool valid, const uint8_t *act,
                                                int64_t act_tok, int cols, float *acc, int lane, const uint64_t *,
                                                float *terms, int nb) {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             const uint8_t *at = act + t * act_tok;
-            int4 x = valid ? ld16(at + (int64_t)ui * 16) : make_int4(0, 0, 0, 0);
+            int4 x = valid ? ldact16<SA>(at + (int64_t)ui * 16) : make_int4(0, 0, 0, 0);
             int s = dot4(u.q, x, 0);
             s += __shfl_xor_sync(FULL_MASK, s, 1);
             if (valid && (lane & 1) == 0) {
@@ -181,13 +199,22 @@ struct TQ2_K {
     static __device__ __forceinline__ const uint8_t *qrow(const MVArgs &a, int64_t grow) {
         return a.w + grow * (a.cols / 256) * 64;
     }
+    static constexpr int NREG = 3; // quants, scale bytes, (d, dmin) pairs
+    static int64_t base(int k, int64_t R, int64_t cols) { return k == 0 ? 0 : (k == 1 ? R * cols / 4 : R * cols / 256 * 80); }
+    static int64_t bpr(int k, int64_t cols) { return k == 0 ? cols / 4 : (k == 1 ? cols / 16 : cols / 64); }
+    static __device__ __forceinline__ void srow(Row &r, const uint8_t *const *p) {
+        r.qs = p[0];
+        r.sc = p[1];
+        r.dm = (const __half2 *)p[2];
+    }
     static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
         int blk = ui >> 2, h = (ui >> 1) & 1;
         u.q = ldw16(r.qs + (int64_t)ui * 16, wl);
-        u.sc = __ldg((const uint2 *)(r.sc + (int64_t)blk * 16 + 8 * h));
+        const uint2 *sc = (const uint2 *)(r.sc + (int64_t)blk * 16 + 8 * h);
+        u.sc = wl == WL_GENERIC ? *sc : __ldg(sc);
         u.dm = r.dm[blk];
     }
-    template <int NT, bool EX>
+    template <int NT, bool EX, bool SA = false>
     static __device__ __forceinline__ void dot(const Unit &u, int ui, bool valid, const uint8_t *act,
                                                int64_t act_tok, int cols, float *acc, int lane, const uint64_t *,
                                                float *terms, int nb) {
@@ -219,7 +246,7 @@ struct TQ2_K {
             if (valid) {
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    int4 x = ld16(aq + 32 * k);
+                    int4 x = ldact16<SA>(aq + 32 * k);
                     isum += (sc[k] & 15) * (dot4_us(p[k], x, 0) >> (2 * k));
                     summs += (int)bs[2 * k] * (sc[k] >> 4);
                 }
@@ -246,6 +273,7 @@ struct TQ4_K {
     static constexpr int VPU = 32;
     static constexpr int U = 8;
     static constexpr int MAX_RPW = 4; // rows per warp the automatic choice may stack
+    static constexpr int NREG = 0; // no pipelined product
     struct Row {
         const uint8_t *b;
     };
@@ -368,11 +396,18 @@ struct TIQ2_XXS {
     static __device__ __forceinline__ const uint8_t *qrow(const MVArgs &a, int64_t grow) {
         return a.w + grow * (a.cols / 256) * 64;
     }
+    static constexpr int NREG = 2; // quants, scales
+    static int64_t base(int k, int64_t R, int64_t cols) { return k == 0 ? 0 : R * cols / 4; }
+    static int64_t bpr(int k, int64_t cols) { return k == 0 ? cols / 4 : cols / 128; }
+    static __device__ __forceinline__ void srow(Row &r, const uint8_t *const *p) {
+        r.qs = p[0];
+        r.d = (const __half *)p[1];
+    }
     static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
         u.q = ldw16(r.qs + (int64_t)ui * 16, wl);
         u.d = __half2float(r.d[ui >> 2]);
     }
-    template <int NT, bool EX>
+    template <int NT, bool EX, bool SA = false>
     static __device__ __forceinline__ void dot(const Unit &u, int ui, bool valid, const uint8_t *act,
                                                int64_t act_tok, int cols, float *acc, int lane,
                                                const uint64_t *grid, float *terms, int nb) {
@@ -401,7 +436,7 @@ struct TIQ2_XXS {
             if (valid) {
 #pragma unroll
                 for (int sb = 0; sb < 2; sb++) {
-                    int4 x0 = ld16(aq + 32 * sb), x1 = ld16(aq + 32 * sb + 16);
+                    int4 x0 = ldact16<SA>(aq + 32 * sb), x1 = ldact16<SA>(aq + 32 * sb + 16);
                     int s = 0;
                     s = __dp4a(w[8 * sb + 0], x0.x, s);
                     s = __dp4a(w[8 * sb + 1], x0.y, s);
@@ -432,6 +467,7 @@ struct TF16 {
     static constexpr int VPU = 8;
     static constexpr int U = 1;
     static constexpr int MAX_RPW = 1; // rows per warp the automatic choice may stack
+    static constexpr int NREG = 0; // no pipelined product
     struct Row {
         const uint8_t *w;
     };
@@ -478,6 +514,7 @@ struct TBF16 {
     static constexpr int VPU = 8;
     static constexpr int U = 1;
     static constexpr int MAX_RPW = 1; // rows per warp the automatic choice may stack
+    static constexpr int NREG = 0; // no pipelined product
     struct Row {
         const uint8_t *w;
     };
@@ -528,6 +565,7 @@ struct TF32 {
     static constexpr int VPU = 4;
     static constexpr int U = 1;
     static constexpr int MAX_RPW = 1; // rows per warp the automatic choice may stack
+    static constexpr int NREG = 0; // no pipelined product
     struct Row {
         const uint8_t *w;
     };
@@ -566,6 +604,29 @@ struct TF32 {
 template <class T>
 __host__ __device__ constexpr int block_vals() {
     return T::VPU * T::U;
+}
+
+// ordered_sum adds a row's nb block terms (16-byte aligned in shared
+// memory) one after another in block order, as quant.Dot does.
+__device__ __forceinline__ float ordered_sum(const float *tm, int nb) {
+    float sum = 0.f;
+    int b = 0;
+    if ((nb & 3) == 0) { // 32 terms loaded (16-byte loads) before they join the chain
+        for (; b + 32 <= nb; b += 32) {
+            float4 v[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = *(const float4 *)(tm + b + 4 * k);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                sum = __fadd_rn(sum, v[k].x);
+                sum = __fadd_rn(sum, v[k].y);
+                sum = __fadd_rn(sum, v[k].z);
+                sum = __fadd_rn(sum, v[k].w);
+            }
+        }
+    }
+    for (; b < nb; b++) sum = __fadd_rn(sum, tm[b]);
+    return sum;
 }
 
 template <class T, int NT, int S, int RPW, bool EX>
@@ -644,24 +705,7 @@ __global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
         for (int i = threadIdx.x; i < ROWS * NT; i += blockDim.x) {
             const int rl = i / NT, t = i % NT;
             if (rows0 + rl >= a.rows) continue;
-            float sum = 0.f;
-            const float *tm = s_terms + (size_t)(rl * NT + t) * nb;
-            int b = 0;
-            if ((nb & 3) == 0) { // 32 terms loaded (16-byte loads) before they join the chain
-                for (; b + 32 <= nb; b += 32) {
-                    float4 v[8];
-#pragma unroll
-                    for (int k = 0; k < 8; k++) v[k] = *(const float4 *)(tm + b + 4 * k);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) {
-                        sum = __fadd_rn(sum, v[k].x);
-                        sum = __fadd_rn(sum, v[k].y);
-                        sum = __fadd_rn(sum, v[k].z);
-                        sum = __fadd_rn(sum, v[k].w);
-                    }
-                }
-            }
-            for (; b < nb; b++) sum = __fadd_rn(sum, tm[b]);
+            float sum = ordered_sum(s_terms + (size_t)(rl * NT + t) * nb, nb);
             if (T::FINAL != 1.0f) sum = __fmul_rn(T::FINAL, sum);
             y[t * a.y_tok + rows0 + rl] = mat_ok ? sum : nan;
         }
@@ -775,11 +819,302 @@ int launch_chunks(const MVArgs &a, int n_sel, int nt, int S, int RPW, cudaStream
     });
 }
 
+// ---------------------------------------------------------------- pipelined single-token products
+// k_mv_pipe: one token's product with weights streamed through shared
+// memory. Each CTA stays resident for the whole product and walks its own
+// contiguous range of tiles (RT consecutive rows of one selection's matrix;
+// RT as large as lets DS4C_OPT_MV_PIPE CTAs share an SM). A tile's bytes of
+// every weight region (T::NREG: quants, scales, …; each contiguous over
+// consecutive rows) are copied into one of p.ns stages, p.ns−1 tiles ahead of
+// the tile being computed, so the SM keeps loads in flight while it forms
+// block terms. The copies (CP): 16-byte cp.async by every thread (0; 1 with
+// L2's 256-byte fetch hint), or one bulk copy per region by one thread,
+// completing on the stage's mbarrier (2, the default). Without ids the first
+// tiles are requested before the wait for the previous kernel (weights are
+// never written by it). The selection's activation row is copied to shared
+// memory (read from L1/L2 by every tile, it held the arithmetic back). Terms
+// and their order are those of k_matvec's exact path (the same T::load/T::dot
+// on the staged bytes, one thread per row adding the terms in block order):
+// bit-identical results. A tile's row sums run while the next tile's terms
+// are formed, by the last warp alone when rows are long.
+constexpr int PIPE_MAX_STAGES = 8; // (PIPE_BARS / 8 barriers)
+constexpr int PIPE_THREADS = 256;
+constexpr int PIPE_UNITS = 4; // units a thread loads before computing
+constexpr int PIPE_BARS = 64; // bytes for the stages' mbarriers at the start of shared memory
+
+struct PipeArgs {
+    MVArgs a;
+    int rt;         // rows per tile
+    int tiles;      // tiles per selection
+    int total;      // tiles of all selections
+    int terms_off;  // byte offset of the terms [rt][nb] (after the barriers and the IQ2 codebook)
+    int stage_off;  // byte offset of stage 0
+    int stage;      // bytes per stage
+    int64_t base[3]; // region k of the tensor begins at a.w + base[k]
+    int bpr[3];      // … and holds bpr[k] bytes per row
+    int soff[3];     // … staged at soff[k] within a stage
+    int timing;      // timing experiments (DS4C_OPT_MV_TIMING): 1 skips the arithmetic, 2 the ordered sums
+    int act_off;     // byte offset of the activation row's copy
+    int act_bytes;   // its bytes (a multiple of 16)
+    int ush;         // log2 of the units per row
+    int tstride;     // floats between rows of terms (nb + 4: rows on different banks)
+    int tw;          // 1: the last warp adds the row sums while the others form terms
+    int ns;          // stages (3..PIPE_MAX_STAGES)
+};
+
+template <class T, int CP>
+__global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
+    extern __shared__ __align__(16) uint8_t s_mem[];
+    const MVArgs &a = p.a;
+    uint64_t *s_bar = (uint64_t *)s_mem;
+    uint64_t *s_grid = (uint64_t *)(s_mem + PIPE_BARS);
+    float *s_terms = (float *)(s_mem + p.terms_off);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int nb = a.cols / block_vals<T>();
+    const int upr = 1 << p.ush; // units per row (a power of two, at least 32)
+    // this CTA's tiles: a contiguous range (selections change rarely)
+    const int G = gridDim.x;
+    const int t0 = (int)((int64_t)blockIdx.x * p.total / G);
+    const int my = (int)((int64_t)(blockIdx.x + 1) * p.total / G) - t0;
+    uint8_t *s_act = s_mem + p.act_off;
+    int cur_act = -1; // the activation row in s_act
+    // tile k of this CTA: its selection, first row, rows, and matrix (−1: invalid id)
+    auto tile = [&](int k, int &sel, int &r0, int &nr) -> int64_t {
+        const int t = t0 + k;
+        sel = t / p.tiles;
+        r0 = (t % p.tiles) * p.rt;
+        nr = min(p.rt, a.rows - r0);
+        const int64_t mat = a.ids ? (int64_t)a.ids[sel] : (a.sel_mat ? sel : 0);
+        return mat >= 0 && mat < a.n_mat ? mat : -1;
+    };
+    auto issue = [&](int k) { // tile k's bytes into stage k mod PIPE_STAGES
+        if (k < my && (CP < 2 || tid == 0)) {
+            int sel, r0, nr;
+            const int64_t mat = tile(k, sel, r0, nr);
+            uint8_t *stg = s_mem + p.stage_off + (k % p.ns) * p.stage;
+            const int64_t grow = mat * a.rows + r0;
+            if (CP == 2) {
+                uint64_t *bar = s_bar + k % p.ns;
+                if (mat < 0) {
+                    bar_expect(bar, 0); // completes the phase: nothing to copy
+                } else {
+                    unsigned bytes = 0;
+#pragma unroll
+                    for (int r = 0; r < T::NREG; r++) bytes += (unsigned)(nr * p.bpr[r]);
+                    bulk_fence();
+                    bar_expect(bar, bytes);
+#pragma unroll
+                    for (int r = 0; r < T::NREG; r++)
+                        bulk_copy(stg + p.soff[r], a.w + p.base[r] + grow * p.bpr[r], (unsigned)(nr * p.bpr[r]), bar);
+                }
+            } else if (mat >= 0) {
+#pragma unroll
+                for (int r = 0; r < T::NREG; r++) {
+                    const uint8_t *src = a.w + p.base[r] + grow * p.bpr[r];
+                    const int n16 = nr * p.bpr[r] / 16;
+                    for (int i = tid; i < n16; i += PIPE_THREADS) {
+                        if (CP == 1)
+                            cp_async16_l2(stg + p.soff[r] + 16 * i, src + 16 * i);
+                        else
+                            cp_async16(stg + p.soff[r] + 16 * i, src + 16 * i);
+                    }
+                }
+            }
+        }
+        if (CP < 2) cp_async_commit(); // one group per tile, even an empty one
+    };
+    if (CP == 2) {
+        if (tid == 0)
+            for (int s = 0; s < p.ns; s++) bar_init(s_bar + s, 1);
+        __syncthreads();
+    }
+    pdl_launch();
+    if (!a.ids)
+        for (int k = 0; k < p.ns - 1; k++) issue(k);
+    pdl_wait();
+    if (T::GRID)
+        for (int i = tid; i < 256; i += PIPE_THREADS) s_grid[i] = iq2xxs_grid[i];
+    if (a.ids)
+        for (int k = 0; k < p.ns - 1; k++) issue(k);
+    const float nan = __int_as_float(0x7fc00000);
+    // Tile k's terms go to buffer k & 1; its row sums are added while tile
+    // k+1 is computed (by the last warp alone when rows are long: p.tw).
+    const int cw = PIPE_THREADS / 32 - p.tw; // warps that form terms
+    int psel = 0, pr0 = 0, pnr = 0;
+    bool pok = false;
+    auto sums = [&](int k) { // row sums of tile k (its terms complete)
+        const int i = p.tw ? (warp == cw ? lane : PIPE_THREADS) : tid;
+        if (i < pnr) {
+            const float *tm = s_terms + (size_t)(k & 1) * p.rt * p.tstride + (size_t)i * p.tstride;
+            float sum = p.timing ? tm[0] : ordered_sum(tm, nb);
+            if (T::FINAL != 1.0f) sum = __fmul_rn(T::FINAL, sum);
+            a.y[psel * a.y_sel + pr0 + i] = pok ? sum : nan;
+        }
+    };
+    for (int k = 0; k < my; k++) {
+        if (CP == 2)
+            bar_wait(s_bar + k % p.ns, (unsigned)(k / p.ns) & 1);
+        else if (p.ns == 3) // tile k's copies (this thread's) have landed: ns − 2 newer groups may be pending
+            cp_async_wait<1>();
+        else if (p.ns == 4)
+            cp_async_wait<2>();
+        else
+            cp_async_wait<0>();
+        __syncthreads(); // … and everyone's, tile k−1's terms are formed and its stage is free
+        issue(k + p.ns - 1);
+        int sel, r0, nr;
+        const int64_t mat = tile(k, sel, r0, nr);
+        const uint8_t *stg = s_mem + p.stage_off + (k % p.ns) * p.stage;
+        if (sel / a.act_div != cur_act) { // the selection's activation row into shared memory
+            cur_act = sel / a.act_div;
+            const uint8_t *src = a.act + (int64_t)cur_act * a.act_sel;
+            for (int i = tid; i < p.act_bytes / 16; i += PIPE_THREADS)
+                *(int4 *)(s_act + 16 * i) = ld16(src + 16 * i);
+            __syncthreads();
+        }
+        float *terms = s_terms + (size_t)(k & 1) * p.rt * p.tstride;
+        if (mat >= 0 && p.timing != 1 && warp < cw) {
+            const int nu = nr * upr, nt = cw * 32;
+            for (int b0 = 0; b0 < nu; b0 += nt * PIPE_UNITS) {
+                typename T::Unit u[PIPE_UNITS];
+#pragma unroll
+                for (int c = 0; c < PIPE_UNITS; c++) {
+                    const int ut = b0 + c * nt + tid;
+                    if (b0 + c * nt + warp * 32 < nu) { // uniform over the warp (nu % 32 == 0)
+                        const int rl = ut >> p.ush;
+                        const uint8_t *rp[3] = {stg + p.soff[0] + rl * p.bpr[0], stg + p.soff[1] + rl * p.bpr[1],
+                                                stg + p.soff[2] + rl * p.bpr[2]};
+                        typename T::Row rr;
+                        T::srow(rr, rp);
+                        T::load(u[c], rr, ut & (upr - 1), WL_GENERIC);
+                    }
+                }
+#pragma unroll
+                for (int c = 0; c < PIPE_UNITS; c++) {
+                    const int ut = b0 + c * nt + tid;
+                    if (b0 + c * nt + warp * 32 < nu) {
+                        float acc[1] = {0.f};
+                        T::template dot<1, true, true>(u[c], ut & (upr - 1), true, s_act, 0, a.cols, acc, lane, s_grid,
+                                                       terms + (size_t)(ut >> p.ush) * p.tstride, nb);
+                    }
+                }
+            }
+        }
+        if (k > 0) sums(k - 1);
+        psel = sel;
+        pr0 = r0;
+        pnr = nr;
+        pok = mat >= 0;
+    }
+    __syncthreads();
+    if (my > 0) sums(my - 1);
+    if (CP < 2) cp_async_wait<0>();
+}
+
+// act_row_bytes: the bytes of one token's activation for T's products
+// (Q8_0: quants and a float scale per 32; Q8_K: quants, a float scale per
+// 256 and int16 sums per 16), as ds4c_act_bytes lays them out.
+template <class T>
+int64_t act_row_bytes(int64_t cols) {
+    if (std::is_same<T, TQ8_0>::value) return cols + 4 * (cols / 32);
+    return cols + 4 * (cols / 256) + 2 * (cols / 16);
+}
+
+// launch_pipe runs a single-token product as k_mv_pipe when T has a
+// pipelined form, the option is on and the shapes allow it (every region's
+// bytes per row a multiple of 16, units per row a multiple of 32, aligned
+// addresses): it returns whether it took the product, *rc the launch's
+// status.
+template <class T>
+bool launch_pipe(const MVArgs &a, int n_sel, cudaStream_t st, int *rc) {
+    *rc = 0;
+    if constexpr (T::NREG == 0) {
+        return false;
+    } else {
+        const int cps = ds4c_opt_mv_pipe();
+        if (cps <= 0) return false;
+        const int64_t upr = a.cols / T::VPU;
+        if (a.cols % block_vals<T>() != 0 || upr < 32 || (upr & (upr - 1)) != 0 || ((uintptr_t)a.w & 15) != 0 ||
+            (((uintptr_t)a.act | (uint64_t)a.act_sel) & 15) != 0)
+            return false;
+        PipeArgs p = {};
+        p.a = a;
+        static int smem_sm = 0; // shared memory per SM (the library uses one device)
+        if (!smem_sm) {
+            int dev = 0;
+            if (cudaGetDevice(&dev) != cudaSuccess ||
+                cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess)
+                smem_sm = 228 * 1024;
+        }
+        p.ns = ds4c_opt_mv_stages();
+        int64_t row_bytes = 0; // weight bytes per row, all regions
+        for (int r = 0; r < T::NREG; r++) row_bytes += T::bpr(r, a.cols);
+        // Small products keep k_matvec: one wave of short CTAs that prefetch
+        // their rows before the wait does better there (cuda/NOTES.md v7).
+        if ((int64_t)n_sel * a.rows * row_bytes < ((int64_t)ds4c_opt_mv_pipe_min() << 20)) return false;
+        const int64_t nb = a.cols / block_vals<T>();
+        // rows per tile: the option's bytes per stage (DS4C_OPT_MV_STAGE), or
+        // (0) as many as let cps CTAs fit an SM beside their fixed shared memory
+        int64_t stage_bytes = ds4c_opt_mv_stage();
+        if (stage_bytes == 0) {
+            const int64_t fixed = PIPE_BARS + 2048 + act_row_bytes<T>(a.cols) + 16 + 1024; // + the CTA's reserve
+            const int64_t rows = (smem_sm / cps - fixed) / (p.ns * row_bytes + 2 * (nb + 4) * 4);
+            stage_bytes = max((int64_t)1, rows) * row_bytes;
+        }
+        p.rt = (int)max((int64_t)1, min((int64_t)PIPE_THREADS, stage_bytes / row_bytes));
+        p.rt = min(p.rt, a.rows);
+        int off = 0;
+        for (int r = 0; r < T::NREG; r++) {
+            p.base[r] = T::base(r, a.R, a.cols);
+            const int64_t b = T::bpr(r, a.cols);
+            if (b % 16 != 0 || p.base[r] % 16 != 0 || b > (1 << 20)) return false;
+            p.bpr[r] = (int)b;
+            p.soff[r] = off;
+            off += (int)(p.rt * b);
+        }
+        p.stage = off;
+        p.timing = ds4c_opt_mv_timing();
+        p.terms_off = PIPE_BARS + (T::GRID ? 256 * 8 : 0);
+        p.ush = 0;
+        while ((1 << p.ush) < upr) p.ush++;
+        p.act_bytes = (int)((act_row_bytes<T>(a.cols) + 15) & ~(int64_t)15);
+        p.tstride = (int)nb + 4;
+        p.tw = nb >= 64 ? 1 : 0; // long rows: the sums would hold up the next tile
+        p.act_off = p.terms_off + 2 * p.rt * p.tstride * 4;
+        p.stage_off = p.act_off + p.act_bytes;
+        const int64_t smem = p.stage_off + (int64_t)p.ns * p.stage;
+        if (smem > 200 * 1024) return false;
+        p.tiles = (a.rows + p.rt - 1) / p.rt;
+        const int64_t total = (int64_t)p.tiles * n_sel;
+        if (total > INT32_MAX / 2) return false;
+        p.total = (int)total;
+        const int cp = BULK_COPY ? ds4c_opt_mv_copy() : min(ds4c_opt_mv_copy(), 1);
+        void (*k)(PipeArgs) = cp == 2 ? k_mv_pipe<T, 2> : (cp == 1 ? k_mv_pipe<T, 1> : k_mv_pipe<T, 0>);
+        static int64_t set[3] = {0, 0, 0}; // the largest opt-in done for each copy flavour
+        if (smem > 48 * 1024 && smem > set[cp]) {
+            cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) {
+                *rc = ds4c_cuda_err(e, "pipelined matvec shared memory");
+                return true;
+            }
+            set[cp] = smem;
+        }
+        const int64_t fit = max((int64_t)1, min((int64_t)cps, (int64_t)smem_sm / (smem + 1024))); // CTAs that fit an SM
+        const int64_t grid = min(total, fit * ds4c_sm_count());
+        ds4c_launch(k, (unsigned)grid, PIPE_THREADS, (size_t)smem, st, p);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) *rc = ds4c_cuda_err(e, "pipelined matvec");
+        return true;
+    }
+}
+
 template <class T>
 int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
     const int units = a.cols / T::VPU;
     int S = 1, RPW = 1;
     if (nt == 1) {
+        int rc = 0;
+        if (launch_pipe<T>(a, n_sel, st, &rc)) return rc;
         S = ds4c_opt_splitk();
         RPW = ds4c_opt_rpw();
         const int64_t sms = ds4c_sm_count();

@@ -174,13 +174,7 @@ constexpr int Q8S_A = TC_ROWS * Q8S_LD, Q8S_B = TC_BN * Q8S_LD; // weight, activ
 constexpr int Q8S_DW = TC_ROWS * 16, Q8S_DA = TC_BN * 32;     // 8 f16 / 8 f32 scales per row
 constexpr int Q8S_STAGE = Q8S_A + Q8S_B + Q8S_DW + Q8S_DA;
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+// (cp_async16 and its group commit/wait: common.cuh)
 
 __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
     pdl_enter();

@@ -318,11 +318,11 @@ func TestBackendFlashLayers(t *testing.T) {
 // TestKernelVariants checks each kernel variant that a library option
 // switches (fused attention softmax and output, fused query/KV norm and
 // rotation, hc_pre's second CTA, short float rows per warp, L2 weight
-// prefetch, x quantized by hc_pre) against the kernels it replaces, bit for
-// bit: logits of every token decoded one at a time, on the tiny model (4
-// heads, window 16, the indexer selecting) and on Flash-shaped layers (64
-// heads of 512; past 600 tokens the ratio-4 layer's keys span more than one
-// of k_attn_po's 256-key chunks).
+// prefetch, x quantized by hc_pre, weights streamed through shared memory)
+// against the kernels it replaces, bit for bit: logits of every token
+// decoded one at a time, on the tiny model (4 heads, window 16, the indexer
+// selecting) and on Flash-shaped layers (64 heads of 512; past 600 tokens the
+// ratio-4 layer's keys span more than one of k_attn_po's 256-key chunks).
 func TestKernelVariants(t *testing.T) {
 	gpu(t)
 	flash := synth.Flash(4)
@@ -330,9 +330,10 @@ func TestKernelVariants(t *testing.T) {
 	opts := []struct {
 		name string
 		key  int
+		on   int // the default value, restored after the variant's run
 	}{
-		{"attn_po", OptAttnPO}, {"norm_rope", OptNormRope}, {"hc_two", OptHCTwo}, {"fx_warp", OptFXWarp},
-		{"prefetch", OptPrefetch}, {"hc_quant", OptHCQuant},
+		{"attn_po", OptAttnPO, 1}, {"norm_rope", OptNormRope, 1}, {"hc_two", OptHCTwo, 1}, {"fx_warp", OptFXWarp, 1},
+		{"prefetch", OptPrefetch, 1}, {"hc_quant", OptHCQuant, 1}, {"mv_pipe", OptMVPipe, 2}, {"mv_copy", OptMVCopy, 2},
 	}
 	for _, tc := range []struct {
 		name   string
@@ -354,13 +355,14 @@ func TestKernelVariants(t *testing.T) {
 			}
 			defer be.Close()
 			toks := testTokens(tc.n, tc.cfg.Vocab)
+			pipeEverywhere(t, be.dev)
 			base := allLogits(t, be, 1, toks) // every variant on (the defaults)
 			for _, o := range opts {
 				if err := be.dev.SetOption(o.key, 0); err != nil {
 					t.Fatal(err)
 				}
 				off := allLogits(t, be, 1, toks)
-				if err := be.dev.SetOption(o.key, 1); err != nil {
+				if err := be.dev.SetOption(o.key, o.on); err != nil {
 					t.Fatal(err)
 				}
 				diff := 0
@@ -377,4 +379,15 @@ func TestKernelVariants(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pipeEverywhere makes every single-token product that has a pipelined form
+// use it, whatever its size (small ones keep k_matvec by default), until the
+// test ends.
+func pipeEverywhere(t *testing.T, d *Device) {
+	t.Helper()
+	if err := d.SetOption(OptMVPipeMin, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.SetOption(OptMVPipeMin, 16) })
 }

@@ -108,6 +108,7 @@ func TestBandwidth(t *testing.T) {
 	}
 
 	const graphLen = 50
+	exact := false // products in exact mode (the pipeline sweep)
 	l2 := int64(info.L2Bytes)
 	dense := func(sh shape, nt int, label string) {
 		mb := weightBytes(sh.typ, sh.rows, sh.cols)
@@ -129,6 +130,9 @@ func TestBandwidth(t *testing.T) {
 		us := timeGraph(max(graphLen, min(copies, 1000)), func(i int) error {
 			wi := *w0
 			wi.Ptr = base.Add(int64(i%copies) * mb)
+			if exact {
+				return d.MatMulEx(s, &wi, 0, 1, act, 0, 0, 1, nt, y, 0, 0, true)
+			}
 			return d.MatMul(s, &wi, act, 0, nt, y, 0)
 		})
 		name := fmt.Sprintf("%s %s %dx%d", sh.typ, sh.name, sh.rows, sh.cols)
@@ -138,27 +142,6 @@ func TestBandwidth(t *testing.T) {
 		add(name+label, mb, us)
 		d.Free(base)
 	}
-	for _, sh := range flashShapes {
-		dense(sh, 1, "")
-	}
-	big := shape{"", quant.Q8_0, 32768, 4096}
-	for _, nt := range []int{2, 4, 8} {
-		dense(big, nt, "")
-	}
-	// load flavours and split-K on two shapes
-	for _, wl := range []int{0, 2} {
-		must(t, d.SetOption(OptWeightLoad, wl))
-		dense(big, 1, fmt.Sprintf(" wload=%d", wl))
-		dense(shape{"attn_kv", quant.Q8_0, 512, 4096}, 1, fmt.Sprintf(" wload=%d", wl))
-	}
-	must(t, d.SetOption(OptWeightLoad, 1))
-	for _, sk := range []int{1, 2, 4, 8} {
-		must(t, d.SetOption(OptSplitK, sk))
-		dense(shape{"attn_kv", quant.Q8_0, 512, 4096}, 1, fmt.Sprintf(" splitk=%d", sk))
-		dense(shape{"q_a", quant.Q8_0, 1024, 4096}, 1, fmt.Sprintf(" splitk=%d", sk))
-	}
-	must(t, d.SetOption(OptSplitK, 0))
-
 	// Routed experts: 256 matrices, 6 (or 12) random ones per launch.
 	experts := func(typ quant.Type, rows, cols, nsel int, shared bool, label string) {
 		const mats = 256
@@ -186,11 +169,60 @@ func TestBandwidth(t *testing.T) {
 		must(t, d.Quantize(0, at, xp, cols, act, cols, nact))
 		y := alloc(t, d, int64(4*rows*nsel))
 		us := timeGraph(graphLen, func(i int) error {
+			if exact {
+				return d.MatMulEx(s, dw, idp.Add(int64(4*i*nsel)), nsel, act, 0, stride, 1, 1, y, 0, int64(rows), true)
+			}
 			return d.MatVecIDs(s, dw, idp.Add(int64(4*i*nsel)), nsel, act, stride, y, 0)
 		})
 		add(fmt.Sprintf("%s experts %dx%d sel %d%s", typ, rows, cols, nsel, label), int64(nsel)*mb, us)
 		d.FreeWeight(dw)
 	}
+	// DS4_CUDA_BENCH_PIPE="pipe:copy,…": only the single-token quantized
+	// products, exact, once per setting of OptMVPipe and OptMVCopy.
+	if v := os.Getenv("DS4_CUDA_BENCH_PIPE"); v != "" {
+		exact = true
+		for _, pc := range strings.Split(v, ",") {
+			var pipe, cp, diag, stage, ns int
+			if _, err := fmt.Sscanf(pc, "%d:%d:%d:%d:%d", &pipe, &cp, &diag, &stage, &ns); err != nil {
+				t.Fatalf("DS4_CUDA_BENCH_PIPE %q: %v", pc, err)
+			}
+			must(t, d.SetOption(OptMVPipe, pipe))
+			must(t, d.SetOption(OptMVCopy, cp))
+			must(t, d.SetOption(OptMVTiming, diag))
+			must(t, d.SetOption(OptMVStage, stage))
+			must(t, d.SetOption(OptMVStages, ns))
+			label := fmt.Sprintf(" pipe=%d copy=%d diag=%d stage=%d ns=%d", pipe, cp, diag, stage, ns)
+			for _, sh := range flashShapes {
+				if sh.typ == quant.Q8_0 || sh.typ == quant.Q2_K {
+					dense(sh, 1, label)
+				}
+			}
+			experts(quant.IQ2_XXS, 2048, 4096, 6, true, " (gate)"+label)
+			experts(quant.Q2_K, 4096, 2048, 6, false, " (down)"+label)
+		}
+		return
+	}
+	for _, sh := range flashShapes {
+		dense(sh, 1, "")
+	}
+	big := shape{"", quant.Q8_0, 32768, 4096}
+	for _, nt := range []int{2, 4, 8} {
+		dense(big, nt, "")
+	}
+	// load flavours and split-K on two shapes
+	for _, wl := range []int{0, 2} {
+		must(t, d.SetOption(OptWeightLoad, wl))
+		dense(big, 1, fmt.Sprintf(" wload=%d", wl))
+		dense(shape{"attn_kv", quant.Q8_0, 512, 4096}, 1, fmt.Sprintf(" wload=%d", wl))
+	}
+	must(t, d.SetOption(OptWeightLoad, 1))
+	for _, sk := range []int{1, 2, 4, 8} {
+		must(t, d.SetOption(OptSplitK, sk))
+		dense(shape{"attn_kv", quant.Q8_0, 512, 4096}, 1, fmt.Sprintf(" splitk=%d", sk))
+		dense(shape{"q_a", quant.Q8_0, 1024, 4096}, 1, fmt.Sprintf(" splitk=%d", sk))
+	}
+	must(t, d.SetOption(OptSplitK, 0))
+
 	experts(quant.IQ2_XXS, 2048, 4096, 6, true, " (gate)")
 	experts(quant.IQ2_XXS, 2048, 4096, 12, true, " (gate+up)")
 	experts(quant.Q2_K, 4096, 2048, 6, false, " (down)")

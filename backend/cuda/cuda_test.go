@@ -667,6 +667,7 @@ func TestGraphReplay(t *testing.T) {
 // bit-identical to quant.MatVec, single and batched, dense and by ids.
 func TestMatMulExact(t *testing.T) {
 	d := gpu(t)
+	pipeEverywhere(t, d)
 	cases := []struct {
 		typ        quant.Type
 		rows, cols int
@@ -675,6 +676,9 @@ func TestMatMulExact(t *testing.T) {
 		{quant.Q8_0, 1024, 4096, 1},
 		{quant.Q8_0, 4096, 8192, 1}, // 256 blocks a row
 		{quant.Q8_0, 300, 64, 1},    // tiny rows
+		{quant.Q8_0, 300, 1024, 2},  // pipelined: a partial last tile
+		{quant.Q2_K, 100, 4096, 2},
+		{quant.IQ2_XXS, 100, 2048, 2},
 		{quant.Q2_K, 512, 2048, 4},
 		{quant.Q4_K, 256, 4096, 4},
 		{quant.IQ2_XXS, 256, 4096, 4},
