@@ -5,14 +5,14 @@
 # the ncu per-kernel profile of one decode token, then the full-size bench.
 #   run(kind="nvidia-h200", command="bash scripts/cuda/session.sh", carry=["dev-out/final"])
 # Writes at most 8 files under $OUT (the device tool returns 8).
-# Environment: SKIP (words: smoke, decode, profile, bench, fullprof, nsys), BUDGET for the
+# Environment: SKIP (words: smoke, decode, profile, bench, fullprof, ktrace), BUDGET for the
 # bench (seconds, default 230), FRONTIERS, DECODE_MODE (TestDecodeSpeed's
 # mode filter), AB (ds4-bench at 8k once more with this environment
 # assignment, e.g. AB=DS4_CUDA_PREFETCH=0, for an A/B on the same model).
 # fullprof: ncu's per-kernel times of the 3rd decode token after an 8k
 # prompt on the full-size model (DS4_CUDA_PROFILE_DECODE), in fullprof.txt.
-# nsys: the pipelined kernel times of full-size decode tokens at 8k
-# (nsys-decode.sh), in nsys.txt.
+# ktrace: the kernels of full-size decode tokens at 8k as they really run
+# (pipelined; CUPTI activity records, scripts/cuda/ktrace.sh), in ktrace.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-dev-out/session}; mkdir -p "$OUT"
@@ -44,7 +44,7 @@ if [[ $SKIP != *bench* ]]; then
 fi
 if [ -n "${AB:-}" ]; then
     echo "== A/B: $AB"
-    env "$AB" $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers 8192 --gen 32 2>&1 | grep "frontier 8192"
+    env "$AB" $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers 8192 --gen 32 2>&1 | grep -E "frontier 8192|rror" | tail -3
 fi
 if [[ $SKIP != *fullprof* ]] && [ -f /dev/shm/flash-q2.gguf ]; then
     DS4_CUDA_PROFILE_DECODE=3 ncu --clock-control none --cache-control all --profile-from-start off \
@@ -53,7 +53,7 @@ if [[ $SKIP != *fullprof* ]] && [ -f /dev/shm/flash-q2.gguf ]; then
     echo "== full-size decode token at 8k under ncu: exit $?"
     python3 scripts/cuda/ncu-summary.py /tmp/fullprof.csv >"$OUT/fullprof.txt"; head -32 "$OUT/fullprof.txt"
 fi
-if [[ $SKIP != *nsys* ]] && [ -f /dev/shm/flash-q2.gguf ]; then
-    echo "== full-size decode tokens at 8k under nsys"
-    OUT="$OUT" F=$F bash scripts/cuda/nsys-decode.sh 2>&1 | head -40
+if [[ $SKIP != *ktrace* ]] && [ -f /dev/shm/flash-q2.gguf ]; then
+    echo "== full-size decode tokens at 8k, kernel timeline"
+    OUT="$OUT" F=$F bash scripts/cuda/ktrace.sh 2>&1 | head -50
 fi

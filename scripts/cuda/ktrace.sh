@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Real kernel timeline of full-size decode tokens: ds4-bench at one frontier
+# with the CUPTI injection library scripts/cuda/ktrace.c (built here with
+# the machine's CUPTI), then ktrace-summary.py over the last decode tokens.
+# Needs the model from bench-h200.sh in /dev/shm and ds4-bench in $F.
+#   OUT=... FRONTIER=8192 bash scripts/cuda/ktrace.sh
+# Writes ktrace.txt under $OUT (and the raw CSV to /tmp/ktrace.csv).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-dev-out/ktrace}; mkdir -p "$OUT"
+F=${F:-dev-out/final}
+FRONTIER=${FRONTIER:-8192}
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+inc=$(dirname "$(ls $CUDA/extras/CUPTI/include/cupti_activity.h $CUDA/include/cupti_activity.h $CUDA/targets/*/include/cupti_activity.h 2>/dev/null | head -1)")
+lib=$(dirname "$(ls $CUDA/extras/CUPTI/lib64/libcupti.so $CUDA/lib64/libcupti.so $CUDA/targets/*/lib/libcupti.so 2>/dev/null | head -1)")
+if [ ! -f "$inc/cupti_activity.h" ] || [ ! -f "$lib/libcupti.so" ]; then echo "CUPTI not found" | tee "$OUT/ktrace.txt"; exit 0; fi
+ks=$(grep -ho 'CUpti_ActivityKernel[0-9]\+' "$inc"/cupti_activity*.h | sort -uV | tail -1)
+ks=${ks:-CUpti_ActivityKernel}
+gcc -O2 -shared -fPIC -DKSTRUCT="$ks" -I"$inc" -I"$CUDA/include" scripts/cuda/ktrace.c -L"$lib" -lcupti -Wl,-rpath,"$lib" \
+    -o /tmp/libktrace.so 2>"$OUT/ktrace.txt" || { echo "ktrace build failed ($ks)"; cat "$OUT/ktrace.txt"; exit 0; }
+export DS4_CUDA_LIB=${DS4_CUDA_LIB:-$PWD/build/libds4cuda.so}
+KTRACE_OUT=/tmp/ktrace.csv CUDA_INJECTION64_PATH=/tmp/libktrace.so LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" \
+    $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers "$FRONTIER" --gen 40 >/tmp/ktrace-run.log 2>&1
+echo "traced run exit $? ($ks)"; grep "frontier" /tmp/ktrace-run.log | tail -1
+python3 scripts/cuda/ktrace-summary.py /tmp/ktrace.csv 16 >"$OUT/ktrace.txt" 2>&1
+head -45 "$OUT/ktrace.txt"
