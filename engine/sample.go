@@ -3,7 +3,9 @@ package engine
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"sync"
 )
 
 // SamplerOptions chooses how the next token is drawn from the logits.
@@ -31,8 +33,8 @@ type SamplerOptions struct {
 type Sampler struct {
 	opts SamplerOptions
 	rng  *rand.Rand
-	idx  []int32
-	prob []float64
+	key  []uint64  // the candidates' rank keys (orderKey)
+	wt   []float64 // weights by token id
 }
 
 // NewSampler returns a sampler.
@@ -64,6 +66,8 @@ func Greedy(logits []float32) int32 {
 // quickselect over the order (logit descending, lower id first), expected
 // linear time, and the draw walks the chosen set in the order the
 // selection left it (any fixed order draws from the same distribution).
+// The comparisons are of precomputed integer keys and a large vocabulary's
+// weights are exponentiated on several cores; neither changes a draw.
 func (s *Sampler) Sample(logits []float32) int32 {
 	return s.SampleWith(logits, s.opts)
 }
@@ -76,26 +80,23 @@ func (s *Sampler) SampleWith(logits []float32, o SamplerOptions) int32 {
 	if o.Temperature <= 0 || len(logits) == 0 {
 		return Greedy(logits)
 	}
-	s.idx = s.idx[:0]
+	// The candidates are their rank keys (an id is a key's low 32 bits);
+	// selection moves keys only, weights are kept by id.
+	s.key = s.key[:0]
 	for i, v := range logits {
 		if v == v && !math.IsInf(float64(v), -1) {
-			s.idx = append(s.idx, int32(i))
+			s.key = append(s.key, orderKey(v, int32(i)))
 		}
 	}
-	if len(s.idx) == 0 {
+	if len(s.key) == 0 {
 		return Greedy(logits)
 	}
-	better := logitOrder(logits)
-	if o.TopK > 0 && o.TopK < len(s.idx) {
-		selectBest(s.idx, o.TopK, better)
-		s.idx = s.idx[:o.TopK]
+	if o.TopK > 0 && o.TopK < len(s.key) {
+		selectBest(s.key, o.TopK)
+		s.key = s.key[:o.TopK]
 	}
-	top := s.idx[0]
-	for _, id := range s.idx[1:] {
-		if better(id, top) {
-			top = id
-		}
-	}
+	topKey := slices.Min(s.key)
+	top := keyID(topKey)
 	// Weights at the temperature relative to the best token (which has 1).
 	invT := 1 / float64(o.Temperature)
 	lt := float64(logits[top])
@@ -104,84 +105,122 @@ func (s *Sampler) SampleWith(logits []float32, o SamplerOptions) int32 {
 		// drop them before their exp (the exact test follows).
 		cut := lt + float64(o.Temperature)*math.Log(float64(o.MinP)) - 1e-3
 		n := 0
-		for _, id := range s.idx {
-			if float64(logits[id]) >= cut || id == top {
-				s.idx[n] = id
+		for _, k := range s.key {
+			if id := keyID(k); float64(logits[id]) >= cut || id == top {
+				s.key[n] = k
 				n++
 			}
 		}
-		s.idx = s.idx[:n]
+		s.key = s.key[:n]
 	}
-	s.prob = s.prob[:0]
-	for _, id := range s.idx {
-		s.prob = append(s.prob, math.Exp((float64(logits[id])-lt)*invT))
+	if len(s.wt) < len(logits) {
+		s.wt = make([]float64, len(logits))
 	}
+	w := s.wt
+	expWeights(w, s.key, logits, lt, invT)
 	// min-p keeps weights ≥ MinP (the best token's weight is 1).
 	if o.MinP > 0 {
 		n := 0
-		for i, id := range s.idx {
-			if s.prob[i] >= float64(o.MinP) || id == top {
-				s.idx[n], s.prob[n] = id, s.prob[i]
+		for _, k := range s.key {
+			if id := keyID(k); w[id] >= float64(o.MinP) || id == top {
+				s.key[n] = k
 				n++
 			}
 		}
-		s.idx, s.prob = s.idx[:n], s.prob[:n]
+		s.key = s.key[:n]
 	}
 	if o.TopP > 0 && o.TopP < 1 {
 		var total float64
-		for _, p := range s.prob {
-			total += p
+		for _, k := range s.key {
+			total += w[keyID(k)]
 		}
-		n := nucleus(s.idx, s.prob, float64(o.TopP)*total, better)
-		s.idx, s.prob = s.idx[:n], s.prob[:n]
+		s.key = s.key[:nucleus(s.key, w, float64(o.TopP)*total)]
 	}
 	var total float64
-	for _, p := range s.prob {
-		total += p
+	for _, k := range s.key {
+		total += w[keyID(k)]
 	}
 	u := s.rng.Float64() * total
-	for i, p := range s.prob {
-		u -= p
+	for _, k := range s.key {
+		u -= w[keyID(k)]
 		if u < 0 {
-			return s.idx[i]
+			return keyID(k)
 		}
 	}
-	return s.idx[len(s.idx)-1]
+	return keyID(s.key[len(s.key)-1])
 }
 
-// partition rearranges ids[lo:hi] (and w alongside, when not nil) around a
-// pivot chosen from the middle: the ids better than it, then the pivot, then
-// the rest. It returns the pivot's final index.
-func partition(ids []int32, w []float64, lo, hi int, better func(a, b int32) bool) int {
-	swap := func(i, j int) {
-		ids[i], ids[j] = ids[j], ids[i]
-		if w != nil {
-			w[i], w[j] = w[j], w[i]
-		}
+// orderKey is the rank key of token id with logit v (not NaN): smaller keys
+// are better — the larger logit, then the lower id (−0 ranks as +0, which
+// compares equal to it).
+func orderKey(v float32, id int32) uint64 {
+	if v == 0 {
+		v = 0
 	}
+	b := math.Float32bits(v)
+	if b&0x80000000 != 0 {
+		b = ^b // negative: larger magnitude, smaller value
+	} else {
+		b |= 0x80000000
+	}
+	// b now grows with v; its complement shrinks with v
+	return uint64(^b)<<32 | uint64(uint32(id))
+}
+
+// keyID is the token id of a rank key.
+func keyID(k uint64) int32 { return int32(uint32(k)) }
+
+// partition rearranges keys[lo:hi] around a pivot chosen from the middle:
+// the better keys (smaller), then the pivot, then the rest. It returns the
+// pivot's final index.
+func partition(keys []uint64, lo, hi int) int {
 	// Median of three as the pivot, moved to hi-1.
 	m := lo + (hi-lo)/2
 	a, b, c := lo, m, hi-1
-	if better(ids[b], ids[a]) {
+	if keys[b] < keys[a] {
 		a, b = b, a
 	}
-	if better(ids[c], ids[b]) {
+	if keys[c] < keys[b] {
 		b = c
-		if better(ids[b], ids[a]) {
+		if keys[b] < keys[a] {
 			b = a
 		}
 	}
-	swap(b, hi-1)
-	pv := ids[hi-1]
+	keys[b], keys[hi-1] = keys[hi-1], keys[b]
+	pv := keys[hi-1]
 	store := lo
 	for i := lo; i < hi-1; i++ {
-		if better(ids[i], pv) {
-			swap(i, store)
+		if keys[i] < pv {
+			keys[i], keys[store] = keys[store], keys[i]
 			store++
 		}
 	}
-	swap(store, hi-1)
+	keys[store], keys[hi-1] = keys[hi-1], keys[store]
 	return store
+}
+
+// expWeights sets w[id] = exp((logits[id] − lt)·invT) for the ids of keys,
+// on several goroutines for a large vocabulary (each value is computed as
+// it would be alone: the results do not depend on the split).
+func expWeights(w []float64, keys []uint64, logits []float32, lt, invT float64) {
+	one := func(lo, hi int) {
+		for _, k := range keys[lo:hi] {
+			id := keyID(k)
+			w[id] = math.Exp((float64(logits[id]) - lt) * invT)
+		}
+	}
+	const minChunk = 16384
+	workers := min(runtime.GOMAXPROCS(0), 8, len(keys)/minChunk)
+	if workers < 2 {
+		one(0, len(keys))
+		return
+	}
+	var wg sync.WaitGroup
+	step := (len(keys) + workers - 1) / workers
+	for lo := 0; lo < len(keys); lo += step {
+		wg.Go(func() { one(lo, min(lo+step, len(keys))) })
+	}
+	wg.Wait()
 }
 
 // logitOrder orders token ids by logit, largest first, ties by lower id.
@@ -203,10 +242,17 @@ func TopK(logits []float32, k int) []int32 {
 			ids = append(ids, int32(i))
 		}
 	}
-	better := logitOrder(logits)
+	keys := make([]uint64, len(ids))
+	for i, id := range ids {
+		keys[i] = orderKey(logits[id], id)
+	}
 	k = min(max(k, 0), len(ids))
-	selectBest(ids, k, better)
+	selectBest(keys, k)
 	ids = ids[:k]
+	for i := range ids {
+		ids[i] = keyID(keys[i])
+	}
+	better := logitOrder(logits)
 	slices.SortFunc(ids, func(a, b int32) int {
 		if better(a, b) {
 			return -1
@@ -216,11 +262,11 @@ func TopK(logits []float32, k int) []int32 {
 	return ids
 }
 
-// selectBest moves the k best ids (by better) to ids[:k], in no order.
-func selectBest(ids []int32, k int, better func(a, b int32) bool) {
-	lo, hi := 0, len(ids)
+// selectBest moves the k best (smallest) keys to keys[:k], in no order.
+func selectBest(keys []uint64, k int) {
+	lo, hi := 0, len(keys)
 	for hi-lo > 1 {
-		p := partition(ids, nil, lo, hi, better)
+		p := partition(keys, lo, hi)
 		switch {
 		case p == k || p == k-1:
 			return
@@ -232,27 +278,28 @@ func selectBest(ids []int32, k int, better func(a, b int32) bool) {
 	}
 }
 
-// nucleus rearranges ids and w so that ids[:n] is the smallest set of the
-// best ids whose weights reach need (all of them if they never do), and
-// returns n.
-func nucleus(ids []int32, w []float64, need float64, better func(a, b int32) bool) int {
-	lo, hi := 0, len(ids)
+// nucleus rearranges keys so that keys[:n] is the smallest set of the best
+// (smallest) keys whose weights (w, by token id) reach need (all of them if
+// they never do), and returns n.
+func nucleus(keys []uint64, w []float64, need float64) int {
+	lo, hi := 0, len(keys)
 	for hi > lo {
 		if hi-lo == 1 {
 			return hi
 		}
-		p := partition(ids, w, lo, hi, better)
+		p := partition(keys, lo, hi)
 		var mass float64
-		for _, x := range w[lo:p] {
-			mass += x
+		for _, k := range keys[lo:p] {
+			mass += w[keyID(k)]
 		}
+		wp := w[keyID(keys[p])]
 		switch {
 		case mass >= need:
 			hi = p
-		case mass+w[p] >= need:
+		case mass+wp >= need:
 			return p + 1
 		default:
-			need -= mass + w[p]
+			need -= mass + wp
 			lo = p + 1
 		}
 	}

@@ -36,8 +36,23 @@ func TestSelectionMatchesSorting(t *testing.T) {
 		k := 1 + r.IntN(n)
 		ids := slices.Clone(sorted)
 		r.Shuffle(n, func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
-		selectBest(ids, k, better)
-		got, want := slices.Clone(ids[:k]), slices.Clone(sorted[:k])
+		keysOf := func(ids []int32) []uint64 {
+			keys := make([]uint64, len(ids))
+			for i, id := range ids {
+				keys[i] = orderKey(logits[id], id)
+			}
+			return keys
+		}
+		idsOf := func(keys []uint64) []int32 {
+			ids := make([]int32, len(keys))
+			for i, k := range keys {
+				ids[i] = keyID(k)
+			}
+			return ids
+		}
+		keys := keysOf(ids)
+		selectBest(keys, k)
+		got, want := idsOf(keys[:k]), slices.Clone(sorted[:k])
 		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
@@ -60,22 +75,31 @@ func TestSelectionMatchesSorting(t *testing.T) {
 			}
 		}
 		r.Shuffle(n, func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
-		ws := make([]float64, n)
-		for i, id := range ids {
-			ws[i] = w[id]
-		}
-		gotN := nucleus(ids, ws, need, better)
-		got, want = slices.Clone(ids[:gotN]), slices.Clone(sorted[:wantN])
+		keys = keysOf(ids)
+		gotN := nucleus(keys, w, need)
+		got, want = idsOf(keys[:gotN]), slices.Clone(sorted[:wantN])
 		slices.Sort(got)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Fatalf("nucleus need %g of %g: %v, want %v", need, total, got, want)
 		}
-		for i, id := range ids {
-			if ws[i] != w[id] {
-				t.Fatalf("weights no longer follow their ids")
-			}
-		}
+	}
+}
+
+// BenchmarkSamplePeaked: logits shaped like a language model's (a few
+// tokens far above a broad tail), the usual top-p setting.
+func BenchmarkSamplePeaked(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	logits := make([]float32, 129280)
+	for i := range logits {
+		logits[i] = float32(r.NormFloat64()*2 - 6)
+	}
+	for k := 0; k < 8; k++ {
+		logits[r.IntN(len(logits))] = float32(8 + r.NormFloat64())
+	}
+	s := NewSampler(SamplerOptions{Temperature: 0.6, TopP: 0.95, Seed: 1})
+	for b.Loop() {
+		s.Sample(logits)
 	}
 }
 
