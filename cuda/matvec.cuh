@@ -847,7 +847,7 @@ struct PipeArgs {
     int rt;         // rows per tile
     int tiles;      // tiles per selection
     int total;      // tiles of all selections
-    int terms_off;  // byte offset of the terms [rt][nb] (after the barriers and the IQ2 codebook)
+    int terms_off;  // byte offset of the terms: two buffers of [rt][tstride] (after the barriers and the IQ2 codebook)
     int stage_off;  // byte offset of stage 0
     int stage;      // bytes per stage
     int64_t base[3]; // region k of the tensor begins at a.w + base[k]
@@ -887,7 +887,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
         const int64_t mat = a.ids ? (int64_t)a.ids[sel] : (a.sel_mat ? sel : 0);
         return mat >= 0 && mat < a.n_mat ? mat : -1;
     };
-    auto issue = [&](int k) { // tile k's bytes into stage k mod PIPE_STAGES
+    auto issue = [&](int k) { // tile k's bytes into stage k mod p.ns
         if (k < my && (CP < 2 || tid == 0)) {
             int sel, r0, nr;
             const int64_t mat = tile(k, sel, r0, nr);
