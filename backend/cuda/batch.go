@@ -26,6 +26,7 @@ type batch struct {
 
 	tokens Ptr     // [cap] int32
 	pinned []byte  // pinned host staging for the tokens
+	logPin []byte  // pinned host staging for a few rows of logits (Head), made on first use
 	h      Ptr     // [cap][HC·Embed] hyper-connection streams
 	x      Ptr     // [cap][Embed] sub-block input
 	out    Ptr     // [cap][Embed] sub-block output
@@ -175,6 +176,9 @@ func (b *batch) Release() {
 	b.sc.free()
 	if b.pinned != nil {
 		d.FreeHost(b.pinned)
+	}
+	if b.logPin != nil {
+		d.FreeHost(b.logPin)
 	}
 	if b.s != 0 {
 		d.DestroyStream(b.s)
