@@ -47,17 +47,51 @@ func (s *Sampler) Options() SamplerOptions { return s.opts }
 
 // Greedy returns the id of the largest logit (the lowest id on ties; NaNs
 // are never chosen unless every logit is NaN).
+//
+// It runs between two decode steps, so it keeps four running maxima (ids
+// i ≡ j mod 4) that do not wait on each other, then merges them by value and
+// id; NaNs never compare greater, so only the start must skip them.
 func Greedy(logits []float32) int32 {
-	best := -1
-	for i, v := range logits {
-		if v != v {
-			continue
+	first := 0
+	for first < len(logits) && logits[first] != logits[first] {
+		first++
+	}
+	if first == len(logits) {
+		return 0
+	}
+	var bi [4]int
+	var bv [4]float32
+	for j := range bi {
+		bi[j], bv[j] = first, logits[first]
+	}
+	i := first + 1
+	for ; i+4 <= len(logits); i += 4 {
+		x := logits[i : i+4 : i+4]
+		if x[0] > bv[0] {
+			bi[0], bv[0] = i, x[0]
 		}
-		if best < 0 || v > logits[best] {
-			best = i
+		if x[1] > bv[1] {
+			bi[1], bv[1] = i+1, x[1]
+		}
+		if x[2] > bv[2] {
+			bi[2], bv[2] = i+2, x[2]
+		}
+		if x[3] > bv[3] {
+			bi[3], bv[3] = i+3, x[3]
 		}
 	}
-	return int32(max(best, 0))
+	for ; i < len(logits); i++ {
+		if logits[i] > bv[0] {
+			bi[0], bv[0] = i, logits[i]
+		}
+	}
+	best, v := bi[0], bv[0]
+	for j := 1; j < 4; j++ {
+		if bv[j] > v || (bv[j] == v && bi[j] < best) {
+			best, v = bi[j], bv[j]
+		}
+	}
+	return int32(best)
 }
 
 // Sample draws a token id from logits.

@@ -222,3 +222,56 @@ func TestSampleMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+// refGreedy is Greedy as first written: one pass, NaNs skipped.
+func refGreedy(logits []float32) int32 {
+	best := -1
+	for i, v := range logits {
+		if v != v {
+			continue
+		}
+		if best < 0 || v > logits[best] {
+			best = i
+		}
+	}
+	return int32(max(best, 0))
+}
+
+// TestGreedyMatchesReference: the four-lane Greedy picks refGreedy's token
+// on short and long inputs full of ties, signed zeros, NaNs and infinities.
+func TestGreedyMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 3}
+	for trial := 0; trial < 3000; trial++ {
+		n := r.IntN(12)
+		if trial%10 == 0 {
+			n = r.IntN(5000)
+		}
+		logits := make([]float32, n)
+		for i := range logits {
+			if r.IntN(3) == 0 {
+				logits[i] = specials[r.IntN(len(specials))]
+			} else {
+				logits[i] = float32(r.IntN(4))
+			}
+		}
+		if got, want := Greedy(logits), refGreedy(logits); got != want {
+			t.Fatalf("%v: %d, want %d", logits, got, want)
+		}
+	}
+	if got := Greedy(nil); got != 0 {
+		t.Fatalf("empty: %d", got)
+	}
+}
+
+// BenchmarkGreedy: one decode step's argmax over the vocabulary.
+func BenchmarkGreedy(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	logits := make([]float32, 129280)
+	for i := range logits {
+		logits[i] = float32(r.NormFloat64())
+	}
+	for b.Loop() {
+		Greedy(logits)
+	}
+}
