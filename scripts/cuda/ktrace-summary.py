@@ -6,7 +6,9 @@ intervals) per token, then per kernel name the time it advanced the token:
 kernels sorted by end, each charged the time from the previous end to its
 own, so the charges add up to the wall time; on a serial chain that is the
 kernel's cost including the gap before it. Beside it the mean duration
-(start to end: with PDL a kernel starts before its predecessor ends).
+(start to end: with PDL a kernel starts before its predecessor ends) and
+the streams it ran on, numbered in order of first use within the token
+(1: the batch's main stream, 2: its side stream), most used first.
     python3 scripts/cuda/ktrace-summary.py ktrace.csv [N]"""
 import csv, re, subprocess, sys, collections
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 16
@@ -24,7 +26,7 @@ for r in rows:
     name = re.sub(r"\((int|bool|unsigned int)\)", "", plain.get(r["name"], r["name"]))
     name = re.sub(r"ds4mv::|\(anonymous namespace\)::|<unnamed>::|^void ", "", name)
     name = re.sub(r"\(.*", "", name)
-    ev.append((int(r["start"]), int(r["end"]), name))
+    ev.append((int(r["start"]), int(r["end"]), name, int(r["stream"])))
 ev.sort()
 starts = [i for i, e in enumerate(ev) if e[2].startswith("k_get_rows")]
 if len(starts) < N + 2:
@@ -32,13 +34,18 @@ if len(starts) < N + 2:
     raise SystemExit(1)
 toks = [(starts[i], starts[i + 1]) for i in range(len(starts) - N - 1, len(starts) - 1)]
 charge = collections.defaultdict(float); dur = collections.defaultdict(float); cnt = collections.Counter()
+streams = collections.defaultdict(collections.Counter)
 walls, busys, nks = [], [], []
 for a, b in toks:
     t0, t1 = ev[a][0], ev[b][0]
     ks = ev[a:b]
     walls.append(t1 - t0); nks.append(len(ks))
     busy, cs, ce = 0, None, None
-    for s, e, _ in ks:
+    order = {}
+    for _, _, n, st in ks:
+        order.setdefault(st, len(order) + 1)
+        streams[n][order[st]] += 1
+    for s, e, _, _ in ks:
         if ce is None or s > ce:
             if ce is not None: busy += ce - cs
             cs, ce = s, e
@@ -47,7 +54,7 @@ for a, b in toks:
     busy += min(ce, t1) - cs
     busys.append(busy)
     prev = t0
-    for s, e, n in sorted(ks, key=lambda k: k[1]):
+    for s, e, n, _ in sorted(ks, key=lambda k: k[1]):
         e = min(e, t1)
         charge[n] += max(0, e - prev); prev = max(prev, e)
         dur[n] += e - s; cnt[n] += 1
@@ -55,9 +62,10 @@ for a, b in toks:
 T = len(toks)
 print(f"{T} decode tokens: {sum(walls)/T/1e6:.3f} ms/token ({1e9*T/sum(walls):.1f} tok/s), "
       f"{sum(nks)/T:.0f} kernels/token, GPU busy {sum(busys)/T/1e6:.3f} ms/token")
-print(f"{'charged ms':>10} {'share':>6} {'calls':>6} {'µs/call':>8} {'mean dur µs':>11}  kernel")
+print(f"{'charged ms':>10} {'share':>6} {'calls':>6} {'µs/call':>8} {'mean dur µs':>11} {'stream':>6}  kernel")
 tot = sum(charge.values())
 for n, c in sorted(charge.items(), key=lambda kv: -kv[1]):
     k = cnt[n] / T
+    st = "/".join(str(o) for o, _ in streams[n].most_common()) if n in streams else "-"
     print(f"{c/T/1e6:10.3f} {100*c/tot:5.1f}% {k:6.0f} {c/cnt[n]/1e3 if cnt[n] else 0:8.2f} "
-          f"{dur[n]/cnt[n]/1e3 if cnt[n] else 0:11.2f}  {n}")
+          f"{dur[n]/cnt[n]/1e3 if cnt[n] else 0:11.2f} {st:>6}  {n}")
