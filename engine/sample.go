@@ -114,38 +114,60 @@ func (s *Sampler) SampleWith(logits []float32, o SamplerOptions) int32 {
 	if o.Temperature <= 0 || len(logits) == 0 {
 		return Greedy(logits)
 	}
-	// The candidates are their rank keys (an id is a key's low 32 bits);
-	// selection moves keys only, weights are kept by id.
-	s.key = s.key[:0]
+	// The candidates are their rank keys (an id is a key's low 32 bits),
+	// in id order; selection moves keys only, weights are kept by id. A
+	// candidate's logit is neither NaN nor −Inf (v > −Inf is false for both).
+	negInf := float32(math.Inf(-1))
+	n, top := 0, int32(-1)
 	for i, v := range logits {
-		if v == v && !math.IsInf(float64(v), -1) {
-			s.key = append(s.key, orderKey(v, int32(i)))
+		if v > negInf {
+			if n == 0 || v > logits[top] {
+				top = int32(i)
+			}
+			n++
 		}
 	}
-	if len(s.key) == 0 {
+	if n == 0 {
 		return Greedy(logits)
 	}
-	if o.TopK > 0 && o.TopK < len(s.key) {
-		selectBest(s.key, o.TopK)
-		s.key = s.key[:o.TopK]
-	}
-	topKey := slices.Min(s.key)
-	top := keyID(topKey)
-	// Weights at the temperature relative to the best token (which has 1).
 	invT := 1 / float64(o.Temperature)
+	s.key = s.key[:0]
+	topK := o.TopK > 0 && o.TopK < n
+	if topK || o.MinP <= 0 {
+		for i, v := range logits {
+			if v > negInf {
+				s.key = append(s.key, orderKey(v, int32(i)))
+			}
+		}
+		if topK {
+			selectBest(s.key, o.TopK)
+			s.key = s.key[:o.TopK]
+			top = keyID(slices.Min(s.key))
+		}
+	}
+	// Weights at the temperature relative to the best token (which has 1).
 	lt := float64(logits[top])
 	if o.MinP > 0 {
 		// Logits this far below the best cannot reach min-p's weight:
-		// drop them before their exp (the exact test follows).
+		// drop them before their exp (the exact test follows). Without
+		// top-k the survivors' keys are made directly, in id order.
 		cut := lt + float64(o.Temperature)*math.Log(float64(o.MinP)) - 1e-3
-		n := 0
-		for _, k := range s.key {
-			if id := keyID(k); float64(logits[id]) >= cut || id == top {
-				s.key[n] = k
-				n++
+		if topK {
+			n := 0
+			for _, k := range s.key {
+				if id := keyID(k); float64(logits[id]) >= cut || id == top {
+					s.key[n] = k
+					n++
+				}
+			}
+			s.key = s.key[:n]
+		} else {
+			for i, v := range logits {
+				if v > negInf && (float64(v) >= cut || int32(i) == top) {
+					s.key = append(s.key, orderKey(v, int32(i)))
+				}
 			}
 		}
-		s.key = s.key[:n]
 	}
 	if len(s.wt) < len(logits) {
 		s.wt = make([]float64, len(logits))

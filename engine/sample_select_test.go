@@ -103,6 +103,20 @@ func BenchmarkSamplePeaked(b *testing.B) {
 	}
 }
 
+// BenchmarkSampleMinP: the CLI's default filter (min-p 0.05 at temperature
+// 1) on flat logits.
+func BenchmarkSampleMinP(b *testing.B) {
+	r := rand.New(rand.NewPCG(3, 4))
+	logits := make([]float32, 129280)
+	for i := range logits {
+		logits[i] = float32(r.NormFloat64())
+	}
+	s := NewSampler(SamplerOptions{Temperature: 1, MinP: 0.05, Seed: 1})
+	for b.Loop() {
+		s.Sample(logits)
+	}
+}
+
 func BenchmarkSampleFlat(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 4))
 	logits := make([]float32, 129280)
