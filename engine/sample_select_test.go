@@ -86,47 +86,40 @@ func TestSelectionMatchesSorting(t *testing.T) {
 	}
 }
 
-// BenchmarkSamplePeaked: logits shaped like a language model's (a few
-// tokens far above a broad tail), the usual top-p setting.
-func BenchmarkSamplePeaked(b *testing.B) {
-	r := rand.New(rand.NewPCG(5, 6))
+// benchSample times one sampler draw over a 129280-token vocabulary of
+// normal(0,1)·scale + shift logits, with peaks raised above them (an LM's
+// shape) when peaks > 0.
+func benchSample(b *testing.B, o SamplerOptions, scale, shift float64, peaks int) {
+	r := rand.New(rand.NewPCG(3, 4))
 	logits := make([]float32, 129280)
 	for i := range logits {
-		logits[i] = float32(r.NormFloat64()*2 - 6)
+		logits[i] = float32(r.NormFloat64()*scale + shift)
 	}
-	for k := 0; k < 8; k++ {
+	for k := 0; k < peaks; k++ {
 		logits[r.IntN(len(logits))] = float32(8 + r.NormFloat64())
 	}
-	s := NewSampler(SamplerOptions{Temperature: 0.6, TopP: 0.95, Seed: 1})
+	s := NewSampler(o)
 	for b.Loop() {
 		s.Sample(logits)
 	}
+}
+
+// BenchmarkSamplePeaked: logits shaped like a language model's (a few
+// tokens far above a broad tail), the usual top-p setting.
+func BenchmarkSamplePeaked(b *testing.B) {
+	benchSample(b, SamplerOptions{Temperature: 0.6, TopP: 0.95, Seed: 1}, 2, -6, 8)
 }
 
 // BenchmarkSampleMinP: the CLI's default filter (min-p 0.05 at temperature
 // 1) on flat logits.
 func BenchmarkSampleMinP(b *testing.B) {
-	r := rand.New(rand.NewPCG(3, 4))
-	logits := make([]float32, 129280)
-	for i := range logits {
-		logits[i] = float32(r.NormFloat64())
-	}
-	s := NewSampler(SamplerOptions{Temperature: 1, MinP: 0.05, Seed: 1})
-	for b.Loop() {
-		s.Sample(logits)
-	}
+	benchSample(b, SamplerOptions{Temperature: 1, MinP: 0.05, Seed: 1}, 1, 0, 0)
 }
 
+// BenchmarkSampleFlat: top-p over flat logits, the worst case for the
+// nucleus (most of the vocabulary is in it).
 func BenchmarkSampleFlat(b *testing.B) {
-	r := rand.New(rand.NewPCG(3, 4))
-	logits := make([]float32, 129280)
-	for i := range logits {
-		logits[i] = float32(r.NormFloat64())
-	}
-	s := NewSampler(SamplerOptions{Temperature: 0.6, TopP: 0.95, Seed: 1})
-	for b.Loop() {
-		s.Sample(logits)
-	}
+	benchSample(b, SamplerOptions{Temperature: 0.6, TopP: 0.95, Seed: 1}, 1, 0, 0)
 }
 
 // TestSampleExtremeOptions: options out of the usual ranges still give a
