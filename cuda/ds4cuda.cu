@@ -29,6 +29,9 @@ static int g_opt_hc_quant = 1;
 static int g_opt_mv_pipe = 2; // CTAs per SM of the pipelined products (0: off)
 static int g_opt_mv_pipe_min = 16; // MiB of weights from which a product is pipelined
 static int g_opt_mv_copy = 2; // their copies: cp.async, with the L2 hint, bulk
+static int g_opt_mv_stage = 0;  // their bytes per stage (0: what fits)
+static int g_opt_mv_stages = 3; // their stages
+static int g_opt_mv_timing = 0; // timing experiments only (wrong results)
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -69,9 +72,6 @@ int ds4c_opt_hc_quant(void) { return g_opt_hc_quant; }
 int ds4c_opt_mv_pipe(void) { return g_opt_mv_pipe; }
 int ds4c_opt_mv_pipe_min(void) { return g_opt_mv_pipe_min; }
 int ds4c_opt_mv_copy(void) { return g_opt_mv_copy; }
-static int g_opt_mv_timing = 0;
-static int g_opt_mv_stage = 0;  // bytes per stage of the pipelined products (0: what fits)
-static int g_opt_mv_stages = 3; // their stages
 int ds4c_opt_mv_stage(void) { return g_opt_mv_stage; }
 int ds4c_opt_mv_stages(void) { return g_opt_mv_stages; }
 int ds4c_opt_mv_timing(void) { return g_opt_mv_timing; }
@@ -364,33 +364,37 @@ int ds4c_profiler(int on) {
     return 0;
 }
 
-// The on/off options (1 on, 0 off), by key.
+// The options that take any value in a range, by key (the on/off ones: 0..1).
 static const struct {
     int key;
     const char *name;
     int *value;
-} k_switches[] = {
-    {DS4C_OPT_PDL, "pdl", &g_opt_pdl},
-    {DS4C_OPT_ATTN_PO, "attn_po", &g_opt_attn_po},
-    {DS4C_OPT_PREFETCH, "prefetch", &g_opt_prefetch},
-    {DS4C_OPT_FX_WARP, "fx_warp", &g_opt_fx_warp},
-    {DS4C_OPT_HC_TWO, "hc_two", &g_opt_hc_two},
-    {DS4C_OPT_NORM_ROPE, "norm_rope", &g_opt_norm_rope},
-    {DS4C_OPT_HC_QUANT, "hc_quant", &g_opt_hc_quant},
+    int lo, hi;
+} k_ranged[] = {
+    {DS4C_OPT_PDL, "pdl", &g_opt_pdl, 0, 1},
+    {DS4C_OPT_ATTN_PO, "attn_po", &g_opt_attn_po, 0, 1},
+    {DS4C_OPT_PREFETCH, "prefetch", &g_opt_prefetch, 0, 1},
+    {DS4C_OPT_FX_WARP, "fx_warp", &g_opt_fx_warp, 0, 1},
+    {DS4C_OPT_HC_TWO, "hc_two", &g_opt_hc_two, 0, 1},
+    {DS4C_OPT_NORM_ROPE, "norm_rope", &g_opt_norm_rope, 0, 1},
+    {DS4C_OPT_HC_QUANT, "hc_quant", &g_opt_hc_quant, 0, 1},
+    {DS4C_OPT_WLOAD, "wload", &g_opt_wload, 0, 2},
+    {DS4C_OPT_MV_PIPE, "mv_pipe", &g_opt_mv_pipe, 0, 4},
+    {DS4C_OPT_MV_COPY, "mv_copy", &g_opt_mv_copy, 0, 2},
+    {DS4C_OPT_MV_STAGES, "mv_stages", &g_opt_mv_stages, 3, 8},
+    {DS4C_OPT_MV_PIPE_MIN, "mv_pipe_min", &g_opt_mv_pipe_min, 0, 1 << 20},
+    {DS4C_OPT_MV_TIMING, "mv_timing", &g_opt_mv_timing, 0, 2},
 };
 
 int ds4c_set_option(int key, int value) {
-    for (const auto &sw : k_switches) {
-        if (sw.key != key) continue;
-        if (value != 0 && value != 1) return ds4c_err(DS4C_EINVAL, "%s option %d not 0 or 1", sw.name, value);
-        *sw.value = value;
+    for (const auto &o : k_ranged) {
+        if (o.key != key) continue;
+        if (value < o.lo || value > o.hi)
+            return ds4c_err(DS4C_EINVAL, "%s option %d out of range %d..%d", o.name, value, o.lo, o.hi);
+        *o.value = value;
         return 0;
     }
     switch (key) {
-    case DS4C_OPT_WLOAD:
-        if (value < 0 || value > 2) return ds4c_err(DS4C_EINVAL, "wload option %d out of range 0..2", value);
-        g_opt_wload = value;
-        return 0;
     case DS4C_OPT_SPLITK:
         if (value != 0 && value != 1 && value != 2 && value != 4 && value != 8)
             return ds4c_err(DS4C_EINVAL, "splitk option %d not one of 0,1,2,4,8", value);
@@ -405,30 +409,10 @@ int ds4c_set_option(int key, int value) {
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_tok option %d negative", value);
         g_opt_tc_min_tok = value;
         return 0;
-    case DS4C_OPT_MV_PIPE:
-        if (value < 0 || value > 4) return ds4c_err(DS4C_EINVAL, "mv_pipe option %d out of range 0..4", value);
-        g_opt_mv_pipe = value;
-        return 0;
-    case DS4C_OPT_MV_TIMING:
-        if (value < 0 || value > 2) return ds4c_err(DS4C_EINVAL, "mv_timing option %d out of range 0..2", value);
-        g_opt_mv_timing = value;
-        return 0;
     case DS4C_OPT_MV_STAGE:
         if (value < 0 || value > 65536 || value % 1024)
             return ds4c_err(DS4C_EINVAL, "mv_stage option %d not 0 or a multiple of 1024 up to 65536", value);
         g_opt_mv_stage = value;
-        return 0;
-    case DS4C_OPT_MV_PIPE_MIN:
-        if (value < 0 || value > 1 << 20) return ds4c_err(DS4C_EINVAL, "mv_pipe_min option %d out of range", value);
-        g_opt_mv_pipe_min = value;
-        return 0;
-    case DS4C_OPT_MV_STAGES:
-        if (value < 3 || value > 8) return ds4c_err(DS4C_EINVAL, "mv_stages option %d out of range 3..8", value);
-        g_opt_mv_stages = value;
-        return 0;
-    case DS4C_OPT_MV_COPY:
-        if (value < 0 || value > 2) return ds4c_err(DS4C_EINVAL, "mv_copy option %d out of range 0..2", value);
-        g_opt_mv_copy = value;
         return 0;
     case DS4C_OPT_TC_MIN_SEL:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_sel option %d negative", value);

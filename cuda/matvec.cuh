@@ -1011,15 +1011,6 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
     if (CP < 2) cp_async_wait<0>();
 }
 
-// act_row_bytes: the bytes of one token's activation for T's products
-// (Q8_0: quants and a float scale per 32; Q8_K: quants, a float scale per
-// 256 and int16 sums per 16), as ds4c_act_bytes lays them out.
-template <class T>
-int64_t act_row_bytes(int64_t cols) {
-    if (std::is_same<T, TQ8_0>::value) return cols + 4 * (cols / 32);
-    return cols + 4 * (cols / 256) + 2 * (cols / 16);
-}
-
 // launch_pipe runs a single-token product as k_mv_pipe when T has a
 // pipelined form, the option is on and the shapes allow it (every region's
 // bytes per row a multiple of 16, units per row a multiple of 32, aligned
@@ -1053,11 +1044,14 @@ bool launch_pipe(const MVArgs &a, int n_sel, cudaStream_t st, int *rc) {
         // their rows before the wait does better there (cuda/NOTES.md v7).
         if ((int64_t)n_sel * a.rows * row_bytes < ((int64_t)ds4c_opt_mv_pipe_min() << 20)) return false;
         const int64_t nb = a.cols / block_vals<T>();
+        // one token's activation row (its format: the one T's products consume)
+        const int64_t act_bytes =
+            (int64_t)ds4c_act_bytes(std::is_same<T, TQ8_0>::value ? DS4C_Q8_0 : DS4C_Q8_K, a.cols);
         // rows per tile: the option's bytes per stage (DS4C_OPT_MV_STAGE), or
         // (0) as many as let cps CTAs fit an SM beside their fixed shared memory
         int64_t stage_bytes = ds4c_opt_mv_stage();
         if (stage_bytes == 0) {
-            const int64_t fixed = PIPE_BARS + 2048 + act_row_bytes<T>(a.cols) + 16 + 1024; // + the CTA's reserve
+            const int64_t fixed = PIPE_BARS + 2048 + act_bytes + 16 + 1024; // 16 bytes of slack, the CTA's reserve
             const int64_t rows = (smem_sm / cps - fixed) / (p.ns * row_bytes + 2 * (nb + 4) * 4);
             stage_bytes = max((int64_t)1, rows) * row_bytes;
         }
@@ -1077,7 +1071,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, cudaStream_t st, int *rc) {
         p.terms_off = PIPE_BARS + (T::GRID ? 256 * 8 : 0);
         p.ush = 0;
         while ((1 << p.ush) < upr) p.ush++;
-        p.act_bytes = (int)((act_row_bytes<T>(a.cols) + 15) & ~(int64_t)15);
+        p.act_bytes = (int)act_bytes; // a multiple of 16
         p.tstride = (int)nb + 4;
         p.tw = nb >= 64 ? 1 : 0; // long rows: the sums would hold up the next tile
         p.act_off = p.terms_off + 2 * p.rt * p.tstride * 4;
