@@ -177,21 +177,22 @@ func TestBandwidth(t *testing.T) {
 		add(fmt.Sprintf("%s experts %dx%d sel %d%s", typ, rows, cols, nsel, label), int64(nsel)*mb, us)
 		d.FreeWeight(dw)
 	}
-	// DS4_CUDA_BENCH_PIPE="pipe:copy,…": only the single-token quantized
-	// products, exact, once per setting of OptMVPipe and OptMVCopy.
+	// DS4_CUDA_BENCH_PIPE="pipe:copy:timing:stage:stages,…": only the
+	// single-token quantized products, exact, once per setting of OptMVPipe,
+	// OptMVCopy, OptMVTiming, OptMVStage and OptMVStages.
 	if v := os.Getenv("DS4_CUDA_BENCH_PIPE"); v != "" {
 		exact = true
 		for _, pc := range strings.Split(v, ",") {
-			var pipe, cp, diag, stage, ns int
-			if _, err := fmt.Sscanf(pc, "%d:%d:%d:%d:%d", &pipe, &cp, &diag, &stage, &ns); err != nil {
+			var pipe, cp, timing, stage, ns int
+			if _, err := fmt.Sscanf(pc, "%d:%d:%d:%d:%d", &pipe, &cp, &timing, &stage, &ns); err != nil {
 				t.Fatalf("DS4_CUDA_BENCH_PIPE %q: %v", pc, err)
 			}
 			must(t, d.SetOption(OptMVPipe, pipe))
 			must(t, d.SetOption(OptMVCopy, cp))
-			must(t, d.SetOption(OptMVTiming, diag))
+			must(t, d.SetOption(OptMVTiming, timing))
 			must(t, d.SetOption(OptMVStage, stage))
 			must(t, d.SetOption(OptMVStages, ns))
-			label := fmt.Sprintf(" pipe=%d copy=%d diag=%d stage=%d ns=%d", pipe, cp, diag, stage, ns)
+			label := fmt.Sprintf(" pipe=%d copy=%d timing=%d stage=%d ns=%d", pipe, cp, timing, stage, ns)
 			for _, sh := range flashShapes {
 				if sh.typ == quant.Q8_0 || sh.typ == quant.Q2_K {
 					dense(sh, 1, label)
