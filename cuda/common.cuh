@@ -35,6 +35,8 @@ int ds4c_opt_mv_timing(void);
 int ds4c_opt_mv_stage(void);
 int ds4c_opt_mv_stages(void);
 int ds4c_opt_mv_pipe_min(void);
+int ds4c_opt_ix_tile(void);
+int ds4c_opt_topk_warp(void);
 
 #define DS4C_CHECK(call)                                              \
     do {                                                              \

@@ -32,6 +32,8 @@ static int g_opt_mv_copy = 2; // their copies: cp.async, with the L2 hint, bulk
 static int g_opt_mv_stage = 0;  // their bytes per stage (0: what fits)
 static int g_opt_mv_stages = 3; // their stages
 static int g_opt_mv_timing = 0; // timing experiments only (wrong results)
+static int g_opt_ix_tile = 1;
+static int g_opt_topk_warp = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -75,6 +77,8 @@ int ds4c_opt_mv_copy(void) { return g_opt_mv_copy; }
 int ds4c_opt_mv_stage(void) { return g_opt_mv_stage; }
 int ds4c_opt_mv_stages(void) { return g_opt_mv_stages; }
 int ds4c_opt_mv_timing(void) { return g_opt_mv_timing; }
+int ds4c_opt_ix_tile(void) { return g_opt_ix_tile; }
+int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 
 extern "C" {
 
@@ -384,6 +388,8 @@ static const struct {
     {DS4C_OPT_MV_STAGES, "mv_stages", &g_opt_mv_stages, 3, 8},
     {DS4C_OPT_MV_PIPE_MIN, "mv_pipe_min", &g_opt_mv_pipe_min, 0, 1 << 20},
     {DS4C_OPT_MV_TIMING, "mv_timing", &g_opt_mv_timing, 0, 2},
+    {DS4C_OPT_IX_TILE, "ix_tile", &g_opt_ix_tile, 0, 1},
+    {DS4C_OPT_TOPK_WARP, "topk_warp", &g_opt_topk_warp, 0, 1},
 };
 
 int ds4c_set_option(int key, int value) {

@@ -628,6 +628,95 @@ __global__ void __launch_bounds__(256) k_index_scores(const float *q, const floa
     }
 }
 
+// The same scores, tiled for one query (decode): a CTA takes IXT_ROWS rows,
+// one per lane, and every head; warp w the heads w·IXT_HPW + 64·j … (eight
+// at a time), so a k row's float4 is loaded once for eight dots and the
+// query's float4 is the same address across the warp (a broadcast). The
+// staging keeps eight 16-byte loads per thread in flight (the one-at-a-time
+// staging loop of k_index_scores was most of its time). Each dot keeps
+// dot_ref's four running sums; the heads are added in order by the row's
+// thread, as in k_index_scores. Needs IH % IXT_HPW == 0.
+constexpr int IXT_ROWS = 32, IXT_WARPS = 8, IXT_HPW = 8;
+
+__host__ __device__ constexpr size_t ixt_smem(int IH, int IHD) {
+    return ((size_t)IH * IHD + (size_t)IXT_ROWS * (IHD + 4) + (size_t)IXT_ROWS * (IH + 1) + IH) * sizeof(float);
+}
+
+__global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile(const float *q, const float *w, const float *rows, int IH,
+                                                               int IHD, int64_t pos0, int ratio, float *scores,
+                                                               int64_t sc_stride) {
+    pdl_enter();
+    extern __shared__ float4 s_ixt4[];
+    float *sq = (float *)s_ixt4;                  // [IH][IHD]
+    const int ld = IHD + 4, v4 = IHD / 4;         // k rows padded: 8 lanes' float4s cover the 32 banks
+    float *sk = sq + (size_t)IH * IHD;            // [IXT_ROWS][ld]
+    float *sd = sk + (size_t)IXT_ROWS * ld;       // [IXT_ROWS][IH+1]
+    float *sw = sd + (size_t)IXT_ROWS * (IH + 1); // [IH]
+    const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    constexpr int NT = IXT_WARPS * 32;
+    const int64_t R = (pos0 + t + 1) / ratio;
+    const int64_t i0 = (int64_t)blockIdx.x * IXT_ROWS;
+    if (i0 >= R) return;
+    const int nr = (int)min((int64_t)IXT_ROWS, R - i0);
+    const float4 *qt = (const float4 *)(q + (int64_t)t * IH * IHD);
+    const float4 *kt = (const float4 *)(rows + i0 * IHD);
+    const int nq = IH * v4, nall = nq + nr * v4;
+    for (int b = 0; b < nall; b += 8 * NT) {
+        float4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = b + u * NT + tid;
+            if (i < nq)
+                v[u] = qt[i];
+            else if (i < nall)
+                v[u] = kt[i - nq];
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = b + u * NT + tid;
+            if (i < nq) {
+                ((float4 *)sq)[i] = v[u];
+            } else if (i < nall) {
+                const int j = i - nq;
+                *(float4 *)&sk[(j / v4) * ld + 4 * (j % v4)] = v[u];
+            }
+        }
+    }
+    for (int h = tid; h < IH; h += NT) sw[h] = w[(int64_t)t * IH + h];
+    __syncthreads();
+    const float *kr = sk + lane * ld; // lanes past nr read stale rows; their dots are never stored
+    for (int hb = warp * IXT_HPW; hb < IH; hb += IXT_WARPS * IXT_HPW) {
+        float acc[IXT_HPW][4];
+#pragma unroll
+        for (int j = 0; j < IXT_HPW; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+        const float *qh = sq + (size_t)hb * IHD;
+#pragma unroll 2
+        for (int c = 0; c < IHD; c += 4) {
+            const float4 y = *(const float4 *)(kr + c);
+#pragma unroll
+            for (int j = 0; j < IXT_HPW; j++) {
+                const float4 x = *(const float4 *)(qh + j * IHD + c);
+                acc[j][0] = fadd(acc[j][0], fmul(x.x, y.x));
+                acc[j][1] = fadd(acc[j][1], fmul(x.y, y.y));
+                acc[j][2] = fadd(acc[j][2], fmul(x.z, y.z));
+                acc[j][3] = fadd(acc[j][3], fmul(x.w, y.w));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < IXT_HPW; j++)
+            sd[lane * (IH + 1) + hb + j] = fadd(fadd(acc[j][0], acc[j][1]), fadd(acc[j][2], acc[j][3]));
+    }
+    __syncthreads();
+    if (tid < nr) {
+        float sum = 0.f;
+        for (int h = 0; h < IH; h++) {
+            const float d = sd[tid * (IH + 1) + h];
+            if (d > 0.f) sum = fadd(sum, fmul(d, sw[h]));
+        }
+        scores[t * sc_stride + i0 + tid] = sum;
+    }
+}
+
 // ------------------------------------------------------------ top-k
 // For each token t (one CTA): R = count (or (pos0+t+1)/ratio); the
 // min(K, R) best scores (higher first; equal scores: lower index first) go
@@ -790,6 +879,140 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_radix(const float *scores, 
         }
     }
     if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(s_sort[tid] & 0xffffffffu));
+}
+
+// The same top-k with fewer block barriers (k_topk_radix spends most of its
+// time in ≈ 140 of them): each radix pass's suffix sums over the 256 bins
+// are warp scans plus eight warp totals (4 barriers a pass instead of 19),
+// and the bitonic sort covers only the next power of two ≥ take, one key
+// per thread in a register: partners closer than 32 by shuffles, farther
+// ones through two alternating shared buffers (one barrier a step; 10 for
+// 512 keys instead of 55). Same picks, same order.
+__global__ void __launch_bounds__(TK_THREADS) k_topk_warp(const float *scores, int64_t stride, int64_t R_fixed,
+                                                          int64_t pos0, int ratio, int K, int all_if_few,
+                                                          int32_t *sel, int32_t *nsel) {
+    pdl_enter();
+    __shared__ int s_hist[256];
+    __shared__ int s_wsum[8];
+    __shared__ uint32_t s_prefix, s_mask;
+    __shared__ int s_kleft;
+    __shared__ int s_wcnt[TK_THREADS / 32][2];
+    __shared__ int s_base[2];
+    __shared__ unsigned long long s_x[2][TK_THREADS];
+    const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t R = R_fixed > 0 ? R_fixed : (pos0 + t + 1) / ratio;
+    const float *sc = scores + t * stride;
+    const int take = (int)(R < K ? R : K);
+    if (R <= K && all_if_few) { // all rows, in order
+        for (int64_t i = tid; i < R; i += TK_THREADS) sel[(int64_t)t * K + i] = (int32_t)i;
+        if (tid == 0 && nsel) nsel[t] = (int32_t)R;
+        return;
+    }
+    if (tid == 0) {
+        s_prefix = 0;
+        s_mask = 0;
+        s_kleft = take;
+        if (nsel) nsel[t] = take;
+    }
+    // 1. the take-th largest key, 8 bits at a time
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        if (tid < 256) s_hist[tid] = 0;
+        __syncthreads();
+        const uint32_t prefix = s_prefix, mask = s_mask;
+        const int kleft = s_kleft;
+        for (int64_t i = tid; i < R; i += TK_THREADS) {
+            const uint32_t k = topk_key(sc[i]);
+            if ((k & mask) == prefix) atomicAdd(&s_hist[(k >> shift) & 255], 1);
+        }
+        __syncthreads();
+        int own = 0, suf = 0; // bin tid's count; the counts of bins tid..(its warp's last)
+        if (tid < 256) {
+            own = suf = s_hist[tid];
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int u = __shfl_down_sync(FULL_MASK, suf, o);
+                if (lane + o < 32) suf += u;
+            }
+            if (lane == 0) s_wsum[warp] = suf;
+        }
+        __syncthreads();
+        if (tid < 256) {
+            for (int w = warp + 1; w < 8; w++) suf += s_wsum[w]; // bins tid..255
+            const int next = suf - own;                          // bins tid+1..255
+            if (suf >= kleft && next < kleft) {
+                s_prefix = prefix | ((uint32_t)tid << shift);
+                s_mask = mask | (255u << shift);
+                s_kleft = kleft - next;
+            }
+        }
+        __syncthreads();
+    }
+    const uint32_t T = s_prefix;
+    const int need_eq = s_kleft; // keys equal to T that make the cut (lowest indices first)
+    // 2. ordered compaction: keys above T (any slot), the first need_eq equal to T
+    if (tid < 2) s_base[tid] = 0;
+    s_x[0][tid] = 0; // padding sorts last
+    __syncthreads();
+    const int n_gt = take - need_eq;
+    for (int64_t c0 = 0; c0 < R; c0 += TK_THREADS) {
+        const int64_t i = c0 + tid;
+        uint32_t k = 0;
+        bool gt = false, eq = false;
+        if (i < R) {
+            k = topk_key(sc[i]);
+            gt = k > T;
+            eq = k == T;
+        }
+        const unsigned bg = __ballot_sync(FULL_MASK, gt), be = __ballot_sync(FULL_MASK, eq);
+        if (lane == 0) {
+            s_wcnt[warp][0] = __popc(bg);
+            s_wcnt[warp][1] = __popc(be);
+        }
+        __syncthreads();
+        int og = s_base[0], oe = s_base[1];
+        for (int w = 0; w < warp; w++) {
+            og += s_wcnt[w][0];
+            oe += s_wcnt[w][1];
+        }
+        const unsigned below = (1u << lane) - 1;
+        og += __popc(bg & below);
+        oe += __popc(be & below);
+        if (gt) s_x[0][og] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
+        if (eq && oe < need_eq) s_x[0][n_gt + oe] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
+        __syncthreads();
+        if (tid == 0) {
+            int tg = 0, te = 0;
+            for (int w = 0; w < TK_THREADS / 32; w++) {
+                tg += s_wcnt[w][0];
+                te += s_wcnt[w][1];
+            }
+            s_base[0] += tg;
+            s_base[1] += te;
+        }
+        __syncthreads();
+    }
+    // 3. bitonic sort of the first P slots, descending (keys are distinct:
+    // the index is in the low half)
+    int P = 1;
+    while (P < take) P <<= 1;
+    unsigned long long x = s_x[0][tid];
+    int buf = 1;
+    for (int size = 2; size <= P; size <<= 1) {
+        for (int st = size >> 1; st > 0; st >>= 1) {
+            unsigned long long y;
+            if (st >= 32) {
+                s_x[buf][tid] = x;
+                __syncthreads();
+                y = s_x[buf][tid ^ st];
+                buf ^= 1;
+            } else {
+                y = __shfl_xor_sync(FULL_MASK, x, st);
+            }
+            const bool desc = (tid & size) == 0, lower = (tid & st) == 0;
+            x = (desc == lower) ? (x > y ? x : y) : (x < y ? x : y);
+        }
+    }
+    if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(x & 0xffffffffu));
 }
 
 // ------------------------------------------------------------ attention
@@ -1345,6 +1568,18 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         DS4C_CHECK(cudaFuncSetAttribute(k_index_scores, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         set = smem;
     }
+    const size_t tsmem = ixt_smem(IH, IHD);
+    if (n == 1 && IH % IXT_HPW == 0 && tsmem <= 200 * 1024 && ds4c_opt_ix_tile()) {
+        static size_t tset = 0;
+        if (tsmem > 48 * 1024 && tsmem > tset) {
+            DS4C_CHECK(cudaFuncSetAttribute(k_index_tile, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsmem));
+            tset = tsmem;
+        }
+        ds4c_launch(k_index_tile, dim3(nblk(maxR, IXT_ROWS), 1), IXT_WARPS * 32, tsmem, as_stream(stream), d_q, d_w,
+                    d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
+        DS4C_CHECK_LAUNCH("index_scores");
+        return 0;
+    }
     dim3 g(nblk(maxR, IX_ROWS), (unsigned)n);
     ds4c_launch(k_index_scores, g, 256, smem, as_stream(stream), d_q, d_w, d_rows, IH, IHD, pos0, ratio, d_scores,
                 sc_stride);
@@ -1360,8 +1595,8 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     const int64_t maxR = R_fixed > 0 ? R_fixed : (pos0 + n) / ratio;
     if (n > 65535) return ds4c_err(DS4C_EINVAL, "topk: %d tokens (at most 65535)", n);
     if (K <= TK_THREADS && maxR > K) {
-        ds4c_launch(k_topk_radix, (unsigned)n, TK_THREADS, 0, as_stream(stream), d_scores, stride, R_fixed, pos0, ratio,
-                    K, all_if_few, d_sel, d_nsel);
+        ds4c_launch(ds4c_opt_topk_warp() ? k_topk_warp : k_topk_radix, (unsigned)n, TK_THREADS, 0, as_stream(stream),
+                    d_scores, stride, R_fixed, pos0, ratio, K, all_if_few, d_sel, d_nsel);
         DS4C_CHECK_LAUNCH("topk");
         return 0;
     }

@@ -41,33 +41,7 @@ func TestBandwidth(t *testing.T) {
 		us    float64
 	}
 	var rows []row
-	// timeGraph captures n calls of launch(i) and returns µs per call.
-	timeGraph := func(n int, launch func(i int) error) float64 {
-		must(t, d.BeginCapture(s))
-		for i := 0; i < n; i++ {
-			if err := launch(i); err != nil {
-				d.EndCapture(s)
-				t.Fatal(err)
-			}
-		}
-		g, err := d.EndCapture(s)
-		must(t, err)
-		defer d.DestroyGraph(g)
-		must(t, d.Launch(g, s)) // warm-up
-		must(t, d.SyncStream(s))
-		var ts []float64
-		for k := 0; k < 7; k++ {
-			must(t, d.Record(e0, s))
-			must(t, d.Launch(g, s))
-			must(t, d.Record(e1, s))
-			must(t, d.SyncEvent(e1))
-			ms, err := d.Elapsed(e0, e1)
-			must(t, err)
-			ts = append(ts, float64(ms)*1000/float64(n))
-		}
-		slices.Sort(ts)
-		return ts[len(ts)/2]
-	}
+	timeGraph := func(n int, launch func(i int) error) float64 { return graphTime(t, d, s, e0, e1, n, launch) }
 	add := func(name string, bytes int64, us float64) {
 		rows = append(rows, row{name, bytes, us})
 		t.Logf("%-44s %9.1f µs %8.1f GB/s", name, us, float64(bytes)/us/1e3)
@@ -259,6 +233,37 @@ func TestBandwidth(t *testing.T) {
 }
 
 // tempAlloc allocates device memory the caller frees (no test cleanup).
+// graphTime captures n calls of launch(i) on s into a CUDA graph, replays it
+// (once to warm up, then 7 times timed with the events e0, e1) and returns
+// the median µs per call.
+func graphTime(t testing.TB, d *Device, s Stream, e0, e1 Event, n int, launch func(i int) error) float64 {
+	t.Helper()
+	must(t, d.BeginCapture(s))
+	for i := 0; i < n; i++ {
+		if err := launch(i); err != nil {
+			d.EndCapture(s)
+			t.Fatal(err)
+		}
+	}
+	g, err := d.EndCapture(s)
+	must(t, err)
+	defer d.DestroyGraph(g)
+	must(t, d.Launch(g, s)) // warm-up
+	must(t, d.SyncStream(s))
+	var ts []float64
+	for k := 0; k < 7; k++ {
+		must(t, d.Record(e0, s))
+		must(t, d.Launch(g, s))
+		must(t, d.Record(e1, s))
+		must(t, d.SyncEvent(e1))
+		ms, err := d.Elapsed(e0, e1)
+		must(t, err)
+		ts = append(ts, float64(ms)*1000/float64(n))
+	}
+	slices.Sort(ts)
+	return ts[len(ts)/2]
+}
+
 func tempAlloc(t testing.TB, d *Device, n int64) Ptr {
 	t.Helper()
 	p, err := d.Malloc(n)

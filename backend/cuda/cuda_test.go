@@ -851,8 +851,17 @@ func TestMatMulTensorCores(t *testing.T) {
 // counts from (pos0+t+1)/ratio.
 func TestTopK(t *testing.T) {
 	d := gpu(t)
+	for _, warp := range []int{1, 0} { // k_topk_warp (the default), k_topk_radix
+		must(t, d.SetOption(OptTopKWarp, warp))
+		testTopK(t, d)
+	}
+	must(t, d.SetOption(OptTopKWarp, 1))
+}
+
+func testTopK(t *testing.T, d *Device) {
 	for _, c := range []struct{ k, pos0, ratio, n int }{
-		{4, 0, 4, 40}, {512, 1900, 4, 8}, {512, 20000, 4, 3}, {64, 0, 1, 300},
+		{4, 0, 4, 40}, {512, 1900, 4, 8}, {512, 20000, 4, 3}, {64, 0, 1, 300}, {512, 8191, 4, 1}, {512, 32700, 4, 1},
+		{1024, 8000, 2, 2}, {3, 40, 1, 2},
 	} {
 		maxR := (c.pos0 + c.n) / c.ratio
 		r := rand.New(rand.NewPCG(uint64(c.k), uint64(c.pos0)))
@@ -908,4 +917,55 @@ func TestTopK(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestIndexScores checks the indexer's scores, Σ_h relu(q_h·k_i)·w_h, against
+// the CPU backend's order (dot_ref's four running sums, the heads added in
+// order) bit for bit: the tiled single-query kernel and the general one.
+func TestIndexScores(t *testing.T) {
+	d := gpu(t)
+	const IH, IHD, ratio = 64, 128, 4
+	for _, c := range []struct{ pos0, n, tile int }{{8200, 1, 1}, {8200, 1, 0}, {8200, 3, 1}, {101, 1, 1}, {3, 1, 1}} {
+		must(t, d.SetOption(OptIXTile, c.tile))
+		maxR := (c.pos0 + c.n) / ratio
+		q := gaussian(c.n*IH*IHD, uint64(c.pos0+c.n))
+		w := gaussian(c.n*IH, 7)
+		rows := gaussian(maxR*IHD, 9)
+		scores := alloc(t, d, int64(4*c.n*maxR))
+		poison(t, d, scores, c.n*maxR)
+		qp, wp, rp := upload(t, d, q), upload(t, d, w), upload(t, d, rows)
+		must(t, d.IndexScores(0, qp, wp, rp, IH, IHD, c.pos0, ratio, c.n, scores, int64(maxR)))
+		got := download(t, d, scores, c.n*maxR)
+		for tok := 0; tok < c.n; tok++ {
+			R := (c.pos0 + tok + 1) / ratio
+			for i := 0; i < R; i++ {
+				var want float32
+				for h := 0; h < IH; h++ {
+					dot := dotRef(q[(tok*IH+h)*IHD:(tok*IH+h+1)*IHD], rows[i*IHD:(i+1)*IHD])
+					if dot > 0 {
+						want += float32(dot * w[tok*IH+h])
+					}
+				}
+				if g := got[tok*maxR+i]; math.Float32bits(g) != math.Float32bits(want) {
+					t.Fatalf("pos0 %d, %d tokens, tile %d: token %d row %d: %v, want %v", c.pos0, c.n, c.tile, tok, i, g, want)
+				}
+			}
+		}
+		for _, p := range []Ptr{scores, qp, wp, rp} {
+			d.Free(p)
+		}
+	}
+	must(t, d.SetOption(OptIXTile, 1))
+}
+
+// dotRef is a·b with four running sums over i mod 4, each product rounded
+// before its addition, combined as (s0+s1)+(s2+s3) (len(a) % 4 == 0).
+func dotRef(a, b []float32) float32 {
+	var s [4]float32
+	for i := 0; i < len(a); i += 4 {
+		for j := range 4 {
+			s[j] += float32(a[i+j] * b[i+j])
+		}
+	}
+	return (s[0] + s[1]) + (s[2] + s[3])
 }

@@ -285,6 +285,8 @@ const (
 	OptMVStages    = 16 // stages of the pipelined products (3..8, default 3)
 	OptMVPipeMin   = 17 // MiB of weights from which a single-token product is pipelined (default 16; 0: every one that can be)
 	OptMVTiming    = 18 // timing experiments only, wrong results: pipelined products skip their arithmetic (1) or ordered sums (2)
+	OptIXTile      = 19 // 1: single-query indexer scores with a row per lane and 8 heads per warp (default); 0: a (row, head) dot per thread
+	OptTopKWarp    = 20 // 1: radix top-k with warp scans and a register bitonic sort (default); 0: block-wide scans and sort
 )
 
 // SetOption sets a library tuning option (process-wide).

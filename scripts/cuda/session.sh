@@ -2,15 +2,19 @@
 # One device call that checks and times a change (binaries from
 # scripts/cuda/build-smoke.sh plus ds4-bench and ds4-gguf, all in
 # dev-out/final): the smoke script, the 6-layer decode test (graph modes),
-# the ncu per-kernel profile of one decode token, then the full-size bench.
+# the latency of the small decode kernels (TestOpLatency), the ncu
+# per-kernel profile of one decode token, then the full-size bench.
 #   run(kind="nvidia-h200", command="bash scripts/cuda/session.sh", carry=["dev-out/final"])
 # Writes at most 8 files under $OUT (the device tool returns 8).
-# Environment: SKIP (words: smoke, decode, profile, bench, fullprof, ktrace), BUDGET for the
+# Environment: SKIP (words: smoke, decode, oplat, profile, bench, fullprof, ktrace), BUDGET for the
 # bench (seconds, default 230), FRONTIERS, DECODE_MODE (TestDecodeSpeed's
 # mode filter), AB (ds4-bench at 8k once more with this environment
 # assignment, e.g. AB=DS4_CUDA_PREFETCH=0, for an A/B on the same model).
 # fullprof: ncu's per-kernel times of the 3rd decode token after an 8k
 # prompt on the full-size model (DS4_CUDA_PROFILE_DECODE), in fullprof.txt.
+# DETAIL (a regex of kernel names): ncu's speed of light, memory, occupancy
+# and warp-stall sections of those kernels in the 3rd full-size decode token
+# at 8k, in fulldetail.txt.
 # ktrace: the kernels of full-size decode tokens at 8k as they really run
 # (pipelined; CUPTI activity records, scripts/cuda/ktrace.sh), in ktrace.txt.
 set -uo pipefail
@@ -30,6 +34,10 @@ export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1
 if [[ $SKIP != *decode* ]]; then
     DS4_CUDA_BENCH=1 DS4_CUDA_BENCH_MODE="${DECODE_MODE:-graph per layer}" $F/cuda.test -test.run TestDecodeSpeed -test.timeout 300s >"$OUT/decode.txt" 2>&1
     grep -E "^decode|graph stats" "$OUT/decode.txt"
+fi
+if [[ $SKIP != *oplat* ]]; then
+    DS4_CUDA_BENCH=1 $F/cuda.test -test.run TestOpLatency -test.timeout 120s 2>&1 | grep -E "^op latency|FAIL|panic" >"$OUT/oplat.txt"
+    cat "$OUT/oplat.txt"
 fi
 if [[ $SKIP != *profile* ]]; then
     CUDA_TEST=$F/cuda.test PROFILE_CHUNKS=1 OUT=/tmp/prof bash scripts/cuda/profile.sh >/dev/null 2>&1
@@ -52,6 +60,14 @@ if [[ $SKIP != *fullprof* ]] && [ -f /dev/shm/flash-q2.gguf ]; then
         $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers 8192 --gen 4 >/tmp/fullprof.csv 2>/tmp/fullprof.err
     echo "== full-size decode token at 8k under ncu: exit $?"
     python3 scripts/cuda/ncu-summary.py /tmp/fullprof.csv >"$OUT/fullprof.txt"; head -32 "$OUT/fullprof.txt"
+fi
+if [ -n "${DETAIL:-}" ] && [ -f /dev/shm/flash-q2.gguf ]; then
+    DS4_CUDA_PROFILE_DECODE=3 ncu --clock-control none --cache-control none --profile-from-start off \
+        -k "regex:$DETAIL" --launch-count "${COUNT:-12}" \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section SchedulerStats --section SourceCounters --page details \
+        $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers 8192 --gen 4 >"$OUT/fulldetail.txt" 2>/tmp/fulldetail.err
+    echo "== ncu detail of /$DETAIL/ at 8k: exit $? ($(grep -c '^  [a-z_].*(' "$OUT/fulldetail.txt") kernels)"
 fi
 if [[ $SKIP != *ktrace* ]] && [ -f /dev/shm/flash-q2.gguf ]; then
     echo "== full-size decode tokens at 8k, kernel timeline"

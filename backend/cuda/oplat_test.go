@@ -1,0 +1,103 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+)
+
+// TestOpLatency times the small decode kernels that are chains of
+// latencies rather than streams of weights (router, indexer scores, top-k,
+// attention) on Flash's shapes at an 8k and a 32k context, each with the
+// library options that switch its variants, and prints µs per call. Like
+// TestBandwidth it runs only with DS4_CUDA_BENCH=1; each figure is the
+// median of 7 replays of a graph of 50 back-to-back calls (the calls'
+// launches overlap as in the decode graph, with PDL).
+func TestOpLatency(t *testing.T) {
+	if os.Getenv("DS4_CUDA_BENCH") == "" {
+		t.Skip("set DS4_CUDA_BENCH=1 to run the latency benchmark")
+	}
+	d := gpu(t)
+	s, err := d.NewStream()
+	must(t, err)
+	defer d.DestroyStream(s)
+	e0, err := d.NewEvent()
+	must(t, err)
+	e1, err := d.NewEvent()
+	must(t, err)
+	const n = 50
+	report := func(name string, opt, val int, launch func(int) error) {
+		if opt > 0 {
+			must(t, d.SetOption(opt, val))
+			defer d.SetOption(opt, 1)
+		}
+		us := graphTime(t, d, s, e0, e1, n, launch)
+		line := fmt.Sprintf("op latency %-40s %8.2f µs", name, us)
+		t.Log(line)
+		fmt.Println(line)
+	}
+
+	// Router: 256 experts, 6 picked, learned (biased top-k) and hashed.
+	const E, K, vocab = 256, 6, 1024
+	logits, bias := upload(t, d, gaussian(E, 1)), upload(t, d, gaussian(E, 2))
+	tid := make([]int32, vocab*K)
+	r := rand.New(rand.NewPCG(3, 3))
+	for i := range tid {
+		tid[i] = int32(r.IntN(E))
+	}
+	tidp := alloc(t, d, int64(4*len(tid)))
+	must(t, UploadSlice(d, tidp, tid))
+	tok := alloc(t, d, 4)
+	must(t, UploadSlice(d, tok, []int32{17}))
+	sel, wts := alloc(t, d, 4*K), alloc(t, d, 4*K)
+	report("router learned", 0, 0, func(int) error { return d.Router(s, logits, E, bias, 0, 0, K, true, 1.5, sel, wts, 1) })
+	report("router hashed", 0, 0, func(int) error { return d.Router(s, logits, E, bias, tidp, tok, K, true, 1.5, sel, wts, 1) })
+
+	// Indexer scores and top-k at ratio 4 (64 heads of 128, 512 picks).
+	const IH, IHD, TopK = 64, 128, 512
+	for _, ctx := range []int{8192, 32768} {
+		R := ctx / 4
+		q, w := upload(t, d, gaussian(IH*IHD, 4)), upload(t, d, gaussian(IH, 5))
+		rows := upload(t, d, gaussian(R*IHD, 6))
+		scores := alloc(t, d, int64(4*R))
+		isel, insel := alloc(t, d, 4*TopK), alloc(t, d, 4)
+		for v := 1; v >= 0; v-- {
+			report(fmt.Sprintf("index scores R=%d ix_tile=%d", R, v), OptIXTile, v, func(int) error {
+				return d.IndexScores(s, q, w, rows, IH, IHD, ctx-1, 4, 1, scores, int64(R))
+			})
+		}
+		for v := 1; v >= 0; v-- {
+			report(fmt.Sprintf("top-k %d of %d topk_warp=%d", TopK, R, v), OptTopKWarp, v, func(int) error {
+				return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, true, isel, insel, 1)
+			})
+		}
+
+		// Attention of one query, 64 heads of 512: the 128-key window and
+		// the 512 picks of a ratio-4 layer; the window and R/32 rows of a
+		// ratio-128 layer.
+		const H, HD, W = 64, 512, 128
+		aq, akv := upload(t, d, gaussian(H*HD, 7)), upload(t, d, gaussian(HD, 8))
+		win := upload(t, d, gaussian(2*W*HD, 9))
+		comp := upload(t, d, gaussian(R*HD, 10))
+		sinks, out := upload(t, d, gaussian(H, 11)), alloc(t, d, 4*H*HD)
+		for _, ratio := range []int{4, 128} {
+			maxKeys := W + TopK
+			if ratio == 128 {
+				maxKeys = W + ctx/128
+			}
+			work := alloc(t, d, int64(4*AttentionWork(1, H, maxKeys)))
+			a := &AttentionArgs{Q: aq, KV: akv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: isel, NSel: insel,
+				K: TopK, Sinks: sinks, Out: out, Pos0: ctx - 1, N: 1, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work}
+			for v := 1; v >= 0; v-- {
+				report(fmt.Sprintf("attention ctx=%d ratio=%d attn_po=%d", ctx, ratio, v), OptAttnPO, v, func(int) error {
+					return d.Attention(s, a)
+				})
+			}
+			d.Free(work)
+		}
+		for _, p := range []Ptr{q, w, rows, scores, isel, insel, aq, akv, win, comp, sinks, out} {
+			d.Free(p)
+		}
+	}
+}
