@@ -37,6 +37,7 @@ int ds4c_opt_mv_stages(void);
 int ds4c_opt_mv_pipe_min(void);
 int ds4c_opt_ix_tile(void);
 int ds4c_opt_topk_warp(void);
+int ds4c_opt_router_warp(void);
 
 #define DS4C_CHECK(call)                                              \
     do {                                                              \

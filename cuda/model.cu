@@ -28,6 +28,26 @@ __device__ __forceinline__ float fadd(float a, float b) { return __fadd_rn(a, b)
 __device__ __forceinline__ float fsub(float a, float b) { return __fsub_rn(a, b); }
 __device__ __forceinline__ float fmax_go(float a, float b) { return a > b ? a : b; }
 
+// stage_f4 copies n float4s, dst(i, src(i)) for i < n, over nt threads with
+// U loads per thread in flight before their stores (a plain strided loop
+// keeps one: a round trip to L2 per iteration).
+template <int U, class Src, class Dst>
+__device__ __forceinline__ void stage_f4(int n, int tid, int nt, Src src, Dst dst) {
+    for (int b = 0; b < n; b += U * nt) {
+        float4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = b + u * nt + tid;
+            if (i < n) v[u] = src(i);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = b + u * nt + tid;
+            if (i < n) dst(i, v[u]);
+        }
+    }
+}
+
 // rsqrt(mean(x²) + eps) as the reference: the sum of squares in double, the
 // mean rounded to float, eps added in float, the reciprocal square root in
 // double rounded to float.
@@ -660,28 +680,17 @@ __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile(const float *q, c
     const int nr = (int)min((int64_t)IXT_ROWS, R - i0);
     const float4 *qt = (const float4 *)(q + (int64_t)t * IH * IHD);
     const float4 *kt = (const float4 *)(rows + i0 * IHD);
-    const int nq = IH * v4, nall = nq + nr * v4;
-    for (int b = 0; b < nall; b += 8 * NT) {
-        float4 v[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++) {
-            const int i = b + u * NT + tid;
-            if (i < nq)
-                v[u] = qt[i];
-            else if (i < nall)
-                v[u] = kt[i - nq];
-        }
-#pragma unroll
-        for (int u = 0; u < 8; u++) {
-            const int i = b + u * NT + tid;
+    const int nq = IH * v4;
+    stage_f4<8>(
+        nq + nr * v4, tid, NT, [&](int i) { return i < nq ? qt[i] : kt[i - nq]; },
+        [&](int i, float4 v) {
             if (i < nq) {
-                ((float4 *)sq)[i] = v[u];
-            } else if (i < nall) {
+                ((float4 *)sq)[i] = v;
+            } else {
                 const int j = i - nq;
-                *(float4 *)&sk[(j / v4) * ld + 4 * (j % v4)] = v[u];
+                *(float4 *)&sk[(j / v4) * ld + 4 * (j % v4)] = v;
             }
-        }
-    }
+        });
     for (int h = tid; h < IH; h += NT) sw[h] = w[(int64_t)t * IH + h];
     __syncthreads();
     const float *kr = sk + lane * ld; // lanes past nr read stale rows; their dots are never stored
@@ -709,8 +718,10 @@ __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile(const float *q, c
     __syncthreads();
     if (tid < nr) {
         float sum = 0.f;
-        for (int h = 0; h < IH; h++) {
-            const float d = sd[tid * (IH + 1) + h];
+        const float *dr = sd + tid * (IH + 1);
+#pragma unroll 16
+        for (int h = 0; h < IH; h++) { // loads ahead of the ordered chain
+            const float d = dr[h];
             if (d > 0.f) sum = fadd(sum, fmul(d, sw[h]));
         }
         scores[t * sc_stride + i0 + tid] = sum;
@@ -881,18 +892,25 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_radix(const float *scores, 
     if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(s_sort[tid] & 0xffffffffu));
 }
 
-// The same top-k with fewer block barriers (k_topk_radix spends most of its
-// time in ≈ 140 of them): each radix pass's suffix sums over the 256 bins
-// are warp scans plus eight warp totals (4 barriers a pass instead of 19),
-// and the bitonic sort covers only the next power of two ≥ take, one key
-// per thread in a register: partners closer than 32 by shuffles, farther
-// ones through two alternating shared buffers (one barrier a step; 10 for
-// 512 keys instead of 55). Same picks, same order.
+// The same top-k, built for one decode token's few thousand scores, where
+// k_topk_radix waits on latencies rather than work: the keys are loaded
+// once, all in flight, into registers (TK_REG per thread, R ≤ TK_REG ·
+// TK_THREADS; more are re-read from global memory on each pass), each
+// radix pass adds a warp's equal bins with one shared atomic
+// (__match_any_sync: the scores of a layer share their leading bits, so
+// the plain per-key atomics were serialised on a few bins), the suffix sums
+// over the 256 bins are warp scans plus eight warp totals (4 barriers a
+// pass instead of 19), and the bitonic sort covers only the next power of
+// two ≥ take, one key per thread in a register: partners closer than 32
+// by shuffles, farther ones through two alternating shared buffers (10
+// barriers for 512 keys instead of 55). Same picks, same order.
+constexpr int TK_REG = 8;
+
 __global__ void __launch_bounds__(TK_THREADS) k_topk_warp(const float *scores, int64_t stride, int64_t R_fixed,
                                                           int64_t pos0, int ratio, int K, int all_if_few,
                                                           int32_t *sel, int32_t *nsel) {
     pdl_enter();
-    __shared__ int s_hist[256];
+    __shared__ int s_hist[257]; // bin 256: keys outside the prefix
     __shared__ int s_wsum[8];
     __shared__ uint32_t s_prefix, s_mask;
     __shared__ int s_kleft;
@@ -908,6 +926,30 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_warp(const float *scores, i
         if (tid == 0 && nsel) nsel[t] = (int32_t)R;
         return;
     }
+    const bool inreg = R <= (int64_t)TK_REG * TK_THREADS;
+    uint32_t kr[TK_REG];
+#pragma unroll
+    for (int u = 0; u < TK_REG; u++) {
+        const int64_t i = tid + (int64_t)u * TK_THREADS;
+        kr[u] = (inreg && i < R) ? topk_key(sc[i]) : 0;
+    }
+    // f(i, key, valid) over this thread's rows, in chunks of TK_THREADS
+    // rows that every thread walks together (warp-wide intrinsics inside)
+    auto each = [&](auto &&f) {
+        if (inreg) {
+#pragma unroll
+            for (int u = 0; u < TK_REG; u++) {
+                if ((int64_t)u * TK_THREADS >= R) break;
+                const int64_t i = tid + (int64_t)u * TK_THREADS;
+                f(i, kr[u], i < R);
+            }
+        } else {
+            for (int64_t c0 = 0; c0 < R; c0 += TK_THREADS) {
+                const int64_t i = c0 + tid;
+                f(i, i < R ? topk_key(sc[i]) : 0u, i < R);
+            }
+        }
+    };
     if (tid == 0) {
         s_prefix = 0;
         s_mask = 0;
@@ -916,14 +958,15 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_warp(const float *scores, i
     }
     // 1. the take-th largest key, 8 bits at a time
     for (int shift = 24; shift >= 0; shift -= 8) {
-        if (tid < 256) s_hist[tid] = 0;
+        if (tid < 257) s_hist[tid] = 0;
         __syncthreads();
         const uint32_t prefix = s_prefix, mask = s_mask;
         const int kleft = s_kleft;
-        for (int64_t i = tid; i < R; i += TK_THREADS) {
-            const uint32_t k = topk_key(sc[i]);
-            if ((k & mask) == prefix) atomicAdd(&s_hist[(k >> shift) & 255], 1);
-        }
+        each([&](int64_t, uint32_t k, bool ok) {
+            const int bin = (ok && (k & mask) == prefix) ? (int)((k >> shift) & 255) : 256;
+            const unsigned peers = __match_any_sync(FULL_MASK, bin);
+            if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&s_hist[bin], __popc(peers));
+        });
         __syncthreads();
         int own = 0, suf = 0; // bin tid's count; the counts of bins tid..(its warp's last)
         if (tid < 256) {
@@ -954,15 +997,8 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_warp(const float *scores, i
     s_x[0][tid] = 0; // padding sorts last
     __syncthreads();
     const int n_gt = take - need_eq;
-    for (int64_t c0 = 0; c0 < R; c0 += TK_THREADS) {
-        const int64_t i = c0 + tid;
-        uint32_t k = 0;
-        bool gt = false, eq = false;
-        if (i < R) {
-            k = topk_key(sc[i]);
-            gt = k > T;
-            eq = k == T;
-        }
+    each([&](int64_t i, uint32_t k, bool ok) {
+        const bool gt = ok && k > T, eq = ok && k == T;
         const unsigned bg = __ballot_sync(FULL_MASK, gt), be = __ballot_sync(FULL_MASK, eq);
         if (lane == 0) {
             s_wcnt[warp][0] = __popc(bg);
@@ -990,7 +1026,7 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_warp(const float *scores, i
             s_base[1] += te;
         }
         __syncthreads();
-    }
+    });
     // 3. bitonic sort of the first P slots, descending (keys are distinct:
     // the index is in the low half)
     int P = 1;
@@ -1086,10 +1122,23 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
     float *sq = s_at, *sk = s_at + AS_H * ld;
     if (tid < nkt) s_kp[tid] = attn_key(a, t, p, k0 + tid, nwin);
     __syncthreads();
-    for (int i = tid; i < nkt * v4; i += blockDim.x) {
-        const int k = i / v4, c = i % v4;
-        *(float4 *)&sk[k * ld + 4 * c] = __ldg((const float4 *)s_kp[k] + c);
-    }
+    // the key rows and the first head group's queries, 8 loads per thread
+    // in flight; later groups' queries the same way
+    const int nk4 = nkt * v4;
+    auto stage_q = [&](int h0, int nh, int pre) {
+        const float4 *qt = (const float4 *)(a.q + ((int64_t)t * a.H + h0) * a.HD);
+        stage_f4<8>(
+            pre + nh * v4, tid, blockDim.x,
+            [&](int i) { return i < pre ? __ldg((const float4 *)s_kp[i / v4] + i % v4) : __ldg(qt + (i - pre)); },
+            [&](int i, float4 v) {
+                if (i < pre) {
+                    *(float4 *)&sk[(i / v4) * ld + 4 * (i % v4)] = v;
+                } else {
+                    i -= pre;
+                    *(float4 *)&sq[(i / v4) * ld + 4 * (i % v4)] = v;
+                }
+            });
+    };
     // thread: head tid/16 of the group, keys tid%16 and tid%16 + 16 (two
     // dots sharing the query loads)
     const int kk = tid % 16, hh = tid / 16;
@@ -1098,9 +1147,7 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
         if (h0 >= a.H) break;
         const int nh = min(AS_H, a.H - h0);
         if (g > 0) __syncthreads(); // the previous group's queries are consumed
-        const float *qt = a.q + ((int64_t)t * a.H + h0) * a.HD;
-        for (int i = tid; i < nh * v4; i += blockDim.x)
-            *(float4 *)&sq[(i / v4) * ld + 4 * (i % v4)] = __ldg((const float4 *)qt + i);
+        stage_q(h0, nh, g == 0 ? nk4 : 0);
         __syncthreads();
         if (hh >= nh || kk >= nkt) continue;
         const float *qa = sq + hh * ld, *ka = sk + kk * ld, *kb = sk + (KPT > 1 ? kk + 16 : kk) * ld;
@@ -1234,14 +1281,34 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     // softmax statistics of head h: maximum, then the serial sum
     const float *s = sc + ((int64_t)t * a.H + (hok ? h : 0)) * maxk;
     const float sink = hok ? a.sinks[h] : 0.f;
+    // a chunk's scores, lane + 32·u, with the lane's AP_K/32 loads in flight
+    // (each pass below reads them this way; one load at a time was a round
+    // trip to L2 per 32 keys)
+    constexpr int SU = AP_K / 32;
+    float sv[SU];
+    auto scores = [&](int64_t kc) {
+#pragma unroll
+        for (int u = 0; u < SU; u++) {
+            const int64_t k = kc + lane + 32 * u;
+            sv[u] = k < nk ? s[k] : 0.f;
+        }
+    };
     float mx = sink;
-    for (int64_t k = lane; k < nk; k += 32) mx = fmax_go(mx, s[k]);
+    for (int64_t kc = 0; kc < nk; kc += AP_K) {
+        scores(kc);
+#pragma unroll
+        for (int u = 0; u < SU; u++)
+            if (kc + lane + 32 * u < nk) mx = fmax_go(mx, sv[u]);
+    }
     mx = warp_max(mx);
     float sum = exp_ref(fsub(sink, mx));
     float *sp = s_p[w];
     for (int64_t kc = 0; kc < nk; kc += AP_K) {
         const int m = (int)min((int64_t)AP_K, nk - kc);
-        for (int j = lane; j < m; j += 32) sp[j] = exp_ref(fsub(s[kc + j], mx));
+        scores(kc);
+#pragma unroll
+        for (int u = 0; u < SU; u++)
+            if (lane + 32 * u < m) sp[lane + 32 * u] = exp_ref(fsub(sv[u], mx));
         __syncwarp();
         if (lane == 0) {
             int j = 0;
@@ -1264,7 +1331,10 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         __syncthreads(); // the previous chunk is consumed
 #pragma unroll
         for (int u = 0; u < AP_LD; u++) s_v[lk + u * (AP_T / (AP_D / 4))][lc] = nv[u];
-        for (int j = lane; j < m; j += 32) sp[j] = __fdiv_rn(exp_ref(fsub(s[kc + j], mx)), sum);
+        scores(kc);
+#pragma unroll
+        for (int u = 0; u < SU; u++)
+            if (lane + 32 * u < m) sp[lane + 32 * u] = __fdiv_rn(exp_ref(fsub(sv[u], mx)), sum);
         __syncthreads();
         if (kc + AP_K < nk) load(kc + AP_K);
         int j = 0;
@@ -1287,7 +1357,7 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
 // One CTA per token: s = sqrt(softplus(logit)); experts from tid2eid (hash
 // layers) or the top-K of s + bias; weights s[e], normalised, scaled.
 __global__ void k_router(const float *logits, int E, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
-                         int K, int norm, float wscale, int32_t *sel, float *wts) {
+                         int K, int norm, float wscale, int32_t *sel, float *wts, int warp_pick) {
     pdl_enter();
     extern __shared__ float s_r[]; // s[E], biased[E], ids[K]
     float *s = s_r, *biased = s_r + E;
@@ -1302,6 +1372,30 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
     if (tid2eid) {
         const int64_t tok = tokens[t];
         for (int i = threadIdx.x; i < K; i += blockDim.x) s_ids[i] = tid2eid[tok * K + i];
+    } else if (warp_pick) {
+        // K rounds of a warp-wide maximum over (biased score, lower id)
+        // keys, the winners of earlier rounds left out: the same experts in
+        // the same order as the ranking below, without its serial scans
+        // (lane l looks at experts l, l+32, …; E ≤ 1024).
+        if (threadIdx.x < 32) {
+            const int lane = threadIdx.x;
+            unsigned taken = 0;
+            for (int r = 0; r < K; r++) {
+                unsigned long long best = 0;
+                for (int u = 0, e = lane; e < E; u++, e += 32) {
+                    const unsigned long long k = ((unsigned long long)topk_key(biased[e]) << 32) | (0xffffffffu - (uint32_t)e);
+                    if (!((taken >> u) & 1u) && k > best) best = k;
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    const unsigned long long y = __shfl_xor_sync(FULL_MASK, best, o);
+                    if (y > best) best = y;
+                }
+                const int w = (int)(0xffffffffu - (uint32_t)(best & 0xffffffffu));
+                if ((w & 31) == lane) taken |= 1u << (w >> 5);
+                if (lane == 0) s_ids[r] = w;
+            }
+        }
     } else {
         // rank of e: the experts before it (greater biased score, or equal
         // and a lower id); the K first take the ranks 0..K-1. Eight scores
@@ -1657,8 +1751,9 @@ int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t
                 int K, int norm, float wscale, int32_t *d_sel, float *d_w, int n, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
+    if (K > E) return ds4c_err(DS4C_EINVAL, "router: %d of %d experts", K, E);
     ds4c_launch(k_router, n, 256, 2 * E * sizeof(float) + K * sizeof(int32_t), as_stream(stream), d_logits, E, d_bias,
-                d_tid2eid, d_tokens, K, norm, wscale, d_sel, d_w);
+                d_tid2eid, d_tokens, K, norm, wscale, d_sel, d_w, (E <= 1024 && ds4c_opt_router_warp()) ? 1 : 0);
     DS4C_CHECK_LAUNCH("router");
     return 0;
 }

@@ -969,3 +969,65 @@ func dotRef(a, b []float32) float32 {
 	}
 	return (s[0] + s[1]) + (s[2] + s[3])
 }
+
+// TestRouter checks the learned router's picks (the K best of
+// sqrt(softplus(logit)) + bias, ties to the lower expert id, best first)
+// against a Go ranking, on scores with many ties, for both pickers; their
+// weights must agree bit for bit.
+func TestRouter(t *testing.T) {
+	d := gpu(t)
+	const E, K, n = 256, 6, 5
+	r := rand.New(rand.NewPCG(11, 12))
+	logits := make([]float32, n*E)
+	for i := range logits {
+		logits[i] = float32(r.IntN(17)-8) / 4
+	}
+	bias := make([]float32, E)
+	for i := range bias {
+		bias[i] = float32(r.IntN(3)) / 8
+	}
+	lp, bp := upload(t, d, logits), upload(t, d, bias)
+	sel, wts := alloc(t, d, 4*n*K), alloc(t, d, 4*n*K)
+	var first []float32
+	for _, v := range []int{1, 0} {
+		must(t, d.SetOption(OptRouterWarp, v))
+		must(t, d.Router(0, lp, E, bp, 0, 0, K, true, 1.5, sel, wts, n))
+		ids := make([]int32, n*K)
+		must(t, DownloadSlice(d, ids, sel))
+		w := download(t, d, wts, n*K)
+		for tok := 0; tok < n; tok++ {
+			biased := make([]float32, E)
+			for e := range biased {
+				x := float64(logits[tok*E+e])
+				sp := float32(math.Log1p(math.Exp(x)))
+				biased[e] = float32(math.Sqrt(float64(sp))) + bias[e]
+			}
+			want := make([]int32, E)
+			for e := range want {
+				want[e] = int32(e)
+			}
+			slices.SortStableFunc(want, func(a, b int32) int {
+				switch {
+				case biased[a] > biased[b]:
+					return -1
+				case biased[a] < biased[b]:
+					return 1
+				}
+				return 0
+			})
+			if got := ids[tok*K : (tok+1)*K]; !slices.Equal(got, want[:K]) {
+				t.Fatalf("router_warp %d, token %d: experts %v, want %v", v, tok, got, want[:K])
+			}
+		}
+		if first == nil {
+			first = w
+		} else {
+			for i := range w {
+				if math.Float32bits(w[i]) != math.Float32bits(first[i]) {
+					t.Fatalf("weight %d: %v with the ranking, %v with the warp picker", i, w[i], first[i])
+				}
+			}
+		}
+	}
+	must(t, d.SetOption(OptRouterWarp, 1))
+}

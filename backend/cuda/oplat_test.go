@@ -51,7 +51,11 @@ func TestOpLatency(t *testing.T) {
 	tok := alloc(t, d, 4)
 	must(t, UploadSlice(d, tok, []int32{17}))
 	sel, wts := alloc(t, d, 4*K), alloc(t, d, 4*K)
-	report("router learned", 0, 0, func(int) error { return d.Router(s, logits, E, bias, 0, 0, K, true, 1.5, sel, wts, 1) })
+	for v := 1; v >= 0; v-- {
+		report(fmt.Sprintf("router learned router_warp=%d", v), OptRouterWarp, v, func(int) error {
+			return d.Router(s, logits, E, bias, 0, 0, K, true, 1.5, sel, wts, 1)
+		})
+	}
 	report("router hashed", 0, 0, func(int) error { return d.Router(s, logits, E, bias, tidp, tok, K, true, 1.5, sel, wts, 1) })
 
 	// Indexer scores and top-k at ratio 4 (64 heads of 128, 512 picks).
