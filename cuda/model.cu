@@ -28,26 +28,6 @@ __device__ __forceinline__ float fadd(float a, float b) { return __fadd_rn(a, b)
 __device__ __forceinline__ float fsub(float a, float b) { return __fsub_rn(a, b); }
 __device__ __forceinline__ float fmax_go(float a, float b) { return a > b ? a : b; }
 
-// stage_f4 copies n float4s, dst(i, src(i)) for i < n, over nt threads with
-// U loads per thread in flight before their stores (a plain strided loop
-// keeps one: a round trip to L2 per iteration).
-template <int U, class Src, class Dst>
-__device__ __forceinline__ void stage_f4(int n, int tid, int nt, Src src, Dst dst) {
-    for (int b = 0; b < n; b += U * nt) {
-        float4 v[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int i = b + u * nt + tid;
-            if (i < n) v[u] = src(i);
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int i = b + u * nt + tid;
-            if (i < n) dst(i, v[u]);
-        }
-    }
-}
-
 // rsqrt(mean(x²) + eps) as the reference: the sum of squares in double, the
 // mean rounded to float, eps added in float, the reciprocal square root in
 // double rounded to float.
@@ -680,17 +660,28 @@ __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile(const float *q, c
     const int nr = (int)min((int64_t)IXT_ROWS, R - i0);
     const float4 *qt = (const float4 *)(q + (int64_t)t * IH * IHD);
     const float4 *kt = (const float4 *)(rows + i0 * IHD);
-    const int nq = IH * v4;
-    stage_f4<8>(
-        nq + nr * v4, tid, NT, [&](int i) { return i < nq ? qt[i] : kt[i - nq]; },
-        [&](int i, float4 v) {
+    const int nq = IH * v4, nall = nq + nr * v4;
+    for (int b = 0; b < nall; b += 8 * NT) {
+        float4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = b + u * NT + tid;
+            if (i < nq)
+                v[u] = qt[i];
+            else if (i < nall)
+                v[u] = kt[i - nq];
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = b + u * NT + tid;
             if (i < nq) {
-                ((float4 *)sq)[i] = v;
-            } else {
+                ((float4 *)sq)[i] = v[u];
+            } else if (i < nall) {
                 const int j = i - nq;
-                *(float4 *)&sk[(j / v4) * ld + 4 * (j % v4)] = v;
+                *(float4 *)&sk[(j / v4) * ld + 4 * (j % v4)] = v[u];
             }
-        });
+        }
+    }
     for (int h = tid; h < IH; h += NT) sw[h] = w[(int64_t)t * IH + h];
     __syncthreads();
     const float *kr = sk + lane * ld; // lanes past nr read stale rows; their dots are never stored
@@ -718,10 +709,8 @@ __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile(const float *q, c
     __syncthreads();
     if (tid < nr) {
         float sum = 0.f;
-        const float *dr = sd + tid * (IH + 1);
-#pragma unroll 16
-        for (int h = 0; h < IH; h++) { // loads ahead of the ordered chain
-            const float d = dr[h];
+        for (int h = 0; h < IH; h++) {
+            const float d = sd[tid * (IH + 1) + h];
             if (d > 0.f) sum = fadd(sum, fmul(d, sw[h]));
         }
         scores[t * sc_stride + i0 + tid] = sum;
@@ -1122,23 +1111,10 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
     float *sq = s_at, *sk = s_at + AS_H * ld;
     if (tid < nkt) s_kp[tid] = attn_key(a, t, p, k0 + tid, nwin);
     __syncthreads();
-    // the key rows and the first head group's queries, 8 loads per thread
-    // in flight; later groups' queries the same way
-    const int nk4 = nkt * v4;
-    auto stage_q = [&](int h0, int nh, int pre) {
-        const float4 *qt = (const float4 *)(a.q + ((int64_t)t * a.H + h0) * a.HD);
-        stage_f4<8>(
-            pre + nh * v4, tid, blockDim.x,
-            [&](int i) { return i < pre ? __ldg((const float4 *)s_kp[i / v4] + i % v4) : __ldg(qt + (i - pre)); },
-            [&](int i, float4 v) {
-                if (i < pre) {
-                    *(float4 *)&sk[(i / v4) * ld + 4 * (i % v4)] = v;
-                } else {
-                    i -= pre;
-                    *(float4 *)&sq[(i / v4) * ld + 4 * (i % v4)] = v;
-                }
-            });
-    };
+    for (int i = tid; i < nkt * v4; i += blockDim.x) {
+        const int k = i / v4, c = i % v4;
+        *(float4 *)&sk[k * ld + 4 * c] = __ldg((const float4 *)s_kp[k] + c);
+    }
     // thread: head tid/16 of the group, keys tid%16 and tid%16 + 16 (two
     // dots sharing the query loads)
     const int kk = tid % 16, hh = tid / 16;
@@ -1147,7 +1123,9 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
         if (h0 >= a.H) break;
         const int nh = min(AS_H, a.H - h0);
         if (g > 0) __syncthreads(); // the previous group's queries are consumed
-        stage_q(h0, nh, g == 0 ? nk4 : 0);
+        const float *qt = a.q + ((int64_t)t * a.H + h0) * a.HD;
+        for (int i = tid; i < nh * v4; i += blockDim.x)
+            *(float4 *)&sq[(i / v4) * ld + 4 * (i % v4)] = __ldg((const float4 *)qt + i);
         __syncthreads();
         if (hh >= nh || kk >= nkt) continue;
         const float *qa = sq + hh * ld, *ka = sk + kk * ld, *kb = sk + (KPT > 1 ? kk + 16 : kk) * ld;
@@ -1281,34 +1259,14 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     // softmax statistics of head h: maximum, then the serial sum
     const float *s = sc + ((int64_t)t * a.H + (hok ? h : 0)) * maxk;
     const float sink = hok ? a.sinks[h] : 0.f;
-    // a chunk's scores, lane + 32·u, with the lane's AP_K/32 loads in flight
-    // (each pass below reads them this way; one load at a time was a round
-    // trip to L2 per 32 keys)
-    constexpr int SU = AP_K / 32;
-    float sv[SU];
-    auto scores = [&](int64_t kc) {
-#pragma unroll
-        for (int u = 0; u < SU; u++) {
-            const int64_t k = kc + lane + 32 * u;
-            sv[u] = k < nk ? s[k] : 0.f;
-        }
-    };
     float mx = sink;
-    for (int64_t kc = 0; kc < nk; kc += AP_K) {
-        scores(kc);
-#pragma unroll
-        for (int u = 0; u < SU; u++)
-            if (kc + lane + 32 * u < nk) mx = fmax_go(mx, sv[u]);
-    }
+    for (int64_t k = lane; k < nk; k += 32) mx = fmax_go(mx, s[k]);
     mx = warp_max(mx);
     float sum = exp_ref(fsub(sink, mx));
     float *sp = s_p[w];
     for (int64_t kc = 0; kc < nk; kc += AP_K) {
         const int m = (int)min((int64_t)AP_K, nk - kc);
-        scores(kc);
-#pragma unroll
-        for (int u = 0; u < SU; u++)
-            if (lane + 32 * u < m) sp[lane + 32 * u] = exp_ref(fsub(sv[u], mx));
+        for (int j = lane; j < m; j += 32) sp[j] = exp_ref(fsub(s[kc + j], mx));
         __syncwarp();
         if (lane == 0) {
             int j = 0;
@@ -1331,10 +1289,7 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         __syncthreads(); // the previous chunk is consumed
 #pragma unroll
         for (int u = 0; u < AP_LD; u++) s_v[lk + u * (AP_T / (AP_D / 4))][lc] = nv[u];
-        scores(kc);
-#pragma unroll
-        for (int u = 0; u < SU; u++)
-            if (lane + 32 * u < m) sp[lane + 32 * u] = __fdiv_rn(exp_ref(fsub(sv[u], mx)), sum);
+        for (int j = lane; j < m; j += 32) sp[j] = __fdiv_rn(exp_ref(fsub(s[kc + j], mx)), sum);
         __syncthreads();
         if (kc + AP_K < nk) load(kc + AP_K);
         int j = 0;
@@ -1357,7 +1312,7 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
 // One CTA per token: s = sqrt(softplus(logit)); experts from tid2eid (hash
 // layers) or the top-K of s + bias; weights s[e], normalised, scaled.
 __global__ void k_router(const float *logits, int E, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
-                         int K, int norm, float wscale, int32_t *sel, float *wts, int warp_pick) {
+                         int K, int norm, float wscale, int32_t *sel, float *wts) {
     pdl_enter();
     extern __shared__ float s_r[]; // s[E], biased[E], ids[K]
     float *s = s_r, *biased = s_r + E;

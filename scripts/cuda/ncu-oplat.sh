@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Nsight Compute detail of the small decode kernels as TestOpLatency runs
+# them (Flash shapes, 8k context; no model loaded, so no device-memory
+# backup between replay passes): one launch of each kernel in KERNELS
+# (space-separated names), the details page (speed of light, occupancy,
+# warp stalls, source counters) into ncu-oplat.txt and the SASS with
+# per-instruction stall samples into sass-<kernel>.csv under $OUT.
+#   run(command="bash scripts/cuda/ncu-oplat.sh", carry=["dev-out/final"])
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-dev-out/ncu-oplat}
+mkdir -p "$OUT"
+F=${F:-dev-out/final}
+[ -s build/libds4cuda.so ] || bash scripts/cuda/device.sh build >/dev/null
+export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1 DS4_CUDA_BENCH=1
+for k in ${KERNELS:-k_topk_warp k_index_tile k_attn_scores k_attn_po}; do
+    ncu --clock-control none --cache-control none -k "regex:$k" --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
+        -o /tmp/oplat-$k -f $F/cuda.test -test.run TestOpLatency -test.timeout 300s >/tmp/ncu-oplat-$k.log 2>&1
+    echo "== ncu $k: exit $?"
+    ncu -i /tmp/oplat-$k.ncu-rep --page details >>"$OUT/ncu-oplat.txt" 2>&1
+    ncu -i /tmp/oplat-$k.ncu-rep --page source --print-source sass --csv >"$OUT/sass-$k.csv" 2>&1
+done
+ls -la "$OUT"
