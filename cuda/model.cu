@@ -1312,7 +1312,7 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
 // One CTA per token: s = sqrt(softplus(logit)); experts from tid2eid (hash
 // layers) or the top-K of s + bias; weights s[e], normalised, scaled.
 __global__ void k_router(const float *logits, int E, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
-                         int K, int norm, float wscale, int32_t *sel, float *wts) {
+                         int K, int norm, float wscale, int32_t *sel, float *wts, int warp_pick) {
     pdl_enter();
     extern __shared__ float s_r[]; // s[E], biased[E], ids[K]
     float *s = s_r, *biased = s_r + E;
