@@ -35,6 +35,7 @@ static int g_opt_mv_timing = 0; // timing experiments only (wrong results)
 static int g_opt_ix_tile = 1;
 static int g_opt_topk_warp = 1;
 static int g_opt_router_warp = 1;
+static int g_opt_attn_ecache = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -81,6 +82,7 @@ int ds4c_opt_mv_timing(void) { return g_opt_mv_timing; }
 int ds4c_opt_ix_tile(void) { return g_opt_ix_tile; }
 int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
+int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
 
 extern "C" {
 
@@ -393,6 +395,7 @@ static const struct {
     {DS4C_OPT_IX_TILE, "ix_tile", &g_opt_ix_tile, 0, 1},
     {DS4C_OPT_TOPK_WARP, "topk_warp", &g_opt_topk_warp, 0, 1},
     {DS4C_OPT_ROUTER_WARP, "router_warp", &g_opt_router_warp, 0, 1},
+    {DS4C_OPT_ATTN_ECACHE, "attn_ecache", &g_opt_attn_ecache, 0, 1},
 };
 
 int ds4c_set_option(int key, int value) {

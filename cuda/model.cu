@@ -1234,10 +1234,18 @@ __global__ void __launch_bounds__(128) k_attn_out(AttnArgs a, const float *sc, i
 constexpr int AP_H = 8, AP_D = 32, AP_K = 256, AP_T = AP_H * 32;
 constexpr int AP_LD = AP_K / (AP_T / (AP_D / 4)); // float4 key loads per thread per chunk (8)
 
-__global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk) {
+// ecap > 0 (at least the keys of every token, a multiple of 4): the
+// exponentials of the sum pass are kept in dynamic shared memory
+// [AP_H][ecap] and the output pass divides them instead of computing them
+// again (a double-precision exp per key and head was ≈ 40 % of the kernel,
+// twice).
+constexpr int AP_ECAP = 2048;
+
+__global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap) {
     pdl_enter();
     __shared__ float4 s_v[AP_K][AP_D / 4];
     __shared__ float s_p[AP_H][AP_K];
+    extern __shared__ float s_e[]; // [AP_H][ecap]
     const int t = blockIdx.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int64_t p = a.pos0 + t;
     int64_t nwin;
@@ -1264,8 +1272,10 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     mx = warp_max(mx);
     float sum = exp_ref(fsub(sink, mx));
     float *sp = s_p[w];
+    float *se = s_e + (size_t)w * ecap;
     for (int64_t kc = 0; kc < nk; kc += AP_K) {
         const int m = (int)min((int64_t)AP_K, nk - kc);
+        if (ecap) sp = se + kc;
         for (int j = lane; j < m; j += 32) sp[j] = exp_ref(fsub(s[kc + j], mx));
         __syncwarp();
         if (lane == 0) {
@@ -1289,7 +1299,12 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         __syncthreads(); // the previous chunk is consumed
 #pragma unroll
         for (int u = 0; u < AP_LD; u++) s_v[lk + u * (AP_T / (AP_D / 4))][lc] = nv[u];
-        for (int j = lane; j < m; j += 32) sp[j] = __fdiv_rn(exp_ref(fsub(s[kc + j], mx)), sum);
+        if (ecap) {
+            sp = se + kc; // this warp's own row: the exponentials become the probabilities in place
+            for (int j = lane; j < m; j += 32) sp[j] = __fdiv_rn(sp[j], sum);
+        } else {
+            for (int j = lane; j < m; j += 32) sp[j] = __fdiv_rn(exp_ref(fsub(s[kc + j], mx)), sum);
+        }
         __syncthreads();
         if (kc + AP_K < nk) load(kc + AP_K);
         int j = 0;
@@ -1686,7 +1701,15 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     DS4C_CHECK_LAUNCH("attention scores");
     if (n < 8 && HD % AP_D == 0 && ds4c_opt_attn_po()) {
         // softmax and output in one kernel (k_attn_po)
-        ds4c_launch(k_attn_po, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, 0, st, a, d_work, max_keys);
+        const int ecap = (max_keys <= AP_ECAP && ds4c_opt_attn_ecache()) ? (int)((max_keys + 3) / 4 * 4) : 0;
+        const size_t esmem = (size_t)AP_H * ecap * sizeof(float);
+        static size_t eset = 0;
+        if (esmem > 0 && esmem > eset) {
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)((size_t)AP_H * AP_ECAP * sizeof(float))));
+            eset = (size_t)AP_H * AP_ECAP * sizeof(float);
+        }
+        ds4c_launch(k_attn_po, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, esmem, st, a, d_work, max_keys, ecap);
         DS4C_CHECK_LAUNCH("attention softmax and output");
         return 0;
     }

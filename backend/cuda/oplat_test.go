@@ -98,6 +98,9 @@ func TestOpLatency(t *testing.T) {
 					return d.Attention(s, a)
 				})
 			}
+			report(fmt.Sprintf("attention ctx=%d ratio=%d attn_ecache=0", ctx, ratio), OptAttnECache, 0, func(int) error {
+				return d.Attention(s, a)
+			})
 			d.Free(work)
 		}
 		for _, p := range []Ptr{q, w, rows, scores, isel, insel, aq, akv, win, comp, sinks, out} {

@@ -11,14 +11,14 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-dev-out/ncu-oplat}
 mkdir -p "$OUT"
 F=${F:-dev-out/final}
-[ -s build/libds4cuda.so ] || bash scripts/cuda/device.sh build >/dev/null
+[ -s build/libds4cuda.so ] || bash scripts/cuda/device.sh build | grep -E "FAILED|error" 
 export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1 DS4_CUDA_BENCH=1
 for k in ${KERNELS:-k_topk_warp k_index_tile k_attn_scores k_attn_po}; do
     ncu --clock-control none --cache-control none -k "regex:$k" --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
         -o /tmp/oplat-$k -f $F/cuda.test -test.run TestOpLatency -test.timeout 300s >/tmp/ncu-oplat-$k.log 2>&1
-    echo "== ncu $k: exit $?"
+    echo "== ncu $k: exit $?"; tail -3 /tmp/ncu-oplat-$k.log
     ncu -i /tmp/oplat-$k.ncu-rep --page details >>"$OUT/ncu-oplat.txt" 2>&1
     ncu -i /tmp/oplat-$k.ncu-rep --page source --print-source sass --csv >"$OUT/sass-$k.csv" 2>&1
 done
