@@ -1237,9 +1237,11 @@ constexpr int AP_LD = AP_K / (AP_T / (AP_D / 4)); // float4 key loads per thread
 // ecap > 0 (at least the keys of every token, a multiple of 4): the
 // exponentials of the sum pass are kept in dynamic shared memory
 // [AP_H][ecap] and the output pass divides them instead of computing them
-// again (a double-precision exp per key and head was ≈ 40 % of the kernel,
-// twice).
-constexpr int AP_ECAP = 2048;
+// again (a double-precision exp per key and head was ≈ 40 % of the
+// kernel's stall samples). Measured on the H200 (TestOpLatency): 192 keys
+// 21.6 → 20.9 µs, 384 keys 29.5 → 27.7, but 640 keys (a ratio-4 layer's
+// window and picks) 37.8 → 41.4, so only up to AP_ECAP keys.
+constexpr int AP_ECAP = 512;
 
 __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap) {
     pdl_enter();
