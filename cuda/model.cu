@@ -1238,10 +1238,12 @@ constexpr int AP_LD = AP_K / (AP_T / (AP_D / 4)); // float4 key loads per thread
 // exponentials of the sum pass are kept in dynamic shared memory
 // [AP_H][ecap] and the output pass divides them instead of computing them
 // again (a double-precision exp per key and head was ≈ 40 % of the
-// kernel's stall samples). Measured on the H200 (TestOpLatency): 192 keys
-// 21.6 → 20.9 µs, 384 keys 29.5 → 27.7, but 640 keys (a ratio-4 layer's
-// window and picks) 37.8 → 41.4, so only up to AP_ECAP keys.
-constexpr int AP_ECAP = 512, AP_ECAP_ATTR = 2048;
+// kernel's stall samples). In the decode graph on the H200 (ktrace, full
+// size, 8k) the kernel's share of a token moved little (17.9 → 17.6 µs a
+// call); run alone (TestOpLatency) the ratio-4 layer's 640 keys were
+// slower with the cache (37.8 → 41.4 µs) and the ratio-128 layer's 192
+// faster (21.6 → 20.9): cuda/NOTES.md v8 has the runs.
+constexpr int AP_ECAP = 2048;
 
 __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap) {
     pdl_enter();
@@ -1705,15 +1707,13 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         // softmax and output in one kernel (k_attn_po)
         const int ecap = (max_keys <= AP_ECAP && ds4c_opt_attn_ecache()) ? (int)((max_keys + 3) / 4 * 4) : 0;
         const size_t esmem = (size_t)AP_H * ecap * sizeof(float);
-        // The kernel may take up to 64 KiB of dynamic shared memory, set
-        // once whatever this call needs: measured on the H200 with no
-        // dynamic memory in use (640 keys), 45.0 µs a call without the
-        // attribute and 37.8 with it (the larger carve-out spreads the CTAs
-        // over more SMs; cuda/NOTES.md v8).
+        // (the limit set once, whatever this call uses: with none in use,
+        // the attribute alone changed a 640-key call run alone from 45.0
+        // to 37.8 µs on the H200 — a larger shared-memory carve-out)
         static bool eset = false;
         if (!eset) {
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_po, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)((size_t)AP_H * AP_ECAP_ATTR * sizeof(float))));
+                                            (int)((size_t)AP_H * AP_ECAP * sizeof(float))));
             eset = true;
         }
         ds4c_launch(k_attn_po, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, esmem, st, a, d_work, max_keys, ecap);
