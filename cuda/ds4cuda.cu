@@ -393,7 +393,7 @@ static const struct {
     {DS4C_OPT_MV_PIPE_MIN, "mv_pipe_min", &g_opt_mv_pipe_min, 0, 1 << 20},
     {DS4C_OPT_MV_TIMING, "mv_timing", &g_opt_mv_timing, 0, 2},
     {DS4C_OPT_IX_TILE, "ix_tile", &g_opt_ix_tile, 0, 1},
-    {DS4C_OPT_TOPK_WARP, "topk_warp", &g_opt_topk_warp, 0, 1},
+    {DS4C_OPT_TOPK_WARP, "topk_warp", &g_opt_topk_warp, 0, 2},
     {DS4C_OPT_ROUTER_WARP, "router_warp", &g_opt_router_warp, 0, 1},
     {DS4C_OPT_ATTN_ECACHE, "attn_ecache", &g_opt_attn_ecache, 0, 1},
 };

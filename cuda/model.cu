@@ -883,8 +883,8 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_radix(const float *scores, 
 
 // The same top-k, built for one decode token's few thousand scores, where
 // k_topk_radix waits on latencies rather than work: the keys are loaded
-// once, all in flight, into registers (TK_REG per thread, R ≤ TK_REG ·
-// TK_THREADS; more are re-read from global memory on each pass), each
+// once, all in flight, into registers (R ≤ 8192; more are re-read from
+// global memory on each pass), each
 // radix pass adds a warp's equal bins with one shared atomic
 // (__match_any_sync: the scores of a layer share their leading bits, so
 // the plain per-key atomics were serialised on a few bins), the suffix sums
@@ -893,9 +893,12 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_radix(const float *scores, 
 // two ≥ take, one key per thread in a register: partners closer than 32
 // by shuffles, farther ones through two alternating shared buffers (10
 // barriers for 512 keys instead of 55). Same picks, same order.
-constexpr int TK_REG = 8;
-
-__global__ void __launch_bounds__(TK_THREADS) k_topk_warp(const float *scores, int64_t stride, int64_t R_fixed,
+// NT threads (K ≤ NT): 512 for Flash's 512 picks, half the warps of
+// k_topk_radix's CTA, each with twice the keys (measured: the kernel is
+// bound by instructions issued on its one SM, and the scans and the sort cost
+// per warp).
+template <int NT>
+__global__ void __launch_bounds__(NT) k_topk_warp(const float *scores, int64_t stride, int64_t R_fixed,
                                                           int64_t pos0, int ratio, int K, int all_if_few,
                                                           int32_t *sel, int32_t *nsel) {
     pdl_enter();
@@ -903,37 +906,38 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_warp(const float *scores, i
     __shared__ int s_wsum[8];
     __shared__ uint32_t s_prefix, s_mask;
     __shared__ int s_kleft;
-    __shared__ int s_wcnt[TK_THREADS / 32][2];
+    __shared__ int s_wcnt[NT / 32][2];
     __shared__ int s_base[2];
-    __shared__ unsigned long long s_x[2][TK_THREADS];
+    __shared__ unsigned long long s_x[2][NT];
+    constexpr int TK_REG = 8192 / NT; // keys per thread held in registers
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t R = R_fixed > 0 ? R_fixed : (pos0 + t + 1) / ratio;
     const float *sc = scores + t * stride;
     const int take = (int)(R < K ? R : K);
     if (R <= K && all_if_few) { // all rows, in order
-        for (int64_t i = tid; i < R; i += TK_THREADS) sel[(int64_t)t * K + i] = (int32_t)i;
+        for (int64_t i = tid; i < R; i += NT) sel[(int64_t)t * K + i] = (int32_t)i;
         if (tid == 0 && nsel) nsel[t] = (int32_t)R;
         return;
     }
-    const bool inreg = R <= (int64_t)TK_REG * TK_THREADS;
+    const bool inreg = R <= (int64_t)TK_REG * NT;
     uint32_t kr[TK_REG];
 #pragma unroll
     for (int u = 0; u < TK_REG; u++) {
-        const int64_t i = tid + (int64_t)u * TK_THREADS;
+        const int64_t i = tid + (int64_t)u * NT;
         kr[u] = (inreg && i < R) ? topk_key(sc[i]) : 0;
     }
-    // f(i, key, valid) over this thread's rows, in chunks of TK_THREADS
+    // f(i, key, valid) over this thread's rows, in chunks of NT
     // rows that every thread walks together (warp-wide intrinsics inside)
     auto each = [&](auto &&f) {
         if (inreg) {
 #pragma unroll
             for (int u = 0; u < TK_REG; u++) {
-                if ((int64_t)u * TK_THREADS >= R) break;
-                const int64_t i = tid + (int64_t)u * TK_THREADS;
+                if ((int64_t)u * NT >= R) break;
+                const int64_t i = tid + (int64_t)u * NT;
                 f(i, kr[u], i < R);
             }
         } else {
-            for (int64_t c0 = 0; c0 < R; c0 += TK_THREADS) {
+            for (int64_t c0 = 0; c0 < R; c0 += NT) {
                 const int64_t i = c0 + tid;
                 f(i, i < R ? topk_key(sc[i]) : 0u, i < R);
             }
@@ -1007,7 +1011,7 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_warp(const float *scores, i
         __syncthreads();
         if (tid == 0) {
             int tg = 0, te = 0;
-            for (int w = 0; w < TK_THREADS / 32; w++) {
+            for (int w = 0; w < NT / 32; w++) {
                 tg += s_wcnt[w][0];
                 te += s_wcnt[w][1];
             }
@@ -1663,8 +1667,13 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     const int64_t maxR = R_fixed > 0 ? R_fixed : (pos0 + n) / ratio;
     if (n > 65535) return ds4c_err(DS4C_EINVAL, "topk: %d tokens (at most 65535)", n);
     if (K <= TK_THREADS && maxR > K) {
-        ds4c_launch(ds4c_opt_topk_warp() ? k_topk_warp : k_topk_radix, (unsigned)n, TK_THREADS, 0, as_stream(stream),
-                    d_scores, stride, R_fixed, pos0, ratio, K, all_if_few, d_sel, d_nsel);
+        const int tw = ds4c_opt_topk_warp();
+        if (tw == 1 && K <= 512)
+            ds4c_launch(k_topk_warp<512>, (unsigned)n, 512, 0, as_stream(stream), d_scores, stride, R_fixed, pos0, ratio,
+                        K, all_if_few, d_sel, d_nsel);
+        else
+            ds4c_launch(tw ? k_topk_warp<TK_THREADS> : k_topk_radix, (unsigned)n, TK_THREADS, 0, as_stream(stream),
+                        d_scores, stride, R_fixed, pos0, ratio, K, all_if_few, d_sel, d_nsel);
         DS4C_CHECK_LAUNCH("topk");
         return 0;
     }

@@ -851,7 +851,7 @@ func TestMatMulTensorCores(t *testing.T) {
 // counts from (pos0+t+1)/ratio.
 func TestTopK(t *testing.T) {
 	d := gpu(t)
-	for _, warp := range []int{1, 0} { // k_topk_warp (the default), k_topk_radix
+	for _, warp := range []int{1, 2, 0} { // k_topk_warp<512> (the default), k_topk_warp<1024>, k_topk_radix
 		must(t, d.SetOption(OptTopKWarp, warp))
 		testTopK(t, d)
 	}

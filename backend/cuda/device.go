@@ -286,7 +286,7 @@ const (
 	OptMVPipeMin   = 17 // MiB of weights from which a single-token product is pipelined (default 16; 0: every one that can be)
 	OptMVTiming    = 18 // timing experiments only, wrong results: pipelined products skip their arithmetic (1) or ordered sums (2)
 	OptIXTile      = 19 // 1: single-query indexer scores with a row per lane and 8 heads per warp (default); 0: a (row, head) dot per thread
-	OptTopKWarp    = 20 // 1: radix top-k with warp scans and a register bitonic sort (default); 0: block-wide scans and sort
+	OptTopKWarp    = 20 // 1: radix top-k with warp scans and a register bitonic sort, 512 threads when k ≤ 512 (default); 2: the same with 1024; 0: block-wide scans and sort
 	OptRouterWarp  = 21 // 1: the router picks its experts by rounds of a warp maximum (default); 0: by ranking each expert against all
 	OptAttnECache  = 22 // 1: single-token attention keeps its exponentials in shared memory for the output pass (default); 0: computes them again
 )

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"ds4go/quant"
 )
 
 // TestOpLatency times the small decode kernels that are chains of
@@ -58,6 +60,26 @@ func TestOpLatency(t *testing.T) {
 	}
 	report("router hashed", 0, 0, func(int) error { return d.Router(s, logits, E, bias, tidp, tok, K, true, 1.5, sel, wts, 1) })
 
+	// Hyper-connections: the 24 mixing logits of 4 streams of 4096 (an
+	// exact F16 product), then hc_pre (Sinkhorn, mixing, RMSNorm, x's Q8_0
+	// activation).
+	const HC, D = 4, 4096
+	const M = HC * (2 + HC)
+	fn := uploadWeight(t, d, quant.F16, M, HC*D, 1, randomWeights(quant.F16, int64(M*HC*D/quant.F16.BlockSize()), 13))
+	h := upload(t, d, gaussian(HC*D, 14))
+	mix := alloc(t, d, 4*M)
+	report("hc mixes (exact F16 24×16384)", 0, 0, func(int) error {
+		return d.MatMulEx(s, fn, 0, 1, h, 4*HC*D, 0, 1, 1, mix, M, 0, true)
+	})
+	scale, base := upload(t, d, []float32{0.5, 0.5, 0.5}), upload(t, d, gaussian(M, 15))
+	normW := upload(t, d, gaussian(D, 16))
+	x, post, comb := alloc(t, d, 4*D), alloc(t, d, 4*HC), alloc(t, d, 4*HC*HC)
+	xq := alloc(t, d, d.ActBytes(quant.Q8_0, D))
+	report("hc_pre", 0, 0, func(int) error {
+		return d.HCPre(s, &HCPreArgs{Mix: mix, RawMix: true, M: M, Scale: scale, Base: base, HC: HC, Iters: 20, HCEps: 1e-6,
+			H: h, D: D, NormW: normW, NormEps: 1e-6, X: x, Post: post, Comb: comb, XQ: xq, N: 1})
+	})
+
 	// Indexer scores and top-k at ratio 4 (64 heads of 128, 512 picks).
 	const IH, IHD, TopK = 64, 128, 512
 	for _, ctx := range []int{8192, 32768} {
@@ -71,7 +93,7 @@ func TestOpLatency(t *testing.T) {
 				return d.IndexScores(s, q, w, rows, IH, IHD, ctx-1, 4, 1, scores, int64(R))
 			})
 		}
-		for v := 1; v >= 0; v-- {
+		for _, v := range []int{1, 2, 0} {
 			report(fmt.Sprintf("top-k %d of %d topk_warp=%d", TopK, R, v), OptTopKWarp, v, func(int) error {
 				return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, true, isel, insel, 1)
 			})
