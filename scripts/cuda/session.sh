@@ -13,8 +13,11 @@
 # fullprof: ncu's per-kernel times of the 3rd decode token after an 8k
 # prompt on the full-size model (DS4_CUDA_PROFILE_DECODE), in fullprof.txt.
 # DETAIL (a regex of kernel names): ncu's speed of light, memory, occupancy
-# and warp-stall sections of those kernels in the 3rd full-size decode token
-# at 8k, in fulldetail.txt.
+# and warp-stall sections of COUNT (default 3) launches of those kernels in
+# the 3rd full-size decode token at 8k, in fulldetail.txt. Each launch costs
+# ≈ 20 s (ncu saves and restores the 80 GB of device memory for each of its
+# replay passes: 24 launches did not fit a 10-minute call); for the small
+# kernels, scripts/cuda/ncu-oplat.sh profiles them without the model.
 # ktrace: the kernels of full-size decode tokens at 8k as they really run
 # (pipelined; CUPTI activity records, scripts/cuda/ktrace.sh), in ktrace.txt.
 set -uo pipefail
@@ -63,7 +66,7 @@ if [[ $SKIP != *fullprof* ]] && [ -f /dev/shm/flash-q2.gguf ]; then
 fi
 if [ -n "${DETAIL:-}" ] && [ -f /dev/shm/flash-q2.gguf ]; then
     DS4_CUDA_PROFILE_DECODE=3 ncu --clock-control none --cache-control none --profile-from-start off \
-        -k "regex:$DETAIL" --launch-count "${COUNT:-12}" \
+        -k "regex:$DETAIL" --launch-count "${COUNT:-3}" \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
         --section WarpStateStats --section SchedulerStats --section SourceCounters --page details \
         $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers 8192 --gen 4 >"$OUT/fulldetail.txt" 2>/tmp/fulldetail.err
