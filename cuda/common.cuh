@@ -39,6 +39,7 @@ int ds4c_opt_ix_tile(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
 int ds4c_opt_attn_ecache(void);
+int ds4c_opt_attn_rope(void);
 
 #define DS4C_CHECK(call)                                              \
     do {                                                              \

@@ -36,6 +36,7 @@ static int g_opt_ix_tile = 1;
 static int g_opt_topk_warp = 1;
 static int g_opt_router_warp = 1;
 static int g_opt_attn_ecache = 1;
+static int g_opt_attn_rope = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -83,6 +84,7 @@ int ds4c_opt_ix_tile(void) { return g_opt_ix_tile; }
 int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
 int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
+int ds4c_opt_attn_rope(void) { return g_opt_attn_rope; }
 
 extern "C" {
 
@@ -396,6 +398,7 @@ static const struct {
     {DS4C_OPT_TOPK_WARP, "topk_warp", &g_opt_topk_warp, 0, 2},
     {DS4C_OPT_ROUTER_WARP, "router_warp", &g_opt_router_warp, 0, 1},
     {DS4C_OPT_ATTN_ECACHE, "attn_ecache", &g_opt_attn_ecache, 0, 1},
+    {DS4C_OPT_ATTN_ROPE, "attn_rope", &g_opt_attn_rope, 0, 1},
 };
 
 int ds4c_set_option(int key, int value) {

@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 10
+#define DS4C_ABI_VERSION 11
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -234,6 +234,9 @@ int ds4c_add_ape(float *d_dst, const float *d_ape, int64_t width, int r, int64_t
                  void *stream);
 int ds4c_ring_write(float *d_ring, int64_t cap, int64_t width, const float *d_src,
                     int64_t src_stride, int64_t pos0, int n, void *stream);
+/* Two rings of the same shape at once: ring_a from src_a, ring_b from src_b. */
+int ds4c_ring_write2(float *d_ring_a, float *d_ring_b, int64_t cap, int64_t width, const float *d_src_a,
+                     const float *d_src_b, int64_t src_stride, int64_t pos0, int n, void *stream);
 int ds4c_comp_pool(const float *d_kv, const float *d_sc, const float *d_kv_ring,
                    const float *d_sc_ring, int64_t cap, int64_t cw, int64_t pos0, int r, int coff,
                    int64_t w, int64_t i0, int nrows, float *d_rows, void *stream);
@@ -245,7 +248,8 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
 int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap,
                    const float *d_comp, int ratio, const int32_t *d_sel, const int32_t *d_nsel,
                    int K, const float *d_sinks, float *d_out, int64_t pos0, int n, int H, int HD,
-                   int W, float scale, int64_t max_keys, float *d_work, void *stream);
+                   int W, float scale, int64_t max_keys, float *d_work, const float *d_rfreqs, int rd,
+                   int roff, void *stream);
 int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t *d_tid2eid,
                 const int32_t *d_tokens, int K, int norm, float wscale, int32_t *d_sel,
                 float *d_w, int n, void *stream);
@@ -286,6 +290,7 @@ enum {
     DS4C_OPT_TOPK_WARP = 20, /* 1: radix top-k with warp scans and a bitonic sort in registers and shuffles, 512 threads when K <= 512 (default); 2: the same with 1024 threads; 0: block-wide scans and sort */
     DS4C_OPT_ROUTER_WARP = 21, /* 1: the router picks its experts by K rounds of a warp maximum (default); 0: by ranking every expert against all */
     DS4C_OPT_ATTN_ECACHE = 22, /* 1: single-token attention keeps its exponentials in shared memory for the output pass (default); 0: computes them again */
+    DS4C_OPT_ATTN_ROPE = 23, /* 1: single-token attention applies the output's inverse RoPE in its output kernel (default); 0: a k_rope launch after it */
     DS4C_OPT_MV_TIMING = 18, /* timing experiments only, WRONG RESULTS: the pipelined products skip their arithmetic (1) or their ordered sums (2); env DS4_CUDA_MV_TIMING */
 };
 

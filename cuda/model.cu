@@ -510,10 +510,15 @@ __global__ void k_add_ape(float *dst, const float *ape, int64_t width, int r, in
     dst[i] = fadd(dst[i], ape[((pos0 + t) % r) * width + c]);
 }
 
-// ring[(pos0 + t) mod cap] = src[t] for the last min(n, cap) rows.
-__global__ void k_ring_write(float *ring, int64_t cap, int64_t width, const float *src, int64_t src_stride, int64_t pos0,
-                             int n) {
+// ring[(pos0 + t) mod cap] = src[t] for the last min(n, cap) rows; grid y
+// = 2 writes ring_b from src_b too (a compressor's two rings in one launch).
+__global__ void k_ring_write(float *ring, float *ring_b, int64_t cap, int64_t width, const float *src,
+                             const float *src_b, int64_t src_stride, int64_t pos0, int n) {
     pdl_enter();
+    if (blockIdx.y == 1) {
+        ring = ring_b;
+        src = src_b;
+    }
     const int64_t first = n > cap ? n - cap : 0;
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= (n - first) * width) return;
@@ -1064,6 +1069,12 @@ struct AttnArgs {
     int64_t pos0;
     int H, HD, W;
     float scale;
+    // inverse RoPE of the output's dims roff..roff+rd (pairs) at the
+    // token's position, by k_attn_po itself when rfreqs is set (k_rope
+    // after the kernel otherwise)
+    const float *rfreqs;
+    int rd;
+    int roff;
 };
 
 __device__ __forceinline__ const float *attn_key(const AttnArgs &a, int t, int64_t p, int64_t k, int64_t nwin) {
@@ -1327,6 +1338,18 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
             for (int u = 0; u < 8; u++) acc = fadd(acc, fmul(q[u], v[u]));
         }
         for (; j < m; j++) acc = fadd(acc, fmul(sp[j], vcol[j * AP_D]));
+    }
+    if (a.rfreqs) { // the inverse rotation, as k_rope: lane pairs (even, odd) hold a rotated pair
+        const float other = __shfl_xor_sync(FULL_MASK, acc, 1);
+        const int d = d0 + lane;
+        if (d >= a.roff && d < a.roff + a.rd) {
+            const int e = (d - a.roff) & 1;
+            float pr[2];
+            pr[e] = acc;
+            pr[e ^ 1] = other;
+            rope_pair(pr, (float)(a.pos0 + t), a.rfreqs[(d - a.roff) / 2], 1);
+            acc = pr[e];
+        }
     }
     if (hok && d0 + lane < a.HD) a.out[((int64_t)t * a.H + h) * a.HD + d0 + lane] = acc;
 }
@@ -1610,9 +1633,20 @@ int ds4c_ring_write(float *d_ring, int64_t cap, int64_t width, const float *d_sr
     DS4C_READY();
     if (n <= 0) return 0;
     int64_t rows = n > cap ? cap : n;
-    ds4c_launch(k_ring_write, nblk(rows * width, 256), 256, 0, as_stream(stream), d_ring, cap, width, d_src, src_stride,
-                pos0, n);
+    ds4c_launch(k_ring_write, nblk(rows * width, 256), 256, 0, as_stream(stream), d_ring, (float *)nullptr, cap, width,
+                d_src, (const float *)nullptr, src_stride, pos0, n);
     DS4C_CHECK_LAUNCH("ring_write");
+    return 0;
+}
+
+int ds4c_ring_write2(float *d_ring_a, float *d_ring_b, int64_t cap, int64_t width, const float *d_src_a,
+                     const float *d_src_b, int64_t src_stride, int64_t pos0, int n, void *stream) {
+    DS4C_READY();
+    if (n <= 0) return 0;
+    int64_t rows = n > cap ? cap : n;
+    ds4c_launch(k_ring_write, dim3(nblk(rows * width, 256), 2), 256, 0, as_stream(stream), d_ring_a, d_ring_b, cap,
+                width, d_src_a, d_src_b, src_stride, pos0, n);
+    DS4C_CHECK_LAUNCH("ring_write2");
     return 0;
 }
 
@@ -1687,12 +1721,24 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
 int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap, const float *d_comp,
                    int ratio, const int32_t *d_sel, const int32_t *d_nsel, int K, const float *d_sinks, float *d_out,
                    int64_t pos0, int n, int H, int HD, int W, float scale, int64_t max_keys, float *d_work,
-                   void *stream) {
+                   const float *d_rfreqs, int rd, int roff, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
     if (HD % 4) return ds4c_err(DS4C_EINVAL, "attention: head dim %d not a multiple of 4", HD);
     if (n > 65535 || max_keys <= 0) return ds4c_err(DS4C_EINVAL, "attention: %d tokens, %lld keys", n, (long long)max_keys);
-    AttnArgs a{d_q, d_kv, d_win, wcap, d_comp, ratio, d_sel, d_nsel, K, d_sinks, d_out, pos0, H, HD, W, scale};
+    if (d_rfreqs && (rd <= 0 || rd % 2 || roff < 0 || roff + rd > HD))
+        return ds4c_err(DS4C_EINVAL, "attention: rotation of dims %d..%d of %d", roff, roff + rd, HD);
+    AttnArgs a{d_q, d_kv, d_win, wcap, d_comp, ratio, d_sel, d_nsel, K, d_sinks, d_out, pos0, H, HD, W, scale,
+               nullptr, rd, roff};
+    // the rotation after the output kernels (not fused)
+    auto rotate = [&]() -> int {
+        if (!d_rfreqs) return 0;
+        const int64_t pairs = (int64_t)n * H * (rd / 2);
+        ds4c_launch(k_rope, nblk(pairs, 256), 256, 0, as_stream(stream), d_out, (int64_t)H * HD, H, (int64_t)HD,
+                    (int64_t)roff, d_rfreqs, rd, pos0, (int64_t)1, n, 1);
+        DS4C_CHECK_LAUNCH("attention output rotation");
+        return 0;
+    };
     cudaStream_t st = as_stream(stream);
     // chunks: 32 keys and every head group per CTA; single tokens (and
     // small chunks): 16 keys and one head group, for more CTAs
@@ -1725,9 +1771,12 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
                                             (int)((size_t)AP_H * AP_ECAP * sizeof(float))));
             eset = true;
         }
+        // the rotation in the kernel when its pairs stay within a lane pair
+        const bool fuse = d_rfreqs && roff % 2 == 0 && ds4c_opt_attn_rope();
+        if (fuse) a.rfreqs = d_rfreqs;
         ds4c_launch(k_attn_po, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, esmem, st, a, d_work, max_keys, ecap);
         DS4C_CHECK_LAUNCH("attention softmax and output");
-        return 0;
+        return fuse ? 0 : rotate();
     }
     ds4c_launch(k_attn_softmax, (unsigned)(n * H), 32, 0, st, a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention softmax");
@@ -1738,7 +1787,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     else
         ds4c_launch(k_attn_out<2>, dim3(nblk(HD, 128), (unsigned)n, nblk(H, 2)), 128, 0, st, a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention output");
-    return 0;
+    return rotate();
 }
 
 int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t *d_tid2eid, const int32_t *d_tokens,

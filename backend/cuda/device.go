@@ -289,6 +289,7 @@ const (
 	OptTopKWarp    = 20 // 1: radix top-k with warp scans and a register bitonic sort, 512 threads when k ≤ 512 (default); 2: the same with 1024; 0: block-wide scans and sort
 	OptRouterWarp  = 21 // 1: the router picks its experts by rounds of a warp maximum (default); 0: by ranking each expert against all
 	OptAttnECache  = 22 // 1: single-token attention keeps its exponentials in shared memory for the output pass (default); 0: computes them again
+	OptAttnRope    = 23 // 1: single-token attention applies the output's inverse RoPE in its output kernel (default); 0: a RoPE launch after it
 )
 
 // SetOption sets a library tuning option (process-wide).

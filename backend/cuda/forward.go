@@ -440,10 +440,8 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		Q: q, KV: kv, Win: win.p, WCap: win.cap, Comp: comp, Ratio: L.ratio, Sel: sel, NSel: nsel, K: K,
 		Sinks: L.sinks, Out: o, Pos0: b.pos, N: n, H: H, HD: HD, W: c.Window,
 		Scale: float32(1 / math.Sqrt(float64(HD))), MaxKeys: maxKeys, Work: work,
+		RopeFreqs: L.freqs, RopeDim: rd, RopeOff: nope, // the inverse rotation of the output
 	}); err != nil {
-		return err
-	}
-	if err := d.Rope(s, o, int64(H*HD), H, int64(HD), int64(nope), L.freqs, rd, int64(b.pos), 1, n, true); err != nil {
 		return err
 	}
 
@@ -523,10 +521,13 @@ func (be *Backend) compress(b *batch, s Stream, st *state, L *dlayer, cp *dcomp,
 			return err
 		}
 	}
-	if err := d.RingWrite(s, kvT.p, kvT.cap, cw, kv, int64(cw), b.pos, b.n); err != nil {
-		return err
+	if kvT.cap != scT.cap {
+		if err := d.RingWrite(s, kvT.p, kvT.cap, cw, kv, int64(cw), b.pos, b.n); err != nil {
+			return err
+		}
+		return d.RingWrite(s, scT.p, scT.cap, cw, sc, int64(cw), b.pos, b.n)
 	}
-	return d.RingWrite(s, scT.p, scT.cap, cw, sc, int64(cw), b.pos, b.n)
+	return d.RingWrite2(s, kvT.p, scT.p, kvT.cap, cw, kv, sc, int64(cw), b.pos, b.n)
 }
 
 // indexRows runs the indexer's compressor of a ratio-4 layer on stream s

@@ -166,6 +166,15 @@ func (d *Device) AddAPE(s Stream, dst, ape Ptr, width, r int, pos0, n int) error
 	})
 }
 
+// RingWrite2 is RingWrite of two rings of the same shape in one launch:
+// ringA from srcA and ringB from srcB.
+func (d *Device) RingWrite2(s Stream, ringA, ringB Ptr, cap, width int, srcA, srcB Ptr, srcStride int64, pos0, n int) error {
+	return d.l.call("ring_write2", func() int32 {
+		return d.l.ringWrite2(uintptr(ringA), uintptr(ringB), int64(cap), int64(width), uintptr(srcA), uintptr(srcB), srcStride,
+			int64(pos0), int32(n), uintptr(s))
+	})
+}
+
 // RingWrite stores rows t of src at slot (pos0+t) mod cap of a ring of
 // width-wide entries (only the last cap rows of n).
 func (d *Device) RingWrite(s Stream, ring Ptr, cap, width int, src Ptr, srcStride int64, pos0, n int) error {
@@ -231,6 +240,11 @@ type AttentionArgs struct {
 	Scale     float32
 	MaxKeys   int // the most keys any token of the chunk has
 	Work      Ptr // N·H·MaxKeys floats of scores and probabilities (AttentionWork)
+	// RopeFreqs, when set, rotates the output's dims RopeOff…RopeOff+RopeDim
+	// back (inverse RoPE in pairs at each token's position), as Rope with
+	// inverse would after the call.
+	RopeFreqs        Ptr
+	RopeDim, RopeOff int
 }
 
 // AttentionWork is the number of floats of AttentionArgs.Work.
@@ -241,7 +255,8 @@ func (d *Device) Attention(s Stream, a *AttentionArgs) error {
 	return d.l.call("attention", func() int32 {
 		return d.l.attention(uintptr(a.Q), uintptr(a.KV), uintptr(a.Win), int64(a.WCap), uintptr(a.Comp), int32(a.Ratio),
 			uintptr(a.Sel), uintptr(a.NSel), int32(a.K), uintptr(a.Sinks), uintptr(a.Out), int64(a.Pos0), int32(a.N),
-			int32(a.H), int32(a.HD), int32(a.W), a.Scale, int64(a.MaxKeys), uintptr(a.Work), uintptr(s))
+			int32(a.H), int32(a.HD), int32(a.W), a.Scale, int64(a.MaxKeys), uintptr(a.Work),
+			uintptr(a.RopeFreqs), int32(a.RopeDim), int32(a.RopeOff), uintptr(s))
 	})
 }
 
