@@ -40,6 +40,7 @@ int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
 int ds4c_opt_attn_ecache(void);
 int ds4c_opt_attn_rope(void);
+int ds4c_opt_attn_quant(void);
 
 #define DS4C_CHECK(call)                                              \
     do {                                                              \
@@ -165,6 +166,20 @@ static __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
     return v;
+}
+
+// q8_0_warp quantizes one Q8_0 activation block held by a whole warp (lane i
+// has value i): the lane's int8 goes to q[lane], lane 0 writes the block's
+// scale to *d. The operations of every Q8_0 activation here (k_quant_q8_0,
+// k_attn_po's fused output; hc_pre repeats them over 8-lane groups).
+static __device__ __forceinline__ void q8_0_warp(float v, int lane, int8_t *q, float *d) {
+    const float amax = warp_max(fabsf(v));
+    const float dq = __half2float(__float2half_rn(amax / 127.f));
+    const float id = amax != 0.f ? 127.f / amax : 0.f;
+    int qi = __float2int_rn(__fmul_rn(v, id));
+    qi = max(-128, min(127, qi));
+    q[lane] = (int8_t)qi;
+    if (lane == 0) *d = dq;
 }
 
 // Streaming 16-byte weight loads. flavour 0: the read-only path (__ldg);

@@ -37,6 +37,7 @@ static int g_opt_topk_warp = 1;
 static int g_opt_router_warp = 1;
 static int g_opt_attn_ecache = 1;
 static int g_opt_attn_rope = 1;
+static int g_opt_attn_quant = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -85,6 +86,7 @@ int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
 int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
 int ds4c_opt_attn_rope(void) { return g_opt_attn_rope; }
+int ds4c_opt_attn_quant(void) { return g_opt_attn_quant; }
 
 extern "C" {
 
@@ -399,6 +401,7 @@ static const struct {
     {DS4C_OPT_ROUTER_WARP, "router_warp", &g_opt_router_warp, 0, 1},
     {DS4C_OPT_ATTN_ECACHE, "attn_ecache", &g_opt_attn_ecache, 0, 1},
     {DS4C_OPT_ATTN_ROPE, "attn_rope", &g_opt_attn_rope, 0, 1},
+    {DS4C_OPT_ATTN_QUANT, "attn_quant", &g_opt_attn_quant, 0, 1},
 };
 
 int ds4c_set_option(int key, int value) {

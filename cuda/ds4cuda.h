@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 11
+#define DS4C_ABI_VERSION 12
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -249,7 +249,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
                    const float *d_comp, int ratio, const int32_t *d_sel, const int32_t *d_nsel,
                    int K, const float *d_sinks, float *d_out, int64_t pos0, int n, int H, int HD,
                    int W, float scale, int64_t max_keys, float *d_work, const float *d_rfreqs, int rd,
-                   int roff, void *stream);
+                   int roff, void *d_qact, int64_t q_seg, void *stream);
 int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t *d_tid2eid,
                 const int32_t *d_tokens, int K, int norm, float wscale, int32_t *d_sel,
                 float *d_w, int n, void *stream);
@@ -291,6 +291,7 @@ enum {
     DS4C_OPT_ROUTER_WARP = 21, /* 1: the router picks its experts by K rounds of a warp maximum (default); 0: by ranking every expert against all */
     DS4C_OPT_ATTN_ECACHE = 22, /* 1: single-token attention keeps its exponentials in shared memory for the output pass (default); 0: computes them again */
     DS4C_OPT_ATTN_ROPE = 23, /* 1: single-token attention applies the output's inverse RoPE in its output kernel (default); 0: a k_rope launch after it */
+    DS4C_OPT_ATTN_QUANT = 24, /* 1: single-token attention forms the output's Q8_0 activation in its output kernel (default); 0: a quantize launch after it */
     DS4C_OPT_MV_TIMING = 18, /* timing experiments only, WRONG RESULTS: the pipelined products skip their arithmetic (1) or their ordered sums (2); env DS4_CUDA_MV_TIMING */
 };
 

@@ -55,15 +55,8 @@ __global__ void k_quant_q8_0(const float *x, int64_t x_stride, uint8_t *act, int
     const int lane = threadIdx.x & 31;
     if (gw >= nb * n_tok) return; // whole warps
     const int64_t t = gw / nb, b = gw % nb;
-    const float v = x[t * x_stride + b * 32 + lane];
-    const float amax = warp_max(fabsf(v));
-    const float d = __half2float(__float2half_rn(amax / 127.f));
-    const float id = amax != 0.f ? 127.f / amax : 0.f;
-    int q = __float2int_rn(__fmul_rn(v, id));
-    q = max(-128, min(127, q));
     uint8_t *a = act + t * act_stride;
-    ((int8_t *)a)[b * 32 + lane] = (int8_t)q;
-    if (lane == 0) ((float *)(a + cols))[b] = d;
+    q8_0_warp(x[t * x_stride + b * 32 + lane], lane, (int8_t *)a + b * 32, (float *)(a + cols) + b);
 }
 
 __global__ void __launch_bounds__(256) k_quant_q8_k(const float *x, int64_t x_stride, uint8_t *act,

@@ -1075,6 +1075,12 @@ struct AttnArgs {
     const float *rfreqs;
     int rd;
     int roff;
+    // the output's Q8_0 activation too, by k_attn_po itself when qact is
+    // set: rows of qseg values (of the flat [n][H][HD] output),
+    // ds4c_act_bytes(Q8_0, qseg) apart (ds4c_quantize after the kernels
+    // otherwise)
+    uint8_t *qact;
+    int64_t qseg, qstride;
 };
 
 __device__ __forceinline__ const float *attn_key(const AttnArgs &a, int t, int64_t p, int64_t k, int64_t nwin) {
@@ -1352,6 +1358,11 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         }
     }
     if (hok && d0 + lane < a.HD) a.out[((int64_t)t * a.H + h) * a.HD + d0 + lane] = acc;
+    if (a.qact && hok) { // the warp's 32 dims are one Q8_0 block (HD % 32 == 0, qseg % 32 == 0)
+        const int64_t f = ((int64_t)t * a.H + h) * a.HD + d0, r = f / a.qseg, c = f % a.qseg;
+        uint8_t *row = a.qact + r * a.qstride;
+        q8_0_warp(acc, lane, (int8_t *)row + c, (float *)(row + a.qseg) + c / 32);
+    }
 }
 
 // ------------------------------------------------------------ router
@@ -1721,15 +1732,22 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
 int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap, const float *d_comp,
                    int ratio, const int32_t *d_sel, const int32_t *d_nsel, int K, const float *d_sinks, float *d_out,
                    int64_t pos0, int n, int H, int HD, int W, float scale, int64_t max_keys, float *d_work,
-                   const float *d_rfreqs, int rd, int roff, void *stream) {
+                   const float *d_rfreqs, int rd, int roff, void *d_qact, int64_t q_seg, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
     if (HD % 4) return ds4c_err(DS4C_EINVAL, "attention: head dim %d not a multiple of 4", HD);
     if (n > 65535 || max_keys <= 0) return ds4c_err(DS4C_EINVAL, "attention: %d tokens, %lld keys", n, (long long)max_keys);
     if (d_rfreqs && (rd <= 0 || rd % 2 || roff < 0 || roff + rd > HD))
         return ds4c_err(DS4C_EINVAL, "attention: rotation of dims %d..%d of %d", roff, roff + rd, HD);
+    if (d_qact && (q_seg <= 0 || q_seg % 32 || ((int64_t)n * H * HD) % q_seg))
+        return ds4c_err(DS4C_EINVAL, "attention: Q8_0 rows of %lld values", (long long)q_seg);
     AttnArgs a{d_q, d_kv, d_win, wcap, d_comp, ratio, d_sel, d_nsel, K, d_sinks, d_out, pos0, H, HD, W, scale,
-               nullptr, rd, roff};
+               nullptr, rd, roff, nullptr, q_seg, (int64_t)ds4c_act_bytes(DS4C_Q8_0, q_seg)};
+    // the Q8_0 activation after the output kernels (not fused)
+    auto quantize = [&]() -> int {
+        if (!d_qact) return 0;
+        return ds4c_quantize(DS4C_Q8_0, d_out, q_seg, d_qact, q_seg, (int)((int64_t)n * H * HD / q_seg), stream);
+    };
     // the rotation after the output kernels (not fused)
     auto rotate = [&]() -> int {
         if (!d_rfreqs) return 0;
@@ -1774,9 +1792,16 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         // the rotation in the kernel when its pairs stay within a lane pair
         const bool fuse = d_rfreqs && roff % 2 == 0 && ds4c_opt_attn_rope();
         if (fuse) a.rfreqs = d_rfreqs;
+        // and the Q8_0 activation when the rotation is done here too
+        const bool fuseq = d_qact && (fuse || !d_rfreqs) && ds4c_opt_attn_quant();
+        if (fuseq) a.qact = (uint8_t *)d_qact;
         ds4c_launch(k_attn_po, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, esmem, st, a, d_work, max_keys, ecap);
         DS4C_CHECK_LAUNCH("attention softmax and output");
-        return fuse ? 0 : rotate();
+        if (!fuse) {
+            int rc = rotate();
+            if (rc) return rc;
+        }
+        return fuseq ? 0 : quantize();
     }
     ds4c_launch(k_attn_softmax, (unsigned)(n * H), 32, 0, st, a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention softmax");
@@ -1787,7 +1812,8 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     else
         ds4c_launch(k_attn_out<2>, dim3(nblk(HD, 128), (unsigned)n, nblk(H, 2)), 128, 0, st, a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention output");
-    return rotate();
+    int rc = rotate();
+    return rc ? rc : quantize();
 }
 
 int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t *d_tid2eid, const int32_t *d_tokens,

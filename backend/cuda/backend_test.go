@@ -336,6 +336,7 @@ func TestKernelVariants(t *testing.T) {
 		{"prefetch", OptPrefetch, 1}, {"hc_quant", OptHCQuant, 1}, {"mv_pipe", OptMVPipe, 2}, {"mv_copy", OptMVCopy, 2},
 		{"ix_tile", OptIXTile, 1}, {"topk_warp", OptTopKWarp, 1}, {"router_warp", OptRouterWarp, 1},
 		{"attn_ecache", OptAttnECache, 1}, {"attn_rope", OptAttnRope, 1},
+		{"attn_quant", OptAttnQuant, 1},
 	}
 	for _, tc := range []struct {
 		name   string

@@ -290,6 +290,7 @@ const (
 	OptRouterWarp  = 21 // 1: the router picks its experts by rounds of a warp maximum (default); 0: by ranking each expert against all
 	OptAttnECache  = 22 // 1: single-token attention keeps its exponentials in shared memory for the output pass (default); 0: computes them again
 	OptAttnRope    = 23 // 1: single-token attention applies the output's inverse RoPE in its output kernel (default); 0: a RoPE launch after it
+	OptAttnQuant   = 24 // 1: single-token attention forms the output's Q8_0 activation in its output kernel (default); 0: a quantize launch after it
 )
 
 // SetOption sets a library tuning option (process-wide).

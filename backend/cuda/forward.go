@@ -436,36 +436,42 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	if err != nil {
 		return err
 	}
-	if err := d.Attention(s, &AttentionArgs{
-		Q: q, KV: kv, Win: win.p, WCap: win.cap, Comp: comp, Ratio: L.ratio, Sel: sel, NSel: nsel, K: K,
-		Sinks: L.sinks, Out: o, Pos0: b.pos, N: n, H: H, HD: HD, W: c.Window,
-		Scale: float32(1 / math.Sqrt(float64(HD))), MaxKeys: maxKeys, Work: work,
-		RopeFreqs: L.freqs, RopeDim: rd, RopeOff: nope, // the inverse rotation of the output
-	}); err != nil {
-		return err
-	}
-
-	// Grouped output projection: group g of heads through wo_a[g], then wo_b.
+	// The grouped output projection's activation (group g of heads through
+	// wo_a[g], then wo_b): a Q8_0 one comes out of the attention call itself.
 	G, OL := c.OGroups, c.OLoraRank
 	seg := H * HD / G
-	oa, err := b.sc.f32("attn.oa", n*G*OL)
-	if err != nil {
-		return err
-	}
 	act, actTok, actSel := o, int64(4*H*HD), int64(4*seg)
+	var at quant.Type
 	if !isFloatType(L.outA.Type) {
-		at, err := d.ActType(L.outA.Type)
-		if err != nil {
+		if at, err = d.ActType(L.outA.Type); err != nil {
 			return err
 		}
 		ab := d.ActBytes(at, seg)
 		if act, err = b.sc.get("attn.oa.act", ab*int64(n*G)); err != nil {
 			return err
 		}
+		actTok, actSel = ab*int64(G), ab
+	}
+	aa := &AttentionArgs{
+		Q: q, KV: kv, Win: win.p, WCap: win.cap, Comp: comp, Ratio: L.ratio, Sel: sel, NSel: nsel, K: K,
+		Sinks: L.sinks, Out: o, Pos0: b.pos, N: n, H: H, HD: HD, W: c.Window,
+		Scale: float32(1 / math.Sqrt(float64(HD))), MaxKeys: maxKeys, Work: work,
+		RopeFreqs: L.freqs, RopeDim: rd, RopeOff: nope, // the inverse rotation of the output
+	}
+	if act != o && at == quant.Q8_0 && seg%32 == 0 {
+		aa.QAct, aa.QSeg = act, seg
+	}
+	if err := d.Attention(s, aa); err != nil {
+		return err
+	}
+	if act != o && aa.QAct == 0 {
 		if err := d.Quantize(s, at, o, seg, act, seg, n*G); err != nil {
 			return err
 		}
-		actTok, actSel = ab*int64(G), ab
+	}
+	oa, err := b.sc.f32("attn.oa", n*G*OL)
+	if err != nil {
+		return err
 	}
 	if err := d.MatMulEx(s, L.outA, 0, G, act, actTok, actSel, 1, n, oa, int64(G*OL), int64(OL), be.exact()); err != nil {
 		return err

@@ -245,6 +245,11 @@ type AttentionArgs struct {
 	// inverse would after the call.
 	RopeFreqs        Ptr
 	RopeDim, RopeOff int
+	// QAct, when set, also receives the output's Q8_0 activation, as
+	// Quantize(Q8_0) of the flat [N][H][HD] output in rows of QSeg values
+	// (ActBytes(Q8_0, QSeg) apart) would form it, after the rotation.
+	QAct Ptr
+	QSeg int
 }
 
 // AttentionWork is the number of floats of AttentionArgs.Work.
@@ -256,7 +261,7 @@ func (d *Device) Attention(s Stream, a *AttentionArgs) error {
 		return d.l.attention(uintptr(a.Q), uintptr(a.KV), uintptr(a.Win), int64(a.WCap), uintptr(a.Comp), int32(a.Ratio),
 			uintptr(a.Sel), uintptr(a.NSel), int32(a.K), uintptr(a.Sinks), uintptr(a.Out), int64(a.Pos0), int32(a.N),
 			int32(a.H), int32(a.HD), int32(a.W), a.Scale, int64(a.MaxKeys), uintptr(a.Work),
-			uintptr(a.RopeFreqs), int32(a.RopeDim), int32(a.RopeOff), uintptr(s))
+			uintptr(a.RopeFreqs), int32(a.RopeDim), int32(a.RopeOff), uintptr(a.QAct), int64(a.QSeg), uintptr(s))
 	})
 }
 
