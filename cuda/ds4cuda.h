@@ -245,6 +245,12 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
                       void *stream);
 int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio,
               int K, int all_if_few, int32_t *d_sel, int32_t *d_nsel, int n, void *stream);
+/* Sparse attention with sinks of n query tokens into d_out [n][H][HD]. With
+ * d_rfreqs, the output's dims roff..roff+rd are rotated back afterwards
+ * (inverse RoPE in pairs at each token's position, as ds4c_rope would); with
+ * d_qact, the output's Q8_0 activation is formed too, as ds4c_quantize
+ * would from the flat output in rows of q_seg values. Single tokens do
+ * both inside the output kernel. */
 int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap,
                    const float *d_comp, int ratio, const int32_t *d_sel, const int32_t *d_nsel,
                    int K, const float *d_sinks, float *d_out, int64_t pos0, int n, int H, int HD,
@@ -286,13 +292,13 @@ enum {
     DS4C_OPT_MV_STAGE = 15, /* weight bytes per stage of the pipelined products (0, the default: the most that lets DS4C_OPT_MV_PIPE CTAs fit an SM) */
     DS4C_OPT_MV_STAGES = 16, /* stages of the pipelined products (3..8, default 3) */
     DS4C_OPT_MV_PIPE_MIN = 17, /* MiB of weights from which a single-token product is pipelined (default 16; 0: every one that can be) */
+    DS4C_OPT_MV_TIMING = 18, /* timing experiments only, WRONG RESULTS: the pipelined products skip their arithmetic (1) or their ordered sums (2); env DS4_CUDA_MV_TIMING */
     DS4C_OPT_IX_TILE = 19, /* 1: single-query indexer scores with a row per lane and 8 heads per warp, staging loads in flight together (default); 0: a (row, head) dot per thread */
     DS4C_OPT_TOPK_WARP = 20, /* 1: radix top-k with warp scans and a bitonic sort in registers and shuffles, 512 threads when K <= 512 (default); 2: the same with 1024 threads; 0: block-wide scans and sort */
     DS4C_OPT_ROUTER_WARP = 21, /* 1: the router picks its experts by K rounds of a warp maximum (default); 0: by ranking every expert against all */
     DS4C_OPT_ATTN_ECACHE = 22, /* 1: single-token attention keeps its exponentials in shared memory for the output pass (default); 0: computes them again */
     DS4C_OPT_ATTN_ROPE = 23, /* 1: single-token attention applies the output's inverse RoPE in its output kernel (default); 0: a k_rope launch after it */
     DS4C_OPT_ATTN_QUANT = 24, /* 1: single-token attention forms the output's Q8_0 activation in its output kernel (default); 0: a quantize launch after it */
-    DS4C_OPT_MV_TIMING = 18, /* timing experiments only, WRONG RESULTS: the pipelined products skip their arithmetic (1) or their ordered sums (2); env DS4_CUDA_MV_TIMING */
 };
 
 #ifdef __cplusplus

@@ -318,7 +318,9 @@ func TestBackendFlashLayers(t *testing.T) {
 // TestKernelVariants checks each kernel variant that a library option
 // switches (fused attention softmax and output, fused query/KV norm and
 // rotation, hc_pre's second CTA, short float rows per warp, L2 weight
-// prefetch, x quantized by hc_pre, weights streamed through shared memory)
+// prefetch, x quantized by hc_pre, weights streamed through shared memory,
+// the tiled indexer, the top-k and router pickers, attention's exponential
+// cache and its fused output rotation and quantization)
 // against the kernels it replaces, bit for bit: logits of every token
 // decoded one at a time, on the tiny model (4 heads, window 16, the indexer
 // selecting) and on Flash-shaped layers (64 heads of 512; past 600 tokens the
