@@ -768,6 +768,44 @@ __device__ __forceinline__ uint32_t topk_key(float f) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// One chunk of the top-k's ordered compaction, run by every thread of the
+// CTA (NW warps) on its row i (key k, ok: a row of the chunk): keys above T
+// go to out[…] in any slot, the first need_eq keys equal to T (lowest
+// indices first) to out[n_gt + …]; s_base holds both counts so far.
+template <int NW>
+__device__ __forceinline__ void topk_compact(int64_t i, uint32_t k, bool ok, uint32_t T, int need_eq, int n_gt,
+                                             unsigned long long *out, int (*s_wcnt)[2], int *s_base, int tid, int lane,
+                                             int warp) {
+    const bool gt = ok && k > T, eq = ok && k == T;
+    const unsigned bg = __ballot_sync(FULL_MASK, gt), be = __ballot_sync(FULL_MASK, eq);
+    if (lane == 0) {
+        s_wcnt[warp][0] = __popc(bg);
+        s_wcnt[warp][1] = __popc(be);
+    }
+    __syncthreads();
+    int og = s_base[0], oe = s_base[1];
+    for (int w = 0; w < warp; w++) {
+        og += s_wcnt[w][0];
+        oe += s_wcnt[w][1];
+    }
+    const unsigned below = (1u << lane) - 1;
+    og += __popc(bg & below);
+    oe += __popc(be & below);
+    if (gt) out[og] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
+    if (eq && oe < need_eq) out[n_gt + oe] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
+    __syncthreads();
+    if (tid == 0) {
+        int tg = 0, te = 0;
+        for (int w = 0; w < NW; w++) {
+            tg += s_wcnt[w][0];
+            te += s_wcnt[w][1];
+        }
+        s_base[0] += tg;
+        s_base[1] += te;
+    }
+    __syncthreads();
+}
+
 __global__ void __launch_bounds__(TK_THREADS) k_topk_radix(const float *scores, int64_t stride, int64_t R_fixed,
                                                            int64_t pos0, int ratio, int K, int all_if_few,
                                                            int32_t *sel, int32_t *nsel) {
@@ -833,40 +871,9 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_radix(const float *scores, 
     const int n_gt = take - need_eq;
     for (int64_t c0 = 0; c0 < R; c0 += TK_THREADS) {
         const int64_t i = c0 + tid;
-        uint32_t k = 0;
-        bool gt = false, eq = false;
-        if (i < R) {
-            k = topk_key(sc[i]);
-            gt = k > T;
-            eq = k == T;
-        }
-        const unsigned bg = __ballot_sync(FULL_MASK, gt), be = __ballot_sync(FULL_MASK, eq);
-        if (lane == 0) {
-            s_wcnt[warp][0] = __popc(bg);
-            s_wcnt[warp][1] = __popc(be);
-        }
-        __syncthreads();
-        int og = s_base[0], oe = s_base[1];
-        for (int w = 0; w < warp; w++) {
-            og += s_wcnt[w][0];
-            oe += s_wcnt[w][1];
-        }
-        const unsigned below = (1u << lane) - 1;
-        og += __popc(bg & below);
-        oe += __popc(be & below);
-        if (gt) s_sort[og] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
-        if (eq && oe < need_eq) s_sort[n_gt + oe] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
-        __syncthreads();
-        if (tid == 0) {
-            int tg = 0, te = 0;
-            for (int w = 0; w < TK_THREADS / 32; w++) {
-                tg += s_wcnt[w][0];
-                te += s_wcnt[w][1];
-            }
-            s_base[0] += tg;
-            s_base[1] += te;
-        }
-        __syncthreads();
+        const bool ok = i < R;
+        topk_compact<TK_THREADS / 32>(i, ok ? topk_key(sc[i]) : 0u, ok, T, need_eq, n_gt, s_sort, s_wcnt, s_base, tid,
+                                      lane, warp);
     }
     // 3. bitonic sort, descending
     for (int size = 2; size <= TK_THREADS; size <<= 1) {
@@ -996,34 +1003,7 @@ __global__ void __launch_bounds__(NT) k_topk_warp(const float *scores, int64_t s
     __syncthreads();
     const int n_gt = take - need_eq;
     each([&](int64_t i, uint32_t k, bool ok) {
-        const bool gt = ok && k > T, eq = ok && k == T;
-        const unsigned bg = __ballot_sync(FULL_MASK, gt), be = __ballot_sync(FULL_MASK, eq);
-        if (lane == 0) {
-            s_wcnt[warp][0] = __popc(bg);
-            s_wcnt[warp][1] = __popc(be);
-        }
-        __syncthreads();
-        int og = s_base[0], oe = s_base[1];
-        for (int w = 0; w < warp; w++) {
-            og += s_wcnt[w][0];
-            oe += s_wcnt[w][1];
-        }
-        const unsigned below = (1u << lane) - 1;
-        og += __popc(bg & below);
-        oe += __popc(be & below);
-        if (gt) s_x[0][og] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
-        if (eq && oe < need_eq) s_x[0][n_gt + oe] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
-        __syncthreads();
-        if (tid == 0) {
-            int tg = 0, te = 0;
-            for (int w = 0; w < NT / 32; w++) {
-                tg += s_wcnt[w][0];
-                te += s_wcnt[w][1];
-            }
-            s_base[0] += tg;
-            s_base[1] += te;
-        }
-        __syncthreads();
+        topk_compact<NT / 32>(i, k, ok, T, need_eq, n_gt, s_x[0], s_wcnt, s_base, tid, lane, warp);
     });
     // 3. bitonic sort of the first P slots, descending (keys are distinct:
     // the index is in the low half)
@@ -1641,23 +1621,18 @@ int ds4c_add_ape(float *d_dst, const float *d_ape, int64_t width, int r, int64_t
 
 int ds4c_ring_write(float *d_ring, int64_t cap, int64_t width, const float *d_src, int64_t src_stride, int64_t pos0,
                     int n, void *stream) {
-    DS4C_READY();
-    if (n <= 0) return 0;
-    int64_t rows = n > cap ? cap : n;
-    ds4c_launch(k_ring_write, nblk(rows * width, 256), 256, 0, as_stream(stream), d_ring, (float *)nullptr, cap, width,
-                d_src, (const float *)nullptr, src_stride, pos0, n);
-    DS4C_CHECK_LAUNCH("ring_write");
-    return 0;
+    return ds4c_ring_write2(d_ring, nullptr, cap, width, d_src, nullptr, src_stride, pos0, n, stream);
 }
 
+// (d_ring_b null: one ring)
 int ds4c_ring_write2(float *d_ring_a, float *d_ring_b, int64_t cap, int64_t width, const float *d_src_a,
                      const float *d_src_b, int64_t src_stride, int64_t pos0, int n, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
     int64_t rows = n > cap ? cap : n;
-    ds4c_launch(k_ring_write, dim3(nblk(rows * width, 256), 2), 256, 0, as_stream(stream), d_ring_a, d_ring_b, cap,
-                width, d_src_a, d_src_b, src_stride, pos0, n);
-    DS4C_CHECK_LAUNCH("ring_write2");
+    ds4c_launch(k_ring_write, dim3(nblk(rows * width, 256), d_ring_b ? 2 : 1), 256, 0, as_stream(stream), d_ring_a,
+                d_ring_b, cap, width, d_src_a, d_src_b, src_stride, pos0, n);
+    DS4C_CHECK_LAUNCH("ring_write");
     return 0;
 }
 

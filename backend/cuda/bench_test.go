@@ -27,13 +27,8 @@ func TestBandwidth(t *testing.T) {
 	}
 	d := gpu(t)
 	info := d.Info()
-	s, err := d.NewStream()
-	must(t, err)
-	defer d.DestroyStream(s)
-	e0, err := d.NewEvent()
-	must(t, err)
-	e1, err := d.NewEvent()
-	must(t, err)
+	gt := newGraphTimer(t, d)
+	s := gt.s
 
 	type row struct {
 		name  string
@@ -41,7 +36,7 @@ func TestBandwidth(t *testing.T) {
 		us    float64
 	}
 	var rows []row
-	timeGraph := func(n int, launch func(i int) error) float64 { return graphTime(t, d, s, e0, e1, n, launch) }
+	timeGraph := gt.time
 	add := func(name string, bytes int64, us float64) {
 		rows = append(rows, row{name, bytes, us})
 		t.Logf("%-44s %9.1f µs %8.1f GB/s", name, us, float64(bytes)/us/1e3)
@@ -233,10 +228,38 @@ func TestBandwidth(t *testing.T) {
 }
 
 // tempAlloc allocates device memory the caller frees (no test cleanup).
-// graphTime captures n calls of launch(i) on s into a CUDA graph, replays it
-// (once to warm up, then 7 times timed with the events e0, e1) and returns
-// the median µs per call.
-func graphTime(t testing.TB, d *Device, s Stream, e0, e1 Event, n int, launch func(i int) error) float64 {
+// graphTimer times launches replayed from CUDA graphs on its own stream s
+// (TestBandwidth, TestOpLatency).
+type graphTimer struct {
+	t      testing.TB
+	d      *Device
+	s      Stream
+	e0, e1 Event
+}
+
+// newGraphTimer makes the stream and the two events; the test's cleanup
+// releases them.
+func newGraphTimer(t testing.TB, d *Device) *graphTimer {
+	t.Helper()
+	s, err := d.NewStream()
+	must(t, err)
+	e0, err := d.NewEvent()
+	must(t, err)
+	e1, err := d.NewEvent()
+	must(t, err)
+	t.Cleanup(func() {
+		d.DestroyEvent(e1)
+		d.DestroyEvent(e0)
+		d.DestroyStream(s)
+	})
+	return &graphTimer{t, d, s, e0, e1}
+}
+
+// time captures n calls of launch(i) on the timer's stream into a CUDA
+// graph, replays it (once to warm up, then 7 times timed with the events)
+// and returns the median µs per call.
+func (g *graphTimer) time(n int, launch func(i int) error) float64 {
+	t, d, s, e0, e1 := g.t, g.d, g.s, g.e0, g.e1
 	t.Helper()
 	must(t, d.BeginCapture(s))
 	for i := 0; i < n; i++ {
@@ -245,15 +268,15 @@ func graphTime(t testing.TB, d *Device, s Stream, e0, e1 Event, n int, launch fu
 			t.Fatal(err)
 		}
 	}
-	g, err := d.EndCapture(s)
+	graph, err := d.EndCapture(s)
 	must(t, err)
-	defer d.DestroyGraph(g)
-	must(t, d.Launch(g, s)) // warm-up
+	defer d.DestroyGraph(graph)
+	must(t, d.Launch(graph, s)) // warm-up
 	must(t, d.SyncStream(s))
 	var ts []float64
 	for k := 0; k < 7; k++ {
 		must(t, d.Record(e0, s))
-		must(t, d.Launch(g, s))
+		must(t, d.Launch(graph, s))
 		must(t, d.Record(e1, s))
 		must(t, d.SyncEvent(e1))
 		ms, err := d.Elapsed(e0, e1)

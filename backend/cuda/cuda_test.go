@@ -894,16 +894,7 @@ func testTopK(t *testing.T, d *Device) {
 				idx[i] = int32(i)
 			}
 			if R > c.k {
-				slices.SortStableFunc(idx, func(a, b int32) int {
-					switch {
-					case row[a] > row[b]:
-						return -1
-					case row[a] < row[b]:
-						return 1
-					}
-					return 0
-				})
-				idx = idx[:c.k]
+				idx = bestFirst(row)[:c.k]
 			}
 			if int(gotN[tok]) != len(idx) {
 				t.Fatalf("k=%d pos0=%d token %d: nsel %d, want %d", c.k, c.pos0, tok, gotN[tok], len(idx))
@@ -917,6 +908,25 @@ func testTopK(t *testing.T, d *Device) {
 			}
 		}
 	}
+}
+
+// bestFirst returns the indices of scores, higher scores first and equal
+// scores in index order (the order of the top-k and the router's picks).
+func bestFirst(scores []float32) []int32 {
+	idx := make([]int32, len(scores))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortStableFunc(idx, func(a, b int32) int {
+		switch {
+		case scores[a] > scores[b]:
+			return -1
+		case scores[a] < scores[b]:
+			return 1
+		}
+		return 0
+	})
+	return idx
 }
 
 // TestIndexScores checks the indexer's scores, Σ_h relu(q_h·k_i)·w_h, against
@@ -1002,19 +1012,7 @@ func TestRouter(t *testing.T) {
 				sp := float32(math.Log1p(math.Exp(x)))
 				biased[e] = float32(math.Sqrt(float64(sp))) + bias[e]
 			}
-			want := make([]int32, E)
-			for e := range want {
-				want[e] = int32(e)
-			}
-			slices.SortStableFunc(want, func(a, b int32) int {
-				switch {
-				case biased[a] > biased[b]:
-					return -1
-				case biased[a] < biased[b]:
-					return 1
-				}
-				return 0
-			})
+			want := bestFirst(biased)
 			if got := ids[tok*K : (tok+1)*K]; !slices.Equal(got, want[:K]) {
 				t.Fatalf("router_warp %d, token %d: experts %v, want %v", v, tok, got, want[:K])
 			}

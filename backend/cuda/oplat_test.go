@@ -21,20 +21,15 @@ func TestOpLatency(t *testing.T) {
 		t.Skip("set DS4_CUDA_BENCH=1 to run the latency benchmark")
 	}
 	d := gpu(t)
-	s, err := d.NewStream()
-	must(t, err)
-	defer d.DestroyStream(s)
-	e0, err := d.NewEvent()
-	must(t, err)
-	e1, err := d.NewEvent()
-	must(t, err)
+	gt := newGraphTimer(t, d)
+	s := gt.s
 	const n = 50
 	report := func(name string, opt, val int, launch func(int) error) {
 		if opt > 0 {
 			must(t, d.SetOption(opt, val))
 			defer d.SetOption(opt, 1)
 		}
-		us := graphTime(t, d, s, e0, e1, n, launch)
+		us := gt.time(n, launch)
 		line := fmt.Sprintf("op latency %-40s %8.2f µs", name, us)
 		t.Log(line)
 		fmt.Println(line)
