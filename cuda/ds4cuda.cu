@@ -27,7 +27,7 @@ static int g_opt_hc_two = 1;
 static int g_opt_norm_rope = 1;
 static int g_opt_hc_quant = 1;
 static int g_opt_mv_pipe = 2; // CTAs per SM of the pipelined products (0: off)
-static int g_opt_mv_pipe_min = 16; // MiB of weights from which a product is pipelined
+static int g_opt_mv_pipe_min = 15; // MiB of weights from which a product is pipelined (15: the routed experts' Q2_K down, 15.75 MiB; cuda/NOTES.md v9)
 static int g_opt_mv_copy = 2; // their copies: cp.async, with the L2 hint, bulk
 static int g_opt_mv_stage = 0;  // their bytes per stage (0: what fits)
 static int g_opt_mv_stages = 3; // their stages
@@ -117,6 +117,8 @@ int ds4c_init(int device) {
     if (mp && mp[0] >= '0' && mp[0] <= '4' && mp[1] == 0) g_opt_mv_pipe = mp[0] - '0';
     const char *mt = getenv("DS4_CUDA_MV_TIMING");
     if (mt && mt[0] >= '1' && mt[0] <= '2' && mt[1] == 0) g_opt_mv_timing = mt[0] - '0';
+    const char *pm = getenv("DS4_CUDA_MV_PIPE_MIN");
+    if (pm && pm[0] >= '0' && pm[0] <= '9') g_opt_mv_pipe_min = atoi(pm);
     const char *mc = getenv("DS4_CUDA_MV_COPY");
     if (mc && mc[0] >= '0' && mc[0] <= '2' && mc[1] == 0) g_opt_mv_copy = mc[0] - '0';
     t_device = device;

@@ -87,6 +87,20 @@ __device__ __forceinline__ int4 ldact16(const void *p) {
     return ld16(p);
 }
 
+// act_at: where byte o of an activation row's int8 values is. PAD > 0:
+// the row's copy in shared memory (k_mv_pipe) leaves PAD bytes after every
+// 64, so that lanes reading 16 bytes at a stride of 64 or 256 bytes (one
+// unit of 64 values each) hit different banks. act_tail: where the row's
+// scales (and Q8_K's block sums) begin.
+template <int PAD>
+__device__ __forceinline__ const uint8_t *act_at(const uint8_t *at, int64_t o) {
+    return PAD ? at + o + (o >> 6) * PAD : at + o;
+}
+template <int PAD>
+__device__ __forceinline__ const uint8_t *act_tail(const uint8_t *at, int cols) {
+    return at + cols + (PAD ? (cols >> 6) * PAD : 0);
+}
+
 __device__ __forceinline__ int dot4(int4 w, int4 x, int acc) {
     acc = __dp4a(w.x, x.x, acc);
     acc = __dp4a(w.y, x.y, acc);
@@ -173,6 +187,7 @@ struct TQ8_0 {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
+    static constexpr int ACT_PAD = 0; // lanes read consecutive 16 bytes: no conflicts
 };
 
 // ---------------------------------------------------------------- Q2_K
@@ -237,16 +252,17 @@ struct TQ2_K {
         sc[2] = (u.sc.y >> (8 * o)) & 0xff;
         sc[3] = (u.sc.y >> (8 * (2 + o))) & 0xff;
         const int64_t nbc = cols / 256;
+        constexpr int PAD = SA ? ACT_PAD : 0;
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             const uint8_t *at = act + t * act_tok;
-            const int8_t *aq = (const int8_t *)at + (int64_t)blk * 256 + 128 * h + 16 * o;
-            const int16_t *bs = (const int16_t *)(at + cols + 4 * nbc) + (int64_t)blk * 16 + 8 * h + o;
+            const int64_t aq = (int64_t)blk * 256 + 128 * h + 16 * o;
+            const int16_t *bs = (const int16_t *)(act_tail<PAD>(at, cols) + 4 * nbc) + (int64_t)blk * 16 + 8 * h + o;
             int isum = 0, summs = 0;
             if (valid) {
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    int4 x = ldact16<SA>(aq + 32 * k);
+                    int4 x = ldact16<SA>(act_at<PAD>(at, aq + 32 * k));
                     isum += (sc[k] & 15) * (dot4_us(p[k], x, 0) >> (2 * k));
                     summs += (int)bs[2 * k] * (sc[k] >> 4);
                 }
@@ -256,7 +272,7 @@ struct TQ2_K {
             isum += __shfl_xor_sync(FULL_MASK, isum, 2);
             summs += __shfl_xor_sync(FULL_MASK, summs, 2);
             if (valid && m == 0) {
-                float da = ((const float *)(at + cols))[blk];
+                float da = ((const float *)act_tail<PAD>(at, cols))[blk];
                 float dall = __fmul_rn(da, __low2float(u.dm));
                 float dmin = __fmul_rn(da, __high2float(u.dm));
                 emit<EX>(acc, terms, nb, t, blk, __fsub_rn(__fmul_rn(dall, (float)isum), __fmul_rn(dmin, (float)summs)));
@@ -266,6 +282,7 @@ struct TQ2_K {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
+    static constexpr int ACT_PAD = 16; // (act_at) lanes 256 bytes apart would share banks
 };
 
 // ---------------------------------------------------------------- Q4_K
@@ -412,6 +429,7 @@ struct TIQ2_XXS {
                                                int64_t act_tok, int cols, float *acc, int lane,
                                                const uint64_t *grid, float *terms, int nb) {
         const int blk = ui >> 2, m = ui & 3;
+        constexpr int PAD = SA ? ACT_PAD : 0;
         // decode the 64 signed magnitudes of the two sub-blocks of this unit
         int w[16];
         int mul[2];
@@ -431,7 +449,7 @@ struct TIQ2_XXS {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             const uint8_t *at = act + t * act_tok;
-            const int8_t *aq = (const int8_t *)at + (int64_t)blk * 256 + 64 * m;
+            const uint8_t *aq = act_at<PAD>(at, (int64_t)blk * 256 + 64 * m); // (64 bytes: no pad inside)
             int bsum = 0;
             if (valid) {
 #pragma unroll
@@ -452,12 +470,13 @@ struct TIQ2_XXS {
             bsum += __shfl_xor_sync(FULL_MASK, bsum, 1);
             bsum += __shfl_xor_sync(FULL_MASK, bsum, 2);
             if (valid && m == 0) {
-                float da = ((const float *)(at + cols))[blk];
+                float da = ((const float *)act_tail<PAD>(at, cols))[blk];
                 emit<EX>(acc, terms, nb, t, blk, __fmul_rn(__fmul_rn(u.d, da), (float)bsum));
             }
         }
     }
     static constexpr float FINAL = 0.125f;
+    static constexpr int ACT_PAD = 16; // (act_at) lanes 64 bytes apart would share banks
     static constexpr bool GRID = true;
     static constexpr int MIN_BLOCKS = 3; // CTAs per SM the registers are capped for (3: the 384 CTAs of a decode expert product in one wave; spills 16 bytes)
 };
@@ -855,7 +874,7 @@ struct PipeArgs {
     int soff[3];     // … staged at soff[k] within a stage
     int timing;      // timing experiments (DS4C_OPT_MV_TIMING): 1 skips the arithmetic, 2 the ordered sums
     int act_off;     // byte offset of the activation row's copy
-    int act_bytes;   // its bytes (a multiple of 16)
+    int act_bytes;   // its bytes (a multiple of 16; in shared memory T::ACT_PAD more per 64 values)
     int ush;         // log2 of the units per row
     int tstride;     // floats between rows of terms (nb + 4: rows on different banks)
     int tw;          // 1: the last warp adds the row sums while the others form terms
@@ -968,8 +987,10 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
         if (sel / a.act_div != cur_act) { // the selection's activation row into shared memory
             cur_act = sel / a.act_div;
             const uint8_t *src = a.act + (int64_t)cur_act * a.act_sel;
-            for (int i = tid; i < p.act_bytes / 16; i += PIPE_THREADS)
-                *(int4 *)(s_act + 16 * i) = ld16(src + 16 * i);
+            for (int i = tid; i < p.act_bytes / 16; i += PIPE_THREADS) { // (padded: act_at)
+                const int o = 16 * i, q = min(o, a.cols);
+                *(int4 *)(s_act + o + (T::ACT_PAD ? (q >> 6) * T::ACT_PAD : 0)) = ld16(src + o);
+            }
             __syncthreads();
         }
         float *terms = s_terms + (size_t)(k & 1) * p.rt * p.tstride;
@@ -1047,11 +1068,12 @@ bool launch_pipe(const MVArgs &a, int n_sel, cudaStream_t st, int *rc) {
         // one token's activation row (its format: the one T's products consume)
         const int64_t act_bytes =
             (int64_t)ds4c_act_bytes(std::is_same<T, TQ8_0>::value ? DS4C_Q8_0 : DS4C_Q8_K, a.cols);
+        const int64_t act_smem = act_bytes + (a.cols / 64) * T::ACT_PAD; // the copy's bytes, padded
         // rows per tile: the option's bytes per stage (DS4C_OPT_MV_STAGE), or
         // (0) as many as let cps CTAs fit an SM beside their fixed shared memory
         int64_t stage_bytes = ds4c_opt_mv_stage();
         if (stage_bytes == 0) {
-            const int64_t fixed = PIPE_BARS + 2048 + act_bytes + 16 + 1024; // 16 bytes of slack, the CTA's reserve
+            const int64_t fixed = PIPE_BARS + 2048 + act_smem + 16 + 1024; // 16 bytes of slack, the CTA's reserve
             const int64_t rows = (smem_sm / cps - fixed) / (p.ns * row_bytes + 2 * (nb + 4) * 4);
             stage_bytes = max((int64_t)1, rows) * row_bytes;
         }
@@ -1075,7 +1097,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, cudaStream_t st, int *rc) {
         p.tstride = (int)nb + 4;
         p.tw = nb >= 64 ? 1 : 0; // long rows: the sums would hold up the next tile
         p.act_off = p.terms_off + 2 * p.rt * p.tstride * 4;
-        p.stage_off = p.act_off + p.act_bytes;
+        p.stage_off = p.act_off + (int)act_smem;
         const int64_t smem = p.stage_off + (int64_t)p.ns * p.stage;
         if (smem > 200 * 1024) return false;
         p.tiles = (a.rows + p.rt - 1) / p.rt;

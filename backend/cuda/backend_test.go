@@ -394,5 +394,5 @@ func pipeEverywhere(t *testing.T, d *Device) {
 	if err := d.SetOption(OptMVPipeMin, 0); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.SetOption(OptMVPipeMin, 16) })
+	t.Cleanup(func() { d.SetOption(OptMVPipeMin, DefaultMVPipeMin) })
 }

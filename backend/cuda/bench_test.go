@@ -79,9 +79,13 @@ func TestBandwidth(t *testing.T) {
 	const graphLen = 50
 	exact := false // products in exact mode (the pipeline sweep)
 	l2 := int64(info.L2Bytes)
+	hot := false // one copy of the weights, replayed: as fast as they run from L2
 	dense := func(sh shape, nt int, label string) {
 		mb := weightBytes(sh.typ, sh.rows, sh.cols)
 		copies := int(max(1, (6*l2+mb-1)/mb))
+		if hot {
+			copies, label = 1, label+" hot"
+		}
 		w := randomWeights(sh.typ, mb/int64(sh.typ.BlockBytes()), 42)
 		base := tempAlloc(t, d, mb*int64(copies))
 		w0 := &Weight{Type: sh.typ, Rows: sh.rows, Cols: sh.cols, Mats: 1, Ptr: base, Bytes: mb}
@@ -195,6 +199,32 @@ func TestBandwidth(t *testing.T) {
 
 	experts(quant.IQ2_XXS, 2048, 4096, 6, true, " (gate)")
 	experts(quant.IQ2_XXS, 2048, 4096, 12, true, " (gate+up)")
+	// the 34 MiB Q8_0 products of every layer, exact, from L2 (hot) and
+	// not (what prefetching them into L2 could gain)
+	exact = true
+	for _, h := range []bool{false, true} {
+		hot = h
+		for _, sh := range flashShapes[1:5] {
+			if sh.rows*sh.cols >= 1<<25 {
+				dense(sh, 1, " exact")
+			}
+		}
+	}
+	hot = false
+	// the expert products in exact mode (decode's), through k_matvec
+	// (pipe=0), the pipelined kernel from 16 MiB (pipe=2, pipemin=16: not
+	// these) and through it always (pipemin=0)
+	exact = true
+	for _, pc := range [][2]int{{0, 16}, {2, 16}, {2, 0}, {1, 0}} {
+		must(t, d.SetOption(OptMVPipe, pc[0]))
+		must(t, d.SetOption(OptMVPipeMin, pc[1]))
+		label := fmt.Sprintf(" exact pipe=%d pipemin=%d", pc[0], pc[1])
+		experts(quant.IQ2_XXS, 2048, 4096, 6, true, " (gate)"+label)
+		experts(quant.Q2_K, 4096, 2048, 6, false, " (down)"+label)
+	}
+	must(t, d.SetOption(OptMVPipe, 2))
+	must(t, d.SetOption(OptMVPipeMin, DefaultMVPipeMin))
+	exact = false
 	experts(quant.Q2_K, 4096, 2048, 6, false, " (down)")
 	experts(quant.Q4_K, 2048, 4096, 12, true, " (gate+up)")
 	experts(quant.Q4_K, 4096, 2048, 6, false, " (down)")

@@ -283,7 +283,7 @@ const (
 	OptMVCopy      = 14 // the pipelined products' copies: 0 cp.async, 1 cp.async with L2 256-byte fetches, 2 bulk copies (default; env DS4_CUDA_MV_COPY)
 	OptMVStage     = 15 // weight bytes per stage of the pipelined products (0, the default: the most that lets OptMVPipe CTAs fit an SM)
 	OptMVStages    = 16 // stages of the pipelined products (3..8, default 3)
-	OptMVPipeMin   = 17 // MiB of weights from which a single-token product is pipelined (default 16; 0: every one that can be)
+	OptMVPipeMin   = 17 // MiB of weights from which a single-token product is pipelined (default DefaultMVPipeMin; 0: every one that can be; env DS4_CUDA_MV_PIPE_MIN)
 	OptMVTiming    = 18 // timing experiments only, wrong results: pipelined products skip their arithmetic (1) or ordered sums (2)
 	OptIXTile      = 19 // 1: single-query indexer scores with a row per lane and 8 heads per warp (default); 0: a (row, head) dot per thread
 	OptTopKWarp    = 20 // 1: radix top-k with warp scans and a register bitonic sort, 512 threads when k ≤ 512 (default); 2: the same with 1024; 0: block-wide scans and sort
@@ -292,6 +292,11 @@ const (
 	OptAttnRope    = 23 // 1: single-token attention applies the output's inverse RoPE in its output kernel (default); 0: a RoPE launch after it
 	OptAttnQuant   = 24 // 1: single-token attention forms the output's Q8_0 activation in its output kernel (default); 0: a quantize launch after it
 )
+
+// DefaultMVPipeMin is the library's default of OptMVPipeMin: products from
+// 15 MiB are pipelined, the routed experts' Q2_K down (15.75 MiB) among them
+// (cuda/NOTES.md v9).
+const DefaultMVPipeMin = 15
 
 // SetOption sets a library tuning option (process-wide).
 func (d *Device) SetOption(key, value int) error {

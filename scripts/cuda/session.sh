@@ -8,7 +8,8 @@
 # Writes at most 8 files under $OUT (the device tool returns 8).
 # Environment: SKIP (words: smoke, decode, oplat, profile, bench, fullprof, ktrace), BUDGET for the
 # bench (seconds, default 230), FRONTIERS, DECODE_MODE (TestDecodeSpeed's
-# mode filter), AB (ds4-bench at 8k once more with this environment
+# mode filter), BW (a regex: TestBandwidth's rows that match it, in
+# bw.csv), AB (ds4-bench at 8k once more with this environment
 # assignment, e.g. AB=DS4_CUDA_PREFETCH=0, for an A/B on the same model).
 # fullprof: ncu's per-kernel times of the 3rd decode token after an 8k
 # prompt on the full-size model (DS4_CUDA_PROFILE_DECODE), in fullprof.txt.
@@ -19,7 +20,9 @@
 # replay passes: 24 launches did not fit a 10-minute call); for the small
 # kernels, scripts/cuda/ncu-oplat.sh profiles them without the model.
 # ktrace: the kernels of full-size decode tokens at 8k as they really run
-# (pipelined; CUPTI activity records, scripts/cuda/ktrace.sh), in ktrace.txt.
+# (pipelined; CUPTI activity records, scripts/cuda/ktrace.sh), in ktrace.txt;
+# KTRACE_AB (an environment assignment): once more with it, in
+# ktrace-ab.txt; KTRACE_LINES: lines of each shown (default 50).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-dev-out/session}; mkdir -p "$OUT"
@@ -41,6 +44,11 @@ fi
 if [[ $SKIP != *oplat* ]]; then
     DS4_CUDA_BENCH=1 $F/cuda.test -test.run TestOpLatency -test.timeout 120s 2>&1 | grep -E "^op latency|FAIL|panic" >"$OUT/oplat.txt"
     cat "$OUT/oplat.txt"
+fi
+if [ -n "${BW:-}" ]; then # TestBandwidth's rows matching the regex BW, in bw.csv
+    DS4_CUDA_BENCH=1 DS4_CUDA_BENCH_OUT=/tmp/bw.csv $F/cuda.test -test.run 'TestBandwidth$' -test.timeout 300s >/tmp/bw.txt 2>&1
+    { head -1 /tmp/bw.csv; grep -E "$BW" /tmp/bw.csv; } >"$OUT/bw.csv"; grep -E "FAIL|panic" /tmp/bw.txt | head -5
+    cat "$OUT/bw.csv"
 fi
 if [[ $SKIP != *profile* ]]; then
     CUDA_TEST=$F/cuda.test PROFILE_CHUNKS=1 OUT=/tmp/prof bash scripts/cuda/profile.sh >/dev/null 2>&1
@@ -74,5 +82,10 @@ if [ -n "${DETAIL:-}" ] && [ -f /dev/shm/flash-q2.gguf ]; then
 fi
 if [[ $SKIP != *ktrace* ]] && [ -f /dev/shm/flash-q2.gguf ]; then
     echo "== full-size decode tokens at 8k, kernel timeline"
-    OUT="$OUT" F=$F bash scripts/cuda/ktrace.sh 2>&1 | head -50
+    OUT="$OUT" F=$F bash scripts/cuda/ktrace.sh 2>&1 | head -${KTRACE_LINES:-50}
+    if [ -n "${KTRACE_AB:-}" ]; then # the timeline once more with this environment assignment
+        echo "== the same with $KTRACE_AB"
+        env "$KTRACE_AB" OUT=/tmp/kab F=$F bash scripts/cuda/ktrace.sh 2>&1 | head -${KTRACE_LINES:-50}
+        cp /tmp/kab/ktrace.txt "$OUT/ktrace-ab.txt"
+    fi
 fi
