@@ -5,6 +5,10 @@
 # (space-separated names), the details page (speed of light, occupancy,
 # warp stalls, source counters) into ncu-oplat.txt and the SASS with
 # per-instruction stall samples into sass-<kernel>.csv under $OUT.
+# TEST names another test of the CUDA package (e.g. TestBandwidth); KERNELS
+# then holds ';'-separated regexes of demangled names, e.g.
+# "k_matvec<ds4mv::TIQ2_XXS, 1, 1, 4, true>;k_mv_pipe<ds4mv::TQ8_0, 2>"
+# (the first launch that matches each is profiled).
 #   run(command="bash scripts/cuda/ncu-oplat.sh", carry=["dev-out/final"])
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,13 +17,17 @@ mkdir -p "$OUT"
 F=${F:-dev-out/final}
 [ -s build/libds4cuda.so ] || bash scripts/cuda/device.sh build | grep -E "FAILED|error" 
 export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1 DS4_CUDA_BENCH=1
-for k in ${KERNELS:-k_topk_warp k_index_tile k_attn_scores k_attn_po}; do
-    ncu --clock-control none --cache-control none -k "regex:$k" --launch-count 1 \
+TEST=${TEST:-TestOpLatency}
+KERNELS=${KERNELS:-k_topk_warp;k_index_tile;k_attn_scores;k_attn_po}
+IFS=';' read -ra KS <<<"$KERNELS"
+for k in "${KS[@]}"; do
+    f=$(echo "$k" | tr -c 'A-Za-z0-9_\n' '_' | sed 's/__*/_/g; s/_$//')
+    ncu --clock-control none --cache-control none --kernel-name-base demangled -k "regex:$k" --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
-        -o /tmp/oplat-$k -f $F/cuda.test -test.run TestOpLatency -test.timeout 300s >/tmp/ncu-oplat-$k.log 2>&1
-    echo "== ncu $k: exit $?"; tail -3 /tmp/ncu-oplat-$k.log
-    ncu -i /tmp/oplat-$k.ncu-rep --page details >>"$OUT/ncu-oplat.txt" 2>&1
-    ncu -i /tmp/oplat-$k.ncu-rep --page source --print-source sass --csv >"$OUT/sass-$k.csv" 2>&1
+        -o "/tmp/oplat-$f" -f $F/cuda.test -test.run "$TEST\$" -test.timeout 300s >"/tmp/ncu-oplat-$f.log" 2>&1
+    echo "== ncu $k: exit $?"; tail -3 "/tmp/ncu-oplat-$f.log"
+    ncu -i "/tmp/oplat-$f.ncu-rep" --page details >>"$OUT/ncu-oplat.txt" 2>&1
+    ncu -i "/tmp/oplat-$f.ncu-rep" --page source --print-source sass --csv >"$OUT/sass-$f.csv" 2>&1
 done
 ls -la "$OUT"
