@@ -6,8 +6,9 @@
 # warp stalls, source counters) into ncu-oplat.txt and the SASS with
 # per-instruction stall samples into sass-<kernel>.csv under $OUT.
 # TEST names another test of the CUDA package (e.g. TestBandwidth); KERNELS
-# then holds ';'-separated regexes of demangled names, e.g.
-# "k_matvec<ds4mv::TIQ2_XXS, 1, 1, 4, true>;k_mv_pipe<ds4mv::TQ8_0, 2>"
+# then holds ';'-separated regexes of demangled names, as ncu spells them
+# ("void ds4mv::k_matvec<ds4mv::TIQ2_XXS, (int)1, (int)1, (int)4, (bool)1>(...)"),
+# e.g. "k_matvec<ds4mv::TIQ2_XXS, .int.1, .int.1, .int.4;k_mv_pipe<ds4mv::TQ8_0"
 # (the first launch that matches each is profiled).
 #   run(command="bash scripts/cuda/ncu-oplat.sh", carry=["dev-out/final"])
 set -uo pipefail
