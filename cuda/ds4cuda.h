@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 12
+#define DS4C_ABI_VERSION 13
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -170,7 +170,14 @@ int ds4c_matvec_ids(int type, const void *d_w, int64_t rows, int64_t cols, int64
  * (block terms in block order; float rows as four running sums over i mod 4,
  * products rounded) so results are bit-identical to the CPU backend's;
  * without it the sums run in parallel (faster, a few ulps different). */
-enum { DS4C_MM_EXACT = 1 };
+enum {
+    DS4C_MM_EXACT = 1,
+    /* The kernels queued after the product launch only once everything
+     * queued before it is complete (not as soon as it starts), so the next
+     * kernel may read the product's inputs before its own wait (ds4c_hc_pre
+     * mode bit 2). */
+    DS4C_MM_LATE = 2,
+};
 int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat,
                    const int32_t *d_ids, int n_sel, const void *d_act, int64_t act_tok,
                    int64_t act_sel, int act_div, int n_tok, float *d_y, int64_t y_tok,
@@ -210,6 +217,10 @@ int ds4c_get_rows(int type, const void *d_w, int64_t total_rows, int64_t cols, c
                   void *stream);
 int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float *d_y,
                      int64_t y_stride, int64_t n, int rows, float eps, void *stream);
+/* mode: bit 0 the head's variant, bit 1 d_mix holds raw products fn·flat(h),
+ * bit 2 (with bit 1) d_h is complete when the kernel launches (d_mix came
+ * from a DS4C_MM_LATE product queued right before): its sum of squares is
+ * taken before waiting for that product. */
 int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const float *d_base,
                 int hc, int iters, float hc_eps, const float *d_h, int64_t D,
                 const float *d_normw, float norm_eps, float *d_x, float *d_post, float *d_comb,

@@ -109,12 +109,12 @@ __device__ __forceinline__ float fx_tree8(const float *t, int stride) {
 // periods in flight before their products join the chains.
 template <int FT, int NT, int U>
 __global__ void __launch_bounds__(256) k_fexact_rows(MVArgs a, int vec) {
-    pdl_launch();
+    mv_pdl_launch(a);
     if (threadIdx.x == 0 && !a.ids && a.pf && (a.sel_mat ? blockIdx.y : 0) < a.n_mat) {
         const size_t rb = (size_t)a.cols * (FT == 0 ? 4 : 2);
         prefetch_l2(a.w + ((size_t)(a.sel_mat ? blockIdx.y : 0) * a.rows + blockIdx.x) * rb, rb);
     }
-    pdl_wait();
+    mv_pdl_wait(a);
     __shared__ float s_tot[8][NT];
     const int j = threadIdx.x, lane = j & 31, warp = j >> 5, sel = blockIdx.y;
     int64_t mat = a.sel_mat ? sel : 0;
@@ -194,7 +194,7 @@ constexpr int FXT_STAGE = (FXT_R + FXT_T) * FX_RUN * 32; // floats per stage
 
 template <int FT>
 __global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt, int vec) {
-    pdl_enter();
+    mv_pdl_enter(a);
     constexpr int WV = FT == 0 ? 4 : 2; // 16-byte weight loads per thread per stage
     extern __shared__ float s_ft[];
     float *s_tot = s_ft + 2 * FXT_STAGE; // [FXT_G][FXT_R][FXT_T]
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     constexpr int WPR = 8 / G; // warps per row
     extern __shared__ float4 s_x4[]; // the input row, a.cols floats
     __shared__ float s_tot[G][8];
-    pdl_launch();
+    mv_pdl_launch(a);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sel = blockIdx.y;
     const int rl = warp / WPR, q = warp % WPR;
     const int64_t mat = a.sel_mat ? sel : 0;
@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
             const int c = p * FX_PERIOD + (lane + 32 * (q * G + k)) * FX_RUN;
             w[p][k] = row_ok && c < a.cols ? ldw16(row + (size_t)c * 2, a.wl) : make_int4(0, 0, 0, 0);
         }
-    pdl_wait();
+    mv_pdl_wait(a);
     const float4 *x4 = (const float4 *)(a.act + (sel / a.act_div) * a.act_sel);
     for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x) s_x4[i] = __ldg(x4 + i);
     __syncthreads();

@@ -278,8 +278,9 @@ int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_
     if (act_div <= 0) return ds4c_err(DS4C_EINVAL, "act_div %d", act_div);
     if (act_tok == 0) act_tok = (int64_t)ds4c_act_bytes(ds4c_act_type(type), cols);
     if (y_tok == 0) y_tok = rows;
-    const MVArgs a = mv_args(d_w, rows, cols, n_mat, d_ids, d_ids == nullptr && n_sel > 1, d_act, act_tok, act_sel,
-                             act_div, d_y, y_tok, y_sel);
+    MVArgs a = mv_args(d_w, rows, cols, n_mat, d_ids, d_ids == nullptr && n_sel > 1, d_act, act_tok, act_sel,
+                       act_div, d_y, y_tok, y_sel);
+    a.late = (flags & DS4C_MM_LATE) != 0;
     cudaStream_t st = as_stream(stream);
     const bool exact = (flags & DS4C_MM_EXACT) != 0;
     // (the tensor-core kernels copy activation rows in 16-byte pieces)

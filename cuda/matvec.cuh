@@ -52,7 +52,25 @@ struct MVArgs {
     int pf;        // prefetch the weights into L2 before the wait (prefetch_l2)
     int act_div;   // selection s reads activation s / act_div
     int sel_mat;   // without ids: selection s uses matrix s (else matrix 0)
+    int late;      // DS4C_MM_LATE: dependents launch only after this product's wait (mv_pdl_wait)
 };
+
+// The programmatic-launch halves of a product kernel (pdl_launch,
+// pdl_wait): by default its dependents may launch at once; with a.late
+// (DS4C_MM_LATE) only after its own wait, i.e. once everything before the
+// product is complete, so that the next kernel may read the product's
+// inputs before its own wait (hc_pre reads the streams early).
+__device__ __forceinline__ void mv_pdl_launch(const MVArgs &a) {
+    if (!a.late) pdl_launch();
+}
+__device__ __forceinline__ void mv_pdl_wait(const MVArgs &a) {
+    pdl_wait();
+    if (a.late) pdl_launch();
+}
+__device__ __forceinline__ void mv_pdl_enter(const MVArgs &a) {
+    mv_pdl_launch(a);
+    mv_pdl_wait(a);
+}
 
 // mv_args gathers a product's arguments (ds4c_matmul_ex's, in its terms)
 // into MVArgs; the weight-load flavour is the current option.
@@ -76,6 +94,7 @@ inline MVArgs mv_args(const void *d_w, int64_t rows, int64_t cols, int64_t n_mat
     a.pf = ds4c_opt_prefetch();
     a.act_div = act_div;
     a.sel_mat = sel_mat;
+    a.late = 0;
     return a;
 }
 
@@ -656,13 +675,13 @@ __global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
     constexpr int CHR = RPW == 1 ? CH : (RPW >= 8 ? 1 : 8 / RPW);
     constexpr int TEAM = 32 * S;
     constexpr int ROWS = 8 * RPW / S; // rows per CTA
-    pdl_launch();
+    mv_pdl_launch(a);
     if (threadIdx.x == 0 && !a.ids && a.pf) { // the CTA's rows of a matrix known before the wait
         const int64_t m0 = (a.sel_mat ? blockIdx.y : 0) * (int64_t)a.rows;
         const int64_t r0 = (int64_t)blockIdx.x * ROWS, r1 = min(r0 + ROWS, (int64_t)a.rows);
         if (m0 / a.rows < a.n_mat && r0 < r1) prefetch_l2(T::qrow(a, m0 + r0), T::qrow(a, m0 + r1) - T::qrow(a, m0 + r0));
     }
-    pdl_wait();
+    mv_pdl_wait(a);
     // IQ2_XXS: the codebook (256 entries; sign masks are computed)
     __shared__ uint64_t s_grid[T::GRID ? 256 : 1];
     __shared__ float s_red[S > 1 && !EX ? 8 : 1][NT];
@@ -947,10 +966,10 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
             for (int s = 0; s < p.ns; s++) bar_init(s_bar + s, 1);
         __syncthreads();
     }
-    pdl_launch();
+    mv_pdl_launch(a);
     if (!a.ids)
         for (int k = 0; k < p.ns - 1; k++) issue(k);
-    pdl_wait();
+    mv_pdl_wait(a);
     if (T::GRID)
         for (int i = tid; i < 256; i += PIPE_THREADS) s_grid[i] = iq2xxs_grid[i];
     if (a.ids)

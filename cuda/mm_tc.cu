@@ -177,7 +177,7 @@ constexpr int Q8S_STAGE = Q8S_A + Q8S_B + Q8S_DW + Q8S_DA;
 // (cp_async16 and its group commit/wait: common.cuh)
 
 __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
-    pdl_enter();
+    mv_pdl_enter(p.a);
     __shared__ Slots s;
     extern __shared__ __align__(16) uint8_t s_q8[]; // [2][Q8S_STAGE]
     int64_t mat;
@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
 
 // ---------------------------------------------------------------- Q2_K
 __global__ void __launch_bounds__(128) k_tc_q2_k(TCArgs p) {
-    pdl_enter();
+    mv_pdl_enter(p.a);
     __shared__ Slots s;
     int64_t mat;
     const int cnt = tc_slots(p, s, &mat);
@@ -363,7 +363,7 @@ __global__ void __launch_bounds__(128) k_tc_q2_k(TCArgs p) {
 // so the 8-byte fragment reads are conflict-free per half-warp). Each warp's
 // weight words are its own and stay register-pipelined from global memory.
 __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
-    pdl_enter();
+    mv_pdl_enter(p.a);
     __shared__ Slots s;
     __shared__ uint64_t s_grid[256]; // the codebook (sign masks are computed: iq2_sign_mask)
     __shared__ __align__(16) uint8_t s_x[2][TC_BN * Q8S_LD];
@@ -602,6 +602,7 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
     TCArgs p;
     // (the tile table picks each selection's matrix; no ids, no token stride)
     p.a = mv_args(d_w, rows, cols, n_mat, nullptr, false, d_act, 0, act_sel, act_div, d_y, 0, y_sel);
+    p.a.late = (flags & DS4C_MM_LATE) != 0;
     p.n_tok = 1;
     p.perm = (const int32_t *)d_scratch;
     p.tiles = (const int4 *)((const uint8_t *)d_scratch + group_perm_bytes(n_sel));

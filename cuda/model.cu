@@ -181,12 +181,16 @@ __device__ void hc_split_warp(const float *m, const float *scale, const float *b
 // (head): pre_j = sigmoid(m_j·scale + base_j) + eps only. Then x = Σ_j
 // pre_j·h_j and x = normw ⊙ (x·rms(x)). Mode bit 1: the mixing logits are
 // raw products fn·flat(h) and are first scaled by rsqrt(mean(h²) + norm_eps)
-// here (M ≤ 288).
+// here (M ≤ 288). Mode bit 2 (with bit 1): h is complete when the kernel
+// launches (the product of the mixing logits was queued with DS4C_MM_LATE),
+// so its sum of squares is taken before the wait for that product.
 template <int HC> // HC > 0: compiled for hc == HC (the loops over streams unroll); 0: any hc
 __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, const float *base, int hc_rt, int iters,
                          float hc_eps, const float *h, int64_t D, const float *normw, float norm_eps, float *x,
                          float *post_out, float *comb_out, uint8_t *xq, int64_t xq_stride) {
-    pdl_enter();
+    pdl_launch();
+    const bool early = (mode & 6) == 6;
+    mode &= 3;
     const int hc = HC ? HC : hc_rt;
     __shared__ float s_pre[16], s_comb[256], s_mix[288];
     const int t = blockIdx.x;
@@ -202,7 +206,9 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     const bool two = (mode & 1) == 0 && gridDim.y == 2;
     const int x0 = !two && (mode & 1) == 0 && nn <= 32 && blockDim.x > 32 ? 32 : 0; // warp 0 runs the split
     const bool vec = HC > 0 && D % 4 == 0 && D / 4 <= (int64_t)HP_G * (blockDim.x - x0);
-    if (mode & 2) {
+    // the streams' sum of squares (mode bit 1): before the wait when h is
+    // known complete (early), else after it
+    auto hsumsq = [&]() -> double {
         const float *hr = h + (int64_t)t * hc * D;
         const int64_t nh = (int64_t)hc * D;
         double ss = 0;
@@ -220,8 +226,14 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
 #pragma unroll 8
             for (int64_t i = tid; i < nh; i += blockDim.x) ss += (double)hr[i] * (double)hr[i];
         }
-        ss = block_sum_d(ss);
-        const float r = rms_from_sumsq(ss, nh, norm_eps);
+        return block_sum_d(ss);
+    };
+    double hss = 0;
+    if (early) hss = hsumsq();
+    pdl_wait();
+    if (mode & 2) {
+        const double ss = early ? hss : hsumsq();
+        const float r = rms_from_sumsq(ss, (int64_t)hc * D, norm_eps);
         for (int i = tid; i < M; i += blockDim.x) s_mix[i] = fmul(m[i], r);
         __syncthreads();
         m = s_mix;

@@ -70,8 +70,12 @@ type Backend struct {
 	outNorm, hcHeadBase Ptr
 	hcHeadScale         Ptr // one float
 
-	weights     []*Weight
-	vecs        []Ptr
+	weights []*Weight
+	vecs    []Ptr
+	// hcEarly: the hc mixes product is queued late (MatMulLate) so that
+	// hc_pre sums the streams' squares before its wait (off with
+	// DS4_CUDA_HC_EARLY=0, for comparison; the same results)
+	hcEarly     bool
 	fingerprint []byte
 	gstats      graphCounters
 
@@ -162,7 +166,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt}
+	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt, hcEarly: os.Getenv("DS4_CUDA_HC_EARLY") != "0"}
 	if err := be.prepare(w); err != nil {
 		be.Close()
 		return nil, err

@@ -382,6 +382,18 @@ func TestKernelVariants(t *testing.T) {
 					t.Errorf("%s: the variant differs from the kernels it replaces in %d logits", o.name, diff)
 				}
 			}
+			// hc_pre summing the streams' squares before its wait (the
+			// mixes product queued late) against after it
+			be.hcEarly = false
+			off := allLogits(t, be, 1, toks)
+			be.hcEarly = true
+			for p := range base {
+				for j := range base[p] {
+					if math.Float32bits(base[p][j]) != math.Float32bits(off[p][j]) {
+						t.Fatalf("hc_early: logit %d of position %d differs: %v against %v", j, p, base[p][j], off[p][j])
+					}
+				}
+			}
 		})
 	}
 }

@@ -113,10 +113,16 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 }
 
 // mixes computes the hyper-connection mixing logits fn·flat(h_t) into out
-// [n][fn.Rows]; HCPre (RawMix) scales them by rsqrt(mean(h_t²)+eps).
-func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) error {
+// [n][fn.Rows]; HCPre (RawMix) scales them by rsqrt(mean(h_t²)+eps). It
+// reports whether the product was queued late (MatMulLate: float weights,
+// no activation to quantize), so that the HCPre queued next may read the
+// streams before its wait (HCPreArgs.HDone).
+func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (bool, error) {
 	HCD := be.cfg.HC * be.cfg.Embed
-	return be.linear(b, b.h, HCD, b.n, linJob{fn, out, fn.Rows})
+	if isFloatType(fn.Type) && be.hcEarly {
+		return true, be.dev.MatMulLate(b.s, fn, b.h, int64(4*HCD), b.n, out, int64(fn.Rows), be.exact())
+	}
+	return false, be.linear(b, b.h, HCD, b.n, linJob{fn, out, fn.Rows})
 }
 
 func (L *dlayer) hcOf(sub engine.SubBlock) (*dhc, Ptr) {
@@ -140,7 +146,8 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 	if err != nil {
 		return err
 	}
-	if err := be.mixes(b, hw.fn, mx); err != nil {
+	hdone, err := be.mixes(b, hw.fn, mx)
+	if err != nil {
 		return err
 	}
 	// The sub-block's first Q8_0 products (query/KV, shared expert) read x
@@ -158,7 +165,7 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 	}
 	if err := be.dev.HCPre(b.s, &HCPreArgs{
 		Mix: mx, RawMix: true, M: M, Scale: hw.scale, Base: hw.base, HC: c.HC, Iters: c.SinkhornIters, HCEps: c.HCEps,
-		H: b.h, D: c.Embed, NormW: normW, NormEps: c.NormEps, X: b.x, Post: b.post, Comb: b.comb, XQ: xq, N: b.n,
+		H: b.h, D: c.Embed, NormW: normW, NormEps: c.NormEps, X: b.x, Post: b.post, Comb: b.comb, XQ: xq, N: b.n, HDone: hdone,
 	}); err != nil {
 		return err
 	}
@@ -204,12 +211,13 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 	if err != nil {
 		return err
 	}
-	if err := be.mixes(b, be.hcHeadFn, mx); err != nil {
+	hdone, err := be.mixes(b, be.hcHeadFn, mx)
+	if err != nil {
 		return err
 	}
 	if err := d.HCPre(b.s, &HCPreArgs{
 		Head: true, Mix: mx, RawMix: true, M: HC, Scale: be.hcHeadScale, Base: be.hcHeadBase, HC: HC, HCEps: c.HCEps,
-		H: b.h, D: D, NormW: be.outNorm, NormEps: c.NormEps, X: b.headIn, N: b.n,
+		H: b.h, D: D, NormW: be.outNorm, NormEps: c.NormEps, X: b.headIn, N: b.n, HDone: hdone,
 	}); err != nil {
 		return err
 	}

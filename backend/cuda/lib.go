@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 12
+const abiVersion = 13
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.

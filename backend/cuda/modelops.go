@@ -24,6 +24,22 @@ func (d *Device) MatMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTo
 	})
 }
 
+// MatMulLate is MatMulEx of one selection of w (ntok tokens, activation
+// rows actTok bytes apart, outputs yTok floats apart) queued so that the
+// kernels after it launch only once everything before it is complete
+// (DS4C_MM_LATE): the next kernel may then read this product's input
+// before its own wait (HCPreArgs.HDone).
+func (d *Device) MatMulLate(s Stream, w *Weight, act Ptr, actTok int64, ntok int, y Ptr, yTok int64, exact bool) error {
+	flags := int32(2)
+	if exact {
+		flags |= 1
+	}
+	return d.l.call("matmul_ex", func() int32 {
+		return d.l.matmulEx(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), 0, 1,
+			uintptr(act), actTok, 0, 1, int32(ntok), uintptr(y), yTok, 0, flags, uintptr(s))
+	})
+}
+
 // GroupBytes is the size of the scratch buffer that Group and MatMulGrouped
 // use for nsel selections over nmat matrices.
 func (d *Device) GroupBytes(nsel, nmat int) int64 {
@@ -90,6 +106,10 @@ type HCPreArgs struct {
 	// ActBytes(Q8_0, D)), as Quantize would form it (HCPre only).
 	XQ Ptr
 	N  int
+	// HDone (with RawMix): H is complete when the kernel launches, because
+	// Mix came from MatMulLate queued right before; the kernel sums H's
+	// squares before waiting for that product.
+	HDone bool
 }
 
 // HCPre computes the sub-block (or head) input from the streams.
@@ -100,6 +120,9 @@ func (d *Device) HCPre(s Stream, a *HCPreArgs) error {
 	}
 	if a.RawMix {
 		mode |= 2
+		if a.HDone {
+			mode |= 4
+		}
 	}
 	return d.l.call("hc_pre", func() int32 {
 		return d.l.hcPre(mode, uintptr(a.Mix), int32(a.M), uintptr(a.Scale), uintptr(a.Base), int32(a.HC), int32(a.Iters), a.HCEps,
