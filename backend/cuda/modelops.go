@@ -14,14 +14,7 @@ import "ds4go/quant"
 // means ActBytes; yTok 0 means w.Rows. exact sums every row in the order of
 // quant.Dot / backend/cpu (bit-identical results, slower).
 func (d *Device) MatMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTok, actSel int64, actDiv, ntok int, y Ptr, yTok, ySel int64, exact bool) error {
-	flags := int32(0)
-	if exact {
-		flags = 1
-	}
-	return d.l.call("matmul_ex", func() int32 {
-		return d.l.matmulEx(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), uintptr(ids), int32(nsel),
-			uintptr(act), actTok, actSel, int32(actDiv), int32(ntok), uintptr(y), yTok, ySel, flags, uintptr(s))
-	})
+	return d.matMulEx(s, w, ids, nsel, act, actTok, actSel, actDiv, ntok, y, yTok, ySel, mmFlags(exact))
 }
 
 // MatMulLate is MatMulEx of one selection of w (ntok tokens, activation
@@ -30,13 +23,28 @@ func (d *Device) MatMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTo
 // (DS4C_MM_LATE): the next kernel may then read this product's input
 // before its own wait (HCPreArgs.HDone).
 func (d *Device) MatMulLate(s Stream, w *Weight, act Ptr, actTok int64, ntok int, y Ptr, yTok int64, exact bool) error {
-	flags := int32(2)
+	return d.matMulEx(s, w, 0, 1, act, actTok, 0, 1, ntok, y, yTok, 0, mmFlags(exact)|mmLate)
+}
+
+// The flags of ds4c_matmul_ex (DS4C_MM_*).
+const (
+	mmExact int32 = 1
+	mmLate  int32 = 2
+)
+
+// mmFlags is DS4C_MM_EXACT when exact.
+func mmFlags(exact bool) int32 {
 	if exact {
-		flags |= 1
+		return mmExact
 	}
+	return 0
+}
+
+// matMulEx calls ds4c_matmul_ex with flags.
+func (d *Device) matMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTok, actSel int64, actDiv, ntok int, y Ptr, yTok, ySel int64, flags int32) error {
 	return d.l.call("matmul_ex", func() int32 {
-		return d.l.matmulEx(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), 0, 1,
-			uintptr(act), actTok, 0, 1, int32(ntok), uintptr(y), yTok, 0, flags, uintptr(s))
+		return d.l.matmulEx(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), uintptr(ids), int32(nsel),
+			uintptr(act), actTok, actSel, int32(actDiv), int32(ntok), uintptr(y), yTok, ySel, flags, uintptr(s))
 	})
 }
 
@@ -61,10 +69,7 @@ func (d *Device) Group(s Stream, ids Ptr, nsel, nmat int, scratch Ptr) error {
 // either mode). Below OptTCMinSel selections, or for a type without a
 // tensor-core product, it runs MatMulEx in the given mode instead.
 func (d *Device) MatMulGrouped(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, scratch Ptr, exact bool) error {
-	flags := int32(0)
-	if exact {
-		flags = 1
-	}
+	flags := mmFlags(exact)
 	return d.l.call("matmul_grouped", func() int32 {
 		return d.l.matmulGroup(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), uintptr(ids), int32(nsel),
 			uintptr(act), actSel, int32(actDiv), uintptr(y), ySel, uintptr(scratch), flags, uintptr(s))
