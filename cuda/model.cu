@@ -739,6 +739,33 @@ __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile(const float *q, c
 // For each token t (one CTA): R = count (or (pos0+t+1)/ratio); the
 // min(K, R) best scores (higher first; equal scores: lower index first) go
 // to sel[t][0..), best first; with R ≤ K (and all_if_few) all rows in order.
+// topk_count is token t's number of candidate rows: R_fixed, or the
+// (pos0+t+1)/ratio compressed rows its position has completed.
+__device__ __forceinline__ int64_t topk_count(int64_t R_fixed, int64_t pos0, int t, int ratio) {
+    return R_fixed > 0 ? R_fixed : (pos0 + t + 1) / ratio;
+}
+
+// topk_all_rows handles the case of R ≤ K with all_if_few: every row, in
+// order (this thread writes rows i0, i0+step, …; the thread of i0 == 0 the
+// count). It reports whether it did, so that the caller returns.
+__device__ __forceinline__ bool topk_all_rows(int64_t R, int K, int all_if_few, int t, int64_t i0, int64_t step,
+                                              int32_t *sel, int32_t *nsel) {
+    if (R > K || !all_if_few) return false;
+    for (int64_t i = i0; i < R; i += step) sel[(int64_t)t * K + i] = (int32_t)i;
+    if (i0 == 0 && nsel) nsel[t] = (int32_t)R;
+    return true;
+}
+
+// topk_radix_init sets the radix kernels' shared search state (thread 0):
+// no prefix yet, take keys left to place; and the token's count.
+__device__ __forceinline__ void topk_radix_init(int take, int t, int32_t *nsel, uint32_t &prefix, uint32_t &mask,
+                                                int &kleft) {
+    prefix = 0;
+    mask = 0;
+    kleft = take;
+    if (nsel) nsel[t] = take;
+}
+
 __global__ void k_topk(const float *scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio, int K,
                        int all_if_few, int32_t *sel, int32_t *nsel) {
     pdl_enter();
@@ -746,15 +773,11 @@ __global__ void k_topk(const float *scores, int64_t stride, int64_t R_fixed, int
     // against all R, so the O(R²) comparisons of a token spread over
     // R/blockDim CTAs instead of one.
     const int t = blockIdx.y;
-    const int64_t R = R_fixed > 0 ? R_fixed : (pos0 + t + 1) / ratio;
+    const int64_t R = topk_count(R_fixed, pos0, t, ratio);
     const float *s = scores + t * stride;
     int32_t *out = sel + (int64_t)t * K;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (R <= K && all_if_few) {
-        if (i < R) out[i] = (int32_t)i;
-        if (i == 0 && nsel) nsel[t] = (int32_t)R;
-        return;
-    }
+    if (topk_all_rows(R, K, all_if_few, t, i, (int64_t)gridDim.x * blockDim.x, sel, nsel)) return;
     if (i == 0 && nsel) nsel[t] = (int32_t)(R < K ? R : K);
     if (i >= R) return;
     const float si = s[i];
@@ -831,20 +854,11 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_radix(const float *scores, 
     __shared__ int s_base[2];
     __shared__ unsigned long long s_sort[TK_THREADS];
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t R = R_fixed > 0 ? R_fixed : (pos0 + t + 1) / ratio;
+    const int64_t R = topk_count(R_fixed, pos0, t, ratio);
     const float *sc = scores + t * stride;
     const int take = (int)(R < K ? R : K);
-    if (R <= K && all_if_few) { // all rows, in order
-        for (int64_t i = tid; i < R; i += TK_THREADS) sel[(int64_t)t * K + i] = (int32_t)i;
-        if (tid == 0 && nsel) nsel[t] = (int32_t)R;
-        return;
-    }
-    if (tid == 0) {
-        s_prefix = 0;
-        s_mask = 0;
-        s_kleft = take;
-        if (nsel) nsel[t] = take;
-    }
+    if (topk_all_rows(R, K, all_if_few, t, tid, TK_THREADS, sel, nsel)) return;
+    if (tid == 0) topk_radix_init(take, t, nsel, s_prefix, s_mask, s_kleft);
     // 1. the take-th largest key, 8 bits at a time
     for (int shift = 24; shift >= 0; shift -= 8) {
         if (tid < 256) s_hist[tid] = 0;
@@ -936,14 +950,10 @@ __global__ void __launch_bounds__(NT) k_topk_warp(const float *scores, int64_t s
     __shared__ unsigned long long s_x[2][NT];
     constexpr int TK_REG = 8192 / NT; // keys per thread held in registers
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t R = R_fixed > 0 ? R_fixed : (pos0 + t + 1) / ratio;
+    const int64_t R = topk_count(R_fixed, pos0, t, ratio);
     const float *sc = scores + t * stride;
     const int take = (int)(R < K ? R : K);
-    if (R <= K && all_if_few) { // all rows, in order
-        for (int64_t i = tid; i < R; i += NT) sel[(int64_t)t * K + i] = (int32_t)i;
-        if (tid == 0 && nsel) nsel[t] = (int32_t)R;
-        return;
-    }
+    if (topk_all_rows(R, K, all_if_few, t, tid, NT, sel, nsel)) return;
     const bool inreg = R <= (int64_t)TK_REG * NT;
     uint32_t kr[TK_REG];
 #pragma unroll
@@ -968,12 +978,7 @@ __global__ void __launch_bounds__(NT) k_topk_warp(const float *scores, int64_t s
             }
         }
     };
-    if (tid == 0) {
-        s_prefix = 0;
-        s_mask = 0;
-        s_kleft = take;
-        if (nsel) nsel[t] = take;
-    }
+    if (tid == 0) topk_radix_init(take, t, nsel, s_prefix, s_mask, s_kleft);
     // 1. the take-th largest key, 8 bits at a time
     for (int shift = 24; shift >= 0; shift -= 8) {
         if (tid < 257) s_hist[tid] = 0;
