@@ -365,15 +365,27 @@ func (s *Session) chunk(ctx context.Context, toks []int32, from int, fn func(int
 	}
 	s.rows = append(s.rows, n-1)
 	V := s.cfg.Vocab
-	if need := len(s.rows) * V; cap(s.buf) < need {
-		s.buf = make([]float32, need)
+	// Only the next token's row and no fn (decode, plain prefill): Head
+	// writes the session's logits in place (no copy of a vocabulary row per
+	// token); they are invalid until it succeeds.
+	direct := fn == nil && len(s.rows) == 1
+	var out []float32
+	if direct {
+		out = s.logits
+		s.logitsOK = false
+	} else {
+		if need := len(s.rows) * V; cap(s.buf) < need {
+			s.buf = make([]float32, need)
+		}
+		out = s.buf[:len(s.rows)*V]
 	}
-	out := s.buf[:len(s.rows)*V]
 	if err := be.Head(b, s.rows, out); err != nil {
 		return fail("head", -1, err)
 	}
 	trace(StageHead, -1)
-	copy(s.logits, out[len(out)-V:])
+	if !direct {
+		copy(s.logits, out[len(out)-V:])
+	}
 	s.logitsOK = true
 	s.tokens = append(s.tokens, toks...)
 	if fn != nil {
