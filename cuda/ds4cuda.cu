@@ -119,6 +119,10 @@ int ds4c_init(int device) {
     if (mt && mt[0] >= '1' && mt[0] <= '2' && mt[1] == 0) g_opt_mv_timing = mt[0] - '0';
     const char *pm = getenv("DS4_CUDA_MV_PIPE_MIN");
     if (pm && pm[0] >= '0' && pm[0] <= '9') g_opt_mv_pipe_min = atoi(pm);
+    const char *ms = getenv("DS4_CUDA_MV_STAGES");
+    if (ms && atoi(ms) >= 3 && atoi(ms) <= 8) g_opt_mv_stages = atoi(ms);
+    const char *mb = getenv("DS4_CUDA_MV_STAGE");
+    if (mb && mb[0] >= '0' && mb[0] <= '9' && atoi(mb) % 1024 == 0 && atoi(mb) <= 65536) g_opt_mv_stage = atoi(mb);
     const char *mc = getenv("DS4_CUDA_MV_COPY");
     if (mc && mc[0] >= '0' && mc[0] <= '2' && mc[1] == 0) g_opt_mv_copy = mc[0] - '0';
     t_device = device;
