@@ -201,6 +201,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	st := s.Stats()
 	logf("session stats: %+v", st)
+	if g, ok := be.(interface{ GraphStats() cuda.GraphStats }); ok {
+		if gs := g.GraphStats(); gs.Captures > 0 {
+			per := func(ns int64) float64 { return float64(ns) / float64(gs.Captures) / 1e6 }
+			logf("graph decode: %d tokens, host %.3f ms a token recording and launching, %.3f ms waiting in the head; %+v",
+				gs.Captures, per(gs.HostNs), per(gs.WaitNs), gs)
+		}
+	}
 	return status
 }
 
