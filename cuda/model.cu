@@ -736,9 +736,6 @@ __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile(const float *q, c
 }
 
 // ------------------------------------------------------------ top-k
-// For each token t (one CTA): R = count (or (pos0+t+1)/ratio); the
-// min(K, R) best scores (higher first; equal scores: lower index first) go
-// to sel[t][0..), best first; with R ≤ K (and all_if_few) all rows in order.
 // topk_count is token t's number of candidate rows: R_fixed, or the
 // (pos0+t+1)/ratio compressed rows its position has completed.
 __device__ __forceinline__ int64_t topk_count(int64_t R_fixed, int64_t pos0, int t, int ratio) {
@@ -766,6 +763,9 @@ __device__ __forceinline__ void topk_radix_init(int take, int t, int32_t *nsel, 
     if (nsel) nsel[t] = take;
 }
 
+// For each token t (one CTA): R = count (or (pos0+t+1)/ratio); the
+// min(K, R) best scores (higher first; equal scores: lower index first) go
+// to sel[t][0..), best first; with R ≤ K (and all_if_few) all rows in order.
 __global__ void k_topk(const float *scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio, int K,
                        int all_if_few, int32_t *sel, int32_t *nsel) {
     pdl_enter();
