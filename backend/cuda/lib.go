@@ -252,15 +252,22 @@ func load() (*lib, error) {
 		{&l.setOption, "ds4c_set_option"},
 		{&l.benchRead, "ds4c_bench_read"},
 	}
+	bySym := make(map[string]uintptr, len(syms))
 	for _, s := range syms {
 		sym, err := purego.Dlsym(h, s.name)
 		if err != nil {
 			return nil, fmt.Errorf("cuda: %s lacks %s (stale build?): %v", path, s.name, err)
 		}
 		purego.RegisterFunc(s.fn, sym)
+		bySym[s.name] = sym
 	}
 	if v := l.abiVersion(); v != abiVersion {
 		return nil, fmt.Errorf("cuda: %s has ABI version %d, this program needs %d; rebuild it", path, v, abiVersion)
+	}
+	if os.Getenv("DS4_CUDA_REFLECT_CALLS") != "1" {
+		if err := l.direct(func(name string) uintptr { return bySym[name] }); err != nil { // libdirect.go
+			return nil, err
+		}
 	}
 	return l, nil
 }

@@ -63,7 +63,7 @@ if [[ $SKIP != *bench* ]]; then
 fi
 if [ -n "${AB:-}" ]; then
     echo "== A/B: $AB"
-    env "$AB" $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers 8192 --gen 32 2>&1 | grep -E "frontier 8192|rror" | tail -3
+    env "$AB" $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers 8192 --gen 32 2>&1 | grep -E "frontier 8192|graph decode|rror" | tail -3
 fi
 if [[ $SKIP != *fullprof* ]] && [ -f /dev/shm/flash-q2.gguf ]; then
     DS4_CUDA_PROFILE_DECODE=3 ncu --clock-control none --cache-control all --profile-from-start off \
