@@ -99,6 +99,18 @@ int ds4c_device_count(int *n) {
     return 0;
 }
 
+// env_option sets option key from the environment variable name when it
+// holds a whole decimal number that ds4c_set_option accepts (the option's
+// own range checks); anything else keeps the default.
+static void env_option(const char *name, int key) {
+    const char *v = getenv(name);
+    if (!v || !*v) return;
+    char *end = nullptr;
+    const long x = strtol(v, &end, 10);
+    if (*end != 0 || x < -(1L << 30) || x > (1L << 30)) return;
+    ds4c_set_option(key, (int)x);
+}
+
 int ds4c_init(int device) {
     int n = 0;
     DS4C_CHECK(cudaGetDeviceCount(&n));
@@ -109,22 +121,14 @@ int ds4c_init(int device) {
     DS4C_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     g_sm_count = sms;
     g_device = device;
-    const char *pdl = getenv("DS4_CUDA_PDL");
-    if (pdl && pdl[0] == '0') g_opt_pdl = 0;
-    const char *pf = getenv("DS4_CUDA_PREFETCH");
-    if (pf && pf[0] == '0') g_opt_prefetch = 0;
-    const char *mp = getenv("DS4_CUDA_MV_PIPE");
-    if (mp && mp[0] >= '0' && mp[0] <= '4' && mp[1] == 0) g_opt_mv_pipe = mp[0] - '0';
-    const char *mt = getenv("DS4_CUDA_MV_TIMING");
-    if (mt && mt[0] >= '1' && mt[0] <= '2' && mt[1] == 0) g_opt_mv_timing = mt[0] - '0';
-    const char *pm = getenv("DS4_CUDA_MV_PIPE_MIN");
-    if (pm && pm[0] >= '0' && pm[0] <= '9') g_opt_mv_pipe_min = atoi(pm);
-    const char *ms = getenv("DS4_CUDA_MV_STAGES");
-    if (ms && atoi(ms) >= 3 && atoi(ms) <= 8) g_opt_mv_stages = atoi(ms);
-    const char *mb = getenv("DS4_CUDA_MV_STAGE");
-    if (mb && mb[0] >= '0' && mb[0] <= '9' && atoi(mb) % 1024 == 0 && atoi(mb) <= 65536) g_opt_mv_stage = atoi(mb);
-    const char *mc = getenv("DS4_CUDA_MV_COPY");
-    if (mc && mc[0] >= '0' && mc[0] <= '2' && mc[1] == 0) g_opt_mv_copy = mc[0] - '0';
+    env_option("DS4_CUDA_PDL", DS4C_OPT_PDL);
+    env_option("DS4_CUDA_PREFETCH", DS4C_OPT_PREFETCH);
+    env_option("DS4_CUDA_MV_PIPE", DS4C_OPT_MV_PIPE);
+    env_option("DS4_CUDA_MV_TIMING", DS4C_OPT_MV_TIMING);
+    env_option("DS4_CUDA_MV_PIPE_MIN", DS4C_OPT_MV_PIPE_MIN);
+    env_option("DS4_CUDA_MV_STAGES", DS4C_OPT_MV_STAGES);
+    env_option("DS4_CUDA_MV_STAGE", DS4C_OPT_MV_STAGE);
+    env_option("DS4_CUDA_MV_COPY", DS4C_OPT_MV_COPY);
     t_device = device;
     return 0;
 }
