@@ -1744,11 +1744,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     // the rotation after the output kernels (not fused)
     auto rotate = [&]() -> int {
         if (!d_rfreqs) return 0;
-        const int64_t pairs = (int64_t)n * H * (rd / 2);
-        ds4c_launch(k_rope, nblk(pairs, 256), 256, 0, as_stream(stream), d_out, (int64_t)H * HD, H, (int64_t)HD,
-                    (int64_t)roff, d_rfreqs, rd, pos0, (int64_t)1, n, 1);
-        DS4C_CHECK_LAUNCH("attention output rotation");
-        return 0;
+        return ds4c_rope(d_out, (int64_t)H * HD, H, HD, roff, d_rfreqs, rd, pos0, 1, n, 1, stream);
     };
     cudaStream_t st = as_stream(stream);
     // chunks: 32 keys and every head group per CTA; single tokens (and
