@@ -111,8 +111,8 @@ __device__ __forceinline__ int4 ldact16(const void *p) {
 // 64, so that lanes reading 16 bytes at a stride of 64 or 256 bytes (one
 // unit of 64 values each) hit different banks. act_tail: where the row's
 // scales (and Q8_K's block sums) begin.
-template <int PAD>
-__device__ __forceinline__ const uint8_t *act_at(const uint8_t *at, int64_t o) {
+template <int PAD, class B> // B: uint8_t or const uint8_t
+__device__ __forceinline__ B *act_at(B *at, int64_t o) {
     return PAD ? at + o + (o >> 6) * PAD : at + o;
 }
 template <int PAD>
@@ -1006,9 +1006,9 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
         if (sel / a.act_div != cur_act) { // the selection's activation row into shared memory
             cur_act = sel / a.act_div;
             const uint8_t *src = a.act + (int64_t)cur_act * a.act_sel;
-            for (int i = tid; i < p.act_bytes / 16; i += PIPE_THREADS) { // (padded: act_at)
+            for (int i = tid; i < p.act_bytes / 16; i += PIPE_THREADS) { // (padded: act_at; the tail after the last pad)
                 const int o = 16 * i, q = min(o, a.cols);
-                *(int4 *)(s_act + o + (T::ACT_PAD ? (q >> 6) * T::ACT_PAD : 0)) = ld16(src + o);
+                *(int4 *)(act_at<T::ACT_PAD>(s_act, q) + (o - q)) = ld16(src + o);
             }
             __syncthreads();
         }
