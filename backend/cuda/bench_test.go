@@ -260,10 +260,8 @@ func TestBandwidth(t *testing.T) {
 		us := timeGraph(graphLen, func(int) error { return d.Quantize(s, at, xp, cols, act, cols, 1) })
 		add(fmt.Sprintf("quantize %s 4096", at), int64(4*cols), us)
 	}
-
 }
 
-// tempAlloc allocates device memory the caller frees (no test cleanup).
 // graphTimer times launches replayed from CUDA graphs on its own stream s
 // (TestBandwidth, TestOpLatency).
 type graphTimer struct {
@@ -323,10 +321,22 @@ func (g *graphTimer) time(n int, launch func(i int) error) float64 {
 	return ts[len(ts)/2]
 }
 
+// tempAlloc allocates device memory the caller frees (no test cleanup).
 func tempAlloc(t testing.TB, d *Device, n int64) Ptr {
 	t.Helper()
 	p, err := d.Malloc(n)
 	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// tempUpload is upload without the test cleanup: the caller frees it.
+func tempUpload(t testing.TB, d *Device, x []float32) Ptr {
+	t.Helper()
+	p := tempAlloc(t, d, int64(4*len(x)))
+	if err := UploadSlice(d, p, x); err != nil {
+		d.Free(p)
 		t.Fatal(err)
 	}
 	return p

@@ -248,22 +248,19 @@ func compare(t *testing.T, name string, got, want []float32, mag []float64, term
 	return worst
 }
 
+// alloc allocates device memory that the test's cleanup frees.
 func alloc(t testing.TB, d *Device, n int64) Ptr {
 	t.Helper()
-	p, err := d.Malloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := tempAlloc(t, d, n)
 	t.Cleanup(func() { d.Free(p) })
 	return p
 }
 
+// upload copies x to new device memory that the test's cleanup frees.
 func upload(t testing.TB, d *Device, x []float32) Ptr {
 	t.Helper()
-	p := alloc(t, d, int64(4*len(x)))
-	if err := UploadSlice(d, p, x); err != nil {
-		t.Fatal(err)
-	}
+	p := tempUpload(t, d, x)
+	t.Cleanup(func() { d.Free(p) })
 	return p
 }
 
@@ -941,9 +938,9 @@ func TestIndexScores(t *testing.T) {
 		q := gaussian(c.n*IH*IHD, uint64(c.pos0+c.n))
 		w := gaussian(c.n*IH, 7)
 		rows := gaussian(maxR*IHD, 9)
-		scores := alloc(t, d, int64(4*c.n*maxR))
+		scores := tempAlloc(t, d, int64(4*c.n*maxR))
 		poison(t, d, scores, c.n*maxR)
-		qp, wp, rp := upload(t, d, q), upload(t, d, w), upload(t, d, rows)
+		qp, wp, rp := tempUpload(t, d, q), tempUpload(t, d, w), tempUpload(t, d, rows)
 		must(t, d.IndexScores(0, qp, wp, rp, IH, IHD, c.pos0, ratio, c.n, scores, int64(maxR)))
 		got := download(t, d, scores, c.n*maxR)
 		for tok := 0; tok < c.n; tok++ {

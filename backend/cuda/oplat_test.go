@@ -79,10 +79,11 @@ func TestOpLatency(t *testing.T) {
 	const IH, IHD, TopK = 64, 128, 512
 	for _, ctx := range []int{8192, 32768} {
 		R := ctx / 4
-		q, w := upload(t, d, gaussian(IH*IHD, 4)), upload(t, d, gaussian(IH, 5))
-		rows := upload(t, d, gaussian(R*IHD, 6))
-		scores := alloc(t, d, int64(4*R))
-		isel, insel := alloc(t, d, 4*TopK), alloc(t, d, 4)
+		// (freed at the end of each context: tempAlloc, tempUpload)
+		q, w := tempUpload(t, d, gaussian(IH*IHD, 4)), tempUpload(t, d, gaussian(IH, 5))
+		rows := tempUpload(t, d, gaussian(R*IHD, 6))
+		scores := tempAlloc(t, d, int64(4*R))
+		isel, insel := tempAlloc(t, d, 4*TopK), tempAlloc(t, d, 4)
 		for v := 1; v >= 0; v-- {
 			report(fmt.Sprintf("index scores R=%d ix_tile=%d", R, v), OptIXTile, v, func(int) error {
 				return d.IndexScores(s, q, w, rows, IH, IHD, ctx-1, 4, 1, scores, int64(R))
@@ -98,16 +99,16 @@ func TestOpLatency(t *testing.T) {
 		// the 512 picks of a ratio-4 layer; the window and R/32 rows of a
 		// ratio-128 layer.
 		const H, HD, W = 64, 512, 128
-		aq, akv := upload(t, d, gaussian(H*HD, 7)), upload(t, d, gaussian(HD, 8))
-		win := upload(t, d, gaussian(2*W*HD, 9))
-		comp := upload(t, d, gaussian(R*HD, 10))
-		sinks, out := upload(t, d, gaussian(H, 11)), alloc(t, d, 4*H*HD)
+		aq, akv := tempUpload(t, d, gaussian(H*HD, 7)), tempUpload(t, d, gaussian(HD, 8))
+		win := tempUpload(t, d, gaussian(2*W*HD, 9))
+		comp := tempUpload(t, d, gaussian(R*HD, 10))
+		sinks, out := tempUpload(t, d, gaussian(H, 11)), tempAlloc(t, d, 4*H*HD)
 		for _, ratio := range []int{4, 128} {
 			maxKeys := W + TopK
 			if ratio == 128 {
 				maxKeys = W + ctx/128
 			}
-			work := alloc(t, d, int64(4*AttentionWork(1, H, maxKeys)))
+			work := tempAlloc(t, d, int64(4*AttentionWork(1, H, maxKeys)))
 			a := &AttentionArgs{Q: aq, KV: akv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: isel, NSel: insel,
 				K: TopK, Sinks: sinks, Out: out, Pos0: ctx - 1, N: 1, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work}
 			for v := 1; v >= 0; v-- {
