@@ -38,6 +38,8 @@ static int g_opt_router_warp = 1;
 static int g_opt_attn_ecache = 1;
 static int g_opt_attn_rope = 1;
 static int g_opt_attn_quant = 1;
+static int g_opt_attn_tile = 1;
+static int g_opt_ix_chunk = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -82,6 +84,8 @@ int ds4c_opt_mv_stage(void) { return g_opt_mv_stage; }
 int ds4c_opt_mv_stages(void) { return g_opt_mv_stages; }
 int ds4c_opt_mv_timing(void) { return g_opt_mv_timing; }
 int ds4c_opt_ix_tile(void) { return g_opt_ix_tile; }
+int ds4c_opt_attn_tile(void) { return g_opt_attn_tile; }
+int ds4c_opt_ix_chunk(void) { return g_opt_ix_chunk; }
 int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
 int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
@@ -129,6 +133,8 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_MV_STAGES", DS4C_OPT_MV_STAGES);
     env_option("DS4_CUDA_MV_STAGE", DS4C_OPT_MV_STAGE);
     env_option("DS4_CUDA_MV_COPY", DS4C_OPT_MV_COPY);
+    env_option("DS4_CUDA_ATTN_TILE", DS4C_OPT_ATTN_TILE);
+    env_option("DS4_CUDA_IX_CHUNK", DS4C_OPT_IX_CHUNK);
     t_device = device;
     return 0;
 }
@@ -412,6 +418,8 @@ static const struct {
     {DS4C_OPT_ATTN_ECACHE, "attn_ecache", &g_opt_attn_ecache, 0, 1},
     {DS4C_OPT_ATTN_ROPE, "attn_rope", &g_opt_attn_rope, 0, 1},
     {DS4C_OPT_ATTN_QUANT, "attn_quant", &g_opt_attn_quant, 0, 1},
+    {DS4C_OPT_ATTN_TILE, "attn_tile", &g_opt_attn_tile, 0, 1},
+    {DS4C_OPT_IX_CHUNK, "ix_chunk", &g_opt_ix_chunk, 0, 1},
 };
 
 int ds4c_set_option(int key, int value) {

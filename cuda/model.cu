@@ -612,6 +612,89 @@ __device__ __forceinline__ float dot4_ref(const float *a, const float *b, int n)
     return fadd(fadd(s0, s1), fadd(s2, s3));
 }
 
+// Register-tiled dots of ATS_A rows of A against ATS_B rows of B (length
+// D, D % ATS_SL == 0), for the chunk forms of the attention and indexer
+// scores: each thread takes ATS_R rows of A × ATS_R rows of B (A rows
+// ag·ATS_R + i, B rows bg + 16·j), every dot kept as its four running sums
+// (dot4_ref's operations and order, which are backend/cpu's). D goes by in
+// slices of ATS_SL values staged in shared memory (two stages; the next
+// slice's loads sit in registers while the current one is summed), so a
+// thread loads ATS_R A and ATS_R B float4s for ATS_R² dots: 16 arithmetic
+// instructions per shared load, where k_attn_scores<2> had 5 and was bound
+// by shared-memory wavefronts (cuda/NOTES.md v11). The caller fills row[]
+// (A rows, then B rows; stand-in rows for the ones past its counts, whose
+// dots it does not store) and synchronises before the call; the stages are
+// free again when it returns.
+constexpr int ATS_R = 4, ATS_A = 64, ATS_B = 64, ATS_SL = 32, ATS_LD = ATS_SL + 4;
+constexpr int ATS_T = (ATS_A / ATS_R) * (ATS_B / ATS_R); // 256 threads
+constexpr int ATS_C4 = ATS_SL / 4;
+constexpr int ATS_V = (ATS_A + ATS_B) * ATS_C4 / ATS_T; // float4 loads per thread per slice
+static_assert((ATS_A + ATS_B) * ATS_C4 % ATS_T == 0, "slice loads split evenly");
+
+struct TileSmem {
+    float a[2][ATS_A * ATS_LD];
+    float b[2][ATS_B * ATS_LD];
+    const float *row[ATS_A + ATS_B]; // A rows, then B rows
+};
+
+__device__ __forceinline__ void tile_dots(TileSmem &sm, int D, float (&acc)[ATS_R][ATS_R][4]) {
+    const int tid = threadIdx.x;
+    float4 v[ATS_V];
+    auto fetch = [&](int c0) {
+#pragma unroll
+        for (int u = 0; u < ATS_V; u++) {
+            const int f = tid + ATS_T * u;
+            v[u] = __ldg((const float4 *)(sm.row[f / ATS_C4] + c0) + f % ATS_C4);
+        }
+    };
+    auto stash = [&](int st) {
+#pragma unroll
+        for (int u = 0; u < ATS_V; u++) {
+            const int f = tid + ATS_T * u, r = f / ATS_C4;
+            float *d = r < ATS_A ? &sm.a[st][r * ATS_LD] : &sm.b[st][(r - ATS_A) * ATS_LD];
+            *(float4 *)(d + 4 * (f % ATS_C4)) = v[u];
+        }
+    };
+    const int ag = tid / (ATS_B / ATS_R), bg = tid % (ATS_B / ATS_R);
+#pragma unroll
+    for (int i = 0; i < ATS_R; i++)
+#pragma unroll
+        for (int j = 0; j < ATS_R; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+    fetch(0);
+    stash(0);
+    __syncthreads();
+    const int ns = D / ATS_SL;
+    for (int sl = 0; sl < ns; sl++) {
+        const int st = sl & 1;
+        if (sl + 1 < ns) fetch((sl + 1) * ATS_SL);
+        const float *ab = &sm.a[st][ag * ATS_R * ATS_LD], *bb = &sm.b[st][bg * ATS_LD];
+#pragma unroll
+        for (int c = 0; c < ATS_SL; c += 4) {
+            float4 x[ATS_R], y[ATS_R];
+#pragma unroll
+            for (int i = 0; i < ATS_R; i++) x[i] = *(const float4 *)(ab + i * ATS_LD + c);
+#pragma unroll
+            for (int j = 0; j < ATS_R; j++) y[j] = *(const float4 *)(bb + j * (ATS_B / ATS_R) * ATS_LD + c);
+#pragma unroll
+            for (int i = 0; i < ATS_R; i++)
+#pragma unroll
+                for (int j = 0; j < ATS_R; j++) {
+                    acc[i][j][0] = fadd(acc[i][j][0], fmul(x[i].x, y[j].x));
+                    acc[i][j][1] = fadd(acc[i][j][1], fmul(x[i].y, y[j].y));
+                    acc[i][j][2] = fadd(acc[i][j][2], fmul(x[i].z, y[j].z));
+                    acc[i][j][3] = fadd(acc[i][j][3], fmul(x[i].w, y[j].w));
+                }
+        }
+        if (sl + 1 < ns) stash(st ^ 1);
+        __syncthreads();
+    }
+}
+
+// the A row (ag·ATS_R + i) and B row (bg + 16·j) of a thread's dot (i, j)
+__device__ __forceinline__ int tile_arow(int i) { return (threadIdx.x / (ATS_B / ATS_R)) * ATS_R + i; }
+__device__ __forceinline__ int tile_brow(int j) { return threadIdx.x % (ATS_B / ATS_R) + j * (ATS_B / ATS_R); }
+__device__ __forceinline__ float tile_sum(const float (&s)[4]) { return fadd(fadd(s[0], s[1]), fadd(s[2], s[3])); }
+
 __global__ void __launch_bounds__(256) k_index_scores(const float *q, const float *w, const float *rows, int IH, int IHD,
                                                       int64_t pos0, int ratio, float *scores, int64_t sc_stride) {
     pdl_enter();
@@ -639,6 +722,43 @@ __global__ void __launch_bounds__(256) k_index_scores(const float *q, const floa
         float sum = 0.f;
         for (int h = 0; h < IH; h++) {
             const float d = sd[tid * (IH + 1) + h];
+            if (d > 0.f) sum = fadd(sum, fmul(d, wt[h]));
+        }
+        scores[t * sc_stride + i0 + tid] = sum;
+    }
+}
+
+// Indexer scores of a chunk through tile_dots: a CTA takes one token's
+// query heads (A, IH <= ATS_A) and ATS_B compressed rows (B); the dots go
+// to shared memory and the row's thread adds w_h·max(dot, 0) over the heads
+// in order. Same bits as k_index_scores.
+__global__ void __launch_bounds__(ATS_T, 2) k_index_scores_tile(const float *q, const float *w, const float *rows, int IH,
+                                                               int IHD, int64_t pos0, int ratio, float *scores,
+                                                               int64_t sc_stride) {
+    pdl_enter();
+    __shared__ __align__(16) TileSmem sm;
+    const int t = blockIdx.y, tid = threadIdx.x;
+    const int64_t R = (pos0 + t + 1) / ratio;
+    const int64_t i0 = (int64_t)blockIdx.x * ATS_B;
+    if (i0 >= R) return;
+    const int nr = (int)min((int64_t)ATS_B, R - i0);
+    if (tid < ATS_A) sm.row[tid] = q + ((int64_t)t * IH + min(tid, IH - 1)) * IHD;
+    else if (tid < ATS_A + ATS_B) sm.row[tid] = rows + (i0 + min(tid - ATS_A, nr - 1)) * IHD;
+    __syncthreads();
+    float acc[ATS_R][ATS_R][4];
+    tile_dots(sm, IHD, acc);
+    float *sd = &sm.a[0][0]; // [ATS_B][ATS_A + 1], the stages are free now
+    static_assert(ATS_B * (ATS_A + 1) <= 2 * ATS_A * ATS_LD, "the dots fit the A stages");
+#pragma unroll
+    for (int i = 0; i < ATS_R; i++)
+#pragma unroll
+        for (int j = 0; j < ATS_R; j++) sd[tile_brow(j) * (ATS_A + 1) + tile_arow(i)] = tile_sum(acc[i][j]);
+    __syncthreads();
+    if (tid < nr) {
+        const float *wt = w + (int64_t)t * IH;
+        float sum = 0.f;
+        for (int h = 0; h < IH; h++) {
+            const float d = sd[tid * (ATS_A + 1) + h];
             if (d > 0.f) sum = fadd(sum, fmul(d, wt[h]));
         }
         scores[t * sc_stride + i0 + tid] = sum;
@@ -1170,6 +1290,35 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
     }
 }
 
+// Scores of a chunk through tile_dots: a CTA takes one token, ATS_A heads
+// (A: its query rows) and ATS_B keys (B). Same bits as k_attn_scores.
+__global__ void __launch_bounds__(ATS_T, 2) k_attn_scores_tile(AttnArgs a, float *sc, int64_t maxk) {
+    pdl_enter();
+    __shared__ __align__(16) TileSmem sm;
+    const int t = blockIdx.y, tid = threadIdx.x;
+    const int64_t p = a.pos0 + t;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin);
+    const int64_t k0 = (int64_t)blockIdx.x * ATS_B;
+    if (k0 >= nk) return;
+    const int nkt = (int)min((int64_t)ATS_B, nk - k0);
+    const int h0 = blockIdx.z * ATS_A, nh = min(ATS_A, a.H - h0);
+    if (tid < ATS_A) sm.row[tid] = a.q + ((int64_t)t * a.H + h0 + min(tid, nh - 1)) * a.HD;
+    else if (tid < ATS_A + ATS_B) sm.row[tid] = attn_key(a, t, p, k0 + min(tid - ATS_A, nkt - 1), nwin);
+    __syncthreads();
+    float acc[ATS_R][ATS_R][4];
+    tile_dots(sm, a.HD, acc);
+#pragma unroll
+    for (int i = 0; i < ATS_R; i++) {
+        const int hh = tile_arow(i);
+        if (hh >= nh) break;
+        float *o = sc + ((int64_t)t * a.H + h0 + hh) * maxk + k0;
+#pragma unroll
+        for (int j = 0; j < ATS_R; j++)
+            if (tile_brow(j) < nkt) o[tile_brow(j)] = fmul(tile_sum(acc[i][j]), a.scale);
+    }
+}
+
 __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int64_t maxk) {
     pdl_enter();
     const int t = blockIdx.x / a.H, h = blockIdx.x % a.H, lane = threadIdx.x;
@@ -1690,6 +1839,12 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         DS4C_CHECK_LAUNCH("index_scores");
         return 0;
     }
+    if (IH <= ATS_A && IHD % ATS_SL == 0 && ds4c_opt_ix_chunk()) {
+        ds4c_launch(k_index_scores_tile, dim3(nblk(maxR, ATS_B), (unsigned)n), ATS_T, 0, as_stream(stream), d_q, d_w,
+                    d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
+        DS4C_CHECK_LAUNCH("index_scores");
+        return 0;
+    }
     dim3 g(nblk(maxR, IX_ROWS), (unsigned)n);
     ds4c_launch(k_index_scores, g, 256, smem, as_stream(stream), d_q, d_w, d_rows, IH, IHD, pos0, ratio, d_scores,
                 sc_stride);
@@ -1760,7 +1915,10 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     }
     const int hg = chunk ? (int)nblk(H, AS_H) : 1;
     const dim3 gs(nblk(max_keys, ak), (unsigned)n, nblk(H, AS_H * hg));
-    if (chunk)
+    if (chunk && HD % ATS_SL == 0 && ds4c_opt_attn_tile())
+        ds4c_launch(k_attn_scores_tile, dim3(nblk(max_keys, ATS_B), (unsigned)n, nblk(H, ATS_A)), ATS_T, 0, st, a,
+                    d_work, max_keys);
+    else if (chunk)
         ds4c_launch(k_attn_scores<2>, gs, 256, smem, st, a, d_work, max_keys, hg);
     else
         ds4c_launch(k_attn_scores<1>, gs, 256, smem, st, a, d_work, max_keys, hg);

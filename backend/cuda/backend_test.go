@@ -316,7 +316,8 @@ func TestBackendFlashLayers(t *testing.T) {
 }
 
 // TestKernelVariants checks each kernel variant that a library option
-// switches (fused attention softmax and output, fused query/KV norm and
+// switches (the register-tiled chunk attention and indexer scores, on
+// prefill in chunks of 64; fused attention softmax and output, fused query/KV norm and
 // rotation, hc_pre's second CTA, short float rows per warp, L2 weight
 // prefetch, x quantized by hc_pre, weights streamed through shared memory,
 // the tiled indexer, the top-k and router pickers, attention's exponential
@@ -340,6 +341,12 @@ func TestKernelVariants(t *testing.T) {
 		{"attn_ecache", OptAttnECache, 1}, {"attn_rope", OptAttnRope, 1},
 		{"attn_quant", OptAttnQuant, 1},
 	}
+	// variants of the chunk kernels, compared on prefill in chunks of 64
+	chunkOpts := []struct {
+		name string
+		key  int
+		on   int
+	}{{"attn_tile", OptAttnTile, 1}, {"ix_chunk", OptIXChunk, 1}}
 	for _, tc := range []struct {
 		name   string
 		cfg    model.Config
@@ -382,6 +389,19 @@ func TestKernelVariants(t *testing.T) {
 					t.Errorf("%s: the variant differs from the kernels it replaces in %d logits", o.name, diff)
 				}
 			}
+			chunkBase := allLogits(t, be, 64, toks)
+			for _, o := range chunkOpts {
+				if err := be.dev.SetOption(o.key, 0); err != nil {
+					t.Fatal(err)
+				}
+				off := allLogits(t, be, 64, toks)
+				if err := be.dev.SetOption(o.key, o.on); err != nil {
+					t.Fatal(err)
+				}
+				if p, j, ok := firstDiff(chunkBase, off); !ok {
+					t.Errorf("%s: logit %d of position %d differs: %v against %v", o.name, j, p, chunkBase[p][j], off[p][j])
+				}
+			}
 			// hc_pre summing the streams' squares before its wait (the
 			// mixes product queued late) against after it
 			be.hcEarly = false
@@ -396,6 +416,19 @@ func TestKernelVariants(t *testing.T) {
 			}
 		})
 	}
+}
+
+// firstDiff reports the first logit whose bits differ between a and b
+// (position, index, false), or true when all agree.
+func firstDiff(a, b [][]float32) (int, int, bool) {
+	for p := range a {
+		for j := range a[p] {
+			if math.Float32bits(a[p][j]) != math.Float32bits(b[p][j]) {
+				return p, j, false
+			}
+		}
+	}
+	return 0, 0, true
 }
 
 // pipeEverywhere makes every single-token product that has a pipelined form

@@ -9,10 +9,15 @@ kernel's cost including the gap before it. Beside it the mean duration
 (start to end: with PDL a kernel starts before its predecessor ends) and
 the streams it ran on, numbered in order of first use within the token
 (1: the batch's main stream, 2: its side stream), most used first.
-    python3 scripts/cuda/ktrace-summary.py ktrace.csv [N]"""
+With --prefill the same table covers the prompt's chunks instead: every
+span from one k_get_rows to the next that lasts longer than 100 ms (a decode
+token takes ≈ 10, a chunk of 2048 tokens ≈ 1000), the first N of them.
+    python3 scripts/cuda/ktrace-summary.py [--prefill] ktrace.csv [N]"""
 import csv, re, subprocess, sys, collections
-N = int(sys.argv[2]) if len(sys.argv) > 2 else 16
-rows = list(csv.DictReader(open(sys.argv[1])))
+args = [a for a in sys.argv[1:] if a != "--prefill"]
+PREFILL = len(args) < len(sys.argv) - 1
+N = int(args[1]) if len(args) > 1 else 16
+rows = list(csv.DictReader(open(args[0])))
 # CUPTI reports mangled names: demangle them with c++filt when it is there
 names = sorted({r["name"] for r in rows})
 plain = {}
@@ -29,10 +34,16 @@ for r in rows:
     ev.append((int(r["start"]), int(r["end"]), name, int(r["stream"])))
 ev.sort()
 starts = [i for i, e in enumerate(ev) if e[2].startswith("k_get_rows")]
-if len(starts) < N + 2:
+if PREFILL:
+    starts.append(len(ev) - 1)
+    spans = [(starts[i], starts[i + 1]) for i in range(len(starts) - 1)
+             if ev[starts[i + 1]][0] - ev[starts[i]][0] > 100_000_000][:N]
+    if not spans:
+        print("no prefill chunk (a span over 100 ms) in the trace"); raise SystemExit(1)
+elif len(starts) < N + 2:
     print(f"only {len(starts)} tokens in the trace; kernels seen:", *sorted({e[2] for e in ev})[:20], sep="\n  ")
     raise SystemExit(1)
-toks = [(starts[i], starts[i + 1]) for i in range(len(starts) - N - 1, len(starts) - 1)]
+toks = spans if PREFILL else [(starts[i], starts[i + 1]) for i in range(len(starts) - N - 1, len(starts) - 1)]
 charge = collections.defaultdict(float); dur = collections.defaultdict(float); cnt = collections.Counter()
 streams = collections.defaultdict(collections.Counter)
 walls, busys, nks = [], [], []
@@ -60,8 +71,11 @@ for a, b in toks:
         dur[n] += e - s; cnt[n] += 1
     charge["(after the last kernel)"] += max(0, t1 - prev)
 T = len(toks)
-print(f"{T} decode tokens: {sum(walls)/T/1e6:.3f} ms/token ({1e9*T/sum(walls):.1f} tok/s), "
-      f"{sum(nks)/T:.0f} kernels/token, GPU busy {sum(busys)/T/1e6:.3f} ms/token")
+what = "prefill chunks" if PREFILL else "decode tokens"
+u = "chunk" if PREFILL else "token"
+rate = "" if PREFILL else f" ({1e9*T/sum(walls):.1f} tok/s)"
+print(f"{T} {what}: {sum(walls)/T/1e6:.3f} ms/{u}{rate}, "
+      f"{sum(nks)/T:.0f} kernels/{u}, GPU busy {sum(busys)/T/1e6:.3f} ms/{u}")
 print(f"{'charged ms':>10} {'share':>6} {'calls':>6} {'µs/call':>8} {'mean dur µs':>11} {'stream':>6}  kernel")
 tot = sum(charge.values())
 for n, c in sorted(charge.items(), key=lambda kv: -kv[1]):

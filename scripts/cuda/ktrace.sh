@@ -4,6 +4,7 @@
 # the machine's CUPTI), then ktrace-summary.py over the last decode tokens.
 # Needs the model from bench-h200.sh in /dev/shm and ds4-bench in $F.
 #   OUT=... FRONTIER=8192 bash scripts/cuda/ktrace.sh
+# KTRACE_LINES: lines of the table shown (default 45); PREFILL_LINES=n: also the prompt's chunks (ktrace-prefill.txt), n lines shown.
 # Writes ktrace.txt under $OUT (and the raw CSV to /tmp/ktrace.csv).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,4 +24,8 @@ KTRACE_OUT=/tmp/ktrace.csv CUDA_INJECTION64_PATH=/tmp/libktrace.so LD_LIBRARY_PA
     $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers "$FRONTIER" --gen 40 >/tmp/ktrace-run.log 2>&1
 echo "traced run exit $? ($ks)"; grep "frontier" /tmp/ktrace-run.log | tail -1
 python3 scripts/cuda/ktrace-summary.py /tmp/ktrace.csv 16 >"$OUT/ktrace.txt" 2>&1
-head -45 "$OUT/ktrace.txt"
+head -"${KTRACE_LINES:-45}" "$OUT/ktrace.txt"
+if [ -n "${PREFILL_LINES:-}" ]; then # the prompt's chunks too, in ktrace-prefill.txt
+    python3 scripts/cuda/ktrace-summary.py --prefill /tmp/ktrace.csv 8 >"$OUT/ktrace-prefill.txt" 2>&1
+    echo "== the prompt's prefill chunks"; head -"$PREFILL_LINES" "$OUT/ktrace-prefill.txt"
+fi

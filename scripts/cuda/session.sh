@@ -22,7 +22,8 @@
 # ktrace: the kernels of full-size decode tokens at 8k as they really run
 # (pipelined; CUPTI activity records, scripts/cuda/ktrace.sh), in ktrace.txt;
 # KTRACE_AB (an environment assignment): once more with it, in
-# ktrace-ab.txt; KTRACE_LINES: lines of each shown (default 50).
+# ktrace-ab.txt; KTRACE_LINES: lines of each shown (default 45); PREFILL_LINES:
+# the prompt's chunks of the first trace too (ktrace-prefill.txt), this many lines.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-dev-out/session}; mkdir -p "$OUT"
@@ -82,10 +83,10 @@ if [ -n "${DETAIL:-}" ] && [ -f /dev/shm/flash-q2.gguf ]; then
 fi
 if [[ $SKIP != *ktrace* ]] && [ -f /dev/shm/flash-q2.gguf ]; then
     echo "== full-size decode tokens at 8k, kernel timeline"
-    OUT="$OUT" F=$F bash scripts/cuda/ktrace.sh 2>&1 | head -${KTRACE_LINES:-50}
+    OUT="$OUT" F=$F bash scripts/cuda/ktrace.sh 2>&1
     if [ -n "${KTRACE_AB:-}" ]; then # the timeline once more with this environment assignment
         echo "== the same with $KTRACE_AB"
-        env "$KTRACE_AB" OUT=/tmp/kab F=$F bash scripts/cuda/ktrace.sh 2>&1 | head -${KTRACE_LINES:-50}
+        env "$KTRACE_AB" OUT=/tmp/kab F=$F bash scripts/cuda/ktrace.sh 2>&1
         cp /tmp/kab/ktrace.txt "$OUT/ktrace-ab.txt"
     fi
 fi
