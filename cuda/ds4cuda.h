@@ -310,7 +310,7 @@ enum {
     DS4C_OPT_ATTN_ECACHE = 22, /* 1: single-token attention keeps its exponentials in shared memory for the output pass (default); 0: computes them again */
     DS4C_OPT_ATTN_ROPE = 23, /* 1: single-token attention applies the output's inverse RoPE in its output kernel (default); 0: a k_rope launch after it */
     DS4C_OPT_ATTN_QUANT = 24, /* 1: single-token attention forms the output's Q8_0 activation in its output kernel (default); 0: a quantize launch after it */
-    DS4C_OPT_ATTN_TILE = 25, /* 1: chunk attention scores register-tiled, 4 heads x 4 keys per thread (default; env DS4_CUDA_ATTN_TILE); 0: 1 head x 2 keys */
+    DS4C_OPT_ATTN_TILE = 25, /* 1: chunk attention register-tiled: scores 4 heads x 4 keys a thread, weighted sum 8 heads x 4 dims (default; env DS4_CUDA_ATTN_TILE); 0: k_attn_scores<2> and k_attn_out<16> */
     DS4C_OPT_IX_CHUNK = 26, /* 1: chunk indexer scores register-tiled, 4 heads x 4 rows per thread (default; env DS4_CUDA_IX_CHUNK); 0: a (row, head) dot per thread */
 };
 

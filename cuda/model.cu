@@ -1387,6 +1387,112 @@ __global__ void __launch_bounds__(128) k_attn_out(AttnArgs a, const float *sc, i
     for (int hh = 0; hh < nh; hh++) a.out[((int64_t)t * a.H + h0 + hh) * a.HD + d] = acc[hh];
 }
 
+// The weighted sum of a chunk, register-tiled: a CTA takes one token,
+// AOT_H heads and AOT_D output dims; each thread AOT_RH heads × 4 dims
+// (heads hg·AOT_RH + i, dims 4·dg … 4·dg + 3), every output one running sum
+// over the keys in order (k_attn_out's operations and order, so its bits).
+// The keys go by in chunks of AOT_K: their probabilities (transposed to
+// [key][head]) and their value slices staged in shared memory, two stages,
+// the next chunk's loads in registers while the current one is summed. Per
+// key a thread loads AOT_RH/4 + 1 float4s for 4·AOT_RH products, where
+// k_attn_out<16> loaded a probability per product (cuda/NOTES.md v11).
+// Needs HD % AOT_D == 0.
+constexpr int AOT_H = 64, AOT_D = 128, AOT_RH = 8, AOT_K = 16;
+constexpr int AOT_T = (AOT_H / AOT_RH) * (AOT_D / 4); // 256 threads
+constexpr int AOT_PLD = AOT_H + 4;                    // probability rows [key][head], padded
+constexpr int AOT_VV = AOT_K * AOT_D / 4 / AOT_T;     // value float4s per thread per chunk
+constexpr int AOT_PV = AOT_K * AOT_H / 4 / AOT_T;     // probability float4s per thread per chunk
+static_assert(AOT_VV * AOT_T * 4 == AOT_K * AOT_D && AOT_PV * AOT_T * 4 == AOT_K * AOT_H, "chunk loads split evenly");
+
+__global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float *sc, int64_t maxk) {
+    pdl_enter();
+    __shared__ __align__(16) float s_p[2][AOT_K * AOT_PLD];
+    __shared__ __align__(16) float s_v[2][AOT_K * AOT_D];
+    const int t = blockIdx.y, tid = threadIdx.x;
+    const int64_t p = a.pos0 + t;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin);
+    const int d0 = blockIdx.x * AOT_D, h0 = blockIdx.z * AOT_H, nh = min(AOT_H, a.H - h0);
+    float4 vv[AOT_VV], pv[AOT_PV];
+    // value float4 f = tid + AOT_T·u: key f / (AOT_D/4), dims 4·(f % (AOT_D/4));
+    // probability float4 f: head f / (AOT_K/4), keys 4·(f % (AOT_K/4))
+    auto fetch = [&](int64_t kc) {
+        const int m = (int)min((int64_t)AOT_K, nk - kc);
+#pragma unroll
+        for (int u = 0; u < AOT_VV; u++) {
+            const int f = tid + AOT_T * u, k = f / (AOT_D / 4);
+            vv[u] = k < m ? __ldg((const float4 *)(attn_key(a, t, p, kc + k, nwin) + d0) + f % (AOT_D / 4))
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < AOT_PV; u++) {
+            const int f = tid + AOT_T * u, h = min(f / (AOT_K / 4), nh - 1), k4 = 4 * (f % (AOT_K / 4));
+            const float *src = sc + ((int64_t)t * a.H + h0 + h) * maxk + kc + k4;
+            // maxk need not be a multiple of 4: the row's float4s are not aligned
+            pv[u] = make_float4(k4 < m ? src[0] : 0.f, k4 + 1 < m ? src[1] : 0.f, k4 + 2 < m ? src[2] : 0.f,
+                                k4 + 3 < m ? src[3] : 0.f);
+        }
+    };
+    auto stash = [&](int st) {
+#pragma unroll
+        for (int u = 0; u < AOT_VV; u++) {
+            const int f = tid + AOT_T * u;
+            *(float4 *)&s_v[st][(f / (AOT_D / 4)) * AOT_D + 4 * (f % (AOT_D / 4))] = vv[u];
+        }
+#pragma unroll
+        for (int u = 0; u < AOT_PV; u++) {
+            const int f = tid + AOT_T * u, h = f / (AOT_K / 4), k4 = 4 * (f % (AOT_K / 4));
+            float *d = &s_p[st][k4 * AOT_PLD + h];
+            d[0] = pv[u].x;
+            d[AOT_PLD] = pv[u].y;
+            d[2 * AOT_PLD] = pv[u].z;
+            d[3 * AOT_PLD] = pv[u].w;
+        }
+    };
+    const int hg = tid / (AOT_D / 4), dg = tid % (AOT_D / 4);
+    float acc[AOT_RH][4];
+#pragma unroll
+    for (int i = 0; i < AOT_RH; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    auto step = [&](const float *pp, const float *vp) {
+        float pr[AOT_RH];
+#pragma unroll
+        for (int i = 0; i < AOT_RH; i += 4) *(float4 *)&pr[i] = *(const float4 *)(pp + i);
+        const float4 v = *(const float4 *)vp;
+#pragma unroll
+        for (int i = 0; i < AOT_RH; i++) {
+            acc[i][0] = fadd(acc[i][0], fmul(pr[i], v.x));
+            acc[i][1] = fadd(acc[i][1], fmul(pr[i], v.y));
+            acc[i][2] = fadd(acc[i][2], fmul(pr[i], v.z));
+            acc[i][3] = fadd(acc[i][3], fmul(pr[i], v.w));
+        }
+    };
+    if (nk > 0) {
+        fetch(0);
+        stash(0);
+    }
+    __syncthreads();
+    for (int64_t kc = 0, c = 0; kc < nk; kc += AOT_K, c++) {
+        const int st = (int)(c & 1), m = (int)min((int64_t)AOT_K, nk - kc);
+        if (kc + AOT_K < nk) fetch(kc + AOT_K);
+        const float *pp = &s_p[st][hg * AOT_RH], *vp = &s_v[st][4 * dg];
+        if (m == AOT_K) {
+#pragma unroll
+            for (int k = 0; k < AOT_K; k++) step(pp + k * AOT_PLD, vp + k * AOT_D);
+        } else {
+            for (int k = 0; k < m; k++) step(pp + k * AOT_PLD, vp + k * AOT_D);
+        }
+        if (kc + AOT_K < nk) stash(st ^ 1);
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < AOT_RH; i++) {
+        const int hh = hg * AOT_RH + i;
+        if (hh < nh)
+            *(float4 *)&a.out[((int64_t)t * a.H + h0 + hh) * a.HD + d0 + 4 * dg] =
+                make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    }
+}
+
 // Single tokens (and chunks of fewer than 8): the softmax and the weighted
 // sum in one kernel. CTA: 32 output dims × 8 heads, warp w = head h0 + w,
 // lane = dim. The warp first finds its head's maximum and the serial sum of
@@ -1954,7 +2060,9 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     DS4C_CHECK_LAUNCH("attention softmax");
     // single tokens: 2 heads per CTA (measured against 4 and 8 on the H200:
     // more heads per CTA read the keys fewer times but leave SMs idle)
-    if (n >= 8)
+    if (n >= 8 && HD % AOT_D == 0 && ds4c_opt_attn_tile())
+        ds4c_launch(k_attn_out_tile, dim3(HD / AOT_D, (unsigned)n, nblk(H, AOT_H)), AOT_T, 0, st, a, d_work, max_keys);
+    else if (n >= 8)
         ds4c_launch(k_attn_out<16>, dim3(nblk(HD, 128), (unsigned)n, nblk(H, 16)), 128, 0, st, a, d_work, max_keys);
     else
         ds4c_launch(k_attn_out<2>, dim3(nblk(HD, 128), (unsigned)n, nblk(H, 2)), 128, 0, st, a, d_work, max_keys);

@@ -291,7 +291,7 @@ const (
 	OptAttnECache  = 22 // 1: single-token attention keeps its exponentials in shared memory for the output pass (default); 0: computes them again
 	OptAttnRope    = 23 // 1: single-token attention applies the output's inverse RoPE in its output kernel (default); 0: a RoPE launch after it
 	OptAttnQuant   = 24 // 1: single-token attention forms the output's Q8_0 activation in its output kernel (default); 0: a quantize launch after it
-	OptAttnTile    = 25 // 1: chunk attention scores register-tiled, 4 heads × 4 keys per thread (default; env DS4_CUDA_ATTN_TILE); 0: 1 head × 2 keys
+	OptAttnTile    = 25 // 1: chunk attention register-tiled: scores 4 heads × 4 keys a thread, weighted sum 8 heads × 4 dims (default; env DS4_CUDA_ATTN_TILE); 0: the untiled kernels
 	OptIXChunk     = 26 // 1: chunk indexer scores register-tiled, 4 heads × 4 rows per thread (default; env DS4_CUDA_IX_CHUNK); 0: a (row, head) dot per thread
 )
 
