@@ -1717,39 +1717,34 @@ __global__ void k_swiglu_ref(const float *g, const float *u, float *y, int64_t n
 // ------------------------------------------------------------ MoE sum
 // y[t] = Σ over the token's experts in ascending expert id of ye[t][k],
 // then + ysh[t].
-__global__ void k_moe_combine(const float *ye, const int32_t *sel, const float *ysh, float *y, int n, int K, int64_t D) {
+__global__ void __launch_bounds__(64) k_moe_combine(const float *ye, const int32_t *sel, const float *ysh, float *y,
+                                                    int n, int K, int64_t D) {
     pdl_enter();
-    constexpr int KMAX = 16; // ds4c_moe_combine checks K
-    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= D * n) return;
-    const int64_t t = i / D, d = i % D;
-    const int32_t *ids = sel + t * K;
-    // every load first: the token's ids and its experts' outputs at d; then
-    // each expert's rank among the ids (distinct), and the sum in rank order
-    int32_t id[KMAX];
-    float v[KMAX];
-#pragma unroll
-    for (int k = 0; k < KMAX; k++) {
-        id[k] = k < K ? ids[k] : 0;
-        v[k] = k < K ? ye[(t * K + k) * D + d] : 0.f;
-    }
-    int rank[KMAX];
-#pragma unroll
-    for (int k = 0; k < KMAX; k++) {
+    // CTA: token blockIdx.y, 64 dims. Its first K threads place their
+    // expert by rank (ties by position) once for the CTA; then every
+    // thread loads the experts' outputs at its dim in rank order and adds
+    // them in that order.
+    __shared__ int s_ord[16]; // ds4c_moe_combine checks K
+    const int t = blockIdx.y, tid = threadIdx.x;
+    const int32_t *ids = sel + (int64_t)t * K;
+    if (tid < K) {
+        const int32_t me = ids[tid];
         int r = 0;
-#pragma unroll
-        for (int j = 0; j < KMAX; j++) r += (j < K && id[j] < id[k]) ? 1 : 0;
-        rank[k] = r;
+        for (int j = 0; j < K; j++) r += (ids[j] < me || (ids[j] == me && j < tid)) ? 1 : 0; // a permutation even with repeats
+        s_ord[r] = tid;
     }
+    __syncthreads();
+    const int64_t d = (int64_t)blockIdx.x * 64 + tid;
+    if (d >= D) return;
+    float v[16];
+#pragma unroll
+    for (int r = 0; r < 16; r++)
+        if (r < K) v[r] = ye[((int64_t)t * K + s_ord[r]) * D + d];
     float acc = 0.f;
 #pragma unroll
-    for (int r = 0; r < KMAX; r++) {
-        if (r >= K) break;
-        float x = 0.f;
-#pragma unroll
-        for (int k = 0; k < KMAX; k++) x = (k < K && rank[k] == r) ? v[k] : x;
-        acc = fadd(acc, x);
-    }
+    for (int r = 0; r < 16; r++)
+        if (r < K) acc = fadd(acc, v[r]);
+    const int64_t i = (int64_t)t * D + d;
     y[i] = ysh ? fadd(acc, ysh[i]) : acc;
 }
 
@@ -2096,7 +2091,8 @@ int ds4c_moe_combine(const float *d_ye, const int32_t *d_sel, const float *d_ysh
     DS4C_READY();
     if (n <= 0) return 0;
     if (K > 16) return ds4c_err(DS4C_EINVAL, "moe_combine: %d experts per token (at most 16)", K);
-    ds4c_launch(k_moe_combine, nblk(D * n, 64), 64, 0, as_stream(stream), d_ye, d_sel, d_ysh, d_y, n, K, D);
+    if (n > 65535) return ds4c_err(DS4C_EINVAL, "moe_combine: %d tokens (at most 65535)", n);
+    ds4c_launch(k_moe_combine, dim3(nblk(D, 64), (unsigned)n), 64, 0, as_stream(stream), d_ye, d_sel, d_ysh, d_y, n, K, D);
     DS4C_CHECK_LAUNCH("moe_combine");
     return 0;
 }
