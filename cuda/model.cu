@@ -350,22 +350,35 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
 }
 
 // h'_k = post_k·out + Σ_j comb[j][k]·h_j, in place; one thread per (t, d).
+// HC > 0: that many streams, known at compile time (the arrays stay in
+// registers); HC == 0: hc of them, up to 16.
+template <int HC>
 __global__ void k_hc_post(float *h, const float *out, const float *post, const float *comb, int hc, int64_t D, int n) {
     pdl_enter();
+    constexpr int M = HC > 0 ? HC : 16;
+    if (HC > 0) hc = HC;
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= D * n) return;
     const int64_t t = i / D, d = i % D;
     float *ht = h + t * hc * D;
     const float *pt = post + t * hc, *ct = comb + t * hc * hc;
-    float hv[16], nv[16];
-    for (int j = 0; j < hc; j++) hv[j] = ht[j * D + d];
+    float hv[M], nv[M];
+#pragma unroll
+    for (int j = 0; j < M; j++)
+        if (j < hc) hv[j] = ht[j * D + d];
     const float o = out[t * D + d];
-    for (int k = 0; k < hc; k++) {
+#pragma unroll
+    for (int k = 0; k < M; k++) {
+        if (k >= hc) break;
         float s = 0.f;
-        for (int j = 0; j < hc; j++) s = fadd(s, fmul(ct[j * hc + k], hv[j]));
+#pragma unroll
+        for (int j = 0; j < M; j++)
+            if (j < hc) s = fadd(s, fmul(ct[j * hc + k], hv[j]));
         nv[k] = fadd(fmul(pt[k], o), s);
     }
-    for (int k = 0; k < hc; k++) ht[k * D + d] = nv[k];
+#pragma unroll
+    for (int k = 0; k < M; k++)
+        if (k < hc) ht[k * D + d] = nv[k];
 }
 
 // ------------------------------------------------------------ RoPE
@@ -1805,7 +1818,8 @@ int ds4c_hc_post(float *d_h, const float *d_out, const float *d_post, const floa
     DS4C_READY();
     if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_post: %d streams (at most 16)", hc);
     if (n <= 0) return 0;
-    ds4c_launch(k_hc_post, nblk(D * n, 256), 256, 0, as_stream(stream), d_h, d_out, d_post, d_comb, hc, D, n);
+    ds4c_launch(hc == 4 ? k_hc_post<4> : k_hc_post<0>, nblk(D * n, 256), 256, 0, as_stream(stream), d_h, d_out, d_post,
+                d_comb, hc, D, n);
     DS4C_CHECK_LAUNCH("hc_post");
     return 0;
 }

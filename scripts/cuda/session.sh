@@ -10,7 +10,8 @@
 # bench (seconds, default 230), FRONTIERS, DECODE_MODE (TestDecodeSpeed's
 # mode filter), BW (a regex: TestBandwidth's rows that match it, in
 # bw.csv), AB (ds4-bench at 8k once more with this environment
-# assignment, e.g. AB=DS4_CUDA_PREFETCH=0, for an A/B on the same model).
+# assignment, e.g. AB=DS4_CUDA_PREFETCH=0, for an A/B on the same model;
+# AB_ARGS: ds4-bench flags for that run, e.g. AB_ARGS="--chunk 4096").
 # fullprof: ncu's per-kernel times of the 3rd decode token after an 8k
 # prompt on the full-size model (DS4_CUDA_PROFILE_DECODE), in fullprof.txt.
 # DETAIL (a regex of kernel names): ncu's speed of light, memory, occupancy
@@ -62,9 +63,10 @@ if [[ $SKIP != *bench* ]]; then
     cp /tmp/b/bench.csv /tmp/b/bench.svg "$OUT/"
     tail -8 /tmp/b/out.txt
 fi
-if [ -n "${AB:-}" ]; then
-    echo "== A/B: $AB"
-    env "$AB" $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers 8192 --gen 32 2>&1 | grep -E "frontier 8192|graph decode|rror" | tail -3
+if [ -n "${AB:-}${AB_ARGS:-}" ]; then
+    echo "== A/B: ${AB:-} ${AB_ARGS:-}"
+    # AB_ARGS: more ds4-bench flags (word-split), e.g. AB_ARGS="--chunk 4096"
+    env ${AB:-DS4_AB=1} $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers 8192 --gen 32 ${AB_ARGS:-} 2>&1 | grep -E "frontier 8192|graph decode|rror" | tail -3
 fi
 if [[ $SKIP != *fullprof* ]] && [ -f /dev/shm/flash-q2.gguf ]; then
     DS4_CUDA_PROFILE_DECODE=3 ncu --clock-control none --cache-control all --profile-from-start off \
