@@ -40,6 +40,7 @@ static int g_opt_attn_rope = 1;
 static int g_opt_attn_quant = 1;
 static int g_opt_attn_tile = 1;
 static int g_opt_ix_chunk = 1;
+static int g_opt_fx_wreg = 1;
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;
@@ -86,6 +87,7 @@ int ds4c_opt_mv_timing(void) { return g_opt_mv_timing; }
 int ds4c_opt_ix_tile(void) { return g_opt_ix_tile; }
 int ds4c_opt_attn_tile(void) { return g_opt_attn_tile; }
 int ds4c_opt_ix_chunk(void) { return g_opt_ix_chunk; }
+int ds4c_opt_fx_wreg(void) { return g_opt_fx_wreg; }
 int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
 int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
@@ -135,6 +137,7 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_MV_COPY", DS4C_OPT_MV_COPY);
     env_option("DS4_CUDA_ATTN_TILE", DS4C_OPT_ATTN_TILE);
     env_option("DS4_CUDA_IX_CHUNK", DS4C_OPT_IX_CHUNK);
+    env_option("DS4_CUDA_FX_WREG", DS4C_OPT_FX_WREG);
     t_device = device;
     return 0;
 }
@@ -420,6 +423,7 @@ static const struct {
     {DS4C_OPT_ATTN_QUANT, "attn_quant", &g_opt_attn_quant, 0, 1},
     {DS4C_OPT_ATTN_TILE, "attn_tile", &g_opt_attn_tile, 0, 1},
     {DS4C_OPT_IX_CHUNK, "ix_chunk", &g_opt_ix_chunk, 0, 1},
+    {DS4C_OPT_FX_WREG, "fx_wreg", &g_opt_fx_wreg, 0, 1},
 };
 
 int ds4c_set_option(int key, int value) {

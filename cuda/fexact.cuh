@@ -335,6 +335,122 @@ __global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt, int vec) 
             mat_ok ? fx_tree8(&s_tot[r * FXT_T + t], FXT_R * FXT_T) : __int_as_float(0x7fc00000);
 }
 
+// k_fexact_tile_wr: k_fexact_tile for 16-bit weights whose rows allow
+// 16-byte loads, with each warp's weights in registers: lane l loads the 8
+// weights of sum l of its warp's 4 rows straight from global memory (a
+// stage ahead), so only the inputs go through shared memory. Per stage a
+// CTA then writes 16 and reads 64 KB of shared memory instead of 32 and 96
+// (k_fexact_tile was bound by shared-memory wavefronts: its loads and
+// stores matched its arithmetic one for one; cuda/NOTES.md v11). Same
+// sums, same order, same bits.
+constexpr int FXW_STAGE = FXT_T * FX_RUN * 32; // floats per stage (inputs only)
+
+template <int FT>
+__global__ void __launch_bounds__(256, 2) k_fexact_tile_wr(MVArgs a, int nt) {
+    static_assert(FT != 0, "16-bit weights");
+    mv_pdl_enter(a);
+    extern __shared__ float s_fw[];
+    float *s_tot = s_fw + 2 * FXW_STAGE; // [FXT_G][FXT_R][FXT_T]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sel = blockIdx.y;
+    const int row0 = blockIdx.x * FXT_R, tok0 = blockIdx.z * FXT_T;
+    int64_t mat = a.sel_mat ? sel : 0;
+    if (a.ids) mat = a.ids[sel];
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel;
+    const uint8_t *wbase = a.w + ((size_t)(mat_ok ? mat : 0) * a.rows) * a.cols * 2;
+    const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
+    const int groups = min(FXT_G, (a.cols + 32 * FX_RUN - 1) / (32 * FX_RUN));
+    const int steps = groups * periods;
+    const int rb = 4 * (warp & 3), tb = 8 * (warp >> 2); // the warp's rows and tokens
+    // the warp's rows rb … rb+3 from w0, rowb bytes apart; nrow of them inside the matrix
+    const int nrow = mat_ok ? max(0, min(4, (int)(a.rows - row0 - rb))) : 0;
+    const size_t rowb = (size_t)a.cols * 2;
+    const uint8_t *w0 = wbase + (size_t)(nrow > 0 ? row0 + rb : 0) * rowb;
+    int4 wq[4], wn[4]; // this stage's and the next stage's weights (8 halves a row)
+    float xr[4][4];
+    auto load = [&](int s, int4 (&w)[4]) {
+        const int g = s / periods, k = s % periods;
+        const int cb = k * FX_PERIOD + g * 32 * FX_RUN; // first column of the stage
+        const int c = cb + lane * FX_RUN;
+#pragma unroll
+        for (int r = 0; r < 4; r++) w[r] = r < nrow && c < a.cols ? ldw16(w0 + r * rowb + (size_t)c * 2, a.wl) : make_int4(0, 0, 0, 0);
+#pragma unroll
+        for (int v = 0; v < 4; v++) { // inputs as (token, sum, half) quads
+            const int id = tid + v * 256;
+            const int t = id / 64, q = id % 64, l = q % 32, h = q / 32;
+            const int cx = cb + l * FX_RUN + 4 * h;
+            const float *x = (const float *)(act + (int64_t)(tok0 + t) * a.act_tok);
+            if (tok0 + t < nt && cx < a.cols) {
+                const float4 p = __ldg((const float4 *)(x + cx));
+                xr[v][0] = p.x, xr[v][1] = p.y, xr[v][2] = p.z, xr[v][3] = p.w;
+            } else {
+                xr[v][0] = xr[v][1] = xr[v][2] = xr[v][3] = 0.f;
+            }
+        }
+    };
+    // stage layout: [token][e][sum l]
+    auto store = [&](int buf) {
+        float *st = s_fw + buf * FXW_STAGE;
+#pragma unroll
+        for (int v = 0; v < 4; v++) {
+            const int id = tid + v * 256;
+            const int t = id / 64, q = id % 64, l = q % 32, h = q / 32;
+#pragma unroll
+            for (int e = 0; e < 4; e++) st[(t * FX_RUN + 4 * h + e) * 32 + l] = xr[v][e];
+        }
+    };
+    float acc[32]; // [row r][token t] = acc[r·8 + t]
+#pragma unroll
+    for (int o = 0; o < 32; o++) acc[o] = 0.f;
+    if (steps > 0) {
+        load(0, wq);
+        store(0);
+    }
+    __syncthreads();
+    for (int s = 0; s < steps; s++) {
+        const int cur = s & 1;
+        if (s + 1 < steps) load(s + 1, wn);
+        const float *st = s_fw + cur * FXW_STAGE;
+#pragma unroll
+        for (int e = 0; e < FX_RUN; e++) {
+            float w[4], x[8];
+#pragma unroll
+            for (int r = 0; r < 4; r++) { // weight e of row r (half e of the 16 bytes), unpacked where used
+                const uint32_t q = (uint32_t)(e < 4 ? (e < 2 ? wq[r].x : wq[r].y) : (e < 6 ? wq[r].z : wq[r].w));
+                const uint32_t hv = (e & 1) ? q >> 16 : q & 0xffffu;
+                w[r] = FT == 1 ? __half2float(__ushort_as_half((unsigned short)hv)) : __uint_as_float(hv << 16);
+            }
+#pragma unroll
+            for (int t = 0; t < 8; t++) x[t] = st[((tb + t) * FX_RUN + e) * 32 + lane];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int t = 0; t < 8; t++) acc[r * 8 + t] = __fadd_rn(acc[r * 8 + t], __fmul_rn(w[r], x[t]));
+        }
+        if ((s + 1) % periods == 0) { // the group's 32 sums of each output → its group total
+            const int g = s / periods;
+            fx_reduce32(acc, lane);
+            const int o = __brev(lane) >> 27; // the output lane holds
+            s_tot[(g * FXT_R + rb + o / 8) * FXT_T + tb + o % 8] = acc[0];
+#pragma unroll
+            for (int o2 = 0; o2 < 32; o2++) acc[o2] = 0.f;
+        }
+        if (s + 1 < steps) {
+            store(cur ^ 1);
+#pragma unroll
+            for (int r = 0; r < 4; r++) wq[r] = wn[r];
+        }
+        __syncthreads();
+    }
+    // groups past the last column total +0, as their sums do on the CPU
+    for (int i = groups * FXT_R * FXT_T + tid; i < FXT_G * FXT_R * FXT_T; i += 256) s_tot[i] = 0.f;
+    __syncthreads();
+    const int r = tid / FXT_T, t = tid % FXT_T;
+    if (row0 + r < a.rows && tok0 + t < nt)
+        a.y[sel * a.y_sel + (int64_t)(tok0 + t) * a.y_tok + row0 + r] =
+            mat_ok ? fx_tree8(&s_tot[r * FXT_T + t], FXT_R * FXT_T) : __int_as_float(0x7fc00000);
+}
+
 // k_fexact_warp: single token, 16-bit weights, rows of at most P periods
 // (P·2048 columns), no ids; a row per 8/G warps, G rows per CTA. Warp q of
 // a row runs the sum groups qG … qG+G−1, lane l of group k running sum
@@ -459,6 +575,14 @@ int launch_fexact(const MVArgs &a, int n_sel, int nt, cudaStream_t st) {
         }
         dim3 g((unsigned)((a.rows + FXT_R - 1) / FXT_R), (unsigned)n_sel, (unsigned)((nt + FXT_T - 1) / FXT_T));
         if (g.z > 65535) return ds4c_err(DS4C_EINVAL, "too many tokens (%d)", nt);
+        if constexpr (FT != 0) {
+            if (vec && ds4c_opt_fx_wreg()) {
+                const size_t wsmem = (size_t)(2 * FXW_STAGE + FXT_G * FXT_R * FXT_T) * sizeof(float); // 40 KB
+                ds4c_launch(k_fexact_tile_wr<FT>, g, 256, wsmem, st, a, nt);
+                DS4C_CHECK_LAUNCH("matmul (float, exact, tiled, weights in registers)");
+                return 0;
+            }
+        }
         ds4c_launch(k_fexact_tile<FT>, g, 256, smem, st, a, nt, vec);
         DS4C_CHECK_LAUNCH("matmul (float, exact, tiled)");
         return 0;

@@ -316,8 +316,9 @@ func TestBackendFlashLayers(t *testing.T) {
 }
 
 // TestKernelVariants checks each kernel variant that a library option
-// switches (the register-tiled chunk attention and indexer scores, on
-// prefill in chunks of 64; fused attention softmax and output, fused query/KV norm and
+// switches (the register-tiled chunk attention and indexer scores and the
+// exact float products with weights in registers, on prefill in chunks
+// of 64; fused attention softmax and output, fused query/KV norm and
 // rotation, hc_pre's second CTA, short float rows per warp, L2 weight
 // prefetch, x quantized by hc_pre, weights streamed through shared memory,
 // the tiled indexer, the top-k and router pickers, attention's exponential
@@ -346,7 +347,7 @@ func TestKernelVariants(t *testing.T) {
 		name string
 		key  int
 		on   int
-	}{{"attn_tile", OptAttnTile, 1}, {"ix_chunk", OptIXChunk, 1}}
+	}{{"attn_tile", OptAttnTile, 1}, {"ix_chunk", OptIXChunk, 1}, {"fx_wreg", OptFXWReg, 1}}
 	for _, tc := range []struct {
 		name   string
 		cfg    model.Config

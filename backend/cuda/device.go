@@ -293,6 +293,7 @@ const (
 	OptAttnQuant   = 24 // 1: single-token attention forms the output's Q8_0 activation in its output kernel (default); 0: a quantize launch after it
 	OptAttnTile    = 25 // 1: chunk attention register-tiled: scores 4 heads × 4 keys a thread, weighted sum 8 heads × 4 dims (default; env DS4_CUDA_ATTN_TILE); 0: the untiled kernels
 	OptIXChunk     = 26 // 1: chunk indexer scores register-tiled, 4 heads × 4 rows per thread (default; env DS4_CUDA_IX_CHUNK); 0: a (row, head) dot per thread
+	OptFXWReg      = 27 // 1: exact 16-bit-weight products of 16+ tokens keep each warp's weights in registers, only the inputs staged (default; env DS4_CUDA_FX_WREG); 0: both staged in shared memory
 )
 
 // DefaultMVPipeMin is the library's default of OptMVPipeMin: products from
