@@ -192,6 +192,72 @@ __device__ __forceinline__ void fx_reduce32(float (&v)[32], int lane) {
 constexpr int FXT_R = 16, FXT_T = 16, FXT_G = FX_SUMS / 32;
 constexpr int FXT_STAGE = (FXT_R + FXT_T) * FX_RUN * 32; // floats per stage
 
+// The tiled kernels' shared pieces (256 threads; warp w owns rows
+// rb = 4·(w & 3) … +3 and tokens tb = 8·(w >> 2) … +7 of the CTA's tile).
+//
+// fxt_load_x: this thread's 4 input quads of the stage whose first column
+// is cb, as (token, sum, half) quads; zero past the tokens or columns.
+__device__ __forceinline__ void fxt_load_x(const MVArgs &a, const uint8_t *act, int cb, int tok0, int nt, bool vec,
+                                           float (&xr)[4][4]) {
+#pragma unroll
+    for (int v = 0; v < 4; v++) {
+        const int id = threadIdx.x + v * 256;
+        const int t = id / 64, q = id % 64, l = q % 32, h = q / 32;
+        const int c = cb + l * FX_RUN + 4 * h;
+        const float *x = (const float *)(act + (int64_t)(tok0 + t) * a.act_tok);
+#pragma unroll
+        for (int e = 0; e < 4; e++) xr[v][e] = 0.f;
+        if (tok0 + t < nt) {
+            if (vec) {
+                if (c < a.cols) {
+                    const float4 p = __ldg((const float4 *)(x + c));
+                    xr[v][0] = p.x, xr[v][1] = p.y, xr[v][2] = p.z, xr[v][3] = p.w;
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++) xr[v][e] = c + e < a.cols ? __ldg(x + c + e) : 0.f;
+            }
+        }
+    }
+}
+
+// fxt_store_x puts them in a stage's token part st, laid out [token][e][sum l].
+__device__ __forceinline__ void fxt_store_x(float *st, const float (&xr)[4][4]) {
+#pragma unroll
+    for (int v = 0; v < 4; v++) {
+        const int id = threadIdx.x + v * 256;
+        const int t = id / 64, q = id % 64, l = q % 32, h = q / 32;
+#pragma unroll
+        for (int e = 0; e < 4; e++) st[(t * FX_RUN + 4 * h + e) * 32 + l] = xr[v][e];
+    }
+}
+
+// fxt_group_total reduces the warp's 32 running sums of each of its outputs
+// (acc[r·8 + t]) to group g's totals in s_tot [FXT_G][FXT_R][FXT_T] and
+// clears acc for the next group.
+__device__ __forceinline__ void fxt_group_total(float (&acc)[32], float *s_tot, int g, int rb, int tb) {
+    const int lane = threadIdx.x & 31;
+    fx_reduce32(acc, lane);
+    const int o = __brev(lane) >> 27; // the output lane holds
+    s_tot[(g * FXT_R + rb + o / 8) * FXT_T + tb + o % 8] = acc[0];
+#pragma unroll
+    for (int o2 = 0; o2 < 32; o2++) acc[o2] = 0.f;
+}
+
+// fxt_finish pairs each output's group totals (groups past the last column
+// total +0, as their sums do on the CPU) and stores the CTA's outputs (NaN
+// for a matrix id out of range). Called after the last stage's barrier.
+__device__ __forceinline__ void fxt_finish(const MVArgs &a, float *s_tot, int groups, int row0, int tok0, int nt,
+                                           int sel, bool mat_ok) {
+    const int tid = threadIdx.x;
+    for (int i = groups * FXT_R * FXT_T + tid; i < FXT_G * FXT_R * FXT_T; i += 256) s_tot[i] = 0.f;
+    __syncthreads();
+    const int r = tid / FXT_T, t = tid % FXT_T;
+    if (row0 + r < a.rows && tok0 + t < nt)
+        a.y[sel * a.y_sel + (int64_t)(tok0 + t) * a.y_tok + row0 + r] =
+            mat_ok ? fx_tree8(&s_tot[r * FXT_T + t], FXT_R * FXT_T) : __int_as_float(0x7fc00000);
+}
+
 template <int FT>
 __global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt, int vec) {
     mv_pdl_enter(a);
@@ -244,26 +310,7 @@ __global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt, int vec) 
                     for (int e = 0; e < 8; e++) wr[v][e] = 0.f;
             }
         }
-#pragma unroll
-        for (int v = 0; v < 4; v++) {
-            const int id = tid + v * 256;
-            const int t = id / 64, q = id % 64, l = q % 32, h = q / 32;
-            const int c = cb + l * FX_RUN + 4 * h;
-            const float *x = (const float *)(act + (int64_t)(tok0 + t) * a.act_tok);
-#pragma unroll
-            for (int e = 0; e < 4; e++) xr[v][e] = 0.f;
-            if (tok0 + t < nt) {
-                if (vec) {
-                    if (c < a.cols) {
-                        const float4 p = __ldg((const float4 *)(x + c));
-                        xr[v][0] = p.x, xr[v][1] = p.y, xr[v][2] = p.z, xr[v][3] = p.w;
-                    }
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) xr[v][e] = c + e < a.cols ? __ldg(x + c + e) : 0.f;
-                }
-            }
-        }
+        fxt_load_x(a, act, cb, tok0, nt, vec, xr);
     };
     // stage layout: [row or FXT_R + token][e][sum l]
     auto store = [&](int buf) {
@@ -281,13 +328,7 @@ __global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt, int vec) 
                 for (int e = 0; e < 8; e++) st[(r * FX_RUN + e) * 32 + l] = wr[v][e];
             }
         }
-#pragma unroll
-        for (int v = 0; v < 4; v++) {
-            const int id = tid + v * 256;
-            const int t = id / 64, q = id % 64, l = q % 32, h = q / 32;
-#pragma unroll
-            for (int e = 0; e < 4; e++) st[((FXT_R + t) * FX_RUN + 4 * h + e) * 32 + l] = xr[v][e];
-        }
+        fxt_store_x(st + FXT_R * FX_RUN * 32, xr);
     };
     const int rb = 4 * (warp & 3), tb = 8 * (warp >> 2); // the warp's rows and tokens
     float acc[32];                                       // [row r][token t] = acc[r·8 + t]
@@ -315,24 +356,11 @@ __global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt, int vec) 
                 for (int t = 0; t < 8; t++) acc[r * 8 + t] = __fadd_rn(acc[r * 8 + t], __fmul_rn(w[r], x[t]));
         }
         const bool group_done = (s + 1) % periods == 0;
-        if (group_done) { // the group's 32 sums of each output → its group total
-            const int g = s / periods;
-            fx_reduce32(acc, lane);
-            const int o = __brev(lane) >> 27; // the output lane holds
-            s_tot[(g * FXT_R + rb + o / 8) * FXT_T + tb + o % 8] = acc[0];
-#pragma unroll
-            for (int o2 = 0; o2 < 32; o2++) acc[o2] = 0.f;
-        }
+        if (group_done) fxt_group_total(acc, s_tot, s / periods, rb, tb); // the group's 32 sums of each output
         if (s + 1 < steps) store(cur ^ 1);
         __syncthreads();
     }
-    // groups past the last column total +0, as their sums do on the CPU
-    for (int i = groups * FXT_R * FXT_T + tid; i < FXT_G * FXT_R * FXT_T; i += 256) s_tot[i] = 0.f;
-    __syncthreads();
-    const int r = tid / FXT_T, t = tid % FXT_T;
-    if (row0 + r < a.rows && tok0 + t < nt)
-        a.y[sel * a.y_sel + (int64_t)(tok0 + t) * a.y_tok + row0 + r] =
-            mat_ok ? fx_tree8(&s_tot[r * FXT_T + t], FXT_R * FXT_T) : __int_as_float(0x7fc00000);
+    fxt_finish(a, s_tot, groups, row0, tok0, nt, sel, mat_ok);
 }
 
 // k_fexact_tile_wr: k_fexact_tile for 16-bit weights whose rows allow
@@ -374,31 +402,9 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wr(MVArgs a, int nt) {
         const int c = cb + lane * FX_RUN;
 #pragma unroll
         for (int r = 0; r < 4; r++) w[r] = r < nrow && c < a.cols ? ldw16(w0 + r * rowb + (size_t)c * 2, a.wl) : make_int4(0, 0, 0, 0);
-#pragma unroll
-        for (int v = 0; v < 4; v++) { // inputs as (token, sum, half) quads
-            const int id = tid + v * 256;
-            const int t = id / 64, q = id % 64, l = q % 32, h = q / 32;
-            const int cx = cb + l * FX_RUN + 4 * h;
-            const float *x = (const float *)(act + (int64_t)(tok0 + t) * a.act_tok);
-            if (tok0 + t < nt && cx < a.cols) {
-                const float4 p = __ldg((const float4 *)(x + cx));
-                xr[v][0] = p.x, xr[v][1] = p.y, xr[v][2] = p.z, xr[v][3] = p.w;
-            } else {
-                xr[v][0] = xr[v][1] = xr[v][2] = xr[v][3] = 0.f;
-            }
-        }
+        fxt_load_x(a, act, cb, tok0, nt, true, xr);
     };
-    // stage layout: [token][e][sum l]
-    auto store = [&](int buf) {
-        float *st = s_fw + buf * FXW_STAGE;
-#pragma unroll
-        for (int v = 0; v < 4; v++) {
-            const int id = tid + v * 256;
-            const int t = id / 64, q = id % 64, l = q % 32, h = q / 32;
-#pragma unroll
-            for (int e = 0; e < 4; e++) st[(t * FX_RUN + 4 * h + e) * 32 + l] = xr[v][e];
-        }
-    };
+    auto store = [&](int buf) { fxt_store_x(s_fw + buf * FXW_STAGE, xr); };
     float acc[32]; // [row r][token t] = acc[r·8 + t]
 #pragma unroll
     for (int o = 0; o < 32; o++) acc[o] = 0.f;
@@ -427,14 +433,7 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wr(MVArgs a, int nt) {
 #pragma unroll
                 for (int t = 0; t < 8; t++) acc[r * 8 + t] = __fadd_rn(acc[r * 8 + t], __fmul_rn(w[r], x[t]));
         }
-        if ((s + 1) % periods == 0) { // the group's 32 sums of each output → its group total
-            const int g = s / periods;
-            fx_reduce32(acc, lane);
-            const int o = __brev(lane) >> 27; // the output lane holds
-            s_tot[(g * FXT_R + rb + o / 8) * FXT_T + tb + o % 8] = acc[0];
-#pragma unroll
-            for (int o2 = 0; o2 < 32; o2++) acc[o2] = 0.f;
-        }
+        if ((s + 1) % periods == 0) fxt_group_total(acc, s_tot, s / periods, rb, tb);
         if (s + 1 < steps) {
             store(cur ^ 1);
 #pragma unroll
@@ -442,13 +441,7 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wr(MVArgs a, int nt) {
         }
         __syncthreads();
     }
-    // groups past the last column total +0, as their sums do on the CPU
-    for (int i = groups * FXT_R * FXT_T + tid; i < FXT_G * FXT_R * FXT_T; i += 256) s_tot[i] = 0.f;
-    __syncthreads();
-    const int r = tid / FXT_T, t = tid % FXT_T;
-    if (row0 + r < a.rows && tok0 + t < nt)
-        a.y[sel * a.y_sel + (int64_t)(tok0 + t) * a.y_tok + row0 + r] =
-            mat_ok ? fx_tree8(&s_tot[r * FXT_T + t], FXT_R * FXT_T) : __int_as_float(0x7fc00000);
+    fxt_finish(a, s_tot, groups, row0, tok0, nt, sel, mat_ok);
 }
 
 // k_fexact_warp: single token, 16-bit weights, rows of at most P periods

@@ -708,6 +708,15 @@ __device__ __forceinline__ int tile_arow(int i) { return (threadIdx.x / (ATS_B /
 __device__ __forceinline__ int tile_brow(int j) { return threadIdx.x % (ATS_B / ATS_R) + j * (ATS_B / ATS_R); }
 __device__ __forceinline__ float tile_sum(const float (&s)[4]) { return fadd(fadd(s[0], s[1]), fadd(s[2], s[3])); }
 
+// index_weighted is a compressed row's indexer score from its per-head
+// dots d[0..IH): Σ_h w_h·d_h over the heads with d_h > 0, in head order.
+__device__ __forceinline__ float index_weighted(const float *d, const float *w, int IH) {
+    float sum = 0.f;
+    for (int h = 0; h < IH; h++)
+        if (d[h] > 0.f) sum = fadd(sum, fmul(d[h], w[h]));
+    return sum;
+}
+
 __global__ void __launch_bounds__(256) k_index_scores(const float *q, const float *w, const float *rows, int IH, int IHD,
                                                       int64_t pos0, int ratio, float *scores, int64_t sc_stride) {
     pdl_enter();
@@ -730,15 +739,7 @@ __global__ void __launch_bounds__(256) k_index_scores(const float *q, const floa
         sd[r * (IH + 1) + h] = dot4_ref(sq + h * ld, sk + r * ld, IHD);
     }
     __syncthreads();
-    if (tid < nr) {
-        const float *wt = w + (int64_t)t * IH;
-        float sum = 0.f;
-        for (int h = 0; h < IH; h++) {
-            const float d = sd[tid * (IH + 1) + h];
-            if (d > 0.f) sum = fadd(sum, fmul(d, wt[h]));
-        }
-        scores[t * sc_stride + i0 + tid] = sum;
-    }
+    if (tid < nr) scores[t * sc_stride + i0 + tid] = index_weighted(sd + tid * (IH + 1), w + (int64_t)t * IH, IH);
 }
 
 // Indexer scores of a chunk through tile_dots: a CTA takes one token's
@@ -767,15 +768,7 @@ __global__ void __launch_bounds__(ATS_T, 2) k_index_scores_tile(const float *q, 
 #pragma unroll
         for (int j = 0; j < ATS_R; j++) sd[tile_brow(j) * (ATS_A + 1) + tile_arow(i)] = tile_sum(acc[i][j]);
     __syncthreads();
-    if (tid < nr) {
-        const float *wt = w + (int64_t)t * IH;
-        float sum = 0.f;
-        for (int h = 0; h < IH; h++) {
-            const float d = sd[tid * (ATS_A + 1) + h];
-            if (d > 0.f) sum = fadd(sum, fmul(d, wt[h]));
-        }
-        scores[t * sc_stride + i0 + tid] = sum;
-    }
+    if (tid < nr) scores[t * sc_stride + i0 + tid] = index_weighted(sd + tid * (ATS_A + 1), w + (int64_t)t * IH, IH);
 }
 
 // The same scores, tiled for one query (decode): a CTA takes IXT_ROWS rows,
@@ -858,14 +851,7 @@ __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile(const float *q, c
             sd[lane * (IH + 1) + hb + j] = fadd(fadd(acc[j][0], acc[j][1]), fadd(acc[j][2], acc[j][3]));
     }
     __syncthreads();
-    if (tid < nr) {
-        float sum = 0.f;
-        for (int h = 0; h < IH; h++) {
-            const float d = sd[tid * (IH + 1) + h];
-            if (d > 0.f) sum = fadd(sum, fmul(d, sw[h]));
-        }
-        scores[t * sc_stride + i0 + tid] = sum;
-    }
+    if (tid < nr) scores[t * sc_stride + i0 + tid] = index_weighted(sd + tid * (IH + 1), sw, IH);
 }
 
 // ------------------------------------------------------------ top-k
