@@ -331,23 +331,21 @@ func TestKernelVariants(t *testing.T) {
 	gpu(t)
 	flash := synth.Flash(4)
 	flash.Experts = 16
+	// chunk: the prefill chunk the variant is compared on (1: decoded one
+	// token at a time; the chunk kernels' variants: chunks of 64)
 	opts := []struct {
-		name string
-		key  int
-		on   int // the default value, restored after the variant's run
+		name  string
+		key   int
+		on    int // the default value, restored after the variant's run
+		chunk int
 	}{
-		{"attn_po", OptAttnPO, 1}, {"norm_rope", OptNormRope, 1}, {"hc_two", OptHCTwo, 1}, {"fx_warp", OptFXWarp, 1},
-		{"prefetch", OptPrefetch, 1}, {"hc_quant", OptHCQuant, 1}, {"mv_pipe", OptMVPipe, 2}, {"mv_copy", OptMVCopy, 2},
-		{"ix_tile", OptIXTile, 1}, {"topk_warp", OptTopKWarp, 1}, {"router_warp", OptRouterWarp, 1},
-		{"attn_ecache", OptAttnECache, 1}, {"attn_rope", OptAttnRope, 1},
-		{"attn_quant", OptAttnQuant, 1},
+		{"attn_po", OptAttnPO, 1, 1}, {"norm_rope", OptNormRope, 1, 1}, {"hc_two", OptHCTwo, 1, 1},
+		{"fx_warp", OptFXWarp, 1, 1}, {"prefetch", OptPrefetch, 1, 1}, {"hc_quant", OptHCQuant, 1, 1},
+		{"mv_pipe", OptMVPipe, 2, 1}, {"mv_copy", OptMVCopy, 2, 1}, {"ix_tile", OptIXTile, 1, 1},
+		{"topk_warp", OptTopKWarp, 1, 1}, {"router_warp", OptRouterWarp, 1, 1}, {"attn_ecache", OptAttnECache, 1, 1},
+		{"attn_rope", OptAttnRope, 1, 1}, {"attn_quant", OptAttnQuant, 1, 1},
+		{"attn_tile", OptAttnTile, 1, 64}, {"ix_chunk", OptIXChunk, 1, 64}, {"fx_wreg", OptFXWReg, 1, 64},
 	}
-	// variants of the chunk kernels, compared on prefill in chunks of 64
-	chunkOpts := []struct {
-		name string
-		key  int
-		on   int
-	}{{"attn_tile", OptAttnTile, 1}, {"ix_chunk", OptIXChunk, 1}, {"fx_wreg", OptFXWReg, 1}}
 	for _, tc := range []struct {
 		name   string
 		cfg    model.Config
@@ -369,38 +367,20 @@ func TestKernelVariants(t *testing.T) {
 			defer be.Close()
 			toks := testTokens(tc.n, tc.cfg.Vocab)
 			pipeEverywhere(t, be.dev)
-			base := allLogits(t, be, 1, toks) // every variant on (the defaults)
+			bases := map[int][][]float32{} // every variant on (the defaults), by chunk
 			for _, o := range opts {
+				if bases[o.chunk] == nil {
+					bases[o.chunk] = allLogits(t, be, o.chunk, toks)
+				}
 				if err := be.dev.SetOption(o.key, 0); err != nil {
 					t.Fatal(err)
 				}
-				off := allLogits(t, be, 1, toks)
+				off := allLogits(t, be, o.chunk, toks)
 				if err := be.dev.SetOption(o.key, o.on); err != nil {
 					t.Fatal(err)
 				}
-				diff := 0
-				for p := range base {
-					for j := range base[p] {
-						if math.Float32bits(base[p][j]) != math.Float32bits(off[p][j]) {
-							diff++
-						}
-					}
-				}
-				if diff != 0 {
-					t.Errorf("%s: the variant differs from the kernels it replaces in %d logits", o.name, diff)
-				}
-			}
-			chunkBase := allLogits(t, be, 64, toks)
-			for _, o := range chunkOpts {
-				if err := be.dev.SetOption(o.key, 0); err != nil {
-					t.Fatal(err)
-				}
-				off := allLogits(t, be, 64, toks)
-				if err := be.dev.SetOption(o.key, o.on); err != nil {
-					t.Fatal(err)
-				}
-				if p, j, ok := firstDiff(chunkBase, off); !ok {
-					t.Errorf("%s: logit %d of position %d differs: %v against %v", o.name, j, p, chunkBase[p][j], off[p][j])
+				if n := countDiff(bases[o.chunk], off); n != 0 {
+					t.Errorf("%s: the variant differs from the kernels it replaces in %d logits (chunk %d)", o.name, n, o.chunk)
 				}
 			}
 			// hc_pre summing the streams' squares before its wait (the
@@ -408,15 +388,24 @@ func TestKernelVariants(t *testing.T) {
 			be.hcEarly = false
 			off := allLogits(t, be, 1, toks)
 			be.hcEarly = true
-			for p := range base {
-				for j := range base[p] {
-					if math.Float32bits(base[p][j]) != math.Float32bits(off[p][j]) {
-						t.Fatalf("hc_early: logit %d of position %d differs: %v against %v", j, p, base[p][j], off[p][j])
-					}
-				}
+			if p, j, ok := firstDiff(bases[1], off); !ok {
+				t.Fatalf("hc_early: logit %d of position %d differs: %v against %v", j, p, bases[1][p][j], off[p][j])
 			}
 		})
 	}
+}
+
+// countDiff counts the logits whose bits differ between a and b.
+func countDiff(a, b [][]float32) int {
+	n := 0
+	for p := range a {
+		for j := range a[p] {
+			if math.Float32bits(a[p][j]) != math.Float32bits(b[p][j]) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // firstDiff reports the first logit whose bits differ between a and b
