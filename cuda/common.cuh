@@ -39,6 +39,7 @@ int ds4c_opt_ix_tile(void);
 int ds4c_opt_attn_tile(void);
 int ds4c_opt_ix_chunk(void);
 int ds4c_opt_fx_wreg(void);
+int ds4c_opt_tc_stage(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
 int ds4c_opt_attn_ecache(void);

@@ -473,6 +473,259 @@ __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
     tc_store(a, s, G, cnt, acc, mat_ok, 0.125f);
 }
 
+// ---------------------------------------------------------------- staged Q2_K, IQ2_XXS
+// The same products with every operand of a 256-value block staged in
+// shared memory by a three-stage cp.async pipeline (block b+2 is copied
+// while block b is multiplied), so no warp waits on a global load inside the
+// loop: the CTA's 128 rows' 64 quant bytes (16-byte chunks XOR-swizzled by
+// row, so that a warp's 8 rows × 8-byte reads fall in distinct banks), Q2_K's
+// 16 scale bytes a row, and the 32 activation rows (288-byte rows, as
+// Q8_0's). N-tiles of 8 slots past the tile's count are skipped (a grouped
+// tile of 16 selections does half the products). The arithmetic, and so
+// every bit of the result, is the unstaged kernels'.
+constexpr int ST_NS = 3;                    // stages
+constexpr int ST_W = TC_ROWS * 64;          // quant bytes of a stage
+constexpr int ST_SC = TC_ROWS * 16;         // Q2_K's scale bytes of a stage
+constexpr int ST_X = TC_BN * Q8S_LD;        // activation bytes of a stage
+constexpr int ST_IQ2 = ST_W + ST_X;         // an IQ2_XXS stage: weights, activations
+constexpr int ST_Q2K = ST_W + ST_SC + ST_X; // a Q2_K stage: weights, scales, activations
+
+// st_off is the staged byte offset of byte off (0..63) of the CTA's row r.
+__device__ __forceinline__ int st_off(int r, int off) { return r * 64 + 16 * ((off >> 4) ^ ((r >> 1) & 3)) + (off & 15); }
+
+// st_issue copies block b into stage sg (scb: Q2_K's scales, else null)
+// and commits the copies as one group. Thread tid copies 16-byte chunk
+// tid&3 of weight rows (tid>>2) + 32k, the scales of row tid and chunk
+// tid&15 of activation rows (tid>>4) + 8k; mrow is the matrix's first row.
+// (Addresses are formed again for each block: registers are what these
+// kernels are short of.)
+__device__ __forceinline__ void st_issue(const MVArgs &a, const Slots &s, int64_t mrow, int nbr, const uint8_t *scb,
+                                         int b, uint8_t *sg) {
+    const int tid = threadIdx.x, row0 = blockIdx.y * TC_ROWS;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int r = (tid >> 2) + 32 * k;
+        const int64_t blk = (mrow + min(row0 + r, a.rows - 1)) * nbr + b;
+        cp_async16(sg + st_off(r, 16 * (tid & 3)), a.w + blk * 64 + 16 * (tid & 3));
+    }
+    uint8_t *sx = sg + ST_W;
+    if (scb) {
+        cp_async16(sx + 16 * tid, scb + ((mrow + min(row0 + tid, a.rows - 1)) * nbr + b) * 16);
+        sx += ST_SC;
+    }
+    const int cr = tid >> 4, cc = tid & 15;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int j = cr + 8 * k;
+        cp_async16(sx + j * Q8S_LD + 16 * cc, a.act + s.act[j] + 256 * b + 16 * cc);
+    }
+    cp_async_commit();
+}
+
+// st_act_scales reads block b's activation scales of this thread's 8
+// output slots (8nt + 2q + j), their rows' offsets taken from s.
+__device__ __forceinline__ void st_act_scales(const MVArgs &a, const Slots &s, const Geo &G, int b, float (&da)[8]) {
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) da[2 * nt + j] = __ldg((const float *)(a.act + s.act[8 * nt + 2 * G.q + j] + a.cols) + b);
+}
+
+// st_wait waits for block b's stage (groups are committed one per block,
+// an empty one past the last) and makes it visible to the CTA; after it the
+// stage of block b-1 is free, and the caller copies block b+2 into it.
+__device__ __forceinline__ void st_wait() {
+    cp_async_wait<ST_NS - 2>();
+    __syncthreads();
+}
+
+// tc_lrow is the CTA-local row of accumulator row index i (Geo's gr[i]).
+__device__ __forceinline__ int tc_lrow(const Geo &G, int i) { return (threadIdx.x >> 5) * 32 + (i >> 1) * 16 + (i & 1) * 8 + G.g; }
+
+__global__ void __launch_bounds__(128, 4) k_tc_iq2_xxs_st(TCArgs p) {
+    mv_pdl_enter(p.a);
+    __shared__ Slots s;
+    __shared__ uint64_t s_grid[256]; // the codebook (sign masks are computed: iq2_sign_mask)
+    extern __shared__ __align__(16) uint8_t s_st[]; // [ST_NS][ST_IQ2]
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) s_grid[i] = iq2xxs_grid[i];
+    int64_t mat;
+    const int cnt = tc_slots(p, s, &mat); // synchronises (after the codebook too)
+    const MVArgs &a = p.a;
+    if (cnt <= 0) return;
+    Geo G;
+    const bool mat_ok = tc_geo(G, a, mat);
+    const bool live = G.rb < a.rows; // warps past the matrix still stage and synchronise
+    const int nbr = a.cols / 256;
+    const int64_t NB = a.R * nbr;
+    const __half *db = (const __half *)(a.w + NB * 64);
+    const int64_t mrow = mat * a.rows;
+    int lr[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) lr[i] = tc_lrow(G, i);
+    const int ntl = (cnt + 7) >> 3; // n-tiles with a slot
+    float acc[2][4][4];
+    tc_zero(acc);
+    st_issue(a, s, mrow, nbr, nullptr, 0, s_st);
+    if (nbr > 1) st_issue(a, s, mrow, nbr, nullptr, 1, s_st + ST_IQ2);
+    else cp_async_commit();
+    for (int b = 0; b < nbr; b++) {
+        st_wait();
+        if (b + 2 < nbr) st_issue(a, s, mrow, nbr, nullptr, b + 2, s_st + ((b + 2) % ST_NS) * ST_IQ2);
+        else cp_async_commit();
+        if (!live) continue;
+        const uint8_t *ws = s_st + (b % ST_NS) * ST_IQ2, *xs = ws + ST_W;
+        float dw[4], da[8];
+#pragma unroll
+        for (int i = 0; i < 4; i++) dw[i] = __half2float(db[G.gr[i] * nbr + b]);
+        st_act_scales(a, s, G, b, da);
+        int bs[2][4][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) bs[mt][nt][i] = 0;
+#pragma unroll
+        for (int ib = 0; ib < 8; ib++) {
+            int A[2][4], ls[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int2 q = *(const int2 *)(ws + st_off(lr[i], 8 * ib));
+                const uint32_t aux = (uint32_t)q.y;
+                ls[i] = 2 * (int)(aux >> 28) + 1;
+                const uint64_t gv = s_grid[((uint32_t)q.x >> (8 * G.q)) & 0xff];
+                const uint64_t sm = iq2_sign_mask((aux >> (7 * G.q)) & 127);
+                const int mt = i >> 1, hl = i & 1;
+                A[mt][hl] = apply_signs((uint32_t)gv, (uint32_t)sm);
+                A[mt][2 + hl] = apply_signs((uint32_t)(gv >> 32), (uint32_t)(sm >> 32));
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                if (nt >= ntl) break;
+                const int2 x = *(const int2 *)(xs + (8 * nt + G.g) * Q8S_LD + 32 * ib + 8 * G.q);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    int c[4] = {0, 0, 0, 0};
+                    mma_s8(c, A[mt], x.x, x.y);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) bs[mt][nt][i] += c[i] * ls[2 * mt + (i >> 1)];
+                }
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                if (nt >= ntl) break;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float d = __fmul_rn(dw[2 * mt + (i >> 1)], da[2 * nt + (i & 1)]);
+                    acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], __fmul_rn(d, (float)bs[mt][nt][i]));
+                }
+            }
+    }
+    if (!live) return;
+    tc_store(a, s, G, cnt, acc, mat_ok, 0.125f);
+}
+
+__global__ void __launch_bounds__(128, 3) k_tc_q2_k_st(TCArgs p) {
+    mv_pdl_enter(p.a);
+    __shared__ Slots s;
+    extern __shared__ __align__(16) uint8_t s_st[]; // [ST_NS][ST_Q2K]
+    int64_t mat;
+    const int cnt = tc_slots(p, s, &mat);
+    const MVArgs &a = p.a;
+    if (cnt <= 0) return;
+    Geo G;
+    const bool mat_ok = tc_geo(G, a, mat);
+    const bool live = G.rb < a.rows;
+    const int nbr = a.cols / 256;
+    const int64_t NB = a.R * nbr;
+    const uint8_t *scb = a.w + NB * 64;
+    const __half2 *dmb = (const __half2 *)(a.w + NB * 80);
+    const int64_t mrow = mat * a.rows;
+    int lr[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) lr[i] = tc_lrow(G, i);
+    const int ntl = (cnt + 7) >> 3;
+    float acc[2][4][4];
+    tc_zero(acc);
+    st_issue(a, s, mrow, nbr, scb, 0, s_st);
+    if (nbr > 1) st_issue(a, s, mrow, nbr, scb, 1, s_st + ST_Q2K);
+    else cp_async_commit();
+    for (int b = 0; b < nbr; b++) {
+        st_wait();
+        if (b + 2 < nbr) st_issue(a, s, mrow, nbr, scb, b + 2, s_st + ((b + 2) % ST_NS) * ST_Q2K);
+        else cp_async_commit();
+        if (!live) continue;
+        const uint8_t *ws = s_st + (b % ST_NS) * ST_Q2K, *ss = ws + ST_W, *xs = ss + ST_SC;
+        __half2 dm[4];
+        float da[8];
+#pragma unroll
+        for (int i = 0; i < 4; i++) dm[i] = dmb[G.gr[i] * nbr + b];
+        st_act_scales(a, s, G, b, da);
+        int ci[2][4][4], cm[2][4][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) ci[mt][nt][i] = cm[mt][nt][i] = 0;
+#pragma unroll
+        for (int h = 0; h < 2; h++) { // half h: values 128h … 128h+127, quant bytes 32h … 32h+31
+            int2 q[4], sc[4]; // per row: this thread's 8 quant bytes of the half; the half's 8 scale bytes
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                q[i] = *(const int2 *)(ws + st_off(lr[i], 32 * h + 8 * G.q));
+                sc[i] = *(const int2 *)(ss + 16 * lr[i] + 8 * h);
+            }
+#pragma unroll
+            for (int pl = 0; pl < 4; pl++) { // plane pl: values 32(4h+pl) … +31
+                const int ks = 4 * h + pl, sh = 2 * pl;
+                const int sub = 2 * pl + (G.q >> 1); // this thread's 16-value sub-block within the half's 8
+                int A[2][4], M[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int hl = 0; hl < 2; hl++) { // row lo (g) / hi (g+8)
+                        const int i = 2 * mt + hl;
+                        const int word = sub < 4 ? sc[i].x : sc[i].y;
+                        const int sb = (word >> (8 * (sub & 3))) & 0xff;
+                        A[mt][hl] = (int)(((unsigned)q[i].x >> sh) & 0x03030303u) * (sb & 15);
+                        A[mt][2 + hl] = (int)(((unsigned)q[i].y >> sh) & 0x03030303u) * (sb & 15);
+                        M[mt][hl] = M[mt][2 + hl] = 0x01010101 * (sb >> 4);
+                    }
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    if (nt >= ntl) break;
+                    const int2 v = *(const int2 *)(xs + (8 * nt + G.g) * Q8S_LD + 32 * ks + 8 * G.q);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        mma_s8(ci[mt][nt], A[mt], v.x, v.y);
+                        mma_s8(cm[mt][nt], M[mt], v.x, v.y);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                if (nt >= ntl) break;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const __half2 d2 = dm[2 * mt + (i >> 1)];
+                    const float x = da[2 * nt + (i & 1)];
+                    const float dall = __fmul_rn(x, __low2float(d2)), dmin = __fmul_rn(x, __high2float(d2));
+                    const float term = __fsub_rn(__fmul_rn(dall, (float)ci[mt][nt][i]), __fmul_rn(dmin, (float)cm[mt][nt][i]));
+                    acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], term);
+                }
+            }
+    }
+    if (!live) return;
+    tc_store(a, s, G, cnt, acc, mat_ok, 1.0f);
+}
+
 // ---------------------------------------------------------------- grouping
 // Tile bound for n_sel selections over n_mat matrices (plus one bucket for
 // ids outside [0, n_mat), whose rows come out NaN).
@@ -536,8 +789,30 @@ int tc_launch(int type, const TCArgs &p, dim3 grid, cudaStream_t st) {
         ds4c_launch(k_tc_q8_0, grid, 128, 2 * Q8S_STAGE, st, p);
         break;
     }
-    case DS4C_Q2_K: ds4c_launch(k_tc_q2_k, grid, 128, 0, st, p); break;
-    case DS4C_IQ2_XXS: ds4c_launch(k_tc_iq2_xxs, grid, 128, 0, st, p); break;
+    case DS4C_Q2_K:
+        if (ds4c_opt_tc_stage()) {
+            static bool set = false;
+            if (!set) {
+                DS4C_CHECK(cudaFuncSetAttribute(k_tc_q2_k_st, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_NS * ST_Q2K));
+                set = true;
+            }
+            ds4c_launch(k_tc_q2_k_st, grid, 128, ST_NS * ST_Q2K, st, p);
+        } else {
+            ds4c_launch(k_tc_q2_k, grid, 128, 0, st, p);
+        }
+        break;
+    case DS4C_IQ2_XXS:
+        if (ds4c_opt_tc_stage()) {
+            static bool set = false;
+            if (!set) {
+                DS4C_CHECK(cudaFuncSetAttribute(k_tc_iq2_xxs_st, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_NS * ST_IQ2));
+                set = true;
+            }
+            ds4c_launch(k_tc_iq2_xxs_st, grid, 128, ST_NS * ST_IQ2, st, p);
+        } else {
+            ds4c_launch(k_tc_iq2_xxs, grid, 128, 0, st, p);
+        }
+        break;
     default: return ds4c_err(DS4C_ETYPE, "no tensor-core product for type %d", type);
     }
     DS4C_CHECK_LAUNCH("matmul (tensor cores)");

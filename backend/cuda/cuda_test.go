@@ -749,14 +749,20 @@ func TestMatMulTensorCores(t *testing.T) {
 	cases := []struct {
 		typ        quant.Type
 		rows, cols int
+		stage      int // OptTCStage (Q2_K, IQ2_XXS: 0 runs the unstaged kernels)
 	}{
-		{quant.Q8_0, 1024, 4096},
-		{quant.Q8_0, 300, 512},
-		{quant.Q2_K, 512, 2048},
-		{quant.Q2_K, 200, 1024},
-		{quant.IQ2_XXS, 256, 4096},
-		{quant.IQ2_XXS, 136, 512},
+		{quant.Q8_0, 1024, 4096, 1},
+		{quant.Q8_0, 300, 512, 1},
+		{quant.Q2_K, 512, 2048, 1},
+		{quant.Q2_K, 200, 1024, 1},
+		{quant.Q2_K, 200, 1024, 0},
+		{quant.IQ2_XXS, 256, 4096, 1},
+		{quant.IQ2_XXS, 136, 512, 1},
+		{quant.IQ2_XXS, 136, 512, 0},
+		{quant.IQ2_XXS, 72, 256, 1},
+		{quant.Q2_K, 40, 256, 1},
 	}
+	t.Cleanup(func() { d.SetOption(OptTCStage, 1) })
 	exactEqual := func(name string, got, want []float32) {
 		t.Helper()
 		bad := 0
@@ -773,6 +779,7 @@ func TestMatMulTensorCores(t *testing.T) {
 		}
 	}
 	for ci, c := range cases {
+		must(t, d.SetOption(OptTCStage, c.stage))
 		const mats = 5
 		mb := weightBytes(c.typ, c.rows, c.cols)
 		w := randomWeights(c.typ, mats*mb/int64(c.typ.BlockBytes()), uint64(2100+ci))
@@ -793,7 +800,7 @@ func TestMatMulTensorCores(t *testing.T) {
 				for tok := 0; tok < nt; tok++ {
 					want, _ := reference(t, c.typ, mat(m), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
 					o := (m*nt + tok) * c.rows
-					exactEqual(fmt.Sprintf("dense %s %dx%d nt=%d mat %d tok %d", c.typ, c.rows, c.cols, nt, m, tok), got[o:o+c.rows], want)
+					exactEqual(fmt.Sprintf("dense %s %dx%d stage %d nt=%d mat %d tok %d", c.typ, c.rows, c.cols, c.stage, nt, m, tok), got[o:o+c.rows], want)
 				}
 			}
 		}
@@ -824,7 +831,7 @@ func TestMatMulTensorCores(t *testing.T) {
 				got := download(t, d, y, int(ys)*nsel)
 				for i := 0; i < nsel; i++ {
 					row := got[int64(i)*ys : int64(i)*ys+int64(c.rows)]
-					name := fmt.Sprintf("grouped %s %dx%d nsel=%d div=%d sel %d", c.typ, c.rows, c.cols, nsel, div, i)
+					name := fmt.Sprintf("grouped %s %dx%d stage %d nsel=%d div=%d sel %d", c.typ, c.rows, c.cols, c.stage, nsel, div, i)
 					if ids[i] == mats {
 						for k, v := range row {
 							if !math.IsNaN(float64(v)) {
