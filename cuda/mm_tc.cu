@@ -56,23 +56,30 @@ __device__ __forceinline__ int2 ld8(const void *p) { return __ldg((const int2 *)
 
 // The CTA's slots: byte offsets of each slot's activation row and float
 // offsets of its output row; the matrix and the number of valid slots.
-struct Slots {
-    int64_t act[TC_BN];
-    int64_t y[TC_BN];
+template <int BN> struct SlotsT {
+    int64_t act[BN];
+    int64_t y[BN];
 };
+using Slots = SlotsT<TC_BN>;
 
-// slots fills s (all threads must call it; it synchronises) and returns
-// the slot count (0: nothing to do) and the matrix in *mat.
-__device__ int tc_slots(const TCArgs &p, Slots &s, int64_t *mat) {
+// Grouped products read a tile table of up to TC_TILE selections of one
+// matrix a tile; a CTA of BN < TC_TILE slots takes part blockIdx.z of its
+// tile (the grid has TC_TILE / BN parts in z).
+constexpr int TC_TILE = 64;
+
+// tc_slots fills s (all threads must call it; it synchronises) and returns
+// the slot count (0 or less: nothing to do) and the matrix in *mat.
+template <int BN> __device__ int tc_slots(const TCArgs &p, SlotsT<BN> &s, int64_t *mat) {
     const MVArgs &a = p.a;
     const int tid = threadIdx.x;
     int cnt;
     if (p.tiles) {
         const int4 tl = p.tiles[blockIdx.x];
+        const int first = BN * blockIdx.z;
         *mat = tl.x;
-        cnt = tl.z;
-        if (cnt > 0 && tid < TC_BN) {
-            const int sel = p.perm[tl.y + min(tid, cnt - 1)];
+        cnt = min(BN, tl.z - first);
+        if (cnt > 0 && tid < BN) {
+            const int sel = p.perm[tl.y + first + min(tid, cnt - 1)];
             s.act[tid] = (int64_t)(sel / a.act_div) * a.act_sel;
             s.y[tid] = (int64_t)sel * a.y_sel;
         }
@@ -81,9 +88,9 @@ __device__ int tc_slots(const TCArgs &p, Slots &s, int64_t *mat) {
         int64_t m = a.sel_mat ? sel : 0;
         if (a.ids) m = a.ids[sel];
         *mat = m;
-        const int t0 = blockIdx.x * TC_BN;
-        cnt = min(TC_BN, p.n_tok - t0);
-        if (tid < TC_BN) {
+        const int t0 = blockIdx.x * BN;
+        cnt = min(BN, p.n_tok - t0);
+        if (tid < BN) {
             const int64_t t = t0 + min(tid, cnt - 1);
             s.act[tid] = (int64_t)(sel / a.act_div) * a.act_sel + t * a.act_tok;
             s.y[tid] = (int64_t)sel * a.y_sel + t * a.y_tok;
@@ -181,7 +188,7 @@ __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
     __shared__ Slots s;
     extern __shared__ __align__(16) uint8_t s_q8[]; // [2][Q8S_STAGE]
     int64_t mat;
-    const int cnt = tc_slots(p, s, &mat);
+    const int cnt = tc_slots<TC_BN>(p, s, &mat);
     const MVArgs &a = p.a;
     if (cnt <= 0) return;
     Geo G;
@@ -275,7 +282,7 @@ __global__ void __launch_bounds__(128) k_tc_q2_k(TCArgs p) {
     mv_pdl_enter(p.a);
     __shared__ Slots s;
     int64_t mat;
-    const int cnt = tc_slots(p, s, &mat);
+    const int cnt = tc_slots<TC_BN>(p, s, &mat);
     const MVArgs &a = p.a;
     if (cnt <= 0) return;
     Geo G;
@@ -369,7 +376,7 @@ __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
     __shared__ __align__(16) uint8_t s_x[2][TC_BN * Q8S_LD];
     for (int i = threadIdx.x; i < 256; i += blockDim.x) s_grid[i] = iq2xxs_grid[i];
     int64_t mat;
-    const int cnt = tc_slots(p, s, &mat); // synchronises (after the tables too)
+    const int cnt = tc_slots<TC_BN>(p, s, &mat); // synchronises (after the tables too)
     const MVArgs &a = p.a;
     if (cnt <= 0) return;
     Geo G;
@@ -479,56 +486,60 @@ __global__ void __launch_bounds__(128) k_tc_iq2_xxs(TCArgs p) {
 // while block b is multiplied), so no warp waits on a global load inside the
 // loop: the CTA's 128 rows' 64 quant bytes (16-byte chunks XOR-swizzled by
 // row, so that a warp's 8 rows × 8-byte reads fall in distinct banks), Q2_K's
-// 16 scale bytes a row, and the 32 activation rows (288-byte rows, as
-// Q8_0's). N-tiles of 8 slots past the tile's count are skipped (a grouped
-// tile of 16 selections does half the products). The arithmetic, and so
-// every bit of the result, is the unstaged kernels'.
-constexpr int ST_NS = 3;                    // stages
-constexpr int ST_W = TC_ROWS * 64;          // quant bytes of a stage
-constexpr int ST_SC = TC_ROWS * 16;         // Q2_K's scale bytes of a stage
-constexpr int ST_X = TC_BN * Q8S_LD;        // activation bytes of a stage
-constexpr int ST_IQ2 = ST_W + ST_X;         // an IQ2_XXS stage: weights, activations
-constexpr int ST_Q2K = ST_W + ST_SC + ST_X; // a Q2_K stage: weights, scales, activations
+// 16 scale bytes a row, and the activation rows (288-byte rows, as Q8_0's).
+// N-tiles of 8 slots past the tile's count are skipped. The arithmetic, and
+// so every bit of the result, is the unstaged kernels'.
+//
+// Two shapes (template MT, NT): 4 warps of 32 rows (MT = 2 m-tiles) × 32
+// slots (NT = 4 n-tiles), or 8 warps of 16 rows × 64 slots. A weight
+// sub-block is decoded once per warp for its NT n-tiles, so the second
+// shape decodes each row once per 64 slots instead of per 32: IQ2_XXS's
+// codebook, sign and scale decoding is most of its instructions (≈ 13 of
+// ≈ 32 an mma with 32 slots, cuda/NOTES.md v12).
+constexpr int ST_NS = 3;           // stages
+constexpr int ST_W = TC_ROWS * 64;  // quant bytes of a stage
+constexpr int ST_SC = TC_ROWS * 16; // Q2_K's scale bytes of a stage
+
+template <int MT, int NT> struct StShape {
+    static constexpr int WARPS = TC_ROWS / (16 * MT);
+    static constexpr int THREADS = 32 * WARPS;
+    static constexpr int BN = 8 * NT;                       // slots
+    static constexpr int X = BN * Q8S_LD;                   // activation bytes of a stage
+    static constexpr int IQ2 = ST_W + X;                    // an IQ2_XXS stage: weights, activations
+    static constexpr int Q2K = ST_W + ST_SC + X;            // a Q2_K stage: weights, scales, activations
+    static constexpr int MINB = WARPS == 4 ? 4 : 2;         // CTAs per SM the registers are capped for (IQ2_XXS)
+    static constexpr int MINB_Q2K = WARPS == 4 ? 3 : 1;     // (Q2_K: 2 CTAs of 8 warps would spill)
+};
 
 // st_off is the staged byte offset of byte off (0..63) of the CTA's row r.
 __device__ __forceinline__ int st_off(int r, int off) { return r * 64 + 16 * ((off >> 4) ^ ((r >> 1) & 3)) + (off & 15); }
 
 // st_issue copies block b into stage sg (scb: Q2_K's scales, else null)
-// and commits the copies as one group. Thread tid copies 16-byte chunk
-// tid&3 of weight rows (tid>>2) + 32k, the scales of row tid and chunk
-// tid&15 of activation rows (tid>>4) + 8k; mrow is the matrix's first row.
-// (Addresses are formed again for each block: registers are what these
-// kernels are short of.)
-__device__ __forceinline__ void st_issue(const MVArgs &a, const Slots &s, int64_t mrow, int nbr, const uint8_t *scb,
-                                         int b, uint8_t *sg) {
+// and commits the copies as one group: the 128 weight rows' 4 chunks, the
+// 128 rows' scales, the BN activation rows' 16 chunks, spread over the
+// CTA's threads. mrow is the matrix's first row. (Addresses are formed
+// again for each block: registers are what these kernels are short of.)
+template <class S>
+__device__ __forceinline__ void st_issue(const MVArgs &a, const SlotsT<S::BN> &s, int64_t mrow, int nbr,
+                                         const uint8_t *scb, int b, uint8_t *sg) {
     const int tid = threadIdx.x, row0 = blockIdx.y * TC_ROWS;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int r = (tid >> 2) + 32 * k;
+    for (int k = 0; k < 4 * TC_ROWS / S::THREADS; k++) {
+        const int id = tid + S::THREADS * k, r = id >> 2, c = id & 3;
         const int64_t blk = (mrow + min(row0 + r, a.rows - 1)) * nbr + b;
-        cp_async16(sg + st_off(r, 16 * (tid & 3)), a.w + blk * 64 + 16 * (tid & 3));
+        cp_async16(sg + st_off(r, 16 * c), a.w + blk * 64 + 16 * c);
     }
     uint8_t *sx = sg + ST_W;
     if (scb) {
-        cp_async16(sx + 16 * tid, scb + ((mrow + min(row0 + tid, a.rows - 1)) * nbr + b) * 16);
+        if (tid < TC_ROWS) cp_async16(sx + 16 * tid, scb + ((mrow + min(row0 + tid, a.rows - 1)) * nbr + b) * 16);
         sx += ST_SC;
     }
-    const int cr = tid >> 4, cc = tid & 15;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int j = cr + 8 * k;
+    for (int k = 0; k < 16 * S::BN / S::THREADS; k++) {
+        const int id = tid + S::THREADS * k, j = id >> 4, cc = id & 15;
         cp_async16(sx + j * Q8S_LD + 16 * cc, a.act + s.act[j] + 256 * b + 16 * cc);
     }
     cp_async_commit();
-}
-
-// st_act_scales reads block b's activation scales of this thread's 8
-// output slots (8nt + 2q + j), their rows' offsets taken from s.
-__device__ __forceinline__ void st_act_scales(const MVArgs &a, const Slots &s, const Geo &G, int b, float (&da)[8]) {
-#pragma unroll
-    for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-        for (int j = 0; j < 2; j++) da[2 * nt + j] = __ldg((const float *)(a.act + s.act[8 * nt + 2 * G.q + j] + a.cols) + b);
 }
 
 // st_wait waits for block b's stage (groups are committed one per block,
@@ -539,197 +550,303 @@ __device__ __forceinline__ void st_wait() {
     __syncthreads();
 }
 
-// tc_lrow is the CTA-local row of accumulator row index i (Geo's gr[i]).
-__device__ __forceinline__ int tc_lrow(const Geo &G, int i) { return (threadIdx.x >> 5) * 32 + (i >> 1) * 16 + (i & 1) * 8 + G.g; }
+// StGeo: this thread's rows and slots in a staged kernel. Row index i =
+// 2·mt + hl is CTA-local row lr[i] = warp·16·MT + 16·mt + 8·hl + g (global
+// row gr[i], clamped, inside matrix mat); n-tile nt's output slots are
+// 8nt + 2q + {0, 1}.
+template <int MT> struct StGeo {
+    int g, q, ntl;       // lane/4, lane%4, n-tiles with a slot
+    int lr[2 * MT];
+    int64_t gr[2 * MT];
+    bool live;           // the warp has a row inside the matrix
+};
 
-__global__ void __launch_bounds__(128, 4) k_tc_iq2_xxs_st(TCArgs p) {
+template <int MT, int NT>
+__device__ __forceinline__ bool st_geo(StGeo<MT> &G, const MVArgs &a, int64_t &mat, int cnt) {
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    if (!mat_ok) mat = 0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    G.g = lane >> 2;
+    G.q = lane & 3;
+    G.ntl = min(NT, (cnt + 7) >> 3);
+    const int row0 = blockIdx.y * TC_ROWS;
+    G.live = row0 + warp * 16 * MT < a.rows;
+#pragma unroll
+    for (int i = 0; i < 2 * MT; i++) {
+        G.lr[i] = warp * 16 * MT + (i >> 1) * 16 + (i & 1) * 8 + G.g;
+        G.gr[i] = mat * a.rows + min(row0 + G.lr[i], a.rows - 1);
+    }
+    return mat_ok;
+}
+
+// st_act_scales reads block b's activation scales of this thread's output
+// slots (8nt + 2q + j at da[2nt + j]), their rows' offsets taken from s.
+template <int NT, int BN>
+__device__ __forceinline__ void st_act_scales(const MVArgs &a, const SlotsT<BN> &s, int q, int b, float (&da)[2 * NT]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) da[2 * nt + j] = __ldg((const float *)(a.act + s.act[8 * nt + 2 * q + j] + a.cols) + b);
+}
+
+// st_store writes the accumulators: acc[mt][nt][i] is row lr[2mt + (i>>1)],
+// slot 8nt + 2q + (i&1); NaN for a matrix id outside the tensor.
+template <int MT, int NT, int BN>
+__device__ __forceinline__ void st_store(const MVArgs &a, const SlotsT<BN> &s, const StGeo<MT> &G, int cnt,
+                                         float (&acc)[MT][NT][4], bool mat_ok, float final_scale) {
+    const float nan = __int_as_float(0x7fc00000);
+    const int row0 = blockIdx.y * TC_ROWS;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = row0 + G.lr[2 * mt + (i >> 1)];
+                const int slot = 8 * nt + 2 * G.q + (i & 1);
+                if (r >= a.rows || slot >= cnt) continue;
+                float v = acc[mt][nt][i];
+                if (final_scale != 1.0f) v = __fmul_rn(final_scale, v);
+                a.y[s.y[slot] + r] = mat_ok ? v : nan;
+            }
+}
+
+// st_nta calls f with the number of n-tiles to compute for ntl n-tiles with
+// a slot, as a compile-time tag (NTags<N>::value) and whether the block
+// loops must still check ntl. NT = 8: ntl rounded up to even (the extra
+// n-tile reads clamped slots; its sums are not stored), no check — the
+// block loops have no branch inside, so the compiler overlaps a
+// sub-block's decoding with the previous one's products (IQ2_XXS with 64
+// slots: 1182 → 1039 µs a Flash prefill call, cuda/NOTES.md v12). NT = 4:
+// all 4 with the check (four inlined copies of the 32-slot kernels' loops
+// spill registers and lose: 1250 → 1392 µs).
+template <int N, bool C> struct NTags {
+    static constexpr int value = N;
+    static constexpr bool check = C;
+};
+template <int NT, class F> __device__ __forceinline__ void st_nta(int ntl, F &&f) {
+    if (NT == 8) {
+        switch ((ntl + 1) >> 1) {
+        case 1: f(NTags<2, false>{}); break;
+        case 2: f(NTags<4, false>{}); break;
+        case 3: f(NTags<(NT < 6 ? NT : 6), false>{}); break;
+        default: f(NTags<NT, false>{}); break;
+        }
+    } else {
+        f(NTags<NT, true>{});
+    }
+}
+
+// iq2_block multiplies one staged IQ2_XXS block (weights ws, activations
+// xs) into acc for the first NTA n-tiles.
+template <int MT, int NT, int NTA, bool CHECK>
+__device__ __forceinline__ void iq2_block(const uint8_t *ws, const uint8_t *xs, const uint64_t *s_grid,
+                                          const StGeo<MT> &G, const float (&dw)[2 * MT], const float (&da)[2 * NT],
+                                          float (&acc)[MT][NT][4]) {
+    int bs[MT][NTA][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NTA; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) bs[mt][nt][i] = 0;
+#pragma unroll
+    for (int ib = 0; ib < 8; ib++) {
+        int A[MT][4], ls[2 * MT];
+#pragma unroll
+        for (int i = 0; i < 2 * MT; i++) {
+            const int2 qw = *(const int2 *)(ws + st_off(G.lr[i], 8 * ib));
+            const uint32_t aux = (uint32_t)qw.y;
+            ls[i] = 2 * (int)(aux >> 28) + 1;
+            const uint64_t gv = s_grid[((uint32_t)qw.x >> (8 * G.q)) & 0xff];
+            const uint64_t sm = iq2_sign_mask((aux >> (7 * G.q)) & 127);
+            const int mt = i >> 1, hl = i & 1;
+            A[mt][hl] = apply_signs((uint32_t)gv, (uint32_t)sm);
+            A[mt][2 + hl] = apply_signs((uint32_t)(gv >> 32), (uint32_t)(sm >> 32));
+        }
+#pragma unroll
+        for (int nt = 0; nt < NTA; nt++) {
+            if (CHECK && nt >= G.ntl) break;
+            const int2 x = *(const int2 *)(xs + (8 * nt + G.g) * Q8S_LD + 32 * ib + 8 * G.q);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                int c[4] = {0, 0, 0, 0};
+                mma_s8(c, A[mt], x.x, x.y);
+#pragma unroll
+                for (int i = 0; i < 4; i++) bs[mt][nt][i] += c[i] * ls[2 * mt + (i >> 1)];
+            }
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NTA; nt++) {
+            if (CHECK && nt >= G.ntl) break;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float d = __fmul_rn(dw[2 * mt + (i >> 1)], da[2 * nt + (i & 1)]);
+                acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], __fmul_rn(d, (float)bs[mt][nt][i]));
+            }
+        }
+}
+
+template <int MT, int NT>
+__global__ void __launch_bounds__(StShape<MT, NT>::THREADS, StShape<MT, NT>::MINB) k_tc_iq2_xxs_st(TCArgs p) {
+    using S = StShape<MT, NT>;
     mv_pdl_enter(p.a);
-    __shared__ Slots s;
+    __shared__ SlotsT<S::BN> s;
     __shared__ uint64_t s_grid[256]; // the codebook (sign masks are computed: iq2_sign_mask)
-    extern __shared__ __align__(16) uint8_t s_st[]; // [ST_NS][ST_IQ2]
+    extern __shared__ __align__(16) uint8_t s_st[]; // [ST_NS][S::IQ2]
     for (int i = threadIdx.x; i < 256; i += blockDim.x) s_grid[i] = iq2xxs_grid[i];
     int64_t mat;
-    const int cnt = tc_slots(p, s, &mat); // synchronises (after the codebook too)
+    const int cnt = tc_slots<S::BN>(p, s, &mat); // synchronises (after the codebook too)
     const MVArgs &a = p.a;
     if (cnt <= 0) return;
-    Geo G;
-    const bool mat_ok = tc_geo(G, a, mat);
-    const bool live = G.rb < a.rows; // warps past the matrix still stage and synchronise
+    StGeo<MT> G;
+    const bool mat_ok = st_geo<MT, NT>(G, a, mat, cnt);
     const int nbr = a.cols / 256;
     const int64_t NB = a.R * nbr;
     const __half *db = (const __half *)(a.w + NB * 64);
     const int64_t mrow = mat * a.rows;
-    int lr[4];
+    float acc[MT][NT][4];
 #pragma unroll
-    for (int i = 0; i < 4; i++) lr[i] = tc_lrow(G, i);
-    const int ntl = (cnt + 7) >> 3; // n-tiles with a slot
-    float acc[2][4][4];
-    tc_zero(acc);
-    st_issue(a, s, mrow, nbr, nullptr, 0, s_st);
-    if (nbr > 1) st_issue(a, s, mrow, nbr, nullptr, 1, s_st + ST_IQ2);
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+    st_issue<S>(a, s, mrow, nbr, nullptr, 0, s_st);
+    if (nbr > 1) st_issue<S>(a, s, mrow, nbr, nullptr, 1, s_st + S::IQ2);
     else cp_async_commit();
     for (int b = 0; b < nbr; b++) {
         st_wait();
-        if (b + 2 < nbr) st_issue(a, s, mrow, nbr, nullptr, b + 2, s_st + ((b + 2) % ST_NS) * ST_IQ2);
+        if (b + 2 < nbr) st_issue<S>(a, s, mrow, nbr, nullptr, b + 2, s_st + ((b + 2) % ST_NS) * S::IQ2);
         else cp_async_commit();
-        if (!live) continue;
-        const uint8_t *ws = s_st + (b % ST_NS) * ST_IQ2, *xs = ws + ST_W;
-        float dw[4], da[8];
+        if (!G.live) continue; // (warps past the matrix still stage and synchronise)
+        const uint8_t *ws = s_st + (b % ST_NS) * S::IQ2, *xs = ws + ST_W;
+        float dw[2 * MT], da[2 * NT];
 #pragma unroll
-        for (int i = 0; i < 4; i++) dw[i] = __half2float(db[G.gr[i] * nbr + b]);
-        st_act_scales(a, s, G, b, da);
-        int bs[2][4][4];
+        for (int i = 0; i < 2 * MT; i++) dw[i] = __half2float(db[G.gr[i] * nbr + b]);
+        st_act_scales<NT>(a, s, G.q, b, da);
+        st_nta<NT>(G.ntl, [&](auto tag) { iq2_block<MT, NT, decltype(tag)::value, decltype(tag)::check>(ws, xs, s_grid, G, dw, da, acc); });
+    }
+    if (!G.live) return;
+    st_store<MT, NT>(a, s, G, cnt, acc, mat_ok, 0.125f);
+}
+
+// q2k_block multiplies one staged Q2_K block (weights ws, scales ss,
+// activations xs; row scales dm) into acc for the first NTA n-tiles.
+template <int MT, int NT, int NTA, bool CHECK>
+__device__ __forceinline__ void q2k_block(const uint8_t *ws, const uint8_t *ss, const uint8_t *xs, const StGeo<MT> &G,
+                                          const __half2 (&dm)[2 * MT], const float (&da)[2 * NT],
+                                          float (&acc)[MT][NT][4]) {
+    int ci[MT][NTA][4], cm[MT][NTA][4];
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++)
+        for (int nt = 0; nt < NTA; nt++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) bs[mt][nt][i] = 0;
+            for (int i = 0; i < 4; i++) ci[mt][nt][i] = cm[mt][nt][i] = 0;
 #pragma unroll
-        for (int ib = 0; ib < 8; ib++) {
-            int A[2][4], ls[4];
+    for (int h = 0; h < 2; h++) { // half h: values 128h … 128h+127, quant bytes 32h … 32h+31
+        int2 qw[2 * MT], sc[2 * MT]; // per row: this thread's 8 quant bytes of the half; the half's 8 scale bytes
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int2 q = *(const int2 *)(ws + st_off(lr[i], 8 * ib));
-                const uint32_t aux = (uint32_t)q.y;
-                ls[i] = 2 * (int)(aux >> 28) + 1;
-                const uint64_t gv = s_grid[((uint32_t)q.x >> (8 * G.q)) & 0xff];
-                const uint64_t sm = iq2_sign_mask((aux >> (7 * G.q)) & 127);
-                const int mt = i >> 1, hl = i & 1;
-                A[mt][hl] = apply_signs((uint32_t)gv, (uint32_t)sm);
-                A[mt][2 + hl] = apply_signs((uint32_t)(gv >> 32), (uint32_t)(sm >> 32));
-            }
+        for (int i = 0; i < 2 * MT; i++) {
+            qw[i] = *(const int2 *)(ws + st_off(G.lr[i], 32 * h + 8 * G.q));
+            sc[i] = *(const int2 *)(ss + 16 * G.lr[i] + 8 * h);
+        }
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                if (nt >= ntl) break;
-                const int2 x = *(const int2 *)(xs + (8 * nt + G.g) * Q8S_LD + 32 * ib + 8 * G.q);
+        for (int pl = 0; pl < 4; pl++) { // plane pl: values 32(4h+pl) … +31
+            const int ks = 4 * h + pl, sh = 2 * pl;
+            const int sub = 2 * pl + (G.q >> 1); // this thread's 16-value sub-block among the half's 8
+            int A[MT][4], M[MT][4];
 #pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    int c[4] = {0, 0, 0, 0};
-                    mma_s8(c, A[mt], x.x, x.y);
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int i = 0; i < 4; i++) bs[mt][nt][i] += c[i] * ls[2 * mt + (i >> 1)];
+                for (int hl = 0; hl < 2; hl++) { // row lo (g) / hi (g+8)
+                    const int i = 2 * mt + hl;
+                    const int word = sub < 4 ? sc[i].x : sc[i].y;
+                    const int sb = (word >> (8 * (sub & 3))) & 0xff;
+                    A[mt][hl] = (int)(((unsigned)qw[i].x >> sh) & 0x03030303u) * (sb & 15);
+                    A[mt][2 + hl] = (int)(((unsigned)qw[i].y >> sh) & 0x03030303u) * (sb & 15);
+                    M[mt][hl] = M[mt][2 + hl] = 0x01010101 * (sb >> 4);
+                }
+#pragma unroll
+            for (int nt = 0; nt < NTA; nt++) {
+                if (CHECK && nt >= G.ntl) break;
+                const int2 v = *(const int2 *)(xs + (8 * nt + G.g) * Q8S_LD + 32 * ks + 8 * G.q);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma_s8(ci[mt][nt], A[mt], v.x, v.y);
+                    mma_s8(cm[mt][nt], M[mt], v.x, v.y);
                 }
             }
         }
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                if (nt >= ntl) break;
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const float d = __fmul_rn(dw[2 * mt + (i >> 1)], da[2 * nt + (i & 1)]);
-                    acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], __fmul_rn(d, (float)bs[mt][nt][i]));
-                }
-            }
     }
-    if (!live) return;
-    tc_store(a, s, G, cnt, acc, mat_ok, 0.125f);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NTA; nt++) {
+            if (CHECK && nt >= G.ntl) break;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const __half2 d2 = dm[2 * mt + (i >> 1)];
+                const float x = da[2 * nt + (i & 1)];
+                const float dall = __fmul_rn(x, __low2float(d2)), dmin = __fmul_rn(x, __high2float(d2));
+                const float term = __fsub_rn(__fmul_rn(dall, (float)ci[mt][nt][i]), __fmul_rn(dmin, (float)cm[mt][nt][i]));
+                acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], term);
+            }
+        }
 }
 
-__global__ void __launch_bounds__(128, 3) k_tc_q2_k_st(TCArgs p) {
+template <int MT, int NT>
+__global__ void __launch_bounds__(StShape<MT, NT>::THREADS, StShape<MT, NT>::MINB_Q2K) k_tc_q2_k_st(TCArgs p) {
+    using S = StShape<MT, NT>;
     mv_pdl_enter(p.a);
-    __shared__ Slots s;
-    extern __shared__ __align__(16) uint8_t s_st[]; // [ST_NS][ST_Q2K]
+    __shared__ SlotsT<S::BN> s;
+    extern __shared__ __align__(16) uint8_t s_st[]; // [ST_NS][S::Q2K]
     int64_t mat;
-    const int cnt = tc_slots(p, s, &mat);
+    const int cnt = tc_slots<S::BN>(p, s, &mat);
     const MVArgs &a = p.a;
     if (cnt <= 0) return;
-    Geo G;
-    const bool mat_ok = tc_geo(G, a, mat);
-    const bool live = G.rb < a.rows;
+    StGeo<MT> G;
+    const bool mat_ok = st_geo<MT, NT>(G, a, mat, cnt);
     const int nbr = a.cols / 256;
     const int64_t NB = a.R * nbr;
     const uint8_t *scb = a.w + NB * 64;
     const __half2 *dmb = (const __half2 *)(a.w + NB * 80);
     const int64_t mrow = mat * a.rows;
-    int lr[4];
+    float acc[MT][NT][4];
 #pragma unroll
-    for (int i = 0; i < 4; i++) lr[i] = tc_lrow(G, i);
-    const int ntl = (cnt + 7) >> 3;
-    float acc[2][4][4];
-    tc_zero(acc);
-    st_issue(a, s, mrow, nbr, scb, 0, s_st);
-    if (nbr > 1) st_issue(a, s, mrow, nbr, scb, 1, s_st + ST_Q2K);
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+    st_issue<S>(a, s, mrow, nbr, scb, 0, s_st);
+    if (nbr > 1) st_issue<S>(a, s, mrow, nbr, scb, 1, s_st + S::Q2K);
     else cp_async_commit();
     for (int b = 0; b < nbr; b++) {
         st_wait();
-        if (b + 2 < nbr) st_issue(a, s, mrow, nbr, scb, b + 2, s_st + ((b + 2) % ST_NS) * ST_Q2K);
+        if (b + 2 < nbr) st_issue<S>(a, s, mrow, nbr, scb, b + 2, s_st + ((b + 2) % ST_NS) * S::Q2K);
         else cp_async_commit();
-        if (!live) continue;
-        const uint8_t *ws = s_st + (b % ST_NS) * ST_Q2K, *ss = ws + ST_W, *xs = ss + ST_SC;
-        __half2 dm[4];
-        float da[8];
+        if (!G.live) continue;
+        const uint8_t *ws = s_st + (b % ST_NS) * S::Q2K, *ss = ws + ST_W, *xs = ss + ST_SC;
+        __half2 dm[2 * MT];
+        float da[2 * NT];
 #pragma unroll
-        for (int i = 0; i < 4; i++) dm[i] = dmb[G.gr[i] * nbr + b];
-        st_act_scales(a, s, G, b, da);
-        int ci[2][4][4], cm[2][4][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) ci[mt][nt][i] = cm[mt][nt][i] = 0;
-#pragma unroll
-        for (int h = 0; h < 2; h++) { // half h: values 128h … 128h+127, quant bytes 32h … 32h+31
-            int2 q[4], sc[4]; // per row: this thread's 8 quant bytes of the half; the half's 8 scale bytes
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                q[i] = *(const int2 *)(ws + st_off(lr[i], 32 * h + 8 * G.q));
-                sc[i] = *(const int2 *)(ss + 16 * lr[i] + 8 * h);
-            }
-#pragma unroll
-            for (int pl = 0; pl < 4; pl++) { // plane pl: values 32(4h+pl) … +31
-                const int ks = 4 * h + pl, sh = 2 * pl;
-                const int sub = 2 * pl + (G.q >> 1); // this thread's 16-value sub-block within the half's 8
-                int A[2][4], M[2][4];
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                    for (int hl = 0; hl < 2; hl++) { // row lo (g) / hi (g+8)
-                        const int i = 2 * mt + hl;
-                        const int word = sub < 4 ? sc[i].x : sc[i].y;
-                        const int sb = (word >> (8 * (sub & 3))) & 0xff;
-                        A[mt][hl] = (int)(((unsigned)q[i].x >> sh) & 0x03030303u) * (sb & 15);
-                        A[mt][2 + hl] = (int)(((unsigned)q[i].y >> sh) & 0x03030303u) * (sb & 15);
-                        M[mt][hl] = M[mt][2 + hl] = 0x01010101 * (sb >> 4);
-                    }
-#pragma unroll
-                for (int nt = 0; nt < 4; nt++) {
-                    if (nt >= ntl) break;
-                    const int2 v = *(const int2 *)(xs + (8 * nt + G.g) * Q8S_LD + 32 * ks + 8 * G.q);
-#pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
-                        mma_s8(ci[mt][nt], A[mt], v.x, v.y);
-                        mma_s8(cm[mt][nt], M[mt], v.x, v.y);
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                if (nt >= ntl) break;
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const __half2 d2 = dm[2 * mt + (i >> 1)];
-                    const float x = da[2 * nt + (i & 1)];
-                    const float dall = __fmul_rn(x, __low2float(d2)), dmin = __fmul_rn(x, __high2float(d2));
-                    const float term = __fsub_rn(__fmul_rn(dall, (float)ci[mt][nt][i]), __fmul_rn(dmin, (float)cm[mt][nt][i]));
-                    acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], term);
-                }
-            }
+        for (int i = 0; i < 2 * MT; i++) dm[i] = dmb[G.gr[i] * nbr + b];
+        st_act_scales<NT>(a, s, G.q, b, da);
+        st_nta<NT>(G.ntl, [&](auto tag) { q2k_block<MT, NT, decltype(tag)::value, decltype(tag)::check>(ws, ss, xs, G, dm, da, acc); });
     }
-    if (!live) return;
-    tc_store(a, s, G, cnt, acc, mat_ok, 1.0f);
+    if (!G.live) return;
+    st_store<MT, NT>(a, s, G, cnt, acc, mat_ok, 1.0f);
 }
 
 // ---------------------------------------------------------------- grouping
 // Tile bound for n_sel selections over n_mat matrices (plus one bucket for
 // ids outside [0, n_mat), whose rows come out NaN).
-int64_t group_tiles(int64_t n_sel, int64_t n_mat) { return (n_sel + TC_BN - 1) / TC_BN + n_mat + 1; }
+int64_t group_tiles(int64_t n_sel, int64_t n_mat) { return (n_sel + TC_TILE - 1) / TC_TILE + n_mat + 1; }
 
 int64_t group_perm_bytes(int64_t n_sel) { return ((4 * n_sel + 15) / 16) * 16; }
 
@@ -757,15 +874,15 @@ __global__ void __launch_bounds__(1024) k_group(const int32_t *ids, int n_sel, i
             off[k] = o;
             toff[k] = to;
             o += cnt[k];
-            to += (cnt[k] + TC_BN - 1) / TC_BN;
+            to += (cnt[k] + TC_TILE - 1) / TC_TILE;
         }
         toff[nbk] = to;
     }
     __syncthreads();
     for (int k = tid; k < nbk; k += nth) {
         const int c = cnt[k];
-        for (int j = 0; j * TC_BN < c; j++)
-            tiles[toff[k] + j] = make_int4(k == n_mat ? -1 : k, off[k] + j * TC_BN, min(TC_BN, c - j * TC_BN), 0);
+        for (int j = 0; j * TC_TILE < c; j++)
+            tiles[toff[k] + j] = make_int4(k == n_mat ? -1 : k, off[k] + j * TC_TILE, min(TC_TILE, c - j * TC_TILE), 0);
     }
     for (int i = toff[nbk] + tid; i < bound; i += nth) tiles[i] = make_int4(0, 0, 0, 0);
     __syncthreads();
@@ -778,41 +895,56 @@ __global__ void __launch_bounds__(1024) k_group(const int32_t *ids, int n_sel, i
     }
 }
 
-int tc_launch(int type, const TCArgs &p, dim3 grid, cudaStream_t st) {
+// tc_go launches kern (threads a CTA, smem dynamic bytes, bn slots a CTA)
+// over yb row blocks: grouped (p.tiles), xcount tiles in x and TC_TILE / bn
+// parts in z; dense, xcount tokens in x (bn a CTA) and zcount selections
+// in z. *set records that the kernel's shared-memory limit was raised.
+template <class K>
+void tc_go(K kern, int threads, int smem, int bn, bool *set, const TCArgs &p, int xcount, int zcount, unsigned yb,
+           cudaStream_t st) {
+    if (smem > 48 * 1024 && !*set) {
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        *set = true;
+    }
+    const dim3 grid(p.tiles ? (unsigned)xcount : (unsigned)((xcount + bn - 1) / bn), yb,
+                    p.tiles ? (unsigned)(TC_TILE / bn) : (unsigned)zcount);
+    ds4c_launch(kern, grid, threads, (size_t)smem, st, p);
+}
+
+// tc_launch runs the tensor-core product of type (the variant OptTCStage
+// picks) over the rows of p.a; xcount and zcount as tc_go's.
+int tc_launch(int type, const TCArgs &p, int xcount, int zcount, cudaStream_t st) {
+    if ((p.a.rows + TC_ROWS - 1) / TC_ROWS > 65535) return ds4c_err(DS4C_EINVAL, "matmul: %d rows", p.a.rows);
+    const unsigned yb = (unsigned)((p.a.rows + TC_ROWS - 1) / TC_ROWS);
+    const int stage = ds4c_opt_tc_stage();
+    using S4 = StShape<2, 4>;
+    using S8 = StShape<1, 8>;
     switch (type) {
     case DS4C_Q8_0: {
         static bool set = false;
-        if (!set) {
-            DS4C_CHECK(cudaFuncSetAttribute(k_tc_q8_0, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * Q8S_STAGE));
-            set = true;
-        }
-        ds4c_launch(k_tc_q8_0, grid, 128, 2 * Q8S_STAGE, st, p);
+        tc_go(k_tc_q8_0, 128, 2 * Q8S_STAGE, TC_BN, &set, p, xcount, zcount, yb, st);
         break;
     }
-    case DS4C_Q2_K:
-        if (ds4c_opt_tc_stage()) {
-            static bool set = false;
-            if (!set) {
-                DS4C_CHECK(cudaFuncSetAttribute(k_tc_q2_k_st, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_NS * ST_Q2K));
-                set = true;
-            }
-            ds4c_launch(k_tc_q2_k_st, grid, 128, ST_NS * ST_Q2K, st, p);
-        } else {
-            ds4c_launch(k_tc_q2_k, grid, 128, 0, st, p);
-        }
+    case DS4C_Q2_K: {
+        static bool set4 = false, set8 = false;
+        if (stage == 2)
+            tc_go(k_tc_q2_k_st<1, 8>, S8::THREADS, ST_NS * S8::Q2K, S8::BN, &set8, p, xcount, zcount, yb, st);
+        else if (stage == 1 || stage == 3)
+            tc_go(k_tc_q2_k_st<2, 4>, S4::THREADS, ST_NS * S4::Q2K, S4::BN, &set4, p, xcount, zcount, yb, st);
+        else
+            tc_go(k_tc_q2_k, 128, 0, TC_BN, nullptr, p, xcount, zcount, yb, st);
         break;
-    case DS4C_IQ2_XXS:
-        if (ds4c_opt_tc_stage()) {
-            static bool set = false;
-            if (!set) {
-                DS4C_CHECK(cudaFuncSetAttribute(k_tc_iq2_xxs_st, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_NS * ST_IQ2));
-                set = true;
-            }
-            ds4c_launch(k_tc_iq2_xxs_st, grid, 128, ST_NS * ST_IQ2, st, p);
-        } else {
-            ds4c_launch(k_tc_iq2_xxs, grid, 128, 0, st, p);
-        }
+    }
+    case DS4C_IQ2_XXS: {
+        static bool set4 = false, set8 = false;
+        if (stage == 2 || stage == 3)
+            tc_go(k_tc_iq2_xxs_st<1, 8>, S8::THREADS, ST_NS * S8::IQ2, S8::BN, &set8, p, xcount, zcount, yb, st);
+        else if (stage == 1)
+            tc_go(k_tc_iq2_xxs_st<2, 4>, S4::THREADS, ST_NS * S4::IQ2, S4::BN, &set4, p, xcount, zcount, yb, st);
+        else
+            tc_go(k_tc_iq2_xxs, 128, 0, TC_BN, nullptr, p, xcount, zcount, yb, st);
         break;
+    }
     default: return ds4c_err(DS4C_ETYPE, "no tensor-core product for type %d", type);
     }
     DS4C_CHECK_LAUNCH("matmul (tensor cores)");
@@ -831,9 +963,7 @@ int tc_dense(int type, const MVArgs &a, int n_sel, int n_tok, cudaStream_t st) {
     p.n_tok = n_tok;
     p.tiles = nullptr;
     p.perm = nullptr;
-    if ((a.rows + TC_ROWS - 1) / TC_ROWS > 65535) return ds4c_err(DS4C_EINVAL, "matmul: %d rows", a.rows);
-    dim3 grid((unsigned)((n_tok + TC_BN - 1) / TC_BN), (unsigned)((a.rows + TC_ROWS - 1) / TC_ROWS), (unsigned)n_sel);
-    return tc_launch(type, p, grid, st);
+    return tc_launch(type, p, n_tok, n_sel, st);
 }
 
 } // namespace ds4mv
@@ -881,9 +1011,7 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
     p.n_tok = 1;
     p.perm = (const int32_t *)d_scratch;
     p.tiles = (const int4 *)((const uint8_t *)d_scratch + group_perm_bytes(n_sel));
-    if ((rows + TC_ROWS - 1) / TC_ROWS > 65535) return ds4c_err(DS4C_EINVAL, "grouped matmul: %lld rows", (long long)rows);
-    dim3 grid((unsigned)bound, (unsigned)((rows + TC_ROWS - 1) / TC_ROWS), 1);
-    return tc_launch(type, p, grid, as_stream(stream));
+    return tc_launch(type, p, (int)bound, 1, as_stream(stream));
 }
 
 } // extern "C"

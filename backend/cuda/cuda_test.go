@@ -749,20 +749,24 @@ func TestMatMulTensorCores(t *testing.T) {
 	cases := []struct {
 		typ        quant.Type
 		rows, cols int
-		stage      int // OptTCStage (Q2_K, IQ2_XXS: 0 runs the unstaged kernels)
+		stage      int // OptTCStage (Q2_K, IQ2_XXS: 0 unstaged, 1 staged 32 slots a CTA, 2 staged 64)
 	}{
 		{quant.Q8_0, 1024, 4096, 1},
 		{quant.Q8_0, 300, 512, 1},
 		{quant.Q2_K, 512, 2048, 1},
 		{quant.Q2_K, 200, 1024, 1},
 		{quant.Q2_K, 200, 1024, 0},
+		{quant.Q2_K, 200, 1024, 2},
 		{quant.IQ2_XXS, 256, 4096, 1},
 		{quant.IQ2_XXS, 136, 512, 1},
 		{quant.IQ2_XXS, 136, 512, 0},
+		{quant.IQ2_XXS, 136, 512, 2},
 		{quant.IQ2_XXS, 72, 256, 1},
+		{quant.IQ2_XXS, 72, 256, 2},
 		{quant.Q2_K, 40, 256, 1},
+		{quant.Q2_K, 40, 256, 2},
 	}
-	t.Cleanup(func() { d.SetOption(OptTCStage, 1) })
+	t.Cleanup(func() { d.SetOption(OptTCStage, 3) })
 	exactEqual := func(name string, got, want []float32) {
 		t.Helper()
 		bad := 0
@@ -808,7 +812,7 @@ func TestMatMulTensorCores(t *testing.T) {
 		// grouped: ntok tokens × K selections each (activation per token,
 		// act_div K), one id out of range; then per selection (act_div 1)
 		const K = 3
-		for _, ntok := range []int{2, 40} {
+		for _, ntok := range []int{2, 40, 150} {
 			nsel := ntok * K
 			r := rand.New(rand.NewPCG(uint64(ci), uint64(ntok)))
 			ids := make([]int32, nsel)

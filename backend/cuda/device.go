@@ -294,7 +294,7 @@ const (
 	OptAttnTile    = 25 // 1: chunk attention register-tiled: scores 4 heads × 4 keys a thread, weighted sum 8 heads × 4 dims (default; env DS4_CUDA_ATTN_TILE); 0: the untiled kernels
 	OptIXChunk     = 26 // 1: chunk indexer scores register-tiled, 4 heads × 4 rows per thread (default; env DS4_CUDA_IX_CHUNK); 0: a (row, head) dot per thread
 	OptFXWReg      = 27 // 1: exact 16-bit-weight products of 16+ tokens keep each warp's weights in registers, only the inputs staged (default; env DS4_CUDA_FX_WREG); 0: both staged in shared memory
-	OptTCStage     = 28 // 1: tensor-core Q2_K and IQ2_XXS products of many tokens stage weights and activations in shared memory, three blocks deep (default; env DS4_CUDA_TC_STAGE); 0: weights loaded from global memory one sub-block ahead
+	OptTCStage     = 28 // tensor-core Q2_K and IQ2_XXS products of many tokens: 1 weights and activations staged in shared memory three blocks deep, CTAs of 4 warps × 32 slots; 2 the same with CTAs of 8 warps × 64 slots; 3 (default; env DS4_CUDA_TC_STAGE) IQ2_XXS as 2, Q2_K as 1; 0 unstaged
 )
 
 // DefaultMVPipeMin is the library's default of OptMVPipeMin: products from

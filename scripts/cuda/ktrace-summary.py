@@ -76,6 +76,9 @@ u = "chunk" if PREFILL else "token"
 rate = "" if PREFILL else f" ({1e9*T/sum(walls):.1f} tok/s)"
 print(f"{T} {what}: {sum(walls)/T/1e6:.3f} ms/{u}{rate}, "
       f"{sum(nks)/T:.0f} kernels/{u}, GPU busy {sum(busys)/T/1e6:.3f} ms/{u}")
+if PREFILL:
+    print(f"all {T} spans: {sum(walls)/1e6:.1f} ms wall, GPU busy {sum(busys)/1e6:.1f} ms "
+          f"({100*sum(busys)/sum(walls):.0f}%), {sum(nks)} kernels")
 print(f"{'charged ms':>10} {'share':>6} {'calls':>6} {'µs/call':>8} {'mean dur µs':>11} {'stream':>6}  kernel")
 tot = sum(charge.values())
 for n, c in sorted(charge.items(), key=lambda kv: -kv[1]):

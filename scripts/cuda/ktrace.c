@@ -4,7 +4,8 @@
 // "start_ns,end_ns,stream,name" to $KTRACE_OUT. Loaded by the driver through
 // CUDA_INJECTION64_PATH, so the traced program needs no change. Records are
 // flushed every 20 ms (a Go program exits without running atexit), so the
-// last few milliseconds of a run may be missing.
+// last few milliseconds of a run may be missing. Records CUPTI had to drop
+// are reported on stderr ("ktrace: N kernel records dropped").
 //   KSTRUCT: the newest CUpti_ActivityKernelN of this CUDA (ktrace.sh finds it)
 //   gcc -O2 -shared -fPIC -DKSTRUCT=CUpti_ActivityKernel9 -I$CUPTI/include ktrace.c -L$CUPTI/lib64 -lcupti -o libktrace.so
 #include <cupti.h>
@@ -24,9 +25,10 @@ static void CUPTIAPI buf_request(uint8_t **buf, size_t *size, size_t *max_record
 }
 
 static void CUPTIAPI buf_complete(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid) {
-    (void)ctx;
-    (void)stream;
     (void)size;
+    size_t dropped = 0;
+    if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped > 0)
+        fprintf(stderr, "ktrace: %zu kernel records dropped (stream %u)\n", dropped, (unsigned)stream);
     CUpti_Activity *rec = NULL;
     while (cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && out) {

@@ -22,7 +22,7 @@ gcc -O2 -shared -fPIC -DKSTRUCT="$ks" -I"$inc" -I"$CUDA/include" scripts/cuda/kt
 export DS4_CUDA_LIB=${DS4_CUDA_LIB:-$PWD/build/libds4cuda.so}
 KTRACE_OUT=/tmp/ktrace.csv CUDA_INJECTION64_PATH=/tmp/libktrace.so LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" \
     $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers "$FRONTIER" --gen 40 >/tmp/ktrace-run.log 2>&1
-echo "traced run exit $? ($ks)"; grep "frontier" /tmp/ktrace-run.log | tail -1
+echo "traced run exit $? ($ks)"; grep -E "frontier|dropped" /tmp/ktrace-run.log | tail -4
 python3 scripts/cuda/ktrace-summary.py /tmp/ktrace.csv 16 >"$OUT/ktrace.txt" 2>&1
 head -"${KTRACE_LINES:-45}" "$OUT/ktrace.txt"
 if [ -n "${PREFILL_LINES:-}" ]; then # the prompt's chunks too, in ktrace-prefill.txt

@@ -1,0 +1,101 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"testing"
+
+	"ds4go/quant"
+)
+
+// TestPrefillProducts times the tensor-core products of one prefill chunk
+// on Flash's shapes (DS4_CUDA_BENCH=1): the routed experts' grouped
+// products (2048 tokens × 6 distinct random experts of 256: IQ2_XXS gate,
+// Q2_K down) and dense Q8_0 products of 2048 tokens, each with the
+// variants of OptTCStage where it applies. It prints µs a call and the
+// multiply-adds' rate (T MAC/s, useful products only). DS4_CUDA_BENCH_TC
+// (a regex) keeps only the rows whose name matches, e.g. for one launch
+// under ncu.
+func TestPrefillProducts(t *testing.T) {
+	if os.Getenv("DS4_CUDA_BENCH") == "" {
+		t.Skip("set DS4_CUDA_BENCH=1 to run the prefill products' benchmark")
+	}
+	d := gpu(t)
+	gt := newGraphTimer(t, d)
+	s := gt.s
+	keep := regexp.MustCompile(os.Getenv("DS4_CUDA_BENCH_TC"))
+	t.Cleanup(func() { d.SetOption(OptTCStage, 3) })
+	const (
+		ntok  = 2048
+		k     = 6
+		mats  = 256
+		calls = 4 // launches per timed graph
+	)
+	report := func(name string, macs float64, us float64) {
+		line := fmt.Sprintf("prefill product %-44s %9.1f µs %7.1f T MAC/s", name, us, macs/us/1e6)
+		t.Log(line)
+		fmt.Println(line)
+	}
+	// grouped: ntok tokens × k distinct random experts
+	r := rand.New(rand.NewPCG(51, 52))
+	ids := make([]int32, ntok*k)
+	for i := 0; i < ntok; i++ {
+		for j, e := range r.Perm(mats)[:k] {
+			ids[i*k+j] = int32(e)
+		}
+	}
+	nsel := len(ids)
+	idp := alloc(t, d, int64(4*nsel))
+	must(t, UploadSlice(d, idp, ids))
+	grp := alloc(t, d, d.GroupBytes(nsel, mats))
+	must(t, d.Group(0, idp, nsel, mats, grp))
+	grouped := func(name string, typ quant.Type, rows, cols, div int) {
+		mb := weightBytes(typ, rows, cols)
+		w := randomWeights(typ, mats*mb/int64(typ.BlockBytes()), 53)
+		dw := uploadWeight(t, d, typ, rows, cols, mats, w)
+		defer d.FreeWeight(dw)
+		at, _ := d.ActType(typ)
+		ab := d.ActBytes(at, cols)
+		na := nsel / div
+		act := alloc(t, d, ab*int64(na))
+		must(t, d.Quantize(0, at, upload(t, d, gaussian(na*cols, 54)), cols, act, cols, na))
+		y := alloc(t, d, int64(4*rows*nsel))
+		for _, st := range []int{3, 2, 1, 0} {
+			label := fmt.Sprintf("%s %s %dx%d sel %d stage %d", name, typ, rows, cols, nsel, st)
+			if !keep.MatchString(label) {
+				continue
+			}
+			must(t, d.SetOption(OptTCStage, st))
+			us := gt.time(calls, func(int) error {
+				return d.MatMulGrouped(s, dw, idp, nsel, act, ab, div, y, int64(rows), grp, true)
+			})
+			report(label, float64(nsel)*float64(rows)*float64(cols), us)
+		}
+	}
+	grouped("experts gate", quant.IQ2_XXS, 2048, 4096, k)
+	grouped("experts down", quant.Q2_K, 4096, 2048, 1)
+	must(t, d.SetOption(OptTCStage, 3))
+	dense := func(name string, rows, cols int) {
+		label := fmt.Sprintf("%s Q8_0 %dx%d nt %d", name, rows, cols, ntok)
+		if !keep.MatchString(label) {
+			return
+		}
+		mb := weightBytes(quant.Q8_0, rows, cols)
+		w := randomWeights(quant.Q8_0, mb/int64(quant.Q8_0.BlockBytes()), 55)
+		dw := uploadWeight(t, d, quant.Q8_0, rows, cols, 1, w)
+		defer d.FreeWeight(dw)
+		at, _ := d.ActType(quant.Q8_0)
+		ab := d.ActBytes(at, cols)
+		act := alloc(t, d, ab*ntok)
+		must(t, d.Quantize(0, at, upload(t, d, gaussian(ntok*cols, 56)), cols, act, cols, ntok))
+		y := alloc(t, d, int64(4*rows*ntok))
+		us := gt.time(calls, func(int) error {
+			return d.MatMulEx(s, dw, 0, 1, act, ab, 0, 1, ntok, y, int64(rows), 0, true)
+		})
+		report(label, float64(ntok)*float64(rows)*float64(cols), us)
+	}
+	dense("attn_q_b", 32768, 1024)
+	dense("attn_out_b", 4096, 8192)
+}
