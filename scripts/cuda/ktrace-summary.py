@@ -86,3 +86,22 @@ for n, c in sorted(charge.items(), key=lambda kv: -kv[1]):
     st = "/".join(str(o) for o, _ in streams[n].most_common()) if n in streams else "-"
     print(f"{c/T/1e6:10.3f} {100*c/tot:5.1f}% {k:6.0f} {c/cnt[n]/1e3 if cnt[n] else 0:8.2f} "
           f"{dur[n]/cnt[n]/1e3 if cnt[n] else 0:11.2f} {st:>6}  {n}")
+if PREFILL:
+    # where the GPU idles inside the prompt: every gap of 20 µs or more
+    # between the end of all kernels so far and the next kernel's start,
+    # totalled by the kernel that ends before it
+    gaps = collections.defaultdict(lambda: [0, 0])
+    big = []
+    for a, b in toks:
+        ce, last = None, None
+        for s, e, n, _ in ev[a:b]:
+            if ce is not None and s - ce >= 20_000:
+                g = gaps[last]; g[0] += s - ce; g[1] += 1
+                big.append((s - ce, last, n))
+            if ce is None or e > ce:
+                ce, last = e, n
+    idle = sum(g[0] for g in gaps.values())
+    print(f"\nidle gaps of 20 µs or more: {idle/T/1e6:.3f} ms/{u} in {sum(g[1] for g in gaps.values())/T:.0f} gaps; by the kernel before:")
+    for n, (t, k) in sorted(gaps.items(), key=lambda kv: -kv[1][0])[:8]:
+        print(f"  {t/T/1e6:8.3f} ms/{u} {k/T:6.0f} gaps  after {n}")
+    print("largest:", ", ".join(f"{d/1e3:.0f} µs {p} → {n}" for d, p, n in sorted(big, reverse=True)[:6]))
