@@ -40,6 +40,7 @@ int ds4c_opt_attn_tile(void);
 int ds4c_opt_ix_chunk(void);
 int ds4c_opt_fx_wreg(void);
 int ds4c_opt_tc_stage(void);
+int ds4c_opt_tc_q8w(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
 int ds4c_opt_attn_ecache(void);
@@ -228,6 +229,19 @@ template <int N>
 static __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+// 8- and 4-byte copies (through L1: .ca is the only form for these sizes).
+static __device__ __forceinline__ void cp_async8(void *smem, const void *g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(g) : "memory");
+#endif
+}
+static __device__ __forceinline__ void cp_async4(void *smem, const void *g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(g) : "memory");
 #endif
 }
 // cp_async16 with the hint that L2 fetch the whole 256-byte block around g.

@@ -41,6 +41,7 @@ static int g_opt_attn_quant = 1;
 static int g_opt_attn_tile = 1;
 static int g_opt_ix_chunk = 1;
 static int g_opt_fx_wreg = 1;
+static int g_opt_tc_q8w = 1;
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
 
 int ds4c_err(int code, const char *fmt, ...) {
@@ -90,6 +91,7 @@ int ds4c_opt_attn_tile(void) { return g_opt_attn_tile; }
 int ds4c_opt_ix_chunk(void) { return g_opt_ix_chunk; }
 int ds4c_opt_fx_wreg(void) { return g_opt_fx_wreg; }
 int ds4c_opt_tc_stage(void) { return g_opt_tc_stage; }
+int ds4c_opt_tc_q8w(void) { return g_opt_tc_q8w; }
 int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
 int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
@@ -141,6 +143,7 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_IX_CHUNK", DS4C_OPT_IX_CHUNK);
     env_option("DS4_CUDA_FX_WREG", DS4C_OPT_FX_WREG);
     env_option("DS4_CUDA_TC_STAGE", DS4C_OPT_TC_STAGE);
+    env_option("DS4_CUDA_TC_Q8W", DS4C_OPT_TC_Q8W);
     t_device = device;
     return 0;
 }
@@ -428,6 +431,7 @@ static const struct {
     {DS4C_OPT_IX_CHUNK, "ix_chunk", &g_opt_ix_chunk, 0, 1},
     {DS4C_OPT_FX_WREG, "fx_wreg", &g_opt_fx_wreg, 0, 1},
     {DS4C_OPT_TC_STAGE, "tc_stage", &g_opt_tc_stage, 0, 3},
+    {DS4C_OPT_TC_Q8W, "tc_q8w", &g_opt_tc_q8w, 0, 1},
 };
 
 int ds4c_set_option(int key, int value) {

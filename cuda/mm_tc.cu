@@ -846,6 +846,105 @@ __global__ void __launch_bounds__(StShape<MT, NT>::THREADS, StShape<MT, NT>::MIN
     st_store<MT, NT>(a, s, G, cnt, acc, mat_ok, 1.0f);
 }
 
+// ---------------------------------------------------------------- Q8_0, 64 slots
+// k_tc_q8_0's products (the same terms in the same order, so the same bits)
+// with CTAs of 8 warps, each 16 rows × 64 slots (8 n-tiles), so that each
+// staged weight row serves 64 tokens instead of 32 (half the weight traffic
+// from L2 a token) and an SM holds 16 warps instead of 8. Stages of 4 blocks
+// (128 values), three deep: 128 weight rows and 64 activation rows padded to
+// 160 bytes (conflict-free 8-byte reads per half-warp), the rows' 4 f16
+// scales, and the slots' 4 f32 scales as [block][slot] so that a thread's
+// two slots (2q, 2q+1) are one 8-byte read.
+constexpr int Q8W_BN = 64;
+constexpr int Q8W_LD = 160;
+constexpr int Q8W_A = TC_ROWS * Q8W_LD, Q8W_B = Q8W_BN * Q8W_LD;
+constexpr int Q8W_DW = TC_ROWS * 8, Q8W_DA = 4 * Q8W_BN * 4;
+constexpr int Q8W_STAGE = Q8W_A + Q8W_B + Q8W_DW + Q8W_DA; // 32 KiB
+constexpr int Q8W_NS = 3;
+
+// q8w_stage multiplies one staged 4-block stage into acc for the first NTA
+// n-tiles.
+template <int NTA>
+__device__ __forceinline__ void q8w_stage(const uint8_t *sg, const StGeo<1> &G, float (&acc)[1][8][4]) {
+    const uint8_t *sa = sg, *sb = sa + Q8W_A;
+    const __half *sdw = (const __half *)(sb + Q8W_B);
+    const float *sda = (const float *)(sb + Q8W_B + Q8W_DW);
+#pragma unroll
+    for (int bb = 0; bb < 4; bb++) {
+        const int2 lo = *(const int2 *)(sa + G.lr[0] * Q8W_LD + 32 * bb + 8 * G.q);
+        const int2 hi = *(const int2 *)(sa + G.lr[1] * Q8W_LD + 32 * bb + 8 * G.q);
+        const int A[4] = {lo.x, hi.x, lo.y, hi.y};
+        const float dw[2] = {__half2float(sdw[G.lr[0] * 4 + bb]), __half2float(sdw[G.lr[1] * 4 + bb])};
+#pragma unroll
+        for (int nt = 0; nt < NTA; nt++) {
+            const int2 x = *(const int2 *)(sb + (8 * nt + G.g) * Q8W_LD + 32 * bb + 8 * G.q);
+            const float2 da = *(const float2 *)(sda + bb * Q8W_BN + 8 * nt + 2 * G.q);
+            int c[4] = {0, 0, 0, 0};
+            mma_s8(c, A, x.x, x.y);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float sc = __fmul_rn(dw[i >> 1], (i & 1) ? da.y : da.x);
+                acc[0][nt][i] = __fadd_rn(acc[0][nt][i], __fmul_rn((float)c[i], sc));
+            }
+        }
+    }
+}
+
+__global__ void __launch_bounds__(256, 2) k_tc_q8_0_w(TCArgs p) {
+    mv_pdl_enter(p.a);
+    __shared__ SlotsT<Q8W_BN> s;
+    extern __shared__ __align__(16) uint8_t s_q8[]; // [Q8W_NS][Q8W_STAGE]
+    int64_t mat;
+    const int cnt = tc_slots<Q8W_BN>(p, s, &mat);
+    const MVArgs &a = p.a;
+    if (cnt <= 0) return;
+    StGeo<1> G;
+    const bool mat_ok = st_geo<1, 8>(G, a, mat, cnt);
+    const int tid = threadIdx.x, row0 = blockIdx.y * TC_ROWS;
+    const int nb = a.cols / 32, nst = a.cols / 128;
+    const int8_t *wq = (const int8_t *)a.w;
+    const __half *wd = (const __half *)(a.w + a.R * a.cols);
+    const int64_t mrow = mat * a.rows;
+    // this thread's copies of a stage: chunk tid&7 of weight rows (tid>>3) +
+    // 32k and of activation rows (tid>>3) + 32k; row tid's 4 scales; the
+    // scale of block tid>>6 of slot tid&63
+    auto issue = [&](int st, uint8_t *sg) {
+        uint8_t *sa = sg, *sb = sa + Q8W_A, *sdw = sb + Q8W_B, *sda = sdw + Q8W_DW;
+        const int c = tid & 7;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int r = (tid >> 3) + 32 * k;
+            cp_async16(sa + r * Q8W_LD + 16 * c, wq + (mrow + min(row0 + r, a.rows - 1)) * a.cols + 128 * st + 16 * c);
+        }
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int j = (tid >> 3) + 32 * k;
+            cp_async16(sb + j * Q8W_LD + 16 * c, a.act + s.act[j] + 128 * st + 16 * c);
+        }
+        if (tid < TC_ROWS) cp_async8(sdw + 8 * tid, wd + (mrow + min(row0 + tid, a.rows - 1)) * nb + 4 * st);
+        cp_async4(sda + 4 * tid, (const float *)(a.act + s.act[tid & 63] + a.cols) + 4 * st + (tid >> 6));
+        cp_async_commit();
+    };
+    float acc[1][8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[0][nt][i] = 0.f;
+    issue(0, s_q8);
+    if (nst > 1) issue(1, s_q8 + Q8W_STAGE);
+    else cp_async_commit();
+    for (int st = 0; st < nst; st++) {
+        st_wait();
+        if (st + 2 < nst) issue(st + 2, s_q8 + ((st + 2) % Q8W_NS) * Q8W_STAGE);
+        else cp_async_commit();
+        if (!G.live) continue; // (warps past the matrix still stage and synchronise)
+        const uint8_t *sg = s_q8 + (st % Q8W_NS) * Q8W_STAGE;
+        st_nta<8>(G.ntl, [&](auto tag) { q8w_stage<decltype(tag)::value>(sg, G, acc); });
+    }
+    if (!G.live) return;
+    st_store<1, 8>(a, s, G, cnt, acc, mat_ok, 1.0f);
+}
+
 // ---------------------------------------------------------------- grouping
 // Tile bound for n_sel selections over n_mat matrices (plus one bucket for
 // ids outside [0, n_mat), whose rows come out NaN).
@@ -924,8 +1023,11 @@ int tc_launch(int type, const TCArgs &p, int xcount, int zcount, cudaStream_t st
     using S8 = StShape<1, 8>;
     switch (type) {
     case DS4C_Q8_0: {
-        static bool set = false;
-        tc_go(k_tc_q8_0, 128, 2 * Q8S_STAGE, TC_BN, &set, p, xcount, zcount, yb, st);
+        static bool set = false, setw = false;
+        if (ds4c_opt_tc_q8w())
+            tc_go(k_tc_q8_0_w, 256, Q8W_NS * Q8W_STAGE, Q8W_BN, &setw, p, xcount, zcount, yb, st);
+        else
+            tc_go(k_tc_q8_0, 128, 2 * Q8S_STAGE, TC_BN, &set, p, xcount, zcount, yb, st);
         break;
     }
     case DS4C_Q2_K: {

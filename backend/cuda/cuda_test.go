@@ -749,10 +749,12 @@ func TestMatMulTensorCores(t *testing.T) {
 	cases := []struct {
 		typ        quant.Type
 		rows, cols int
-		stage      int // OptTCStage (Q2_K, IQ2_XXS: 0 unstaged, 1 staged 32 slots a CTA, 2 staged 64)
+		stage      int // Q2_K, IQ2_XXS: OptTCStage (0 unstaged, 1 staged 32 slots a CTA, 2 staged 64); Q8_0: OptTCQ8W
 	}{
 		{quant.Q8_0, 1024, 4096, 1},
 		{quant.Q8_0, 300, 512, 1},
+		{quant.Q8_0, 300, 512, 0},
+		{quant.Q8_0, 40, 256, 1},
 		{quant.Q2_K, 512, 2048, 1},
 		{quant.Q2_K, 200, 1024, 1},
 		{quant.Q2_K, 200, 1024, 0},
@@ -766,7 +768,7 @@ func TestMatMulTensorCores(t *testing.T) {
 		{quant.Q2_K, 40, 256, 1},
 		{quant.Q2_K, 40, 256, 2},
 	}
-	t.Cleanup(func() { d.SetOption(OptTCStage, 3) })
+	t.Cleanup(func() { d.SetOption(OptTCStage, 3); d.SetOption(OptTCQ8W, 1) })
 	exactEqual := func(name string, got, want []float32) {
 		t.Helper()
 		bad := 0
@@ -783,7 +785,11 @@ func TestMatMulTensorCores(t *testing.T) {
 		}
 	}
 	for ci, c := range cases {
-		must(t, d.SetOption(OptTCStage, c.stage))
+		if c.typ == quant.Q8_0 {
+			must(t, d.SetOption(OptTCQ8W, c.stage))
+		} else {
+			must(t, d.SetOption(OptTCStage, c.stage))
+		}
 		const mats = 5
 		mb := weightBytes(c.typ, c.rows, c.cols)
 		w := randomWeights(c.typ, mats*mb/int64(c.typ.BlockBytes()), uint64(2100+ci))

@@ -13,8 +13,8 @@ import (
 // TestPrefillProducts times the tensor-core products of one prefill chunk
 // on Flash's shapes (DS4_CUDA_BENCH=1): the routed experts' grouped
 // products (2048 tokens × 6 distinct random experts of 256: IQ2_XXS gate,
-// Q2_K down) and dense Q8_0 products of 2048 tokens, each with the
-// variants of OptTCStage where it applies. It prints µs a call and the
+// Q2_K down, each OptTCStage variant) and dense Q8_0 products of 2048
+// tokens (each OptTCQ8W variant). It prints µs a call and the
 // multiply-adds' rate (T MAC/s, useful products only). DS4_CUDA_BENCH_TC
 // (a regex) keeps only the rows whose name matches, e.g. for one launch
 // under ncu.
@@ -77,11 +77,9 @@ func TestPrefillProducts(t *testing.T) {
 	grouped("experts gate", quant.IQ2_XXS, 2048, 4096, k)
 	grouped("experts down", quant.Q2_K, 4096, 2048, 1)
 	must(t, d.SetOption(OptTCStage, 3))
+	// dense Q8_0: 2048 tokens through one matrix, each OptTCQ8W variant
+	t.Cleanup(func() { d.SetOption(OptTCQ8W, 1) })
 	dense := func(name string, rows, cols int) {
-		label := fmt.Sprintf("%s Q8_0 %dx%d nt %d", name, rows, cols, ntok)
-		if !keep.MatchString(label) {
-			return
-		}
 		mb := weightBytes(quant.Q8_0, rows, cols)
 		w := randomWeights(quant.Q8_0, mb/int64(quant.Q8_0.BlockBytes()), 55)
 		dw := uploadWeight(t, d, quant.Q8_0, rows, cols, 1, w)
@@ -91,11 +89,19 @@ func TestPrefillProducts(t *testing.T) {
 		act := alloc(t, d, ab*ntok)
 		must(t, d.Quantize(0, at, upload(t, d, gaussian(ntok*cols, 56)), cols, act, cols, ntok))
 		y := alloc(t, d, int64(4*rows*ntok))
-		us := gt.time(calls, func(int) error {
-			return d.MatMulEx(s, dw, 0, 1, act, ab, 0, 1, ntok, y, int64(rows), 0, true)
-		})
-		report(label, float64(ntok)*float64(rows)*float64(cols), us)
+		for _, q8w := range []int{1, 0} {
+			label := fmt.Sprintf("%s Q8_0 %dx%d nt %d q8w %d", name, rows, cols, ntok, q8w)
+			if !keep.MatchString(label) {
+				continue
+			}
+			must(t, d.SetOption(OptTCQ8W, q8w))
+			us := gt.time(calls, func(int) error {
+				return d.MatMulEx(s, dw, 0, 1, act, ab, 0, 1, ntok, y, int64(rows), 0, true)
+			})
+			report(label, float64(ntok)*float64(rows)*float64(cols), us)
+		}
 	}
 	dense("attn_q_b", 32768, 1024)
 	dense("attn_out_b", 4096, 8192)
+	dense("ffn_up_shexp", 2048, 4096)
 }
