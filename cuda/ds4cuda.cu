@@ -41,7 +41,7 @@ static int g_opt_attn_quant = 1;
 static int g_opt_attn_tile = 1;
 static int g_opt_ix_chunk = 1;
 static int g_opt_fx_wreg = 1;
-static int g_opt_tc_q8w = 1;
+static int g_opt_tc_q8w = 2;
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
 
 int ds4c_err(int code, const char *fmt, ...) {
@@ -431,7 +431,7 @@ static const struct {
     {DS4C_OPT_IX_CHUNK, "ix_chunk", &g_opt_ix_chunk, 0, 1},
     {DS4C_OPT_FX_WREG, "fx_wreg", &g_opt_fx_wreg, 0, 1},
     {DS4C_OPT_TC_STAGE, "tc_stage", &g_opt_tc_stage, 0, 3},
-    {DS4C_OPT_TC_Q8W, "tc_q8w", &g_opt_tc_q8w, 0, 1},
+    {DS4C_OPT_TC_Q8W, "tc_q8w", &g_opt_tc_q8w, 0, 2},
 };
 
 int ds4c_set_option(int key, int value) {

@@ -861,6 +861,10 @@ constexpr int Q8W_A = TC_ROWS * Q8W_LD, Q8W_B = Q8W_BN * Q8W_LD;
 constexpr int Q8W_DW = TC_ROWS * 8, Q8W_DA = 4 * Q8W_BN * 4;
 constexpr int Q8W_STAGE = Q8W_A + Q8W_B + Q8W_DW + Q8W_DA; // 32 KiB
 constexpr int Q8W_NS = 3;
+// OptTCQ8W 2 picks k_tc_q8_0_w for matrices of at most this many columns
+// (Flash's q_b: 32768 x 1024 ran 764 against 817 us a 2048-token chunk on an
+// H200), k_tc_q8_0 for longer rows (attn_out_b 4096 x 8192: 646 against 732).
+constexpr int Q8W_AUTO_COLS = 1024;
 
 // q8w_stage multiplies one staged 4-block stage into acc for the first NTA
 // n-tiles.
@@ -1024,7 +1028,8 @@ int tc_launch(int type, const TCArgs &p, int xcount, int zcount, cudaStream_t st
     switch (type) {
     case DS4C_Q8_0: {
         static bool set = false, setw = false;
-        if (ds4c_opt_tc_q8w())
+        const int q8w = ds4c_opt_tc_q8w();
+        if (q8w == 1 || (q8w == 2 && p.a.cols <= Q8W_AUTO_COLS))
             tc_go(k_tc_q8_0_w, 256, Q8W_NS * Q8W_STAGE, Q8W_BN, &setw, p, xcount, zcount, yb, st);
         else
             tc_go(k_tc_q8_0, 128, 2 * Q8S_STAGE, TC_BN, &set, p, xcount, zcount, yb, st);

@@ -345,7 +345,7 @@ func TestKernelVariants(t *testing.T) {
 		{"topk_warp", OptTopKWarp, 1, 1}, {"router_warp", OptRouterWarp, 1, 1}, {"attn_ecache", OptAttnECache, 1, 1},
 		{"attn_rope", OptAttnRope, 1, 1}, {"attn_quant", OptAttnQuant, 1, 1},
 		{"attn_tile", OptAttnTile, 1, 64}, {"ix_chunk", OptIXChunk, 1, 64}, {"fx_wreg", OptFXWReg, 1, 64},
-		{"tc_stage", OptTCStage, 3, 64}, {"tc_q8w", OptTCQ8W, 1, 64},
+		{"tc_stage", OptTCStage, 3, 64}, {"tc_q8w", OptTCQ8W, 2, 64},
 	}
 	for _, tc := range []struct {
 		name   string

@@ -749,11 +749,12 @@ func TestMatMulTensorCores(t *testing.T) {
 	cases := []struct {
 		typ        quant.Type
 		rows, cols int
-		stage      int // Q2_K, IQ2_XXS: OptTCStage (0 unstaged, 1 staged 32 slots a CTA, 2 staged 64); Q8_0: OptTCQ8W
+		stage      int // Q2_K, IQ2_XXS: OptTCStage (0 unstaged, 1 staged 32 slots a CTA, 2 staged 64); Q8_0: OptTCQ8W (2: by columns)
 	}{
 		{quant.Q8_0, 1024, 4096, 1},
 		{quant.Q8_0, 300, 512, 1},
 		{quant.Q8_0, 300, 512, 0},
+		{quant.Q8_0, 1024, 4096, 2},
 		{quant.Q8_0, 40, 256, 1},
 		{quant.Q2_K, 512, 2048, 1},
 		{quant.Q2_K, 200, 1024, 1},
@@ -768,7 +769,7 @@ func TestMatMulTensorCores(t *testing.T) {
 		{quant.Q2_K, 40, 256, 1},
 		{quant.Q2_K, 40, 256, 2},
 	}
-	t.Cleanup(func() { d.SetOption(OptTCStage, 3); d.SetOption(OptTCQ8W, 1) })
+	t.Cleanup(func() { d.SetOption(OptTCStage, 3); d.SetOption(OptTCQ8W, 2) })
 	exactEqual := func(name string, got, want []float32) {
 		t.Helper()
 		bad := 0

@@ -295,7 +295,7 @@ const (
 	OptIXChunk     = 26 // 1: chunk indexer scores register-tiled, 4 heads × 4 rows per thread (default; env DS4_CUDA_IX_CHUNK); 0: a (row, head) dot per thread
 	OptFXWReg      = 27 // 1: exact 16-bit-weight products of 16+ tokens keep each warp's weights in registers, only the inputs staged (default; env DS4_CUDA_FX_WREG); 0: both staged in shared memory
 	OptTCStage     = 28 // tensor-core Q2_K and IQ2_XXS products of many tokens: 1 weights and activations staged in shared memory three blocks deep, CTAs of 4 warps × 32 slots; 2 the same with CTAs of 8 warps × 64 slots; 3 (default; env DS4_CUDA_TC_STAGE) IQ2_XXS as 2, Q2_K as 1; 0 unstaged
-	OptTCQ8W       = 29 // 1: tensor-core Q8_0 products of many tokens with CTAs of 8 warps × 64 slots, stages of 4 blocks three deep (default; env DS4_CUDA_TC_Q8W); 0: 4 warps × 32 slots, stages of 8 blocks two deep
+	OptTCQ8W       = 29 // tensor-core Q8_0 products of many tokens (env DS4_CUDA_TC_Q8W): 1: CTAs of 8 warps × 64 slots, stages of 4 blocks three deep; 0: 4 warps × 32 slots, stages of 8 blocks two deep; 2 (default): the first for matrices of at most 1024 columns, the second for longer rows
 )
 
 // DefaultMVPipeMin is the library's default of OptMVPipeMin: products from

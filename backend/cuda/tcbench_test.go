@@ -78,7 +78,7 @@ func TestPrefillProducts(t *testing.T) {
 	grouped("experts down", quant.Q2_K, 4096, 2048, 1)
 	must(t, d.SetOption(OptTCStage, 3))
 	// dense Q8_0: 2048 tokens through one matrix, each OptTCQ8W variant
-	t.Cleanup(func() { d.SetOption(OptTCQ8W, 1) })
+	t.Cleanup(func() { d.SetOption(OptTCQ8W, 2) })
 	dense := func(name string, rows, cols int) {
 		mb := weightBytes(quant.Q8_0, rows, cols)
 		w := randomWeights(quant.Q8_0, mb/int64(quant.Q8_0.BlockBytes()), 55)
@@ -104,4 +104,6 @@ func TestPrefillProducts(t *testing.T) {
 	dense("attn_q_b", 32768, 1024)
 	dense("attn_out_b", 4096, 8192)
 	dense("ffn_up_shexp", 2048, 4096)
+	dense("indexer_q_b", 8192, 1024)
+	dense("attn_q_a", 1024, 4096)
 }
