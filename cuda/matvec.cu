@@ -113,6 +113,106 @@ __global__ void __launch_bounds__(256) k_quant_q8_k(const float *x, int64_t x_st
     if (tid == 0) ((float *)(a + cols))[b] = d;
 }
 
+// load8 reads 8 floats (16-byte aligned) into v.
+__device__ __forceinline__ void load8(const float *p, float (&v)[8]) {
+    const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+// pack8 packs 8 int8 values into two words, value 0 in the lowest byte.
+__device__ __forceinline__ int2 pack8(const int (&q)[8]) {
+    int2 r;
+    r.x = (q[0] & 255) | (q[1] & 255) << 8 | (q[2] & 255) << 16 | (int)((unsigned)q[3] << 24);
+    r.y = (q[4] & 255) | (q[5] & 255) << 8 | (q[6] & 255) << 16 | (int)((unsigned)q[7] << 24);
+    return r;
+}
+
+// k_quant_q8_0_v: k_quant_q8_0's operations with 8 values a lane (4 lanes a
+// block, 64 blocks a CTA, the blocks of all tokens flattened): 16-byte
+// loads, two shuffles for the block's largest magnitude, one 8-byte store.
+// Needs x and x_stride 16-byte aligned and nb * n_tok < 2^31 (host checks).
+__global__ void __launch_bounds__(256) k_quant_q8_0_v(const float *x, int64_t x_stride, uint8_t *act,
+                                                      int64_t act_stride, int nb, int total) {
+    pdl_enter();
+    const int gb = blockIdx.x * 64 + (threadIdx.x >> 2), part = threadIdx.x & 3;
+    const bool ok = gb < total;
+    const int t = ok ? gb / nb : 0, b = ok ? gb - t * nb : 0;
+    float v[8];
+    if (ok) {
+        load8(x + t * x_stride + b * 32 + part * 8, v);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = 0.f;
+    }
+    float amax = fabsf(v[0]);
+#pragma unroll
+    for (int i = 1; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+    amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, 2));
+    if (!ok) return;
+    const float id = amax != 0.f ? 127.f / amax : 0.f;
+    int q[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) q[i] = max(-128, min(127, __float2int_rn(__fmul_rn(v[i], id))));
+    uint8_t *a = act + t * act_stride;
+    *(int2 *)(a + b * 32 + part * 8) = pack8(q);
+    if (part == 0) ((float *)(a + (int64_t)nb * 32))[b] = __half2float(__float2half_rn(amax / 127.f));
+}
+
+// k_quant_q8_k_w: k_quant_q8_k's operations with a warp a 256-value block
+// (8 values a lane, 8 blocks a CTA, the blocks of all tokens flattened): the
+// first index of the largest magnitude by shuffles, no shared memory. Same
+// alignment and size needs as k_quant_q8_0_v.
+__global__ void __launch_bounds__(256) k_quant_q8_k_w(const float *x, int64_t x_stride, uint8_t *act,
+                                                      int64_t act_stride, int nb, int total) {
+    pdl_enter();
+    const int gb = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (gb >= total) return; // whole warps
+    const int t = gb / nb, b = gb - t * nb;
+    float v[8];
+    load8(x + t * x_stride + b * 256 + lane * 8, v);
+    float av = fabsf(v[0]), mv = v[0];
+    int ix = lane * 8;
+#pragma unroll
+    for (int i = 1; i < 8; i++) {
+        if (fabsf(v[i]) > av) { // in index order: ties keep the earlier one
+            av = fabsf(v[i]);
+            mv = v[i];
+            ix = lane * 8 + i;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float oa = __shfl_xor_sync(FULL_MASK, av, o), om = __shfl_xor_sync(FULL_MASK, mv, o);
+        const int oi = __shfl_xor_sync(FULL_MASK, ix, o);
+        if (oa > av || (oa == av && oi < ix)) {
+            av = oa;
+            mv = om;
+            ix = oi;
+        }
+    }
+    const int64_t cols = (int64_t)nb * 256;
+    uint8_t *a = act + t * act_stride;
+    int q[8];
+    float d = 0.f;
+    if (av != 0.f) {
+        const float iscale = -127.f / mv;
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = max(-128, min(127, __float2int_rn(__fmul_rn(iscale, v[i]))));
+        d = 1.f / iscale;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = 0;
+    }
+    *(int2 *)(a + b * 256 + lane * 8) = pack8(q);
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) s += q[i];
+    s += __shfl_xor_sync(FULL_MASK, s, 1);
+    if ((lane & 1) == 0) ((int16_t *)(a + cols + 4 * nb))[b * 16 + (lane >> 1)] = (int16_t)s;
+    if (lane == 0) ((float *)(a + cols))[b] = d;
+}
+
 __global__ void k_copy_rows_f32(const float *x, int64_t x_stride, uint8_t *act, int64_t act_stride, int64_t cols,
                                 int n_tok) {
     pdl_enter();
@@ -245,6 +345,9 @@ int ds4c_quantize(int act_type, const float *d_x, int64_t x_stride, void *d_act,
     if (n_tok == 0) return 0;
     if (x_stride == 0) x_stride = cols;
     cudaStream_t st = as_stream(stream);
+    // the vector kernels: 16-byte aligned rows, 32-bit block counts
+    const bool vec = ds4c_opt_quant_vec() && ((uintptr_t)d_x & 15) == 0 && x_stride % 4 == 0 &&
+                     cols / 32 * n_tok < ((int64_t)1 << 31);
     switch (act_type) {
     case DS4C_F32: {
         int64_t n = cols * n_tok;
@@ -254,11 +357,22 @@ int ds4c_quantize(int act_type, const float *d_x, int64_t x_stride, void *d_act,
     }
     case DS4C_Q8_0: {
         int64_t warps = cols / 32 * n_tok;
+        if (vec) {
+            ds4c_launch(k_quant_q8_0_v, (unsigned)((warps + 63) / 64), 256, 0, st, d_x, x_stride, (uint8_t *)d_act,
+                        (int64_t)ab, (int)(cols / 32), (int)warps);
+            break;
+        }
         ds4c_launch(k_quant_q8_0, (unsigned)((warps + 7) / 8), 256, 0, st, d_x, x_stride, (uint8_t *)d_act, (int64_t)ab,
                     cols, n_tok);
         break;
     }
     case DS4C_Q8_K:
+        if (vec) {
+            const int64_t blocks = cols / 256 * n_tok;
+            ds4c_launch(k_quant_q8_k_w, (unsigned)((blocks + 7) / 8), 256, 0, st, d_x, x_stride, (uint8_t *)d_act,
+                        (int64_t)ab, (int)(cols / 256), (int)blocks);
+            break;
+        }
         ds4c_launch(k_quant_q8_k, (unsigned)(cols / 256 * n_tok), 256, 0, st, d_x, x_stride, (uint8_t *)d_act,
                     (int64_t)ab, cols, n_tok);
         break;

@@ -338,37 +338,50 @@ func ggmlActBytes(t quant.Type, row []byte, cols int) []byte {
 	return out
 }
 
+// TestQuantizeActivation checks Quantize against quant.Activation byte for
+// byte, with each OptQuantVec variant, rows packed and rows at an odd
+// stride (which the vector kernels leave to the scalar ones).
 func TestQuantizeActivation(t *testing.T) {
 	d := gpu(t)
-	for _, at := range []quant.Type{quant.F32, quant.Q8_0, quant.Q8_K} {
-		for _, cols := range []int{256, 1024, 4096, 16384} {
-			const ntok = 3
-			x := gaussian(cols*ntok, uint64(cols)+uint64(at))
-			// special blocks: zeros, a tie of magnitudes, huge and tiny values
-			for i := 0; i < 256; i++ {
-				x[i] = 0
-			}
-			x[cols+5], x[cols+9] = -3.5, 3.5
-			x[2*cols] = 1e30
-			x[2*cols+300%cols] = 1e-30
-			xp := upload(t, d, x)
-			ab := d.ActBytes(at, cols)
-			act := alloc(t, d, ab*ntok)
-			must(t, d.MemsetAsync(act, 0xa5, ab*ntok, 0))
-			must(t, d.Quantize(0, at, xp, cols, act, cols, ntok))
-			must(t, d.Synchronize())
-			got := make([]byte, ab*ntok)
-			must(t, d.Download(got, act))
-			ref, err := quant.NewActivation(at, cols)
-			must(t, err)
-			for tok := 0; tok < ntok; tok++ {
-				must(t, ref.Set(x[tok*cols:(tok+1)*cols]))
-				want := ref.AppendBytes(nil)
-				g := ggmlActBytes(at, got[int64(tok)*ab:], cols)
-				if string(g) != string(want) {
-					for i := range want {
-						if g[i] != want[i] {
-							t.Fatalf("%s cols %d token %d: byte %d differs: got %#x want %#x", at, cols, tok, i, g[i], want[i])
+	t.Cleanup(func() { d.SetOption(OptQuantVec, 1) })
+	for _, vec := range []int{1, 0} {
+		must(t, d.SetOption(OptQuantVec, vec))
+		for _, at := range []quant.Type{quant.F32, quant.Q8_0, quant.Q8_K} {
+			for _, cols := range []int{256, 1024, 4096, 16384} {
+				for _, pad := range []int{0, 1} {
+					ntok := 3
+					if cols == 1024 {
+						ntok = 37
+					}
+					xs := cols + pad
+					x := gaussian(xs*ntok, uint64(cols)+uint64(at))
+					// special blocks: zeros, a tie of magnitudes, huge and tiny values
+					for i := 0; i < 256; i++ {
+						x[i] = 0
+					}
+					x[xs+5], x[xs+9] = -3.5, 3.5
+					x[2*xs] = 1e30
+					x[2*xs+300%cols] = 1e-30
+					xp := upload(t, d, x)
+					ab := d.ActBytes(at, cols)
+					act := alloc(t, d, ab*int64(ntok))
+					must(t, d.MemsetAsync(act, 0xa5, ab*int64(ntok), 0))
+					must(t, d.Quantize(0, at, xp, xs, act, cols, ntok))
+					must(t, d.Synchronize())
+					got := make([]byte, ab*int64(ntok))
+					must(t, d.Download(got, act))
+					ref, err := quant.NewActivation(at, cols)
+					must(t, err)
+					for tok := 0; tok < ntok; tok++ {
+						must(t, ref.Set(x[tok*xs:tok*xs+cols]))
+						want := ref.AppendBytes(nil)
+						g := ggmlActBytes(at, got[int64(tok)*ab:], cols)
+						if string(g) != string(want) {
+							for i := range want {
+								if g[i] != want[i] {
+									t.Fatalf("vec %d %s cols %d stride %d token %d: byte %d differs: got %#x want %#x", vec, at, cols, xs, tok, i, g[i], want[i])
+								}
+							}
 						}
 					}
 				}

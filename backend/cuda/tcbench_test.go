@@ -14,7 +14,8 @@ import (
 // on Flash's shapes (DS4_CUDA_BENCH=1): the routed experts' grouped
 // products (2048 tokens × 6 distinct random experts of 256: IQ2_XXS gate,
 // Q2_K down, each OptTCStage variant) and dense Q8_0 products of 2048
-// tokens (each OptTCQ8W variant). It prints µs a call and the
+// tokens (each OptTCQ8W variant), and the quantization of two chunk-sized
+// activations (each OptQuantVec variant). It prints µs a call and the
 // multiply-adds' rate (T MAC/s, useful products only). DS4_CUDA_BENCH_TC
 // (a regex) keeps only the rows whose name matches, e.g. for one launch
 // under ncu.
@@ -106,4 +107,26 @@ func TestPrefillProducts(t *testing.T) {
 	dense("ffn_up_shexp", 2048, 4096)
 	dense("indexer_q_b", 8192, 1024)
 	dense("attn_q_a", 1024, 4096)
+
+	// activation quantization of a chunk, each OptQuantVec variant: the
+	// attention output (2048 tokens × 8 groups of 4096) to Q8_0, the
+	// experts' down input (12288 selections × 2048) to Q8_K
+	t.Cleanup(func() { d.SetOption(OptQuantVec, 1) })
+	quantize := func(name string, at quant.Type, rows, cols int) {
+		x := upload(t, d, gaussian(rows*cols, 57))
+		act := alloc(t, d, d.ActBytes(at, cols)*int64(rows))
+		for _, vec := range []int{1, 0} {
+			label := fmt.Sprintf("%s %s %dx%d vec %d", name, at, rows, cols, vec)
+			if !keep.MatchString(label) {
+				continue
+			}
+			must(t, d.SetOption(OptQuantVec, vec))
+			us := gt.time(calls, func(int) error { return d.Quantize(s, at, x, cols, act, cols, rows) })
+			line := fmt.Sprintf("prefill quantize %-43s %9.1f µs %7.1f GB/s read", label, us, float64(4*rows*cols)/us/1e3)
+			t.Log(line)
+			fmt.Println(line)
+		}
+	}
+	quantize("attn out", quant.Q8_0, 8*ntok, 4096)
+	quantize("experts down in", quant.Q8_K, k*ntok, 2048)
 }
