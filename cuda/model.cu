@@ -473,6 +473,77 @@ __global__ void k_norm_rope(float *x, int64_t tok_stride, int heads, int64_t hea
     for (int i = tid; i < hd; i += blockDim.x) xr[i] = s_row[i];
 }
 
+// k_norm_rope_w: k_norm_rope with a warp per row, for chunks (hd a multiple
+// of 128, at most NR_V·128; off even): the row stays in registers as
+// float4s (lane l holds values 128c + 4l … +3), the sum of squares is taken
+// by shuffles, each lane rotates the pairs it holds, and each FP8 block of 64
+// values (16 lanes) finds its largest magnitude by shuffles within those
+// lanes — no shared memory, no barriers, 8 rows a CTA instead of one. Every
+// value gets k_norm_rope's operations; the float64 sum of squares is added
+// in another order (neither kernel's order is the CPU's sequential one).
+constexpr int NR_V = 8;
+__global__ void __launch_bounds__(256) k_norm_rope_w(float *x, int64_t tok_stride, int heads, int64_t head_stride,
+                                                     int hd, const float *w, float eps, int64_t off,
+                                                     const float *freqs, int rd, int64_t pos0, int fp8_n, int64_t rows) {
+    pdl_enter();
+    const int64_t gw = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (gw >= rows) return; // whole warps
+    const int64_t t = gw / heads;
+    const int h = (int)(gw % heads);
+    float4 *xr = (float4 *)(x + t * tok_stride + h * head_stride);
+    const int nv = hd / 128;
+    float e[NR_V][4];
+    double ss = 0;
+#pragma unroll
+    for (int c = 0; c < NR_V; c++) {
+        if (c < nv) {
+            const float4 q = xr[c * 32 + lane];
+            e[c][0] = q.x, e[c][1] = q.y, e[c][2] = q.z, e[c][3] = q.w;
+        } else {
+            e[c][0] = e[c][1] = e[c][2] = e[c][3] = 0.f;
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < NR_V; c++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) ss += (double)e[c][k] * (double)e[c][k];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL_MASK, ss, o);
+    const float r = rms_from_sumsq(ss, hd, eps);
+    const float fp = (float)(pos0 + t);
+#pragma unroll
+    for (int c = 0; c < NR_V; c++) {
+        if (c >= nv) break; // the same for the whole warp
+        const int i0 = c * 128 + 4 * lane;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float u = fmul(e[c][k], r);
+            e[c][k] = w ? fmul(w[i0 + k], u) : u;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k += 2) {
+            const int64_t i = i0 + k;
+            if (i >= off && i < off + rd) rope_pair(&e[c][k], fp, freqs[(i - off) / 2], 0);
+        }
+        if (c * 128 < fp8_n) { // fp8_block's operations on the lane's block of 64 (lanes 0-15 or 16-31)
+            float amax = fmax_go(1e-4f, fmax_go(fmax_go(fabsf(e[c][0]), fabsf(e[c][1])),
+                                                fmax_go(fabsf(e[c][2]), fabsf(e[c][3]))));
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, o));
+            if (i0 < fp8_n) {
+                const float s = pow2_ceil(fmul(amax, (float)(1.0 / 448.0)));
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const float y = fminf(fmaxf(__fdiv_rn(e[c][k], s), -448.f), 448.f);
+                    e[c][k] = fmul(round_e4m3(y), s);
+                }
+            }
+        }
+        xr[c * 32 + lane] = make_float4(e[c][0], e[c][1], e[c][2], e[c][3]);
+    }
+}
+
 // FP8 e4m3 simulation of x[r][0:n] in blocks of 64: one warp per block.
 __global__ void k_fp8_sim(float *x, int64_t stride, int rows, int64_t n) {
     pdl_enter();
@@ -1922,6 +1993,15 @@ int ds4c_norm_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_strid
         if (rc == 0) rc = ds4c_rope(d_x, tok_stride, heads, head_stride, off, d_freqs, rd, pos0, 1, n_tok, 0, stream);
         if (rc == 0 && fp8_n > 0) rc = ds4c_fp8_sim(d_x, tok_stride, n_tok, fp8_n, stream);
         return rc;
+    }
+    // chunks: a warp per row where the row fits its registers as float4s
+    if (n_tok >= 8 && ds4c_opt_norm_rope_w() && hd % 128 == 0 && hd <= NR_V * 128 && off % 2 == 0 &&
+        ((uintptr_t)d_x & 15) == 0 && head_stride % 4 == 0 && tok_stride % 4 == 0) {
+        const int64_t rows = (int64_t)n_tok * heads;
+        ds4c_launch(k_norm_rope_w, (unsigned)((rows + 7) / 8), 256, 0, as_stream(stream), d_x, tok_stride, heads,
+                    head_stride, hd, d_w, eps, off, d_freqs, rd, pos0, fp8_n, rows);
+        DS4C_CHECK_LAUNCH("norm_rope");
+        return 0;
     }
     ds4c_launch(k_norm_rope, (unsigned)(n_tok * heads), 256, (size_t)hd * sizeof(float), as_stream(stream), d_x,
                 tok_stride, heads, head_stride, hd, d_w, eps, off, d_freqs, rd, pos0, fp8_n);

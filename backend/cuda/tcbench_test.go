@@ -14,7 +14,8 @@ import (
 // on Flash's shapes (DS4_CUDA_BENCH=1): the routed experts' grouped
 // products (2048 tokens × 6 distinct random experts of 256: IQ2_XXS gate,
 // Q2_K down, each OptTCStage variant) and dense Q8_0 products of 2048
-// tokens (each OptTCQ8W variant), and the quantization of two chunk-sized
+// tokens (each OptTCQ8W variant), exact F16 products of 2048 tokens on four
+// Flash shapes, and the quantization of two chunk-sized
 // activations (each OptQuantVec variant). It prints µs a call and the
 // multiply-adds' rate (T MAC/s, useful products only). DS4_CUDA_BENCH_TC
 // (a regex) keeps only the rows whose name matches, e.g. for one launch
@@ -107,6 +108,31 @@ func TestPrefillProducts(t *testing.T) {
 	dense("ffn_up_shexp", 2048, 4096)
 	dense("indexer_q_b", 8192, 1024)
 	dense("attn_q_a", 1024, 4096)
+
+	// exact 16-bit-weight products of 2048 tokens (k_fexact_tile_wr): the
+	// indexer's query (main stream, ratio-4 layers), a compressor's KV, a
+	// hyper-connection mixer, the router. Exact mode rounds every product and
+	// sum, so the FP32 floor is 2 instructions a multiply-add.
+	float16 := func(name string, rows, cols int) {
+		label := fmt.Sprintf("%s F16 %dx%d nt %d exact", name, rows, cols, ntok)
+		if !keep.MatchString(label) {
+			return
+		}
+		mb := weightBytes(quant.F16, rows, cols)
+		w := randomWeights(quant.F16, mb/int64(quant.F16.BlockBytes()), 58)
+		dw := uploadWeight(t, d, quant.F16, rows, cols, 1, w)
+		defer d.FreeWeight(dw)
+		x := upload(t, d, gaussian(ntok*cols, 59))
+		y := alloc(t, d, int64(4*rows*ntok))
+		us := gt.time(calls, func(int) error {
+			return d.MatMulEx(s, dw, 0, 1, x, int64(4*cols), 0, 1, ntok, y, int64(rows), 0, true)
+		})
+		report(label, float64(ntok)*float64(rows)*float64(cols), us)
+	}
+	float16("indexer_q_b", 8192, 1024)
+	float16("compressor_kv", 1024, 4096)
+	float16("hc_attn_fn", 24, 16384)
+	float16("router", 256, 4096)
 
 	// activation quantization of a chunk, each OptQuantVec variant: the
 	// attention output (2048 tokens × 8 groups of 4096) to Q8_0, the
