@@ -42,7 +42,6 @@ int ds4c_opt_fx_wreg(void);
 int ds4c_opt_tc_stage(void);
 int ds4c_opt_tc_q8w(void);
 int ds4c_opt_quant_vec(void);
-int ds4c_opt_softmax_rows(void);
 int ds4c_opt_norm_rope_w(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);

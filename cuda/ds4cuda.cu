@@ -43,7 +43,6 @@ static int g_opt_ix_chunk = 1;
 static int g_opt_fx_wreg = 1;
 static int g_opt_tc_q8w = 2;
 static int g_opt_quant_vec = 1;
-static int g_opt_softmax_rows = 1;
 static int g_opt_norm_rope_w = 1;
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
 
@@ -96,7 +95,6 @@ int ds4c_opt_fx_wreg(void) { return g_opt_fx_wreg; }
 int ds4c_opt_tc_stage(void) { return g_opt_tc_stage; }
 int ds4c_opt_tc_q8w(void) { return g_opt_tc_q8w; }
 int ds4c_opt_quant_vec(void) { return g_opt_quant_vec; }
-int ds4c_opt_softmax_rows(void) { return g_opt_softmax_rows; }
 int ds4c_opt_norm_rope_w(void) { return g_opt_norm_rope_w; }
 int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
@@ -151,7 +149,6 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_TC_STAGE", DS4C_OPT_TC_STAGE);
     env_option("DS4_CUDA_TC_Q8W", DS4C_OPT_TC_Q8W);
     env_option("DS4_CUDA_QUANT_VEC", DS4C_OPT_QUANT_VEC);
-    env_option("DS4_CUDA_SOFTMAX_ROWS", DS4C_OPT_SOFTMAX_ROWS);
     env_option("DS4_CUDA_NORM_ROPE_W", DS4C_OPT_NORM_ROPE_W);
     t_device = device;
     return 0;
@@ -442,7 +439,6 @@ static const struct {
     {DS4C_OPT_TC_STAGE, "tc_stage", &g_opt_tc_stage, 0, 3},
     {DS4C_OPT_TC_Q8W, "tc_q8w", &g_opt_tc_q8w, 0, 2},
     {DS4C_OPT_QUANT_VEC, "quant_vec", &g_opt_quant_vec, 0, 1},
-    {DS4C_OPT_SOFTMAX_ROWS, "softmax_rows", &g_opt_softmax_rows, 0, 1},
     {DS4C_OPT_NORM_ROPE_W, "norm_rope_w", &g_opt_norm_rope_w, 0, 1},
 };
 

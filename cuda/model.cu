@@ -1412,83 +1412,6 @@ __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int6
     for (int64_t k = lane; k < nk; k += 32) s[k] = __fdiv_rn(s[k], sum);
 }
 
-// k_attn_softmax_rows: k_attn_softmax's operations with a lane per
-// (token, head) row — a warp takes one token's 32 heads — so each row's
-// serial sum is one lane's adds instead of a whole warp's. The scores move in
-// tiles of 32 keys × 32 rows: a row's 32 keys a coalesced load, all 32 rows'
-// loads issued before any store (a store may alias a later load, so the
-// compiler would not move those loads up). Pass 1: each row's maximum (lane
-// l the keys l mod 32, then across lanes through shared memory, from the
-// sink; the maximum's order does not matter); pass 2: the exponentials,
-// written back and, transposed through shared memory, summed by the row's
-// lane after the sink's term in key order; pass 3: the probabilities.
-constexpr int ASR_W = 4; // warps a CTA
-__global__ void __launch_bounds__(32 * ASR_W) k_attn_softmax_rows(AttnArgs a, float *sc, int64_t maxk, int n) {
-    pdl_enter();
-    __shared__ float s_tr[ASR_W][32][33];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int hgs = (a.H + 31) / 32;
-    const int64_t gw = (int64_t)blockIdx.x * ASR_W + warp;
-    if (gw >= (int64_t)n * hgs) return; // whole warps
-    const int t = (int)(gw / hgs), h0 = (int)(gw % hgs) * 32;
-    const int nh = min(32, a.H - h0);
-    int64_t nwin;
-    const int64_t nk = attn_nkeys(a, t, &nwin);
-    float *base = sc + ((int64_t)t * a.H + h0) * maxk + lane;
-    float(*tr)[33] = s_tr[warp];
-    float v[32];
-    // pass 1
-#pragma unroll
-    for (int i = 0; i < 32; i++) v[i] = __int_as_float((int)0xff800000); // -inf
-    for (int64_t k0 = 0; k0 < nk; k0 += 32) {
-        if (k0 + lane < nk) {
-#pragma unroll
-            for (int i = 0; i < 32; i++)
-                if (i < nh) v[i] = fmax_go(v[i], base[i * maxk + k0]);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < 32; i++) tr[lane][i] = v[i];
-    __syncwarp();
-    const float sink = lane < nh ? a.sinks[h0 + lane] : 0.f;
-    float mx = sink;
-#pragma unroll
-    for (int j = 0; j < 32; j++) mx = fmax_go(mx, tr[j][lane]);
-    __syncwarp();
-    // pass 2
-    float sum = exp_ref(fsub(sink, mx));
-    for (int64_t k0 = 0; k0 < nk; k0 += 32) {
-        const int m = (int)min((int64_t)32, nk - k0);
-        const bool kok = lane < m;
-#pragma unroll
-        for (int i = 0; i < 32; i++) v[i] = (i < nh && kok) ? base[i * maxk + k0] : 0.f;
-#pragma unroll
-        for (int i = 0; i < 32; i++) {
-            const float e = exp_ref(fsub(v[i], __shfl_sync(FULL_MASK, mx, i)));
-            if (i < nh && kok) base[i * maxk + k0] = e;
-            tr[lane][i] = e;
-        }
-        __syncwarp();
-#pragma unroll
-        for (int j = 0; j < 32; j++) v[j] = tr[j][lane];
-#pragma unroll
-        for (int j = 0; j < 32; j++)
-            if (j < m) sum = fadd(sum, v[j]);
-        __syncwarp();
-    }
-    // pass 3
-    for (int64_t k0 = 0; k0 < nk; k0 += 32) {
-        const bool kok = k0 + lane < nk;
-#pragma unroll
-        for (int i = 0; i < 32; i++) v[i] = (i < nh && kok) ? base[i * maxk + k0] : 0.f;
-#pragma unroll
-        for (int i = 0; i < 32; i++) {
-            const float p = __fdiv_rn(v[i], __shfl_sync(FULL_MASK, sum, i));
-            if (i < nh && kok) base[i * maxk + k0] = p;
-        }
-    }
-}
-
 template <int OH>
 __global__ void __launch_bounds__(128) k_attn_out(AttnArgs a, const float *sc, int64_t maxk) {
     pdl_enter();
@@ -2208,13 +2131,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         }
         return fuseq ? 0 : quantize();
     }
-    if (ds4c_opt_softmax_rows()) {
-        const int64_t warps = (int64_t)n * ((H + 31) / 32);
-        ds4c_launch(k_attn_softmax_rows, (unsigned)((warps + ASR_W - 1) / ASR_W), 32 * ASR_W, 0, st, a, d_work,
-                    max_keys, n);
-    } else {
-        ds4c_launch(k_attn_softmax, (unsigned)(n * H), 32, 0, st, a, d_work, max_keys);
-    }
+    ds4c_launch(k_attn_softmax, (unsigned)(n * H), 32, 0, st, a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention softmax");
     // single tokens: 2 heads per CTA (measured against 4 and 8 on the H200:
     // more heads per CTA read the keys fewer times but leave SMs idle)

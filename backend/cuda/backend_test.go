@@ -346,7 +346,7 @@ func TestKernelVariants(t *testing.T) {
 		{"attn_rope", OptAttnRope, 1, 1}, {"attn_quant", OptAttnQuant, 1, 1},
 		{"attn_tile", OptAttnTile, 1, 64}, {"ix_chunk", OptIXChunk, 1, 64}, {"fx_wreg", OptFXWReg, 1, 64},
 		{"tc_stage", OptTCStage, 3, 64}, {"tc_q8w", OptTCQ8W, 2, 64},
-		{"quant_vec", OptQuantVec, 1, 64}, {"softmax_rows", OptSoftmaxRows, 1, 64},
+		{"quant_vec", OptQuantVec, 1, 64},
 		{"norm_rope_w", OptNormRopeW, 1, 64},
 	}
 	for _, tc := range []struct {

@@ -297,8 +297,7 @@ const (
 	OptTCStage     = 28 // tensor-core Q2_K and IQ2_XXS products of many tokens: 1 weights and activations staged in shared memory three blocks deep, CTAs of 4 warps × 32 slots; 2 the same with CTAs of 8 warps × 64 slots; 3 (default; env DS4_CUDA_TC_STAGE) IQ2_XXS as 2, Q2_K as 1; 0 unstaged
 	OptTCQ8W       = 29 // tensor-core Q8_0 products of many tokens (env DS4_CUDA_TC_Q8W): 1: CTAs of 8 warps × 64 slots, stages of 4 blocks three deep; 0: 4 warps × 32 slots, stages of 8 blocks two deep; 2 (default): the first for matrices of at most 1024 columns, the second for longer rows
 	OptQuantVec    = 30 // 1: Q8_0 and Q8_K activations quantized 8 values a lane with 16-byte loads, the blocks of all tokens flattened (default; env DS4_CUDA_QUANT_VEC); 0: a lane a value (Q8_0 a warp a block, Q8_K a CTA a block)
-	OptSoftmaxRows = 31 // 1: the attention softmax of chunks with a lane per (token, head) row, scores transposed through shared memory in tiles of 32 keys (default; env DS4_CUDA_SOFTMAX_ROWS); 0: a warp per row
-	OptNormRopeW   = 32 // 1: the fused query/KV norm and rotation of chunks with a warp per row, the row in registers (default; env DS4_CUDA_NORM_ROPE_W); 0: a CTA per row staged in shared memory
+	OptNormRopeW   = 31 // 1: the fused query/KV norm and rotation of chunks with a warp per row, the row in registers (default; env DS4_CUDA_NORM_ROPE_W); 0: a CTA per row staged in shared memory
 )
 
 // DefaultMVPipeMin is the library's default of OptMVPipeMin: products from

@@ -106,7 +106,7 @@ func TestPrefillProducts(t *testing.T) {
 	dense("attn_q_b", 32768, 1024)
 	dense("attn_out_b", 4096, 8192)
 	dense("ffn_up_shexp", 2048, 4096)
-	dense("indexer_q_b", 8192, 1024)
+	dense("rows_8192", 8192, 1024) // not a Flash Q8_0 matrix: a second shape of 1024 columns for OptTCQ8W 2
 	dense("attn_q_a", 1024, 4096)
 
 	// exact 16-bit-weight products of 2048 tokens (k_fexact_tile_wr): the

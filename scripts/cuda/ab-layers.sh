@@ -6,7 +6,7 @@
 # full-size file bench-h200.sh made, with LAYERS=43), then runs ds4-bench at FRONTIER (default
 # 8192) once with the defaults and once per environment assignment given as
 # arguments, e.g.
-#   bash scripts/cuda/ab-layers.sh DS4_CUDA_QUANT_VEC=0 DS4_CUDA_SOFTMAX_ROWS=0
+#   bash scripts/cuda/ab-layers.sh DS4_CUDA_QUANT_VEC=0 DS4_CUDA_NORM_ROPE_W=0
 # Needs dev-out/final/{ds4-gguf,ds4-bench} and build/libds4cuda.so
 # (scripts/cuda/device.sh build). Rates are per whole model: compare them
 # only with each other.
