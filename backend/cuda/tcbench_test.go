@@ -35,10 +35,12 @@ func TestPrefillProducts(t *testing.T) {
 		mats  = 256
 		calls = 4 // launches per timed graph
 	)
-	report := func(name string, macs float64, us float64) {
-		line := fmt.Sprintf("prefill product %-44s %9.1f µs %7.1f T MAC/s", name, us, macs/us/1e6)
+	emit := func(line string) {
 		t.Log(line)
 		fmt.Println(line)
+	}
+	report := func(name string, macs float64, us float64) {
+		emit(fmt.Sprintf("prefill product %-44s %9.1f µs %7.1f T MAC/s", name, us, macs/us/1e6))
 	}
 	// grouped: ntok tokens × k distinct random experts
 	r := rand.New(rand.NewPCG(51, 52))
@@ -148,9 +150,7 @@ func TestPrefillProducts(t *testing.T) {
 			}
 			must(t, d.SetOption(OptQuantVec, vec))
 			us := gt.time(calls, func(int) error { return d.Quantize(s, at, x, cols, act, cols, rows) })
-			line := fmt.Sprintf("prefill quantize %-43s %9.1f µs %7.1f GB/s read", label, us, float64(4*rows*cols)/us/1e3)
-			t.Log(line)
-			fmt.Println(line)
+			emit(fmt.Sprintf("prefill quantize %-43s %9.1f µs %7.1f GB/s read", label, us, float64(4*rows*cols)/us/1e3))
 		}
 	}
 	quantize("attn out", quant.Q8_0, 8*ntok, 4096)
