@@ -43,6 +43,7 @@ int ds4c_opt_tc_stage(void);
 int ds4c_opt_tc_q8w(void);
 int ds4c_opt_quant_vec(void);
 int ds4c_opt_norm_rope_w(void);
+int ds4c_opt_float_tc(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
 int ds4c_opt_attn_ecache(void);
@@ -175,18 +176,26 @@ static __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// The operations of every Q8_0 activation block here (ggml's and
+// quant.Activation's): from the block's largest magnitude amax, the stored
+// scale q8_0_scale(amax) (amax/127 rounded to half), the inverse
+// q8_0_inv(amax) = 127/amax (0 for an all-zero block), and each value
+// q8_0_round(v, inv) = clamp(round-to-nearest-even(v·inv), −128, 127).
+// k_quant_q8_0, k_quant_q8_0_v, hc_pre's fused x and k_attn_po's fused output
+// all go through these three, so they cannot drift apart bit-wise.
+static __device__ __forceinline__ float q8_0_scale(float amax) { return __half2float(__float2half_rn(amax / 127.f)); }
+static __device__ __forceinline__ float q8_0_inv(float amax) { return amax != 0.f ? 127.f / amax : 0.f; }
+static __device__ __forceinline__ int q8_0_round(float v, float inv) {
+    return max(-128, min(127, __float2int_rn(__fmul_rn(v, inv))));
+}
+
 // q8_0_warp quantizes one Q8_0 activation block held by a whole warp (lane i
 // has value i): the lane's int8 goes to q[lane], lane 0 writes the block's
-// scale to *d. The operations of every Q8_0 activation here (k_quant_q8_0,
-// k_attn_po's fused output; hc_pre repeats them over 8-lane groups).
+// scale to *d (k_quant_q8_0, k_attn_po's fused output).
 static __device__ __forceinline__ void q8_0_warp(float v, int lane, int8_t *q, float *d) {
     const float amax = warp_max(fabsf(v));
-    const float dq = __half2float(__float2half_rn(amax / 127.f));
-    const float id = amax != 0.f ? 127.f / amax : 0.f;
-    int qi = __float2int_rn(__fmul_rn(v, id));
-    qi = max(-128, min(127, qi));
-    q[lane] = (int8_t)qi;
-    if (lane == 0) *d = dq;
+    q[lane] = (int8_t)q8_0_round(v, q8_0_inv(amax));
+    if (lane == 0) *d = q8_0_scale(amax);
 }
 
 // Streaming 16-byte weight loads. flavour 0: the read-only path (__ldg);
@@ -305,4 +314,28 @@ static __device__ __forceinline__ void bar_wait(uint64_t *bar, unsigned parity) 
                      : "r"(b), "r"(parity)
                      : "memory");
 #endif
+}
+
+// tf32_rna rounds x to TF32 (10 stored significand bits, to nearest, ties
+// away) as the 32-bit pattern an mma operand takes.
+static __device__ __forceinline__ uint32_t tf32_rna(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// tf32_split writes x as hi + lo, both TF32 (x − hi is exact in float32;
+// hi + lo keeps ≈ 22 of x's 24 significand bits).
+static __device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
+    hi = tf32_rna(x);
+    lo = tf32_rna(x - __uint_as_float(hi));
+}
+
+// mma_tf32: c += A·B for one 16×8×8 TF32 tile (mma.sync m16n8k8, float32
+// accumulators; fragments as the PTX ISA lays them out).
+static __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }

@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 13
+#define DS4C_ABI_VERSION 14
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -251,9 +251,15 @@ int ds4c_ring_write2(float *d_ring_a, float *d_ring_b, int64_t cap, int64_t widt
 int ds4c_comp_pool(const float *d_kv, const float *d_sc, const float *d_kv_ring,
                    const float *d_sc_ring, int64_t cap, int64_t cw, int64_t pos0, int r, int coff,
                    int64_t w, int64_t i0, int nrows, float *d_rows, void *stream);
+/* flags of ds4c_index_scores and ds4c_attention: DS4C_FAST lets chunks
+ * (8 or more tokens) take the fast-mode kernels — dots on the tensor cores
+ * (TF32 mma, each operand split into two TF32 terms: ≈ 2^-21 of Σ|a·b|
+ * from the exact order), float exponentials, fused multiply-adds in the
+ * weighted sums. Without it every operation rounds as backend/cpu's. */
+enum { DS4C_FAST = 1 };
 int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, int IH, int IHD,
                       int64_t pos0, int ratio, int n, float *d_scores, int64_t sc_stride,
-                      void *stream);
+                      int flags, void *stream);
 int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio,
               int K, int all_if_few, int32_t *d_sel, int32_t *d_nsel, int n, void *stream);
 /* Sparse attention with sinks of n query tokens into d_out [n][H][HD]. With
@@ -266,7 +272,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
                    const float *d_comp, int ratio, const int32_t *d_sel, const int32_t *d_nsel,
                    int K, const float *d_sinks, float *d_out, int64_t pos0, int n, int H, int HD,
                    int W, float scale, int64_t max_keys, float *d_work, const float *d_rfreqs, int rd,
-                   int roff, void *d_qact, int64_t q_seg, void *stream);
+                   int roff, void *d_qact, int64_t q_seg, int flags, void *stream);
 int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t *d_tid2eid,
                 const int32_t *d_tokens, int K, int norm, float wscale, int32_t *d_sel,
                 float *d_w, int n, void *stream);
@@ -317,6 +323,7 @@ enum {
     DS4C_OPT_TC_Q8W = 29, /* tensor-core Q8_0 products of many tokens (env DS4_CUDA_TC_Q8W): 1: CTAs of 8 warps x 64 slots, stages of 4 blocks three deep; 0: 4 warps x 32 slots, stages of 8 blocks two deep; 2 (default): the first for matrices of at most 1024 columns, the second for longer rows */
     DS4C_OPT_QUANT_VEC = 30, /* 1: Q8_0 and Q8_K activations quantized 8 values a lane with 16-byte loads, the blocks of all tokens flattened (default; env DS4_CUDA_QUANT_VEC); 0: a lane a value (Q8_0 a warp a block, Q8_K a CTA a block) */
     DS4C_OPT_NORM_ROPE_W = 31, /* 1: the fused query/KV norm and rotation of chunks with a warp per row, the row in registers (default; env DS4_CUDA_NORM_ROPE_W); 0: a CTA per row staged in shared memory */
+    DS4C_OPT_FLOAT_TC = 32, /* 1: fast-mode products of 16-bit weights and 16+ tokens on the tensor cores (TF32 mma, each input split into two TF32 terms; default; env DS4_CUDA_FLOAT_TC); 0: the matvec kernels, 8 tokens a launch. Exact mode never uses it */
 };
 
 #ifdef __cplusplus

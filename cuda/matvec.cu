@@ -150,13 +150,13 @@ __global__ void __launch_bounds__(256) k_quant_q8_0_v(const float *x, int64_t x_
     amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, 1));
     amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, 2));
     if (!ok) return;
-    const float id = amax != 0.f ? 127.f / amax : 0.f;
+    const float id = q8_0_inv(amax);
     int q[8];
 #pragma unroll
-    for (int i = 0; i < 8; i++) q[i] = max(-128, min(127, __float2int_rn(__fmul_rn(v[i], id))));
+    for (int i = 0; i < 8; i++) q[i] = q8_0_round(v[i], id);
     uint8_t *a = act + t * act_stride;
     *(int2 *)(a + b * 32 + part * 8) = pack8(q);
-    if (part == 0) ((float *)(a + (int64_t)nb * 32))[b] = __half2float(__float2half_rn(amax / 127.f));
+    if (part == 0) ((float *)(a + (int64_t)nb * 32))[b] = q8_0_scale(amax);
 }
 
 // k_quant_q8_k_w: k_quant_q8_k's operations with a warp a 256-value block

@@ -320,18 +320,14 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
                 amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 1));
                 amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 2));
                 amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 4));
-                const float dq = __half2float(__float2half_rn(amax / 127.f));
-                const float id = amax != 0.f ? 127.f / amax : 0.f;
+                const float id = q8_0_inv(amax);
                 const float ov[4] = {o.x, o.y, o.z, o.w};
                 uint32_t packed = 0;
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int q = max(-128, min(127, __float2int_rn(__fmul_rn(ov[e], id))));
-                    packed |= (uint32_t)(uint8_t)(int8_t)q << (8 * e);
-                }
+                for (int e = 0; e < 4; e++) packed |= (uint32_t)(uint8_t)(int8_t)q8_0_round(ov[e], id) << (8 * e);
                 uint8_t *qa = xq + (int64_t)t * xq_stride;
                 ((uint32_t *)qa)[g] = packed;
-                if ((g & 7) == 0) ((float *)(qa + D))[g / 8] = dq;
+                if ((g & 7) == 0) ((float *)(qa + D))[g / 8] = q8_0_scale(amax);
             }
         }
         return;
@@ -430,16 +426,21 @@ __device__ __forceinline__ float round_e2m1(float y) {
     return copysignf(rintf(a / q) * q, y);
 }
 
+// The FP8 e4m3 simulation of a block of 64 values: from its largest
+// magnitude amax (at least 1e-4), the power-of-two scale fp8_scale(amax) ≥
+// amax/448, and each value fp8_round(v, s) = e4m3(clamp(v/s, ±448))·s.
+// fp8_block and k_norm_rope_w's fused form both go through these two.
+__device__ __forceinline__ float fp8_scale(float amax) { return pow2_ceil(fmul(amax, (float)(1.0 / 448.0))); }
+__device__ __forceinline__ float fp8_round(float v, float s) {
+    return fmul(round_e4m3(fminf(fmaxf(__fdiv_rn(v, s), -448.f), 448.f)), s);
+}
+
 // fp8_block: FP8 e4m3 simulation of the 64 values at blk, by one warp.
 __device__ __forceinline__ void fp8_block(float *blk, int lane) {
-    float v0 = blk[lane], v1 = blk[lane + 32];
-    float amax = fmax_go(1e-4f, fmax_go(fabsf(v0), fabsf(v1)));
-    amax = warp_max(amax);
-    const float s = pow2_ceil(fmul(amax, (float)(1.0 / 448.0)));
-    float y0 = fminf(fmaxf(__fdiv_rn(v0, s), -448.f), 448.f);
-    float y1 = fminf(fmaxf(__fdiv_rn(v1, s), -448.f), 448.f);
-    blk[lane] = fmul(round_e4m3(y0), s);
-    blk[lane + 32] = fmul(round_e4m3(y1), s);
+    const float v0 = blk[lane], v1 = blk[lane + 32];
+    const float s = fp8_scale(warp_max(fmax_go(1e-4f, fmax_go(fabsf(v0), fabsf(v1)))));
+    blk[lane] = fp8_round(v0, s);
+    blk[lane + 32] = fp8_round(v1, s);
 }
 
 // k_norm_rope: k_rmsnorm_ref, k_rope and k_fp8_sim of one row in one CTA
@@ -532,12 +533,9 @@ __global__ void __launch_bounds__(256) k_norm_rope_w(float *x, int64_t tok_strid
 #pragma unroll
             for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, o));
             if (i0 < fp8_n) {
-                const float s = pow2_ceil(fmul(amax, (float)(1.0 / 448.0)));
+                const float s = fp8_scale(amax);
 #pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const float y = fminf(fmaxf(__fdiv_rn(e[c][k], s), -448.f), 448.f);
-                    e[c][k] = fmul(round_e4m3(y), s);
-                }
+                for (int k = 0; k < 4; k++) e[c][k] = fp8_round(e[c][k], s);
             }
         }
         xr[c * 32 + lane] = make_float4(e[c][0], e[c][1], e[c][2], e[c][3]);
@@ -721,7 +719,16 @@ struct TileSmem {
     const float *row[ATS_A + ATS_B]; // A rows, then B rows
 };
 
+// TC (fast mode only): the same slices multiplied on the tensor cores
+// (TF32 mma.sync m16n8k8; each operand split into two TF32 terms and the
+// three larger cross products summed, ≈ 2^-21 of Σ|a·b| from the exact
+// dots): warp w takes A rows 16·(w&3) … +16 against B rows 32·(w>>2) … +32.
+// The dots then pass through shared memory into acc[i][j][0] of the thread
+// that owns dot (i, j) in the exact layout (the other three sums 0), so the
+// callers read either form the same way.
+template <bool TC>
 __device__ __forceinline__ void tile_dots(TileSmem &sm, int D, float (&acc)[ATS_R][ATS_R][4]) {
+    static_assert(ATS_T == 256 && ATS_A == 64 && ATS_B == 64 && ATS_SL % 8 == 0, "the mma layout: 8 warps, 64 × 64 dots");
     const int tid = threadIdx.x;
     float4 v[ATS_V];
     auto fetch = [&](int c0) {
@@ -744,6 +751,11 @@ __device__ __forceinline__ void tile_dots(TileSmem &sm, int D, float (&acc)[ATS_
     for (int i = 0; i < ATS_R; i++)
 #pragma unroll
         for (int j = 0; j < ATS_R; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+    const int lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+    const int ma = 16 * (warp & 3), nb = 32 * (warp >> 2);
+    float c[4][4]; // TC: the warp's 4 tiles of 16 A rows × 8 B rows
+#pragma unroll
+    for (int j = 0; j < 4; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
     fetch(0);
     stash(0);
     __syncthreads();
@@ -751,25 +763,62 @@ __device__ __forceinline__ void tile_dots(TileSmem &sm, int D, float (&acc)[ATS_
     for (int sl = 0; sl < ns; sl++) {
         const int st = sl & 1;
         if (sl + 1 < ns) fetch((sl + 1) * ATS_SL);
-        const float *ab = &sm.a[st][ag * ATS_R * ATS_LD], *bb = &sm.b[st][bg * ATS_LD];
+        if constexpr (TC) {
 #pragma unroll
-        for (int c = 0; c < ATS_SL; c += 4) {
-            float4 x[ATS_R], y[ATS_R];
+            for (int kk = 0; kk < ATS_SL; kk += 8) {
+                const float *pa = &sm.a[st][(ma + gid) * ATS_LD + kk + tig];
+                uint32_t ah[4], al[4];
+                tf32_split(pa[0], ah[0], al[0]);
+                tf32_split(pa[8 * ATS_LD], ah[1], al[1]);
+                tf32_split(pa[4], ah[2], al[2]);
+                tf32_split(pa[8 * ATS_LD + 4], ah[3], al[3]);
 #pragma unroll
-            for (int i = 0; i < ATS_R; i++) x[i] = *(const float4 *)(ab + i * ATS_LD + c);
-#pragma unroll
-            for (int j = 0; j < ATS_R; j++) y[j] = *(const float4 *)(bb + j * (ATS_B / ATS_R) * ATS_LD + c);
-#pragma unroll
-            for (int i = 0; i < ATS_R; i++)
-#pragma unroll
-                for (int j = 0; j < ATS_R; j++) {
-                    acc[i][j][0] = fadd(acc[i][j][0], fmul(x[i].x, y[j].x));
-                    acc[i][j][1] = fadd(acc[i][j][1], fmul(x[i].y, y[j].y));
-                    acc[i][j][2] = fadd(acc[i][j][2], fmul(x[i].z, y[j].z));
-                    acc[i][j][3] = fadd(acc[i][j][3], fmul(x[i].w, y[j].w));
+                for (int j = 0; j < 4; j++) {
+                    const float *pb = &sm.b[st][(nb + 8 * j + gid) * ATS_LD + kk + tig];
+                    uint32_t b0h, b0l, b1h, b1l;
+                    tf32_split(pb[0], b0h, b0l);
+                    tf32_split(pb[4], b1h, b1l);
+                    mma_tf32(c[j], al, b0h, b1h); // the small terms first
+                    mma_tf32(c[j], ah, b0l, b1l);
+                    mma_tf32(c[j], ah, b0h, b1h);
                 }
+            }
+        } else {
+            const float *ab = &sm.a[st][ag * ATS_R * ATS_LD], *bb = &sm.b[st][bg * ATS_LD];
+#pragma unroll
+            for (int c4 = 0; c4 < ATS_SL; c4 += 4) {
+                float4 x[ATS_R], y[ATS_R];
+#pragma unroll
+                for (int i = 0; i < ATS_R; i++) x[i] = *(const float4 *)(ab + i * ATS_LD + c4);
+#pragma unroll
+                for (int j = 0; j < ATS_R; j++) y[j] = *(const float4 *)(bb + j * (ATS_B / ATS_R) * ATS_LD + c4);
+#pragma unroll
+                for (int i = 0; i < ATS_R; i++)
+#pragma unroll
+                    for (int j = 0; j < ATS_R; j++) {
+                        acc[i][j][0] = fadd(acc[i][j][0], fmul(x[i].x, y[j].x));
+                        acc[i][j][1] = fadd(acc[i][j][1], fmul(x[i].y, y[j].y));
+                        acc[i][j][2] = fadd(acc[i][j][2], fmul(x[i].z, y[j].z));
+                        acc[i][j][3] = fadd(acc[i][j][3], fmul(x[i].w, y[j].w));
+                    }
+            }
         }
         if (sl + 1 < ns) stash(st ^ 1);
+        __syncthreads();
+    }
+    if constexpr (TC) {
+        float *dots = &sm.a[0][0]; // [ATS_A][ATS_B + 1], the stages are free now
+        static_assert(ATS_A * (ATS_B + 1) <= 2 * ATS_A * ATS_LD, "the dots fit the A stages");
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                dots[(ma + gid + 8 * (e >> 1)) * (ATS_B + 1) + nb + 8 * j + 2 * tig + (e & 1)] = c[j][e];
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < ATS_R; i++)
+#pragma unroll
+            for (int j = 0; j < ATS_R; j++) acc[i][j][0] = dots[(ag * ATS_R + i) * (ATS_B + 1) + bg + j * (ATS_B / ATS_R)];
         __syncthreads();
     }
 }
@@ -816,7 +865,9 @@ __global__ void __launch_bounds__(256) k_index_scores(const float *q, const floa
 // Indexer scores of a chunk through tile_dots: a CTA takes one token's
 // query heads (A, IH <= ATS_A) and ATS_B compressed rows (B); the dots go
 // to shared memory and the row's thread adds w_h·max(dot, 0) over the heads
-// in order. Same bits as k_index_scores.
+// in order. Same bits as k_index_scores (TC: fast mode, tile_dots on the
+// tensor cores).
+template <bool TC>
 __global__ void __launch_bounds__(ATS_T, 2) k_index_scores_tile(const float *q, const float *w, const float *rows, int IH,
                                                                int IHD, int64_t pos0, int ratio, float *scores,
                                                                int64_t sc_stride) {
@@ -831,7 +882,7 @@ __global__ void __launch_bounds__(ATS_T, 2) k_index_scores_tile(const float *q, 
     else if (tid < ATS_A + ATS_B) sm.row[tid] = rows + (i0 + min(tid - ATS_A, nr - 1)) * IHD;
     __syncthreads();
     float acc[ATS_R][ATS_R][4];
-    tile_dots(sm, IHD, acc);
+    tile_dots<TC>(sm, IHD, acc);
     float *sd = &sm.a[0][0]; // [ATS_B][ATS_A + 1], the stages are free now
     static_assert(ATS_B * (ATS_A + 1) <= 2 * ATS_A * ATS_LD, "the dots fit the A stages");
 #pragma unroll
@@ -1362,6 +1413,7 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
 
 // Scores of a chunk through tile_dots: a CTA takes one token, ATS_A heads
 // (A: its query rows) and ATS_B keys (B). Same bits as k_attn_scores.
+template <bool TC>
 __global__ void __launch_bounds__(ATS_T, 2) k_attn_scores_tile(AttnArgs a, float *sc, int64_t maxk) {
     pdl_enter();
     __shared__ __align__(16) TileSmem sm;
@@ -1377,7 +1429,7 @@ __global__ void __launch_bounds__(ATS_T, 2) k_attn_scores_tile(AttnArgs a, float
     else if (tid < ATS_A + ATS_B) sm.row[tid] = attn_key(a, t, p, k0 + min(tid - ATS_A, nkt - 1), nwin);
     __syncthreads();
     float acc[ATS_R][ATS_R][4];
-    tile_dots(sm, a.HD, acc);
+    tile_dots<TC>(sm, a.HD, acc);
 #pragma unroll
     for (int i = 0; i < ATS_R; i++) {
         const int hh = tile_arow(i);
@@ -1389,6 +1441,8 @@ __global__ void __launch_bounds__(ATS_T, 2) k_attn_scores_tile(AttnArgs a, float
     }
 }
 
+// FAST: float exponentials (expf) instead of exp_ref's double ones.
+template <bool FAST>
 __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int64_t maxk) {
     pdl_enter();
     const int t = blockIdx.x / a.H, h = blockIdx.x % a.H, lane = threadIdx.x;
@@ -1399,10 +1453,10 @@ __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int6
     float mx = sink;
     for (int64_t k = lane; k < nk; k += 32) mx = fmax_go(mx, s[k]);
     mx = warp_max(mx);
-    for (int64_t k = lane; k < nk; k += 32) s[k] = exp_ref(fsub(s[k], mx));
+    for (int64_t k = lane; k < nk; k += 32) s[k] = FAST ? expf(s[k] - mx) : exp_ref(fsub(s[k], mx));
     __syncwarp();
     // every lane runs the same serial sum, 32 values per load
-    float sum = exp_ref(fsub(sink, mx));
+    float sum = FAST ? expf(sink - mx) : exp_ref(fsub(sink, mx));
     for (int64_t k0 = 0; k0 < nk; k0 += 32) {
         const float v = k0 + lane < nk ? s[k0 + lane] : 0.f;
         const int m = (int)min((int64_t)32, nk - k0);
@@ -1474,6 +1528,8 @@ constexpr int AOT_VV = AOT_K * AOT_D / 4 / AOT_T;     // value float4s per threa
 constexpr int AOT_PV = AOT_K * AOT_H / 4 / AOT_T;     // probability float4s per thread per chunk
 static_assert(AOT_VV * AOT_T * 4 == AOT_K * AOT_D && AOT_PV * AOT_T * 4 == AOT_K * AOT_H, "chunk loads split evenly");
 
+// FAST: fused multiply-adds (same order, one rounding a term).
+template <bool FAST>
 __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float *sc, int64_t maxk) {
     pdl_enter();
     __shared__ __align__(16) float s_p[2][AOT_K * AOT_PLD];
@@ -1530,10 +1586,17 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
         const float4 v = *(const float4 *)vp;
 #pragma unroll
         for (int i = 0; i < AOT_RH; i++) {
-            acc[i][0] = fadd(acc[i][0], fmul(pr[i], v.x));
-            acc[i][1] = fadd(acc[i][1], fmul(pr[i], v.y));
-            acc[i][2] = fadd(acc[i][2], fmul(pr[i], v.z));
-            acc[i][3] = fadd(acc[i][3], fmul(pr[i], v.w));
+            if constexpr (FAST) {
+                acc[i][0] = fmaf(pr[i], v.x, acc[i][0]);
+                acc[i][1] = fmaf(pr[i], v.y, acc[i][1]);
+                acc[i][2] = fmaf(pr[i], v.z, acc[i][2]);
+                acc[i][3] = fmaf(pr[i], v.w, acc[i][3]);
+            } else {
+                acc[i][0] = fadd(acc[i][0], fmul(pr[i], v.x));
+                acc[i][1] = fadd(acc[i][1], fmul(pr[i], v.y));
+                acc[i][2] = fadd(acc[i][2], fmul(pr[i], v.z));
+                acc[i][3] = fadd(acc[i][3], fmul(pr[i], v.w));
+            }
         }
     };
     if (nk > 0) {
@@ -1996,7 +2059,7 @@ int ds4c_comp_pool(const float *d_kv, const float *d_sc, const float *d_kv_ring,
 }
 
 int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, int IH, int IHD, int64_t pos0,
-                      int ratio, int n, float *d_scores, int64_t sc_stride, void *stream) {
+                      int ratio, int n, float *d_scores, int64_t sc_stride, int flags, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
     if (IHD % 4 || IH <= 0) return ds4c_err(DS4C_EINVAL, "index_scores: %d heads of %d", IH, IHD);
@@ -2021,7 +2084,7 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         return 0;
     }
     if (IH <= ATS_A && IHD % ATS_SL == 0 && ds4c_opt_ix_chunk()) {
-        ds4c_launch(k_index_scores_tile, dim3(nblk(maxR, ATS_B), (unsigned)n), ATS_T, 0, as_stream(stream), d_q, d_w,
+        ds4c_launch((flags & DS4C_FAST) && n >= 8 ? k_index_scores_tile<true> : k_index_scores_tile<false>, dim3(nblk(maxR, ATS_B), (unsigned)n), ATS_T, 0, as_stream(stream), d_q, d_w,
                     d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
         DS4C_CHECK_LAUNCH("index_scores");
         return 0;
@@ -2061,7 +2124,7 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
 int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap, const float *d_comp,
                    int ratio, const int32_t *d_sel, const int32_t *d_nsel, int K, const float *d_sinks, float *d_out,
                    int64_t pos0, int n, int H, int HD, int W, float scale, int64_t max_keys, float *d_work,
-                   const float *d_rfreqs, int rd, int roff, void *d_qact, int64_t q_seg, void *stream) {
+                   const float *d_rfreqs, int rd, int roff, void *d_qact, int64_t q_seg, int flags, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
     if (HD % 4) return ds4c_err(DS4C_EINVAL, "attention: head dim %d not a multiple of 4", HD);
@@ -2085,7 +2148,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     cudaStream_t st = as_stream(stream);
     // chunks: 32 keys and every head group per CTA; single tokens (and
     // small chunks): 16 keys and one head group, for more CTAs
-    const bool chunk = n >= 8;
+    const bool chunk = n >= 8, fast = chunk && (flags & DS4C_FAST);
     const int ak = chunk ? AS_KMAX : AS_KMAX / 2;
     const size_t smem = (size_t)(AS_H + ak) * (HD + 4) * sizeof(float);
     static size_t set[2] = {0, 0};
@@ -2097,7 +2160,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     const int hg = chunk ? (int)nblk(H, AS_H) : 1;
     const dim3 gs(nblk(max_keys, ak), (unsigned)n, nblk(H, AS_H * hg));
     if (chunk && HD % ATS_SL == 0 && ds4c_opt_attn_tile())
-        ds4c_launch(k_attn_scores_tile, dim3(nblk(max_keys, ATS_B), (unsigned)n, nblk(H, ATS_A)), ATS_T, 0, st, a,
+        ds4c_launch(fast ? k_attn_scores_tile<true> : k_attn_scores_tile<false>, dim3(nblk(max_keys, ATS_B), (unsigned)n, nblk(H, ATS_A)), ATS_T, 0, st, a,
                     d_work, max_keys);
     else if (chunk)
         ds4c_launch(k_attn_scores<2>, gs, 256, smem, st, a, d_work, max_keys, hg);
@@ -2131,12 +2194,12 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         }
         return fuseq ? 0 : quantize();
     }
-    ds4c_launch(k_attn_softmax, (unsigned)(n * H), 32, 0, st, a, d_work, max_keys);
+    ds4c_launch(fast ? k_attn_softmax<true> : k_attn_softmax<false>, (unsigned)(n * H), 32, 0, st, a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention softmax");
     // single tokens: 2 heads per CTA (measured against 4 and 8 on the H200:
     // more heads per CTA read the keys fewer times but leave SMs idle)
     if (n >= 8 && HD % AOT_D == 0 && ds4c_opt_attn_tile())
-        ds4c_launch(k_attn_out_tile, dim3(HD / AOT_D, (unsigned)n, nblk(H, AOT_H)), AOT_T, 0, st, a, d_work, max_keys);
+        ds4c_launch(fast ? k_attn_out_tile<true> : k_attn_out_tile<false>, dim3(HD / AOT_D, (unsigned)n, nblk(H, AOT_H)), AOT_T, 0, st, a, d_work, max_keys);
     else if (n >= 8)
         ds4c_launch(k_attn_out<16>, dim3(nblk(HD, 128), (unsigned)n, nblk(H, 16)), 128, 0, st, a, d_work, max_keys);
     else

@@ -753,6 +753,92 @@ func TestMatMulExact(t *testing.T) {
 	}
 }
 
+// TestFloatTensorCores checks the fast-mode products of 16-bit weights and
+// 16 or more tokens on the tensor cores (k_float_tc: TF32 mma, each input as
+// two TF32 terms) against quant.MatVec within float32 ulps of Σ|w·x| — a
+// wrong index or fragment gives errors of the size of the sum itself —
+// through the selection path (ids, the last matrix, an id out of range:
+// NaN) and dense over every matrix; rows and token counts not multiples of
+// the CTA's 64, columns not a multiple of its step of 32. With the option
+// off the same calls take the matvec kernels, compared the same way.
+func TestFloatTensorCores(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptFloatTC, 1) })
+	cases := []struct {
+		typ        quant.Type
+		rows, cols int
+	}{
+		{quant.F16, 300, 4096},
+		{quant.F16, 24, 16384}, // the hc mixes' shape
+		{quant.BF16, 130, 1024},
+		{quant.F16, 70, 1032}, // a partial last step
+		{quant.BF16, 64, 72},
+	}
+	const mats = 2
+	for ci, c := range cases {
+		mb := weightBytes(c.typ, c.rows, c.cols)
+		w := randomWeights(c.typ, mats*mb/int64(c.typ.BlockBytes()), uint64(3100+ci))
+		dw := uploadWeight(t, d, c.typ, c.rows, c.cols, mats, w)
+		mat := func(m int) []byte { return w[m*int(mb) : (m+1)*int(mb)] }
+		at, _ := d.ActType(c.typ)
+		ab := d.ActBytes(at, c.cols)
+		for _, on := range []int{1, 0} {
+			must(t, d.SetOption(OptFloatTC, on))
+			for _, nt := range []int{16, 40, 100} {
+				x := gaussian(nt*c.cols, uint64(3200+ci+nt))
+				act := quantizeOnDevice(t, d, c.typ, x, c.cols, nt)
+				wants := make([][]float32, mats*nt)
+				mags := make([][]float64, mats*nt)
+				for m := 0; m < mats; m++ {
+					for tok := 0; tok < nt; tok++ {
+						wants[m*nt+tok], mags[m*nt+tok] = reference(t, c.typ, mat(m), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
+					}
+				}
+				name := fmt.Sprintf("%s %dx%d nt=%d tc=%d", c.typ, c.rows, c.cols, nt, on)
+				// selection path: the last matrix, then an id out of range
+				for _, id := range []int32{mats - 1, mats} {
+					idp := alloc(t, d, 4)
+					must(t, UploadSlice(d, idp, []int32{id}))
+					y := alloc(t, d, int64(4*c.rows*nt))
+					poison(t, d, y, c.rows*nt)
+					must(t, d.MatMulEx(0, dw, idp, 1, act, ab, 0, 1, nt, y, int64(c.rows), 0, false))
+					got := download(t, d, y, c.rows*nt)
+					if id == mats {
+						for i, v := range got {
+							if !math.IsNaN(float64(v)) {
+								t.Fatalf("%s, id out of range: output %d = %v, want NaN", name, i, v)
+							}
+						}
+						continue
+					}
+					want, mag := flat(wants[int(id)*nt:(int(id)+1)*nt]), flat(mags[int(id)*nt:(int(id)+1)*nt])
+					compare(t, name+" ids", got, want, mag, c.cols)
+				}
+				// dense: selection i = matrix i, outputs at a token stride past the rows
+				yt := int64(c.rows + 3)
+				y := alloc(t, d, 4*yt*int64(nt*mats))
+				poison(t, d, y, int(yt)*nt*mats)
+				must(t, d.MatMulEx(0, dw, 0, mats, act, ab, 0, 1, nt, y, yt, yt*int64(nt), false))
+				all := download(t, d, y, int(yt)*nt*mats)
+				got := make([]float32, 0, c.rows*nt*mats)
+				for o := 0; o < nt*mats; o++ {
+					got = append(got, all[o*int(yt):o*int(yt)+c.rows]...)
+				}
+				compare(t, name+" dense", got, flat(wants), flat(mags), c.cols)
+			}
+		}
+	}
+}
+
+// flat concatenates rows.
+func flat[T any](rows [][]T) []T {
+	var out []T
+	for _, r := range rows {
+		out = append(out, r...)
+	}
+	return out
+}
+
 // TestMatMulTensorCores checks the tensor-core products (mm_tc.cu), dense
 // (many tokens, several matrices, rows not a multiple of the CTA's 128) and
 // grouped by expert ids (Group + MatMulGrouped, with an id out of range),
@@ -959,11 +1045,17 @@ func bestFirst(scores []float32) []int32 {
 
 // TestIndexScores checks the indexer's scores, Σ_h relu(q_h·k_i)·w_h, against
 // the CPU backend's order (dot_ref's four running sums, the heads added in
-// order) bit for bit: the tiled single-query kernel and the general one.
+// order) bit for bit: the tiled single-query kernel, the general one and the
+// chunk kernel; and the chunk kernel's fast form (dots on the tensor cores)
+// within 2^-18 of Σ_h |w_h|·Σ_i |q_hi·k_i|.
 func TestIndexScores(t *testing.T) {
 	d := gpu(t)
 	const IH, IHD, ratio = 64, 128, 4
-	for _, c := range []struct{ pos0, n, tile int }{{8200, 1, 1}, {8200, 1, 0}, {8200, 3, 1}, {101, 1, 1}, {3, 1, 1}} {
+	for _, c := range []struct {
+		pos0, n, tile int
+		fast          bool
+	}{{8200, 1, 1, false}, {8200, 1, 0, false}, {8200, 3, 1, false}, {101, 1, 1, false}, {3, 1, 1, false},
+		{300, 40, 1, false}, {300, 40, 1, true}, {1000, 70, 1, true}} {
 		must(t, d.SetOption(OptIXTile, c.tile))
 		maxR := (c.pos0 + c.n) / ratio
 		q := gaussian(c.n*IH*IHD, uint64(c.pos0+c.n))
@@ -972,19 +1064,33 @@ func TestIndexScores(t *testing.T) {
 		scores := tempAlloc(t, d, int64(4*c.n*maxR))
 		poison(t, d, scores, c.n*maxR)
 		qp, wp, rp := tempUpload(t, d, q), tempUpload(t, d, w), tempUpload(t, d, rows)
-		must(t, d.IndexScores(0, qp, wp, rp, IH, IHD, c.pos0, ratio, c.n, scores, int64(maxR)))
+		must(t, d.IndexScores(0, qp, wp, rp, IH, IHD, c.pos0, ratio, c.n, scores, int64(maxR), c.fast))
 		got := download(t, d, scores, c.n*maxR)
 		for tok := 0; tok < c.n; tok++ {
 			R := (c.pos0 + tok + 1) / ratio
 			for i := 0; i < R; i++ {
 				var want float32
+				var mag float64
 				for h := 0; h < IH; h++ {
-					dot := dotRef(q[(tok*IH+h)*IHD:(tok*IH+h+1)*IHD], rows[i*IHD:(i+1)*IHD])
+					qh, k := q[(tok*IH+h)*IHD:(tok*IH+h+1)*IHD], rows[i*IHD:(i+1)*IHD]
+					dot := dotRef(qh, k)
 					if dot > 0 {
 						want += float32(dot * w[tok*IH+h])
 					}
+					var m float64
+					for j := range qh {
+						m += math.Abs(float64(qh[j]) * float64(k[j]))
+					}
+					mag += m * math.Abs(float64(w[tok*IH+h]))
 				}
-				if g := got[tok*maxR+i]; math.Float32bits(g) != math.Float32bits(want) {
+				g := got[tok*maxR+i]
+				if c.fast {
+					if e := math.Abs(float64(g) - float64(want)); !(e <= mag*0x1p-18) {
+						t.Fatalf("pos0 %d, %d tokens, fast: token %d row %d: %v, want %v (error %g, bound %g)", c.pos0, c.n, tok, i, g, want, e, mag*0x1p-18)
+					}
+					continue
+				}
+				if math.Float32bits(g) != math.Float32bits(want) {
 					t.Fatalf("pos0 %d, %d tokens, tile %d: token %d row %d: %v, want %v", c.pos0, c.n, c.tile, tok, i, g, want)
 				}
 			}

@@ -465,6 +465,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		Sinks: L.sinks, Out: o, Pos0: b.pos, N: n, H: H, HD: HD, W: c.Window,
 		Scale: float32(1 / math.Sqrt(float64(HD))), MaxKeys: maxKeys, Work: work,
 		RopeFreqs: L.freqs, RopeDim: rd, RopeOff: nope, // the inverse rotation of the output
+		Fast: !be.exact(),
 	}
 	if act != o && at == quant.Q8_0 && seg%32 == 0 {
 		aa.QAct, aa.QSeg = act, seg
@@ -596,7 +597,7 @@ func (be *Backend) index(b *batch, L *dlayer, tabs []*dtable, iq, iw Ptr, scorin
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := d.IndexScores(s, iq, iw, rows.p, IH, IHD, b.pos, ratio, n, scores, int64(maxRows)); err != nil {
+	if err := d.IndexScores(s, iq, iw, rows.p, IH, IHD, b.pos, ratio, n, scores, int64(maxRows), !be.exact()); err != nil {
 		return 0, 0, err
 	}
 	return sel, nsel, d.TopK(s, scores, int64(maxRows), 0, b.pos, ratio, K, true, sel, nsel, n)

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 13
+const abiVersion = 14
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -96,9 +96,9 @@ type lib struct {
 	ringWrite   func(ring uintptr, cap, width int64, src uintptr, srcStride, pos0 int64, n int32, s uintptr) int32
 	ringWrite2  func(ringA, ringB uintptr, cap, width int64, srcA, srcB uintptr, srcStride, pos0 int64, n int32, s uintptr) int32
 	compPool    func(kv, sc, kvRing, scRing uintptr, cap, cw, pos0 int64, r, coff int32, w, i0 int64, nrows int32, rows uintptr, s uintptr) int32
-	indexScores func(q, w, rows uintptr, ih, ihd int32, pos0 int64, ratio, n int32, scores uintptr, scStride int64, s uintptr) int32
+	indexScores func(q, w, rows uintptr, ih, ihd int32, pos0 int64, ratio, n int32, scores uintptr, scStride int64, flags int32, s uintptr) int32
 	topk        func(scores uintptr, stride, rFixed, pos0 int64, ratio, k, allIfFew int32, sel, nsel uintptr, n int32, s uintptr) int32
-	attention   func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, s uintptr) int32
+	attention   func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, flags int32, s uintptr) int32
 	router      func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, s uintptr) int32
 	swigluRef   func(g, u, y uintptr, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
 	moeCombine  func(ye, sel, ysh, y uintptr, n, k int32, d int64, s uintptr) int32

@@ -106,8 +106,8 @@ func (l *lib) direct(sym func(name string) uintptr) error {
 	l.compPool = func(kv, sc, kvRing, scRing uintptr, cap, cw, pos0 int64, r, coff int32, w, i0 int64, nrows int32, rows uintptr, s uintptr) int32 {
 		return cint(call(compPool, kv, sc, kvRing, scRing, arg(cap), arg(cw), arg(pos0), arg(r), arg(coff), arg(w), arg(i0), arg(nrows), rows, s))
 	}
-	l.indexScores = func(q, w, rows uintptr, ih, ihd int32, pos0 int64, ratio, n int32, scores uintptr, scStride int64, s uintptr) int32 {
-		return cint(call(indexScores, q, w, rows, arg(ih), arg(ihd), arg(pos0), arg(ratio), arg(n), scores, arg(scStride), s))
+	l.indexScores = func(q, w, rows uintptr, ih, ihd int32, pos0 int64, ratio, n int32, scores uintptr, scStride int64, flags int32, s uintptr) int32 {
+		return cint(call(indexScores, q, w, rows, arg(ih), arg(ihd), arg(pos0), arg(ratio), arg(n), scores, arg(scStride), arg(flags), s))
 	}
 	l.topk = func(scores uintptr, stride, rFixed, pos0 int64, ratio, k, allIfFew int32, sel, nsel uintptr, n int32, s uintptr) int32 {
 		return cint(call(topk, scores, arg(stride), arg(rFixed), arg(pos0), arg(ratio), arg(k), arg(allIfFew), sel, nsel, arg(n), s))

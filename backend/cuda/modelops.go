@@ -230,11 +230,13 @@ func (d *Device) CompPool(s Stream, a *CompPoolArgs) error {
 	})
 }
 
-// IndexScores scores the indexer rows for each of n tokens.
-func (d *Device) IndexScores(s Stream, q, w, rows Ptr, ih, ihd, pos0, ratio, n int, scores Ptr, scStride int64) error {
+// IndexScores scores the indexer rows for each of n tokens. fast lets
+// chunks of 8 or more tokens take the dots on the tensor cores (ds4c.h's
+// DS4C_FAST: ≈ 2^-21 of Σ|q·k| from backend/cpu's order).
+func (d *Device) IndexScores(s Stream, q, w, rows Ptr, ih, ihd, pos0, ratio, n int, scores Ptr, scStride int64, fast bool) error {
 	return d.l.call("index_scores", func() int32 {
 		return d.l.indexScores(uintptr(q), uintptr(w), uintptr(rows), int32(ih), int32(ihd), int64(pos0), int32(ratio), int32(n),
-			uintptr(scores), scStride, uintptr(s))
+			uintptr(scores), scStride, fastFlag(fast), uintptr(s))
 	})
 }
 
@@ -278,6 +280,19 @@ type AttentionArgs struct {
 	// (ActBytes(Q8_0, QSeg) apart) would form it, after the rotation.
 	QAct Ptr
 	QSeg int
+	// Fast lets chunks of 8 or more tokens take the fast-mode kernels
+	// (DS4C_FAST: scores on the tensor cores, float exponentials, fused
+	// multiply-adds in the weighted sum); otherwise every operation rounds
+	// as backend/cpu's.
+	Fast bool
+}
+
+// fastFlag is DS4C_FAST when fast is set.
+func fastFlag(fast bool) int32 {
+	if fast {
+		return 1
+	}
+	return 0
 }
 
 // AttentionWork is the number of floats of AttentionArgs.Work.
@@ -289,7 +304,7 @@ func (d *Device) Attention(s Stream, a *AttentionArgs) error {
 		return d.l.attention(uintptr(a.Q), uintptr(a.KV), uintptr(a.Win), int64(a.WCap), uintptr(a.Comp), int32(a.Ratio),
 			uintptr(a.Sel), uintptr(a.NSel), int32(a.K), uintptr(a.Sinks), uintptr(a.Out), int64(a.Pos0), int32(a.N),
 			int32(a.H), int32(a.HD), int32(a.W), a.Scale, int64(a.MaxKeys), uintptr(a.Work),
-			uintptr(a.RopeFreqs), int32(a.RopeDim), int32(a.RopeOff), uintptr(a.QAct), int64(a.QSeg), uintptr(s))
+			uintptr(a.RopeFreqs), int32(a.RopeDim), int32(a.RopeOff), uintptr(a.QAct), int64(a.QSeg), fastFlag(a.Fast), uintptr(s))
 	})
 }
 

@@ -86,7 +86,7 @@ func TestOpLatency(t *testing.T) {
 		isel, insel := tempAlloc(t, d, 4*TopK), tempAlloc(t, d, 4)
 		for v := 1; v >= 0; v-- {
 			report(fmt.Sprintf("index scores R=%d ix_tile=%d", R, v), OptIXTile, v, func(int) error {
-				return d.IndexScores(s, q, w, rows, IH, IHD, ctx-1, 4, 1, scores, int64(R))
+				return d.IndexScores(s, q, w, rows, IH, IHD, ctx-1, 4, 1, scores, int64(R), false)
 			})
 		}
 		for _, v := range []int{1, 2, 0} {

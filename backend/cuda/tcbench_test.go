@@ -115,21 +115,28 @@ func TestPrefillProducts(t *testing.T) {
 	// indexer's query (main stream, ratio-4 layers), a compressor's KV, a
 	// hyper-connection mixer, the router. Exact mode rounds every product and
 	// sum, so the FP32 floor is 2 instructions a multiply-add.
+	// Then the same in fast mode (k_float_tc: TF32 tensor cores).
 	float16 := func(name string, rows, cols int) {
-		label := fmt.Sprintf("%s F16 %dx%d nt %d exact", name, rows, cols, ntok)
-		if !keep.MatchString(label) {
-			return
-		}
 		mb := weightBytes(quant.F16, rows, cols)
 		w := randomWeights(quant.F16, mb/int64(quant.F16.BlockBytes()), 58)
 		dw := uploadWeight(t, d, quant.F16, rows, cols, 1, w)
 		defer d.FreeWeight(dw)
 		x := upload(t, d, gaussian(ntok*cols, 59))
 		y := alloc(t, d, int64(4*rows*ntok))
-		us := gt.time(calls, func(int) error {
-			return d.MatMulEx(s, dw, 0, 1, x, int64(4*cols), 0, 1, ntok, y, int64(rows), 0, true)
-		})
-		report(label, float64(ntok)*float64(rows)*float64(cols), us)
+		for _, exact := range []bool{true, false} {
+			mode := "exact"
+			if !exact {
+				mode = "fast"
+			}
+			label := fmt.Sprintf("%s F16 %dx%d nt %d %s", name, rows, cols, ntok, mode)
+			if !keep.MatchString(label) {
+				continue
+			}
+			us := gt.time(calls, func(int) error {
+				return d.MatMulEx(s, dw, 0, 1, x, int64(4*cols), 0, 1, ntok, y, int64(rows), 0, exact)
+			})
+			report(label, float64(ntok)*float64(rows)*float64(cols), us)
+		}
 	}
 	float16("indexer_q_b", 8192, 1024)
 	float16("compressor_kv", 1024, 4096)

@@ -5,8 +5,8 @@
 # (reused when its size is right; MODEL names another path, e.g. the
 # full-size file bench-h200.sh made, with LAYERS=43), then runs ds4-bench at FRONTIER (default
 # 8192) once with the defaults and once per environment assignment given as
-# arguments, e.g.
-#   bash scripts/cuda/ab-layers.sh DS4_CUDA_QUANT_VEC=0 DS4_CUDA_NORM_ROPE_W=0
+# arguments, or per ds4-bench flag (an argument starting with --), e.g.
+#   bash scripts/cuda/ab-layers.sh DS4_CUDA_QUANT_VEC=0 DS4_CUDA_NORM_ROPE_W=0 --fast
 # Needs dev-out/final/{ds4-gguf,ds4-bench} and build/libds4cuda.so
 # (scripts/cuda/device.sh build). Rates are per whole model: compare them
 # only with each other.
@@ -18,6 +18,10 @@ FRONTIER=${FRONTIER:-8192}
 M=${MODEL:-/dev/shm/flash-q2-L$L.gguf}
 size=$("$F/ds4-gguf" synth --flash-q2 --layers "$L" --dry-run -o "$M" | grep -o '[0-9]* bytes' | head -1 | cut -d' ' -f1)
 if ! [ -f "$M" ] || [ "$(stat -c %s "$M")" != "$size" ]; then
+    # tmpfs defaults to half the memory: grow /dev/shm when the file needs it
+    if [[ $M == /dev/shm/* ]] && [ "$(df -B1 --output=avail /dev/shm | tail -1)" -lt $((size + (1 << 30))) ]; then
+        mount -o remount,size=$(( (size >> 30) + 8 ))G /dev/shm && echo "remounted /dev/shm"
+    fi
     t0=$(date +%s)
     timeout 300 "$F/ds4-gguf" synth --flash-q2 --layers "$L" -o "$M" >/tmp/synth-L.log 2>&1 || { tail -3 /tmp/synth-L.log; exit 1; }
     echo "synth $L layers in $(( $(date +%s) - t0 )) s"
@@ -25,6 +29,10 @@ fi
 export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1
 for ab in DS4_AB=default "$@"; do
     echo "== $ab"
-    env "$ab" "$F/ds4-bench" -m "$M" --backend cuda --frontiers "$FRONTIER" --gen "${GEN:-16}" 2>&1 |
+    case $ab in
+    --*) flag=$ab; ab=DS4_AB=flag ;;
+    *) flag= ;;
+    esac
+    env "$ab" "$F/ds4-bench" -m "$M" --backend cuda --frontiers "$FRONTIER" --gen "${GEN:-16}" $flag 2>&1 |
         grep -E "frontier $FRONTIER|rror" | tail -2
 done
