@@ -1441,7 +1441,8 @@ __global__ void __launch_bounds__(ATS_T, 2) k_attn_scores_tile(AttnArgs a, float
     }
 }
 
-// FAST: float exponentials (expf) instead of exp_ref's double ones.
+// FAST: float exponentials (expf) instead of exp_ref's double ones, and
+// the denominator as lane sums and a shuffle tree instead of one serial sum.
 template <bool FAST>
 __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int64_t maxk) {
     pdl_enter();
@@ -1453,14 +1454,25 @@ __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int6
     float mx = sink;
     for (int64_t k = lane; k < nk; k += 32) mx = fmax_go(mx, s[k]);
     mx = warp_max(mx);
-    for (int64_t k = lane; k < nk; k += 32) s[k] = FAST ? expf(s[k] - mx) : exp_ref(fsub(s[k], mx));
-    __syncwarp();
-    // every lane runs the same serial sum, 32 values per load
-    float sum = FAST ? expf(sink - mx) : exp_ref(fsub(sink, mx));
-    for (int64_t k0 = 0; k0 < nk; k0 += 32) {
-        const float v = k0 + lane < nk ? s[k0 + lane] : 0.f;
-        const int m = (int)min((int64_t)32, nk - k0);
-        for (int j = 0; j < m; j++) sum = fadd(sum, __shfl_sync(FULL_MASK, v, j));
+    float sum;
+    if constexpr (FAST) { // lane sums and a shuffle tree
+        float part = 0.f;
+        for (int64_t k = lane; k < nk; k += 32) {
+            const float e = expf(s[k] - mx);
+            s[k] = e;
+            part += e;
+        }
+        sum = expf(sink - mx) + warp_sum(part);
+    } else {
+        for (int64_t k = lane; k < nk; k += 32) s[k] = exp_ref(fsub(s[k], mx));
+        __syncwarp();
+        // every lane runs the same serial sum, 32 values per load
+        sum = exp_ref(fsub(sink, mx));
+        for (int64_t k0 = 0; k0 < nk; k0 += 32) {
+            const float v = k0 + lane < nk ? s[k0 + lane] : 0.f;
+            const int m = (int)min((int64_t)32, nk - k0);
+            for (int j = 0; j < m; j++) sum = fadd(sum, __shfl_sync(FULL_MASK, v, j));
+        }
     }
     __syncwarp();
     for (int64_t k = lane; k < nk; k += 32) s[k] = __fdiv_rn(s[k], sum);
@@ -1624,6 +1636,106 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
             *(float4 *)&a.out[((int64_t)t * a.H + h0 + hh) * a.HD + d0 + 4 * dg] =
                 make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
     }
+}
+
+// Fast mode's weighted sum of a chunk on the tensor cores: k_attn_out_tile's
+// CTA (one token, AOT_H heads × AOT_D dims) and staging (probabilities as
+// [key][head], values as [key][dim], AOT_K keys a chunk, two stages; keys
+// past the count staged as zeros), the sum as TF32 mma.sync m16n8k8 with
+// both operands split into two TF32 terms (the three larger cross products:
+// ≈ 2^-21 of Σ p·|v| from the exact order). Warp w takes heads
+// 16·(w&3) … +16 and dims 64·(w>>2) … +64: 8 tiles of 16 × 8.
+__global__ void __launch_bounds__(AOT_T) k_attn_out_tc(AttnArgs a, const float *sc, int64_t maxk) {
+    static_assert(AOT_T == 256 && AOT_H == 64 && AOT_D == 128 && AOT_K % 8 == 0, "the mma layout");
+    pdl_enter();
+    // rows padded so that a fragment's 4 keys × 8 heads or dims hit 32 banks
+    constexpr int PLD = AOT_H + 8, VLD = AOT_D + 8;
+    __shared__ __align__(16) float s_p[2][AOT_K * PLD];
+    __shared__ __align__(16) float s_v[2][AOT_K * VLD];
+    const int t = blockIdx.y, tid = threadIdx.x;
+    const int64_t p = a.pos0 + t;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin);
+    const int d0 = blockIdx.x * AOT_D, h0 = blockIdx.z * AOT_H, nh = min(AOT_H, a.H - h0);
+    float4 vv[AOT_VV], pv[AOT_PV];
+    auto fetch = [&](int64_t kc) {
+        const int m = (int)min((int64_t)AOT_K, nk - kc);
+#pragma unroll
+        for (int u = 0; u < AOT_VV; u++) {
+            const int f = tid + AOT_T * u, k = f / (AOT_D / 4);
+            vv[u] = k < m ? __ldg((const float4 *)(attn_key(a, t, p, kc + k, nwin) + d0) + f % (AOT_D / 4))
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < AOT_PV; u++) {
+            const int f = tid + AOT_T * u, h = min(f / (AOT_K / 4), nh - 1), k4 = 4 * (f % (AOT_K / 4));
+            const float *src = sc + ((int64_t)t * a.H + h0 + h) * maxk + kc + k4;
+            pv[u] = make_float4(k4 < m ? src[0] : 0.f, k4 + 1 < m ? src[1] : 0.f, k4 + 2 < m ? src[2] : 0.f,
+                                k4 + 3 < m ? src[3] : 0.f);
+        }
+    };
+    auto stash = [&](int st) {
+#pragma unroll
+        for (int u = 0; u < AOT_VV; u++) {
+            const int f = tid + AOT_T * u;
+            *(float4 *)&s_v[st][(f / (AOT_D / 4)) * VLD + 4 * (f % (AOT_D / 4))] = vv[u];
+        }
+#pragma unroll
+        for (int u = 0; u < AOT_PV; u++) {
+            const int f = tid + AOT_T * u, h = f / (AOT_K / 4), k4 = 4 * (f % (AOT_K / 4));
+            float *d = &s_p[st][k4 * PLD + h];
+            d[0] = pv[u].x;
+            d[PLD] = pv[u].y;
+            d[2 * PLD] = pv[u].z;
+            d[3 * PLD] = pv[u].w;
+        }
+    };
+    const int lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+    const int hm = 16 * (warp & 3), dn = 64 * (warp >> 2);
+    float c[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+    if (nk > 0) {
+        fetch(0);
+        stash(0);
+    }
+    __syncthreads();
+    for (int64_t kc = 0, ci = 0; kc < nk; kc += AOT_K, ci++) {
+        const int st = (int)(ci & 1);
+        if (kc + AOT_K < nk) fetch(kc + AOT_K);
+#pragma unroll
+        for (int kk = 0; kk < AOT_K; kk += 8) {
+            // A = probabilities [head][key]: (gid, tig), (gid+8, tig), (gid, tig+4), (gid+8, tig+4)
+            const float *pa = &s_p[st][(kk + tig) * PLD + hm + gid];
+            uint32_t ah[4], al[4];
+            tf32_split(pa[0], ah[0], al[0]);
+            tf32_split(pa[8], ah[1], al[1]);
+            tf32_split(pa[4 * PLD], ah[2], al[2]);
+            tf32_split(pa[4 * PLD + 8], ah[3], al[3]);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                // B = values [key][dim]: (key tig, dim gid), (key tig+4, dim gid)
+                const float *pb = &s_v[st][(kk + tig) * VLD + dn + 8 * j + gid];
+                uint32_t b0h, b0l, b1h, b1l;
+                tf32_split(pb[0], b0h, b0l);
+                tf32_split(pb[4 * VLD], b1h, b1l);
+                mma_tf32(c[j], al, b0h, b1h); // the small terms first
+                mma_tf32(c[j], ah, b0l, b1l);
+                mma_tf32(c[j], ah, b0h, b1h);
+            }
+        }
+        if (kc + AOT_K < nk) stash(st ^ 1);
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+            const int hh = hm + gid + 4 * e; // e 0: rows gid, e 2: gid + 8
+            if (hh < nh)
+                *(float2 *)&a.out[((int64_t)t * a.H + h0 + hh) * a.HD + d0 + dn + 8 * j + 2 * tig] =
+                    make_float2(c[j][e], c[j][e + 1]);
+        }
 }
 
 // Single tokens (and chunks of fewer than 8): the softmax and the weighted
@@ -2084,7 +2196,7 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         return 0;
     }
     if (IH <= ATS_A && IHD % ATS_SL == 0 && ds4c_opt_ix_chunk()) {
-        ds4c_launch((flags & DS4C_FAST) && n >= 8 ? k_index_scores_tile<true> : k_index_scores_tile<false>, dim3(nblk(maxR, ATS_B), (unsigned)n), ATS_T, 0, as_stream(stream), d_q, d_w,
+        ds4c_launch((flags & DS4C_FAST) && n >= 8 && ds4c_opt_attn_tc() ? k_index_scores_tile<true> : k_index_scores_tile<false>, dim3(nblk(maxR, ATS_B), (unsigned)n), ATS_T, 0, as_stream(stream), d_q, d_w,
                     d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
         DS4C_CHECK_LAUNCH("index_scores");
         return 0;
@@ -2148,7 +2260,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     cudaStream_t st = as_stream(stream);
     // chunks: 32 keys and every head group per CTA; single tokens (and
     // small chunks): 16 keys and one head group, for more CTAs
-    const bool chunk = n >= 8, fast = chunk && (flags & DS4C_FAST);
+    const bool chunk = n >= 8, fast = chunk && (flags & DS4C_FAST), tc = fast && ds4c_opt_attn_tc();
     const int ak = chunk ? AS_KMAX : AS_KMAX / 2;
     const size_t smem = (size_t)(AS_H + ak) * (HD + 4) * sizeof(float);
     static size_t set[2] = {0, 0};
@@ -2160,7 +2272,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     const int hg = chunk ? (int)nblk(H, AS_H) : 1;
     const dim3 gs(nblk(max_keys, ak), (unsigned)n, nblk(H, AS_H * hg));
     if (chunk && HD % ATS_SL == 0 && ds4c_opt_attn_tile())
-        ds4c_launch(fast ? k_attn_scores_tile<true> : k_attn_scores_tile<false>, dim3(nblk(max_keys, ATS_B), (unsigned)n, nblk(H, ATS_A)), ATS_T, 0, st, a,
+        ds4c_launch(tc ? k_attn_scores_tile<true> : k_attn_scores_tile<false>, dim3(nblk(max_keys, ATS_B), (unsigned)n, nblk(H, ATS_A)), ATS_T, 0, st, a,
                     d_work, max_keys);
     else if (chunk)
         ds4c_launch(k_attn_scores<2>, gs, 256, smem, st, a, d_work, max_keys, hg);
@@ -2198,7 +2310,9 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     DS4C_CHECK_LAUNCH("attention softmax");
     // single tokens: 2 heads per CTA (measured against 4 and 8 on the H200:
     // more heads per CTA read the keys fewer times but leave SMs idle)
-    if (n >= 8 && HD % AOT_D == 0 && ds4c_opt_attn_tile())
+    if (tc && HD % AOT_D == 0 && ds4c_opt_attn_tile())
+        ds4c_launch(k_attn_out_tc, dim3(HD / AOT_D, (unsigned)n, nblk(H, AOT_H)), AOT_T, 0, st, a, d_work, max_keys);
+    else if (n >= 8 && HD % AOT_D == 0 && ds4c_opt_attn_tile())
         ds4c_launch(fast ? k_attn_out_tile<true> : k_attn_out_tile<false>, dim3(HD / AOT_D, (unsigned)n, nblk(H, AOT_H)), AOT_T, 0, st, a, d_work, max_keys);
     else if (n >= 8)
         ds4c_launch(k_attn_out<16>, dim3(nblk(HD, 128), (unsigned)n, nblk(H, 16)), 128, 0, st, a, d_work, max_keys);

@@ -131,10 +131,16 @@ __global__ void __launch_bounds__(FTC_T) k_float_tc(MVArgs a, int nt) {
 }
 
 // float_tc_ok reports whether a fast-mode product can take k_float_tc:
-// 16-bit weights, 16 or more tokens, 16-byte rows and inputs.
+// 16-bit weights, 16 or more tokens, 16-byte rows and inputs, and enough
+// tiles to fill the GPU (the hc mixers' 24 rows × 2048 tokens make 32 CTAs
+// that each walk all 16384 columns: 531 µs on the H200 against 159 for the
+// exact tiled kernel, which launch_float then takes; option value 2 takes
+// k_float_tc whatever the grid, for the tests).
 static bool float_tc_ok(int type, const MVArgs &a, int n_sel, int nt) {
+    const int64_t ctas = (a.rows + FTC_M - 1) / FTC_M * n_sel * ((nt + FTC_N - 1) / FTC_N);
     return (type == DS4C_F16 || type == DS4C_BF16) && nt >= 16 && ds4c_opt_float_tc() && fx_vec(a) &&
-           a.rows <= INT32_MAX && n_sel <= 65535 && (nt + FTC_N - 1) / FTC_N <= 65535;
+           a.rows <= INT32_MAX && n_sel <= 65535 && (nt + FTC_N - 1) / FTC_N <= 65535 &&
+           (ctas >= ds4c_sm_count() || ds4c_opt_float_tc() == 2);
 }
 
 template <int FT>
@@ -154,6 +160,8 @@ int launch_float(int type, const MVArgs &a, int n_sel, int nt, bool exact, cudaS
         }
     }
     if (float_tc_ok(type, a, n_sel, nt)) return type == DS4C_F16 ? launch_float_tc<1>(a, n_sel, nt, st) : launch_float_tc<2>(a, n_sel, nt, st);
+    if (nt >= FXT_T && type == DS4C_F16) return launch_fexact<1>(a, n_sel, nt, st); // the tiled kernel beats 8 tokens a launch
+    if (nt >= FXT_T && type == DS4C_BF16) return launch_fexact<2>(a, n_sel, nt, st);
     switch (type) {
     case DS4C_F32: return launch_type<TF32>(a, n_sel, nt, false, st);
     case DS4C_F16: return launch_type<TF16>(a, n_sel, nt, false, st);

@@ -23,6 +23,15 @@ import (
 const (
 	boundMax    = 1e-3
 	boundMedian = 2e-5
+	// Fast mode on float weights: chunks multiply on the tensor cores (TF32
+	// terms, truncating accumulation) and attention takes float
+	// exponentials, so its rows sit a few 1e-6 from the CPU's, and an
+	// indexer near-tie may pick another compressed row for a token, which
+	// moves that token's logits by up to ≈ 0.1 (measured: one row of 300).
+	// It is held to the median and to the top-1 agreement instead of the
+	// largest row error.
+	boundFastMedian = 1e-4
+	boundFastTop1   = 0.99
 )
 
 func synthWeights(t testing.TB, c model.Config, scheme model.Scheme) *model.Weights {
@@ -102,11 +111,20 @@ func (a agreement) String() string {
 // random synthetic weights amplify them layer after layer).
 var strict = true
 
+// fastBounds is set for fast-mode runs on float weights (boundFast*).
+var fastBounds = false
+
 func checkAgree(t *testing.T, what string, ref, got [][]float32) {
 	t.Helper()
 	a := agree(ref, got)
 	t.Logf("%s: %v", what, a)
-	if strict && (a.max > boundMax || a.median > boundMedian) {
+	switch {
+	case !strict:
+	case fastBounds:
+		if a.median > boundFastMedian || a.top1 < boundFastTop1 {
+			t.Errorf("%s: outside the fast-mode bounds (median %g, top-1 agreement %g)", what, boundFastMedian, boundFastTop1)
+		}
+	case a.max > boundMax || a.median > boundMedian:
 		t.Errorf("%s: outside the bounds (max %g, median %g)", what, boundMax, boundMedian)
 	}
 }
@@ -173,7 +191,7 @@ func TestBackendMatchesCPU(t *testing.T) {
 		{synth.Tiny(), model.SchemeF32, true},
 		{quantTiny(), model.SchemeQ2, true},
 	}
-	defer func() { strict = true }()
+	defer func() { strict, fastBounds = true, false }()
 	for _, tc := range cases {
 		name := tc.scheme.Name
 		if tc.fast {
@@ -182,6 +200,7 @@ func TestBackendMatchesCPU(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// fast products on quantized weights are only reported
 			strict = !tc.fast || tc.scheme.ExpertDown == model.SchemeF16.ExpertDown || tc.scheme.ExpertDown == model.SchemeF32.ExpertDown
+			fastBounds = tc.fast
 			w := synthWeights(t, tc.cfg, tc.scheme)
 			ref, err := cpu.New(w, cpu.Options{})
 			if err != nil {

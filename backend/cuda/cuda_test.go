@@ -760,7 +760,10 @@ func TestMatMulExact(t *testing.T) {
 // through the selection path (ids, the last matrix, an id out of range:
 // NaN) and dense over every matrix; rows and token counts not multiples of
 // the CTA's 64, columns not a multiple of its step of 32. With the option
-// off the same calls take the matvec kernels, compared the same way.
+// off the same calls take the exact tiled kernels, compared the same way.
+// The tolerance is compare's for 4·cols terms (4 + √cols ulps): the tensor
+// cores' float32 accumulation truncates, which measured ≈ √cols/2 ulps on
+// the H200 (16 at 1024 columns, 32 at 4096, 55 at 16384).
 func TestFloatTensorCores(t *testing.T) {
 	d := gpu(t)
 	t.Cleanup(func() { d.SetOption(OptFloatTC, 1) })
@@ -782,7 +785,7 @@ func TestFloatTensorCores(t *testing.T) {
 		mat := func(m int) []byte { return w[m*int(mb) : (m+1)*int(mb)] }
 		at, _ := d.ActType(c.typ)
 		ab := d.ActBytes(at, c.cols)
-		for _, on := range []int{1, 0} {
+		for _, on := range []int{2, 0} { // 2: the tensor cores whatever the grid
 			must(t, d.SetOption(OptFloatTC, on))
 			for _, nt := range []int{16, 40, 100} {
 				x := gaussian(nt*c.cols, uint64(3200+ci+nt))
@@ -812,7 +815,7 @@ func TestFloatTensorCores(t *testing.T) {
 						continue
 					}
 					want, mag := flat(wants[int(id)*nt:(int(id)+1)*nt]), flat(mags[int(id)*nt:(int(id)+1)*nt])
-					compare(t, name+" ids", got, want, mag, c.cols)
+					compare(t, name+" ids", got, want, mag, 4*c.cols)
 				}
 				// dense: selection i = matrix i, outputs at a token stride past the rows
 				yt := int64(c.rows + 3)
@@ -824,7 +827,7 @@ func TestFloatTensorCores(t *testing.T) {
 				for o := 0; o < nt*mats; o++ {
 					got = append(got, all[o*int(yt):o*int(yt)+c.rows]...)
 				}
-				compare(t, name+" dense", got, flat(wants), flat(mags), c.cols)
+				compare(t, name+" dense", got, flat(wants), flat(mags), 4*c.cols)
 			}
 		}
 	}
@@ -1213,6 +1216,65 @@ func TestMoECombine(t *testing.T) {
 					t.Fatalf("n=%d token %d dim %d: %v, want %v", n, tok, c, g, acc)
 				}
 			}
+		}
+	}
+}
+
+// TestAttentionFast checks fast mode's chunk attention (scores and weighted
+// sums on the tensor cores, float exponentials) against the exact kernels on
+// the same inputs: Flash's 64 heads of 512, a chunk of 40 tokens past the
+// 128-token window, ratio-4 picks and ratio-128 rows; every (token, head)
+// output row within 1e-4 of its largest magnitude (the operands' TF32 terms
+// keep ≈ 2^-21 of each dot; a wrong fragment or row is off by O(1)). With
+// OptAttnTC off, fast mode's exact-order scores and fused multiply-add sums
+// are held to the same bound.
+func TestAttentionFast(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptAttnTC, 1) })
+	const H, HD, W, n, pos0, K = 64, 512, 128, 40, 700, 64
+	q, kv := upload(t, d, gaussian(n*H*HD, 21)), upload(t, d, gaussian(n*HD, 22))
+	win := upload(t, d, gaussian(2*W*HD, 23))
+	comp := upload(t, d, gaussian((pos0+n)/4*HD, 24))
+	sinks := upload(t, d, gaussian(H, 25))
+	sel := make([]int32, n*K)
+	nsel := make([]int32, n)
+	r := rand.New(rand.NewPCG(26, 26))
+	for tok := range n {
+		R := (pos0 + tok + 1) / 4
+		nsel[tok] = K
+		for k := range K {
+			sel[tok*K+k] = int32(r.IntN(R))
+		}
+	}
+	selp, nselp := alloc(t, d, int64(4*len(sel))), alloc(t, d, int64(4*n))
+	must(t, UploadSlice(d, selp, sel))
+	must(t, UploadSlice(d, nselp, nsel))
+	for _, ratio := range []int{4, 128} {
+		maxKeys := W + K
+		if ratio == 128 {
+			maxKeys = W + (pos0+n)/128
+		}
+		work := alloc(t, d, int64(4*AttentionWork(n, H, maxKeys)))
+		run := func(fast bool) []float32 {
+			out := alloc(t, d, int64(4*n*H*HD))
+			poison(t, d, out, n*H*HD)
+			must(t, d.Attention(0, &AttentionArgs{Q: q, KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: selp, NSel: nselp,
+				K: K, Sinks: sinks, Out: out, Pos0: pos0, N: n, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work, Fast: fast}))
+			return download(t, d, out, n*H*HD)
+		}
+		exact := run(false)
+		for _, tc := range []int{1, 0} {
+			must(t, d.SetOption(OptAttnTC, tc))
+			fast := run(true)
+			worst := 0.0
+			for row := 0; row < n*H; row++ {
+				e := rowErr(exact[row*HD:(row+1)*HD], fast[row*HD:(row+1)*HD])
+				if !(e <= 1e-4) {
+					t.Fatalf("ratio %d attn_tc %d: token %d head %d: error %g of the row's largest magnitude", ratio, tc, row/H, row%H, e)
+				}
+				worst = max(worst, e)
+			}
+			t.Logf("ratio %d attn_tc %d: largest row error %.3g", ratio, tc, worst)
 		}
 	}
 }

@@ -5,8 +5,9 @@
 # (reused when its size is right; MODEL names another path, e.g. the
 # full-size file bench-h200.sh made, with LAYERS=43), then runs ds4-bench at FRONTIER (default
 # 8192) once with the defaults and once per environment assignment given as
-# arguments, or per ds4-bench flag (an argument starting with --), e.g.
-#   bash scripts/cuda/ab-layers.sh DS4_CUDA_QUANT_VEC=0 DS4_CUDA_NORM_ROPE_W=0 --fast
+# arguments; an argument may hold several words, assignments and ds4-bench
+# flags (words starting with --), e.g.
+#   bash scripts/cuda/ab-layers.sh DS4_CUDA_QUANT_VEC=0 --fast "--fast DS4_CUDA_ATTN_TC=0"
 # Needs dev-out/final/{ds4-gguf,ds4-bench} and build/libds4cuda.so
 # (scripts/cuda/device.sh build). Rates are per whole model: compare them
 # only with each other.
@@ -29,10 +30,13 @@ fi
 export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1
 for ab in DS4_AB=default "$@"; do
     echo "== $ab"
-    case $ab in
-    --*) flag=$ab; ab=DS4_AB=flag ;;
-    *) flag= ;;
-    esac
-    env "$ab" "$F/ds4-bench" -m "$M" --backend cuda --frontiers "$FRONTIER" --gen "${GEN:-16}" $flag 2>&1 |
+    envs=(DS4_AB=run) flags=()
+    for w in $ab; do
+        case $w in
+        --*) flags+=("$w") ;;
+        *) envs+=("$w") ;;
+        esac
+    done
+    env "${envs[@]}" "$F/ds4-bench" -m "$M" --backend cuda --frontiers "$FRONTIER" --gen "${GEN:-16}" "${flags[@]}" 2>&1 |
         grep -E "frontier $FRONTIER|rror" | tail -2
 done
