@@ -251,11 +251,13 @@ int ds4c_ring_write2(float *d_ring_a, float *d_ring_b, int64_t cap, int64_t widt
 int ds4c_comp_pool(const float *d_kv, const float *d_sc, const float *d_kv_ring,
                    const float *d_sc_ring, int64_t cap, int64_t cw, int64_t pos0, int r, int coff,
                    int64_t w, int64_t i0, int nrows, float *d_rows, void *stream);
-/* flags of ds4c_index_scores and ds4c_attention: DS4C_FAST lets chunks
- * (8 or more tokens) take the fast-mode kernels — dots on the tensor cores
- * (TF32 mma, each operand split into two TF32 terms: ≈ 2^-21 of Σ|a·b|
- * from the exact order), float exponentials, fused multiply-adds in the
- * weighted sums. Without it every operation rounds as backend/cpu's. */
+/* flags of ds4c_index_scores and ds4c_attention: DS4C_FAST lets them take
+ * the fast-mode kernels — for chunks (8 or more tokens) dots and weighted
+ * sums on the tensor cores (TF32 mma, each operand split into two TF32
+ * terms: ≈ 2^-21 of Σ|a·b| from the exact order); for chunks and single
+ * tokens float exponentials, softmax denominators as lane sums and a
+ * shuffle tree, fused multiply-adds in the weighted sums. Without it every
+ * operation rounds as backend/cpu's. */
 enum { DS4C_FAST = 1 };
 int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, int IH, int IHD,
                       int64_t pos0, int ratio, int n, float *d_scores, int64_t sc_stride,

@@ -1764,6 +1764,7 @@ constexpr int AP_LD = AP_K / (AP_T / (AP_D / 4)); // float4 key loads per thread
 // faster (21.6 → 20.9): cuda/NOTES.md v8 has the runs.
 constexpr int AP_ECAP = 2048;
 
+template <bool FAST>
 __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap) {
     pdl_enter();
     __shared__ float4 s_v[AP_K][AP_D / 4];
@@ -1793,12 +1794,20 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     float mx = sink;
     for (int64_t k = lane; k < nk; k += 32) mx = fmax_go(mx, s[k]);
     mx = warp_max(mx);
-    float sum = exp_ref(fsub(sink, mx));
+    float sum = FAST ? expf(sink - mx) : exp_ref(fsub(sink, mx)), part = 0.f;
     float *sp = s_p[w];
     float *se = s_e + (size_t)w * ecap;
     for (int64_t kc = 0; kc < nk; kc += AP_K) {
         const int m = (int)min((int64_t)AP_K, nk - kc);
         if (ecap) sp = se + kc;
+        if constexpr (FAST) { // lane sums, a shuffle tree after the last chunk
+            for (int j = lane; j < m; j += 32) {
+                const float e = expf(s[kc + j] - mx);
+                sp[j] = e;
+                part += e;
+            }
+            continue;
+        }
         for (int j = lane; j < m; j += 32) sp[j] = exp_ref(fsub(s[kc + j], mx));
         __syncwarp();
         if (lane == 0) {
@@ -1814,7 +1823,12 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         }
         __syncwarp();
     }
-    sum = __shfl_sync(FULL_MASK, sum, 0);
+    if constexpr (FAST) {
+        sum += warp_sum(part);
+        __syncwarp();
+    } else {
+        sum = __shfl_sync(FULL_MASK, sum, 0);
+    }
     float acc = 0.f;
     const float *vcol = (const float *)s_v + lane; // this thread's dim in a staged row
     for (int64_t kc = 0; kc < nk; kc += AP_K) {
@@ -1826,7 +1840,8 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
             sp = se + kc; // this warp's own row: the exponentials become the probabilities in place
             for (int j = lane; j < m; j += 32) sp[j] = __fdiv_rn(sp[j], sum);
         } else {
-            for (int j = lane; j < m; j += 32) sp[j] = __fdiv_rn(exp_ref(fsub(s[kc + j], mx)), sum);
+            for (int j = lane; j < m; j += 32)
+                sp[j] = __fdiv_rn(FAST ? expf(s[kc + j] - mx) : exp_ref(fsub(s[kc + j], mx)), sum);
         }
         __syncthreads();
         if (kc + AP_K < nk) load(kc + AP_K);
@@ -1839,9 +1854,9 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
                 q[u] = sp[j + u];
             }
 #pragma unroll
-            for (int u = 0; u < 8; u++) acc = fadd(acc, fmul(q[u], v[u]));
+            for (int u = 0; u < 8; u++) acc = FAST ? fmaf(q[u], v[u], acc) : fadd(acc, fmul(q[u], v[u]));
         }
-        for (; j < m; j++) acc = fadd(acc, fmul(sp[j], vcol[j * AP_D]));
+        for (; j < m; j++) acc = FAST ? fmaf(sp[j], vcol[j * AP_D], acc) : fadd(acc, fmul(sp[j], vcol[j * AP_D]));
     }
     if (a.rfreqs) { // the inverse rotation, as k_rope: lane pairs (even, odd) hold a rotated pair
         const float other = __shfl_xor_sync(FULL_MASK, acc, 1);
@@ -2288,8 +2303,9 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         // to 37.8 µs on the H200 — a larger shared-memory carve-out)
         static bool eset = false;
         if (!eset) {
-            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)((size_t)AP_H * AP_ECAP * sizeof(float))));
+            const int lim = (int)((size_t)AP_H * AP_ECAP * sizeof(float));
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
             eset = true;
         }
         // the rotation in the kernel when its pairs stay within a lane pair
@@ -2298,7 +2314,8 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         // and the Q8_0 activation when the rotation is done here too
         const bool fuseq = d_qact && (fuse || !d_rfreqs) && ds4c_opt_attn_quant();
         if (fuseq) a.qact = (uint8_t *)d_qact;
-        ds4c_launch(k_attn_po, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, esmem, st, a, d_work, max_keys, ecap);
+        ds4c_launch((flags & DS4C_FAST) ? k_attn_po<true> : k_attn_po<false>, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T,
+                    esmem, st, a, d_work, max_keys, ecap);
         DS4C_CHECK_LAUNCH("attention softmax and output");
         if (!fuse) {
             int rc = rotate();

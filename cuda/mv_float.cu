@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(FTC_T) k_float_tc(MVArgs a, int nt) {
 
 // float_tc_ok reports whether a fast-mode product can take k_float_tc:
 // 16-bit weights, 16 or more tokens, 16-byte rows and inputs, and enough
-// tiles to fill the GPU (the hc mixers' 24 rows × 2048 tokens make 32 CTAs
+// tiles for half the SMs (the hc mixers' 24 rows × 2048 tokens make 32 CTAs
 // that each walk all 16384 columns: 531 µs on the H200 against 159 for the
 // exact tiled kernel, which launch_float then takes; option value 2 takes
 // k_float_tc whatever the grid, for the tests).
@@ -140,7 +140,7 @@ static bool float_tc_ok(int type, const MVArgs &a, int n_sel, int nt) {
     const int64_t ctas = (a.rows + FTC_M - 1) / FTC_M * n_sel * ((nt + FTC_N - 1) / FTC_N);
     return (type == DS4C_F16 || type == DS4C_BF16) && nt >= 16 && ds4c_opt_float_tc() && fx_vec(a) &&
            a.rows <= INT32_MAX && n_sel <= 65535 && (nt + FTC_N - 1) / FTC_N <= 65535 &&
-           (ctas >= ds4c_sm_count() || ds4c_opt_float_tc() == 2);
+           (2 * ctas >= ds4c_sm_count() || ds4c_opt_float_tc() == 2);
 }
 
 template <int FT>

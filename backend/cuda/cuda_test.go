@@ -1227,7 +1227,8 @@ func TestMoECombine(t *testing.T) {
 // output row within 1e-4 of its largest magnitude (the operands' TF32 terms
 // keep ≈ 2^-21 of each dot; a wrong fragment or row is off by O(1)). With
 // OptAttnTC off, fast mode's exact-order scores and fused multiply-add sums
-// are held to the same bound.
+// are held to the same bound, and so is a single token (k_attn_po's float
+// exponentials, lane-sum denominator and fused multiply-adds).
 func TestAttentionFast(t *testing.T) {
 	d := gpu(t)
 	t.Cleanup(func() { d.SetOption(OptAttnTC, 1) })
@@ -1255,26 +1256,26 @@ func TestAttentionFast(t *testing.T) {
 			maxKeys = W + (pos0+n)/128
 		}
 		work := alloc(t, d, int64(4*AttentionWork(n, H, maxKeys)))
-		run := func(fast bool) []float32 {
-			out := alloc(t, d, int64(4*n*H*HD))
-			poison(t, d, out, n*H*HD)
+		run := func(fast bool, nt int) []float32 {
+			out := alloc(t, d, int64(4*nt*H*HD))
+			poison(t, d, out, nt*H*HD)
 			must(t, d.Attention(0, &AttentionArgs{Q: q, KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: selp, NSel: nselp,
-				K: K, Sinks: sinks, Out: out, Pos0: pos0, N: n, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work, Fast: fast}))
-			return download(t, d, out, n*H*HD)
+				K: K, Sinks: sinks, Out: out, Pos0: pos0, N: nt, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work, Fast: fast}))
+			return download(t, d, out, nt*H*HD)
 		}
-		exact := run(false)
-		for _, tc := range []int{1, 0} {
-			must(t, d.SetOption(OptAttnTC, tc))
-			fast := run(true)
+		// the chunk with each OptAttnTC, then its first token alone (k_attn_po)
+		for _, v := range []struct{ nt, tc int }{{n, 1}, {n, 0}, {1, 1}} {
+			must(t, d.SetOption(OptAttnTC, v.tc))
+			exact, fast := run(false, v.nt), run(true, v.nt)
 			worst := 0.0
-			for row := 0; row < n*H; row++ {
+			for row := 0; row < v.nt*H; row++ {
 				e := rowErr(exact[row*HD:(row+1)*HD], fast[row*HD:(row+1)*HD])
 				if !(e <= 1e-4) {
-					t.Fatalf("ratio %d attn_tc %d: token %d head %d: error %g of the row's largest magnitude", ratio, tc, row/H, row%H, e)
+					t.Fatalf("ratio %d, %d tokens, attn_tc %d: token %d head %d: error %g of the row's largest magnitude", ratio, v.nt, v.tc, row/H, row%H, e)
 				}
 				worst = max(worst, e)
 			}
-			t.Logf("ratio %d attn_tc %d: largest row error %.3g", ratio, tc, worst)
+			t.Logf("ratio %d, %d tokens, attn_tc %d: largest row error %.3g", ratio, v.nt, v.tc, worst)
 		}
 	}
 }
