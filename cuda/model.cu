@@ -890,6 +890,18 @@ __global__ void __launch_bounds__(ATS_T, 2) k_index_scores_tile(const float *q, 
 #pragma unroll
         for (int j = 0; j < ATS_R; j++) sd[tile_brow(j) * (ATS_A + 1) + tile_arow(i)] = tile_sum(acc[i][j]);
     __syncthreads();
+    if constexpr (TC) { // fast mode: 4 threads a row, each a quarter of the heads, then two shuffles
+        static_assert(ATS_T == 4 * ATS_B, "4 threads a row");
+        const int r = tid >> 2, q = tid & 3, hq = (IH + 3) / 4;
+        const float *d = sd + r * (ATS_A + 1), *wt = w + (int64_t)t * IH;
+        float sum = 0.f;
+        for (int h = q * hq; h < min(IH, (q + 1) * hq); h++)
+            if (d[h] > 0.f) sum = fmaf(d[h], __ldg(wt + h), sum);
+        sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+        sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+        if (q == 0 && r < nr) scores[t * sc_stride + i0 + r] = sum;
+        return;
+    }
     if (tid < nr) scores[t * sc_stride + i0 + tid] = index_weighted(sd + tid * (ATS_A + 1), w + (int64_t)t * IH, IH);
 }
 
@@ -1540,6 +1552,21 @@ constexpr int AOT_VV = AOT_K * AOT_D / 4 / AOT_T;     // value float4s per threa
 constexpr int AOT_PV = AOT_K * AOT_H / 4 / AOT_T;     // probability float4s per thread per chunk
 static_assert(AOT_VV * AOT_T * 4 == AOT_K * AOT_D && AOT_PV * AOT_T * 4 == AOT_K * AOT_H, "chunk loads split evenly");
 
+// The key rows of a token's first AOT_KEYS keys, found once per CTA into
+// shared memory (attn_key's window ring index is a 64-bit remainder and its
+// ratio-4 rows a dependent load of the pick): the weighted sums' value loads
+// then take the row from there, and attn_key only past AOT_KEYS keys.
+// Needs a barrier between attn_keys_stage and the first attn_key_row.
+constexpr int AOT_KEYS = 1024;
+__device__ __forceinline__ void attn_keys_stage(const AttnArgs &a, int t, int64_t p, int64_t nk, int64_t nwin,
+                                                const float **rows) {
+    for (int k = threadIdx.x; k < min(nk, (int64_t)AOT_KEYS); k += blockDim.x) rows[k] = attn_key(a, t, p, k, nwin);
+}
+__device__ __forceinline__ const float *attn_key_row(const AttnArgs &a, int t, int64_t p, int64_t k, int64_t nwin,
+                                                     const float *const *rows) {
+    return k < AOT_KEYS ? rows[k] : attn_key(a, t, p, k, nwin);
+}
+
 // FAST: fused multiply-adds (same order, one rounding a term).
 template <bool FAST>
 __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float *sc, int64_t maxk) {
@@ -1551,6 +1578,9 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
     int64_t nwin;
     const int64_t nk = attn_nkeys(a, t, &nwin);
     const int d0 = blockIdx.x * AOT_D, h0 = blockIdx.z * AOT_H, nh = min(AOT_H, a.H - h0);
+    __shared__ const float *s_rows[AOT_KEYS];
+    attn_keys_stage(a, t, p, nk, nwin, s_rows);
+    __syncthreads();
     float4 vv[AOT_VV], pv[AOT_PV];
     // value float4 f = tid + AOT_T·u: key f / (AOT_D/4), dims 4·(f % (AOT_D/4));
     // probability float4 f: head f / (AOT_K/4), keys 4·(f % (AOT_K/4))
@@ -1559,7 +1589,7 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
 #pragma unroll
         for (int u = 0; u < AOT_VV; u++) {
             const int f = tid + AOT_T * u, k = f / (AOT_D / 4);
-            vv[u] = k < m ? __ldg((const float4 *)(attn_key(a, t, p, kc + k, nwin) + d0) + f % (AOT_D / 4))
+            vv[u] = k < m ? __ldg((const float4 *)(attn_key_row(a, t, p, kc + k, nwin, s_rows) + d0) + f % (AOT_D / 4))
                           : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
@@ -1657,13 +1687,16 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tc(AttnArgs a, const float *
     int64_t nwin;
     const int64_t nk = attn_nkeys(a, t, &nwin);
     const int d0 = blockIdx.x * AOT_D, h0 = blockIdx.z * AOT_H, nh = min(AOT_H, a.H - h0);
+    __shared__ const float *s_rows[AOT_KEYS];
+    attn_keys_stage(a, t, p, nk, nwin, s_rows);
+    __syncthreads();
     float4 vv[AOT_VV], pv[AOT_PV];
     auto fetch = [&](int64_t kc) {
         const int m = (int)min((int64_t)AOT_K, nk - kc);
 #pragma unroll
         for (int u = 0; u < AOT_VV; u++) {
             const int f = tid + AOT_T * u, k = f / (AOT_D / 4);
-            vv[u] = k < m ? __ldg((const float4 *)(attn_key(a, t, p, kc + k, nwin) + d0) + f % (AOT_D / 4))
+            vv[u] = k < m ? __ldg((const float4 *)(attn_key_row(a, t, p, kc + k, nwin, s_rows) + d0) + f % (AOT_D / 4))
                           : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll

@@ -16,7 +16,8 @@ import (
 // Q2_K down, each OptTCStage variant) and dense Q8_0 products of 2048
 // tokens (each OptTCQ8W variant), exact F16 products of 2048 tokens on four
 // Flash shapes, and the quantization of two chunk-sized
-// activations (each OptQuantVec variant). It prints µs a call and the
+// activations (each OptQuantVec variant), a chunk's attention and indexer
+// scores in exact and fast mode. It prints µs a call and the
 // multiply-adds' rate (T MAC/s, useful products only). DS4_CUDA_BENCH_TC
 // (a regex) keeps only the rows whose name matches, e.g. for one launch
 // under ncu.
@@ -162,4 +163,65 @@ func TestPrefillProducts(t *testing.T) {
 	}
 	quantize("attn out", quant.Q8_0, 8*ntok, 4096)
 	quantize("experts down in", quant.Q8_K, k*ntok, 2048)
+
+	// A chunk's attention (2048 tokens from position 6144, Flash's 64 heads
+	// of 512, the 128-token window): a ratio-4 layer (512 picks: 640 keys a
+	// token) and a ratio-128 layer (48–63 compressed rows), each in exact
+	// mode, fast mode and fast mode with OptAttnTC off; then the indexer's
+	// scores (64 heads of 128 against up to 2048 compressed rows), exact and
+	// fast. The rate counts the score and weighted-sum multiply-adds.
+	const H, HD, W, pos0, topK, IH, IHD = 64, 512, 128, 6144, 512, 64, 128
+	R := (pos0 + ntok) / 4
+	aq, akv := upload(t, d, gaussian(ntok*H*HD, 61)), upload(t, d, gaussian(ntok*HD, 62))
+	win := upload(t, d, gaussian(2*W*HD, 63))
+	comp := upload(t, d, gaussian(R*HD, 64))
+	sinks, out := upload(t, d, gaussian(H, 65)), alloc(t, d, int64(4*ntok*H*HD))
+	asel := make([]int32, ntok*topK)
+	ansel := make([]int32, ntok)
+	for tok := range ntok {
+		ansel[tok] = topK
+		for j, row := range r.Perm((pos0 + tok + 1) / 4)[:topK] {
+			asel[tok*topK+j] = int32(row)
+		}
+	}
+	selp, nselp := alloc(t, d, int64(4*len(asel))), alloc(t, d, int64(4*ntok))
+	must(t, UploadSlice(d, selp, asel))
+	must(t, UploadSlice(d, nselp, ansel))
+	t.Cleanup(func() { d.SetOption(OptAttnTC, 1) })
+	for _, ratio := range []int{4, 128} {
+		maxKeys, keys := W+topK, float64(W+topK)
+		if ratio == 128 {
+			maxKeys, keys = W+(pos0+ntok)/128, W+(float64(pos0)+ntok/2)/128
+		}
+		work := alloc(t, d, int64(4*AttentionWork(ntok, H, maxKeys)))
+		for _, v := range []struct {
+			mode string
+			fast bool
+			tc   int
+		}{{"exact", false, 1}, {"fast", true, 1}, {"fast attn_tc 0", true, 0}} {
+			label := fmt.Sprintf("attention ratio %d (%d keys) %s", ratio, maxKeys, v.mode)
+			if !keep.MatchString(label) {
+				continue
+			}
+			must(t, d.SetOption(OptAttnTC, v.tc))
+			a := &AttentionArgs{Q: aq, KV: akv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: selp, NSel: nselp,
+				K: topK, Sinks: sinks, Out: out, Pos0: pos0, N: ntok, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work, Fast: v.fast}
+			us := gt.time(calls, func(int) error { return d.Attention(s, a) })
+			report(label, 2*float64(ntok)*H*keys*HD, us)
+		}
+		must(t, d.SetOption(OptAttnTC, 1))
+	}
+	iq, iw := upload(t, d, gaussian(ntok*IH*IHD, 66)), upload(t, d, gaussian(ntok*IH, 67))
+	irows := upload(t, d, gaussian(R*IHD, 68))
+	iscores := alloc(t, d, int64(4*ntok*R))
+	for _, fast := range []bool{false, true} {
+		label := fmt.Sprintf("index scores %d rows fast %v", R, fast)
+		if !keep.MatchString(label) {
+			continue
+		}
+		us := gt.time(calls, func(int) error {
+			return d.IndexScores(s, iq, iw, irows, IH, IHD, pos0, 4, ntok, iscores, int64(R), fast)
+		})
+		report(label, float64(ntok)*IH*(float64(pos0)+ntok/2)/4*IHD, us)
+	}
 }
