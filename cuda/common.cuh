@@ -317,19 +317,17 @@ static __device__ __forceinline__ void bar_wait(uint64_t *bar, unsigned parity) 
 #endif
 }
 
-// tf32_rna rounds x to TF32 (10 stored significand bits, to nearest, ties
-// away) as the 32-bit pattern an mma operand takes.
-static __device__ __forceinline__ uint32_t tf32_rna(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// tf32_split writes x as hi + lo, both TF32 (x − hi is exact in float32;
-// hi + lo keeps ≈ 22 of x's 24 significand bits).
+// tf32_split writes x as hi + lo for TF32 mma operands: hi is x rounded to
+// TF32's 10 stored significand bits (to nearest, ties away: add half a TF32
+// ulp, clear the 13 low bits), lo = x − hi exactly (|lo| ≤ 2^-11·|x|), whose
+// 13 low bits the mma ignores (≤ 2^-21·|x| lost): hi + lo keeps ≈ 21 of x's
+// 24 significand bits. Two integer operations and a subtraction, where
+// cvt.rna.tf32.f32 is an emulated sequence on sm_90 (ncu: FSETP, IMAD,
+// LOP3, VIADD and SEL were half of the attention kernels' instructions).
+// Finite x below FLT_MAX·(1 − 2^-11) only.
 static __device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
-    hi = tf32_rna(x);
-    lo = tf32_rna(x - __uint_as_float(hi));
+    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
 // mma_tf32: c += A·B for one 16×8×8 TF32 tile (mma.sync m16n8k8, float32
