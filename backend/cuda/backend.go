@@ -21,8 +21,11 @@ type Options struct {
 	// ClampSharedExpert applies the SwiGLU clamp to the shared expert too, as
 	// ds4.c does (backend/cpu's option of the same name; off by default).
 	ClampSharedExpert bool
-	// Fast lets matrix products sum in parallel (a few ulps away from the
-	// CPU backend). By default every product sums in backend/cpu's order,
+	// Fast lets matrix products sum in parallel, chunks multiply 16-bit
+	// weights and compute attention and indexer dots on the tensor cores
+	// (TF32 terms), and attention take float exponentials and fused
+	// multiply-adds (rows ≈ 1e-6 from the CPU backend; docs/cuda.md). By
+	// default every product sums in backend/cpu's order,
 	// and the forward pass reproduces the CPU backend's logits bit for bit
 	// (but for rare last-bit differences of transcendental functions).
 	Fast bool
