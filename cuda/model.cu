@@ -1424,7 +1424,8 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
 }
 
 // Scores of a chunk through tile_dots: a CTA takes one token, ATS_A heads
-// (A: its query rows) and ATS_B keys (B). Same bits as k_attn_scores.
+// (A: its query rows) and ATS_B keys (B). Same bits as k_attn_scores (TC:
+// fast mode, the dots on the tensor cores).
 template <bool TC>
 __global__ void __launch_bounds__(ATS_T, 2) k_attn_scores_tile(AttnArgs a, float *sc, int64_t maxk) {
     pdl_enter();
