@@ -231,7 +231,7 @@ func (d *Device) CompPool(s Stream, a *CompPoolArgs) error {
 }
 
 // IndexScores scores the indexer rows for each of n tokens. fast lets
-// chunks of 8 or more tokens take the dots on the tensor cores (ds4c.h's
+// chunks of 8 or more tokens take the dots on the tensor cores (ds4cuda.h's
 // DS4C_FAST: ≈ 2^-21 of Σ|q·k| from backend/cpu's order).
 func (d *Device) IndexScores(s Stream, q, w, rows Ptr, ih, ihd, pos0, ratio, n int, scores Ptr, scStride int64, fast bool) error {
 	return d.l.call("index_scores", func() int32 {
@@ -280,10 +280,11 @@ type AttentionArgs struct {
 	// (ActBytes(Q8_0, QSeg) apart) would form it, after the rotation.
 	QAct Ptr
 	QSeg int
-	// Fast lets chunks of 8 or more tokens take the fast-mode kernels
-	// (DS4C_FAST: scores on the tensor cores, float exponentials, fused
-	// multiply-adds in the weighted sum); otherwise every operation rounds
-	// as backend/cpu's.
+	// Fast lets the fast-mode kernels run (DS4C_FAST): chunks of 8 or more
+	// tokens compute their scores and weighted sums on the tensor cores, and
+	// chunks and single tokens take float exponentials, lane-sum softmax
+	// denominators and fused multiply-adds. Otherwise every operation
+	// rounds as backend/cpu's.
 	Fast bool
 }
 
