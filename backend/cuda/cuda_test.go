@@ -301,6 +301,21 @@ func uploadWeight(t testing.TB, d *Device, typ quant.Type, rows, cols, mats int,
 	return w
 }
 
+// randomMats uploads mats random matrices of rows × cols weights of type typ
+// (seeded) and returns each matrix's GGUF bytes by index, the device weight
+// and the bytes of one activation row for it.
+func randomMats(t testing.TB, d *Device, typ quant.Type, rows, cols, mats int, seed uint64) (mat func(int) []byte, dw *Weight, ab int64) {
+	t.Helper()
+	mb := weightBytes(typ, rows, cols)
+	w := randomWeights(typ, int64(mats)*mb/int64(typ.BlockBytes()), seed)
+	dw = uploadWeight(t, d, typ, rows, cols, mats, w)
+	at, err := d.ActType(typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(m int) []byte { return w[int64(m)*mb : int64(m+1)*mb] }, dw, d.ActBytes(at, cols)
+}
+
 // quantizeOnDevice uploads ntok rows of x and quantizes them for weights of
 // type wt, returning the activation rows.
 func quantizeOnDevice(t testing.TB, d *Device, wt quant.Type, x []float32, cols, ntok int) Ptr {
@@ -704,14 +719,10 @@ func TestMatMulExact(t *testing.T) {
 		{quant.F16, 4096, 2048, 1}, // 8 rows per CTA
 	}
 	for ci, c := range cases {
-		mb := weightBytes(c.typ, c.rows, c.cols)
-		w := randomWeights(c.typ, int64(c.mats)*mb/int64(c.typ.BlockBytes()), uint64(1100+ci))
-		dw := uploadWeight(t, d, c.typ, c.rows, c.cols, c.mats, w)
+		mat, dw, ab := randomMats(t, d, c.typ, c.rows, c.cols, c.mats, uint64(1100+ci))
 		for _, nt := range []int{1, 3, 9, 40} {
 			x := gaussian(nt*c.cols, uint64(1200+ci+nt))
 			act := quantizeOnDevice(t, d, c.typ, x, c.cols, nt)
-			at, _ := d.ActType(c.typ)
-			ab := d.ActBytes(at, c.cols)
 			m := c.mats - 1 // the last matrix, through the selection path
 			idp := alloc(t, d, 4)
 			must(t, UploadSlice(d, idp, []int32{int32(m)}))
@@ -721,7 +732,7 @@ func TestMatMulExact(t *testing.T) {
 			got := download(t, d, y, c.rows*nt)
 			bad := 0
 			for tok := 0; tok < nt; tok++ {
-				want, _ := reference(t, c.typ, w[m*int(mb):(m+1)*int(mb)], c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
+				want, _ := reference(t, c.typ, mat(m), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
 				for r := range want {
 					if math.Float32bits(got[tok*c.rows+r]) != math.Float32bits(want[r]) {
 						if bad < 3 {
@@ -738,7 +749,7 @@ func TestMatMulExact(t *testing.T) {
 				poison(t, d, y, c.rows)
 				must(t, d.MatMulEx(0, dw, 0, 1, act, ab, 0, 1, 1, y, int64(c.rows), 0, true))
 				got := download(t, d, y, c.rows)
-				want, _ := reference(t, c.typ, w[:mb], c.rows, c.cols, x[:c.cols])
+				want, _ := reference(t, c.typ, mat(0), c.rows, c.cols, x[:c.cols])
 				bad := 0
 				for r := range want {
 					if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
@@ -779,12 +790,7 @@ func TestFloatTensorCores(t *testing.T) {
 	}
 	const mats = 2
 	for ci, c := range cases {
-		mb := weightBytes(c.typ, c.rows, c.cols)
-		w := randomWeights(c.typ, mats*mb/int64(c.typ.BlockBytes()), uint64(3100+ci))
-		dw := uploadWeight(t, d, c.typ, c.rows, c.cols, mats, w)
-		mat := func(m int) []byte { return w[m*int(mb) : (m+1)*int(mb)] }
-		at, _ := d.ActType(c.typ)
-		ab := d.ActBytes(at, c.cols)
+		mat, dw, ab := randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(3100+ci))
 		for _, on := range []int{2, 0} { // 2: the tensor cores whatever the grid
 			must(t, d.SetOption(OptFloatTC, on))
 			for _, nt := range []int{16, 40, 100} {
@@ -894,12 +900,7 @@ func TestMatMulTensorCores(t *testing.T) {
 			must(t, d.SetOption(OptTCStage, c.stage))
 		}
 		const mats = 5
-		mb := weightBytes(c.typ, c.rows, c.cols)
-		w := randomWeights(c.typ, mats*mb/int64(c.typ.BlockBytes()), uint64(2100+ci))
-		dw := uploadWeight(t, d, c.typ, c.rows, c.cols, mats, w)
-		mat := func(m int) []byte { return w[m*int(mb) : (m+1)*int(mb)] }
-		at, _ := d.ActType(c.typ)
-		ab := d.ActBytes(at, c.cols)
+		mat, dw, ab := randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(2100+ci))
 
 		// dense: every matrix (selection = matrix) × nt tokens
 		for _, nt := range []int{4, 33, 70} {
