@@ -45,7 +45,6 @@ int ds4c_opt_quant_vec(void);
 int ds4c_opt_norm_rope_w(void);
 int ds4c_opt_float_tc(void);
 int ds4c_opt_attn_tc(void);
-int ds4c_opt_tc_i2f(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
 int ds4c_opt_attn_ecache(void);
@@ -329,34 +328,6 @@ static __device__ __forceinline__ void bar_wait(uint64_t *bar, unsigned parity) 
 static __device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
     hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
     lo = __float_as_uint(x - __uint_as_float(hi));
-}
-
-// tf32_split4 splits a float4 as tf32_split does, the terms as floats (their
-// bits are the mma operands), for staging split operands in shared memory.
-static __device__ __forceinline__ void tf32_split4(float4 x, float4 &hi, float4 &lo) {
-    uint32_t h[4], l[4];
-    tf32_split(x.x, h[0], l[0]);
-    tf32_split(x.y, h[1], l[1]);
-    tf32_split(x.z, h[2], l[2]);
-    tf32_split(x.w, h[3], l[3]);
-    hi = make_float4(__uint_as_float(h[0]), __uint_as_float(h[1]), __uint_as_float(h[2]), __uint_as_float(h[3]));
-    lo = make_float4(__uint_as_float(l[0]), __uint_as_float(l[1]), __uint_as_float(l[2]), __uint_as_float(l[3]));
-}
-
-// ldsm_x4 loads four 8 × 8 matrices of 16-bit elements from shared memory
-// (ldmatrix.sync.aligned.m8n8.x4.b16): lanes 8i … 8i+7 give the addresses of
-// matrix i's eight 16-byte rows (16-byte aligned), and every lane receives
-// the 32-bit word (lane / 4, lane % 4) of each matrix in r[i]. Read as 32-bit
-// values a matrix is 8 rows × 4 values and lane (gid, tig) gets element
-// (gid, tig): a TF32 mma fragment's register. A 16 × 8 A fragment stored
-// [m][k] takes matrices (rows +0, k +0), (+8, +0), (+0, +4), (+8, +4); two
-// 8 × 8 B fragments stored [n][k] take (n +0, k +0), (+0, +4), (+8, +0),
-// (+8, +4).
-static __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const float *row) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
 }
 
 // mma_tf32: c += A·B for one 16×8×8 TF32 tile (mma.sync m16n8k8, float32

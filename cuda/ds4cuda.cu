@@ -46,7 +46,6 @@ static int g_opt_quant_vec = 1;
 static int g_opt_norm_rope_w = 1;
 static int g_opt_float_tc = 1;
 static int g_opt_attn_tc = 1;
-static int g_opt_tc_i2f = 1;
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
 
 int ds4c_err(int code, const char *fmt, ...) {
@@ -101,7 +100,6 @@ int ds4c_opt_quant_vec(void) { return g_opt_quant_vec; }
 int ds4c_opt_norm_rope_w(void) { return g_opt_norm_rope_w; }
 int ds4c_opt_float_tc(void) { return g_opt_float_tc; }
 int ds4c_opt_attn_tc(void) { return g_opt_attn_tc; }
-int ds4c_opt_tc_i2f(void) { return g_opt_tc_i2f; }
 int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
 int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
@@ -158,7 +156,6 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_NORM_ROPE_W", DS4C_OPT_NORM_ROPE_W);
     env_option("DS4_CUDA_FLOAT_TC", DS4C_OPT_FLOAT_TC);
     env_option("DS4_CUDA_ATTN_TC", DS4C_OPT_ATTN_TC);
-    env_option("DS4_CUDA_TC_I2F", DS4C_OPT_TC_I2F);
     t_device = device;
     return 0;
 }
@@ -450,8 +447,7 @@ static const struct {
     {DS4C_OPT_QUANT_VEC, "quant_vec", &g_opt_quant_vec, 0, 1},
     {DS4C_OPT_NORM_ROPE_W, "norm_rope_w", &g_opt_norm_rope_w, 0, 1},
     {DS4C_OPT_FLOAT_TC, "float_tc", &g_opt_float_tc, 0, 2},
-    {DS4C_OPT_ATTN_TC, "attn_tc", &g_opt_attn_tc, 0, 3},
-    {DS4C_OPT_TC_I2F, "tc_i2f", &g_opt_tc_i2f, 0, 1},
+    {DS4C_OPT_ATTN_TC, "attn_tc", &g_opt_attn_tc, 0, 1},
 };
 
 int ds4c_set_option(int key, int value) {

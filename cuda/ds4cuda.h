@@ -326,8 +326,7 @@ enum {
     DS4C_OPT_QUANT_VEC = 30, /* 1: Q8_0 and Q8_K activations quantized 8 values a lane with 16-byte loads, the blocks of all tokens flattened (default; env DS4_CUDA_QUANT_VEC); 0: a lane a value (Q8_0 a warp a block, Q8_K a CTA a block) */
     DS4C_OPT_NORM_ROPE_W = 31, /* 1: the fused query/KV norm and rotation of chunks with a warp per row, the row in registers (default; env DS4_CUDA_NORM_ROPE_W); 0: a CTA per row staged in shared memory */
     DS4C_OPT_FLOAT_TC = 32, /* 1: fast-mode products of 16-bit weights and 16+ tokens on the tensor cores (TF32 mma, each input split into two TF32 terms) when their tiles fill the GPU (default; env DS4_CUDA_FLOAT_TC); 2: whenever they can (tests); 0: never (the exact tiled kernels). Exact mode never uses it */
-    DS4C_OPT_ATTN_TC = 33, /* 1: fast-mode chunk attention and indexer dots on the tensor cores (TF32 mma, operands split into two TF32 terms once, as they are staged; default; env DS4_CUDA_ATTN_TC); 2: the same products, operands split by every warp that reads them (v13's kernels, same bits); 0: fast mode keeps the exact-order tiled scores and sums the weighted output with fused multiply-adds. Exact mode never uses it */
-    DS4C_OPT_TC_I2F = 34, /* 1: the Q8_0 tensor-core products turn each block's integer dots into floats by an accumulator bias and one subtraction (default; env DS4_CUDA_TC_I2F); 0: by I2F conversions. Same bits */
+    DS4C_OPT_ATTN_TC = 33, /* 1: fast-mode chunk attention and indexer dots on the tensor cores (TF32 mma, operands split into two TF32 terms; default; env DS4_CUDA_ATTN_TC); 0: fast mode keeps the exact-order tiled scores and sums the weighted output with fused multiply-adds. Exact mode never uses it */
 };
 
 #ifdef __cplusplus

@@ -54,22 +54,6 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], int b0, i
 
 __device__ __forceinline__ int2 ld8(const void *p) { return __ldg((const int2 *)p); }
 
-// mma_s8_f: the mma of one Q8_0 block (32 values) with its exact integer
-// dots returned as floats. BIAS (OptTCI2F 1, the default): the accumulators
-// start at the integer bits of 1.5·2^23, so each sum, read as a float, is
-// 1.5·2^23 + dot exactly (|dot| ≤ 32·128·128 = 2^19 keeps it in
-// [2^23, 2^24), where floats are the integers), and one subtraction leaves
-// dot: the same float as (float)dot, whose I2F is a quarter-rate conversion
-// on sm_90 (16 a clock per SM; four of them an mma).
-template <bool BIAS>
-__device__ __forceinline__ void mma_s8_f(float (&f)[4], const int (&a)[4], int b0, int b1) {
-    constexpr int B = 0x4B400000; // the bits of 12582912.0f = 1.5·2^23
-    int c[4] = {BIAS ? B : 0, BIAS ? B : 0, BIAS ? B : 0, BIAS ? B : 0};
-    mma_s8(c, a, b0, b1);
-#pragma unroll
-    for (int i = 0; i < 4; i++) f[i] = BIAS ? __fsub_rn(__int_as_float(c[i]), 12582912.0f) : (float)c[i];
-}
-
 // The CTA's slots: byte offsets of each slot's activation row and float
 // offsets of its output row; the matrix and the number of valid slots.
 template <int BN> struct SlotsT {
@@ -199,7 +183,6 @@ constexpr int Q8S_STAGE = Q8S_A + Q8S_B + Q8S_DW + Q8S_DA;
 
 // (cp_async16 and its group commit/wait: common.cuh)
 
-template <bool BIAS>
 __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
     mv_pdl_enter(p.a);
     __shared__ Slots s;
@@ -281,12 +264,12 @@ __global__ void __launch_bounds__(128) k_tc_q8_0(TCArgs p) {
                 const float da0 = sda[(8 * nt + 2 * G.q) * 8 + bb], da1 = sda[(8 * nt + 2 * G.q + 1) * 8 + bb];
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
-                    float c[4];
-                    mma_s8_f<BIAS>(c, A[mt], x.x, x.y);
+                    int c[4] = {0, 0, 0, 0};
+                    mma_s8(c, A[mt], x.x, x.y);
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const float sc = __fmul_rn(dw[2 * mt + (i >> 1)], (i & 1) ? da1 : da0);
-                        acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], __fmul_rn(c[i], sc));
+                        acc[mt][nt][i] = __fadd_rn(acc[mt][nt][i], __fmul_rn((float)c[i], sc));
                     }
                 }
             }
@@ -885,7 +868,7 @@ constexpr int Q8W_AUTO_COLS = 1024;
 
 // q8w_stage multiplies one staged 4-block stage into acc for the first NTA
 // n-tiles.
-template <int NTA, bool BIAS>
+template <int NTA>
 __device__ __forceinline__ void q8w_stage(const uint8_t *sg, const StGeo<1> &G, float (&acc)[1][8][4]) {
     const uint8_t *sa = sg, *sb = sa + Q8W_A;
     const __half *sdw = (const __half *)(sb + Q8W_B);
@@ -900,18 +883,17 @@ __device__ __forceinline__ void q8w_stage(const uint8_t *sg, const StGeo<1> &G, 
         for (int nt = 0; nt < NTA; nt++) {
             const int2 x = *(const int2 *)(sb + (8 * nt + G.g) * Q8W_LD + 32 * bb + 8 * G.q);
             const float2 da = *(const float2 *)(sda + bb * Q8W_BN + 8 * nt + 2 * G.q);
-            float c[4];
-            mma_s8_f<BIAS>(c, A, x.x, x.y);
+            int c[4] = {0, 0, 0, 0};
+            mma_s8(c, A, x.x, x.y);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const float sc = __fmul_rn(dw[i >> 1], (i & 1) ? da.y : da.x);
-                acc[0][nt][i] = __fadd_rn(acc[0][nt][i], __fmul_rn(c[i], sc));
+                acc[0][nt][i] = __fadd_rn(acc[0][nt][i], __fmul_rn((float)c[i], sc));
             }
         }
     }
 }
 
-template <bool BIAS>
 __global__ void __launch_bounds__(256, 2) k_tc_q8_0_w(TCArgs p) {
     mv_pdl_enter(p.a);
     __shared__ SlotsT<Q8W_BN> s;
@@ -961,7 +943,7 @@ __global__ void __launch_bounds__(256, 2) k_tc_q8_0_w(TCArgs p) {
         else cp_async_commit();
         if (!G.live) continue; // (warps past the matrix still stage and synchronise)
         const uint8_t *sg = s_q8 + (st % Q8W_NS) * Q8W_STAGE;
-        st_nta<8>(G.ntl, [&](auto tag) { q8w_stage<decltype(tag)::value, BIAS>(sg, G, acc); });
+        st_nta<8>(G.ntl, [&](auto tag) { q8w_stage<decltype(tag)::value>(sg, G, acc); });
     }
     if (!G.live) return;
     st_store<1, 8>(a, s, G, cnt, acc, mat_ok, 1.0f);
@@ -1045,14 +1027,12 @@ int tc_launch(int type, const TCArgs &p, int xcount, int zcount, cudaStream_t st
     using S8 = StShape<1, 8>;
     switch (type) {
     case DS4C_Q8_0: {
-        static bool set[2] = {false, false}, setw[2] = {false, false};
-        const int q8w = ds4c_opt_tc_q8w(), bias = ds4c_opt_tc_i2f() ? 1 : 0;
+        static bool set = false, setw = false;
+        const int q8w = ds4c_opt_tc_q8w();
         if (q8w == 1 || (q8w == 2 && p.a.cols <= Q8W_AUTO_COLS))
-            tc_go(bias ? k_tc_q8_0_w<true> : k_tc_q8_0_w<false>, 256, Q8W_NS * Q8W_STAGE, Q8W_BN, &setw[bias], p,
-                  xcount, zcount, yb, st);
+            tc_go(k_tc_q8_0_w, 256, Q8W_NS * Q8W_STAGE, Q8W_BN, &setw, p, xcount, zcount, yb, st);
         else
-            tc_go(bias ? k_tc_q8_0<true> : k_tc_q8_0<false>, 128, 2 * Q8S_STAGE, TC_BN, &set[bias], p, xcount, zcount,
-                  yb, st);
+            tc_go(k_tc_q8_0, 128, 2 * Q8S_STAGE, TC_BN, &set, p, xcount, zcount, yb, st);
         break;
     }
     case DS4C_Q2_K: {

@@ -828,88 +828,6 @@ __device__ __forceinline__ int tile_arow(int i) { return (threadIdx.x / (ATS_B /
 __device__ __forceinline__ int tile_brow(int j) { return threadIdx.x % (ATS_B / ATS_R) + j * (ATS_B / ATS_R); }
 __device__ __forceinline__ float tile_sum(const float (&s)[4]) { return fadd(fadd(s[0], s[1]), fadd(s[2], s[3])); }
 
-// Fast mode's chunk dots with the operands split once (attn_tc 1, the
-// default): tile_dots<true>'s 64 × 64 tiles, slices, warp tiles and mma
-// sequence (so its bits), but each staged value is split into its TF32
-// terms once, when it is stored to shared memory, rather than by every warp
-// that reads it (an A value by 2 warps, a B value by 4), and the fragments
-// come in by ldmatrix (one instruction for a 16 × 8 A fragment or two 8 × 8
-// B fragments, where tile_dots<true> issued a scalar load, two integer
-// operations and a subtraction for every register). The stages, A and B,
-// hi and lo, live in dynamic shared memory (TSP_SMEM bytes; rows of 144
-// bytes, so ldmatrix's eight rows hit distinct banks); row[] as for
-// tile_dots. c receives warp w's tiles: A rows 16·(w&3) + (0 … 16) against
-// B rows 32·(w>>2) + 8·j + (0 … 8), in the mma's accumulator layout. The
-// stages are free again when it returns.
-constexpr int TSP_ARR = ATS_A * ATS_LD; // floats of one stage of one operand's term
-constexpr size_t TSP_SMEM = 8 * (size_t)TSP_ARR * sizeof(float);
-__device__ __forceinline__ void tile_dots_split(float *s, const float *const *row, int D, float (&c)[4][4]) {
-    static_assert(ATS_T == 256 && ATS_A == 64 && ATS_B == 64 && ATS_SL % 8 == 0, "the mma layout: 8 warps, 64 × 64 dots");
-    // operand o (0: A, 1: B), term (0: hi, 1: lo), stage
-    auto arr = [&](int o, int term, int st) { return s + ((o * 2 + term) * 2 + st) * TSP_ARR; };
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    float4 v[ATS_V];
-    auto fetch = [&](int c0) {
-#pragma unroll
-        for (int u = 0; u < ATS_V; u++) {
-            const int f = tid + ATS_T * u;
-            v[u] = __ldg((const float4 *)(row[f / ATS_C4] + c0) + f % ATS_C4);
-        }
-    };
-    auto stash = [&](int st) {
-#pragma unroll
-        for (int u = 0; u < ATS_V; u++) {
-            const int f = tid + ATS_T * u, r = f / ATS_C4, o = r < ATS_A ? 0 : 1;
-            const int at = (r - o * ATS_A) * ATS_LD + 4 * (f % ATS_C4);
-            float4 hi, lo;
-            tf32_split4(v[u], hi, lo);
-            *(float4 *)(arr(o, 0, st) + at) = hi;
-            *(float4 *)(arr(o, 1, st) + at) = lo;
-        }
-    };
-    const int ma = 16 * (warp & 3), nb = 32 * (warp >> 2);
-    // ldmatrix row addresses (common.cuh's ldsm_x4 lists the matrices)
-    const int a_at = (ma + (lane & 7) + 8 * ((lane >> 3) & 1)) * ATS_LD + 4 * (lane >> 4);
-    const int b_at = (nb + (lane & 7) + 8 * (lane >> 4)) * ATS_LD + 4 * ((lane >> 3) & 1);
-#pragma unroll
-    for (int j = 0; j < 4; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
-    fetch(0);
-    stash(0);
-    __syncthreads();
-    const int ns = D / ATS_SL;
-    for (int sl = 0; sl < ns; sl++) {
-        const int st = sl & 1;
-        if (sl + 1 < ns) fetch((sl + 1) * ATS_SL);
-#pragma unroll
-        for (int kk = 0; kk < ATS_SL; kk += 8) {
-            uint32_t ah[4], al[4];
-            ldsm_x4(ah, arr(0, 0, st) + a_at + kk);
-            ldsm_x4(al, arr(0, 1, st) + a_at + kk);
-#pragma unroll
-            for (int jj = 0; jj < 2; jj++) { // B rows nb + 16·jj …: tiles 2jj and 2jj+1
-                uint32_t bh[4], bl[4];
-                ldsm_x4(bh, arr(1, 0, st) + b_at + 16 * jj * ATS_LD + kk);
-                ldsm_x4(bl, arr(1, 1, st) + b_at + 16 * jj * ATS_LD + kk);
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    float(&cj)[4] = c[2 * jj + h];
-                    mma_tf32(cj, al, bh[2 * h], bh[2 * h + 1]); // the small terms first
-                    mma_tf32(cj, ah, bl[2 * h], bl[2 * h + 1]);
-                    mma_tf32(cj, ah, bh[2 * h], bh[2 * h + 1]);
-                }
-            }
-        }
-        if (sl + 1 < ns) stash(st ^ 1);
-        __syncthreads();
-    }
-}
-
-// the A row and B row of tile_dots_split's c[j][e]
-__device__ __forceinline__ int tsp_arow(int e) { return 16 * ((threadIdx.x >> 5) & 3) + ((threadIdx.x & 31) >> 2) + 8 * (e >> 1); }
-__device__ __forceinline__ int tsp_brow(int j, int e) {
-    return 32 * (threadIdx.x >> 7) + 8 * j + 2 * (threadIdx.x & 3) + (e & 1);
-}
-
 // index_weighted is a compressed row's indexer score from its per-head
 // dots d[0..IH): Σ_h w_h·d_h over the heads with d_h > 0, in head order.
 __device__ __forceinline__ float index_weighted(const float *d, const float *w, int IH) {
@@ -917,21 +835,6 @@ __device__ __forceinline__ float index_weighted(const float *d, const float *w, 
     for (int h = 0; h < IH; h++)
         if (d[h] > 0.f) sum = fadd(sum, fmul(d[h], w[h]));
     return sum;
-}
-
-// Fast mode's index_weighted for a tile's ATS_B rows, dots sd[row][head]
-// (rows ATS_A + 1 apart): 4 threads a row, each a quarter of the heads with
-// fused multiply-adds, then two shuffles; out[r] for the first nr rows.
-__device__ __forceinline__ void index_weighted_fast(const float *sd, const float *wt, int IH, int nr, float *out) {
-    static_assert(ATS_T == 4 * ATS_B, "4 threads a row");
-    const int r = threadIdx.x >> 2, q = threadIdx.x & 3, hq = (IH + 3) / 4;
-    const float *d = sd + r * (ATS_A + 1);
-    float sum = 0.f;
-    for (int h = q * hq; h < min(IH, (q + 1) * hq); h++)
-        if (d[h] > 0.f) sum = fmaf(d[h], __ldg(wt + h), sum);
-    sum += __shfl_xor_sync(FULL_MASK, sum, 1);
-    sum += __shfl_xor_sync(FULL_MASK, sum, 2);
-    if (q == 0 && r < nr) out[r] = sum;
 }
 
 __global__ void __launch_bounds__(256) k_index_scores(const float *q, const float *w, const float *rows, int IH, int IHD,
@@ -987,38 +890,19 @@ __global__ void __launch_bounds__(ATS_T, 2) k_index_scores_tile(const float *q, 
 #pragma unroll
         for (int j = 0; j < ATS_R; j++) sd[tile_brow(j) * (ATS_A + 1) + tile_arow(i)] = tile_sum(acc[i][j]);
     __syncthreads();
-    if constexpr (TC) {
-        index_weighted_fast(sd, w + (int64_t)t * IH, IH, nr, scores + t * sc_stride + i0);
+    if constexpr (TC) { // fast mode: 4 threads a row, each a quarter of the heads, then two shuffles
+        static_assert(ATS_T == 4 * ATS_B, "4 threads a row");
+        const int r = tid >> 2, q = tid & 3, hq = (IH + 3) / 4;
+        const float *d = sd + r * (ATS_A + 1), *wt = w + (int64_t)t * IH;
+        float sum = 0.f;
+        for (int h = q * hq; h < min(IH, (q + 1) * hq); h++)
+            if (d[h] > 0.f) sum = fmaf(d[h], __ldg(wt + h), sum);
+        sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+        sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+        if (q == 0 && r < nr) scores[t * sc_stride + i0 + r] = sum;
         return;
     }
     if (tid < nr) scores[t * sc_stride + i0 + tid] = index_weighted(sd + tid * (ATS_A + 1), w + (int64_t)t * IH, IH);
-}
-
-// k_index_scores_tile<true> through tile_dots_split (attn_tc 1): the same
-// bits, TSP_SMEM bytes of dynamic shared memory.
-__global__ void __launch_bounds__(ATS_T, 2) k_index_scores_split(const float *q, const float *w, const float *rows, int IH,
-                                                                int IHD, int64_t pos0, int ratio, float *scores,
-                                                                int64_t sc_stride) {
-    pdl_enter();
-    extern __shared__ __align__(16) float s_tsp[];
-    __shared__ const float *s_row[ATS_A + ATS_B];
-    const int t = blockIdx.y, tid = threadIdx.x;
-    const int64_t R = (pos0 + t + 1) / ratio;
-    const int64_t i0 = (int64_t)blockIdx.x * ATS_B;
-    if (i0 >= R) return;
-    const int nr = (int)min((int64_t)ATS_B, R - i0);
-    if (tid < ATS_A) s_row[tid] = q + ((int64_t)t * IH + min(tid, IH - 1)) * IHD;
-    else if (tid < ATS_A + ATS_B) s_row[tid] = rows + (i0 + min(tid - ATS_A, nr - 1)) * IHD;
-    __syncthreads();
-    float c[4][4];
-    tile_dots_split(s_tsp, s_row, IHD, c);
-    float *sd = s_tsp; // [ATS_B][ATS_A + 1], the stages are free now
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) sd[tsp_brow(j, e) * (ATS_A + 1) + tsp_arow(e)] = c[j][e];
-    __syncthreads();
-    index_weighted_fast(sd, w + (int64_t)t * IH, IH, nr, scores + t * sc_stride + i0);
 }
 
 // The same scores, tiled for one query (decode): a CTA takes IXT_ROWS rows,
@@ -1570,35 +1454,6 @@ __global__ void __launch_bounds__(ATS_T, 2) k_attn_scores_tile(AttnArgs a, float
     }
 }
 
-// k_attn_scores_tile<true> through tile_dots_split (attn_tc 1): the same
-// bits (but +0 for −0), TSP_SMEM bytes of dynamic shared memory; each
-// thread stores its accumulators' scores itself.
-__global__ void __launch_bounds__(ATS_T, 2) k_attn_scores_split(AttnArgs a, float *sc, int64_t maxk) {
-    pdl_enter();
-    extern __shared__ __align__(16) float s_tsp[];
-    __shared__ const float *s_row[ATS_A + ATS_B];
-    const int t = blockIdx.y, tid = threadIdx.x;
-    const int64_t p = a.pos0 + t;
-    int64_t nwin;
-    const int64_t nk = attn_nkeys(a, t, &nwin);
-    const int64_t k0 = (int64_t)blockIdx.x * ATS_B;
-    if (k0 >= nk) return;
-    const int nkt = (int)min((int64_t)ATS_B, nk - k0);
-    const int h0 = blockIdx.z * ATS_A, nh = min(ATS_A, a.H - h0);
-    if (tid < ATS_A) s_row[tid] = a.q + ((int64_t)t * a.H + h0 + min(tid, nh - 1)) * a.HD;
-    else if (tid < ATS_A + ATS_B) s_row[tid] = attn_key(a, t, p, k0 + min(tid - ATS_A, nkt - 1), nwin);
-    __syncthreads();
-    float c[4][4];
-    tile_dots_split(s_tsp, s_row, a.HD, c);
-#pragma unroll
-    for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int hh = tsp_arow(e), kk = tsp_brow(j, e);
-            if (hh < nh && kk < nkt) sc[((int64_t)t * a.H + h0 + hh) * maxk + k0 + kk] = fmul(c[j][e], a.scale);
-        }
-}
-
 // FAST: float exponentials (expf) instead of exp_ref's double ones, and
 // the denominator as lane sums and a shuffle tree instead of one serial sum.
 template <bool FAST>
@@ -1833,28 +1688,14 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
     }
 }
 
-// The fast weighted sums' warp layout (k_attn_out_tc, k_attn_out_split):
-// warp w takes heads 16·(w&3) … +16 and dims 64·(w>>2) … +64, 8 tiles of
-// 16 × 8 in the mma's accumulator layout; aot_store_tc writes them.
-__device__ __forceinline__ void aot_store_tc(const AttnArgs &a, int t, int d0, int h0, int nh, const float (&c)[8][4]) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gid = lane >> 2, tig = lane & 3;
-    const int hm = 16 * (warp & 3), dn = 64 * (warp >> 2);
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {
-            const int hh = hm + gid + 4 * e; // e 0: rows gid, e 2: gid + 8
-            if (hh < nh)
-                *(float2 *)&a.out[((int64_t)t * a.H + h0 + hh) * a.HD + d0 + dn + 8 * j + 2 * tig] =
-                    make_float2(c[j][e], c[j][e + 1]);
-        }
-}
-
-// Fast mode's weighted sum of a chunk on the tensor cores (attn_tc 2, v13's
-// form): k_attn_out_tile's CTA (one token, AOT_H heads × AOT_D dims) and
-// staging (AotChunk), the sum as TF32 mma.sync m16n8k8 with both operands
-// split into two TF32 terms by every warp that reads them (the three larger
-// cross products: ≈ 2^-21 of Σ p·|v| from the exact order).
+// Fast mode's weighted sum of a chunk on the tensor cores: k_attn_out_tile's
+// CTA (one token, AOT_H heads × AOT_D dims) and staging (AotChunk; keys
+// past the count staged as zeros), the sum as TF32 mma.sync m16n8k8 with
+// both operands split into two TF32 terms (the three larger cross products:
+// ≈ 2^-21 of Σ p·|v| from the exact order). Warp w takes heads
+// 16·(w&3) … +16 and dims 64·(w>>2) … +64: 8 tiles of 16 × 8. (Splitting
+// each value once as it is staged and loading the fragments by ldmatrix
+// was slower: cuda/NOTES.md v14.)
 __global__ void __launch_bounds__(AOT_T) k_attn_out_tc(AttnArgs a, const float *sc, int64_t maxk) {
     static_assert(AOT_T == 256 && AOT_H == 64 && AOT_D == 128 && AOT_K % 8 == 0, "the mma layout");
     pdl_enter();
@@ -1908,111 +1749,15 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tc(AttnArgs a, const float *
         if (kc + AOT_K < nk) ch.stash(s_p[st ^ 1], s_v[st ^ 1]);
         __syncthreads();
     }
-    aot_store_tc(a, t, d0, h0, nh, c);
-}
-
-// Fast mode's weighted sum with the operands split once (attn_tc 1, the
-// default): k_attn_out_tc's CTA, warp tiles and mma sequence (so its bits),
-// but every staged value is split into its TF32 terms once, when it is
-// stored, rather than by each warp that reads it (a probability by 2 warps,
-// a value by 4), and the fragments come in by ldmatrix: the probabilities
-// stored [head][key] and the values transposed to [dim][key] (rows of
-// AOS_LD floats, 80 bytes: ldmatrix's eight rows and the transposing
-// stores both hit distinct banks). The stages, hi and lo, live in dynamic
-// shared memory (AOS_SMEM bytes). Value float4 f = threadIdx.x + AOT_T·u:
-// key f % AOT_K, dims 4·(f / AOT_K).
-constexpr int AOS_LD = AOT_K + 4;
-constexpr int AOS_P = AOT_H * AOS_LD, AOS_V = AOT_D * AOS_LD; // floats of one stage of one term
-constexpr size_t AOS_SMEM = 4 * (size_t)(AOS_P + AOS_V) * sizeof(float);
-__global__ void __launch_bounds__(AOT_T) k_attn_out_split(AttnArgs a, const float *sc, int64_t maxk) {
-    static_assert(AOT_T == 256 && AOT_H == 64 && AOT_D == 128 && AOT_K % 8 == 0 && AOT_K <= 32, "the mma layout");
-    pdl_enter();
-    extern __shared__ __align__(16) float s_aos[]; // P[term][stage], then V[term][stage]
-    auto P = [&](int term, int st) { return s_aos + (term * 2 + st) * AOS_P; };
-    auto V = [&](int term, int st) { return s_aos + 4 * AOS_P + (term * 2 + st) * AOS_V; };
-    const int t = blockIdx.y, tid = threadIdx.x;
-    const int64_t p = a.pos0 + t;
-    int64_t nwin;
-    const int64_t nk = attn_nkeys(a, t, &nwin);
-    const int d0 = blockIdx.x * AOT_D, h0 = blockIdx.z * AOT_H, nh = min(AOT_H, a.H - h0);
-    __shared__ const float *s_rows[AOT_KEYS];
-    attn_keys_stage(a, t, p, nk, nwin, s_rows);
-    __syncthreads();
-    float4 vv[AOT_VV], pv[AOT_PV];
-    auto fetch = [&](int64_t kc) {
-        const int m = (int)min((int64_t)AOT_K, nk - kc);
 #pragma unroll
-        for (int u = 0; u < AOT_VV; u++) {
-            const int f = tid + AOT_T * u, k = f % AOT_K;
-            vv[u] = k < m ? __ldg((const float4 *)(attn_key_row(a, t, p, kc + k, nwin, s_rows) + d0) + f / AOT_K)
-                          : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+            const int hh = hm + gid + 4 * e; // e 0: rows gid, e 2: gid + 8
+            if (hh < nh)
+                *(float2 *)&a.out[((int64_t)t * a.H + h0 + hh) * a.HD + d0 + dn + 8 * j + 2 * tig] =
+                    make_float2(c[j][e], c[j][e + 1]);
         }
-#pragma unroll
-        for (int u = 0; u < AOT_PV; u++) {
-            const int f = tid + AOT_T * u, h = min(f / (AOT_K / 4), nh - 1), k4 = 4 * (f % (AOT_K / 4));
-            const float *src = sc + ((int64_t)t * a.H + h0 + h) * maxk + kc + k4;
-            pv[u] = make_float4(k4 < m ? src[0] : 0.f, k4 + 1 < m ? src[1] : 0.f, k4 + 2 < m ? src[2] : 0.f,
-                                k4 + 3 < m ? src[3] : 0.f);
-        }
-    };
-    auto stash = [&](int st) {
-#pragma unroll
-        for (int u = 0; u < AOT_VV; u++) {
-            const int f = tid + AOT_T * u, at = 4 * (f / AOT_K) * AOS_LD + f % AOT_K;
-            float4 hi, lo;
-            tf32_split4(vv[u], hi, lo);
-            float *dh = V(0, st) + at, *dl = V(1, st) + at;
-            dh[0] = hi.x, dh[AOS_LD] = hi.y, dh[2 * AOS_LD] = hi.z, dh[3 * AOS_LD] = hi.w;
-            dl[0] = lo.x, dl[AOS_LD] = lo.y, dl[2 * AOS_LD] = lo.z, dl[3 * AOS_LD] = lo.w;
-        }
-#pragma unroll
-        for (int u = 0; u < AOT_PV; u++) {
-            const int f = tid + AOT_T * u, at = (f / (AOT_K / 4)) * AOS_LD + 4 * (f % (AOT_K / 4));
-            float4 hi, lo;
-            tf32_split4(pv[u], hi, lo);
-            *(float4 *)(P(0, st) + at) = hi;
-            *(float4 *)(P(1, st) + at) = lo;
-        }
-    };
-    const int lane = tid & 31, warp = tid >> 5;
-    const int hm = 16 * (warp & 3), dn = 64 * (warp >> 2);
-    // ldmatrix row addresses (common.cuh's ldsm_x4 lists the matrices)
-    const int a_at = (hm + (lane & 7) + 8 * ((lane >> 3) & 1)) * AOS_LD + 4 * (lane >> 4);
-    const int b_at = (dn + (lane & 7) + 8 * (lane >> 4)) * AOS_LD + 4 * ((lane >> 3) & 1);
-    float c[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
-    if (nk > 0) {
-        fetch(0);
-        stash(0);
-    }
-    __syncthreads();
-    for (int64_t kc = 0, ci = 0; kc < nk; kc += AOT_K, ci++) {
-        const int st = (int)(ci & 1);
-        if (kc + AOT_K < nk) fetch(kc + AOT_K);
-#pragma unroll
-        for (int kk = 0; kk < AOT_K; kk += 8) {
-            uint32_t ah[4], al[4];
-            ldsm_x4(ah, P(0, st) + a_at + kk);
-            ldsm_x4(al, P(1, st) + a_at + kk);
-#pragma unroll
-            for (int jj = 0; jj < 4; jj++) { // dims dn + 16·jj …: tiles 2jj and 2jj+1
-                uint32_t bh[4], bl[4];
-                ldsm_x4(bh, V(0, st) + b_at + 16 * jj * AOS_LD + kk);
-                ldsm_x4(bl, V(1, st) + b_at + 16 * jj * AOS_LD + kk);
-#pragma unroll
-                for (int s = 0; s < 2; s++) {
-                    float(&cj)[4] = c[2 * jj + s];
-                    mma_tf32(cj, al, bh[2 * s], bh[2 * s + 1]); // the small terms first
-                    mma_tf32(cj, ah, bl[2 * s], bl[2 * s + 1]);
-                    mma_tf32(cj, ah, bh[2 * s], bh[2 * s + 1]);
-                }
-            }
-        }
-        if (kc + AOT_K < nk) stash(st ^ 1);
-        __syncthreads();
-    }
-    aot_store_tc(a, t, d0, h0, nh, c);
 }
 
 // Single tokens (and chunks of fewer than 8): the softmax and the weighted
@@ -2488,19 +2233,8 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         return 0;
     }
     if (IH <= ATS_A && IHD % ATS_SL == 0 && ds4c_opt_ix_chunk()) {
-        const int tc = (flags & DS4C_FAST) && n >= 8 ? ds4c_opt_attn_tc() : 0;
-        const dim3 g(nblk(maxR, ATS_B), (unsigned)n);
-        if (tc == 1 || tc == 3) {
-            static bool tsp_set = false;
-            if (!tsp_set) {
-                DS4C_CHECK(cudaFuncSetAttribute(k_index_scores_split, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)TSP_SMEM));
-                tsp_set = true;
-            }
-            ds4c_launch(k_index_scores_split, g, ATS_T, TSP_SMEM, as_stream(stream), d_q, d_w, d_rows, IH, IHD, pos0,
-                        ratio, d_scores, sc_stride);
-        } else
-            ds4c_launch(tc ? k_index_scores_tile<true> : k_index_scores_tile<false>, g, ATS_T, 0, as_stream(stream), d_q,
-                        d_w, d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
+        ds4c_launch((flags & DS4C_FAST) && n >= 8 && ds4c_opt_attn_tc() ? k_index_scores_tile<true> : k_index_scores_tile<false>, dim3(nblk(maxR, ATS_B), (unsigned)n), ATS_T, 0, as_stream(stream), d_q, d_w,
+                    d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
         DS4C_CHECK_LAUNCH("index_scores");
         return 0;
     }
@@ -2563,16 +2297,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     cudaStream_t st = as_stream(stream);
     // chunks: 32 keys and every head group per CTA; single tokens (and
     // small chunks): 16 keys and one head group, for more CTAs
-    // tc: 1 the operands split once (k_attn_scores_split, k_attn_out_split),
-    // 2 split by every warp (v13's kernels), 3 split scores, v13's weighted sum
-    const bool chunk = n >= 8, fast = chunk && (flags & DS4C_FAST);
-    const int tc = fast ? ds4c_opt_attn_tc() : 0;
-    static bool split_set = false;
-    if ((tc == 1 || tc == 3) && !split_set) {
-        DS4C_CHECK(cudaFuncSetAttribute(k_attn_scores_split, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)TSP_SMEM));
-        DS4C_CHECK(cudaFuncSetAttribute(k_attn_out_split, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)AOS_SMEM));
-        split_set = true;
-    }
+    const bool chunk = n >= 8, fast = chunk && (flags & DS4C_FAST), tc = fast && ds4c_opt_attn_tc();
     const int ak = chunk ? AS_KMAX : AS_KMAX / 2;
     const size_t smem = (size_t)(AS_H + ak) * (HD + 4) * sizeof(float);
     static size_t set[2] = {0, 0};
@@ -2583,11 +2308,9 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     }
     const int hg = chunk ? (int)nblk(H, AS_H) : 1;
     const dim3 gs(nblk(max_keys, ak), (unsigned)n, nblk(H, AS_H * hg));
-    const dim3 gt(nblk(max_keys, ATS_B), (unsigned)n, nblk(H, ATS_A));
-    if (chunk && HD % ATS_SL == 0 && ds4c_opt_attn_tile() && (tc == 1 || tc == 3))
-        ds4c_launch(k_attn_scores_split, gt, ATS_T, TSP_SMEM, st, a, d_work, max_keys);
-    else if (chunk && HD % ATS_SL == 0 && ds4c_opt_attn_tile())
-        ds4c_launch(tc ? k_attn_scores_tile<true> : k_attn_scores_tile<false>, gt, ATS_T, 0, st, a, d_work, max_keys);
+    if (chunk && HD % ATS_SL == 0 && ds4c_opt_attn_tile())
+        ds4c_launch(tc ? k_attn_scores_tile<true> : k_attn_scores_tile<false>, dim3(nblk(max_keys, ATS_B), (unsigned)n, nblk(H, ATS_A)), ATS_T, 0, st, a,
+                    d_work, max_keys);
     else if (chunk)
         ds4c_launch(k_attn_scores<2>, gs, 256, smem, st, a, d_work, max_keys, hg);
     else
@@ -2626,13 +2349,10 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     DS4C_CHECK_LAUNCH("attention softmax");
     // single tokens: 2 heads per CTA (measured against 4 and 8 on the H200:
     // more heads per CTA read the keys fewer times but leave SMs idle)
-    const dim3 go(HD / AOT_D, (unsigned)n, nblk(H, AOT_H));
-    if (tc == 1 && HD % AOT_D == 0 && ds4c_opt_attn_tile())
-        ds4c_launch(k_attn_out_split, go, AOT_T, AOS_SMEM, st, a, d_work, max_keys);
-    else if (tc && HD % AOT_D == 0 && ds4c_opt_attn_tile())
-        ds4c_launch(k_attn_out_tc, go, AOT_T, 0, st, a, d_work, max_keys);
+    if (tc && HD % AOT_D == 0 && ds4c_opt_attn_tile())
+        ds4c_launch(k_attn_out_tc, dim3(HD / AOT_D, (unsigned)n, nblk(H, AOT_H)), AOT_T, 0, st, a, d_work, max_keys);
     else if (n >= 8 && HD % AOT_D == 0 && ds4c_opt_attn_tile())
-        ds4c_launch(fast ? k_attn_out_tile<true> : k_attn_out_tile<false>, go, AOT_T, 0, st, a, d_work, max_keys);
+        ds4c_launch(fast ? k_attn_out_tile<true> : k_attn_out_tile<false>, dim3(HD / AOT_D, (unsigned)n, nblk(H, AOT_H)), AOT_T, 0, st, a, d_work, max_keys);
     else if (n >= 8)
         ds4c_launch(k_attn_out<16>, dim3(nblk(HD, 128), (unsigned)n, nblk(H, 16)), 128, 0, st, a, d_work, max_keys);
     else
