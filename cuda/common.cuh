@@ -45,6 +45,7 @@ int ds4c_opt_quant_vec(void);
 int ds4c_opt_norm_rope_w(void);
 int ds4c_opt_float_tc(void);
 int ds4c_opt_attn_tc(void);
+int ds4c_opt_attn_split(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
 int ds4c_opt_attn_ecache(void);

@@ -46,6 +46,7 @@ static int g_opt_quant_vec = 1;
 static int g_opt_norm_rope_w = 1;
 static int g_opt_float_tc = 1;
 static int g_opt_attn_tc = 1;
+static int g_opt_attn_split = 1;
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
 
 int ds4c_err(int code, const char *fmt, ...) {
@@ -100,6 +101,7 @@ int ds4c_opt_quant_vec(void) { return g_opt_quant_vec; }
 int ds4c_opt_norm_rope_w(void) { return g_opt_norm_rope_w; }
 int ds4c_opt_float_tc(void) { return g_opt_float_tc; }
 int ds4c_opt_attn_tc(void) { return g_opt_attn_tc; }
+int ds4c_opt_attn_split(void) { return g_opt_attn_split; }
 int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
 int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
@@ -141,6 +143,7 @@ int ds4c_init(int device) {
     g_device = device;
     env_option("DS4_CUDA_PDL", DS4C_OPT_PDL);
     env_option("DS4_CUDA_PREFETCH", DS4C_OPT_PREFETCH);
+    env_option("DS4_CUDA_HC_TWO", DS4C_OPT_HC_TWO);
     env_option("DS4_CUDA_MV_PIPE", DS4C_OPT_MV_PIPE);
     env_option("DS4_CUDA_MV_TIMING", DS4C_OPT_MV_TIMING);
     env_option("DS4_CUDA_MV_PIPE_MIN", DS4C_OPT_MV_PIPE_MIN);
@@ -156,6 +159,7 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_NORM_ROPE_W", DS4C_OPT_NORM_ROPE_W);
     env_option("DS4_CUDA_FLOAT_TC", DS4C_OPT_FLOAT_TC);
     env_option("DS4_CUDA_ATTN_TC", DS4C_OPT_ATTN_TC);
+    env_option("DS4_CUDA_ATTN_SPLIT", DS4C_OPT_ATTN_SPLIT);
     t_device = device;
     return 0;
 }
@@ -448,6 +452,7 @@ static const struct {
     {DS4C_OPT_NORM_ROPE_W, "norm_rope_w", &g_opt_norm_rope_w, 0, 1},
     {DS4C_OPT_FLOAT_TC, "float_tc", &g_opt_float_tc, 0, 2},
     {DS4C_OPT_ATTN_TC, "attn_tc", &g_opt_attn_tc, 0, 1},
+    {DS4C_OPT_ATTN_SPLIT, "attn_split", &g_opt_attn_split, 0, 1},
 };
 
 int ds4c_set_option(int key, int value) {

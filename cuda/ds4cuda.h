@@ -303,7 +303,7 @@ enum {
     DS4C_OPT_ATTN_PO = 7, /* 1: single-token attention's softmax and output in one kernel (default); 0: two */
     DS4C_OPT_PREFETCH = 8, /* 1: matrix products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 sets 0) */
     DS4C_OPT_FX_WARP = 9, /* 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA */
-    DS4C_OPT_HC_TWO = 10, /* 1: hc_pre runs the Sinkhorn split in a second CTA per token (default); 0: one CTA */
+    DS4C_OPT_HC_TWO = 10, /* 1: hc_pre runs the Sinkhorn split in a second CTA per token (default; env DS4_CUDA_HC_TWO); 0: one CTA */
     DS4C_OPT_NORM_ROPE = 11, /* 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three */
     DS4C_OPT_HC_QUANT = 12, /* 1: hc_pre forms x's Q8_0 activation itself when asked (default); 0: a quantize kernel after it */
     DS4C_OPT_MV_PIPE = 13, /* single-token Q8_0/Q2_K/IQ2_XXS products stream weights through a shared-memory pipeline with this many CTAs per SM (1..4, default 2; env DS4_CUDA_MV_PIPE); 0: one load round per CTA */
@@ -327,6 +327,7 @@ enum {
     DS4C_OPT_NORM_ROPE_W = 31, /* 1: the fused query/KV norm and rotation of chunks with a warp per row, the row in registers (default; env DS4_CUDA_NORM_ROPE_W); 0: a CTA per row staged in shared memory */
     DS4C_OPT_FLOAT_TC = 32, /* 1: fast-mode products of 16-bit weights and 16+ tokens on the tensor cores (TF32 mma, each input split into two TF32 terms) when their tiles fill the GPU (default; env DS4_CUDA_FLOAT_TC); 2: whenever they can (tests); 0: never (the exact tiled kernels). Exact mode never uses it */
     DS4C_OPT_ATTN_TC = 33, /* 1: fast-mode chunk attention and indexer dots on the tensor cores (TF32 mma, operands split into two TF32 terms; default; env DS4_CUDA_ATTN_TC); 0: fast mode keeps the exact-order tiled scores and sums the weighted output with fused multiply-adds. Exact mode never uses it */
+    DS4C_OPT_ATTN_SPLIT = 34, /* 1: fast-mode attention of fewer than 8 tokens split over the keys (k_attn_split + k_attn_combine: flash decoding, for head dim 512; default; env DS4_CUDA_ATTN_SPLIT); 0: one pass over every key per (token, head), as exact mode (k_attn_po with float exponentials). Exact mode never uses it */
 };
 
 #ifdef __cplusplus

@@ -1786,6 +1786,32 @@ constexpr int AP_LD = AP_K / (AP_T / (AP_D / 4)); // float4 key loads per thread
 // faster (21.6 → 20.9): cuda/NOTES.md v8 has the runs.
 constexpr int AP_ECAP = 2048;
 
+// attn_out_store ends a single-token attention kernel whose warp holds
+// output dims d0 + lane of head h (hok: h < H; the whole warp calls it): the
+// inverse rotation when a.rfreqs is set (as k_rope: lane pairs (even, odd)
+// hold a rotated pair), the store, and the Q8_0 activation when a.qact is
+// set (the warp's 32 dims are one Q8_0 block: HD % 32 == 0, qseg % 32 == 0).
+__device__ __forceinline__ void attn_out_store(const AttnArgs &a, int t, int h, bool hok, int d0, int lane, float acc) {
+    if (a.rfreqs) {
+        const float other = __shfl_xor_sync(FULL_MASK, acc, 1);
+        const int d = d0 + lane;
+        if (d >= a.roff && d < a.roff + a.rd) {
+            const int e = (d - a.roff) & 1;
+            float pr[2];
+            pr[e] = acc;
+            pr[e ^ 1] = other;
+            rope_pair(pr, (float)(a.pos0 + t), a.rfreqs[(d - a.roff) / 2], 1);
+            acc = pr[e];
+        }
+    }
+    if (hok && d0 + lane < a.HD) a.out[((int64_t)t * a.H + h) * a.HD + d0 + lane] = acc;
+    if (a.qact && hok) {
+        const int64_t f = ((int64_t)t * a.H + h) * a.HD + d0, r = f / a.qseg, c = f % a.qseg;
+        uint8_t *row = a.qact + r * a.qstride;
+        q8_0_warp(acc, lane, (int8_t *)row + c, (float *)(row + a.qseg) + c / 32);
+    }
+}
+
 template <bool FAST>
 __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap) {
     pdl_enter();
@@ -1880,24 +1906,152 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         }
         for (; j < m; j++) acc = FAST ? fmaf(sp[j], vcol[j * AP_D], acc) : fadd(acc, fmul(sp[j], vcol[j * AP_D]));
     }
-    if (a.rfreqs) { // the inverse rotation, as k_rope: lane pairs (even, odd) hold a rotated pair
-        const float other = __shfl_xor_sync(FULL_MASK, acc, 1);
-        const int d = d0 + lane;
-        if (d >= a.roff && d < a.roff + a.rd) {
-            const int e = (d - a.roff) & 1;
-            float pr[2];
-            pr[e] = acc;
-            pr[e ^ 1] = other;
-            rope_pair(pr, (float)(a.pos0 + t), a.rfreqs[(d - a.roff) / 2], 1);
-            acc = pr[e];
+    attn_out_store(a, t, h, hok, d0, lane, acc);
+}
+
+// ------------------------------------------------------------ fast attention of single tokens
+// Fast mode's attention for fewer than 8 tokens (decode), split over the
+// keys (flash decoding) instead of k_attn_scores<1> + k_attn_po's one pass
+// over every key per (token, head): k_attn_split gives each CTA DEC_H heads
+// of one token and ks of its keys (blockIdx.x: the split), walked in chunks
+// of DEC_KC: the chunk's key rows and the heads' queries staged in shared
+// memory, a score per thread (warp w: head h0 + w, lane: key), the chunk's
+// softmax terms against a running maximum (the earlier terms rescaled when
+// it rises), and their weighted sum of the keys into each thread's 4 heads ×
+// 4 dims. It writes the split's unnormalised sums o and its (maximum, sum of
+// exponentials) to the work buffer: o at [split][token][head][HD], then the
+// pairs at [split][token][head][2]. k_attn_combine adds the splits with the
+// sink's term in the denominator, then rotates, stores and quantizes as
+// k_attn_po does. Float exponentials and fused multiply-adds (fast mode's
+// contract): TestAttentionFast holds it to the exact kernels. For HD ==
+// DEC_HD (Flash's 512); at most DEC_SPLITS splits, so the work buffer needs
+// DEC_SPLITS · n · H · (HD + 2) floats (backend/cuda's AttentionWork).
+constexpr int DEC_HD = 512, DEC_H = 8, DEC_KC = 32, DEC_T = DEC_H * 32, DEC_SPLITS = 64;
+constexpr int DEC_LD = DEC_HD + 4;                                 // staged rows: 2064 bytes, conflict-free float4 lanes
+constexpr int DEC_HPT = DEC_H * DEC_HD / 4 / DEC_T;               // heads per thread in the weighted sum (4)
+constexpr int DEC_KV = DEC_KC * DEC_HD / 4 / DEC_T;               // float4 key loads per thread per chunk (16)
+constexpr size_t DEC_SMEM = ((size_t)(DEC_H + DEC_KC) * DEC_LD + DEC_KC * DEC_H + DEC_H) * sizeof(float);
+static_assert(DEC_HPT == 4 && DEC_KC == 32 && DEC_KV * DEC_T * 4 == DEC_KC * DEC_HD, "the thread layout");
+
+__global__ void __launch_bounds__(DEC_T) k_attn_split(AttnArgs a, float *work, int ks, int nsplit) {
+    pdl_enter();
+    extern __shared__ __align__(16) float s_dec[];
+    float *sq = s_dec, *sk = sq + DEC_H * DEC_LD, *sp = sk + DEC_KC * DEC_LD, *salpha = sp + DEC_KC * DEC_H;
+    __shared__ const float *s_krow[DEC_KC];
+    const int split = blockIdx.x, t = blockIdx.y, n = gridDim.y, h0 = blockIdx.z * DEC_H;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int64_t p = a.pos0 + t;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin);
+    const int64_t kb = (int64_t)split * ks, ke = min(nk, kb + ks);
+    // a chunk's key rows (the first chunk's found while the queries load)
+    auto rows = [&](int64_t kc) {
+        if (tid < DEC_KC) s_krow[tid] = attn_key(a, t, p, min(kc + tid, ke - 1), nwin);
+    };
+    if (kb < ke) rows(kb);
+    for (int i = tid; i < DEC_H * DEC_HD / 4; i += DEC_T) {
+        const int hh = i / (DEC_HD / 4), c = i % (DEC_HD / 4), h = min(h0 + hh, a.H - 1);
+        *(float4 *)&sq[hh * DEC_LD + 4 * c] = __ldg((const float4 *)(a.q + ((int64_t)t * a.H + h) * DEC_HD) + c);
+    }
+    // weighted sum: dims 4·dg … +3 of heads DEC_HPT·hg … +DEC_HPT
+    const int dg = tid % (DEC_HD / 4), hg = tid / (DEC_HD / 4);
+    float acc[DEC_HPT][4];
+#pragma unroll
+    for (int i = 0; i < DEC_HPT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float mrun = -INFINITY, lrun = 0.f; // warp w's head: running maximum and sum (the lanes agree)
+    for (int64_t kc = kb; kc < ke; kc += DEC_KC) {
+        const int m = (int)min((int64_t)DEC_KC, ke - kc);
+        if (kc != kb) {
+            __syncthreads(); // the previous chunk is consumed
+            rows(kc);
+        }
+        __syncthreads();
+        float4 kv[DEC_KV];
+#pragma unroll
+        for (int u = 0; u < DEC_KV; u++) {
+            const int i = tid + DEC_T * u;
+            kv[u] = __ldg((const float4 *)s_krow[i / (DEC_HD / 4)] + i % (DEC_HD / 4));
+        }
+#pragma unroll
+        for (int u = 0; u < DEC_KV; u++) {
+            const int i = tid + DEC_T * u;
+            *(float4 *)&sk[(i / (DEC_HD / 4)) * DEC_LD + 4 * (i % (DEC_HD / 4))] = kv[u];
+        }
+        __syncthreads();
+        const float *qr = sq + w * DEC_LD, *kr = sk + lane * DEC_LD;
+        float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;
+#pragma unroll 8
+        for (int c = 0; c < DEC_HD; c += 4) {
+            const float4 x = *(const float4 *)(qr + c), y = *(const float4 *)(kr + c);
+            d0 = fmaf(x.x, y.x, d0);
+            d1 = fmaf(x.y, y.y, d1);
+            d2 = fmaf(x.z, y.z, d2);
+            d3 = fmaf(x.w, y.w, d3);
+        }
+        const float sc = lane < m ? ((d0 + d1) + (d2 + d3)) * a.scale : -INFINITY;
+        const float mnew = fmaxf(mrun, warp_max(sc));
+        const float e = lane < m ? expf(sc - mnew) : 0.f, alpha = expf(mrun - mnew); // alpha 0 on the first chunk
+        lrun = lrun * alpha + warp_sum(e);
+        mrun = mnew;
+        sp[lane * DEC_H + w] = e;
+        if (lane == 0) salpha[w] = alpha;
+        __syncthreads();
+        const float4 al = *(const float4 *)&salpha[DEC_HPT * hg];
+        const float als[DEC_HPT] = {al.x, al.y, al.z, al.w};
+#pragma unroll
+        for (int i = 0; i < DEC_HPT; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[i][j] *= als[i];
+        for (int k = 0; k < m; k++) {
+            const float4 v = *(const float4 *)&sk[k * DEC_LD + 4 * dg];
+            const float4 pe = *(const float4 *)&sp[k * DEC_H + DEC_HPT * hg];
+            const float pes[DEC_HPT] = {pe.x, pe.y, pe.z, pe.w};
+#pragma unroll
+            for (int i = 0; i < DEC_HPT; i++) {
+                acc[i][0] = fmaf(pes[i], v.x, acc[i][0]);
+                acc[i][1] = fmaf(pes[i], v.y, acc[i][1]);
+                acc[i][2] = fmaf(pes[i], v.z, acc[i][2]);
+                acc[i][3] = fmaf(pes[i], v.w, acc[i][3]);
+            }
         }
     }
-    if (hok && d0 + lane < a.HD) a.out[((int64_t)t * a.H + h) * a.HD + d0 + lane] = acc;
-    if (a.qact && hok) { // the warp's 32 dims are one Q8_0 block (HD % 32 == 0, qseg % 32 == 0)
-        const int64_t f = ((int64_t)t * a.H + h) * a.HD + d0, r = f / a.qseg, c = f % a.qseg;
-        uint8_t *row = a.qact + r * a.qstride;
-        q8_0_warp(acc, lane, (int8_t *)row + c, (float *)(row + a.qseg) + c / 32);
+    float *po = work + ((int64_t)split * n + t) * a.H * DEC_HD;
+#pragma unroll
+    for (int i = 0; i < DEC_HPT; i++) {
+        const int h = h0 + DEC_HPT * hg + i;
+        if (h < a.H) *(float4 *)&po[(int64_t)h * DEC_HD + 4 * dg] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
     }
+    float *ml = work + (int64_t)nsplit * n * a.H * DEC_HD + (((int64_t)split * n + t) * a.H + h0 + w) * 2;
+    if (lane == 0 && h0 + w < a.H) ml[0] = mrun, ml[1] = lrun;
+}
+
+// k_attn_combine: k_attn_po's CTA (AP_D dims × AP_H heads of one token,
+// warp w: head, lane: dim) adds k_attn_split's nsplit partial sums, each
+// scaled by exp(its maximum − the overall one), and divides by the sink's
+// exp(sink − maximum) plus the splits' scaled sums; then attn_out_store.
+// Lane s holds split s's and s + 32's (maximum, sum) pairs and factors, so
+// the sums' loads wait on one round trip and the factors go by shuffles.
+static_assert(DEC_SPLITS <= 64, "two splits a lane");
+__global__ void __launch_bounds__(AP_T) k_attn_combine(AttnArgs a, const float *work, int nsplit) {
+    pdl_enter();
+    const int t = blockIdx.y, n = gridDim.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int h = blockIdx.z * AP_H + w, d0 = blockIdx.x * AP_D;
+    const bool hok = h < a.H;
+    const int hc = hok ? h : 0;
+    const float2 *ml = (const float2 *)(work + (int64_t)nsplit * n * a.H * a.HD);
+    auto mls = [&](int s) { return ml[((int64_t)s * n + t) * a.H + hc]; };
+    const float2 z = make_float2(-INFINITY, 0.f);
+    const float2 p0 = lane < nsplit ? mls(lane) : z, p1 = lane + 32 < nsplit ? mls(lane + 32) : z;
+    const float sink = a.sinks[hc];
+    const float mx = warp_max(fmaxf(sink, fmaxf(p0.x, p1.x)));
+    const float e0 = expf(p0.x - mx), e1 = expf(p1.x - mx); // 0 for empty splits
+    const float den = warp_sum(p0.y * e0 + p1.y * e1) + expf(sink - mx);
+    float acc = 0.f;
+    const float *po = work + ((int64_t)t * a.H + hc) * a.HD + d0 + lane;
+    const int64_t sstride = (int64_t)n * a.H * a.HD;
+#pragma unroll 8
+    for (int s = 0; s < nsplit; s++) acc = fmaf(po[s * sstride], __shfl_sync(FULL_MASK, s < 32 ? e0 : e1, s & 31), acc);
+    attn_out_store(a, t, h, hok, d0, lane, acc / den);
 }
 
 // ------------------------------------------------------------ router
@@ -2295,6 +2449,34 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         return ds4c_rope(d_out, (int64_t)H * HD, H, HD, roff, d_rfreqs, rd, pos0, 1, n, 1, stream);
     };
     cudaStream_t st = as_stream(stream);
+    // the rotation and the Q8_0 activation inside the single-token kernels
+    // (k_attn_po, k_attn_combine): the rotation when its pairs stay within a
+    // lane pair, the activation when the rotation is done there too
+    const bool fuse = d_rfreqs && roff % 2 == 0 && ds4c_opt_attn_rope();
+    const bool fuseq = d_qact && (fuse || !d_rfreqs) && ds4c_opt_attn_quant();
+    if (n < 8 && (flags & DS4C_FAST) && HD == DEC_HD && H <= 65535 && ds4c_opt_attn_split()) {
+        // fast single tokens, split over the keys: at most DEC_SPLITS splits
+        // of a whole number of DEC_KC-key chunks
+        const int64_t chunks = (max_keys + DEC_KC - 1) / DEC_KC, cps = (chunks + DEC_SPLITS - 1) / DEC_SPLITS;
+        const int ks = (int)(cps * DEC_KC), nsplit = (int)((max_keys + ks - 1) / ks);
+        static bool dec_set = false;
+        if (!dec_set) {
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_split, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DEC_SMEM));
+            dec_set = true;
+        }
+        ds4c_launch(k_attn_split, dim3((unsigned)nsplit, (unsigned)n, nblk(H, DEC_H)), DEC_T, DEC_SMEM, st, a, d_work, ks,
+                    nsplit);
+        DS4C_CHECK_LAUNCH("attention (split)");
+        if (fuse) a.rfreqs = d_rfreqs;
+        if (fuseq) a.qact = (uint8_t *)d_qact;
+        ds4c_launch(k_attn_combine, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, 0, st, a, d_work, nsplit);
+        DS4C_CHECK_LAUNCH("attention (split combine)");
+        if (!fuse) {
+            int rc = rotate();
+            if (rc) return rc;
+        }
+        return fuseq ? 0 : quantize();
+    }
     // chunks: 32 keys and every head group per CTA; single tokens (and
     // small chunks): 16 keys and one head group, for more CTAs
     const bool chunk = n >= 8, fast = chunk && (flags & DS4C_FAST), tc = fast && ds4c_opt_attn_tc();
@@ -2330,11 +2512,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_po<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
             eset = true;
         }
-        // the rotation in the kernel when its pairs stay within a lane pair
-        const bool fuse = d_rfreqs && roff % 2 == 0 && ds4c_opt_attn_rope();
         if (fuse) a.rfreqs = d_rfreqs;
-        // and the Q8_0 activation when the rotation is done here too
-        const bool fuseq = d_qact && (fuse || !d_rfreqs) && ds4c_opt_attn_quant();
         if (fuseq) a.qact = (uint8_t *)d_qact;
         ds4c_launch((flags & DS4C_FAST) ? k_attn_po<true> : k_attn_po<false>, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T,
                     esmem, st, a, d_work, max_keys, ecap);

@@ -1232,51 +1232,116 @@ func TestMoECombine(t *testing.T) {
 // exponentials, lane-sum denominator and fused multiply-adds).
 func TestAttentionFast(t *testing.T) {
 	d := gpu(t)
-	t.Cleanup(func() { d.SetOption(OptAttnTC, 1) })
-	const H, HD, W, n, pos0, K = 64, 512, 128, 40, 700, 64
-	q, kv := upload(t, d, gaussian(n*H*HD, 21)), upload(t, d, gaussian(n*HD, 22))
-	win := upload(t, d, gaussian(2*W*HD, 23))
-	comp := upload(t, d, gaussian((pos0+n)/4*HD, 24))
-	sinks := upload(t, d, gaussian(H, 25))
-	sel := make([]int32, n*K)
-	nsel := make([]int32, n)
-	r := rand.New(rand.NewPCG(26, 26))
-	for tok := range n {
-		R := (pos0 + tok + 1) / 4
-		nsel[tok] = K
-		for k := range K {
-			sel[tok*K+k] = int32(r.IntN(R))
-		}
+	t.Cleanup(func() { d.SetOption(OptAttnTC, 1); d.SetOption(OptAttnSplit, 1) })
+	const H, HD, W, n = 64, 512, 128, 40
+	// the inverse rotation of the last 64 dims and the Q8_0 activation in
+	// rows of 4096 values, as Flash's attention output takes them
+	const rd, roff, qseg = 64, HD - 64, 4096
+	freqs := make([]float32, rd/2)
+	for i := range freqs {
+		freqs[i] = 0.01 * float32(i+1)
 	}
-	selp, nselp := alloc(t, d, int64(4*len(sel))), alloc(t, d, int64(4*n))
-	must(t, UploadSlice(d, selp, sel))
-	must(t, UploadSlice(d, nselp, nsel))
-	for _, ratio := range []int{4, 128} {
-		maxKeys := W + K
-		if ratio == 128 {
-			maxKeys = W + (pos0+n)/128
-		}
-		work := alloc(t, d, int64(4*AttentionWork(n, H, maxKeys)))
-		run := func(fast bool, nt int) []float32 {
-			out := alloc(t, d, int64(4*nt*H*HD))
-			poison(t, d, out, nt*H*HD)
-			must(t, d.Attention(0, &AttentionArgs{Q: q, KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: selp, NSel: nselp,
-				K: K, Sinks: sinks, Out: out, Pos0: pos0, N: nt, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work, Fast: fast}))
-			return download(t, d, out, nt*H*HD)
-		}
-		// the chunk with each OptAttnTC, then its first token alone (k_attn_po)
-		for _, v := range []struct{ nt, tc int }{{n, 1}, {n, 0}, {1, 1}} {
-			must(t, d.SetOption(OptAttnTC, v.tc))
-			exact, fast := run(false, v.nt), run(true, v.nt)
-			worst := 0.0
-			for row := 0; row < v.nt*H; row++ {
-				e := rowErr(exact[row*HD:(row+1)*HD], fast[row*HD:(row+1)*HD])
-				if !(e <= 1e-4) {
-					t.Fatalf("ratio %d, %d tokens, attn_tc %d: token %d head %d: error %g of the row's largest magnitude", ratio, v.nt, v.tc, row/H, row%H, e)
-				}
-				worst = max(worst, e)
+	freqp := tempUpload(t, d, freqs)
+	qrow := d.ActBytes(quant.Q8_0, qseg)
+	// 64 picks at position 700; 2048 picks at 12000 (2176 keys: each CTA
+	// of the split single-token kernel walks two chunks of keys)
+	for _, cfg := range []struct{ pos0, K int }{{700, 64}, {12000, 2048}} {
+		pos0, K := cfg.pos0, cfg.K
+		q, kv := tempUpload(t, d, gaussian(n*H*HD, 21)), tempUpload(t, d, gaussian(n*HD, 22))
+		win := tempUpload(t, d, gaussian(2*W*HD, 23))
+		comp := tempUpload(t, d, gaussian((pos0+n)/4*HD, 24))
+		sinks := tempUpload(t, d, gaussian(H, 25))
+		sel := make([]int32, n*K)
+		nsel := make([]int32, n)
+		r := rand.New(rand.NewPCG(26, 26))
+		for tok := range n {
+			R := (pos0 + tok + 1) / 4
+			nsel[tok] = int32(K)
+			for k := range K {
+				sel[tok*K+k] = int32(r.IntN(R))
 			}
-			t.Logf("ratio %d, %d tokens, attn_tc %d: largest row error %.3g", ratio, v.nt, v.tc, worst)
+		}
+		selp, nselp := tempAlloc(t, d, int64(4*len(sel))), tempAlloc(t, d, int64(4*n))
+		must(t, UploadSlice(d, selp, sel))
+		must(t, UploadSlice(d, nselp, nsel))
+		for _, ratio := range []int{4, 128} {
+			maxKeys := W + K
+			if ratio == 128 {
+				maxKeys = W + (pos0+n)/128
+			}
+			// (the chunk's scores, or 3 tokens' partial sums of the split kernel)
+			work := tempAlloc(t, d, int64(4*max(AttentionWork(n, H, HD, maxKeys), AttentionWork(3, H, HD, maxKeys))))
+			// run returns the output and, fused, the Q8_0 activation's values
+			run := func(fast bool, nt int, fused bool) (out, act []float32) {
+				o := tempAlloc(t, d, int64(4*nt*H*HD))
+				poison(t, d, o, nt*H*HD)
+				a := &AttentionArgs{Q: q, KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: selp, NSel: nselp,
+					K: K, Sinks: sinks, Out: o, Pos0: pos0, N: nt, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work, Fast: fast}
+				rows := nt * H * HD / qseg
+				var qa Ptr
+				if fused {
+					qa = tempAlloc(t, d, int64(rows)*qrow)
+					a.RopeFreqs, a.RopeDim, a.RopeOff, a.QAct, a.QSeg = freqp, rd, roff, qa, qseg
+				}
+				must(t, d.Attention(0, a))
+				out = download(t, d, o, nt*H*HD)
+				d.Free(o)
+				if fused {
+					b := make([]byte, int64(rows)*qrow)
+					must(t, DownloadSlice(d, b, qa))
+					d.Free(qa)
+					for r := range rows {
+						row := b[int64(r)*qrow:]
+						for i := range qseg {
+							scale := math.Float32frombits(binary.LittleEndian.Uint32(row[qseg+4*(i/32):]))
+							act = append(act, float32(int8(row[i]))*scale)
+						}
+					}
+				}
+				return out, act
+			}
+			// the chunk with each OptAttnTC; single tokens and 3 tokens
+			// split over the keys (OptAttnSplit 1), and one token in one
+			// pass (k_attn_po, OptAttnSplit 0); the fewer-than-8 cases also
+			// with the rotation and the Q8_0 activation fused
+			for _, v := range []struct{ nt, tc, split int }{{n, 1, 1}, {n, 0, 1}, {1, 1, 1}, {3, 1, 1}, {1, 1, 0}} {
+				must(t, d.SetOption(OptAttnTC, v.tc))
+				must(t, d.SetOption(OptAttnSplit, v.split))
+				label := fmt.Sprintf("pos0 %d, ratio %d, %d tokens, attn_tc %d, attn_split %d", pos0, ratio, v.nt, v.tc, v.split)
+				for _, fused := range []bool{false, true} {
+					if fused && v.nt >= 8 {
+						continue
+					}
+					exact, eact := run(false, v.nt, fused)
+					fast, fact := run(true, v.nt, fused)
+					worst := 0.0
+					for row := 0; row < v.nt*H; row++ {
+						e := rowErr(exact[row*HD:(row+1)*HD], fast[row*HD:(row+1)*HD])
+						if !(e <= 1e-4) {
+							t.Fatalf("%s, fused %v: token %d head %d: error %g of the row's largest magnitude", label, fused, row/H, row%H, e)
+						}
+						worst = max(worst, e)
+					}
+					// a Q8_0 value may round to the neighbouring step
+					for i := range eact {
+						blk := eact[i/32*32 : i/32*32+32]
+						var step float64
+						for _, x := range blk {
+							step = max(step, math.Abs(float64(x)))
+						}
+						step /= 127
+						if e := math.Abs(float64(eact[i]) - float64(fact[i])); !(e <= 1.01*step+1e-6) {
+							t.Fatalf("%s: activation value %d: %v, exact %v (step %g)", label, i, fact[i], eact[i], step)
+						}
+					}
+					t.Logf("%s, fused %v: largest row error %.3g", label, fused, worst)
+				}
+			}
+			d.Free(work)
+		}
+		for _, p := range []Ptr{q, kv, win, comp, sinks, selp, nselp} {
+			d.Free(p)
 		}
 	}
+	d.Free(freqp)
 }

@@ -276,7 +276,7 @@ const (
 	OptAttnPO      = 7  // 1: single-token attention's softmax and output in one kernel (default); 0: two kernels
 	OptPrefetch    = 8  // 1: products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 turns it off)
 	OptFXWarp      = 9  // 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA
-	OptHCTwo       = 10 // 1: hc_pre runs the Sinkhorn split in a second CTA per token (default); 0: one CTA
+	OptHCTwo       = 10 // 1: hc_pre runs the Sinkhorn split in a second CTA per token (default; env DS4_CUDA_HC_TWO); 0: one CTA
 	OptNormRope    = 11 // 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three kernels
 	OptHCQuant     = 12 // 1: hc_pre forms x's Q8_0 activation itself when asked (default); 0: a quantize kernel after it
 	OptMVPipe      = 13 // 1..4: single-token Q8_0/Q2_K/IQ2_XXS products stream their weights through a shared-memory pipeline, this many CTAs per SM (default 2; env DS4_CUDA_MV_PIPE); 0: one load round per CTA
@@ -300,6 +300,7 @@ const (
 	OptNormRopeW   = 31 // 1: the fused query/KV norm and rotation of chunks with a warp per row, the row in registers (default; env DS4_CUDA_NORM_ROPE_W); 0: a CTA per row staged in shared memory
 	OptFloatTC     = 32 // 1: fast-mode products of 16-bit weights and 16+ tokens on the tensor cores, TF32 mma with each input split into two TF32 terms, when their tiles fill the GPU (default; env DS4_CUDA_FLOAT_TC); 2: whenever they can (tests); 0: never (the exact tiled kernels). Exact mode never uses it
 	OptAttnTC      = 33 // 1: fast-mode chunk attention and indexer dots on the tensor cores, TF32 mma with operands split into two TF32 terms (default; env DS4_CUDA_ATTN_TC); 0: fast mode keeps the exact-order tiled scores and sums the weighted output with fused multiply-adds. Exact mode never uses it
+	OptAttnSplit   = 34 // 1: fast-mode attention of fewer than 8 tokens split over the keys, flash decoding, for head dim 512 (default; env DS4_CUDA_ATTN_SPLIT); 0: one pass over every key per (token, head), as exact mode. Exact mode never uses it
 )
 
 // DefaultMVPipeMin is the library's default of OptMVPipeMin: products from

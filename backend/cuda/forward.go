@@ -440,7 +440,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		comp = tabs[engine.PartComp].p
 	}
 	win := tabs[engine.PartWindow]
-	work, err := b.sc.f32("attn.work", AttentionWork(n, H, maxKeys))
+	work, err := b.sc.f32("attn.work", AttentionWork(n, H, HD, maxKeys))
 	if err != nil {
 		return err
 	}

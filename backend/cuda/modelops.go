@@ -269,7 +269,7 @@ type AttentionArgs struct {
 	H, HD, W  int
 	Scale     float32
 	MaxKeys   int // the most keys any token of the chunk has
-	Work      Ptr // N·H·MaxKeys floats of scores and probabilities (AttentionWork)
+	Work      Ptr // AttentionWork(N, H, HD, MaxKeys) floats: scores and probabilities, or fast single tokens' partial sums
 	// RopeFreqs, when set, rotates the output's dims RopeOff…RopeOff+RopeDim
 	// back (inverse RoPE in pairs at each token's position), as Rope with
 	// inverse would after the call.
@@ -296,8 +296,21 @@ func fastFlag(fast bool) int32 {
 	return 0
 }
 
-// AttentionWork is the number of floats of AttentionArgs.Work.
-func AttentionWork(n, h, maxKeys int) int { return n * h * maxKeys }
+// attnSplits is the library's DEC_SPLITS: fast mode's attention of fewer
+// than 8 tokens splits the keys into at most this many parts, and each part
+// leaves HD + 2 floats per (token, head) in the work buffer.
+const attnSplits = 64
+
+// AttentionWork is the number of floats of AttentionArgs.Work: the scores of
+// every (token, head, key), or, for fewer than 8 tokens, the partial sums of
+// fast mode's split attention if those need more.
+func AttentionWork(n, h, hd, maxKeys int) int {
+	w := n * h * maxKeys
+	if n < 8 {
+		w = max(w, n*h*attnSplits*(hd+2))
+	}
+	return w
+}
 
 // Attention runs sparse attention with sinks for every token and head.
 func (d *Device) Attention(s Stream, a *AttentionArgs) error {

@@ -108,7 +108,7 @@ func TestOpLatency(t *testing.T) {
 			if ratio == 128 {
 				maxKeys = W + ctx/128
 			}
-			work := tempAlloc(t, d, int64(4*AttentionWork(1, H, maxKeys)))
+			work := tempAlloc(t, d, int64(4*AttentionWork(1, H, HD, maxKeys)))
 			a := &AttentionArgs{Q: aq, KV: akv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: isel, NSel: insel,
 				K: TopK, Sinks: sinks, Out: out, Pos0: ctx - 1, N: 1, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work}
 			for v := 1; v >= 0; v-- {
@@ -119,6 +119,14 @@ func TestOpLatency(t *testing.T) {
 			report(fmt.Sprintf("attention ctx=%d ratio=%d attn_ecache=0", ctx, ratio), OptAttnECache, 0, func(int) error {
 				return d.Attention(s, a)
 			})
+			// fast mode: split over the keys (OptAttnSplit 1), then one pass (0)
+			fa := *a
+			fa.Fast = true
+			for v := 1; v >= 0; v-- {
+				report(fmt.Sprintf("attention ctx=%d ratio=%d fast attn_split=%d", ctx, ratio, v), OptAttnSplit, v, func(int) error {
+					return d.Attention(s, &fa)
+				})
+			}
 			d.Free(work)
 		}
 		for _, p := range []Ptr{q, w, rows, scores, isel, insel, aq, akv, win, comp, sinks, out} {

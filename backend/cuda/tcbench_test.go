@@ -193,7 +193,7 @@ func TestPrefillProducts(t *testing.T) {
 		if ratio == 128 {
 			maxKeys, keys = W+(pos0+ntok)/128, W+(float64(pos0)+ntok/2)/128
 		}
-		work := alloc(t, d, int64(4*AttentionWork(ntok, H, maxKeys)))
+		work := alloc(t, d, int64(4*AttentionWork(ntok, H, HD, maxKeys)))
 		for _, v := range []struct {
 			mode string
 			fast bool
