@@ -1918,12 +1918,14 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
 // memory, a score per thread (warp w: head h0 + w, lane: key), the chunk's
 // softmax terms against a running maximum (the earlier terms rescaled when
 // it rises), and their weighted sum of the keys into each thread's 4 heads ×
-// 4 dims. It writes the split's unnormalised sums o and its (maximum, sum of
-// exponentials) to the work buffer: o at [split][token][head][HD], then the
-// pairs at [split][token][head][2]. k_attn_combine adds the splits with the
-// sink's term in the denominator, then rotates, stores and quantizes as
-// k_attn_po does. Float exponentials and fused multiply-adds (fast mode's
-// contract): TestAttentionFast holds it to the exact kernels. For HD ==
+// 4 dims. The scores keep exact mode's order and roundings (the same bits
+// as k_attn_scores'); the rest uses float exponentials and fused
+// multiply-adds (fast mode's contract). It writes the split's unnormalised
+// sums o and its (maximum, sum of exponentials) to the work buffer: o at
+// [split][token][head][HD], then the pairs at [split][token][head][2].
+// k_attn_combine adds the splits with the sink's term in the denominator,
+// then rotates, stores and quantizes as k_attn_po does. TestAttentionFast
+// holds it to the exact kernels. For HD ==
 // DEC_HD (Flash's 512); at most DEC_SPLITS splits, so the work buffer needs
 // DEC_SPLITS · n · H · (HD + 2) floats (backend/cuda's AttentionWork).
 constexpr int DEC_HD = 512, DEC_H = 8, DEC_KC = 32, DEC_T = DEC_H * 32, DEC_SPLITS = 64;
@@ -1978,17 +1980,22 @@ __global__ void __launch_bounds__(DEC_T) k_attn_split(AttnArgs a, float *work, i
             *(float4 *)&sk[(i / (DEC_HD / 4)) * DEC_LD + 4 * (i % (DEC_HD / 4))] = kv[u];
         }
         __syncthreads();
+        // the score as exact mode's (k_attn_scores: dot_ref's four running
+        // sums, each product rounded): the softmax turns a score's absolute
+        // error into the same relative error of its weight, so with fused
+        // multiply-adds instead, the logits of Flash-shaped random layers
+        // moved 5× further from exact mode than one pass's (TestKernelVariants)
         const float *qr = sq + w * DEC_LD, *kr = sk + lane * DEC_LD;
         float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;
 #pragma unroll 8
         for (int c = 0; c < DEC_HD; c += 4) {
             const float4 x = *(const float4 *)(qr + c), y = *(const float4 *)(kr + c);
-            d0 = fmaf(x.x, y.x, d0);
-            d1 = fmaf(x.y, y.y, d1);
-            d2 = fmaf(x.z, y.z, d2);
-            d3 = fmaf(x.w, y.w, d3);
+            d0 = fadd(d0, fmul(x.x, y.x));
+            d1 = fadd(d1, fmul(x.y, y.y));
+            d2 = fadd(d2, fmul(x.z, y.z));
+            d3 = fadd(d3, fmul(x.w, y.w));
         }
-        const float sc = lane < m ? ((d0 + d1) + (d2 + d3)) * a.scale : -INFINITY;
+        const float sc = lane < m ? fmul(fadd(fadd(d0, d1), fadd(d2, d3)), a.scale) : -INFINITY;
         const float mnew = fmaxf(mrun, warp_max(sc));
         const float e = lane < m ? expf(sc - mnew) : 0.f, alpha = expf(mrun - mnew); // alpha 0 on the first chunk
         lrun = lrun * alpha + warp_sum(e);
