@@ -1244,8 +1244,9 @@ func TestAttentionFast(t *testing.T) {
 	freqp := tempUpload(t, d, freqs)
 	qrow := d.ActBytes(quant.Q8_0, qseg)
 	// 64 picks at position 700; 2048 picks at 12000 (2176 keys: each CTA
-	// of the split single-token kernel walks two chunks of keys)
-	for _, cfg := range []struct{ pos0, K int }{{700, 64}, {12000, 2048}} {
+	// of the split single-token kernel walks two chunks of keys); the first
+	// positions (a partial window, as many picks as rows)
+	for _, cfg := range []struct{ pos0, K int }{{700, 64}, {12000, 2048}, {5, 64}} {
 		pos0, K := cfg.pos0, cfg.K
 		q, kv := tempUpload(t, d, gaussian(n*H*HD, 21)), tempUpload(t, d, gaussian(n*HD, 22))
 		win := tempUpload(t, d, gaussian(2*W*HD, 23))
@@ -1256,8 +1257,8 @@ func TestAttentionFast(t *testing.T) {
 		r := rand.New(rand.NewPCG(26, 26))
 		for tok := range n {
 			R := (pos0 + tok + 1) / 4
-			nsel[tok] = int32(K)
-			for k := range K {
+			nsel[tok] = int32(min(K, R))
+			for k := range min(K, R) {
 				sel[tok*K+k] = int32(r.IntN(R))
 			}
 		}
