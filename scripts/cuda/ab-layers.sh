@@ -17,16 +17,7 @@ F=dev-out/final
 L=${LAYERS:-20}
 FRONTIER=${FRONTIER:-8192}
 M=${MODEL:-/dev/shm/flash-q2-L$L.gguf}
-size=$("$F/ds4-gguf" synth --flash-q2 --layers "$L" --dry-run -o "$M" | grep -o '[0-9]* bytes' | head -1 | cut -d' ' -f1)
-if ! [ -f "$M" ] || [ "$(stat -c %s "$M")" != "$size" ]; then
-    # tmpfs defaults to half the memory: grow /dev/shm when the file needs it
-    if [[ $M == /dev/shm/* ]] && [ "$(df -B1 --output=avail /dev/shm | tail -1)" -lt $((size + (1 << 30))) ]; then
-        mount -o remount,size=$(( (size >> 30) + 8 ))G /dev/shm && echo "remounted /dev/shm"
-    fi
-    t0=$(date +%s)
-    timeout 300 "$F/ds4-gguf" synth --flash-q2 --layers "$L" -o "$M" >/tmp/synth-L.log 2>&1 || { tail -3 /tmp/synth-L.log; exit 1; }
-    echo "synth $L layers in $(( $(date +%s) - t0 )) s"
-fi
+BIN=$F M=$M LAYERS=$L LOG=/tmp/synth-L.log bash scripts/cuda/synth-shm.sh || exit 1
 export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1
 for ab in DS4_AB=default "$@"; do
     echo "== $ab"

@@ -44,14 +44,6 @@ for b in ds4-gguf ds4-bench; do
     [ -x "$BIN/$b" ] || { echo "missing $BIN/$b (build it here first, see the header)"; exit 1; }
 done
 
-# /dev/shm must hold the 86.7 GB file (tmpfs defaults to half the memory).
-need=$((90 * 1000 * 1000 * 1000))
-avail=$(df -B1 --output=avail /dev/shm | tail -1)
-if [ ! -f "$MODEL" ] && [ "$avail" -lt "$need" ]; then
-    mount -o remount,size=112G /dev/shm && echo "remounted /dev/shm at 112G"
-    df -h /dev/shm | tee -a "$OUT/env.txt"
-fi
-
 # Build the library (as device.sh does) while the model is generated.
 (
     t0=$(date +%s)
@@ -76,15 +68,8 @@ if [[ $STAGES == *ds4c* ]] && [ -f dev-out/ds4c/Makefile ] && [ ! -x dev-out/ds4
     ds4cpid=$!
 fi
 
-t0=$(date +%s)
-size=$("$BIN/ds4-gguf" synth --flash-q2 --layers 43 --dry-run -o "$MODEL" | grep -o '[0-9]* bytes' | head -1 | cut -d' ' -f1)
-if [ -f "$MODEL" ] && [ "$(stat -c %s "$MODEL")" = "$size" ]; then
-    echo "reusing $MODEL ($size bytes)"
-else
-    timeout 300 "$BIN/ds4-gguf" synth --flash-q2 --layers 43 -o "$MODEL" >"$OUT/synth.log" 2>&1
-    rc=$?
-    echo "synth exit $rc in $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/synth.log"
-fi
+# the full-size file in /dev/shm (synth-shm.sh grows the tmpfs when needed)
+BIN=$BIN M=$MODEL LAYERS=43 LOG=$OUT/synth.log bash scripts/cuda/synth-shm.sh | tee -a "$OUT/env.txt"
 ls -l "$MODEL" || exit 1
 free -g | head -2
 
