@@ -1925,9 +1925,9 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
 // [split][token][head][HD], then the pairs at [split][token][head][2].
 // k_attn_combine adds the splits with the sink's term in the denominator,
 // then rotates, stores and quantizes as k_attn_po does. TestAttentionFast
-// holds it to the exact kernels. For HD ==
-// DEC_HD (Flash's 512); at most DEC_SPLITS splits, so the work buffer needs
-// DEC_SPLITS · n · H · (HD + 2) floats (backend/cuda's AttentionWork).
+// holds it to the exact kernels. For HD == DEC_HD (Flash's 512); at most
+// DEC_SPLITS splits, so the work buffer needs DEC_SPLITS · n · H · (HD + 2)
+// floats (backend/cuda's AttentionWork).
 constexpr int DEC_HD = 512, DEC_H = 8, DEC_KC = 32, DEC_T = DEC_H * 32, DEC_SPLITS = 64;
 constexpr int DEC_LD = DEC_HD + 4;                                 // staged rows: 2064 bytes, conflict-free float4 lanes
 constexpr int DEC_HPT = DEC_H * DEC_HD / 4 / DEC_T;               // heads per thread in the weighted sum (4)
@@ -1981,10 +1981,10 @@ __global__ void __launch_bounds__(DEC_T) k_attn_split(AttnArgs a, float *work, i
         }
         __syncthreads();
         // the score as exact mode's (k_attn_scores: dot_ref's four running
-        // sums, each product rounded): the softmax turns a score's absolute
-        // error into the same relative error of its weight, so with fused
-        // multiply-adds instead, the logits of Flash-shaped random layers
-        // moved 5× further from exact mode than one pass's (TestKernelVariants)
+        // sums, each product rounded), so that both fast single-token forms
+        // start from exact mode's scores (with fused multiply-adds here the
+        // model-level distance from exact mode was about the same:
+        // cuda/NOTES.md v14)
         const float *qr = sq + w * DEC_LD, *kr = sk + lane * DEC_LD;
         float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;
 #pragma unroll 8
@@ -2461,7 +2461,15 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     // lane pair, the activation when the rotation is done there too
     const bool fuse = d_rfreqs && roff % 2 == 0 && ds4c_opt_attn_rope();
     const bool fuseq = d_qact && (fuse || !d_rfreqs) && ds4c_opt_attn_quant();
-    if (n < 8 && (flags & DS4C_FAST) && HD == DEC_HD && H <= 65535 && ds4c_opt_attn_split()) {
+    // after such a kernel: the parts it did not fuse
+    auto unfused = [&]() -> int {
+        if (!fuse) {
+            int rc = rotate();
+            if (rc) return rc;
+        }
+        return fuseq ? 0 : quantize();
+    };
+    if (n < 8 && (flags & DS4C_FAST) && HD == DEC_HD && ds4c_opt_attn_split()) {
         // fast single tokens, split over the keys: at most DEC_SPLITS splits
         // of a whole number of DEC_KC-key chunks
         const int64_t chunks = (max_keys + DEC_KC - 1) / DEC_KC, cps = (chunks + DEC_SPLITS - 1) / DEC_SPLITS;
@@ -2478,11 +2486,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         if (fuseq) a.qact = (uint8_t *)d_qact;
         ds4c_launch(k_attn_combine, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, 0, st, a, d_work, nsplit);
         DS4C_CHECK_LAUNCH("attention (split combine)");
-        if (!fuse) {
-            int rc = rotate();
-            if (rc) return rc;
-        }
-        return fuseq ? 0 : quantize();
+        return unfused();
     }
     // chunks: 32 keys and every head group per CTA; single tokens (and
     // small chunks): 16 keys and one head group, for more CTAs
@@ -2524,11 +2528,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         ds4c_launch((flags & DS4C_FAST) ? k_attn_po<true> : k_attn_po<false>, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T,
                     esmem, st, a, d_work, max_keys, ecap);
         DS4C_CHECK_LAUNCH("attention softmax and output");
-        if (!fuse) {
-            int rc = rotate();
-            if (rc) return rc;
-        }
-        return fuseq ? 0 : quantize();
+        return unfused();
     }
     ds4c_launch(fast ? k_attn_softmax<true> : k_attn_softmax<false>, (unsigned)(n * H), 32, 0, st, a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention softmax");
