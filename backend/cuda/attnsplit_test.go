@@ -41,38 +41,31 @@ func TestAttnSplitLayers(t *testing.T) {
 	acts := map[engine.Stage]engine.Activation{engine.StageAttnOut: engine.ActSubOut, engine.StageFFNOut: engine.ActSubOut,
 		engine.StageBlockOut: engine.ActStreams}
 	run := func(o Options, split int) map[point][][]float32 {
-		be, err := New(w, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer be.Close()
-		if err := be.dev.SetOption(OptAttnSplit, split); err != nil {
-			t.Fatal(err)
-		}
-		defer be.dev.SetOption(OptAttnSplit, 1)
 		got := map[point][][]float32{}
-		var terr error
-		s, err := engine.NewSession(be, engine.Options{ChunkSize: 1, MaxContext: 4096, Trace: func(ev engine.TraceEvent) {
-			wd, ok := widths[ev.Stage]
-			if !ok || terr != nil {
-				return
+		withAttnSplit(t, w, o, split, func(be *Backend) {
+			var terr error
+			s, err := engine.NewSession(be, engine.Options{ChunkSize: 1, MaxContext: 4096, Trace: func(ev engine.TraceEvent) {
+				wd, ok := widths[ev.Stage]
+				if !ok || terr != nil {
+					return
+				}
+				row := make([]float32, ev.N*wd)
+				if terr = ev.Read(acts[ev.Stage], row); terr == nil {
+					k := point{ev.Stage, ev.Layer}
+					got[k] = append(got[k], row)
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
 			}
-			row := make([]float32, ev.N*wd)
-			if terr = ev.Read(acts[ev.Stage], row); terr == nil {
-				k := point{ev.Stage, ev.Layer}
-				got[k] = append(got[k], row)
+			defer s.Close()
+			if err := s.PrefillAll(context.Background(), toks, nil); err != nil {
+				t.Fatal(err)
 			}
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if err := s.PrefillAll(context.Background(), toks, nil); err != nil {
-			t.Fatal(err)
-		}
-		if terr != nil {
-			t.Fatal(terr)
-		}
+			if terr != nil {
+				t.Fatal(terr)
+			}
+		})
 		return got
 	}
 	exact := run(Options{GraphLayers: -1}, 1)
@@ -95,4 +88,21 @@ func TestAttnSplitLayers(t *testing.T) {
 		t.Logf("layer %d %-13s one pass: median %.3g max %.3g | split: median %.3g max %.3g",
 			k.layer, names[k.stage], a.median, a.max, b.median, b.max)
 	}
+}
+
+// withAttnSplit runs fn on a backend of w with options o and OptAttnSplit
+// set to split (back to its default, 1, afterwards), and closes the backend
+// when fn returns.
+func withAttnSplit(t *testing.T, w *model.Weights, o Options, split int, fn func(be *Backend)) {
+	t.Helper()
+	be, err := New(w, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	if err := be.dev.SetOption(OptAttnSplit, split); err != nil {
+		t.Fatal(err)
+	}
+	defer be.dev.SetOption(OptAttnSplit, 1)
+	fn(be)
 }

@@ -431,17 +431,9 @@ func TestKernelVariants(t *testing.T) {
 		}
 		w := synthWeights(t, flash, model.SchemeF16)
 		toks := testTokens(700, flash.Vocab)
-		run := func(o Options, split int) [][]float32 {
-			be, err := New(w, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer be.Close()
-			if err := be.dev.SetOption(OptAttnSplit, split); err != nil {
-				t.Fatal(err)
-			}
-			defer be.dev.SetOption(OptAttnSplit, 1)
-			return allLogits(t, be, 1, toks)
+		run := func(o Options, split int) (l [][]float32) {
+			withAttnSplit(t, w, o, split, func(be *Backend) { l = allLogits(t, be, 1, toks) })
+			return l
 		}
 		exact := run(Options{GraphLayers: -1}, 1)
 		one := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 0))
