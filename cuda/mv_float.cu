@@ -7,9 +7,9 @@ namespace ds4mv {
 // Fast-mode products of 16-bit weights and many tokens on the tensor cores
 // (TF32 mma.sync m16n8k8, float32 accumulators). F16 and BF16 values convert
 // to TF32 exactly (10 and 7 stored significand bits, TF32 keeps 10), so the
-// weights enter unrounded; each float32 input x is split into
-// hi = tf32(x) and lo = tf32(x − hi) (x − hi is exact) and both are
-// multiplied, which keeps ≈ 22 of its 24 significand bits. The products are
+// weights enter unrounded; each float32 input x is split into hi + lo by
+// tf32_split (common.cuh) and both are multiplied, which keeps ≈ 21 of its
+// 24 significand bits. The products are
 // exact in the accumulators; the sums run in the tensor cores' order, a few
 // float32 ulps of Σ|w·x| from the exact order (TestFloatTensorCores).
 //
