@@ -1603,6 +1603,21 @@ struct AotChunk {
         }
     }
 
+    // begin: the CTA's chunk staging (token blockIdx.y, dims from
+    // blockIdx.x·AOT_D, heads from blockIdx.z·AOT_H), its key count, and
+    // its first AOT_KEYS key rows staged in rows (shared memory; the
+    // function ends with a __syncthreads).
+    __device__ static __forceinline__ AotChunk begin(const AttnArgs &a, const float *sc, int64_t maxk,
+                                                     const float **rows) {
+        const int t = blockIdx.y, h0 = blockIdx.z * AOT_H;
+        const int64_t p = a.pos0 + t;
+        int64_t nwin;
+        const int64_t nk = attn_nkeys(a, t, &nwin);
+        attn_keys_stage(a, t, p, nk, nwin, rows);
+        __syncthreads();
+        return AotChunk{a, sc, maxk, p, nk, nwin, rows, t, (int)blockIdx.x * AOT_D, h0, min(AOT_H, a.H - h0)};
+    }
+
     __device__ __forceinline__ void stash(float *sp, float *sv) const {
         const int tid = threadIdx.x;
 #pragma unroll
@@ -1628,15 +1643,10 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
     pdl_enter();
     __shared__ __align__(16) float s_p[2][AOT_K * AOT_PLD];
     __shared__ __align__(16) float s_v[2][AOT_K * AOT_D];
-    const int t = blockIdx.y, tid = threadIdx.x;
-    const int64_t p = a.pos0 + t;
-    int64_t nwin;
-    const int64_t nk = attn_nkeys(a, t, &nwin);
-    const int d0 = blockIdx.x * AOT_D, h0 = blockIdx.z * AOT_H, nh = min(AOT_H, a.H - h0);
     __shared__ const float *s_rows[AOT_KEYS];
-    attn_keys_stage(a, t, p, nk, nwin, s_rows);
-    __syncthreads();
-    AotChunk<AOT_PLD, AOT_D> ch{a, sc, maxk, p, nk, nwin, s_rows, t, d0, h0, nh};
+    auto ch = AotChunk<AOT_PLD, AOT_D>::begin(a, sc, maxk, s_rows);
+    const int tid = threadIdx.x, t = ch.t, d0 = ch.d0, h0 = ch.h0, nh = ch.nh;
+    const int64_t nk = ch.nk;
     const int hg = tid / (AOT_D / 4), dg = tid % (AOT_D / 4);
     float acc[AOT_RH][4];
 #pragma unroll
@@ -1703,15 +1713,10 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tc(AttnArgs a, const float *
     constexpr int PLD = AOT_H + 8, VLD = AOT_D + 8;
     __shared__ __align__(16) float s_p[2][AOT_K * PLD];
     __shared__ __align__(16) float s_v[2][AOT_K * VLD];
-    const int t = blockIdx.y, tid = threadIdx.x;
-    const int64_t p = a.pos0 + t;
-    int64_t nwin;
-    const int64_t nk = attn_nkeys(a, t, &nwin);
-    const int d0 = blockIdx.x * AOT_D, h0 = blockIdx.z * AOT_H, nh = min(AOT_H, a.H - h0);
     __shared__ const float *s_rows[AOT_KEYS];
-    attn_keys_stage(a, t, p, nk, nwin, s_rows);
-    __syncthreads();
-    AotChunk<PLD, VLD> ch{a, sc, maxk, p, nk, nwin, s_rows, t, d0, h0, nh};
+    auto ch = AotChunk<PLD, VLD>::begin(a, sc, maxk, s_rows);
+    const int tid = threadIdx.x, t = ch.t, d0 = ch.d0, h0 = ch.h0, nh = ch.nh;
+    const int64_t nk = ch.nk;
     const int lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
     const int hm = 16 * (warp & 3), dn = 64 * (warp >> 2);
     float c[8][4];
