@@ -46,6 +46,8 @@ int ds4c_opt_norm_rope_w(void);
 int ds4c_opt_float_tc(void);
 int ds4c_opt_attn_tc(void);
 int ds4c_opt_attn_split(void);
+int ds4c_opt_half_mm(void);
+int ds4c_opt_half_min(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
 int ds4c_opt_attn_ecache(void);

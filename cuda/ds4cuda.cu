@@ -47,6 +47,8 @@ static int g_opt_norm_rope_w = 1;
 static int g_opt_float_tc = 1;
 static int g_opt_attn_tc = 1;
 static int g_opt_attn_split = 1;
+static int g_opt_half_mm = 2;   // fast mode: Q8_0 and F16 products of chunks through cuBLAS (cuda/NOTES.md v15)
+static int g_opt_half_min = 128;
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
 
 int ds4c_err(int code, const char *fmt, ...) {
@@ -102,6 +104,8 @@ int ds4c_opt_norm_rope_w(void) { return g_opt_norm_rope_w; }
 int ds4c_opt_float_tc(void) { return g_opt_float_tc; }
 int ds4c_opt_attn_tc(void) { return g_opt_attn_tc; }
 int ds4c_opt_attn_split(void) { return g_opt_attn_split; }
+int ds4c_opt_half_mm(void) { return g_opt_half_mm; }
+int ds4c_opt_half_min(void) { return g_opt_half_min; }
 int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
 int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
@@ -160,6 +164,8 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_FLOAT_TC", DS4C_OPT_FLOAT_TC);
     env_option("DS4_CUDA_ATTN_TC", DS4C_OPT_ATTN_TC);
     env_option("DS4_CUDA_ATTN_SPLIT", DS4C_OPT_ATTN_SPLIT);
+    env_option("DS4_CUDA_HALF_MM", DS4C_OPT_HALF_MM);
+    env_option("DS4_CUDA_HALF_MIN", DS4C_OPT_HALF_MIN);
     t_device = device;
     return 0;
 }
@@ -453,6 +459,8 @@ static const struct {
     {DS4C_OPT_FLOAT_TC, "float_tc", &g_opt_float_tc, 0, 2},
     {DS4C_OPT_ATTN_TC, "attn_tc", &g_opt_attn_tc, 0, 1},
     {DS4C_OPT_ATTN_SPLIT, "attn_split", &g_opt_attn_split, 0, 1},
+    {DS4C_OPT_HALF_MM, "half_mm", &g_opt_half_mm, 0, 2},
+    {DS4C_OPT_HALF_MIN, "half_min", &g_opt_half_min, 1, 1 << 20},
 };
 
 int ds4c_set_option(int key, int value) {

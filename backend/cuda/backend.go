@@ -174,6 +174,11 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		be.Close()
 		return nil, err
 	}
+	if opts.Fast {
+		// cuBLAS (fast mode's chunk products) loads and initialises now,
+		// not inside the first prompt; without it, nothing changes
+		be.dev.HalfWarm()
+	}
 	return be, nil
 }
 

@@ -40,9 +40,25 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 	d := be.dev
 	k := jobs[0].w.Cols
 	acts := map[quant.Type]Ptr{}
+	var xh Ptr // x in f16, for the products MatMulHalf takes (fast mode, chunks)
 	for _, j := range jobs {
 		if j.w.Cols != k {
 			return fmt.Errorf("cuda: linear: weights of %d and %d columns", k, j.w.Cols)
+		}
+		if be.half(j.w, n) {
+			if xh == 0 {
+				var err error
+				if xh, err = b.sc.get(tag+"f16", 2*int64(k)*int64(n)); err != nil {
+					return err
+				}
+				if err := d.ToHalf(s, x, ldx, k, n, xh); err != nil {
+					return err
+				}
+			}
+			if err := d.MatMulHalf(s, j.w, 1, xh, int64(k), 0, n, j.y, int64(j.ldy), 0); err != nil {
+				return err
+			}
+			continue
 		}
 		act, actTok := x, int64(4*ldx)
 		if !isFloatType(j.w.Type) {
@@ -73,6 +89,21 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 	}
 	return nil
 }
+
+// half reports whether the product of w for a chunk of n tokens goes
+// through MatMulHalf: fast mode only, and only chunks (the library's
+// options decide the rest).
+func (be *Backend) half(w *Weight, n int) bool {
+	if w.Type == quant.Q8_0 && int64(w.Rows)*int64(w.Cols)*int64(w.Mats) > halfMaxQ8 {
+		return false
+	}
+	return !be.exact() && n >= 8 && be.dev.HalfOK(w.Type, n)
+}
+
+// halfMaxQ8 bounds the Q8_0 tensors MatMulHalf takes (their f16 copy is
+// scratch of 2 bytes a value): Flash's largest, q_b, wo_a and wo_b, are 32M
+// values; the output head (129280 × 4096) keeps the int8 kernels.
+const halfMaxQ8 = 64 << 20
 
 // Embed copies each token's embedding row into all HC streams.
 func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
@@ -450,7 +481,8 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	seg := H * HD / G
 	act, actTok, actSel := o, int64(4*H*HD), int64(4*seg)
 	var at quant.Type
-	if !isFloatType(L.outA.Type) {
+	halfOA := be.half(L.outA, n) // (o itself is then converted to f16 after the attention)
+	if !isFloatType(L.outA.Type) && !halfOA {
 		if at, err = d.ActType(L.outA.Type); err != nil {
 			return err
 		}
@@ -482,7 +514,18 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	if err != nil {
 		return err
 	}
-	if err := d.MatMulEx(s, L.outA, 0, G, act, actTok, actSel, 1, n, oa, int64(G*OL), int64(OL), be.exact()); err != nil {
+	if halfOA {
+		oh, err := b.sc.get("attn.oa.f16", 2*int64(n*H*HD))
+		if err != nil {
+			return err
+		}
+		if err := d.ToHalf(s, o, H*HD, H*HD, n, oh); err != nil {
+			return err
+		}
+		if err := d.MatMulHalf(s, L.outA, G, oh, int64(H*HD), int64(seg), n, oa, int64(G*OL), int64(OL)); err != nil {
+			return err
+		}
+	} else if err := d.MatMulEx(s, L.outA, 0, G, act, actTok, actSel, 1, n, oa, int64(G*OL), int64(OL), be.exact()); err != nil {
 		return err
 	}
 	if err := be.linear(b, oa, G*OL, n, linJob{L.outB, b.out, D}); err != nil {

@@ -124,6 +124,37 @@ func (d *Device) MatMul(s Stream, w *Weight, act Ptr, actStride int64, ntok int,
 	})
 }
 
+// HalfOK reports whether MatMulHalf takes weights of type t for ntok
+// tokens (OptHalfMM and OptHalfMin).
+func (d *Device) HalfOK(t quant.Type, ntok int) bool { return d.l.halfOK(int32(t), int32(ntok)) == 1 }
+
+// HalfWarm loads cuBLAS and initialises it (a handle made and released),
+// so that the first MatMulHalf does not pay for it; it reports whether
+// cuBLAS is there.
+func (d *Device) HalfWarm() bool { return d.l.halfWarm() == 1 }
+
+// ToHalf writes ntok rows of cols floats at x (xStride floats apart) as f16
+// rows at xh (cols apart), on stream s; finite magnitudes beyond f16's
+// range saturate at 65504.
+func (d *Device) ToHalf(s Stream, x Ptr, xStride, cols, ntok int, xh Ptr) error {
+	return d.l.call("to_half", func() int32 {
+		return d.l.toHalf(uintptr(x), int64(xStride), int64(cols), int32(ntok), uintptr(xh), uintptr(s))
+	})
+}
+
+// MatMulHalf is fast mode's product of a chunk through cuBLAS (f16
+// operands, f32 sums; HalfOK says which it takes): for i < nsel (1, or
+// w.Mats: selection i through matrix i) and t < ntok,
+// y[i*ySel + t*yTok + r] = W_i[r] · xh(i, t), with xh(i, t) the f16 row at
+// element i*xhSel + t*xhTok of xh (ToHalf's output). Q8_0 weights are
+// rounded to f16 on the way (q·d once).
+func (d *Device) MatMulHalf(s Stream, w *Weight, nsel int, xh Ptr, xhTok, xhSel int64, ntok int, y Ptr, yTok, ySel int64) error {
+	return d.l.call("matmul_half", func() int32 {
+		return d.l.matmulHalf(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), int32(nsel),
+			uintptr(xh), xhTok, xhSel, int32(ntok), uintptr(y), yTok, ySel, uintptr(s))
+	})
+}
+
 // MatVecIDs computes, for each of the nsel matrix indices (int32) at ids,
 // y[i*yStride + r] = W_ids[i][r] · act_i, with act_i at act + i*actStride
 // (actStride 0: one activation shared by all), on stream s. yStride 0

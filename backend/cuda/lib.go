@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 14
+const abiVersion = 15
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -78,6 +78,10 @@ type lib struct {
 	matvecIDs    func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actStride int64, y uintptr, yStride int64, s uintptr) int32
 	matmulEx     func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actTok, actSel int64, actDiv, nTok int32, y uintptr, yTok, ySel int64, flags int32, s uintptr) int32
 	profiler     func(on int32) int32
+	halfOK       func(t, nTok int32) int32
+	halfWarm     func() int32
+	toHalf       func(x uintptr, xStride, cols int64, nTok int32, xh uintptr, s uintptr) int32
+	matmulHalf   func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, xh uintptr, xhTok, xhSel int64, nTok int32, y uintptr, yTok, ySel int64, s uintptr) int32
 	groupBytes   func(nSel int32, nMat int64) uint64
 	group        func(ids uintptr, nSel int32, nMat int64, scratch, s uintptr) int32
 	matmulGroup  func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32
@@ -223,6 +227,10 @@ func load() (*lib, error) {
 		{&l.matvecIDs, "ds4c_matvec_ids"},
 		{&l.matmulEx, "ds4c_matmul_ex"},
 		{&l.profiler, "ds4c_profiler"},
+		{&l.halfOK, "ds4c_half_ok"},
+		{&l.halfWarm, "ds4c_half_warm"},
+		{&l.toHalf, "ds4c_to_half"},
+		{&l.matmulHalf, "ds4c_matmul_half"},
 		{&l.groupBytes, "ds4c_group_bytes"},
 		{&l.group, "ds4c_group"},
 		{&l.matmulGroup, "ds4c_matmul_grouped"},

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"slices"
 	"testing"
 
 	"ds4go/quant"
@@ -43,6 +44,28 @@ func TestPrefillProducts(t *testing.T) {
 	report := func(name string, macs float64, us float64) {
 		emit(fmt.Sprintf("prefill product %-44s %9.1f µs %7.1f T MAC/s", name, us, macs/us/1e6))
 	}
+	// plain times calls launches on s with the events, without a graph
+	// (MatMulHalf refuses captured streams): one warm-up round, then the
+	// median of 7 rounds, µs a call.
+	plain := func(launch func() error) float64 {
+		us := make([]float64, 0, 7)
+		for k := 0; k < 8; k++ {
+			must(t, d.Record(gt.e0, s))
+			for i := 0; i < calls; i++ {
+				must(t, launch())
+			}
+			must(t, d.Record(gt.e1, s))
+			must(t, d.SyncEvent(gt.e1))
+			ms, err := d.Elapsed(gt.e0, gt.e1)
+			must(t, err)
+			if k > 0 {
+				us = append(us, float64(ms)*1000/calls)
+			}
+		}
+		slices.Sort(us)
+		return us[len(us)/2]
+	}
+	t.Cleanup(func() { d.SetOption(OptHalfMM, DefaultHalfMM) })
 	// grouped: ntok tokens × k distinct random experts
 	r := rand.New(rand.NewPCG(51, 52))
 	ids := make([]int32, ntok*k)
@@ -105,6 +128,17 @@ func TestPrefillProducts(t *testing.T) {
 			})
 			report(label, float64(ntok)*float64(rows)*float64(cols), us)
 		}
+		// fast mode through cuBLAS: the activation to f16, then the product
+		// (the Q8_0 weights to f16 and the GEMM)
+		if label := fmt.Sprintf("%s Q8_0 %dx%d nt %d half", name, rows, cols, ntok); keep.MatchString(label) {
+			must(t, d.SetOption(OptHalfMM, 1))
+			x := upload(t, d, gaussian(ntok*cols, 56))
+			xh := alloc(t, d, int64(2*ntok*cols))
+			us := plain(func() error { return d.ToHalf(s, x, cols, cols, ntok, xh) })
+			emit(fmt.Sprintf("prefill to_half %-44s %9.1f µs", label, us))
+			us = plain(func() error { return d.MatMulHalf(s, dw, 1, xh, int64(cols), 0, ntok, y, int64(rows), 0) })
+			report(label, float64(ntok)*float64(rows)*float64(cols), us)
+		}
 	}
 	dense("attn_q_b", 32768, 1024)
 	dense("attn_out_b", 4096, 8192)
@@ -136,6 +170,13 @@ func TestPrefillProducts(t *testing.T) {
 			us := gt.time(calls, func(int) error {
 				return d.MatMulEx(s, dw, 0, 1, x, int64(4*cols), 0, 1, ntok, y, int64(rows), 0, exact)
 			})
+			report(label, float64(ntok)*float64(rows)*float64(cols), us)
+		}
+		if label := fmt.Sprintf("%s F16 %dx%d nt %d half", name, rows, cols, ntok); keep.MatchString(label) {
+			must(t, d.SetOption(OptHalfMM, 2))
+			xh := alloc(t, d, int64(2*ntok*cols))
+			must(t, d.ToHalf(s, x, cols, cols, ntok, xh))
+			us := plain(func() error { return d.MatMulHalf(s, dw, 1, xh, int64(cols), 0, ntok, y, int64(rows), 0) })
 			report(label, float64(ntok)*float64(rows)*float64(cols), us)
 		}
 	}
