@@ -200,30 +200,35 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
                         int n_sel, const void *d_act, int64_t act_sel, int act_div, float *d_y, int64_t y_sel,
                         const void *d_scratch, int flags, void *stream);
 
-/* Fast mode's products of chunks through cuBLAS (mm_half.cu): f16
- * operands, f32 sums, the GEMM cuBLAS picks. Not bit-identical to anything:
- * the activations are the unquantized floats rounded to f16 (not Q8_0) and a
- * Q8_0 weight q*d is rounded to f16 once; fast mode only.
- * ds4c_half_ok: 1 when ds4c_matmul_half takes weights of type for n_tok
- * tokens (DS4C_OPT_HALF_MM, DS4C_OPT_HALF_MIN, cuBLAS found), else 0.
+/* Fast mode's products of chunks through cuBLAS (mm_half.cu): the GEMM
+ * cuBLAS picks, f32 sums. Not bit-identical to anything, fast mode only:
+ * with f16 inputs (x_type DS4C_F16) the activations are the unquantized
+ * floats rounded to f16 (not Q8_0) and a Q8_0 weight q*d is rounded to f16
+ * once; with float inputs (x_type DS4C_F32, F16 weights) both operands go
+ * to the TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32: float range, f16's
+ * precision).
+ * ds4c_half_ok: 1 when ds4c_matmul_half takes weights of type with inputs
+ * of x_type for n_tok tokens (DS4C_OPT_HALF_MM, DS4C_OPT_HALF_MIN, cuBLAS
+ * found), else 0.
  * ds4c_to_half: n_tok rows of cols floats at d_x (x_stride floats apart) as
  * f16 rows at d_xh (cols apart); magnitudes beyond f16's largest finite
  * value (65504) saturate there, infinities and NaNs stay.
  * ds4c_matmul_half: for s < n_sel and t < n_tok,
- *   y[s*y_sel + t*y_tok + r] = W_s[r] . xh(s, t),
- * xh(s, t) the f16 row at d_xh + s*xh_sel + t*xh_tok (in elements), W_s
- * matrix s of n_mat (n_sel 1 or n_mat). Q8_0 weights are converted to f16 in
+ *   y[s*y_sel + t*y_tok + r] = W_s[r] . x(s, t),
+ * x(s, t) the row of x_type at d_xh + s*xh_sel + t*xh_tok (in elements),
+ * W_s matrix s of n_mat (n_sel 1 or n_mat). Q8_0 weights (f16 inputs) are
+ * converted to f16, F16 weights with float inputs to float, in
  * stream-ordered scratch first. DS4C_ETYPE, with nothing queued, when the
- * product does not qualify (type or option; the stream being recorded or
+ * product does not qualify (types or option; the stream being recorded or
  * captured). */
-int ds4c_half_ok(int type, int n_tok);
-/* ds4c_half_warm: loads cuBLAS and initialises it (a handle created and
- * destroyed) ahead of the first product; 1 when cuBLAS is there. */
+int ds4c_half_ok(int type, int x_type, int n_tok);
+/* ds4c_half_warm: loads cuBLAS and initialises it (a handle, one small
+ * GEMM, synchronised) ahead of the first product; 1 when cuBLAS is there. */
 int ds4c_half_warm(void);
 int ds4c_to_half(const float *d_x, int64_t x_stride, int64_t cols, int n_tok, void *d_xh, void *stream);
 int ds4c_matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel,
-                     const void *d_xh, int64_t xh_tok, int64_t xh_sel, int n_tok, float *d_y, int64_t y_tok,
-                     int64_t y_sel, void *stream);
+                     const void *d_xh, int x_type, int64_t xh_tok, int64_t xh_sel, int n_tok, float *d_y,
+                     int64_t y_tok, int64_t y_sel, void *stream);
 
 /* Elementwise and row operations (float32). */
 /* y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w (w may be NULL: no weight). */
@@ -354,7 +359,7 @@ enum {
     DS4C_OPT_FLOAT_TC = 32, /* 1: fast-mode products of 16-bit weights and 16+ tokens on the tensor cores (TF32 mma, each input split into two TF32 terms) when their tiles fill the GPU (default; env DS4_CUDA_FLOAT_TC); 2: whenever they can (tests); 0: never (the exact tiled kernels). Exact mode never uses it */
     DS4C_OPT_ATTN_TC = 33, /* 1: fast-mode chunk attention and indexer dots on the tensor cores (TF32 mma, operands split into two TF32 terms; default; env DS4_CUDA_ATTN_TC); 0: fast mode keeps the exact-order tiled scores and sums the weighted output with fused multiply-adds. Exact mode never uses it */
     DS4C_OPT_ATTN_SPLIT = 34, /* 1: fast-mode attention of fewer than 8 tokens split over the keys (k_attn_split + k_attn_combine: flash decoding, for head dim 512; default; env DS4_CUDA_ATTN_SPLIT); 0: one pass over every key per (token, head), as exact mode (k_attn_po with float exponentials). Exact mode never uses it */
-    DS4C_OPT_HALF_MM = 35, /* fast-mode products of chunks through cuBLAS with f16 operands and f32 sums (ds4c_matmul_half; env DS4_CUDA_HALF_MM): 1 Q8_0 weights; 2 Q8_0 and F16 weights (default); 0 never. Exact mode never uses it */
+    DS4C_OPT_HALF_MM = 35, /* fast-mode products of chunks through cuBLAS with f16 operands and f32 sums (ds4c_matmul_half; env DS4_CUDA_HALF_MM): 1 Q8_0 weights; 2 Q8_0 and F16 weights (default); 3 also the hyper-connection mixers (F16 weights, float inputs) on the TF32 tensor cores; 0 never. Exact mode never uses it */
     DS4C_OPT_HALF_MIN = 36, /* tokens from which ds4c_half_ok accepts a product (default 128; env DS4_CUDA_HALF_MIN) */
 };
 

@@ -60,6 +60,13 @@ __global__ void k_q8_0_half(const uint8_t *w, int64_t R, int64_t cols, int64_t r
     }
 }
 
+// k_f16_f32: n f16 values to float (F16 weights for the TF32 products).
+__global__ void k_f16_f32(const __half *w, int64_t n, float *out) {
+    pdl_enter();
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __half2float(w[i]);
+}
+
 // half_sat: x before its rounding to f16, finite magnitudes beyond 65504 saturated
 // to 65504 (rounding alone would make them infinite); infinities and
 // NaNs stay.
@@ -201,16 +208,33 @@ bool busy(cudaStream_t st) {
 
 extern "C" {
 
-int ds4c_half_ok(int type, int n_tok) {
+int ds4c_half_ok(int type, int x_type, int n_tok) {
     const int mm = ds4c_opt_half_mm();
-    if (n_tok < ds4c_opt_half_min() || !((type == DS4C_Q8_0 && mm >= 1) || (type == DS4C_F16 && mm >= 2))) return 0;
-    return blas_load() ? 1 : 0;
+    if (n_tok < ds4c_opt_half_min()) return 0;
+    const bool ok = x_type == DS4C_F16 ? (type == DS4C_Q8_0 && mm >= 1) || (type == DS4C_F16 && mm >= 2)
+                                       : x_type == DS4C_F32 && type == DS4C_F16 && mm >= 3;
+    return ok && blas_load() ? 1 : 0;
 }
 
 int ds4c_half_warm(void) {
     if (ds4c_ready() != 0 || !blas_load()) return 0;
     cublasHandle_t h;
     if (g_blas.create(&h) != CUBLAS_STATUS_SUCCESS) return 0;
+    // one small GEMM on the null stream, so that cuBLAS's first-call set-up
+    // is not paid inside the first prompt
+    constexpr int N = 256;
+    void *buf = nullptr;
+    if (cudaMalloc(&buf, (size_t)N * N * (2 * sizeof(__half) + sizeof(float))) == cudaSuccess) {
+        cudaMemset(buf, 0, (size_t)N * N * (2 * sizeof(__half) + sizeof(float)));
+        const __half *a = (const __half *)buf, *b = a + N * N;
+        float *c = (float *)(b + N * N);
+        const float one = 1.f, zero = 0.f;
+        g_blas.gemm_sb(h, CUBLAS_OP_T, CUBLAS_OP_N, N, N, N, &one, a, CUDA_R_16F, N, 0, b, CUDA_R_16F, N, 0, &zero, c,
+                       CUDA_R_32F, N, 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cudaDeviceSynchronize();
+        cudaFree(buf);
+    }
+    cudaGetLastError(); // (a failure here only means no warm-up)
     g_blas.destroy(h);
     return 1;
 }
@@ -231,10 +255,12 @@ int ds4c_to_half(const float *d_x, int64_t x_stride, int64_t cols, int n_tok, vo
 }
 
 int ds4c_matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel,
-                     const void *d_xh, int64_t xh_tok, int64_t xh_sel, int n_tok, float *d_y, int64_t y_tok,
-                     int64_t y_sel, void *stream) {
+                     const void *d_xh, int x_type, int64_t xh_tok, int64_t xh_sel, int n_tok, float *d_y,
+                     int64_t y_tok, int64_t y_sel, void *stream) {
     DS4C_READY();
-    if (!ds4c_half_ok(type, n_tok)) return ds4c_err(DS4C_ETYPE, "matmul_half: type %d for %d tokens not taken", type, n_tok);
+    if (!ds4c_half_ok(type, x_type, n_tok))
+        return ds4c_err(DS4C_ETYPE, "matmul_half: type %d with inputs of type %d for %d tokens not taken", type, x_type,
+                        n_tok);
     if (rows <= 0 || cols <= 0 || rows > 0x7fffffff || cols > 0x7fffffff || n_mat <= 0 || n_sel <= 0 ||
         (n_sel != 1 && n_sel != n_mat) || xh_tok < cols || y_tok < rows || xh_tok > 0x7fffffff ||
         y_tok > 0x7fffffff || (type == DS4C_Q8_0 && cols % 32 != 0))
@@ -247,9 +273,20 @@ int ds4c_matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int6
     if (rc) return rc;
     cublasStatus_t s = g_blas.set_stream(h, st);
     if (s != CUBLAS_STATUS_SUCCESS) return ds4c_err(DS4C_EBLAS, "cublas stream: %s", blas_name(s));
-    const __half *wh = (const __half *)d_w;
+    const void *wh = d_w;
     void *scratch = nullptr;
-    if (type == DS4C_Q8_0) {
+    const bool tf32 = x_type == DS4C_F32;
+    if (tf32) { // F16 weights as floats
+        const int64_t nv = (int64_t)n_sel * rows * cols;
+        DS4C_CHECK(cudaMallocAsync(&scratch, (size_t)nv * sizeof(float), st));
+        ds4c_launch(k_f16_f32, grid_for(nv), 256, 0, st, (const __half *)d_w, nv, (float *)scratch);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) {
+            cudaFreeAsync(scratch, st);
+            return ds4c_cuda_err(e, "matmul_half: f16 to f32");
+        }
+        wh = scratch;
+    } else if (type == DS4C_Q8_0) {
         const int64_t nrows = (int64_t)n_sel * rows; // matrices 0 … n_sel-1
         DS4C_CHECK(cudaMallocAsync(&scratch, (size_t)(nrows * cols) * sizeof(__half), st));
         ds4c_launch(k_q8_0_half, grid_for(nrows * cols / 8), 256, 0, st, (const uint8_t *)d_w, n_mat * rows, cols,
@@ -259,14 +296,15 @@ int ds4c_matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int6
             cudaFreeAsync(scratch, st);
             return ds4c_cuda_err(e, "matmul_half: q8_0 to f16");
         }
-        wh = (const __half *)scratch;
+        wh = scratch;
     }
     // Column-major view: C (rows x n_tok, ldc y_tok) = W (cols x rows, ld
-    // cols)^T · X (cols x n_tok, ld xh_tok).
+    // cols)^T · X (cols x n_tok, ld xh_tok). Float inputs: TF32 tensor cores.
     const float one = 1.f, zero = 0.f;
-    s = g_blas.gemm_sb(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n_tok, (int)cols, &one, wh, CUDA_R_16F, (int)cols,
-                       rows * cols, d_xh, CUDA_R_16F, (int)xh_tok, xh_sel, &zero, d_y, CUDA_R_32F, (int)y_tok, y_sel,
-                       n_sel, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    const cudaDataType dt = tf32 ? CUDA_R_32F : CUDA_R_16F;
+    s = g_blas.gemm_sb(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n_tok, (int)cols, &one, wh, dt, (int)cols, rows * cols,
+                       d_xh, dt, (int)xh_tok, xh_sel, &zero, d_y, CUDA_R_32F, (int)y_tok, y_sel, n_sel,
+                       tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (scratch) cudaFreeAsync(scratch, st);
     if (s != CUBLAS_STATUS_SUCCESS) return ds4c_err(DS4C_EBLAS, "matmul_half: cublasGemmStridedBatchedEx: %s (%d)", blas_name(s), (int)s);
     DS4C_CHECK_LAUNCH("matmul_half");

@@ -301,12 +301,13 @@ const (
 	OptFloatTC     = 32 // 1: fast-mode products of 16-bit weights and 16+ tokens on the tensor cores, TF32 mma with each input split into two TF32 terms, when their tiles fill the GPU (default; env DS4_CUDA_FLOAT_TC); 2: whenever they can (tests); 0: never (the exact tiled kernels). Exact mode never uses it
 	OptAttnTC      = 33 // 1: fast-mode chunk attention and indexer dots on the tensor cores, TF32 mma with operands split into two TF32 terms (default; env DS4_CUDA_ATTN_TC); 0: fast mode keeps the exact-order tiled scores and sums the weighted output with fused multiply-adds. Exact mode never uses it
 	OptAttnSplit   = 34 // 1: fast-mode attention of fewer than 8 tokens split over the keys, flash decoding, for head dim 512 (default; env DS4_CUDA_ATTN_SPLIT); 0: one pass over every key per (token, head), as exact mode. Exact mode never uses it
-	OptHalfMM      = 35 // fast-mode products of chunks through cuBLAS, f16 operands and f32 sums (MatMulHalf; env DS4_CUDA_HALF_MM): 1 Q8_0 weights; 2 Q8_0 and F16 weights (DefaultHalfMM); 0 never. Exact mode never uses it
+	OptHalfMM      = 35 // fast-mode products of chunks through cuBLAS, f16 operands and f32 sums (MatMulHalf; env DS4_CUDA_HALF_MM): 1 Q8_0 weights; 2 Q8_0 and F16 weights (DefaultHalfMM); 3 also the hyper-connection mixers, F16 weights with float inputs on the TF32 tensor cores; 0 never. Exact mode never uses it
 	OptHalfMin     = 36 // tokens from which MatMulHalf takes a product (default 128; env DS4_CUDA_HALF_MIN)
 )
 
 // DefaultHalfMM is the library's default of OptHalfMM: fast mode's Q8_0
-// and F16 products of chunks through cuBLAS (cuda/NOTES.md v15).
+// and F16 products of chunks through cuBLAS (the mixers too, 3, measured no
+// faster: cuda/NOTES.md v15).
 const DefaultHalfMM = 2
 
 // DefaultMVPipeMin is the library's default of OptMVPipeMin: products from

@@ -55,7 +55,7 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 					return err
 				}
 			}
-			if err := d.MatMulHalf(s, j.w, 1, xh, int64(k), 0, n, j.y, int64(j.ldy), 0); err != nil {
+			if err := d.MatMulHalf(s, j.w, 1, xh, quant.F16, int64(k), 0, n, j.y, int64(j.ldy), 0); err != nil {
 				return err
 			}
 			continue
@@ -97,7 +97,7 @@ func (be *Backend) half(w *Weight, n int) bool {
 	if w.Type == quant.Q8_0 && int64(w.Rows)*int64(w.Cols)*int64(w.Mats) > halfMaxQ8 {
 		return false
 	}
-	return !be.exact() && n >= 8 && be.dev.HalfOK(w.Type, n)
+	return !be.exact() && n >= 8 && be.dev.HalfOK(w.Type, quant.F16, n)
 }
 
 // halfMaxQ8 bounds the Q8_0 tensors MatMulHalf takes (their f16 copy is
@@ -150,6 +150,11 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 // streams before its wait (HCPreArgs.HDone).
 func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (bool, error) {
 	HCD := be.cfg.HC * be.cfg.Embed
+	if !be.exact() && b.n >= 8 && be.dev.HalfOK(fn.Type, quant.F32, b.n) {
+		// fast mode's chunks: the streams as they are (float range: they
+		// are not normalised) on the TF32 tensor cores through cuBLAS
+		return false, be.dev.MatMulHalf(b.s, fn, 1, b.h, quant.F32, int64(HCD), 0, b.n, out, int64(fn.Rows), 0)
+	}
 	if isFloatType(fn.Type) && be.hcEarly {
 		return true, be.dev.MatMulLate(b.s, fn, b.h, int64(4*HCD), b.n, out, int64(fn.Rows), be.exact())
 	}
@@ -522,7 +527,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		if err := d.ToHalf(s, o, H*HD, H*HD, n, oh); err != nil {
 			return err
 		}
-		if err := d.MatMulHalf(s, L.outA, G, oh, int64(H*HD), int64(seg), n, oa, int64(G*OL), int64(OL)); err != nil {
+		if err := d.MatMulHalf(s, L.outA, G, oh, quant.F16, int64(H*HD), int64(seg), n, oa, int64(G*OL), int64(OL)); err != nil {
 			return err
 		}
 	} else if err := d.MatMulEx(s, L.outA, 0, G, act, actTok, actSel, 1, n, oa, int64(G*OL), int64(OL), be.exact()); err != nil {

@@ -124,13 +124,16 @@ func (d *Device) MatMul(s Stream, w *Weight, act Ptr, actStride int64, ntok int,
 	})
 }
 
-// HalfOK reports whether MatMulHalf takes weights of type t for ntok
-// tokens (OptHalfMM and OptHalfMin).
-func (d *Device) HalfOK(t quant.Type, ntok int) bool { return d.l.halfOK(int32(t), int32(ntok)) == 1 }
+// HalfOK reports whether MatMulHalf takes weights of type t with inputs of
+// type xt (F16: ToHalf's rows; F32: floats, on the TF32 tensor cores) for
+// ntok tokens (OptHalfMM and OptHalfMin; cuBLAS found).
+func (d *Device) HalfOK(t, xt quant.Type, ntok int) bool {
+	return d.l.halfOK(int32(t), int32(xt), int32(ntok)) == 1
+}
 
-// HalfWarm loads cuBLAS and initialises it (a handle made and released),
-// so that the first MatMulHalf does not pay for it; it reports whether
-// cuBLAS is there.
+// HalfWarm loads cuBLAS and initialises it (a handle made, one small GEMM,
+// the handle released), so that the first MatMulHalf does not pay for it;
+// it reports whether cuBLAS is there.
 func (d *Device) HalfWarm() bool { return d.l.halfWarm() == 1 }
 
 // ToHalf writes ntok rows of cols floats at x (xStride floats apart) as f16
@@ -142,16 +145,16 @@ func (d *Device) ToHalf(s Stream, x Ptr, xStride, cols, ntok int, xh Ptr) error 
 	})
 }
 
-// MatMulHalf is fast mode's product of a chunk through cuBLAS (f16
-// operands, f32 sums; HalfOK says which it takes): for i < nsel (1, or
-// w.Mats: selection i through matrix i) and t < ntok,
-// y[i*ySel + t*yTok + r] = W_i[r] · xh(i, t), with xh(i, t) the f16 row at
-// element i*xhSel + t*xhTok of xh (ToHalf's output). Q8_0 weights are
-// rounded to f16 on the way (q·d once).
-func (d *Device) MatMulHalf(s Stream, w *Weight, nsel int, xh Ptr, xhTok, xhSel int64, ntok int, y Ptr, yTok, ySel int64) error {
+// MatMulHalf is fast mode's product of a chunk through cuBLAS (f32 sums;
+// HalfOK says which it takes): for i < nsel (1, or w.Mats: selection i
+// through matrix i) and t < ntok, y[i*ySel + t*yTok + r] = W_i[r] · x(i, t),
+// with x(i, t) the row of type xt at element i*xSel + t*xTok of x: f16
+// (ToHalf's output; Q8_0 weights are rounded to f16 on the way, q·d once)
+// or float (F16 weights; both operands on the TF32 tensor cores).
+func (d *Device) MatMulHalf(s Stream, w *Weight, nsel int, x Ptr, xt quant.Type, xTok, xSel int64, ntok int, y Ptr, yTok, ySel int64) error {
 	return d.l.call("matmul_half", func() int32 {
 		return d.l.matmulHalf(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), int32(nsel),
-			uintptr(xh), xhTok, xhSel, int32(ntok), uintptr(y), yTok, ySel, uintptr(s))
+			uintptr(x), int32(xt), xTok, xSel, int32(ntok), uintptr(y), yTok, ySel, uintptr(s))
 	})
 }
 

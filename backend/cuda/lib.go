@@ -78,10 +78,10 @@ type lib struct {
 	matvecIDs    func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actStride int64, y uintptr, yStride int64, s uintptr) int32
 	matmulEx     func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actTok, actSel int64, actDiv, nTok int32, y uintptr, yTok, ySel int64, flags int32, s uintptr) int32
 	profiler     func(on int32) int32
-	halfOK       func(t, nTok int32) int32
+	halfOK       func(t, xType, nTok int32) int32
 	halfWarm     func() int32
 	toHalf       func(x uintptr, xStride, cols int64, nTok int32, xh uintptr, s uintptr) int32
-	matmulHalf   func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, xh uintptr, xhTok, xhSel int64, nTok int32, y uintptr, yTok, ySel int64, s uintptr) int32
+	matmulHalf   func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, x uintptr, xType int32, xTok, xSel int64, nTok int32, y uintptr, yTok, ySel int64, s uintptr) int32
 	groupBytes   func(nSel int32, nMat int64) uint64
 	group        func(ids uintptr, nSel int32, nMat int64, scratch, s uintptr) int32
 	matmulGroup  func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32

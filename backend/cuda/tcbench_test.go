@@ -136,7 +136,7 @@ func TestPrefillProducts(t *testing.T) {
 			xh := alloc(t, d, int64(2*ntok*cols))
 			us := plain(func() error { return d.ToHalf(s, x, cols, cols, ntok, xh) })
 			emit(fmt.Sprintf("prefill to_half %-44s %9.1f µs", label, us))
-			us = plain(func() error { return d.MatMulHalf(s, dw, 1, xh, int64(cols), 0, ntok, y, int64(rows), 0) })
+			us = plain(func() error { return d.MatMulHalf(s, dw, 1, xh, quant.F16, int64(cols), 0, ntok, y, int64(rows), 0) })
 			report(label, float64(ntok)*float64(rows)*float64(cols), us)
 		}
 	}
@@ -176,7 +176,12 @@ func TestPrefillProducts(t *testing.T) {
 			must(t, d.SetOption(OptHalfMM, 2))
 			xh := alloc(t, d, int64(2*ntok*cols))
 			must(t, d.ToHalf(s, x, cols, cols, ntok, xh))
-			us := plain(func() error { return d.MatMulHalf(s, dw, 1, xh, int64(cols), 0, ntok, y, int64(rows), 0) })
+			us := plain(func() error { return d.MatMulHalf(s, dw, 1, xh, quant.F16, int64(cols), 0, ntok, y, int64(rows), 0) })
+			report(label, float64(ntok)*float64(rows)*float64(cols), us)
+		}
+		if label := fmt.Sprintf("%s F16 %dx%d nt %d tf32", name, rows, cols, ntok); keep.MatchString(label) {
+			must(t, d.SetOption(OptHalfMM, 3))
+			us := plain(func() error { return d.MatMulHalf(s, dw, 1, x, quant.F32, int64(cols), 0, ntok, y, int64(rows), 0) })
 			report(label, float64(ntok)*float64(rows)*float64(cols), us)
 		}
 	}
