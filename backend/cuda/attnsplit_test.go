@@ -23,6 +23,9 @@ import (
 // v14): if the first layer's attention output already differs by more
 // than the kernels' 3e-6, the model-level path (not the kernels'
 // numerics) is where to look; if the gap opens later, layers amplify it.
+// Run on the H200 (cuda/NOTES.md v15): equal in layer 0, the medians equal
+// in layer 1 with one split-form outlier, the one-pass form's jump a layer
+// later — each form's first flipped FP8 rounding of a KV row.
 func TestAttnSplitLayers(t *testing.T) {
 	if os.Getenv("DS4_CUDA_BENCH") == "" {
 		t.Skip("set DS4_CUDA_BENCH=1 to run this diagnostic")
