@@ -12,7 +12,9 @@
 // as the unquantized floats rounded to f16 — closer to the real-valued
 // product than the Q8_0 activations exact mode uses (whose error is up to
 // 1/254 of a block's largest magnitude) — and let cuBLAS's GEMMs sum them
-// in f32 on the tensor cores.
+// in f32 on the tensor cores. (Option half_mm 3 also takes F16 weights
+// with float inputs, both then on the TF32 tensor cores: the
+// hyper-connection mixers, whose inputs are not normalised.)
 //
 // cuBLAS is loaded with dlopen on first use (libcublas.so.13, .12, or the
 // file DS4_CUDA_CUBLAS names), so the library still needs only the driver
@@ -160,7 +162,9 @@ const char *blas_name(cublasStatus_t s) {
 
 // half_handle returns (in *out) the handle of stream st; the caller holds
 // g_half_mu. The table is small: past HALF_HANDLES streams the oldest
-// handle is destroyed (cublasDestroy waits for the device) and reused.
+// handle is destroyed (cublasDestroy waits for the device) and reused. A
+// destroyed stream's handle stays until then (a new stream at the same
+// address takes it over: every call binds the handle to its stream).
 int half_handle(cudaStream_t st, cublasHandle_t *out) {
     for (int i = 0; i < g_half_n; i++)
         if (g_half[i].st == st) {
