@@ -5,8 +5,8 @@
 # (reused when its size is right; MODEL names another path, e.g. the
 # full-size file bench-h200.sh made, with LAYERS=43), then runs ds4-bench at FRONTIER (default
 # 8192) once with the defaults and once per environment assignment given as
-# arguments; an argument may hold several words, assignments and ds4-bench
-# flags (words starting with --), e.g.
+# arguments; an argument may hold several words, assignments (NAME=value)
+# and ds4-bench flags with their values (any other word), e.g.
 #   bash scripts/cuda/ab-layers.sh DS4_CUDA_QUANT_VEC=0 --fast "--fast DS4_CUDA_ATTN_TC=0"
 # Needs dev-out/final/{ds4-gguf,ds4-bench} and build/libds4cuda.so
 # (scripts/cuda/device.sh build). Rates are per whole model: compare them
@@ -25,9 +25,10 @@ for ab in DS4_AB=default "$@"; do
     for w in $ab; do
         case $w in
         --*) flags+=("$w") ;;
-        *) envs+=("$w") ;;
+        *=*) envs+=("$w") ;;
+        *) flags+=("$w") ;; # a flag's value ("--chunk 4096")
         esac
     done
     env "${envs[@]}" "$F/ds4-bench" -m "$M" --backend cuda --frontiers "$FRONTIER" --gen "${GEN:-16}" "${flags[@]}" 2>&1 |
-        grep -E "frontier $FRONTIER|rror" | tail -2
+        grep -E "frontier $FRONTIER|rror|No such|usage" | tail -2
 done
