@@ -21,10 +21,11 @@ type Options struct {
 	// ClampSharedExpert applies the SwiGLU clamp to the shared expert too, as
 	// ds4.c does (backend/cpu's option of the same name; off by default).
 	ClampSharedExpert bool
-	// Fast lets matrix products sum in parallel, chunks multiply 16-bit
-	// weights and compute attention and indexer dots on the tensor cores
-	// (TF32 terms), and attention take float exponentials and fused
-	// multiply-adds (rows ≈ 1e-6 from the CPU backend; docs/cuda.md). By
+	// Fast lets matrix products sum in parallel, chunks compute attention
+	// and indexer dots on the tensor cores (TF32 terms) and their Q8_0 and
+	// F16 products through cuBLAS in f16 (MatMulHalf), and attention take
+	// float exponentials and fused multiply-adds (not bit-identical to the
+	// CPU backend; docs/cuda.md has the measured distances). By
 	// default every product sums in backend/cpu's order,
 	// and the forward pass reproduces the CPU backend's logits bit for bit
 	// (but for rare last-bit differences of transcendental functions).
