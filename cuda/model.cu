@@ -1990,17 +1990,7 @@ __global__ void __launch_bounds__(DEC_T) k_attn_split(AttnArgs a, float *work, i
         // start from exact mode's scores (with fused multiply-adds here the
         // model-level distance from exact mode was about the same:
         // cuda/NOTES.md v14)
-        const float *qr = sq + w * DEC_LD, *kr = sk + lane * DEC_LD;
-        float d0 = 0.f, d1 = 0.f, d2 = 0.f, d3 = 0.f;
-#pragma unroll 8
-        for (int c = 0; c < DEC_HD; c += 4) {
-            const float4 x = *(const float4 *)(qr + c), y = *(const float4 *)(kr + c);
-            d0 = fadd(d0, fmul(x.x, y.x));
-            d1 = fadd(d1, fmul(x.y, y.y));
-            d2 = fadd(d2, fmul(x.z, y.z));
-            d3 = fadd(d3, fmul(x.w, y.w));
-        }
-        const float sc = lane < m ? fmul(fadd(fadd(d0, d1), fadd(d2, d3)), a.scale) : -INFINITY;
+        const float sc = lane < m ? fmul(dot4_ref(sq + w * DEC_LD, sk + lane * DEC_LD, DEC_HD), a.scale) : -INFINITY;
         const float mnew = fmaxf(mrun, warp_max(sc));
         const float e = lane < m ? expf(sc - mnew) : 0.f, alpha = expf(mrun - mnew); // alpha 0 on the first chunk
         lrun = lrun * alpha + warp_sum(e);
