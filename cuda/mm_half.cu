@@ -38,12 +38,12 @@ namespace {
 
 // Q8_0 weights as the library stores them (ds4c_weight_repack): the int8
 // quants of all R rows, [R][cols], then the f16 block scales, [R][cols/32].
-// k_q8_0_half writes rows r0 … r0+nrows as f16 [nrows][cols], 8 values a
+// k_q8_0_half writes the first nrows rows as f16 [nrows][cols], 8 values a
 // thread (one 8-byte load of quants, one scale).
-__global__ void k_q8_0_half(const uint8_t *w, int64_t R, int64_t cols, int64_t r0, int64_t nrows, __half *out) {
+__global__ void k_q8_0_half(const uint8_t *w, int64_t R, int64_t cols, int64_t nrows, __half *out) {
     pdl_enter();
-    const int8_t *wq = (const int8_t *)w + r0 * cols;
-    const __half *wd = (const __half *)(w + R * cols) + r0 * (cols / 32);
+    const int8_t *wq = (const int8_t *)w;
+    const __half *wd = (const __half *)(w + R * cols);
     const int64_t n8 = nrows * cols / 8;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t e = 8 * i; // cols % 32 == 0: the 8 values share a row and a block
@@ -277,28 +277,24 @@ int ds4c_matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int6
     if (rc) return rc;
     cublasStatus_t s = g_blas.set_stream(h, st);
     if (s != CUBLAS_STATUS_SUCCESS) return ds4c_err(DS4C_EBLAS, "cublas stream: %s", blas_name(s));
+    // the weights of the first n_sel matrices converted into stream-ordered
+    // scratch: F16 to float (float inputs), Q8_0 to f16; F16 with f16
+    // inputs as they are
+    const bool tf32 = x_type == DS4C_F32;
+    const int64_t nv = (int64_t)n_sel * rows * cols;
     const void *wh = d_w;
     void *scratch = nullptr;
-    const bool tf32 = x_type == DS4C_F32;
-    if (tf32) { // F16 weights as floats
-        const int64_t nv = (int64_t)n_sel * rows * cols;
-        DS4C_CHECK(cudaMallocAsync(&scratch, (size_t)nv * sizeof(float), st));
-        ds4c_launch(k_f16_f32, grid_for(nv), 256, 0, st, (const __half *)d_w, nv, (float *)scratch);
+    if (tf32 || type == DS4C_Q8_0) {
+        DS4C_CHECK(cudaMallocAsync(&scratch, (size_t)nv * (tf32 ? sizeof(float) : sizeof(__half)), st));
+        if (tf32)
+            ds4c_launch(k_f16_f32, grid_for(nv), 256, 0, st, (const __half *)d_w, nv, (float *)scratch);
+        else
+            ds4c_launch(k_q8_0_half, grid_for(nv / 8), 256, 0, st, (const uint8_t *)d_w, n_mat * rows, cols,
+                        (int64_t)n_sel * rows, (__half *)scratch);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) {
             cudaFreeAsync(scratch, st);
-            return ds4c_cuda_err(e, "matmul_half: f16 to f32");
-        }
-        wh = scratch;
-    } else if (type == DS4C_Q8_0) {
-        const int64_t nrows = (int64_t)n_sel * rows; // matrices 0 … n_sel-1
-        DS4C_CHECK(cudaMallocAsync(&scratch, (size_t)(nrows * cols) * sizeof(__half), st));
-        ds4c_launch(k_q8_0_half, grid_for(nrows * cols / 8), 256, 0, st, (const uint8_t *)d_w, n_mat * rows, cols,
-                    (int64_t)0, nrows, (__half *)scratch);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) {
-            cudaFreeAsync(scratch, st);
-            return ds4c_cuda_err(e, "matmul_half: q8_0 to f16");
+            return ds4c_cuda_err(e, "matmul_half: weights' conversion");
         }
         wh = scratch;
     }
