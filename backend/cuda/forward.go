@@ -45,7 +45,7 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 		if j.w.Cols != k {
 			return fmt.Errorf("cuda: linear: weights of %d and %d columns", k, j.w.Cols)
 		}
-		if be.half(j.w, n) {
+		if be.half(j.w, quant.F16, n) {
 			if xh == 0 {
 				var err error
 				if xh, err = b.sc.get(tag+"f16", 2*int64(k)*int64(n)); err != nil {
@@ -90,14 +90,15 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 	return nil
 }
 
-// half reports whether the product of w for a chunk of n tokens goes
-// through MatMulHalf: fast mode only, and only chunks (the library's
-// options decide the rest).
-func (be *Backend) half(w *Weight, n int) bool {
+// half reports whether the product of w for a chunk of n tokens with
+// inputs of type xt (F16: ToHalf's rows; F32: floats) goes through
+// MatMulHalf: fast mode only, and only chunks (the library's options
+// decide the rest).
+func (be *Backend) half(w *Weight, xt quant.Type, n int) bool {
 	if w.Type == quant.Q8_0 && int64(w.Rows)*int64(w.Cols)*int64(w.Mats) > halfMaxQ8 {
 		return false
 	}
-	return !be.exact() && n >= 8 && be.dev.HalfOK(w.Type, quant.F16, n)
+	return !be.exact() && n >= 8 && be.dev.HalfOK(w.Type, xt, n)
 }
 
 // halfMaxQ8 bounds the Q8_0 tensors MatMulHalf takes (their f16 copy is
@@ -150,7 +151,7 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 // streams before its wait (HCPreArgs.HDone).
 func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (bool, error) {
 	HCD := be.cfg.HC * be.cfg.Embed
-	if !be.exact() && b.n >= 8 && be.dev.HalfOK(fn.Type, quant.F32, b.n) {
+	if be.half(fn, quant.F32, b.n) {
 		// fast mode's chunks: the streams as they are (float range: they
 		// are not normalised) on the TF32 tensor cores through cuBLAS
 		return false, be.dev.MatMulHalf(b.s, fn, 1, b.h, quant.F32, int64(HCD), 0, b.n, out, int64(fn.Rows), 0)
@@ -486,7 +487,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	seg := H * HD / G
 	act, actTok, actSel := o, int64(4*H*HD), int64(4*seg)
 	var at quant.Type
-	halfOA := be.half(L.outA, n) // (o itself is then converted to f16 after the attention)
+	halfOA := be.half(L.outA, quant.F16, n) // (o itself is then converted to f16 after the attention)
 	if !isFloatType(L.outA.Type) && !halfOA {
 		if at, err = d.ActType(L.outA.Type); err != nil {
 			return err
