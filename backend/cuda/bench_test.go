@@ -293,7 +293,7 @@ func newGraphTimer(t testing.TB, d *Device) *graphTimer {
 // graph, replays it (once to warm up, then 7 times timed with the events)
 // and returns the median µs per call.
 func (g *graphTimer) time(n int, launch func(i int) error) float64 {
-	t, d, s, e0, e1 := g.t, g.d, g.s, g.e0, g.e1
+	t, d, s := g.t, g.d, g.s
 	t.Helper()
 	must(t, d.BeginCapture(s))
 	for i := 0; i < n; i++ {
@@ -305,12 +305,20 @@ func (g *graphTimer) time(n int, launch func(i int) error) float64 {
 	graph, err := d.EndCapture(s)
 	must(t, err)
 	defer d.DestroyGraph(graph)
-	must(t, d.Launch(graph, s)) // warm-up
+	return g.rounds(n, func() { must(t, d.Launch(graph, s)) })
+}
+
+// rounds queues round (n calls) on the timer's stream once to warm up,
+// then 7 times between the events, and returns the median µs per call.
+func (g *graphTimer) rounds(n int, round func()) float64 {
+	t, d, s, e0, e1 := g.t, g.d, g.s, g.e0, g.e1
+	t.Helper()
+	round() // warm-up
 	must(t, d.SyncStream(s))
 	var ts []float64
 	for k := 0; k < 7; k++ {
 		must(t, d.Record(e0, s))
-		must(t, d.Launch(graph, s))
+		round()
 		must(t, d.Record(e1, s))
 		must(t, d.SyncEvent(e1))
 		ms, err := d.Elapsed(e0, e1)

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
-	"slices"
 	"testing"
 
 	"ds4go/quant"
@@ -44,26 +43,14 @@ func TestPrefillProducts(t *testing.T) {
 	report := func(name string, macs float64, us float64) {
 		emit(fmt.Sprintf("prefill product %-44s %9.1f µs %7.1f T MAC/s", name, us, macs/us/1e6))
 	}
-	// plain times calls launches on s with the events, without a graph
-	// (MatMulHalf refuses captured streams): one warm-up round, then the
-	// median of 7 rounds, µs a call.
+	// plain times calls launches on s without a graph (MatMulHalf refuses
+	// captured streams): µs a call, as gt.time.
 	plain := func(launch func() error) float64 {
-		us := make([]float64, 0, 7)
-		for k := 0; k < 8; k++ {
-			must(t, d.Record(gt.e0, s))
+		return gt.rounds(calls, func() {
 			for i := 0; i < calls; i++ {
 				must(t, launch())
 			}
-			must(t, d.Record(gt.e1, s))
-			must(t, d.SyncEvent(gt.e1))
-			ms, err := d.Elapsed(gt.e0, gt.e1)
-			must(t, err)
-			if k > 0 {
-				us = append(us, float64(ms)*1000/calls)
-			}
-		}
-		slices.Sort(us)
-		return us[len(us)/2]
+		})
 	}
 	t.Cleanup(func() { d.SetOption(OptHalfMM, DefaultHalfMM) })
 	// grouped: ntok tokens × k distinct random experts
