@@ -48,6 +48,7 @@ int ds4c_opt_attn_tc(void);
 int ds4c_opt_attn_split(void);
 int ds4c_opt_half_mm(void);
 int ds4c_opt_half_min(void);
+int ds4c_opt_attn_flash(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
 int ds4c_opt_attn_ecache(void);
@@ -340,4 +341,50 @@ static __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&
         "{%0,%1,%2,%3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// half_sat: x before its rounding to f16, finite magnitudes beyond 65504
+// saturated to 65504 (rounding alone would make them infinite); infinities
+// and NaNs stay.
+static __device__ __forceinline__ float half_sat(float x) {
+    const float a = fabsf(x);
+    return a > 65504.f && a != INFINITY ? copysignf(65504.f, x) : x;
+}
+
+// half4_bits: four floats rounded to f16 (half_sat first), as the 8 bytes
+// of their f16 values in order.
+static __device__ __forceinline__ uint2 half4_bits(float4 v) {
+    const __half2 a = __floats2half2_rn(half_sat(v.x), half_sat(v.y));
+    const __half2 b = __floats2half2_rn(half_sat(v.z), half_sat(v.w));
+    return make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
+}
+
+// mma_f16: c += A·B for one 16×8×16 tile of f16 operands with float32
+// accumulators (mma.sync m16n8k16; fragments as the PTX ISA lays them out).
+static __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ldsm_x4 loads four 8×8 matrices of 16-bit values from shared memory
+// (ldmatrix .x4): lanes 8i … 8i+7 give the 16-byte row addresses of matrix
+// i, and r[i] receives this lane's two values of it (row lane/4, columns
+// 2·(lane%4) and +1). TRANS: each matrix transposed (row 2·(lane%4) and +1,
+// column lane/4). The "memory" clobber keeps the loads after the barrier
+// that published the rows.
+template <bool TRANS>
+static __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *row) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(row);
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s)
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(s)
+                     : "memory");
 }

@@ -361,6 +361,7 @@ enum {
     DS4C_OPT_ATTN_SPLIT = 34, /* 1: fast-mode attention of fewer than 8 tokens split over the keys (k_attn_split + k_attn_combine: flash decoding, for head dim 512; default; env DS4_CUDA_ATTN_SPLIT); 0: one pass over every key per (token, head), as exact mode (k_attn_po with float exponentials). Exact mode never uses it */
     DS4C_OPT_HALF_MM = 35, /* fast-mode products of chunks through cuBLAS with f16 operands and f32 sums (ds4c_matmul_half; env DS4_CUDA_HALF_MM): 1 Q8_0 weights; 2 Q8_0 and F16 weights (default); 3 also the hyper-connection mixers (F16 weights, float inputs) on the TF32 tensor cores; 0 never. Exact mode never uses it */
     DS4C_OPT_HALF_MIN = 36, /* tokens from which ds4c_half_ok accepts a product (default 128; env DS4_CUDA_HALF_MIN) */
+    DS4C_OPT_ATTN_FLASH = 37, /* 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores (k_attn_flash: running softmax over key tiles, for head dim 512 and heads in groups of 64; default; env DS4_CUDA_ATTN_FLASH); 0: scores, softmax and weighted sum as three kernels (DS4C_OPT_ATTN_TC). Exact mode never uses it */
 };
 
 #ifdef __cplusplus

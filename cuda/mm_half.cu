@@ -69,14 +69,6 @@ __global__ void k_f16_f32(const __half *w, int64_t n, float *out) {
         out[i] = __half2float(w[i]);
 }
 
-// half_sat: x before its rounding to f16, finite magnitudes beyond 65504 saturated
-// to 65504 (rounding alone would make them infinite); infinities and
-// NaNs stay.
-__device__ __forceinline__ float half_sat(float x) {
-    const float a = fabsf(x);
-    return a > 65504.f && a != INFINITY ? copysignf(65504.f, x) : x;
-}
-
 // k_to_half: n rows of cols floats (ld apart) to f16 rows of cols; vec: cols
 // and ld multiples of 4 and x 16-byte aligned (float4 loads, 8-byte stores).
 template <bool VEC>
@@ -87,9 +79,7 @@ __global__ void k_to_half(const float *x, int64_t ld, int64_t cols, int n, __hal
         const int64_t t = i / per, c = i - t * per;
         if constexpr (VEC) {
             const float4 v = __ldg((const float4 *)(x + t * ld) + c);
-            const __half2 a = __floats2half2_rn(half_sat(v.x), half_sat(v.y));
-            const __half2 b = __floats2half2_rn(half_sat(v.z), half_sat(v.w));
-            *(uint2 *)(out + t * cols + 4 * c) = make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
+            *(uint2 *)(out + t * cols + 4 * c) = half4_bits(v);
         } else {
             out[t * cols + c] = __float2half_rn(half_sat(x[t * ld + c]));
         }

@@ -2056,6 +2056,186 @@ __global__ void __launch_bounds__(AP_T) k_attn_combine(AttnArgs a, const float *
     attn_out_store(a, t, h, hok, d0, lane, acc / den);
 }
 
+// ------------------------------------------------------------ fast chunk attention, flash form
+// Fast mode's attention of a chunk (8 or more tokens) in one kernel, the
+// scores and the weighted sum on the f16 tensor cores (mma m16n8k16, float
+// sums), instead of k_attn_scores_tile<true> + k_attn_softmax<true> +
+// k_attn_out_tc (two-term TF32 products through a [token][head][key] score
+// buffer in global memory). A CTA takes one token and FL_H heads: their
+// queries rounded to f16 once into shared memory; the token's keys go by in
+// tiles of FL_KT, each copied as floats by cp.async (the next tile's copy
+// overlaps this tile's products) and rounded to f16 in shared memory; per
+// tile: the scores (warp w: heads 16·(w%4) … +16 against the tile's keys
+// over dims 128·(w/4) … +128, the four partial dots added in the softmax
+// step), the softmax terms against a running maximum that starts at the
+// sink's logit (the sink is a key of value zero: its term, 1 at the start,
+// is rescaled with the others), the probabilities rounded to f16, and their
+// weighted sum of the keys (warp w: the same 16 heads × output dims
+// 128·(w/4) … +128, held in registers and rescaled when the maximum rises).
+// The output is divided by the final sum of terms (the f16-rounded ones the
+// products used). Same semantics as the exact kernels; the operands keep f16's
+// 11 significant bits (KV values that went through the FP8 simulation are
+// exact in f16 within its range; queries, rotated dims and probabilities
+// round): TestAttentionFast and TestKernelVariants' flash4/fast/attn_flash
+// hold it. For HD == FL_HD (Flash's 512) and H a multiple of FL_H, 16-byte
+// aligned rows.
+constexpr int FL_HD = 512, FL_H = 64, FL_KT = 32, FL_T = 512;
+constexpr int FL_QLD = FL_HD + 8; // halves per staged query or key row (1040 bytes: ldmatrix rows conflict-free)
+constexpr int FL_SLD = FL_KT + 4; // floats per partial-score row
+constexpr int FL_PLD = FL_KT + 8; // halves per probability row (80 bytes)
+constexpr int FL_ROWS = 1024;     // key rows found once per CTA (attn_key past them)
+constexpr size_t FL_OFF_KH = (size_t)FL_H * FL_QLD * 2;              // f16 queries [FL_H][FL_QLD]
+constexpr size_t FL_OFF_KF = FL_OFF_KH + (size_t)FL_KT * FL_QLD * 2; // f16 keys [FL_KT][FL_QLD]
+constexpr size_t FL_OFF_S = FL_OFF_KF + (size_t)FL_KT * FL_HD * 4;   // float keys as copied [FL_KT][FL_HD]
+constexpr size_t FL_OFF_P = FL_OFF_S + (size_t)4 * FL_H * FL_SLD * 4; // partial scores [4][FL_H][FL_SLD]
+constexpr size_t FL_OFF_A = FL_OFF_P + (size_t)FL_H * FL_PLD * 2;     // f16 probabilities [FL_H][FL_PLD]
+constexpr size_t FL_OFF_R = FL_OFF_A + (size_t)FL_H * 4;              // per head: the tile's rescale, then 1/sum
+constexpr size_t FL_SMEM = FL_OFF_R + (size_t)FL_ROWS * sizeof(float *);
+static_assert(FL_T == 512 && FL_H == 64 && FL_KT == 32 && FL_HD == 512, "the warp layout: 16 warps, 4 head tiles × 4 dim quarters");
+static_assert(FL_OFF_KF % 16 == 0 && FL_OFF_S % 16 == 0 && FL_OFF_P % 16 == 0 && FL_OFF_R % 8 == 0, "aligned regions");
+static_assert(FL_SMEM <= 227 * 1024, "one CTA's shared memory");
+
+__global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
+    pdl_enter();
+    extern __shared__ __align__(16) uint8_t s_fl[];
+    __half *sq = (__half *)s_fl, *skh = (__half *)(s_fl + FL_OFF_KH), *sp = (__half *)(s_fl + FL_OFF_P);
+    float *skf = (float *)(s_fl + FL_OFF_KF), *ss = (float *)(s_fl + FL_OFF_S), *sa = (float *)(s_fl + FL_OFF_A);
+    const float **rows = (const float **)(s_fl + FL_OFF_R);
+    const int t = blockIdx.x, h0 = blockIdx.y * FL_H, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int64_t p = a.pos0 + t;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin);
+    for (int64_t k = tid; k < min(nk, (int64_t)FL_ROWS); k += FL_T) rows[k] = attn_key(a, t, p, k, nwin);
+    __syncthreads();
+    // the float copy of the key tile from kc (keys past the count: the last
+    // key's row again, its score masked)
+    auto issue = [&](int64_t kc) {
+#pragma unroll
+        for (int u = 0; u < FL_KT * FL_HD / 4 / FL_T; u++) {
+            const int f = tid + FL_T * u, k = f / (FL_HD / 4), c = f % (FL_HD / 4);
+            const int64_t key = min(kc + k, nk - 1);
+            const float *row = key < FL_ROWS ? rows[key] : attn_key(a, t, p, key, nwin);
+            cp_async16(skf + k * FL_HD + 4 * c, row + 4 * c);
+        }
+        cp_async_commit();
+    };
+    if (nk > 0) issue(0);
+    const float *qt = a.q + ((int64_t)t * a.H + h0) * FL_HD;
+    for (int i = tid; i < FL_H * FL_HD / 4; i += FL_T) {
+        const int hh = i / (FL_HD / 4), c = i % (FL_HD / 4);
+        *(uint2 *)(sq + hh * FL_QLD + 4 * c) = half4_bits(__ldg((const float4 *)(qt + (int64_t)hh * FL_HD) + c));
+    }
+    // softmax step: head sh, keys 4·sj … +3 of the tile (8 threads a head,
+    // which keep the head's running maximum and sum alike)
+    const int sh = tid >> 3, sj = tid & 7;
+    float mrun = a.sinks[h0 + sh], lrun = 1.f;
+    // mma steps: head tile mt (heads 16mt … +16), quarter wq (dims 128wq … +128)
+    const int mt = w & 3, wq = w >> 2, g = lane >> 2, q4 = lane & 3;
+    const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lcol = 8 * (lane >> 4); // ldmatrix: A rows, V's keys
+    const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 8 * ((lane >> 3) & 1); // ldmatrix: K's keys (scores' B)
+    float o[16][4];
+#pragma unroll
+    for (int j = 0; j < 16; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    for (int64_t kc = 0; kc < nk; kc += FL_KT) {
+        const int m = (int)min((int64_t)FL_KT, nk - kc);
+        cp_async_wait<0>();
+        __syncthreads(); // the tile's floats are in; the previous tile's products are done with skh
+#pragma unroll
+        for (int u = 0; u < FL_KT * FL_HD / 4 / FL_T; u++) {
+            const int f = tid + FL_T * u, k = f / (FL_HD / 4), c = f % (FL_HD / 4);
+            *(uint2 *)(skh + k * FL_QLD + 4 * c) = half4_bits(*(const float4 *)(skf + k * FL_HD + 4 * c));
+        }
+        __syncthreads(); // skh is ready, skf free
+        if (kc + FL_KT < nk) issue(kc + FL_KT);
+        {
+            float c[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+#pragma unroll
+            for (int ks = 0; ks < 8; ks++) {
+                const int d = 128 * wq + 16 * ks;
+                uint32_t A[4];
+                ldsm_x4<false>(A, sq + (16 * mt + lrow) * FL_QLD + d + lcol);
+#pragma unroll
+                for (int np = 0; np < 2; np++) {
+                    uint32_t B[4];
+                    ldsm_x4<false>(B, skh + (16 * np + brow) * FL_QLD + d + bcol);
+                    mma_f16(c[2 * np], A, B[0], B[1]);
+                    mma_f16(c[2 * np + 1], A, B[2], B[3]);
+                }
+            }
+            float *sw = ss + wq * FL_H * FL_SLD + (16 * mt + g) * FL_SLD + 2 * q4;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                *(float2 *)(sw + 8 * j) = make_float2(c[j][0], c[j][1]);
+                *(float2 *)(sw + 8 * FL_SLD + 8 * j) = make_float2(c[j][2], c[j][3]);
+            }
+        }
+        __syncthreads(); // the partial scores are in
+        {
+            float s[4];
+            const float *sr = ss + sh * FL_SLD + 4 * sj;
+            const float4 p0 = *(const float4 *)sr, p1 = *(const float4 *)(sr + FL_H * FL_SLD),
+                         p2 = *(const float4 *)(sr + 2 * FL_H * FL_SLD), p3 = *(const float4 *)(sr + 3 * FL_H * FL_SLD);
+            s[0] = ((p0.x + p1.x) + p2.x) + p3.x;
+            s[1] = ((p0.y + p1.y) + p2.y) + p3.y;
+            s[2] = ((p0.z + p1.z) + p2.z) + p3.z;
+            s[3] = ((p0.w + p1.w) + p2.w) + p3.w;
+            float tm = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                s[i] = 4 * sj + i < m ? s[i] * a.scale : -INFINITY;
+                tm = fmaxf(tm, s[i]);
+            }
+#pragma unroll
+            for (int off = 1; off < 8; off <<= 1) tm = fmaxf(tm, __shfl_xor_sync(FULL_MASK, tm, off));
+            const float mnew = fmaxf(mrun, tm), alpha = expf(mrun - mnew);
+            // (masked keys: 0)
+            const __half2 e01 = __floats2half2_rn(expf(s[0] - mnew), expf(s[1] - mnew));
+            const __half2 e23 = __floats2half2_rn(expf(s[2] - mnew), expf(s[3] - mnew));
+            const float2 f01 = __half22float2(e01), f23 = __half22float2(e23);
+            float ls = (f01.x + f01.y) + (f23.x + f23.y);
+#pragma unroll
+            for (int off = 1; off < 8; off <<= 1) ls += __shfl_xor_sync(FULL_MASK, ls, off);
+            lrun = lrun * alpha + ls;
+            mrun = mnew;
+            *(uint2 *)(sp + sh * FL_PLD + 4 * sj) = make_uint2(*(const uint32_t *)&e01, *(const uint32_t *)&e23);
+            if (sj == 0) sa[sh] = alpha;
+        }
+        __syncthreads(); // the probabilities and rescales are in
+        const float alo = sa[16 * mt + g], ahi = sa[16 * mt + g + 8];
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            o[j][0] *= alo;
+            o[j][1] *= alo;
+            o[j][2] *= ahi;
+            o[j][3] *= ahi;
+        }
+#pragma unroll
+        for (int ks = 0; ks < FL_KT / 16; ks++) {
+            uint32_t A[4];
+            ldsm_x4<false>(A, sp + (16 * mt + lrow) * FL_PLD + 16 * ks + lcol);
+#pragma unroll
+            for (int jp = 0; jp < 8; jp++) {
+                uint32_t B[4];
+                ldsm_x4<true>(B, skh + (16 * ks + lrow) * FL_QLD + 128 * wq + 16 * jp + lcol);
+                mma_f16(o[2 * jp], A, B[0], B[1]);
+                mma_f16(o[2 * jp + 1], A, B[2], B[3]);
+            }
+        }
+    }
+    __syncthreads(); // every rescale read
+    if (sj == 0) sa[sh] = 1.f / lrun;
+    __syncthreads();
+    const float ilo = sa[16 * mt + g], ihi = sa[16 * mt + g + 8];
+    float *out = a.out + ((int64_t)t * a.H + h0 + 16 * mt + g) * FL_HD + 128 * wq + 2 * q4;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        *(float2 *)(out + 8 * j) = make_float2(o[j][0] * ilo, o[j][1] * ilo);
+        *(float2 *)(out + 8 * FL_HD + 8 * j) = make_float2(o[j][2] * ihi, o[j][3] * ihi);
+    }
+}
+
 // ------------------------------------------------------------ router
 // One CTA per token: s = sqrt(softplus(logit)); experts from tid2eid (hash
 // layers) or the top-K of s + bias; weights s[e], normalised, scaled.
@@ -2482,6 +2662,19 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         ds4c_launch(k_attn_combine, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, 0, st, a, d_work, nsplit);
         DS4C_CHECK_LAUNCH("attention (split combine)");
         return unfused();
+    }
+    // fast chunks of Flash's shape: one kernel, f16 operands (k_attn_flash)
+    const bool rows16 = (((uintptr_t)d_q | (uintptr_t)d_kv | (uintptr_t)d_win | (uintptr_t)d_comp) & 15) == 0;
+    if (n >= 8 && (flags & DS4C_FAST) && HD == FL_HD && H % FL_H == 0 && rows16 && ds4c_opt_attn_flash()) {
+        static bool fl_set = false;
+        if (!fl_set) {
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_flash, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FL_SMEM));
+            fl_set = true;
+        }
+        ds4c_launch(k_attn_flash, dim3((unsigned)n, (unsigned)(H / FL_H)), FL_T, FL_SMEM, st, a);
+        DS4C_CHECK_LAUNCH("attention (flash)");
+        int rc = rotate();
+        return rc ? rc : quantize();
     }
     // chunks: 32 keys and every head group per CTA; single tokens (and
     // small chunks): 16 keys and one head group, for more CTAs

@@ -98,14 +98,22 @@ func TestAttnSplitLayers(t *testing.T) {
 // when fn returns.
 func withAttnSplit(t *testing.T, w *model.Weights, o Options, split int, fn func(be *Backend)) {
 	t.Helper()
+	withOption(t, w, o, OptAttnSplit, split, 1, fn)
+}
+
+// withOption runs fn on a backend of w with options o and library option
+// key set to v (back to def afterwards), and closes the backend when fn
+// returns.
+func withOption(t *testing.T, w *model.Weights, o Options, key, v, def int, fn func(be *Backend)) {
+	t.Helper()
 	be, err := New(w, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer be.Close()
-	if err := be.dev.SetOption(OptAttnSplit, split); err != nil {
+	if err := be.dev.SetOption(key, v); err != nil {
 		t.Fatal(err)
 	}
-	defer be.dev.SetOption(OptAttnSplit, 1)
+	defer be.dev.SetOption(key, def)
 	fn(be)
 }

@@ -446,6 +446,33 @@ func TestKernelVariants(t *testing.T) {
 			t.Errorf("attn_split: median %g (one pass: %g), top-1 agreement %g: outside median 1e-3, top-1 0.99", split.median, one.median, split.top1)
 		}
 	})
+	// Fast mode's chunk attention in one kernel with f16 operands
+	// (OptAttnFlash) and as three TF32-split kernels, each against exact
+	// mode, on the same layers prefilled in chunks of 64 (the whole model:
+	// the backend's attention calls, the rotation and activation after
+	// it). TestAttentionFast holds the kernel to 2e-3 of a row's largest
+	// magnitude; the bound here, median ≤ 5e-3 and top-1 ≥ 0.98, is that
+	// rounding carried through four layers, where a lost tile, key or sink
+	// term or a wrong fragment moves attention rows by O(1/tiles) or more.
+	t.Run("flash4/fast/attn_flash", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("short")
+		}
+		w := synthWeights(t, flash, model.SchemeF16)
+		toks := testTokens(700, flash.Vocab)
+		run := func(o Options, v int) (l [][]float32) {
+			withOption(t, w, o, OptAttnFlash, v, 1, func(be *Backend) { l = allLogits(t, be, 64, toks) })
+			return l
+		}
+		exact := run(Options{GraphLayers: -1}, 1)
+		tf32 := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 0))
+		fl := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 1))
+		t.Logf("fast, three TF32-split kernels, against exact: %v", tf32)
+		t.Logf("fast, flash (f16), against exact: %v", fl)
+		if fl.median > 5e-3 || fl.top1 < 0.98 {
+			t.Errorf("attn_flash: median %g (TF32 split: %g), top-1 agreement %g: outside median 5e-3, top-1 0.98", fl.median, tf32.median, fl.top1)
+		}
+	})
 }
 
 // countDiff counts the logits whose bits differ between a and b.

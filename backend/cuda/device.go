@@ -303,6 +303,7 @@ const (
 	OptAttnSplit   = 34 // 1: fast-mode attention of fewer than 8 tokens split over the keys, flash decoding, for head dim 512 (default; env DS4_CUDA_ATTN_SPLIT); 0: one pass over every key per (token, head), as exact mode. Exact mode never uses it
 	OptHalfMM      = 35 // fast-mode products of chunks through cuBLAS, f16 operands and f32 sums (MatMulHalf; env DS4_CUDA_HALF_MM): 1 Q8_0 weights; 2 Q8_0 and F16 weights (DefaultHalfMM); 3 also the hyper-connection mixers, F16 weights with float inputs on the TF32 tensor cores; 0 never. Exact mode never uses it
 	OptHalfMin     = 36 // tokens from which MatMulHalf takes a product (default 128; env DS4_CUDA_HALF_MIN)
+	OptAttnFlash   = 37 // 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores, for head dim 512 and heads in groups of 64 (default; env DS4_CUDA_ATTN_FLASH); 0: scores, softmax and weighted sum as three kernels (OptAttnTC). Exact mode never uses it
 )
 
 // DefaultHalfMM is the library's default of OptHalfMM: fast mode's Q8_0
