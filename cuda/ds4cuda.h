@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 15
+#define DS4C_ABI_VERSION 16
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -300,12 +300,18 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
  * (inverse RoPE in pairs at each token's position, as ds4c_rope would); with
  * d_qact, the output's Q8_0 activation is formed too, as ds4c_quantize
  * would from the flat output in rows of q_seg values. Single tokens do
- * both inside the output kernel. */
+ * both inside the output kernel. d_work holds ds4c_attention_work(n, H, HD,
+ * max_keys, flags) floats (NULL when that is 0). */
 int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap,
                    const float *d_comp, int ratio, const int32_t *d_sel, const int32_t *d_nsel,
                    int K, const float *d_sinks, float *d_out, int64_t pos0, int n, int H, int HD,
                    int W, float scale, int64_t max_keys, float *d_work, const float *d_rfreqs, int rd,
                    int roff, void *d_qact, int64_t q_seg, int flags, void *stream);
+/* The floats of ds4c_attention's work buffer for these arguments under the
+ * current options (0: none; fast chunks of Flash's shape, whose one kernel
+ * keeps its scores on chip): the scores [n][H][max_keys], or for fewer than
+ * 8 tokens in fast mode the split form's partial sums when larger. */
+int64_t ds4c_attention_work(int n, int H, int HD, int64_t max_keys, int flags);
 int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t *d_tid2eid,
                 const int32_t *d_tokens, int K, int norm, float wscale, int32_t *d_sel,
                 float *d_w, int n, void *stream);

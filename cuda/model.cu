@@ -2606,6 +2606,20 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     return 0;
 }
 
+// attn_flash_takes: ds4c_attention runs k_attn_flash for these arguments
+// (given 16-byte aligned rows).
+static bool attn_flash_takes(int n, int H, int HD, int flags) {
+    return n >= 8 && (flags & DS4C_FAST) && HD == FL_HD && H % FL_H == 0 && ds4c_opt_attn_flash();
+}
+
+int64_t ds4c_attention_work(int n, int H, int HD, int64_t max_keys, int flags) {
+    if (n <= 0 || H <= 0 || HD <= 0 || max_keys <= 0 || attn_flash_takes(n, H, HD, flags)) return 0;
+    int64_t w = (int64_t)n * H * max_keys;
+    const int64_t split = (int64_t)n * H * DEC_SPLITS * (HD + 2); // k_attn_split's partial sums
+    if (n < 8 && split > w) w = split;
+    return w;
+}
+
 int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap, const float *d_comp,
                    int ratio, const int32_t *d_sel, const int32_t *d_nsel, int K, const float *d_sinks, float *d_out,
                    int64_t pos0, int n, int H, int HD, int W, float scale, int64_t max_keys, float *d_work,
@@ -2630,6 +2644,12 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         if (!d_rfreqs) return 0;
         return ds4c_rope(d_out, (int64_t)H * HD, H, HD, roff, d_rfreqs, rd, pos0, 1, n, 1, stream);
     };
+    // k_attn_flash needs no work buffer (ds4c_attention_work 0)
+    const bool rows16 = (((uintptr_t)d_q | (uintptr_t)d_kv | (uintptr_t)d_win | (uintptr_t)d_comp) & 15) == 0;
+    const bool flash = attn_flash_takes(n, H, HD, flags);
+    if (!d_work && !(flash && rows16))
+        return ds4c_err(DS4C_EINVAL, flash ? "attention: rows not 16-byte aligned for the flash kernel, and no work buffer"
+                                           : "attention: no work buffer");
     cudaStream_t st = as_stream(stream);
     // the rotation and the Q8_0 activation inside the single-token kernels
     // (k_attn_po, k_attn_combine): the rotation when its pairs stay within a
@@ -2664,8 +2684,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         return unfused();
     }
     // fast chunks of Flash's shape: one kernel, f16 operands (k_attn_flash)
-    const bool rows16 = (((uintptr_t)d_q | (uintptr_t)d_kv | (uintptr_t)d_win | (uintptr_t)d_comp) & 15) == 0;
-    if (n >= 8 && (flags & DS4C_FAST) && HD == FL_HD && H % FL_H == 0 && rows16 && ds4c_opt_attn_flash()) {
+    if (flash && rows16) {
         static bool fl_set = false;
         if (!fl_set) {
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_flash, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FL_SMEM));

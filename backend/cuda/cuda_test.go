@@ -1282,8 +1282,15 @@ func TestAttentionFast(t *testing.T) {
 			run := func(fast bool, nt int, fused bool) (out, act []float32) {
 				o := tempAlloc(t, d, int64(4*nt*H*HD))
 				poison(t, d, o, nt*H*HD)
+				// no work buffer where the library needs none (the flash kernel)
+				wk := work
+				if nw := d.AttentionWorkFor(nt, H, HD, maxKeys, fast); nw == 0 {
+					wk = 0
+				} else if nw > AttentionWork(nt, H, HD, maxKeys) {
+					t.Fatalf("AttentionWorkFor(%d tokens, fast %v) = %d floats, more than AttentionWork's %d", nt, fast, nw, AttentionWork(nt, H, HD, maxKeys))
+				}
 				a := &AttentionArgs{Q: q, KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: selp, NSel: nselp,
-					K: K, Sinks: sinks, Out: o, Pos0: pos0, N: nt, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work, Fast: fast}
+					K: K, Sinks: sinks, Out: o, Pos0: pos0, N: nt, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: wk, Fast: fast}
 				rows := nt * H * HD / qseg
 				var qa Ptr
 				if fused {
@@ -1315,6 +1322,9 @@ func TestAttentionFast(t *testing.T) {
 				must(t, d.SetOption(OptAttnTC, v.tc))
 				must(t, d.SetOption(OptAttnSplit, v.split))
 				must(t, d.SetOption(OptAttnFlash, v.flash))
+				if got := d.AttentionWorkFor(v.nt, H, HD, maxKeys, true) == 0; got != (v.flash == 1 && v.nt >= 8) {
+					t.Errorf("%d tokens, attn_flash %d: AttentionWorkFor is 0: %v", v.nt, v.flash, got)
+				}
 				bound := 1e-4
 				if v.flash == 1 && v.nt >= 8 {
 					bound = 2e-3

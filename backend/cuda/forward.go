@@ -477,9 +477,11 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		comp = tabs[engine.PartComp].p
 	}
 	win := tabs[engine.PartWindow]
-	work, err := b.sc.f32("attn.work", AttentionWork(n, H, HD, maxKeys))
-	if err != nil {
-		return err
+	var work Ptr
+	if nw := d.AttentionWorkFor(n, H, HD, maxKeys, !be.exact()); nw > 0 {
+		if work, err = b.sc.f32("attn.work", nw); err != nil {
+			return err
+		}
 	}
 	// The grouped output projection's activation (group g of heads through
 	// wo_a[g], then wo_b): a Q8_0 one comes out of the attention call itself.

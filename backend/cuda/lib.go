@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 15
+const abiVersion = 16
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -102,6 +102,7 @@ type lib struct {
 	compPool    func(kv, sc, kvRing, scRing uintptr, cap, cw, pos0 int64, r, coff int32, w, i0 int64, nrows int32, rows uintptr, s uintptr) int32
 	indexScores func(q, w, rows uintptr, ih, ihd int32, pos0 int64, ratio, n int32, scores uintptr, scStride int64, flags int32, s uintptr) int32
 	topk        func(scores uintptr, stride, rFixed, pos0 int64, ratio, k, allIfFew int32, sel, nsel uintptr, n int32, s uintptr) int32
+	attnWork    func(n, h, hd int32, maxKeys int64, flags int32) int64
 	attention   func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, flags int32, s uintptr) int32
 	router      func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, s uintptr) int32
 	swigluRef   func(g, u, y uintptr, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
@@ -251,6 +252,7 @@ func load() (*lib, error) {
 		{&l.indexScores, "ds4c_index_scores"},
 		{&l.topk, "ds4c_topk"},
 		{&l.attention, "ds4c_attention"},
+		{&l.attnWork, "ds4c_attention_work"},
 		{&l.router, "ds4c_router"},
 		{&l.swigluRef, "ds4c_swiglu_ref"},
 		{&l.moeCombine, "ds4c_moe_combine"},

@@ -301,6 +301,15 @@ func fastFlag(fast bool) int32 {
 // leaves HD + 2 floats per (token, head) in the work buffer.
 const attnSplits = 64
 
+// AttentionWorkFor is the number of floats of AttentionArgs.Work that
+// Attention needs for n tokens, h heads of hd, maxKeys keys and the fast
+// flag under the library's current options (0: none, Work may be 0 —
+// fast chunks of Flash's shape, whose one kernel keeps the scores on chip).
+// AttentionWork is the most any form needs.
+func (d *Device) AttentionWorkFor(n, h, hd, maxKeys int, fast bool) int {
+	return int(d.l.attnWork(int32(n), int32(h), int32(hd), int64(maxKeys), fastFlag(fast)))
+}
+
 // AttentionWork is the number of floats of AttentionArgs.Work: the scores of
 // every (token, head, key), or, for fewer than 8 tokens, the partial sums of
 // fast mode's split attention if those need more.
