@@ -49,6 +49,7 @@ int ds4c_opt_attn_split(void);
 int ds4c_opt_half_mm(void);
 int ds4c_opt_half_min(void);
 int ds4c_opt_attn_flash(void);
+int ds4c_opt_ix_flash(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
 int ds4c_opt_attn_ecache(void);

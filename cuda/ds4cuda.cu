@@ -50,6 +50,7 @@ static int g_opt_attn_split = 1;
 static int g_opt_half_mm = 2;   // fast mode: Q8_0 and F16 products of chunks through cuBLAS (3, the hc mixers too, measured no faster: cuda/NOTES.md v15)
 static int g_opt_half_min = 128;
 static int g_opt_attn_flash = 1;
+static int g_opt_ix_flash = 1;
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
 
 int ds4c_err(int code, const char *fmt, ...) {
@@ -108,6 +109,7 @@ int ds4c_opt_attn_split(void) { return g_opt_attn_split; }
 int ds4c_opt_half_mm(void) { return g_opt_half_mm; }
 int ds4c_opt_half_min(void) { return g_opt_half_min; }
 int ds4c_opt_attn_flash(void) { return g_opt_attn_flash; }
+int ds4c_opt_ix_flash(void) { return g_opt_ix_flash; }
 int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
 int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
@@ -169,6 +171,7 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_HALF_MM", DS4C_OPT_HALF_MM);
     env_option("DS4_CUDA_HALF_MIN", DS4C_OPT_HALF_MIN);
     env_option("DS4_CUDA_ATTN_FLASH", DS4C_OPT_ATTN_FLASH);
+    env_option("DS4_CUDA_IX_FLASH", DS4C_OPT_IX_FLASH);
     t_device = device;
     return 0;
 }
@@ -465,6 +468,7 @@ static const struct {
     {DS4C_OPT_HALF_MM, "half_mm", &g_opt_half_mm, 0, 3},
     {DS4C_OPT_HALF_MIN, "half_min", &g_opt_half_min, 1, 1 << 20},
     {DS4C_OPT_ATTN_FLASH, "attn_flash", &g_opt_attn_flash, 0, 1},
+    {DS4C_OPT_IX_FLASH, "ix_flash", &g_opt_ix_flash, 0, 1},
 };
 
 int ds4c_set_option(int key, int value) {

@@ -368,6 +368,7 @@ enum {
     DS4C_OPT_HALF_MM = 35, /* fast-mode products of chunks through cuBLAS with f16 operands and f32 sums (ds4c_matmul_half; env DS4_CUDA_HALF_MM): 1 Q8_0 weights; 2 Q8_0 and F16 weights (default); 3 also the hyper-connection mixers (F16 weights, float inputs) on the TF32 tensor cores; 0 never. Exact mode never uses it */
     DS4C_OPT_HALF_MIN = 36, /* tokens from which ds4c_half_ok accepts a product (default 128; env DS4_CUDA_HALF_MIN) */
     DS4C_OPT_ATTN_FLASH = 37, /* 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores (k_attn_flash: running softmax over key tiles, for head dim 512 and heads in groups of 64; default; env DS4_CUDA_ATTN_FLASH); 0: scores, softmax and weighted sum as three kernels (DS4C_OPT_ATTN_TC). Exact mode never uses it */
+    DS4C_OPT_IX_FLASH = 38, /* 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores (k_index_flash, for 64 heads of 128; exact products on FP4-simulated inputs; default; env DS4_CUDA_IX_FLASH); 0: the TF32-split tiles (DS4C_OPT_ATTN_TC). Exact mode never uses it */
 };
 
 #ifdef __cplusplus

@@ -905,6 +905,112 @@ __global__ void __launch_bounds__(ATS_T, 2) k_index_scores_tile(const float *q, 
     if (tid < nr) scores[t * sc_stride + i0 + tid] = index_weighted(sd + tid * (ATS_A + 1), w + (int64_t)t * IH, IH);
 }
 
+// Fast mode's indexer scores of a chunk (8 or more tokens) on the f16
+// tensor cores, for IH == IF_IH heads of IHD == IF_HD (Flash's 64 × 128),
+// instead of k_index_scores_tile<true>'s two-term TF32 products (one token
+// and 64 rows a CTA, both re-read from L2 by every CTA). The indexer's
+// queries and compressed rows went through the FP4 simulation (e2m1 values
+// times a power-of-two block scale), which f16 holds exactly for block
+// scales from 2^-23 to 2^13: their products are then exact and only the
+// float sums round, as in the TF32 form. A CTA takes IF_TT tokens: their
+// queries rounded to f16 once into shared memory; the compressed rows go by
+// in tiles of IF_RB (rounded to f16 as they are staged), each multiplied
+// on mma m16n8k16 (warp w: token (w%4)/2, heads 32·(w%2) … +32 against
+// rows 64·(w/4) … +64 of the tile); each thread adds max(dot, 0)·w_h over
+// its 4 heads, shuffles add the warp's 32 heads, and shared memory the two
+// halves. TestIndexScores holds it to FP4-simulated inputs as tightly as
+// the TF32 form.
+constexpr int IF_IH = 64, IF_HD = 128, IF_TT = 2, IF_RB = 128, IF_T = 256;
+constexpr int IF_LD = IF_HD + 8;     // halves per staged row (272 bytes: ldmatrix rows conflict-free)
+constexpr int IF_AR = IF_TT * IF_IH; // staged query rows
+constexpr size_t IF_SMEM = (size_t)(IF_AR + IF_RB) * IF_LD * 2 + (size_t)2 * IF_TT * IF_RB * sizeof(float);
+static_assert(IF_T == 256 && IF_TT == 2 && IF_RB == 128 && IF_IH == 64 && IF_HD % 16 == 0 && IF_TT * IF_RB == IF_T,
+              "the warp layout: 8 warps, 2 tokens × 2 head halves × 2 row halves");
+
+__global__ void __launch_bounds__(IF_T, 2) k_index_flash(const float *q, const float *w, const float *rows, int64_t pos0,
+                                                         int ratio, int n, float *scores, int64_t sc_stride) {
+    pdl_enter();
+    extern __shared__ __align__(16) uint8_t s_if[];
+    __half *sa = (__half *)s_if, *sb = sa + IF_AR * IF_LD;
+    float *sred = (float *)(sb + IF_RB * IF_LD); // [head half][token][row]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t0 = blockIdx.x * IF_TT, ntk = min(IF_TT, n - t0);
+    const int64_t rmax = (pos0 + t0 + ntk) / ratio; // the CTA's last token has the most rows
+    if (rmax <= 0) return;
+    // the queries (a missing token: the last one's again, its scores not stored)
+    for (int i = tid; i < IF_AR * IF_HD / 4; i += IF_T) {
+        const int r = i / (IF_HD / 4), c = i % (IF_HD / 4), tt = min(r / IF_IH, ntk - 1), h = r % IF_IH;
+        *(uint2 *)(sa + r * IF_LD + 4 * c) =
+            half4_bits(__ldg((const float4 *)(q + ((int64_t)(t0 + tt) * IF_IH + h) * IF_HD) + c));
+    }
+    const int g = lane >> 2, q4 = lane & 3, tt = (warp & 3) >> 1, hh = warp & 1, bh = warp >> 2;
+    const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lcol = 8 * (lane >> 4); // ldmatrix: A rows
+    const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 8 * ((lane >> 3) & 1); // ldmatrix: B rows (compressed rows)
+    float wh[2][2]; // the weights of this thread's heads 32hh + 16mt + 8hi + g
+    {
+        const float *wt = w + (int64_t)(t0 + min(tt, ntk - 1)) * IF_IH + 32 * hh + g;
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) wh[mt][hi] = __ldg(wt + 16 * mt + 8 * hi);
+    }
+    const __half *pa = sa + (IF_IH * tt + 32 * hh + lrow) * IF_LD + lcol;
+    for (int64_t i0 = 0; i0 < rmax; i0 += IF_RB) {
+        if (i0 > 0) __syncthreads(); // the previous tile's rows and sums are consumed
+#pragma unroll 8
+        for (int u = 0; u < IF_RB * IF_HD / 4 / IF_T; u++) { // rows past rmax: the last row again
+            const int i = tid + IF_T * u, r = i / (IF_HD / 4), c = i % (IF_HD / 4);
+            const int64_t row = min(i0 + r, rmax - 1);
+            *(uint2 *)(sb + r * IF_LD + 4 * c) = half4_bits(__ldg((const float4 *)(rows + row * IF_HD) + c));
+        }
+        __syncthreads();
+        float acc[2][8][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < IF_HD / 16; ks++) {
+            uint32_t A0[4], A1[4];
+            ldsm_x4<false>(A0, pa + 16 * ks);
+            ldsm_x4<false>(A1, pa + 16 * IF_LD + 16 * ks);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t B[4];
+                ldsm_x4<false>(B, sb + (64 * bh + 16 * np + brow) * IF_LD + 16 * ks + bcol);
+                mma_f16(acc[0][2 * np], A0, B[0], B[1]);
+                mma_f16(acc[0][2 * np + 1], A0, B[2], B[3]);
+                mma_f16(acc[1][2 * np], A1, B[0], B[1]);
+                mma_f16(acc[1][2 * np + 1], A1, B[2], B[3]);
+            }
+        }
+        // acc[mt][j][2hi + c]: head 32hh + 16mt + 8hi + g, row 64bh + 8j + 2q4 + c
+        float part[8][2];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                float s = 0.f;
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int hi = 0; hi < 2; hi++) s = fmaf(fmaxf(acc[mt][j][2 * hi + c], 0.f), wh[mt][hi], s);
+#pragma unroll
+                for (int off = 4; off < 32; off <<= 1) s += __shfl_xor_sync(FULL_MASK, s, off);
+                part[j][c] = s;
+            }
+        if (g == 0) {
+            float *sr = sred + (hh * IF_TT + tt) * IF_RB + 64 * bh + 2 * q4;
+#pragma unroll
+            for (int j = 0; j < 8; j++) *(float2 *)(sr + 8 * j) = make_float2(part[j][0], part[j][1]);
+        }
+        __syncthreads();
+        const int st = tid / IF_RB, r = tid % IF_RB, t = t0 + st;
+        if (st < ntk && i0 + r < (pos0 + t + 1) / ratio)
+            scores[(int64_t)t * sc_stride + i0 + r] = sred[st * IF_RB + r] + sred[(IF_TT + st) * IF_RB + r];
+    }
+}
+
 // The same scores, tiled for one query (decode): a CTA takes IXT_ROWS rows,
 // one per lane, and every head; warp w the heads w·IXT_HPW + 64·j … (eight
 // at a time), so a k row's float4 is loaded once for eight dots and the
@@ -2566,6 +2672,18 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         ds4c_launch(k_index_tile, dim3(nblk(maxR, IXT_ROWS), 1), IXT_WARPS * 32, tsmem, as_stream(stream), d_q, d_w,
                     d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
         DS4C_CHECK_LAUNCH("index_scores");
+        return 0;
+    }
+    const bool al16 = (((uintptr_t)d_q | (uintptr_t)d_rows) & 15) == 0;
+    if (n >= 8 && (flags & DS4C_FAST) && IH == IF_IH && IHD == IF_HD && al16 && ds4c_opt_ix_flash()) {
+        static bool fset = false;
+        if (!fset) {
+            DS4C_CHECK(cudaFuncSetAttribute(k_index_flash, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IF_SMEM));
+            fset = true;
+        }
+        ds4c_launch(k_index_flash, nblk(n, IF_TT), IF_T, IF_SMEM, as_stream(stream), d_q, d_w, d_rows, pos0, ratio, n,
+                    d_scores, sc_stride);
+        DS4C_CHECK_LAUNCH("index_scores (flash)");
         return 0;
     }
     if (IH <= ATS_A && IHD % ATS_SL == 0 && ds4c_opt_ix_chunk()) {

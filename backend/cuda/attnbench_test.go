@@ -12,15 +12,17 @@ import (
 // prompt: a ratio-4 layer (512 picks a token) and a ratio-128 layer (the
 // 64 compressed rows), in exact mode and in fast mode with each chunk form
 // (OptAttnFlash 1: one kernel with f16 operands; 0: the three TF32-split
-// kernels). Like TestOpLatency it runs only with DS4_CUDA_BENCH=1 and
-// prints the median µs a call of 7 timed graphs of 4 calls.
+// kernels), then the ratio-4 layer's indexer scores (64 heads of 128
+// against the 2048 compressed rows; OptIXFlash 1: f16, 0: TF32-split
+// tiles). Like TestOpLatency it runs only with DS4_CUDA_BENCH=1 and prints
+// the median µs a call of 7 timed graphs of 4 calls.
 func TestChunkAttention(t *testing.T) {
 	if os.Getenv("DS4_CUDA_BENCH") == "" {
 		t.Skip("set DS4_CUDA_BENCH=1 to run the chunk attention benchmark")
 	}
 	d := gpu(t)
 	gt := newGraphTimer(t, d)
-	t.Cleanup(func() { d.SetOption(OptAttnFlash, 1) })
+	t.Cleanup(func() { d.SetOption(OptAttnFlash, 1); d.SetOption(OptIXFlash, 1) })
 	const H, HD, W, n, pos0, K = 64, 512, 128, 2048, 6144, 512
 	R := (pos0 + n) / 4
 	q, kv := tempUpload(t, d, gaussian(n*H*HD, 31)), tempUpload(t, d, gaussian(n*HD, 32))
@@ -62,7 +64,23 @@ func TestChunkAttention(t *testing.T) {
 		}
 		d.Free(work)
 	}
-	for _, p := range []Ptr{q, kv, win, comp, sinks, out, selp, nselp} {
+	const IH, IHD = 64, 128
+	iq, iw := tempUpload(t, d, gaussian(n*IH*IHD, 37)), tempUpload(t, d, gaussian(n*IH, 38))
+	irows, isc := tempUpload(t, d, gaussian(R*IHD, 39)), tempAlloc(t, d, int64(4*n*R))
+	for _, v := range []struct {
+		name  string
+		fast  bool
+		flash int
+	}{{"exact", false, 1}, {"fast ix_flash=0", true, 0}, {"fast ix_flash=1", true, 1}} {
+		must(t, d.SetOption(OptIXFlash, v.flash))
+		us := gt.time(4, func(int) error {
+			return d.IndexScores(gt.s, iq, iw, irows, IH, IHD, pos0, 4, n, isc, int64(R), v.fast)
+		})
+		line := fmt.Sprintf("chunk index scores %d tokens at %d, %d rows %-18s %9.1f µs", n, pos0, R, v.name, us)
+		t.Log(line)
+		fmt.Println(line)
+	}
+	for _, p := range []Ptr{q, kv, win, comp, sinks, out, selp, nselp, iq, iw, irows, isc} {
 		d.Free(p)
 	}
 }
