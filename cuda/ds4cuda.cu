@@ -51,6 +51,7 @@ static int g_opt_half_mm = 2;   // fast mode: Q8_0 and F16 products of chunks th
 static int g_opt_half_min = 128;
 static int g_opt_attn_flash = 1;
 static int g_opt_ix_flash = 1;
+static int g_opt_hc_chunk = 1;
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
 
 int ds4c_err(int code, const char *fmt, ...) {
@@ -110,6 +111,7 @@ int ds4c_opt_half_mm(void) { return g_opt_half_mm; }
 int ds4c_opt_half_min(void) { return g_opt_half_min; }
 int ds4c_opt_attn_flash(void) { return g_opt_attn_flash; }
 int ds4c_opt_ix_flash(void) { return g_opt_ix_flash; }
+int ds4c_opt_hc_chunk(void) { return g_opt_hc_chunk; }
 int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
 int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
@@ -172,6 +174,7 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_HALF_MIN", DS4C_OPT_HALF_MIN);
     env_option("DS4_CUDA_ATTN_FLASH", DS4C_OPT_ATTN_FLASH);
     env_option("DS4_CUDA_IX_FLASH", DS4C_OPT_IX_FLASH);
+    env_option("DS4_CUDA_HC_CHUNK", DS4C_OPT_HC_CHUNK);
     t_device = device;
     return 0;
 }
@@ -469,6 +472,7 @@ static const struct {
     {DS4C_OPT_HALF_MIN, "half_min", &g_opt_half_min, 1, 1 << 20},
     {DS4C_OPT_ATTN_FLASH, "attn_flash", &g_opt_attn_flash, 0, 1},
     {DS4C_OPT_IX_FLASH, "ix_flash", &g_opt_ix_flash, 0, 1},
+    {DS4C_OPT_HC_CHUNK, "hc_chunk", &g_opt_hc_chunk, 0, 1},
 };
 
 int ds4c_set_option(int key, int value) {

@@ -369,6 +369,7 @@ enum {
     DS4C_OPT_HALF_MIN = 36, /* tokens from which ds4c_half_ok accepts a product (default 128; env DS4_CUDA_HALF_MIN) */
     DS4C_OPT_ATTN_FLASH = 37, /* 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores (k_attn_flash: running softmax over key tiles, for head dim 512 and heads in groups of 64; default; env DS4_CUDA_ATTN_FLASH); 0: scores, softmax and weighted sum as three kernels (DS4C_OPT_ATTN_TC). Exact mode never uses it */
     DS4C_OPT_IX_FLASH = 38, /* 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores (k_index_flash, for 64 heads of 128; exact products on FP4-simulated inputs; default; env DS4_CUDA_IX_FLASH); 0: the TF32-split tiles (DS4C_OPT_ATTN_TC). Exact mode never uses it */
+    DS4C_OPT_HC_CHUNK = 39, /* 1: hc_pre of chunks (8 or more tokens, 4 streams) with a CTA of 128 threads a token walking the values in a loop, the split in its warp 0 (k_hc_pre_chunk; same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (k_hc_pre: 512 threads a token holding the streams in registers, DS4C_OPT_HC_TWO) */
 };
 
 #ifdef __cplusplus

@@ -176,6 +176,24 @@ __device__ void hc_split_warp(const float *m, const float *scale, const float *b
     if (on) comb_out[lane] = v;
 }
 
+// hc_x_q8_0 stores float4 group g of x (o) into x's Q8_0 activation row qa
+// (D values, then their scales) with k_quant_q8_0's operations: block g/8
+// is 8 adjacent lanes, which must be active together (D % 32 == 0).
+__device__ __forceinline__ void hc_x_q8_0(const float4 &o, int64_t g, uint8_t *qa, int64_t D) {
+    const unsigned lanes = __activemask();
+    float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+    amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 2));
+    amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 4));
+    const float id = q8_0_inv(amax);
+    const float ov[4] = {o.x, o.y, o.z, o.w};
+    uint32_t packed = 0;
+#pragma unroll
+    for (int e = 0; e < 4; e++) packed |= (uint32_t)(uint8_t)(int8_t)q8_0_round(ov[e], id) << (8 * e);
+    ((uint32_t *)qa)[g] = packed;
+    if ((g & 7) == 0) ((float *)(qa + D))[g / 8] = q8_0_scale(amax);
+}
+
 // One token per CTA. mode bit 0 clear (hc_pre): Sinkhorn split of the
 // mixing logits into pre, post and comb (post/comb stored for hc_post); set
 // (head): pre_j = sigmoid(m_j·scale + base_j) + eps only. Then x = Σ_j
@@ -313,22 +331,7 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
             o.z = fmul(nw.z, fmul(xr[i].z, r));
             o.w = fmul(nw.w, fmul(xr[i].w, r));
             ((float4 *)xt)[g] = o;
-            if (xq) { // x's Q8_0 activation (k_quant_q8_0's operations): block g/8 is 8 adjacent lanes
-                // (D % 32 == 0: a block's 8 lanes are active together)
-                const unsigned lanes = __activemask();
-                float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
-                amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 1));
-                amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 2));
-                amax = fmaxf(amax, __shfl_xor_sync(lanes, amax, 4));
-                const float id = q8_0_inv(amax);
-                const float ov[4] = {o.x, o.y, o.z, o.w};
-                uint32_t packed = 0;
-#pragma unroll
-                for (int e = 0; e < 4; e++) packed |= (uint32_t)(uint8_t)(int8_t)q8_0_round(ov[e], id) << (8 * e);
-                uint8_t *qa = xq + (int64_t)t * xq_stride;
-                ((uint32_t *)qa)[g] = packed;
-                if ((g & 7) == 0) ((float *)(qa + D))[g / 8] = q8_0_scale(amax);
-            }
+            if (xq) hc_x_q8_0(o, g, xq + (int64_t)t * xq_stride, D);
         }
         return;
     }
@@ -343,6 +346,100 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     ss = block_sum_d(ss);
     const float r = rms_from_sumsq(ss, D, norm_eps);
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) xt[d] = fmul(normw[d], fmul(xt[d], r));
+}
+
+// hc_pre of a chunk (8 or more tokens; hc == HC, D % 4 == 0, 16-byte
+// aligned rows): k_hc_pre's operations and results, laid out for
+// throughput instead of one token's latency. k_hc_pre gives a token a CTA
+// of 512 threads that hold every stream's float4s in registers at once (the
+// decode step's critical path), plus a second CTA for the Sinkhorn split:
+// about one resident CTA per SM, so a chunk of 4096 tokens ran as ≈ 60
+// waves (461 µs on the H200). Here a token has HPC_T threads that walk the
+// float4 groups in a loop: the streams' sum of squares (mode bit 1), pre
+// and post, the split in warp 0, then x = Σ_j pre_j·h_j stored as it is
+// formed with its sum of squares, and a second pass that normalises it
+// (and forms its Q8_0 activation when xq is set: D % 32 == 0). Same
+// operations per value; the double sums of squares are reduced in another
+// tree (rounded to float, as k_hc_pre's and the CPU's orders are).
+constexpr int HPC_T = 128;
+template <int HC>
+__global__ void __launch_bounds__(HPC_T) k_hc_pre_chunk(int mode, const float *mix, int M, const float *scale,
+                                                        const float *base, int iters, float hc_eps, const float *h,
+                                                        int64_t D, const float *normw, float norm_eps, float *x,
+                                                        float *post_out, float *comb_out, uint8_t *xq, int64_t xq_stride) {
+    pdl_launch();
+    const bool early = (mode & 6) == 6;
+    mode &= 3;
+    __shared__ float s_pre[HC], s_mix[288];
+    const int t = blockIdx.x, tid = threadIdx.x;
+    const float *m = mix + (int64_t)t * M;
+    const float *ht = h + (int64_t)t * HC * D;
+    const int64_t ng = D / 4; // float4 groups a stream
+    auto hsumsq = [&]() -> double {
+        const float4 *h4 = (const float4 *)ht;
+        double ss = 0;
+#pragma unroll 8
+        for (int64_t i = tid; i < HC * ng; i += HPC_T) {
+            const float4 v = h4[i];
+            ss += (double)v.x * (double)v.x;
+            ss += (double)v.y * (double)v.y;
+            ss += (double)v.z * (double)v.z;
+            ss += (double)v.w * (double)v.w;
+        }
+        return block_sum_d(ss);
+    };
+    double hss = 0;
+    if (early) hss = hsumsq();
+    pdl_wait();
+    if (mode & 2) {
+        const double ss = early ? hss : hsumsq();
+        const float r = rms_from_sumsq(ss, (int64_t)HC * D, norm_eps);
+        for (int i = tid; i < M; i += HPC_T) s_mix[i] = fmul(m[i], r);
+        __syncthreads();
+        m = s_mix;
+    }
+    mode &= 1;
+    if (tid < HC) {
+        s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], scale[0]), base[tid])), hc_eps);
+        if (mode == 0)
+            post_out[(int64_t)t * HC + tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[HC + tid], scale[1]), base[HC + tid])));
+    }
+    __syncthreads();
+    if (mode == 0 && tid < 32) hc_split_warp<HC>(m, scale, base, HC, iters, hc_eps, comb_out + (int64_t)t * HC * HC);
+    float4 *xt = (float4 *)(x + (int64_t)t * D);
+    double ss = 0;
+#pragma unroll 2
+    for (int64_t g = tid; g < ng; g += HPC_T) {
+        float4 hv[HC];
+#pragma unroll
+        for (int j = 0; j < HC; j++) hv[j] = ((const float4 *)(ht + j * D))[g];
+        float4 sx = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int j = 0; j < HC; j++) {
+            const float pj = s_pre[j];
+            sx.x = fadd(sx.x, fmul(pj, hv[j].x));
+            sx.y = fadd(sx.y, fmul(pj, hv[j].y));
+            sx.z = fadd(sx.z, fmul(pj, hv[j].z));
+            sx.w = fadd(sx.w, fmul(pj, hv[j].w));
+        }
+        xt[g] = sx;
+        ss += (double)sx.x * (double)sx.x;
+        ss += (double)sx.y * (double)sx.y;
+        ss += (double)sx.z * (double)sx.z;
+        ss += (double)sx.w * (double)sx.w;
+    }
+    ss = block_sum_d(ss);
+    const float r = rms_from_sumsq(ss, D, norm_eps);
+    for (int64_t g = tid; g < ng; g += HPC_T) { // (each thread reads back the groups it wrote)
+        const float4 sx = xt[g], nw = ((const float4 *)normw)[g];
+        float4 o;
+        o.x = fmul(nw.x, fmul(sx.x, r));
+        o.y = fmul(nw.y, fmul(sx.y, r));
+        o.z = fmul(nw.z, fmul(sx.z, r));
+        o.w = fmul(nw.w, fmul(sx.w, r));
+        xt[g] = o;
+        if (xq) hc_x_q8_0(o, g, xq + (int64_t)t * xq_stride, D);
+    }
 }
 
 // h'_k = post_k·out + Σ_j comb[j][k]·h_j, in place; one thread per (t, d).
@@ -2511,6 +2608,16 @@ int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const
     // this is the head's (no split)
     const bool two = (mode & 1) == 0 && ds4c_opt_hc_two();
     const dim3 g((unsigned)n, two ? 2 : 1);
+    const int64_t xq_bytes = d_xq ? (int64_t)ds4c_act_bytes(DS4C_Q8_0, D) : 0;
+    if (n >= 8 && hc == 4 && D % 4 == 0 && ((((uintptr_t)d_h | (uintptr_t)d_x | (uintptr_t)d_normw) & 15) == 0) &&
+        ds4c_opt_hc_chunk()) {
+        const bool fq = d_xq && D % 32 == 0; // the Q8_0 activation in the kernel
+        ds4c_launch(k_hc_pre_chunk<4>, (unsigned)n, HPC_T, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, iters,
+                    hc_eps, d_h, D, d_normw, norm_eps, d_x, d_post, d_comb, fq ? (uint8_t *)d_xq : nullptr, xq_bytes);
+        DS4C_CHECK_LAUNCH("hc_pre (chunk)");
+        if (d_xq && !fq) return ds4c_quantize(DS4C_Q8_0, d_x, D, d_xq, D, n, stream);
+        return 0;
+    }
     // x's Q8_0 activation (d_xq, rows ds4c_act_bytes apart): formed by the
     // kernel where its float4 groups of a block sit in 8 adjacent lanes (the
     // vector path with every warp on x), else quantized after it
