@@ -84,6 +84,9 @@ static inline cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
 struct ds4c_rec;
 int ds4c_rec_any(void);
 ds4c_rec *ds4c_rec_of(cudaStream_t s);
+// ds4c_stream_busy: the stream is being recorded (replay.cu) or captured,
+// where neither a cuBLAS call nor a stream-ordered allocation may go.
+bool ds4c_stream_busy(cudaStream_t s);
 void ds4c_rec_kernel(ds4c_rec *r, cudaStream_t s, const void *fn, dim3 grid, dim3 block, size_t smem, int pdl,
                      int nargs, void *const *args, const size_t *sizes);
 int ds4c_rec_event(ds4c_rec *r, cudaStream_t s, void *event, int wait);

@@ -112,6 +112,12 @@ int ds4c_opt_half_min(void) { return g_opt_half_min; }
 int ds4c_opt_attn_flash(void) { return g_opt_attn_flash; }
 int ds4c_opt_ix_flash(void) { return g_opt_ix_flash; }
 int ds4c_opt_hc_chunk(void) { return g_opt_hc_chunk; }
+
+bool ds4c_stream_busy(cudaStream_t st) {
+    if (ds4c_rec_any() && ds4c_rec_of(st)) return true;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone;
+}
 int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
 int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
@@ -470,7 +476,7 @@ static const struct {
     {DS4C_OPT_ATTN_SPLIT, "attn_split", &g_opt_attn_split, 0, 1},
     {DS4C_OPT_HALF_MM, "half_mm", &g_opt_half_mm, 0, 3},
     {DS4C_OPT_HALF_MIN, "half_min", &g_opt_half_min, 1, 1 << 20},
-    {DS4C_OPT_ATTN_FLASH, "attn_flash", &g_opt_attn_flash, 0, 1},
+    {DS4C_OPT_ATTN_FLASH, "attn_flash", &g_opt_attn_flash, 0, 2},
     {DS4C_OPT_IX_FLASH, "ix_flash", &g_opt_ix_flash, 0, 1},
     {DS4C_OPT_HC_CHUNK, "hc_chunk", &g_opt_hc_chunk, 0, 1},
 };

@@ -190,13 +190,6 @@ int half_handle(cudaStream_t st, cublasHandle_t *out) {
     return 0;
 }
 
-// busy: the stream is being recorded (replay.cu) or captured, where neither
-// a cuBLAS call nor a stream-ordered allocation may go.
-bool busy(cudaStream_t st) {
-    if (ds4c_rec_any() && ds4c_rec_of(st)) return true;
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    return cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone;
-}
 
 } // namespace
 
@@ -260,7 +253,7 @@ int ds4c_matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int6
         y_tok > 0x7fffffff || (type == DS4C_Q8_0 && cols % 32 != 0))
         return ds4c_err(DS4C_EINVAL, "matmul_half: bad shape");
     cudaStream_t st = as_stream(stream);
-    if (busy(st)) return ds4c_err(DS4C_ETYPE, "matmul_half: the stream is being recorded");
+    if (ds4c_stream_busy(st)) return ds4c_err(DS4C_ETYPE, "matmul_half: the stream is being recorded");
     std::lock_guard<std::mutex> lock(g_half_mu);
     cublasHandle_t h;
     int rc = half_handle(st, &h);

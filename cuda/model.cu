@@ -2287,42 +2287,68 @@ constexpr int FL_QLD = FL_HD + 8; // halves per staged query or key row (1040 by
 constexpr int FL_SLD = FL_KT + 4; // floats per partial-score row
 constexpr int FL_PLD = FL_KT + 8; // halves per probability row (80 bytes)
 constexpr int FL_ROWS = 1024;     // key rows found once per CTA (attn_key past them)
-constexpr size_t FL_OFF_KH = (size_t)FL_H * FL_QLD * 2;              // f16 queries [FL_H][FL_QLD]
-constexpr size_t FL_OFF_KF = FL_OFF_KH + (size_t)FL_KT * FL_QLD * 2; // f16 keys [FL_KT][FL_QLD]
-constexpr size_t FL_OFF_S = FL_OFF_KF + (size_t)FL_KT * FL_HD * 4;   // float keys as copied [FL_KT][FL_HD]
-constexpr size_t FL_OFF_P = FL_OFF_S + (size_t)4 * FL_H * FL_SLD * 4; // partial scores [4][FL_H][FL_SLD]
-constexpr size_t FL_OFF_A = FL_OFF_P + (size_t)FL_H * FL_PLD * 2;     // f16 probabilities [FL_H][FL_PLD]
-constexpr size_t FL_OFF_R = FL_OFF_A + (size_t)FL_H * 4;              // per head: the tile's rescale, then 1/sum
-constexpr size_t FL_SMEM = FL_OFF_R + (size_t)FL_ROWS * sizeof(float *);
+// Shared memory, in order: f16 queries [FL_H][FL_QLD]; f16 keys
+// [FL_KT][FL_QLD] (H16: two tiles, double-buffered); the float keys as
+// copied [FL_KT][FL_HD] (not H16); partial scores [4][FL_H][FL_SLD]; f16
+// probabilities [FL_H][FL_PLD]; per head the tile's rescale, then 1/sum;
+// the key rows' addresses.
+template <bool H16> struct FlSmem {
+    static constexpr size_t KH = (size_t)FL_H * FL_QLD * 2;
+    static constexpr size_t KH_BYTES = (size_t)FL_KT * FL_QLD * 2;
+    static constexpr size_t KF = KH + (H16 ? 2 : 1) * KH_BYTES;
+    static constexpr size_t S = KF + (H16 ? 0 : (size_t)FL_KT * FL_HD * 4);
+    static constexpr size_t P = S + (size_t)4 * FL_H * FL_SLD * 4;
+    static constexpr size_t A = P + (size_t)FL_H * FL_PLD * 2;
+    static constexpr size_t R = A + (size_t)FL_H * 4;
+    static constexpr size_t BYTES = R + (size_t)FL_ROWS * sizeof(void *);
+    static_assert(KF % 16 == 0 && S % 16 == 0 && P % 16 == 0 && R % 8 == 0, "aligned regions");
+    static_assert(BYTES <= 227 * 1024, "one CTA's shared memory");
+};
 static_assert(FL_T == 512 && FL_H == 64 && FL_KT == 32 && FL_HD == 512, "the warp layout: 16 warps, 4 head tiles × 4 dim quarters");
-static_assert(FL_OFF_KF % 16 == 0 && FL_OFF_S % 16 == 0 && FL_OFF_P % 16 == 0 && FL_OFF_R % 8 == 0, "aligned regions");
-static_assert(FL_SMEM <= 227 * 1024, "one CTA's shared memory");
 
+// H16 (option attn_flash 2): the key rows come from f16 copies (a.kvh,
+// a.winh, a.comph, made by ds4c_attention before the launch) that cp.async
+// stages straight into the key tiles, double-buffered: no float copy and
+// no rounding pass (one barrier a tile fewer, a third less shared-memory
+// traffic). The same f16 values as the rounding pass's, so the same bits.
+template <bool H16>
 __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
+    using L = FlSmem<H16>;
     pdl_enter();
     extern __shared__ __align__(16) uint8_t s_fl[];
-    __half *sq = (__half *)s_fl, *skh = (__half *)(s_fl + FL_OFF_KH), *sp = (__half *)(s_fl + FL_OFF_P);
-    float *skf = (float *)(s_fl + FL_OFF_KF), *ss = (float *)(s_fl + FL_OFF_S), *sa = (float *)(s_fl + FL_OFF_A);
-    const float **rows = (const float **)(s_fl + FL_OFF_R);
+    __half *sq = (__half *)s_fl, *sp = (__half *)(s_fl + L::P);
+    float *skf = (float *)(s_fl + L::KF), *ss = (float *)(s_fl + L::S), *sa = (float *)(s_fl + L::A);
+    const void **rows = (const void **)(s_fl + L::R);
     const int t = blockIdx.x, h0 = blockIdx.y * FL_H, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int64_t p = a.pos0 + t;
     int64_t nwin;
     const int64_t nk = attn_nkeys(a, t, &nwin);
-    for (int64_t k = tid; k < min(nk, (int64_t)FL_ROWS); k += FL_T) rows[k] = attn_key(a, t, p, k, nwin);
+    auto key_row = [&](int64_t key) -> const void * {
+        if constexpr (H16)
+            return attn_key_in(a, a.kvh, a.winh, a.comph, t, p, key, nwin);
+        else
+            return attn_key(a, t, p, key, nwin);
+    };
+    for (int64_t k = tid; k < min(nk, (int64_t)FL_ROWS); k += FL_T) rows[k] = key_row(k);
     __syncthreads();
-    // the float copy of the key tile from kc (keys past the count: the last
-    // key's row again, its score masked)
-    auto issue = [&](int64_t kc) {
+    // the copy of the key tile from kc (keys past the count: the last key's
+    // row again, its score masked): H16 the f16 rows into key tile buf, else
+    // the float rows into skf
+    auto issue = [&](int64_t kc, int buf) {
+        constexpr int CH = H16 ? FL_HD / 8 : FL_HD / 4; // 16-byte chunks a row
 #pragma unroll
-        for (int u = 0; u < FL_KT * FL_HD / 4 / FL_T; u++) {
-            const int f = tid + FL_T * u, k = f / (FL_HD / 4), c = f % (FL_HD / 4);
+        for (int u = 0; u < FL_KT * CH / FL_T; u++) {
+            const int f = tid + FL_T * u, k = f / CH, c = f % CH;
             const int64_t key = min(kc + k, nk - 1);
-            const float *row = key < FL_ROWS ? rows[key] : attn_key(a, t, p, key, nwin);
-            cp_async16(skf + k * FL_HD + 4 * c, row + 4 * c);
+            const uint8_t *row = (const uint8_t *)(key < FL_ROWS ? rows[key] : key_row(key));
+            if constexpr (H16)
+                cp_async16(s_fl + L::KH + buf * L::KH_BYTES + (size_t)k * FL_QLD * 2 + 16 * c, row + 16 * c);
+            else
+                cp_async16(skf + k * FL_HD + 4 * c, row + 16 * c);
         }
         cp_async_commit();
     };
-    if (nk > 0) issue(0);
+    if (nk > 0) issue(0, 0);
     const float *qt = a.q + ((int64_t)t * a.H + h0) * FL_HD;
     for (int i = tid; i < FL_H * FL_HD / 4; i += FL_T) {
         const int hh = i / (FL_HD / 4), c = i % (FL_HD / 4);
@@ -2339,17 +2365,21 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
     float o[16][4];
 #pragma unroll
     for (int j = 0; j < 16; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-    for (int64_t kc = 0; kc < nk; kc += FL_KT) {
+    for (int64_t kc = 0, ti = 0; kc < nk; kc += FL_KT, ti++) {
         const int m = (int)min((int64_t)FL_KT, nk - kc);
+        const __half *skh = (const __half *)(s_fl + L::KH + (H16 ? (ti & 1) * L::KH_BYTES : 0));
         cp_async_wait<0>();
-        __syncthreads(); // the tile's floats are in; the previous tile's products are done with skh
+        __syncthreads(); // the tile is in; the previous tile's products are done with its key tile
+        if constexpr (!H16) {
 #pragma unroll
-        for (int u = 0; u < FL_KT * FL_HD / 4 / FL_T; u++) {
-            const int f = tid + FL_T * u, k = f / (FL_HD / 4), c = f % (FL_HD / 4);
-            *(uint2 *)(skh + k * FL_QLD + 4 * c) = half4_bits(*(const float4 *)(skf + k * FL_HD + 4 * c));
+            for (int u = 0; u < FL_KT * FL_HD / 4 / FL_T; u++) {
+                const int f = tid + FL_T * u, k = f / (FL_HD / 4), c = f % (FL_HD / 4);
+                *(uint2 *)(s_fl + L::KH + ((size_t)k * FL_QLD + 4 * c) * 2) =
+                    half4_bits(*(const float4 *)(skf + k * FL_HD + 4 * c));
+            }
+            __syncthreads(); // the f16 tile is ready, skf free
         }
-        __syncthreads(); // skh is ready, skf free
-        if (kc + FL_KT < nk) issue(kc + FL_KT);
+        if (kc + FL_KT < nk) issue(kc + FL_KT, (int)((ti + 1) & 1));
         {
             float c[4][4];
 #pragma unroll
@@ -2912,11 +2942,37 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     if (flash && rows16) {
         static bool fl_set = false;
         if (!fl_set) {
-            DS4C_CHECK(cudaFuncSetAttribute(k_attn_flash, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)FL_SMEM));
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_flash<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)FlSmem<false>::BYTES));
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_flash<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)FlSmem<true>::BYTES));
             fl_set = true;
         }
-        ds4c_launch(k_attn_flash, dim3((unsigned)n, (unsigned)(H / FL_H)), FL_T, FL_SMEM, st, a);
-        DS4C_CHECK_LAUNCH("attention (flash)");
+        const dim3 fg((unsigned)n, (unsigned)(H / FL_H));
+        // (the f16 copies need stream-ordered scratch: not while the stream
+        // is being recorded or captured)
+        if (ds4c_opt_attn_flash() == 2 && !ds4c_stream_busy(st)) { // f16 copies of the key rows first, in stream-ordered scratch
+            const int64_t ncomp = ratio > 0 && d_comp ? (pos0 + n) / ratio : 0, nwin = d_win ? wcap : 0;
+            const int64_t rows_h = n + nwin + ncomp;
+            __half *hb = nullptr;
+            DS4C_CHECK(cudaMallocAsync((void **)&hb, (size_t)rows_h * HD * sizeof(__half), st));
+            a.kvh = hb;
+            a.winh = nwin ? hb + (int64_t)n * HD : nullptr;
+            a.comph = ncomp ? hb + (int64_t)(n + nwin) * HD : nullptr;
+            int rc = ds4c_to_half(d_kv, HD, HD, n, hb, stream);
+            if (!rc && nwin) rc = ds4c_to_half(d_win, HD, HD, (int)nwin, (void *)a.winh, stream);
+            if (!rc && ncomp) rc = ds4c_to_half(d_comp, HD, HD, (int)ncomp, (void *)a.comph, stream);
+            if (!rc) {
+                ds4c_launch(k_attn_flash<true>, fg, FL_T, FlSmem<true>::BYTES, st, a);
+                const cudaError_t e = cudaGetLastError();
+                if (e != cudaSuccess) rc = ds4c_cuda_err(e, "attention (flash, f16 rows)");
+            }
+            cudaFreeAsync(hb, st);
+            if (rc) return rc;
+        } else {
+            ds4c_launch(k_attn_flash<false>, fg, FL_T, FlSmem<false>::BYTES, st, a);
+            DS4C_CHECK_LAUNCH("attention (flash)");
+        }
         int rc = rotate();
         return rc ? rc : quantize();
     }
