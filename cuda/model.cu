@@ -1535,16 +1535,26 @@ struct AttnArgs {
     // otherwise)
     uint8_t *qact;
     int64_t qseg, qstride;
+    // f16 copies of kv, win and comp (the same rows), for k_attn_flash<true>
+    const __half *kvh, *winh, *comph;
 };
 
-__device__ __forceinline__ const float *attn_key(const AttnArgs &a, int t, int64_t p, int64_t k, int64_t nwin) {
+// attn_key_in is key k's row for token t (position p) among the rows kv,
+// win and comp (a.kv, a.win and a.comp, or their f16 copies).
+template <class T>
+__device__ __forceinline__ const T *attn_key_in(const AttnArgs &a, const T *kv, const T *win, const T *comp, int t,
+                                                int64_t p, int64_t k, int64_t nwin) {
     if (k < nwin) {
         int64_t qp = p - nwin + 1 + k;
-        return qp >= a.pos0 ? a.kv + (qp - a.pos0) * a.HD : a.win + (qp % a.wcap) * a.HD;
+        return qp >= a.pos0 ? kv + (qp - a.pos0) * a.HD : win + (qp % a.wcap) * a.HD;
     }
     k -= nwin;
-    if (a.ratio == 4) return a.comp + (int64_t)a.sel[(int64_t)t * a.K + k] * a.HD;
-    return a.comp + k * a.HD;
+    if (a.ratio == 4) return comp + (int64_t)a.sel[(int64_t)t * a.K + k] * a.HD;
+    return comp + k * a.HD;
+}
+
+__device__ __forceinline__ const float *attn_key(const AttnArgs &a, int t, int64_t p, int64_t k, int64_t nwin) {
+    return attn_key_in(a, a.kv, a.win, a.comp, t, p, k, nwin);
 }
 
 __device__ __forceinline__ int64_t attn_nkeys(const AttnArgs &a, int t, int64_t *nwin) {

@@ -23,7 +23,7 @@ func TestChunkAttention(t *testing.T) {
 	}
 	d := gpu(t)
 	gt := newGraphTimer(t, d)
-	t.Cleanup(func() { d.SetOption(OptAttnFlash, 1); d.SetOption(OptIXFlash, 1) })
+	t.Cleanup(func() { d.SetOption(OptAttnFlash, DefaultAttnFlash); d.SetOption(OptIXFlash, 1) })
 	const H, HD, W, n, pos0, K = 64, 512, 128, 2048, 6144, 512
 	R := (pos0 + n) / 4
 	q, kv := tempUpload(t, d, gaussian(n*H*HD, 31)), tempUpload(t, d, gaussian(n*HD, 32))

@@ -461,7 +461,7 @@ func TestKernelVariants(t *testing.T) {
 		w := synthWeights(t, flash, model.SchemeF16)
 		toks := testTokens(700, flash.Vocab)
 		run := func(o Options, v int) (l [][]float32) {
-			withOption(t, w, o, OptAttnFlash, v, 1, func(be *Backend) { l = allLogits(t, be, 64, toks) })
+			withOption(t, w, o, OptAttnFlash, v, DefaultAttnFlash, func(be *Backend) { l = allLogits(t, be, 64, toks) })
 			return l
 		}
 		exact := run(Options{GraphLayers: -1}, 1)

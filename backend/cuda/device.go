@@ -303,7 +303,7 @@ const (
 	OptAttnSplit   = 34 // 1: fast-mode attention of fewer than 8 tokens split over the keys, flash decoding, for head dim 512 (default; env DS4_CUDA_ATTN_SPLIT); 0: one pass over every key per (token, head), as exact mode. Exact mode never uses it
 	OptHalfMM      = 35 // fast-mode products of chunks through cuBLAS, f16 operands and f32 sums (MatMulHalf; env DS4_CUDA_HALF_MM): 1 Q8_0 weights; 2 Q8_0 and F16 weights (DefaultHalfMM); 3 also the hyper-connection mixers, F16 weights with float inputs on the TF32 tensor cores; 0 never. Exact mode never uses it
 	OptHalfMin     = 36 // tokens from which MatMulHalf takes a product (default 128; env DS4_CUDA_HALF_MIN)
-	OptAttnFlash   = 37 // 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores, for head dim 512 and heads in groups of 64, the key rows rounded to f16 in the kernel (default; env DS4_CUDA_ATTN_FLASH); 2: the same kernel fed f16 copies of the key rows made before it (same bits); 0: scores, softmax and weighted sum as three kernels (OptAttnTC). Exact mode never uses it
+	OptAttnFlash   = 37 // 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores, for head dim 512 and heads in groups of 64, the key rows rounded to f16 in the kernel (env DS4_CUDA_ATTN_FLASH); 2: the same kernel fed f16 copies of the key rows made before it (same bits; DefaultAttnFlash); 0: scores, softmax and weighted sum as three kernels (OptAttnTC). Exact mode never uses it
 	OptIXFlash     = 38 // 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores, for 64 heads of 128 (exact products on FP4-simulated inputs; default; env DS4_CUDA_IX_FLASH); 0: the TF32-split tiles (OptAttnTC). Exact mode never uses it
 	OptHCChunk     = 39 // 1: hc_pre of chunks (8 or more tokens, 4 streams) with 128 threads a token in a loop, the split in its first warp (same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (512 threads a token, OptHCTwo)
 )
@@ -312,6 +312,12 @@ const (
 // and F16 products of chunks through cuBLAS (the mixers too, 3, measured no
 // faster: cuda/NOTES.md v15).
 const DefaultHalfMM = 2
+
+// DefaultAttnFlash is the library's default of OptAttnFlash: fast chunks'
+// attention in the flash kernel fed f16 copies of the key rows (H200, 2048
+// tokens at 6144: a ratio-4 layer 1399 µs with the rows rounded in the
+// kernel, 1095 with the copies; cuda/NOTES.md v16).
+const DefaultAttnFlash = 2
 
 // DefaultMVPipeMin is the library's default of OptMVPipeMin: products from
 // 15 MiB are pipelined, the routed experts' Q2_K down (15.75 MiB) among them

@@ -183,7 +183,7 @@ func TestHalfModel(t *testing.T) {
 				must(t, be.dev.SetOption(OptHalfMM, half))
 				defer be.dev.SetOption(OptHalfMM, DefaultHalfMM)
 				must(t, be.dev.SetOption(OptAttnFlash, 0))
-				defer be.dev.SetOption(OptAttnFlash, 1)
+				defer be.dev.SetOption(OptAttnFlash, DefaultAttnFlash)
 				return allLogits(t, be, 128, toks)
 			}
 			exact := run(Options{GraphLayers: -1}, 0)
