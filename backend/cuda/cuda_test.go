@@ -1264,7 +1264,11 @@ func TestMoECombine(t *testing.T) {
 // rescale or sink term moves a row by O(1).
 func TestAttentionFast(t *testing.T) {
 	d := gpu(t)
-	t.Cleanup(func() { d.SetOption(OptAttnTC, 1); d.SetOption(OptAttnSplit, 1); d.SetOption(OptAttnFlash, DefaultAttnFlash) })
+	t.Cleanup(func() {
+		d.SetOption(OptAttnTC, 1)
+		d.SetOption(OptAttnSplit, 1)
+		d.SetOption(OptAttnFlash, DefaultAttnFlash)
+	})
 	const H, HD, W, n = 64, 512, 128, 40
 	// the inverse rotation of the last 64 dims and the Q8_0 activation in
 	// rows of 4096 values, as Flash's attention output takes them
