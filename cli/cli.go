@@ -143,7 +143,7 @@ func newFlagSet(o *Options, stderr io.Writer) *flag.FlagSet {
 	str(&o.Backend, "cpu", "backend: cpu or cuda", "backend")
 	fs.BoolFunc("cuda", "same as --backend cuda", func(string) error { o.Backend = "cuda"; return nil })
 	fs.BoolFunc("cpu", "same as --backend cpu", func(string) error { o.Backend = "cpu"; return nil })
-	boolean(&o.Fast, "CUDA: fast mode — parallel sums, tensor-core attention, prompts' Q8_0 and F16 products in f16 through cuBLAS, decode attention split over the keys (not bit-identical to the CPU backend)", "fast")
+	boolean(&o.Fast, "CUDA: fast mode — parallel sums, prompts' attention and indexer scores in f16 on the tensor cores, their Q8_0 and F16 products in f16 through cuBLAS, decode attention split over the keys (not bit-identical to the CPU backend)", "fast")
 	fs.BoolFunc("quality", "exact kernels (the default; --fast turns it off)", func(string) error { o.Fast = false; return nil })
 	boolean(&o.Inspect, "load the model, print a summary and exit", "inspect")
 	fs.BoolFunc("warm-weights", "page the weights in before the first token (the default)", func(string) error { o.NoWarm = false; return nil })

@@ -22,8 +22,10 @@ type Options struct {
 	// ds4.c does (backend/cpu's option of the same name; off by default).
 	ClampSharedExpert bool
 	// Fast lets matrix products sum in parallel, chunks compute attention
-	// and indexer dots on the tensor cores (TF32 terms) and their Q8_0 and
-	// F16 products through cuBLAS in f16 (MatMulHalf), and attention take
+	// and indexer scores on the f16 tensor cores (k_attn_flash,
+	// k_index_flash; other shapes: TF32 terms) and their Q8_0 and F16
+	// products through cuBLAS in f16 (MatMulHalf), prefill in chunks of
+	// 4096 (fastChunk), and attention take
 	// float exponentials and fused multiply-adds (not bit-identical to the
 	// CPU backend; docs/cuda.md has the measured distances). By
 	// default every product sums in backend/cpu's order,

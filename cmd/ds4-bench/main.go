@@ -49,7 +49,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	plot := fs.String("plot", "", "also write an SVG plot to this file")
 	plotCSV := fs.String("plot-csv", "", "only plot this CSV (written by ds4-bench) to --plot")
 	threads := fs.Int("threads", 0, "CPU backend threads (all cores when 0)")
-	fast := fs.Bool("fast", false, "CUDA backend: fast mode (parallel sums, tensor-core attention, prompts' Q8_0 and F16 products in f16 through cuBLAS, decode attention split over the keys)")
+	fast := fs.Bool("fast", false, "CUDA backend: fast mode (parallel sums, prompts' attention and indexer scores in f16 on the tensor cores, their Q8_0 and F16 products in f16 through cuBLAS, decode attention split over the keys)")
 	graphLayers := fs.Int("graph-layers", 0, "CUDA backend: decode through CUDA graphs of N layers each (0: the default, 1; -1: plain launches)")
 	recapture := fs.Bool("recapture", false, "CUDA backend: capture every decode token's graphs again instead of replaying recorded ones (for comparison)")
 	limit := fs.Duration("time-limit", 0, "stop this long after the start (loading included), keeping the frontiers completed (0: none)")
