@@ -358,14 +358,12 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
 // float4 groups in a loop: the streams' sum of squares (mode bit 1), pre
 // and post, the split in warp 0, then x = Σ_j pre_j·h_j stored as it is
 // formed with its sum of squares, and a second pass that normalises it
-// (and forms its Q8_0 activation when xq is set: D % 32 == 0). REG (option
-// hc_chunk 2, for D ≤ 4·HPC_T·HPC_G): x stays in registers between the
-// passes (HPC_G float4 a thread) instead of going to memory and back.
-// Same operations per value; the double sums of squares are reduced in
-// another tree (rounded to float, as k_hc_pre's and the CPU's orders are).
-constexpr int HPC_T = 128, HPC_G = 8;
-template <int HC, bool REG>
-__global__ void __launch_bounds__(HPC_T, REG ? 6 : 1) k_hc_pre_chunk(int mode, const float *mix, int M, const float *scale,
+// (and forms its Q8_0 activation when xq is set: D % 32 == 0). Same
+// operations per value; the double sums of squares are reduced in another
+// tree (rounded to float, as k_hc_pre's and the CPU's orders are).
+constexpr int HPC_T = 128;
+template <int HC>
+__global__ void __launch_bounds__(HPC_T) k_hc_pre_chunk(int mode, const float *mix, int M, const float *scale,
                                                         const float *base, int iters, float hc_eps, const float *h,
                                                         int64_t D, const float *normw, float norm_eps, float *x,
                                                         float *post_out, float *comb_out, uint8_t *xq, int64_t xq_stride) {
@@ -409,9 +407,9 @@ __global__ void __launch_bounds__(HPC_T, REG ? 6 : 1) k_hc_pre_chunk(int mode, c
     __syncthreads();
     if (mode == 0 && tid < 32) hc_split_warp<HC>(m, scale, base, HC, iters, hc_eps, comb_out + (int64_t)t * HC * HC);
     float4 *xt = (float4 *)(x + (int64_t)t * D);
-    // group g's x (its sum of pre_j·h_j), added to ss
     double ss = 0;
-    auto form = [&](int64_t g) -> float4 {
+#pragma unroll 2
+    for (int64_t g = tid; g < ng; g += HPC_T) {
         float4 hv[HC];
 #pragma unroll
         for (int j = 0; j < HC; j++) hv[j] = ((const float4 *)(ht + j * D))[g];
@@ -424,15 +422,16 @@ __global__ void __launch_bounds__(HPC_T, REG ? 6 : 1) k_hc_pre_chunk(int mode, c
             sx.z = fadd(sx.z, fmul(pj, hv[j].z));
             sx.w = fadd(sx.w, fmul(pj, hv[j].w));
         }
+        xt[g] = sx;
         ss += (double)sx.x * (double)sx.x;
         ss += (double)sx.y * (double)sx.y;
         ss += (double)sx.z * (double)sx.z;
         ss += (double)sx.w * (double)sx.w;
-        return sx;
-    };
-    // group g's normalised x, stored (and its Q8_0 activation)
-    auto finish = [&](int64_t g, const float4 &sx, float r) {
-        const float4 nw = ((const float4 *)normw)[g];
+    }
+    ss = block_sum_d(ss);
+    const float r = rms_from_sumsq(ss, D, norm_eps);
+    for (int64_t g = tid; g < ng; g += HPC_T) { // (each thread reads back the groups it wrote)
+        const float4 sx = xt[g], nw = ((const float4 *)normw)[g];
         float4 o;
         o.x = fmul(nw.x, fmul(sx.x, r));
         o.y = fmul(nw.y, fmul(sx.y, r));
@@ -440,21 +439,6 @@ __global__ void __launch_bounds__(HPC_T, REG ? 6 : 1) k_hc_pre_chunk(int mode, c
         o.w = fmul(nw.w, fmul(sx.w, r));
         xt[g] = o;
         if (xq) hc_x_q8_0(o, g, xq + (int64_t)t * xq_stride, D);
-    };
-    if constexpr (REG) {
-        float4 xr[HPC_G];
-#pragma unroll
-        for (int k = 0; k < HPC_G; k++)
-            if (tid + k * HPC_T < ng) xr[k] = form(tid + k * HPC_T);
-        const float r = rms_from_sumsq(block_sum_d(ss), D, norm_eps);
-#pragma unroll
-        for (int k = 0; k < HPC_G; k++)
-            if (tid + k * HPC_T < ng) finish(tid + k * HPC_T, xr[k], r);
-    } else {
-#pragma unroll 2
-        for (int64_t g = tid; g < ng; g += HPC_T) xt[g] = form(g);
-        const float r = rms_from_sumsq(block_sum_d(ss), D, norm_eps);
-        for (int64_t g = tid; g < ng; g += HPC_T) finish(g, xt[g], r); // (each thread reads back its own groups)
     }
 }
 
@@ -2668,10 +2652,8 @@ int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const
     if (n >= 8 && hc == 4 && D % 4 == 0 && ((((uintptr_t)d_h | (uintptr_t)d_x | (uintptr_t)d_normw) & 15) == 0) &&
         ds4c_opt_hc_chunk()) {
         const bool fq = d_xq && D % 32 == 0; // the Q8_0 activation in the kernel
-        const bool reg = ds4c_opt_hc_chunk() == 2 && D <= 4 * HPC_T * HPC_G;
-        ds4c_launch(reg ? k_hc_pre_chunk<4, true> : k_hc_pre_chunk<4, false>, (unsigned)n, HPC_T, 0, as_stream(stream),
-                    mode, d_mix, M, d_scale, d_base, iters, hc_eps, d_h, D, d_normw, norm_eps, d_x, d_post, d_comb,
-                    fq ? (uint8_t *)d_xq : nullptr, xq_bytes);
+        ds4c_launch(k_hc_pre_chunk<4>, (unsigned)n, HPC_T, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, iters,
+                    hc_eps, d_h, D, d_normw, norm_eps, d_x, d_post, d_comb, fq ? (uint8_t *)d_xq : nullptr, xq_bytes);
         DS4C_CHECK_LAUNCH("hc_pre (chunk)");
         if (d_xq && !fq) return ds4c_quantize(DS4C_Q8_0, d_x, D, d_xq, D, n, stream);
         return 0;

@@ -366,7 +366,7 @@ func TestKernelVariants(t *testing.T) {
 		{"attn_tile", OptAttnTile, 1, 64}, {"ix_chunk", OptIXChunk, 1, 64}, {"fx_wreg", OptFXWReg, 1, 64},
 		{"tc_stage", OptTCStage, 3, 64}, {"tc_q8w", OptTCQ8W, 2, 64},
 		{"quant_vec", OptQuantVec, 1, 64},
-		{"norm_rope_w", OptNormRopeW, 1, 64}, {"hc_chunk", OptHCChunk, 2, 64},
+		{"norm_rope_w", OptNormRopeW, 1, 64}, {"hc_chunk", OptHCChunk, 1, 64},
 	}
 	for _, tc := range []struct {
 		name   string

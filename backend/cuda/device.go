@@ -305,7 +305,7 @@ const (
 	OptHalfMin     = 36 // tokens from which MatMulHalf takes a product (default 128; env DS4_CUDA_HALF_MIN)
 	OptAttnFlash   = 37 // 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores, for head dim 512 and heads in groups of 64, the key rows rounded to f16 in the kernel (env DS4_CUDA_ATTN_FLASH); 2: the same kernel fed f16 copies of the key rows made before it (same bits; DefaultAttnFlash); 0: scores, softmax and weighted sum as three kernels (OptAttnTC). Exact mode never uses it
 	OptIXFlash     = 38 // 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores, for 64 heads of 128 (exact products on FP4-simulated inputs; default; env DS4_CUDA_IX_FLASH); 0: the TF32-split tiles (OptAttnTC). Exact mode never uses it
-	OptHCChunk     = 39 // 1: hc_pre of chunks (8 or more tokens, 4 streams) with 128 threads a token in a loop, the split in its first warp, x stored and read back (same results; env DS4_CUDA_HC_CHUNK); 2: the same with x kept in registers (D up to 4096; default); 0: the decode layout (512 threads a token, OptHCTwo)
+	OptHCChunk     = 39 // 1: hc_pre of chunks (8 or more tokens, 4 streams) with 128 threads a token in a loop, the split in its first warp (same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (512 threads a token, OptHCTwo)
 )
 
 // DefaultHalfMM is the library's default of OptHalfMM: fast mode's Q8_0
