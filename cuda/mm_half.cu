@@ -190,7 +190,6 @@ int half_handle(cudaStream_t st, cublasHandle_t *out) {
     return 0;
 }
 
-
 } // namespace
 
 extern "C" {
