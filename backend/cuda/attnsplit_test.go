@@ -45,7 +45,7 @@ func TestAttnSplitLayers(t *testing.T) {
 		engine.StageBlockOut: engine.ActStreams}
 	run := func(o Options, split int) map[point][][]float32 {
 		got := map[point][][]float32{}
-		withAttnSplit(t, w, o, split, func(be *Backend) {
+		withOption(t, w, o, OptAttnSplit, split, 1, func(be *Backend) {
 			var terr error
 			s, err := engine.NewSession(be, engine.Options{ChunkSize: 1, MaxContext: 4096, Trace: func(ev engine.TraceEvent) {
 				wd, ok := widths[ev.Stage]
@@ -93,14 +93,6 @@ func TestAttnSplitLayers(t *testing.T) {
 	}
 }
 
-// withAttnSplit runs fn on a backend of w with options o and OptAttnSplit
-// set to split (back to its default, 1, afterwards), and closes the backend
-// when fn returns.
-func withAttnSplit(t *testing.T, w *model.Weights, o Options, split int, fn func(be *Backend)) {
-	t.Helper()
-	withOption(t, w, o, OptAttnSplit, split, 1, fn)
-}
-
 // withOption runs fn on a backend of w with options o and library option
 // key set to v (back to def afterwards), and closes the backend when fn
 // returns.
@@ -116,4 +108,13 @@ func withOption(t *testing.T, w *model.Weights, o Options, key, v, def int, fn f
 	}
 	defer be.dev.SetOption(key, def)
 	fn(be)
+}
+
+// optionLogits is the logits of every position of toks, prefilled in chunks
+// of chunk on a backend of w with options o and library option key set to
+// v (def afterwards).
+func optionLogits(t *testing.T, w *model.Weights, o Options, key, v, def, chunk int, toks []int32) (l [][]float32) {
+	t.Helper()
+	withOption(t, w, o, key, v, def, func(be *Backend) { l = allLogits(t, be, chunk, toks) })
+	return l
 }

@@ -433,10 +433,7 @@ func TestKernelVariants(t *testing.T) {
 		}
 		w := synthWeights(t, flash, model.SchemeF16)
 		toks := testTokens(700, flash.Vocab)
-		run := func(o Options, split int) (l [][]float32) {
-			withAttnSplit(t, w, o, split, func(be *Backend) { l = allLogits(t, be, 1, toks) })
-			return l
-		}
+		run := func(o Options, split int) [][]float32 { return optionLogits(t, w, o, OptAttnSplit, split, 1, 1, toks) }
 		exact := run(Options{GraphLayers: -1}, 1)
 		one := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 0))
 		split := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 1))
@@ -460,9 +457,8 @@ func TestKernelVariants(t *testing.T) {
 		}
 		w := synthWeights(t, flash, model.SchemeF16)
 		toks := testTokens(700, flash.Vocab)
-		run := func(o Options, v int) (l [][]float32) {
-			withOption(t, w, o, OptAttnFlash, v, DefaultAttnFlash, func(be *Backend) { l = allLogits(t, be, 64, toks) })
-			return l
+		run := func(o Options, v int) [][]float32 {
+			return optionLogits(t, w, o, OptAttnFlash, v, DefaultAttnFlash, 64, toks)
 		}
 		exact := run(Options{GraphLayers: -1}, 1)
 		tf32 := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 0))

@@ -199,10 +199,15 @@ func TestPrefillProducts(t *testing.T) {
 
 	// A chunk's attention (2048 tokens from position 6144, Flash's 64 heads
 	// of 512, the 128-token window): a ratio-4 layer (512 picks: 640 keys a
-	// token) and a ratio-128 layer (48–63 compressed rows), each in exact
-	// mode, fast mode and fast mode with OptAttnTC off; then the indexer's
+	// token) and a ratio-128 layer (48–63 compressed rows), in exact mode
+	// and in fast mode with each chunk form (OptAttnFlash 2, the default:
+	// the f16 kernel fed f16 row copies; 1: it rounds the float rows; 0: the
+	// three TF32-split kernels, and with OptAttnTC off the exact-order
+	// ones), launched on the stream (OptAttnFlash 2 allocates stream-ordered
+	// scratch, which a captured stream does not take); then the indexer's
 	// scores (64 heads of 128 against up to 2048 compressed rows), exact and
-	// fast. The rate counts the score and weighted-sum multiply-adds.
+	// fast with each OptIXFlash. The rate counts the score and weighted-sum
+	// multiply-adds.
 	const H, HD, W, pos0, topK, IH, IHD = 64, 512, 128, 6144, 512, 64, 128
 	R := (pos0 + ntok) / 4
 	aq, akv := upload(t, d, gaussian(ntok*H*HD, 61)), upload(t, d, gaussian(ntok*HD, 62))
@@ -220,7 +225,11 @@ func TestPrefillProducts(t *testing.T) {
 	selp, nselp := alloc(t, d, int64(4*len(asel))), alloc(t, d, int64(4*ntok))
 	must(t, UploadSlice(d, selp, asel))
 	must(t, UploadSlice(d, nselp, ansel))
-	t.Cleanup(func() { d.SetOption(OptAttnTC, 1) })
+	t.Cleanup(func() {
+		d.SetOption(OptAttnTC, 1)
+		d.SetOption(OptAttnFlash, DefaultAttnFlash)
+		d.SetOption(OptIXFlash, 1)
+	})
 	for _, ratio := range []int{4, 128} {
 		maxKeys, keys := W+topK, float64(W+topK)
 		if ratio == 128 {
@@ -228,33 +237,41 @@ func TestPrefillProducts(t *testing.T) {
 		}
 		work := alloc(t, d, int64(4*AttentionWork(ntok, H, HD, maxKeys)))
 		for _, v := range []struct {
-			mode string
-			fast bool
-			tc   int
-		}{{"exact", false, 1}, {"fast", true, 1}, {"fast attn_tc 0", true, 0}} {
+			mode      string
+			fast      bool
+			tc, flash int
+		}{{"exact", false, 1, DefaultAttnFlash}, {"fast attn_flash 2", true, 1, 2}, {"fast attn_flash 1", true, 1, 1},
+			{"fast attn_flash 0", true, 1, 0}, {"fast attn_flash 0 attn_tc 0", true, 0, 0}} {
 			label := fmt.Sprintf("attention ratio %d (%d keys) %s", ratio, maxKeys, v.mode)
 			if !keep.MatchString(label) {
 				continue
 			}
 			must(t, d.SetOption(OptAttnTC, v.tc))
+			must(t, d.SetOption(OptAttnFlash, v.flash))
 			a := &AttentionArgs{Q: aq, KV: akv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: selp, NSel: nselp,
 				K: topK, Sinks: sinks, Out: out, Pos0: pos0, N: ntok, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work, Fast: v.fast}
-			us := gt.time(calls, func(int) error { return d.Attention(s, a) })
+			us := plain(func() error { return d.Attention(s, a) })
 			report(label, 2*float64(ntok)*H*keys*HD, us)
 		}
 		must(t, d.SetOption(OptAttnTC, 1))
+		must(t, d.SetOption(OptAttnFlash, DefaultAttnFlash))
 	}
 	iq, iw := upload(t, d, gaussian(ntok*IH*IHD, 66)), upload(t, d, gaussian(ntok*IH, 67))
 	irows := upload(t, d, gaussian(R*IHD, 68))
 	iscores := alloc(t, d, int64(4*ntok*R))
-	for _, fast := range []bool{false, true} {
-		label := fmt.Sprintf("index scores %d rows fast %v", R, fast)
+	for _, v := range []struct {
+		fast  bool
+		flash int
+	}{{false, 1}, {true, 1}, {true, 0}} {
+		label := fmt.Sprintf("index scores %d rows fast %v ix_flash %d", R, v.fast, v.flash)
 		if !keep.MatchString(label) {
 			continue
 		}
+		must(t, d.SetOption(OptIXFlash, v.flash))
 		us := gt.time(calls, func(int) error {
-			return d.IndexScores(s, iq, iw, irows, IH, IHD, pos0, 4, ntok, iscores, int64(R), fast)
+			return d.IndexScores(s, iq, iw, irows, IH, IHD, pos0, 4, ntok, iscores, int64(R), v.fast)
 		})
 		report(label, float64(ntok)*IH*(float64(pos0)+ntok/2)/4*IHD, us)
 	}
+	must(t, d.SetOption(OptIXFlash, 1))
 }
