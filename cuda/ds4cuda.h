@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 16
+#define DS4C_ABI_VERSION 17
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -178,6 +178,11 @@ enum {
      * kernel may read the product's inputs before its own wait (ds4c_hc_pre
      * mode bit 2). */
     DS4C_MM_LATE = 2,
+    /* ds4c_matmul_grouped only: d_act holds f16 rows (ds4c_to_half's),
+     * multiplied by fast mode's wgmma kernels (mm_wg.cu: each weight
+     * dequantized to f16 with its scales, f32 sums; not bit-identical to
+     * anything). DS4C_ETYPE, nothing queued, unless ds4c_grouped_half_ok. */
+    DS4C_MM_HALF = 4,
 };
 int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat,
                    const int32_t *d_ids, int n_sel, const void *d_act, int64_t act_tok,
@@ -199,6 +204,12 @@ int ds4c_group(const int32_t *d_ids, int n_sel, int64_t n_mat, void *d_scratch, 
 int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids,
                         int n_sel, const void *d_act, int64_t act_sel, int act_div, float *d_y, int64_t y_sel,
                         const void *d_scratch, int flags, void *stream);
+/* ds4c_grouped_half_ok: 1 when ds4c_matmul_grouped takes f16 activations
+ * (DS4C_MM_HALF) for weights of type with rows of cols values and n_sel
+ * selections: DS4C_OPT_WG_MOE on, a compute capability 9.0 device, IQ2_XXS
+ * or Q2_K, cols a multiple of 256, at least DS4C_OPT_TC_MIN_SEL selections
+ * (so that ds4c_group built the tile table). */
+int ds4c_grouped_half_ok(int type, int64_t cols, int n_sel);
 
 /* Fast mode's products of chunks through cuBLAS (mm_half.cu): the GEMM
  * cuBLAS picks, f32 sums. Not bit-identical to anything, fast mode only:
@@ -370,6 +381,7 @@ enum {
     DS4C_OPT_ATTN_FLASH = 37, /* 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores (k_attn_flash: running softmax over key tiles, for head dim 512 and heads in groups of 64; the key rows rounded to f16 in the kernel; env DS4_CUDA_ATTN_FLASH); 2: the same kernel fed f16 copies of the key rows made before it in stream-ordered scratch (same bits; 1 while the stream is recorded or captured; default); 0: scores, softmax and weighted sum as three kernels (DS4C_OPT_ATTN_TC). Exact mode never uses it */
     DS4C_OPT_IX_FLASH = 38, /* 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores (k_index_flash, for 64 heads of 128; exact products on FP4-simulated inputs; default; env DS4_CUDA_IX_FLASH); 0: the TF32-split tiles (DS4C_OPT_ATTN_TC). Exact mode never uses it */
     DS4C_OPT_HC_CHUNK = 39, /* 1: hc_pre of chunks (8 or more tokens, 4 streams) with a CTA of 128 threads a token walking the values in a loop, the split in its warp 0 (k_hc_pre_chunk; same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (k_hc_pre: 512 threads a token holding the streams in registers, DS4C_OPT_HC_TWO) */
+    DS4C_OPT_WG_MOE = 40, /* 1: fast mode multiplies chunks by routed IQ2_XXS and Q2_K experts with f16 activations on the wgmma tensor cores (ds4c_grouped_half_ok, DS4C_MM_HALF; CTAs of 4 warpgroups over 256 rows; env DS4_CUDA_WG_MOE); 2: the same with IQ2_XXS in CTAs of 2 warpgroups over 128 rows, two an SM; 3: the operands in shared memory in the 128-byte-swizzled layout (faults: cuda/NOTES.md v17); 0: Q8_K activations through the int8 mma kernels, as exact mode (default) */
 };
 
 #ifdef __cplusplus

@@ -29,7 +29,7 @@
 // selections' matrix ids, so no host round trip is needed. Q8_0 stages its
 // operands in shared memory (k_tc_q8_0); Q2_K and IQ2_XXS load their
 // fragments from global memory, one block (or sub-block) ahead.
-#include "matvec.cuh"
+#include "mm_tc.cuh"
 
 namespace ds4mv {
 namespace {
@@ -37,13 +37,6 @@ namespace {
 constexpr int TC_WARPS = 4;
 constexpr int TC_ROWS = 32 * TC_WARPS; // rows per CTA
 constexpr int TC_BN = 32;              // token slots per CTA
-
-struct TCArgs {
-    MVArgs a;
-    int n_tok;
-    const int4 *tiles;   // grouped: per blockIdx.x (matrix, first pair, count, 0)
-    const int32_t *perm; // grouped: pair → selection
-};
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], int b0, int b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -54,51 +47,7 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], int b0, i
 
 __device__ __forceinline__ int2 ld8(const void *p) { return __ldg((const int2 *)p); }
 
-// The CTA's slots: byte offsets of each slot's activation row and float
-// offsets of its output row; the matrix and the number of valid slots.
-template <int BN> struct SlotsT {
-    int64_t act[BN];
-    int64_t y[BN];
-};
 using Slots = SlotsT<TC_BN>;
-
-// Grouped products read a tile table of up to TC_TILE selections of one
-// matrix a tile; a CTA of BN < TC_TILE slots takes part blockIdx.z of its
-// tile (the grid has TC_TILE / BN parts in z).
-constexpr int TC_TILE = 64;
-
-// tc_slots fills s (all threads must call it; it synchronises) and returns
-// the slot count (0 or less: nothing to do) and the matrix in *mat.
-template <int BN> __device__ int tc_slots(const TCArgs &p, SlotsT<BN> &s, int64_t *mat) {
-    const MVArgs &a = p.a;
-    const int tid = threadIdx.x;
-    int cnt;
-    if (p.tiles) {
-        const int4 tl = p.tiles[blockIdx.x];
-        const int first = BN * blockIdx.z;
-        *mat = tl.x;
-        cnt = min(BN, tl.z - first);
-        if (cnt > 0 && tid < BN) {
-            const int sel = p.perm[tl.y + first + min(tid, cnt - 1)];
-            s.act[tid] = (int64_t)(sel / a.act_div) * a.act_sel;
-            s.y[tid] = (int64_t)sel * a.y_sel;
-        }
-    } else {
-        const int sel = blockIdx.z;
-        int64_t m = a.sel_mat ? sel : 0;
-        if (a.ids) m = a.ids[sel];
-        *mat = m;
-        const int t0 = blockIdx.x * BN;
-        cnt = min(BN, p.n_tok - t0);
-        if (tid < BN) {
-            const int64_t t = t0 + min(tid, cnt - 1);
-            s.act[tid] = (int64_t)(sel / a.act_div) * a.act_sel + t * a.act_tok;
-            s.y[tid] = (int64_t)sel * a.y_sel + t * a.y_tok;
-        }
-    }
-    __syncthreads();
-    return cnt;
-}
 
 // Per-thread geometry of the warp's 32 rows × 32 slots.
 struct Geo {
@@ -1107,7 +1056,11 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
     DS4C_READY();
     if (n_sel <= 0) return 0;
     const bool aligned = (((uintptr_t)d_act | (uint64_t)act_sel) & 15) == 0; // 16-byte activation copies
-    if (!tc_supported(type, cols) || n_sel < ds4c_opt_tc_min_sel() || !aligned)
+    const bool half = (flags & DS4C_MM_HALF) != 0;
+    if (half && (!ds4c_grouped_half_ok(type, cols, n_sel) || !aligned))
+        return ds4c_err(DS4C_ETYPE, "grouped matmul: no f16 product for type %d, %lld columns, %d selections%s", type,
+                        (long long)cols, n_sel, aligned ? "" : " (activations not 16-byte aligned)");
+    if (!half && (!tc_supported(type, cols) || n_sel < ds4c_opt_tc_min_sel() || !aligned))
         return ds4c_matmul_ex(type, d_w, rows, cols, n_mat, d_ids, n_sel, d_act, 0, act_sel, act_div, 1, d_y, 0,
                               y_sel, flags, stream);
     if (rows <= 0 || rows > 0x7fffffff || cols <= 0 || cols > 0x7fffffff || n_mat <= 0 || act_div <= 0)
@@ -1121,7 +1074,12 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
     p.n_tok = 1;
     p.perm = (const int32_t *)d_scratch;
     p.tiles = (const int4 *)((const uint8_t *)d_scratch + group_perm_bytes(n_sel));
+    if (half) return wg_grouped(type, p, (int)bound, as_stream(stream));
     return tc_launch(type, p, (int)bound, 1, as_stream(stream));
+}
+
+int ds4c_grouped_half_ok(int type, int64_t cols, int n_sel) {
+    return ds4c_opt_wg_moe() && n_sel > 0 && n_sel >= ds4c_opt_tc_min_sel() && wg_supported(type, cols) ? 1 : 0;
 }
 
 } // extern "C"

@@ -708,9 +708,28 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		return err
 	}
 
-	// Routed experts: every (token, expert) pair is one selection.
+	// Routed experts: every (token, expert) pair is one selection. Fast
+	// mode multiplies chunks with f16 activations on the wgmma tensor cores
+	// where the library has them (OptWGMoE), else with the weights' own
+	// activation type.
+	half := !be.exact() && d.GroupedHalfOK(L.gateExps.Type, D, nk) && d.GroupedHalfOK(L.downExps.Type, FF, nk)
+	grouped := func(w *Weight, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, grp Ptr) error {
+		if half {
+			return d.MatMulGroupedHalf(s, w, sel, nk, act, actSel, actDiv, y, ySel, grp)
+		}
+		return d.MatMulGrouped(s, w, sel, nk, act, actSel, actDiv, y, ySel, grp, be.exact())
+	}
 	act, actSel := b.x, f4(D)
-	if !isFloatType(L.gateExps.Type) {
+	if half {
+		var err error
+		if act, err = b.sc.get("moe.xh", 2*int64(D)*int64(n)); err != nil {
+			return err
+		}
+		if err := d.ToHalf(s, b.x, D, D, n, act); err != nil {
+			return err
+		}
+		actSel = 2 * int64(D)
+	} else if !isFloatType(L.gateExps.Type) {
 		at, err := d.ActType(L.gateExps.Type)
 		if err != nil {
 			return err
@@ -734,20 +753,28 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if err := d.Group(s, sel, nk, E, grp); err != nil {
 		return err
 	}
-	if err := d.MatMulGrouped(s, L.gateExps, sel, nk, act, actSel, K, ge, int64(FF), grp, be.exact()); err != nil {
+	if err := grouped(L.gateExps, act, actSel, K, ge, int64(FF), grp); err != nil {
 		return err
 	}
 	if L.upExps.Type != L.gateExps.Type {
 		return fmt.Errorf("cuda: layer %d: gate and up experts of different types", layer)
 	}
-	if err := d.MatMulGrouped(s, L.upExps, sel, nk, act, actSel, K, ue, int64(FF), grp, be.exact()); err != nil {
+	if err := grouped(L.upExps, act, actSel, K, ue, int64(FF), grp); err != nil {
 		return err
 	}
 	if err := d.SwiGLURef(s, ge, ue, ge, FF, nk, L.clamp, wts); err != nil {
 		return err
 	}
 	act2, act2Sel := ge, f4(FF)
-	if !isFloatType(L.downExps.Type) {
+	if half {
+		if act2, err = b.sc.get("moe.gh", 2*int64(FF)*int64(nk)); err != nil {
+			return err
+		}
+		if err := d.ToHalf(s, ge, FF, FF, nk, act2); err != nil {
+			return err
+		}
+		act2Sel = 2 * int64(FF)
+	} else if !isFloatType(L.downExps.Type) {
 		at, err := d.ActType(L.downExps.Type)
 		if err != nil {
 			return err
@@ -761,7 +788,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		}
 		act2Sel = ab
 	}
-	if err := d.MatMulGrouped(s, L.downExps, sel, nk, act2, act2Sel, 1, ye, int64(D), grp, be.exact()); err != nil {
+	if err := grouped(L.downExps, act2, act2Sel, 1, ye, int64(D), grp); err != nil {
 		return err
 	}
 

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 16
+const abiVersion = 17
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -69,22 +69,23 @@ type lib struct {
 	recLaunch     func(rec uintptr, graph *uintptr, stats *[3]int32) int32
 	rgraphDestroy func(graph uintptr) int32
 
-	weightBytes  func(t int32, rows, cols int64) uint64
-	weightRepack func(t int32, dst uintptr, totalRows, cols int64, src uintptr, first, n int64, s uintptr) int32
-	actType      func(wt int32) int32
-	actBytes     func(t int32, cols int64) uint64
-	quantize     func(t int32, x uintptr, xStride int64, act uintptr, cols int64, nTok int32, s uintptr) int32
-	matmul       func(t int32, w uintptr, rows, cols, nMat int64, act uintptr, actStride int64, nTok int32, y uintptr, yStride int64, s uintptr) int32
-	matvecIDs    func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actStride int64, y uintptr, yStride int64, s uintptr) int32
-	matmulEx     func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actTok, actSel int64, actDiv, nTok int32, y uintptr, yTok, ySel int64, flags int32, s uintptr) int32
-	profiler     func(on int32) int32
-	halfOK       func(t, xType, nTok int32) int32
-	halfWarm     func() int32
-	toHalf       func(x uintptr, xStride, cols int64, nTok int32, xh uintptr, s uintptr) int32
-	matmulHalf   func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, x uintptr, xType int32, xTok, xSel int64, nTok int32, y uintptr, yTok, ySel int64, s uintptr) int32
-	groupBytes   func(nSel int32, nMat int64) uint64
-	group        func(ids uintptr, nSel int32, nMat int64, scratch, s uintptr) int32
-	matmulGroup  func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32
+	weightBytes   func(t int32, rows, cols int64) uint64
+	weightRepack  func(t int32, dst uintptr, totalRows, cols int64, src uintptr, first, n int64, s uintptr) int32
+	actType       func(wt int32) int32
+	actBytes      func(t int32, cols int64) uint64
+	quantize      func(t int32, x uintptr, xStride int64, act uintptr, cols int64, nTok int32, s uintptr) int32
+	matmul        func(t int32, w uintptr, rows, cols, nMat int64, act uintptr, actStride int64, nTok int32, y uintptr, yStride int64, s uintptr) int32
+	matvecIDs     func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actStride int64, y uintptr, yStride int64, s uintptr) int32
+	matmulEx      func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actTok, actSel int64, actDiv, nTok int32, y uintptr, yTok, ySel int64, flags int32, s uintptr) int32
+	profiler      func(on int32) int32
+	halfOK        func(t, xType, nTok int32) int32
+	halfWarm      func() int32
+	toHalf        func(x uintptr, xStride, cols int64, nTok int32, xh uintptr, s uintptr) int32
+	matmulHalf    func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, x uintptr, xType int32, xTok, xSel int64, nTok int32, y uintptr, yTok, ySel int64, s uintptr) int32
+	groupBytes    func(nSel int32, nMat int64) uint64
+	group         func(ids uintptr, nSel int32, nMat int64, scratch, s uintptr) int32
+	matmulGroup   func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32
+	groupedHalfOK func(t int32, cols int64, nSel int32) int32
 
 	getRows     func(t int32, w uintptr, totalRows, cols int64, ids uintptr, n int32, dst uintptr, dstStride int64, copies int32, copyStride int64, s uintptr) int32
 	rmsnormRef  func(x uintptr, xStride int64, w, y uintptr, yStride, n int64, rows int32, eps float32, s uintptr) int32
@@ -235,6 +236,7 @@ func load() (*lib, error) {
 		{&l.groupBytes, "ds4c_group_bytes"},
 		{&l.group, "ds4c_group"},
 		{&l.matmulGroup, "ds4c_matmul_grouped"},
+		{&l.groupedHalfOK, "ds4c_grouped_half_ok"},
 		{&l.getRows, "ds4c_get_rows"},
 		{&l.rmsnormRef, "ds4c_rmsnorm_ref"},
 		{&l.hcPre, "ds4c_hc_pre"},

@@ -74,6 +74,10 @@ func (l *lib) direct(sym func(name string) uintptr) error {
 	l.matmulGroup = func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32 {
 		return cint(call(matmulGroup, arg(t), w, arg(rows), arg(cols), arg(nMat), ids, arg(nSel), act, arg(actSel), arg(actDiv), y, arg(ySel), scratch, arg(flags), s))
 	}
+	groupedHalfOK := f("ds4c_grouped_half_ok")
+	l.groupedHalfOK = func(t int32, cols int64, nSel int32) int32 {
+		return cint(call(groupedHalfOK, arg(t), arg(cols), arg(nSel)))
+	}
 
 	getRows, hcPost := f("ds4c_get_rows"), f("ds4c_hc_post")
 	l.getRows = func(t int32, w uintptr, totalRows, cols int64, ids uintptr, n int32, dst uintptr, dstStride int64, copies int32, copyStride int64, s uintptr) int32 {

@@ -30,6 +30,7 @@ func (d *Device) MatMulLate(s Stream, w *Weight, act Ptr, actTok int64, ntok int
 const (
 	mmExact int32 = 1
 	mmLate  int32 = 2
+	mmHalf  int32 = 4
 )
 
 // mmFlags is DS4C_MM_EXACT when exact.
@@ -73,6 +74,26 @@ func (d *Device) MatMulGrouped(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, 
 	return d.l.call("matmul_grouped", func() int32 {
 		return d.l.matmulGroup(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), uintptr(ids), int32(nsel),
 			uintptr(act), actSel, int32(actDiv), uintptr(y), ySel, uintptr(scratch), flags, uintptr(s))
+	})
+}
+
+// GroupedHalfOK reports whether MatMulGroupedHalf takes weights of type t
+// with rows of cols values for nsel selections (OptWGMoE on, a compute
+// capability 9.0 device and a library built with sm_90a code, IQ2_XXS or
+// Q2_K, cols a multiple of 256, nsel at least OptTCMinSel so that Group
+// built the tile table).
+func (d *Device) GroupedHalfOK(t quant.Type, cols, nsel int) bool {
+	return d.l.groupedHalfOK(int32(t), int64(cols), int32(nsel)) == 1
+}
+
+// MatMulGroupedHalf is fast mode's MatMulGrouped with f16 activation rows
+// (ToHalf's) on the wgmma tensor cores: each weight dequantized to f16 with
+// its scales, f32 sums (not bit-identical to quant.Dot). Only where
+// GroupedHalfOK says so; otherwise an error with nothing queued.
+func (d *Device) MatMulGroupedHalf(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, scratch Ptr) error {
+	return d.l.call("matmul_grouped_half", func() int32 {
+		return d.l.matmulGroup(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), uintptr(ids), int32(nsel),
+			uintptr(act), actSel, int32(actDiv), uintptr(y), ySel, uintptr(scratch), mmHalf, uintptr(s))
 	})
 }
 

@@ -46,19 +46,7 @@ done
 
 # Build the library (as device.sh does) while the model is generated.
 (
-    t0=$(date +%s)
-    objs=()
-    for f in cuda/*.cu; do
-        o=build/$(basename "$f" .cu).o
-        objs+=("$o")
-        nvcc -O3 -arch=sm_90 -Xcompiler -fPIC -c "$f" -o "$o" 2>"$o.log" &
-    done
-    wait
-    for o in "${objs[@]}"; do
-        [ -s "$o" ] || { echo "BUILD FAILED: $o"; cat "$o.log"; exit 1; }
-    done
-    nvcc -O3 -arch=sm_90 -shared "${objs[@]}" -o build/libds4cuda.so || { echo "LINK FAILED"; exit 1; }
-    echo "built build/libds4cuda.so in $(( $(date +%s) - t0 )) s"
+    bash scripts/cuda/build-lib.sh
 ) >"$OUT/build.log" 2>&1 &
 buildpid=$!
 ds4cpid=

@@ -25,21 +25,9 @@ status=0
     nvcc --version | tail -2
 } 2>&1 | tee "$OUT/env.txt"
 
-# Build: each .cu in parallel, then link.
-t0=$(date +%s)
-objs=()
-for f in cuda/*.cu; do
-    o=build/$(basename "$f" .cu).o
-    objs+=("$o")
-    nvcc -O3 -arch=sm_90 -Xcompiler -fPIC -Xptxas -v -c "$f" -o "$o" 2>"$o.ptxas" &
-done
-if ! wait; then :; fi
-for o in "${objs[@]}"; do
-    [ -s "$o" ] || { echo "BUILD FAILED: $o"; cat "$o.ptxas"; exit 1; }
-done
+# Build: each .cu in parallel, then link (build-lib.sh).
+bash scripts/cuda/build-lib.sh || exit 1
 cat build/*.o.ptxas >"$OUT/ptxas.txt"
-nvcc -O3 -arch=sm_90 -shared "${objs[@]}" -o build/libds4cuda.so || { echo "LINK FAILED"; exit 1; }
-echo "built build/libds4cuda.so in $(( $(date +%s) - t0 )) s"
 grep -h "spill" "$OUT/ptxas.txt" | grep -v " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c | head -5
 
 export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1

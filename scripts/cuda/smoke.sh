@@ -11,12 +11,11 @@ cd "$(dirname "$0")/../.."
 F=dev-out/final
 OUT=${OUT:-$F/out}; mkdir -p "$OUT" build
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
-objs=()
-for f in cuda/*.cu; do o=build/$(basename "$f" .cu).o; objs+=("$o"); nvcc -O3 -arch=sm_90 -Xcompiler -fPIC -c "$f" -o "$o" & done; wait
-nvcc -O3 -arch=sm_90 -shared "${objs[@]}" -o build/libds4cuda.so || { echo LINK FAILED; exit 1; }
+bash scripts/cuda/build-lib.sh || exit 1
+grep -h "wg_moe\|spill" build/mm_wg.o.ptxas | grep -B1 -A1 "k_wg_moe" | head -12
 export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1
 t0=$(date +%s)
-$F/cuda.test -test.v -test.timeout 300s -test.run 'TestBackendMatchesCPU|TestGraphDecode|TestKernelVariants|TestMatMulExact|TestMatMulTensorCores|TestTopK|TestIndexScores|TestRouter|TestOps|TestMatVecIDs|TestMoECombine|TestFloatTensorCores|TestQuantizeActivation|TestAttentionFast|TestMatMulHalf|TestHalfModel' >"$OUT/cuda-tests.log" 2>&1; echo "cuda tests: exit $? in $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/cuda-tests.log"
+$F/cuda.test -test.v -test.timeout 300s -test.run 'TestBackendMatchesCPU|TestGraphDecode|TestKernelVariants|TestMatMulExact|TestMatMulTensorCores|TestTopK|TestIndexScores|TestRouter|TestOps|TestMatVecIDs|TestMoECombine|TestFloatTensorCores|TestQuantizeActivation|TestAttentionFast|TestMatMulHalf|TestHalfModel|TestGroupedHalf' >"$OUT/cuda-tests.log" 2>&1; echo "cuda tests: exit $? in $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/cuda-tests.log"
 # CLI: greedy demo answer on both backends must be identical.
 for be in cpu cuda; do $F/ds4 --demo --backend $be --temp 0 --nothink -n 40 -p "Hello there" >"$OUT/ds4-$be.txt" 2>"$OUT/ds4-$be.err"; echo "ds4 --backend $be: exit $?; $(tail -1 "$OUT/ds4-$be.err")"; done
 cmp "$OUT/ds4-cpu.txt" "$OUT/ds4-cuda.txt" && echo "ds4: cpu and cuda answers identical"

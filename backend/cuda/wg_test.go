@@ -1,0 +1,193 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"ds4go/quant"
+)
+
+// halfTerms decodes one row of IQ2_XXS or Q2_K weights into its values w
+// (exact, in float64) and, per value, the magnitude m that bounds the f16
+// dequantization of MatMulGroupedHalf: IQ2_XXS |w| (d·(2s+1) rounded to
+// f16, then its product with the grid magnitude: two roundings of
+// relative 2^-11); Q2_K |d·sc·q| + |dmin·m| (the two f16 scale terms and
+// the fused multiply-add's result, each rounded once).
+func halfTerms(t testing.TB, typ quant.Type, row []byte, cols int) (w, m []float64) {
+	t.Helper()
+	w, m = make([]float64, cols), make([]float64, cols)
+	switch typ {
+	case quant.IQ2_XXS:
+		buf := make([]float32, cols)
+		must(t, quant.Dequantize(typ, row, buf)) // exact: d·(2s+1)/8·g needs 22 bits
+		for i, v := range buf {
+			w[i], m[i] = float64(v), math.Abs(float64(v))
+		}
+	case quant.Q2_K:
+		for b := 0; b < cols/256; b++ {
+			blk := row[84*b : 84*(b+1)]
+			d := float64(quant.F16ToF32(binary.LittleEndian.Uint16(blk[80:])))
+			dmin := float64(quant.F16ToF32(binary.LittleEndian.Uint16(blk[82:])))
+			for i := 0; i < 256; i++ {
+				h, j, l := i/128, (i%128)/32, i%32 // half, plane, value in the plane
+				q := float64((blk[16+32*h+l] >> (2 * j)) & 3)
+				sc := blk[8*h+2*j+l/16]
+				a, c := d*float64(sc&15)*q, dmin*float64(sc>>4)
+				w[256*b+i], m[256*b+i] = a-c, math.Abs(a)+math.Abs(c)
+			}
+		}
+	default:
+		t.Fatalf("halfTerms: type %s", typ)
+	}
+	return w, m
+}
+
+// TestGroupedHalf checks fast mode's wgmma products of grouped selections
+// (MatMulGroupedHalf: f16 activations, weights dequantized to f16) against
+// float64 sums over the exact weights and the same f16 activations. The
+// bound, per output: 1.5e-3 · Σ m_i·|x_i| (halfTerms' m): the f16 weights'
+// rounding (≤ 2·2^-11 of m) plus f32 sums of up to 2048 terms in any order
+// (≤ 2048·2^-24); a wrong byte, scale, sign, slot or tile breaks it by
+// orders of magnitude. Tiles of at most 64 selections (m64n64), of more
+// (m64n128) and experts over two tiles; row counts that leave part of the
+// last 256-row block empty; an id out of range gives NaN rows.
+func TestGroupedHalf(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptWGMoE, DefaultWGMoE) })
+	must(t, d.SetOption(OptWGMoE, 1))
+	if inf := d.Info(); !d.GroupedHalfOK(quant.IQ2_XXS, 256, 1024) {
+		if inf.Major == 9 && inf.Minor == 0 {
+			t.Fatalf("no wgmma product on %s (compute capability 9.0): library built without sm_90a code? (scripts/cuda/build-lib.sh)", inf.Name)
+		}
+		t.Skipf("no wgmma product on %s (compute capability %d.%d)", inf.Name, inf.Major, inf.Minor)
+	}
+	variants := []int{1, 2} // (3, the swizzled layout, faults: cuda/NOTES.md v17)
+	if env := os.Getenv("DS4_CUDA_TEST_WG"); env != "" { // e.g. "3", to diagnose a variant
+		variants = nil
+		for _, f := range strings.Split(env, ",") {
+			v, err := strconv.Atoi(f)
+			must(t, err)
+			variants = append(variants, v)
+		}
+	}
+	for _, v := range variants {
+		must(t, d.SetOption(OptWGMoE, v))
+		t.Run(fmt.Sprintf("wg_moe=%d", v), func(t *testing.T) { groupedHalfCases(t, d) })
+	}
+}
+
+// groupedHalfCases runs TestGroupedHalf's cases with the current OptWGMoE.
+func groupedHalfCases(t *testing.T, d *Device) {
+	cases := []struct {
+		typ        quant.Type
+		rows, cols int
+	}{
+		{quant.IQ2_XXS, 300, 512},
+		{quant.IQ2_XXS, 520, 2048},
+		{quant.Q2_K, 300, 512},
+		{quant.Q2_K, 520, 2048},
+	}
+	worst := 0.0
+	for ci, c := range cases {
+		const mats, K = 5, 3
+		mat, dw, _ := randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(4100+ci))
+		rb := int(weightBytes(c.typ, 1, c.cols))
+		// The rows checked: both ends, and three of every 37 (every warp's
+		// lanes and both halves of its m16 tiles across the row blocks).
+		var checked []int
+		for k := 0; k < c.rows; k++ {
+			if k < 16 || k >= c.rows-16 || k%37 < 3 {
+				checked = append(checked, k)
+			}
+		}
+		terms := make([]map[int][2][]float64, mats) // matrix → row → (w, m)
+		for m := range terms {
+			terms[m] = map[int][2][]float64{}
+			for _, k := range checked {
+				wr, mr := halfTerms(t, c.typ, mat(m)[k*rb:(k+1)*rb], c.cols)
+				terms[m][k] = [2][]float64{wr, mr}
+			}
+		}
+		for _, ntok := range []int{40, 150, 400} { // ≈ 24, 90, 240 selections an expert
+			nsel := ntok * K
+			r := rand.New(rand.NewPCG(uint64(ci), uint64(ntok)))
+			ids := make([]int32, nsel)
+			for i := range ids {
+				ids[i] = int32(r.IntN(mats))
+			}
+			ids[nsel/2] = mats // out of range: NaN rows
+			if !d.GroupedHalfOK(c.typ, c.cols, nsel) {
+				t.Fatalf("%s %d columns, %d selections: GroupedHalfOK false", c.typ, c.cols, nsel)
+			}
+			idp := alloc(t, d, int64(4*nsel))
+			must(t, UploadSlice(d, idp, ids))
+			grp := alloc(t, d, d.GroupBytes(nsel, mats))
+			must(t, d.Group(0, idp, nsel, mats, grp))
+			for _, div := range []int{K, 1} {
+				na := nsel / div
+				x := gaussian(na*c.cols, uint64(4200+ci+ntok+div))
+				xh := make([]float64, len(x)) // what ToHalf makes of x
+				for i, v := range x {
+					xh[i] = float64(quant.F16ToF32(quant.F32ToF16(v)))
+				}
+				act := alloc(t, d, int64(2*na*c.cols))
+				must(t, d.ToHalf(0, upload(t, d, x), c.cols, c.cols, na, act))
+				ys := int64(c.rows + 5)
+				y := alloc(t, d, 4*ys*int64(nsel))
+				poison(t, d, y, int(ys)*nsel)
+				must(t, d.MatMulGroupedHalf(0, dw, idp, nsel, act, int64(2*c.cols), div, y, ys, grp))
+				got := download(t, d, y, int(ys)*nsel)
+				var mu sync.Mutex
+				bad := 0
+				parallel(nsel, func(lo, hi int) {
+					for i := lo; i < hi; i++ {
+						row := got[int64(i)*ys : int64(i)*ys+int64(c.rows)]
+						name := fmt.Sprintf("%s %dx%d nsel=%d div=%d sel %d", c.typ, c.rows, c.cols, nsel, div, i)
+						if ids[i] == mats {
+							for k, v := range row {
+								if !math.IsNaN(float64(v)) {
+									mu.Lock()
+									t.Errorf("%s (id out of range): row %d = %v, want NaN", name, k, v)
+									bad++
+									mu.Unlock()
+									break
+								}
+							}
+							continue
+						}
+						xa := xh[(i/div)*c.cols : (i/div+1)*c.cols]
+						for _, k := range checked {
+							tm := terms[int(ids[i])][k]
+							var want, mag float64
+							for j, v := range xa {
+								want += tm[0][j] * v
+								mag += tm[1][j] * math.Abs(v)
+							}
+							e := math.Abs(float64(row[k])-want) / (mag + 1e-30)
+							mu.Lock()
+							worst = max(worst, e)
+							if !(e <= 1.5e-3) {
+								if bad < 3 {
+									t.Errorf("%s row %d: got %v, want %v (error %.3g of Σ m·|x| = %.4g)", name, k, row[k], want, e, mag)
+								}
+								bad++
+							}
+							mu.Unlock()
+						}
+					}
+				})
+				if bad > 0 {
+					t.Errorf("%s %dx%d nsel=%d div=%d: %d outputs beyond the bound", c.typ, c.rows, c.cols, nsel, div, bad)
+				}
+			}
+		}
+	}
+	t.Logf("grouped f16 products: largest error %.3g of Σ m·|x| (bound 1.5e-3)", worst)
+}

@@ -1,0 +1,70 @@
+// mm_tc.cuh: what the grouped tensor-core products share (mm_tc.cu's
+// int8 mma.sync kernels, mm_wg.cu's f16 wgmma kernels): the launch
+// arguments, the tile table's size and the CTA's slot table.
+#pragma once
+#include "matvec.cuh"
+
+namespace ds4mv {
+
+struct TCArgs {
+    MVArgs a;
+    int n_tok;
+    const int4 *tiles;   // grouped: per blockIdx.x (matrix, first pair, count, 0)
+    const int32_t *perm; // grouped: pair → selection
+};
+
+// The CTA's slots: byte offsets of each slot's activation row and float
+// offsets of its output row; the matrix and the number of valid slots.
+template <int BN> struct SlotsT {
+    int64_t act[BN];
+    int64_t y[BN];
+};
+
+// Grouped products read a tile table of up to TC_TILE selections of one
+// matrix a tile; a CTA of BN < TC_TILE slots takes part blockIdx.z of its
+// tile (the grid has TC_TILE / BN parts in z).
+constexpr int TC_TILE = 128;
+
+// tc_slots fills s (all threads must call it; it synchronises) and returns
+// the slot count (0 or less: nothing to do) and the matrix in *mat.
+template <int BN> __device__ int tc_slots(const TCArgs &p, SlotsT<BN> &s, int64_t *mat) {
+    const MVArgs &a = p.a;
+    const int tid = threadIdx.x;
+    int cnt;
+    if (p.tiles) {
+        const int4 tl = p.tiles[blockIdx.x];
+        const int first = BN * blockIdx.z;
+        *mat = tl.x;
+        cnt = min(BN, tl.z - first);
+        if (cnt > 0 && tid < BN) {
+            const int sel = p.perm[tl.y + first + min(tid, cnt - 1)];
+            s.act[tid] = (int64_t)(sel / a.act_div) * a.act_sel;
+            s.y[tid] = (int64_t)sel * a.y_sel;
+        }
+    } else {
+        const int sel = blockIdx.z;
+        int64_t m = a.sel_mat ? sel : 0;
+        if (a.ids) m = a.ids[sel];
+        *mat = m;
+        const int t0 = blockIdx.x * BN;
+        cnt = min(BN, p.n_tok - t0);
+        if (tid < BN) {
+            const int64_t t = t0 + min(tid, cnt - 1);
+            s.act[tid] = (int64_t)(sel / a.act_div) * a.act_sel + t * a.act_tok;
+            s.y[tid] = (int64_t)sel * a.y_sel + t * a.y_tok;
+        }
+    }
+    __syncthreads();
+    return cnt;
+}
+
+// wg_supported says whether wg_grouped takes weights of type with rows of
+// cols values on this device (mm_wg.cu: sm_90, Q2_K and IQ2_XXS, cols a
+// multiple of 256).
+bool wg_supported(int type, int64_t cols);
+
+// wg_grouped launches the f16 wgmma product of p (grouped: p.tiles, f16
+// activation rows) over xcount tiles (mm_wg.cu).
+int wg_grouped(int type, const TCArgs &p, int xcount, cudaStream_t st);
+
+} // namespace ds4mv

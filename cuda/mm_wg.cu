@@ -1,0 +1,430 @@
+// mm_wg.cu: fast mode's routed-expert products of chunks on the Hopper
+// tensor cores through wgmma (f16 operands, f32 sums), for IQ2_XXS and Q2_K
+// experts grouped by matrix (ds4c_group's tile table of up to TC_TILE
+// selections of one expert).
+//
+// Not bit-identical to anything (fast mode only): the activations are the
+// floats rounded to f16 (ds4c_to_half's rows, not Q8_K), and each weight is
+// dequantized to f16 with its scales folded in — IQ2_XXS d·(2s+1) rounded
+// to f16 once, times the grid magnitude (rounded once more), signed;
+// Q2_K (d·sc)·q − dmin·m by one f16 fused multiply-add of f16 scale terms.
+// The 1/8 of IQ2_XXS is applied to the float sums at the end.
+//
+// A CTA is 4 warpgroups (512 threads) over 256 weight rows (option
+// wg_moe 2: IQ2_XXS in 2 warpgroups over 128 rows, two CTAs an SM) × the
+// tile's selections (up to 128; m64n64 when the tile has at most 64), K in
+// stages of 64 values, the 4 stages of a 256-value block unrolled so that
+// every buffer offset is a constant. Each stage: the raw weight bytes and
+// the activations are copied in by cp.async two stages ahead (4 buffers;
+// each thread's source pointers and destinations formed once, the block
+// scales loaded a block ahead into registers); every thread then
+// decodes one row's 32 values (an IQ2_XXS sub-block, or one Q2_K plane) into
+// f16 in shared memory in the tensor cores' no-swizzle K-major layout (core
+// matrices of 8 rows × 16 bytes); each warpgroup multiplies its 64 rows by
+// the stage's activations with 4 asynchronous wgmma (k16) and waits only for
+// the previous stage's, so the decoding of a stage overlaps the products of
+// the one before. Needs sm_90a (wgmma): the library builds this file for it
+// (scripts/cuda/build-lib.sh) and wg_supported checks the device.
+#include "mm_tc.cuh"
+
+// The wgmma instructions exist for sm_90a only; elsewhere (the host pass,
+// other targets) the kernel body compiles to nothing and wg_supported says no.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_ARCH 1
+#else
+#define WG_ARCH 0
+#endif
+
+namespace ds4mv {
+namespace {
+
+constexpr int WG_N = TC_TILE;           // selections a CTA (128)
+constexpr int WG_K = 64;                // values a stage
+constexpr int WG_NS = 4;                // activation and raw-weight buffers
+constexpr int WG_B = WG_N * WG_K * 2;   // activations, a buffer
+constexpr int WG_TYPE_IQ2 = 0, WG_TYPE_Q2K = 1;
+
+// WgShape: a CTA of WGS warpgroups (64 weight rows each, two threads a
+// row for the decoding); its buffers: decoded weights (2), activations and
+// raw weight bytes (WG_NS each: IQ2_XXS 2 sub-blocks of 8 bytes a row,
+// Q2_K 32 quant bytes and 4 scale bytes a row).
+template <int T, int WGS, bool SW> struct WgShape {
+    static constexpr int M = 64 * WGS;
+    static constexpr int THREADS = 128 * WGS;
+    static constexpr int A = M * WG_K * 2;
+    static constexpr int RAW = M * (T == WG_TYPE_IQ2 ? 16 : 36);
+    static constexpr int SMEM = (SW ? 1024 : 0) + 2 * A + WG_NS * (WG_B + RAW); // (SW: + alignment to 1024)
+    static constexpr int MINB = WGS == 4 ? 1 : 2; // CTAs an SM the registers are capped for
+};
+
+// Stage buffers hold rows (weight rows, or selections) of 64 f16 values in
+// one of the tensor cores' K-major layouts, row groups of 8 1024 bytes
+// apart (SBO):
+//  - without swizzle (SW false): core matrices of 8 rows × 16 bytes (8
+//    values), the 8 of a row group along K 128 bytes apart (LBO): 8
+//    consecutive rows' chunk c are 128 contiguous bytes;
+//  - 128-byte swizzle (SW true; buffers 1024-aligned): a row's 128 bytes
+//    contiguous, its chunk c at chunk c ^ (row % 8): a row's 8 chunks, or
+//    8 consecutive rows' chunk c, fall in distinct banks, and a row is
+//    copied from 128 contiguous bytes.
+// wg_rbase is the offset of row r, wg_coff that of its chunk c (x = r % 8).
+template <bool SW> __device__ __forceinline__ int wg_rbase(int r) { return (r >> 3) * 1024 + (r & 7) * (SW ? 128 : 16); }
+template <bool SW> __device__ __forceinline__ int wg_coff(int c, int x) { return SW ? (c ^ x) << 4 : c * 128; }
+template <bool SW> __device__ __forceinline__ int wg_cm(int r, int c) { return wg_rbase<SW>(r) + wg_coff<SW>(c, r & 7); }
+
+// wg_desc is the shared-memory matrix descriptor of a K-major operand in
+// that layout starting at p: no swizzle, LBO 128 bytes (K), SBO 1024; or
+// 128-byte swizzle (mode 1), SBO 1024, LBO unused (1). A k16 step starts
+// wg_kstep<SW>() bytes further.
+template <bool SW> __device__ __forceinline__ uint64_t wg_desc(const void *p) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    const uint64_t base = (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(1024 >> 4) << 32);
+    return SW ? base | ((uint64_t)1 << 16) | ((uint64_t)1 << 62) : base | ((uint64_t)(128 >> 4) << 16);
+}
+template <bool SW> __host__ __device__ constexpr int wg_kstep() { return SW ? 32 : 256; }
+
+__device__ __forceinline__ void wg_fence() {
+#if WG_ARCH
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit() {
+#if WG_ARCH
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void wg_wait() {
+#if WG_ARCH
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+// Shared-memory writes of this thread (stores, completed cp.async) made
+// visible to the tensor cores' (async proxy) reads after the next barrier.
+__device__ __forceinline__ void wg_proxy_fence() {
+#if WG_ARCH
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+// wg_keep pins the accumulators around the asynchronous products (the
+// compiler must not move their reads or writes across).
+__device__ __forceinline__ void wg_keep(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// wg_mma64: d[0..31] += A (64 × 16, descriptor da) · B (16 × 64, db),
+// f16 operands, f32 sums (wgmma.mma_async m64n64k16, both K-major).
+__device__ __forceinline__ void wg_mma64(float (&d)[64], uint64_t da, uint64_t db) {
+#if WG_ARCH
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(1));
+#endif
+}
+
+// wg_mma128: d[0..63] += A (64 × 16, descriptor da) · B (16 × 128, db),
+// f16 operands, f32 sums (wgmma.mma_async m64n128k16, both K-major).
+__device__ __forceinline__ void wg_mma128(float (&d)[64], uint64_t da, uint64_t db) {
+#if WG_ARCH
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(1));
+#endif
+}
+
+// wg_h2 makes bytes b0, b1 of w (sel 0x4140) or b2, b3 (0x4342), small
+// non-negative integers, an f16 pair: 1024 + b as f16 bits, minus 1024.
+__device__ __forceinline__ __half2 wg_h2(uint32_t w, uint32_t sel) {
+    const uint32_t h = __byte_perm(w, 0x64646464u, sel);
+    return __hsub2(*(const __half2 *)&h, __float2half2_rn(1024.f));
+}
+__device__ __forceinline__ uint32_t wg_bits(__half2 h) { return *(const uint32_t *)&h; }
+
+// wg_iq2 decodes one IQ2_XXS sub-block (quant words qw, scale d·(2s+1) as
+// s2) into chunks c0 … c0+3 of the row at row (x: its index % 8). FMA:
+// each pair as one fused multiply-add (1024 + g)·s − 1024·s, exact but for
+// the one rounding of g·s, when 1024·s is finite in f16 (|s| < 64); else
+// (g)·s from the exact g.
+template <bool FMA, bool SW>
+__device__ __forceinline__ void wg_iq2(uint2 qw, __half2 s2, const uint64_t *s_grid, uint8_t *row, int x, int c0) {
+    const __half2 c2 = __hmul2(s2, __float2half2_rn(-1024.f));
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint64_t gv = s_grid[(qw.x >> (8 * j)) & 0xff];
+        const uint32_t s7 = (qw.y >> (7 * j)) & 127;
+        const uint32_t s8 = s7 | ((__popc(s7) & 1) << 7); // the 8th sign makes the count even
+        const uint32_t lo = (uint32_t)gv, hi = (uint32_t)(gv >> 32);
+        auto pair = [&](uint32_t w, uint32_t sel) -> uint32_t {
+            const uint32_t h = __byte_perm(w, 0x64646464u, sel); // 1024 + g, two f16
+            if (FMA) return wg_bits(__hfma2(*(const __half2 *)&h, s2, c2));
+            return wg_bits(__hmul2(__hsub2(*(const __half2 *)&h, __float2half2_rn(1024.f)), s2));
+        };
+        // sign bit of value 2p at bit 15, of value 2p+1 at bit 31 of pair p
+        uint4 o;
+        o.x = pair(lo, 0x4140) ^ ((s8 * 0x40008000u) & 0x80008000u);
+        o.y = pair(lo, 0x4342) ^ ((s8 * 0x10002000u) & 0x80008000u);
+        o.z = pair(hi, 0x4140) ^ ((s8 * 0x04000800u) & 0x80008000u);
+        o.w = pair(hi, 0x4342) ^ ((s8 * 0x01000200u) & 0x80008000u);
+        *(uint4 *)(row + wg_coff<SW>(c0 + j, x)) = o;
+    }
+}
+
+// wg_q2k decodes 32 Q2_K values — one plane (2-bit field at shift sh) of
+// the 32 quant bytes q of a half block, two 16-value sub-blocks with scale
+// bytes sc0, sc1 — into chunks c0 … c0+3 of the row at row (x: its index
+// % 8): (d·(sc&15))·q − dmin·(sc>>4), one fused multiply-add of f16 terms.
+template <bool SW>
+__device__ __forceinline__ void wg_q2k(const uint8_t *q, int sh, uint32_t sc0, uint32_t sc1, float d, float dmin,
+                                       uint8_t *row, int x, int c0) {
+#pragma unroll
+    for (int sb = 0; sb < 2; sb++) {
+        const uint32_t sc = sb ? sc1 : sc0;
+        const __half2 a2 = __float2half2_rn(d * (float)(sc & 15));
+        const __half2 b2 = __float2half2_rn(-dmin * (float)(sc >> 4));
+#pragma unroll
+        for (int c2 = 0; c2 < 2; c2++) {
+            const int c = 2 * sb + c2;
+            const uint2 w = *(const uint2 *)(q + 8 * c);
+            const uint32_t x = (w.x >> sh) & 0x03030303u, y = (w.y >> sh) & 0x03030303u;
+            uint4 o;
+            o.x = wg_bits(__hfma2(wg_h2(x, 0x4140), a2, b2));
+            o.y = wg_bits(__hfma2(wg_h2(x, 0x4342), a2, b2));
+            o.z = wg_bits(__hfma2(wg_h2(y, 0x4140), a2, b2));
+            o.w = wg_bits(__hfma2(wg_h2(y, 0x4342), a2, b2));
+            *(uint4 *)(row + wg_coff<SW>(c0 + c, x)) = o;
+        }
+    }
+}
+
+// cp.async of 16 (L2 only) or 4 bytes to a shared-memory address.
+__device__ __forceinline__ void wg_cp16(uint32_t s, const void *g) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
+}
+__device__ __forceinline__ void wg_cp16ca(uint32_t s, const void *g) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
+}
+__device__ __forceinline__ void wg_cp4(uint32_t s, const void *g) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(g) : "memory");
+}
+
+template <bool V> struct WgWide {
+    static constexpr bool value = V;
+};
+
+template <int T, int WGS, bool SW>
+__global__ void __launch_bounds__(WgShape<T, WGS, SW>::THREADS, WgShape<T, WGS, SW>::MINB) k_wg_moe(TCArgs p) {
+#if WG_ARCH
+    using S = WgShape<T, WGS, SW>;
+    constexpr int M = S::M, RAW = S::RAW, NT = S::THREADS;
+    constexpr int NCH = WG_N * 8 / NT; // activation chunks a thread copies a stage (tiles of more than 64)
+    mv_pdl_enter(p.a);
+    __shared__ SlotsT<WG_N> s;
+    __shared__ uint64_t s_grid[T == WG_TYPE_IQ2 ? 256 : 1];
+    extern __shared__ __align__(128) uint8_t s_wg[];
+    if (T == WG_TYPE_IQ2)
+        for (int i = threadIdx.x; i < 256; i += NT) s_grid[i] = iq2xxs_grid[i];
+    int64_t mat;
+    const int cnt = tc_slots<WG_N>(p, s, &mat); // synchronises (after the codebook too)
+    if (cnt <= 0) return;
+    const MVArgs &a = p.a;
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    if (!mat_ok) mat = 0;
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int row0 = blockIdx.y * M;
+    const int nbr = a.cols / 256;
+    const int64_t NB = a.R * nbr;
+    // Buffers: decoded weights [2][A], activations [4][WG_B], raw [4][RAW];
+    // stage 4b + q4 uses activation and raw buffer q4, weight buffer q4 & 1.
+    uint8_t *gA = s_wg + (SW ? (1024 - ((uint32_t)__cvta_generic_to_shared(s_wg) & 1023)) & 1023 : 0);
+    uint8_t *gR = gA + 2 * S::A + WG_NS * WG_B;
+    const uint32_t sB = (uint32_t)__cvta_generic_to_shared(gA + 2 * S::A);
+    const uint32_t sR = (uint32_t)__cvta_generic_to_shared(gR);
+    // This thread's row (decoding and raw copies) and half of it (pp).
+    const int r = tid & (M - 1), pp = tid / M;
+    const int64_t blk0 = (mat * a.rows + min(row0 + r, a.rows - 1)) * nbr; // the row's first block
+    // Copies: activation chunks i = tid + k·NT — without swizzle selection
+    // (i & 7) + 8·(i >> 6), chunk (i >> 3) & 7: a quarter-warp writes chunk c
+    // of 8 consecutive selections (no bank conflict), a warp reads 64
+    // contiguous bytes of each of 8 rows; with it selection i >> 3, chunk
+    // i & 7: a quarter-warp copies one row's 128 contiguous bytes;
+    // the row's raw bytes (IQ2_XXS: 16 a stage by the first thread of the
+    // row; Q2_K: 16 of the half's 32 quant bytes each, and 4 scale bytes).
+    const uint8_t *bsrc[NCH];
+    uint32_t bdst[NCH];
+#pragma unroll
+    for (int k = 0; k < NCH; k++) {
+        const int i = tid + k * NT;
+        const int j = SW ? i >> 3 : (i & 7) + 8 * (i >> 6), c = SW ? i & 7 : (i >> 3) & 7;
+        bsrc[k] = a.act + s.act[j] + 16 * c;
+        bdst[k] = sB + wg_cm<SW>(j, c);
+    }
+    const uint8_t *rsrc = a.w + blk0 * 64 + (T == WG_TYPE_IQ2 ? 0 : 16 * pp);
+    const uint32_t rdst = sR + (T == WG_TYPE_IQ2 ? 16 * r : 32 * r + 16 * pp);
+    const uint8_t *ssrc = a.w + NB * 64 + blk0 * 16; // Q2_K scale bytes
+    const uint32_t sdst = sR + 32 * M + 4 * r;
+    // The row's block scales (IQ2_XXS: d; Q2_K: d, dmin), loaded a block
+    // ahead so that no stage waits for them.
+    auto scale_of = [&](int b) -> uint32_t {
+        if (T == WG_TYPE_IQ2) return (uint32_t)__ldg((const unsigned short *)(a.w + NB * 64) + blk0 + b);
+        return __ldg((const uint32_t *)(a.w + NB * 80) + blk0 + b);
+    };
+    // The warpgroup's descriptors of weight buffer 0 and activation buffer 0
+    // (values 0 … 15); the others are byte offsets >> 4 added to them.
+    const uint64_t dA = wg_desc<SW>(gA + wg * 8 * 1024), dB = wg_desc<SW>(gA + 2 * S::A);
+
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.f;
+
+    auto body = [&](auto wide_tag) {
+        constexpr bool WIDE = decltype(wide_tag)::value; // m64n128, else m64n64 (at most 64 selections)
+        auto issue = [&](int b, int q4) {
+            if (b < nbr) {
+                const int64_t ko = (int64_t)(4 * b + q4) * (WG_K * 2);
+#pragma unroll
+                for (int k = 0; k < NCH; k++)
+                    if (WIDE || k * (NT / 8) < 64) wg_cp16ca(bdst[k] + q4 * WG_B, bsrc[k] + ko);
+                if (T == WG_TYPE_IQ2) {
+                    if (pp == 0) wg_cp16(rdst + q4 * RAW, rsrc + b * 64 + 16 * q4);
+                } else {
+                    wg_cp16(rdst + q4 * RAW, rsrc + b * 64 + 32 * (q4 >> 1));
+                    if (pp == 0) wg_cp4(sdst + q4 * RAW, ssrc + b * 16 + 4 * q4);
+                }
+            }
+            cp_async_commit();
+        };
+        uint32_t scur = 0, snext = scale_of(0);
+        issue(0, 0);
+        issue(0, 1);
+        for (int b = 0; b < nbr; b++) {
+            scur = snext;
+            if (b + 1 < nbr) snext = scale_of(b + 1);
+#pragma unroll
+            for (int q4 = 0; q4 < 4; q4++) {
+                cp_async_wait<1>(); // stage 4b+q4 is here (the next may still be in flight)
+                __syncthreads();    // ... for every thread; every warpgroup is past the products two stages back
+                if (q4 < 2)
+                    issue(b, q4 + 2);
+                else
+                    issue(b + 1, q4 - 2);
+                const uint8_t *rw = gR + q4 * RAW;
+                uint8_t *row = gA + (q4 & 1) * S::A + wg_rbase<SW>(r);
+                if (T == WG_TYPE_IQ2) {
+                    const uint2 qw = *(const uint2 *)(rw + 16 * r + 8 * pp);
+                    const float d = __half2float(__ushort_as_half((unsigned short)scur));
+                    const __half2 s2 = __float2half2_rn(d * (float)(2 * (qw.y >> 28) + 1));
+                    if (fabsf(__low2float(s2)) < 63.f)
+                        wg_iq2<true, SW>(qw, s2, s_grid, row, r & 7, 4 * pp);
+                    else
+                        wg_iq2<false, SW>(qw, s2, s_grid, row, r & 7, 4 * pp);
+                } else {
+                    const __half2 dm = *(const __half2 *)&scur;
+                    const uint32_t scw = *(const uint32_t *)(rw + 32 * M + 4 * r);
+                    const int sh = 2 * (2 * (q4 & 1) + pp);
+                    wg_q2k<SW>(rw + 32 * r, sh, (scw >> (16 * pp)) & 0xff, (scw >> (16 * pp + 8)) & 0xff,
+                               __low2float(dm), __high2float(dm), row, r & 7, 4 * pp);
+                }
+                wg_proxy_fence();
+                __syncthreads(); // the stage's weights are decoded
+                wg_keep(acc);
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < WG_K / 16; kk++) {
+                    const uint64_t da = dA + (uint64_t)(((q4 & 1) * S::A + wg_kstep<SW>() * kk) >> 4);
+                    const uint64_t db = dB + (uint64_t)((q4 * WG_B + wg_kstep<SW>() * kk) >> 4);
+                    if (WIDE)
+                        wg_mma128(acc, da, db);
+                    else
+                        wg_mma64(acc, da, db);
+                }
+                wg_commit();
+                wg_keep(acc);
+                wg_wait<1>(); // the previous stage's products are done
+            }
+        }
+        wg_wait<0>();
+        wg_keep(acc);
+    };
+    const bool wide = cnt > 64;
+    if (wide)
+        body(WgWide<true>{});
+    else
+        body(WgWide<false>{});
+
+    // acc[4j + i]: row 16·warp + g (+8 for i ≥ 2), selection 8j + 2q + (i & 1)
+    const int lane = tid & 31, w = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
+    const float fin = T == WG_TYPE_IQ2 ? 0.125f : 1.0f;
+    const float nan = __int_as_float(0x7fc00000);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        if (!wide && j >= 8) break;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int row = row0 + 64 * wg + 16 * w + g + 8 * (i >> 1);
+            const int slot = 8 * j + 2 * q + (i & 1);
+            if (row < a.rows && slot < cnt) a.y[s.y[slot] + row] = mat_ok ? acc[4 * j + i] * fin : nan;
+        }
+    }
+#endif
+}
+
+template <int T, int WGS, bool SW> void wg_go(const TCArgs &p, int xcount, cudaStream_t st) {
+    using S = WgShape<T, WGS, SW>;
+    static bool set = false;
+    if (!set) {
+        cudaFuncSetAttribute(k_wg_moe<T, WGS, SW>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+        set = true;
+    }
+    const dim3 grid((unsigned)xcount, (unsigned)((p.a.rows + S::M - 1) / S::M), 1);
+    ds4c_launch(k_wg_moe<T, WGS, SW>, grid, S::THREADS, (size_t)S::SMEM, st, p);
+}
+
+// wg_device_ok: the current device is compute capability 9.0 and this file
+// was compiled for sm_90a (the kernel has a body: its static shared memory
+// is there; built for plain sm_90 it is empty).
+bool wg_device_ok() {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, k_wg_moe<WG_TYPE_IQ2, 4, false>) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return major == 9 && minor == 0 && fa.sharedSizeBytes > 0;
+}
+
+} // namespace
+
+bool wg_supported(int type, int64_t cols) {
+    static const bool dev_ok = wg_device_ok();
+    return dev_ok && (type == DS4C_IQ2_XXS || type == DS4C_Q2_K) && cols > 0 && cols % 256 == 0;
+}
+
+int wg_grouped(int type, const TCArgs &p, int xcount, cudaStream_t st) {
+    if (!wg_supported(type, p.a.cols)) return ds4c_err(DS4C_ETYPE, "wgmma product: type %d, %d columns", type, p.a.cols);
+    if ((p.a.rows + 127) / 128 > 65535) return ds4c_err(DS4C_EINVAL, "wgmma product: %d rows", p.a.rows);
+    // 2: IQ2_XXS in CTAs of 2 warpgroups (Q2_K's buffers would not fit two
+    // an SM); 3: the 128-byte-swizzled layout
+    const int v = ds4c_opt_wg_moe();
+    if (type == DS4C_IQ2_XXS) {
+        if (v == 2)
+            wg_go<WG_TYPE_IQ2, 2, false>(p, xcount, st);
+        else if (v == 3)
+            wg_go<WG_TYPE_IQ2, 4, true>(p, xcount, st);
+        else
+            wg_go<WG_TYPE_IQ2, 4, false>(p, xcount, st);
+    } else {
+        if (v == 3)
+            wg_go<WG_TYPE_Q2K, 4, true>(p, xcount, st);
+        else
+            wg_go<WG_TYPE_Q2K, 4, false>(p, xcount, st);
+    }
+    DS4C_CHECK_LAUNCH("matmul (wgmma)");
+    return 0;
+}
+
+} // namespace ds4mv

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds build/libds4cuda.so from cuda/*.cu on the GPU machine: each file
+# compiled in parallel (ptxas register and spill report in
+# build/<file>.o.ptxas), then linked. Every file targets sm_90 except
+# mm_wg.cu, whose wgmma kernels exist only for sm_90a (compute capability
+# 9.0 exactly; the library checks the device before it launches them).
+# Prints "BUILD FAILED: <object>" with the compiler's output, or
+# "LINK FAILED", and exits non-zero on failure. device.sh, smoke.sh and
+# bench-h200.sh call it.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p build
+t0=$(date +%s)
+objs=()
+for f in cuda/*.cu; do
+    o=build/$(basename "$f" .cu).o
+    objs+=("$o")
+    arch=(-arch=sm_90)
+    [ "$(basename "$f")" = mm_wg.cu ] && arch=(-gencode arch=compute_90a,code=sm_90a)
+    rm -f "$o"
+    nvcc -O3 "${arch[@]}" -Xcompiler -fPIC -Xptxas -v -c "$f" -o "$o" 2>"$o.ptxas" &
+done
+wait
+for o in "${objs[@]}"; do
+    [ -s "$o" ] || { echo "BUILD FAILED: $o"; grep -v "^ptxas info\|^ptxas       \|bytes stack frame" "$o.ptxas" | head -40; exit 1; }
+done
+nvcc -O3 -arch=sm_90 -shared "${objs[@]}" -o build/libds4cuda.so || { echo "LINK FAILED"; exit 1; }
+echo "built build/libds4cuda.so in $(( $(date +%s) - t0 )) s"
