@@ -52,7 +52,7 @@ static int g_opt_half_min = 128;
 static int g_opt_attn_flash = 2;
 static int g_opt_ix_flash = 1;
 static int g_opt_hc_chunk = 1;
-static int g_opt_wg_moe = 0; // the wgmma experts measured no faster than the int8 ones yet (cuda/NOTES.md v17)
+static int g_opt_wg_moe = 3; // IQ2_XXS experts on wgmma, Q2_K on int8 mma (cuda/NOTES.md v17)
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
 
 int ds4c_err(int code, const char *fmt, ...) {
@@ -482,7 +482,7 @@ static const struct {
     {DS4C_OPT_ATTN_FLASH, "attn_flash", &g_opt_attn_flash, 0, 2},
     {DS4C_OPT_IX_FLASH, "ix_flash", &g_opt_ix_flash, 0, 1},
     {DS4C_OPT_HC_CHUNK, "hc_chunk", &g_opt_hc_chunk, 0, 1},
-    {DS4C_OPT_WG_MOE, "wg_moe", &g_opt_wg_moe, 0, 3},
+    {DS4C_OPT_WG_MOE, "wg_moe", &g_opt_wg_moe, 0, 4},
 };
 
 int ds4c_set_option(int key, int value) {

@@ -408,7 +408,10 @@ int wg_grouped(int type, const TCArgs &p, int xcount, cudaStream_t st) {
     if (!wg_supported(type, p.a.cols)) return ds4c_err(DS4C_ETYPE, "wgmma product: type %d, %d columns", type, p.a.cols);
     if ((p.a.rows + 127) / 128 > 65535) return ds4c_err(DS4C_EINVAL, "wgmma product: %d rows", p.a.rows);
     // 2: IQ2_XXS in CTAs of 2 warpgroups (Q2_K's buffers would not fit two
-    // an SM); 3: the 128-byte-swizzled layout
+    // an SM); 3: IQ2_XXS in the 128-byte-swizzled layout (ds4c_grouped_half_ok
+    // then leaves Q2_K to the int8 kernels); 4: Q2_K swizzled too, which
+    // writes out of its shared memory under compute-sanitizer, not yet
+    // understood (cuda/NOTES.md v17): diagnosis only
     const int v = ds4c_opt_wg_moe();
     if (type == DS4C_IQ2_XXS) {
         if (v == 2)
@@ -418,7 +421,7 @@ int wg_grouped(int type, const TCArgs &p, int xcount, cudaStream_t st) {
         else
             wg_go<WG_TYPE_IQ2, 4, false>(p, xcount, st);
     } else {
-        if (v == 3)
+        if (v == 4) // (diagnosis only: faults)
             wg_go<WG_TYPE_Q2K, 4, true>(p, xcount, st);
         else
             wg_go<WG_TYPE_Q2K, 4, false>(p, xcount, st);

@@ -306,13 +306,13 @@ const (
 	OptAttnFlash   = 37 // 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores, for head dim 512 and heads in groups of 64, the key rows rounded to f16 in the kernel (env DS4_CUDA_ATTN_FLASH); 2: the same kernel fed f16 copies of the key rows made before it (same bits; DefaultAttnFlash); 0: scores, softmax and weighted sum as three kernels (OptAttnTC). Exact mode never uses it
 	OptIXFlash     = 38 // 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores, for 64 heads of 128 (exact products on FP4-simulated inputs; default; env DS4_CUDA_IX_FLASH); 0: the TF32-split tiles (OptAttnTC). Exact mode never uses it
 	OptHCChunk     = 39 // 1: hc_pre of chunks (8 or more tokens, 4 streams) with 128 threads a token in a loop, the split in its first warp (same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (512 threads a token, OptHCTwo)
-	OptWGMoE       = 40 // 1: fast mode multiplies chunks by routed IQ2_XXS and Q2_K experts with f16 activations on the wgmma tensor cores (GroupedHalfOK, MatMulGroupedHalf; CTAs of 4 warpgroups over 256 rows; env DS4_CUDA_WG_MOE); 2: IQ2_XXS in CTAs of 2 warpgroups over 128 rows, two an SM; 3: the operands in shared memory in the 128-byte-swizzled layout (faults: cuda/NOTES.md v17); 0: Q8_K activations through the int8 kernels, as exact mode (default)
+	OptWGMoE       = 40 // fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (GroupedHalfOK, MatMulGroupedHalf; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels (DefaultWGMoE); 4 Q2_K swizzled too (diagnosis only: it faults, cuda/NOTES.md v17); 0 Q8_K activations through the int8 kernels, as exact mode
 )
 
-// DefaultWGMoE is the library's default of OptWGMoE: off, the wgmma
-// experts measured no faster than the int8 ones at an 8k prompt
-// (cuda/NOTES.md v17).
-const DefaultWGMoE = 0
+// DefaultWGMoE is the library's default of OptWGMoE: the IQ2_XXS experts
+// on wgmma in the swizzled layout, Q2_K on the int8 kernels (an 8k prompt
+// 7065–7080 → 7385–7431 tok/s with both on wgmma, cuda/NOTES.md v17).
+const DefaultWGMoE = 3
 
 // DefaultHalfMM is the library's default of OptHalfMM: fast mode's Q8_0
 // and F16 products of chunks through cuBLAS (the mixers too, 3, measured no

@@ -712,8 +712,10 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	// mode multiplies chunks with f16 activations on the wgmma tensor cores
 	// where the library has them (OptWGMoE), else with the weights' own
 	// activation type.
-	half := !be.exact() && d.GroupedHalfOK(L.gateExps.Type, D, nk) && d.GroupedHalfOK(L.downExps.Type, FF, nk)
-	grouped := func(w *Weight, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, grp Ptr) error {
+	// (each product on its own: OptWGMoE 3 keeps Q2_K on the int8 kernels).
+	half := !be.exact() && d.GroupedHalfOK(L.gateExps.Type, D, nk)
+	halfDown := !be.exact() && d.GroupedHalfOK(L.downExps.Type, FF, nk)
+	grouped := func(half bool, w *Weight, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, grp Ptr) error {
 		if half {
 			return d.MatMulGroupedHalf(s, w, sel, nk, act, actSel, actDiv, y, ySel, grp)
 		}
@@ -753,20 +755,20 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if err := d.Group(s, sel, nk, E, grp); err != nil {
 		return err
 	}
-	if err := grouped(L.gateExps, act, actSel, K, ge, int64(FF), grp); err != nil {
+	if err := grouped(half, L.gateExps, act, actSel, K, ge, int64(FF), grp); err != nil {
 		return err
 	}
 	if L.upExps.Type != L.gateExps.Type {
 		return fmt.Errorf("cuda: layer %d: gate and up experts of different types", layer)
 	}
-	if err := grouped(L.upExps, act, actSel, K, ue, int64(FF), grp); err != nil {
+	if err := grouped(half, L.upExps, act, actSel, K, ue, int64(FF), grp); err != nil {
 		return err
 	}
 	if err := d.SwiGLURef(s, ge, ue, ge, FF, nk, L.clamp, wts); err != nil {
 		return err
 	}
 	act2, act2Sel := ge, f4(FF)
-	if half {
+	if halfDown {
 		if act2, err = b.sc.get("moe.gh", 2*int64(FF)*int64(nk)); err != nil {
 			return err
 		}
@@ -788,7 +790,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		}
 		act2Sel = ab
 	}
-	if err := grouped(L.downExps, act2, act2Sel, 1, ye, int64(D), grp); err != nil {
+	if err := grouped(halfDown, L.downExps, act2, act2Sel, 1, ye, int64(D), grp); err != nil {
 		return err
 	}
 
