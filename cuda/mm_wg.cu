@@ -19,12 +19,16 @@
 // each thread's source pointers and destinations formed once, the block
 // scales loaded a block ahead into registers); every thread then
 // decodes one row's 32 values (an IQ2_XXS sub-block, or one Q2_K plane) into
-// f16 in shared memory in the tensor cores' no-swizzle K-major layout (core
-// matrices of 8 rows × 16 bytes); each warpgroup multiplies its 64 rows by
-// the stage's activations with 4 asynchronous wgmma (k16) and waits only for
-// the previous stage's, so the decoding of a stage overlaps the products of
-// the one before. Needs sm_90a (wgmma): the library builds this file for it
-// (scripts/cuda/build-lib.sh) and wg_supported checks the device.
+// f16 in shared memory in one of the tensor cores' K-major layouts (wg_cm:
+// without swizzle, or — wg_moe 3 and 4 — with the 128-byte swizzle, whose
+// conflict-free copies made IQ2_XXS 20 % faster); each warpgroup multiplies
+// its 64 rows by the stage's activations with 4 asynchronous wgmma (k16)
+// and waits only for the previous stage's, so the decoding of a stage
+// overlaps the products of the one before. Which products come here is
+// ds4c_grouped_half_ok's choice (the default, wg_moe 3, leaves Q2_K to the
+// int8 kernels, faster there). Needs sm_90a (wgmma): the library builds this
+// file for it (scripts/cuda/build-lib.sh) and wg_supported checks the
+// device.
 #include "mm_tc.cuh"
 
 // The wgmma instructions exist for sm_90a only; elsewhere (the host pass,
@@ -187,12 +191,12 @@ __device__ __forceinline__ void wg_q2k(const uint8_t *q, int sh, uint32_t sc0, u
         for (int c2 = 0; c2 < 2; c2++) {
             const int c = 2 * sb + c2;
             const uint2 w = *(const uint2 *)(q + 8 * c);
-            const uint32_t x = (w.x >> sh) & 0x03030303u, y = (w.y >> sh) & 0x03030303u;
+            const uint32_t q0 = (w.x >> sh) & 0x03030303u, q1 = (w.y >> sh) & 0x03030303u;
             uint4 o;
-            o.x = wg_bits(__hfma2(wg_h2(x, 0x4140), a2, b2));
-            o.y = wg_bits(__hfma2(wg_h2(x, 0x4342), a2, b2));
-            o.z = wg_bits(__hfma2(wg_h2(y, 0x4140), a2, b2));
-            o.w = wg_bits(__hfma2(wg_h2(y, 0x4342), a2, b2));
+            o.x = wg_bits(__hfma2(wg_h2(q0, 0x4140), a2, b2));
+            o.y = wg_bits(__hfma2(wg_h2(q0, 0x4342), a2, b2));
+            o.z = wg_bits(__hfma2(wg_h2(q1, 0x4140), a2, b2));
+            o.w = wg_bits(__hfma2(wg_h2(q1, 0x4342), a2, b2));
             *(uint4 *)(row + wg_coff<SW>(c0 + c, x)) = o;
         }
     }
@@ -409,19 +413,17 @@ int wg_grouped(int type, const TCArgs &p, int xcount, cudaStream_t st) {
     if ((p.a.rows + 127) / 128 > 65535) return ds4c_err(DS4C_EINVAL, "wgmma product: %d rows", p.a.rows);
     // 2: IQ2_XXS in CTAs of 2 warpgroups (Q2_K's buffers would not fit two
     // an SM); 3: IQ2_XXS in the 128-byte-swizzled layout (ds4c_grouped_half_ok
-    // then leaves Q2_K to the int8 kernels); 4: Q2_K swizzled too, which
-    // writes out of its shared memory under compute-sanitizer, not yet
-    // understood (cuda/NOTES.md v17): diagnosis only
+    // then leaves Q2_K to the int8 kernels); 4: Q2_K swizzled too
     const int v = ds4c_opt_wg_moe();
     if (type == DS4C_IQ2_XXS) {
         if (v == 2)
             wg_go<WG_TYPE_IQ2, 2, false>(p, xcount, st);
-        else if (v == 3)
+        else if (v == 3 || v == 4)
             wg_go<WG_TYPE_IQ2, 4, true>(p, xcount, st);
         else
             wg_go<WG_TYPE_IQ2, 4, false>(p, xcount, st);
     } else {
-        if (v == 4) // (diagnosis only: faults)
+        if (v == 4)
             wg_go<WG_TYPE_Q2K, 4, true>(p, xcount, st);
         else
             wg_go<WG_TYPE_Q2K, 4, false>(p, xcount, st);

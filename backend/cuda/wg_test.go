@@ -68,8 +68,8 @@ func TestGroupedHalf(t *testing.T) {
 		}
 		t.Skipf("no wgmma product on %s (compute capability %d.%d)", inf.Name, inf.Major, inf.Minor)
 	}
-	variants := []int{1, 2, 3}                           // (4, Q2_K swizzled too, faults: cuda/NOTES.md v17)
-	if env := os.Getenv("DS4_CUDA_TEST_WG"); env != "" { // e.g. "3", to diagnose a variant
+	variants := []int{1, 2, 3, 4}
+	if env := os.Getenv("DS4_CUDA_TEST_WG"); env != "" { // e.g. "4", one variant (compute-sanitizer runs)
 		variants = nil
 		for _, f := range strings.Split(env, ",") {
 			v, err := strconv.Atoi(f)
