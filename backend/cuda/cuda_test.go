@@ -924,16 +924,7 @@ func TestMatMulTensorCores(t *testing.T) {
 		const K = 3
 		for _, ntok := range []int{2, 40, 150} {
 			nsel := ntok * K
-			r := rand.New(rand.NewPCG(uint64(ci), uint64(ntok)))
-			ids := make([]int32, nsel)
-			for i := range ids {
-				ids[i] = int32(r.IntN(mats))
-			}
-			ids[nsel/2] = mats // out of range: NaN rows
-			idp := alloc(t, d, int64(4*nsel))
-			must(t, UploadSlice(d, idp, ids))
-			grp := alloc(t, d, d.GroupBytes(nsel, mats))
-			must(t, d.Group(0, idp, nsel, mats, grp))
+			ids, idp, grp := groupedIDs(t, d, nsel, mats, uint64(ci), uint64(ntok))
 			for _, div := range []int{K, 1} {
 				na := nsel / div
 				x := gaussian(na*c.cols, uint64(2300+ci+ntok+div))
@@ -961,6 +952,24 @@ func TestMatMulTensorCores(t *testing.T) {
 			}
 		}
 	}
+}
+
+// groupedIDs draws nsel random matrix ids below mats (seeded), sets the
+// middle one out of range (its rows must come out NaN), uploads them and
+// groups them (Group): the ids, their device copy and the tile table.
+func groupedIDs(t testing.TB, d *Device, nsel, mats int, seed1, seed2 uint64) (ids []int32, idp, grp Ptr) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed1, seed2))
+	ids = make([]int32, nsel)
+	for i := range ids {
+		ids[i] = int32(r.IntN(mats))
+	}
+	ids[nsel/2] = int32(mats)
+	idp = alloc(t, d, int64(4*nsel))
+	must(t, UploadSlice(d, idp, ids))
+	grp = alloc(t, d, d.GroupBytes(nsel, mats))
+	must(t, d.Group(0, idp, nsel, mats, grp))
+	return ids, idp, grp
 }
 
 // TestTopK checks the indexer's top-k (radix select + bitonic sort beyond K

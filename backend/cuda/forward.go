@@ -710,9 +710,9 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 
 	// Routed experts: every (token, expert) pair is one selection. Fast
 	// mode multiplies chunks with f16 activations on the wgmma tensor cores
-	// where the library has them (OptWGMoE), else with the weights' own
+	// where the library offers it (OptWGMoE, asked per product: its default
+	// keeps Q2_K on the int8 kernels), else with the weights' own
 	// activation type.
-	// (each product on its own: OptWGMoE 3 keeps Q2_K on the int8 kernels).
 	half := !be.exact() && d.GroupedHalfOK(L.gateExps.Type, D, nk)
 	halfDown := !be.exact() && d.GroupedHalfOK(L.downExps.Type, FF, nk)
 	grouped := func(half bool, w *Weight, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, grp Ptr) error {

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -123,19 +122,10 @@ func groupedHalfCases(t *testing.T, d *Device, v int) {
 		}
 		for _, ntok := range []int{40, 150, 400} { // ≈ 24, 90, 240 selections an expert
 			nsel := ntok * K
-			r := rand.New(rand.NewPCG(uint64(ci), uint64(ntok)))
-			ids := make([]int32, nsel)
-			for i := range ids {
-				ids[i] = int32(r.IntN(mats))
-			}
-			ids[nsel/2] = mats // out of range: NaN rows
 			if !d.GroupedHalfOK(c.typ, c.cols, nsel) {
 				t.Fatalf("%s %d columns, %d selections: GroupedHalfOK false", c.typ, c.cols, nsel)
 			}
-			idp := alloc(t, d, int64(4*nsel))
-			must(t, UploadSlice(d, idp, ids))
-			grp := alloc(t, d, d.GroupBytes(nsel, mats))
-			must(t, d.Group(0, idp, nsel, mats, grp))
+			ids, idp, grp := groupedIDs(t, d, nsel, mats, uint64(ci), uint64(ntok)) // the middle id out of range
 			for _, div := range []int{K, 1} {
 				na := nsel / div
 				x := gaussian(na*c.cols, uint64(4200+ci+ntok+div))
