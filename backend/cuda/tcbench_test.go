@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"strconv"
 	"testing"
 
 	"ds4go/quant"
@@ -12,7 +13,8 @@ import (
 
 // TestPrefillProducts times the tensor-core products of one prefill chunk
 // on Flash's shapes (DS4_CUDA_BENCH=1): the routed experts' grouped
-// products (2048 tokens × 6 distinct random experts of 256: IQ2_XXS gate,
+// products (2048 tokens, or DS4_CUDA_BENCH_GTOK, × 6 distinct random
+// experts of 256: IQ2_XXS gate,
 // Q2_K down, each OptTCStage variant) and dense Q8_0 products of 2048
 // tokens (each OptTCQ8W variant), exact F16 products of 2048 tokens on four
 // Flash shapes, and the quantization of two chunk-sized
@@ -36,6 +38,14 @@ func TestPrefillProducts(t *testing.T) {
 		mats  = 256
 		calls = 4 // launches per timed graph
 	)
+	// The grouped rows' tokens: ntok, or DS4_CUDA_BENCH_GTOK (fast mode
+	// prefills in chunks of 4096: ≈ 96 selections an expert instead of 48).
+	gtok := ntok
+	if v := os.Getenv("DS4_CUDA_BENCH_GTOK"); v != "" {
+		n, err := strconv.Atoi(v)
+		must(t, err)
+		gtok = n
+	}
 	emit := func(line string) {
 		t.Log(line)
 		fmt.Println(line)
@@ -53,10 +63,10 @@ func TestPrefillProducts(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() { d.SetOption(OptHalfMM, DefaultHalfMM) })
-	// grouped: ntok tokens × k distinct random experts
+	// grouped: gtok tokens × k distinct random experts
 	r := rand.New(rand.NewPCG(51, 52))
-	ids := make([]int32, ntok*k)
-	for i := 0; i < ntok; i++ {
+	ids := make([]int32, gtok*k)
+	for i := 0; i < gtok; i++ {
 		for j, e := range r.Perm(mats)[:k] {
 			ids[i*k+j] = int32(e)
 		}
