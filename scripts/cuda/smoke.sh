@@ -12,7 +12,7 @@ F=dev-out/final
 OUT=${OUT:-$F/out}; mkdir -p "$OUT" build
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 bash scripts/cuda/build-lib.sh || exit 1
-grep -h "wg_moe\|spill" build/mm_wg.o.ptxas | grep -B1 -A1 "k_wg_moe" | head -12
+grep -h "spill" build/*.o.ptxas | grep -v " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c | head -5
 export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1
 t0=$(date +%s)
 $F/cuda.test -test.v -test.timeout 300s -test.run 'TestBackendMatchesCPU|TestGraphDecode|TestKernelVariants|TestMatMulExact|TestMatMulTensorCores|TestTopK|TestIndexScores|TestRouter|TestOps|TestMatVecIDs|TestMoECombine|TestFloatTensorCores|TestQuantizeActivation|TestAttentionFast|TestMatMulHalf|TestHalfModel|TestGroupedHalf' >"$OUT/cuda-tests.log" 2>&1; echo "cuda tests: exit $? in $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/cuda-tests.log"
