@@ -202,7 +202,8 @@ __device__ __forceinline__ void wg_q2k(const uint8_t *q, int sh, uint32_t sc0, u
     }
 }
 
-// cp.async of 16 (L2 only) or 4 bytes to a shared-memory address.
+// cp.async of 16 bytes (through L2 only, or also L1: ca) or 4 bytes to a
+// shared-memory address.
 __device__ __forceinline__ void wg_cp16(uint32_t s, const void *g) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(g) : "memory");
 }
