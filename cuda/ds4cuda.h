@@ -206,7 +206,8 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
                         const void *d_scratch, int flags, void *stream);
 /* ds4c_grouped_half_ok: 1 when ds4c_matmul_grouped takes f16 activations
  * (DS4C_MM_HALF) for weights of type with rows of cols values and n_sel
- * selections: DS4C_OPT_WG_MOE on, a compute capability 9.0 device, IQ2_XXS
+ * selections: DS4C_OPT_WG_MOE on and offering the type (its default, 3,
+ * declines Q2_K), a compute capability 9.0 device, IQ2_XXS
  * or Q2_K, cols a multiple of 256, at least DS4C_OPT_TC_MIN_SEL selections
  * (so that ds4c_group built the tile table). */
 int ds4c_grouped_half_ok(int type, int64_t cols, int n_sel);

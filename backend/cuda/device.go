@@ -311,7 +311,8 @@ const (
 
 // DefaultWGMoE is the library's default of OptWGMoE: the IQ2_XXS experts
 // on wgmma in the swizzled layout, Q2_K on the int8 kernels (an 8k prompt
-// 7065–7080 → 7385–7431 tok/s with both on wgmma, cuda/NOTES.md v17).
+// 7088 → 7588–7601 tok/s on the H200; Q2_K on wgmma too measured the
+// same, cuda/NOTES.md v17).
 const DefaultWGMoE = 3
 
 // DefaultHalfMM is the library's default of OptHalfMM: fast mode's Q8_0

@@ -78,10 +78,10 @@ func (d *Device) MatMulGrouped(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, 
 }
 
 // GroupedHalfOK reports whether MatMulGroupedHalf takes weights of type t
-// with rows of cols values for nsel selections (OptWGMoE on, a compute
-// capability 9.0 device and a library built with sm_90a code, IQ2_XXS or
-// Q2_K, cols a multiple of 256, nsel at least OptTCMinSel so that Group
-// built the tile table).
+// with rows of cols values for nsel selections (OptWGMoE on and offering
+// the type — its default declines Q2_K —, a compute capability 9.0 device
+// and a library built with sm_90a code, IQ2_XXS or Q2_K, cols a multiple
+// of 256, nsel at least OptTCMinSel so that Group built the tile table).
 func (d *Device) GroupedHalfOK(t quant.Type, cols, nsel int) bool {
 	return d.l.groupedHalfOK(int32(t), int64(cols), int32(nsel)) == 1
 }
