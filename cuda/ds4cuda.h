@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 17
+#define DS4C_ABI_VERSION 19
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -204,13 +204,26 @@ int ds4c_group(const int32_t *d_ids, int n_sel, int64_t n_mat, void *d_scratch, 
 int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids,
                         int n_sel, const void *d_act, int64_t act_sel, int act_div, float *d_y, int64_t y_sel,
                         const void *d_scratch, int flags, void *stream);
-/* ds4c_grouped_half_ok: 1 when ds4c_matmul_grouped takes f16 activations
- * (DS4C_MM_HALF) for weights of type with rows of cols values and n_sel
- * selections: DS4C_OPT_WG_MOE on and offering the type (its default, 3,
- * declines Q2_K), a compute capability 9.0 device, IQ2_XXS
- * or Q2_K, cols a multiple of 256, at least DS4C_OPT_TC_MIN_SEL selections
- * (so that ds4c_group built the tile table). */
+/* ds4c_grouped_half_ok: nonzero when ds4c_matmul_grouped takes f16
+ * activations (DS4C_MM_HALF) for weights of type with rows of cols values
+ * and n_sel selections: DS4C_OPT_WG_MOE on and offering the type (its
+ * default, 3, declines Q2_K), a compute capability 9.0 device, IQ2_XXS or
+ * Q2_K, cols a multiple of 256, at least DS4C_OPT_TC_MIN_SEL selections (so
+ * that ds4c_group built the tile table). 1: the rows as ds4c_to_half writes
+ * them; 2: permuted within each 32-value block (ds4c_to_half_ex with
+ * DS4C_HALF_PERM32). 0: not taken. */
 int ds4c_grouped_half_ok(int type, int64_t cols, int n_sel);
+
+/* Fast mode's hyper-connection mixing logits of chunks (hc_mix.cu):
+ * d_mix[t][m] = (fn_m . h_t) * rsqrt(mean(h_t^2) + eps) for t < n, m < M,
+ * h_t the K floats at d_h + t*K (16-byte aligned), fn (F32 or F16, rows of
+ * K) at d_fn; f32 products as three TF32 terms, sums in any order (not
+ * bit-identical to anything). ds4c_hc_mixes_ok: 1 when DS4C_OPT_HC_MIX is on,
+ * the type F32 or F16, 0 < M <= 32, K a multiple of 128 and n >= 8; else
+ * ds4c_hc_mixes returns DS4C_ETYPE with nothing queued. */
+int ds4c_hc_mixes_ok(int type, int M, int64_t K, int n);
+int ds4c_hc_mixes(int type, const void *d_fn, int M, int64_t K, const float *d_h, int n, float eps, float *d_mix,
+                  void *stream);
 
 /* Fast mode's products of chunks through cuBLAS (mm_half.cu): the GEMM
  * cuBLAS picks, f32 sums. Not bit-identical to anything, fast mode only:
@@ -238,6 +251,14 @@ int ds4c_half_ok(int type, int x_type, int n_tok);
  * GEMM, synchronised) ahead of the first product; 1 when cuBLAS is there. */
 int ds4c_half_warm(void);
 int ds4c_to_half(const float *d_x, int64_t x_stride, int64_t cols, int n_tok, void *d_xh, void *stream);
+/* ds4c_to_half_ex is ds4c_to_half with flags: DS4C_HALF_PERM32 (cols a
+ * multiple of 32, x_stride even, d_x 8-byte and d_xh 16-byte aligned)
+ * permutes each 32-value block of a row so that position 16s + 8h + 2q + e
+ * (s, h, e < 2, q < 4) holds value 8q + 4s + 2h + e — the order the RS form
+ * of the wgmma expert products reads (its A fragments then hold 8
+ * consecutive weights a thread; the dot product is the same). */
+enum { DS4C_HALF_PERM32 = 1 };
+int ds4c_to_half_ex(const float *d_x, int64_t x_stride, int64_t cols, int n_tok, void *d_xh, int flags, void *stream);
 int ds4c_matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel,
                      const void *d_xh, int x_type, int64_t xh_tok, int64_t xh_sel, int n_tok, float *d_y,
                      int64_t y_tok, int64_t y_sel, void *stream);
@@ -329,6 +350,12 @@ int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t
                 float *d_w, int n, void *stream);
 int ds4c_swiglu_ref(const float *d_g, const float *d_u, float *d_y, int64_t n, int rows, float lim,
                     const float *d_w, void *stream);
+/* ds4c_swiglu_half: ds4c_swiglu_ref's values rounded to f16 (as
+ * ds4c_to_half) into rows of n at d_yh, permuted as ds4c_to_half_ex's when
+ * flags has DS4C_HALF_PERM32 (n a multiple of 32; d_g, d_u 8-byte and d_yh
+ * 16-byte aligned): the f16 input of the down product, in one pass. */
+int ds4c_swiglu_half(const float *d_g, const float *d_u, void *d_yh, int64_t n, int rows, float lim,
+                     const float *d_w, int flags, void *stream);
 int ds4c_moe_combine(const float *d_ye, const int32_t *d_sel, const float *d_ysh, float *d_y,
                      int n, int K, int64_t D, void *stream);
 
@@ -382,7 +409,8 @@ enum {
     DS4C_OPT_ATTN_FLASH = 37, /* 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores (k_attn_flash: running softmax over key tiles, for head dim 512 and heads in groups of 64; the key rows rounded to f16 in the kernel; env DS4_CUDA_ATTN_FLASH); 2: the same kernel fed f16 copies of the key rows made before it in stream-ordered scratch (same bits; 1 while the stream is recorded or captured; default); 0: scores, softmax and weighted sum as three kernels (DS4C_OPT_ATTN_TC). Exact mode never uses it */
     DS4C_OPT_IX_FLASH = 38, /* 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores (k_index_flash, for 64 heads of 128; exact products on FP4-simulated inputs; default; env DS4_CUDA_IX_FLASH); 0: the TF32-split tiles (DS4C_OPT_ATTN_TC). Exact mode never uses it */
     DS4C_OPT_HC_CHUNK = 39, /* 1: hc_pre of chunks (8 or more tokens, 4 streams) with a CTA of 128 threads a token walking the values in a loop, the split in its warp 0 (k_hc_pre_chunk; same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (k_hc_pre: 512 threads a token holding the streams in registers, DS4C_OPT_HC_TWO) */
-    DS4C_OPT_WG_MOE = 40, /* fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (ds4c_grouped_half_ok, DS4C_MM_HALF; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups over 128 rows, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels (default); 4 Q2_K swizzled too (measured no faster than its int8 kernels); 0 Q8_K activations through the int8 mma kernels, as exact mode */
+    DS4C_OPT_WG_MOE = 40, /* fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (ds4c_grouped_half_ok, DS4C_MM_HALF; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups over 128 rows, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; activations permuted, ds4c_grouped_half_ok 2), CTAs of 4 warpgroups (default); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 mma kernels, as exact mode */
+    DS4C_OPT_HC_MIX = 41, /* 1: fast mode's hyper-connection mixing logits of chunks (ds4c_hc_mixes_ok) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there (hc_pre then skips its own pass; default; env DS4_CUDA_HC_MIX); 0: the exact-order product and hc_pre's scaling, as exact mode */
 };
 
 #ifdef __cplusplus

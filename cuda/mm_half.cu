@@ -86,6 +86,29 @@ __global__ void k_to_half(const float *x, int64_t ld, int64_t cols, int n, __hal
     }
 }
 
+// k_to_half_p32: k_to_half with each 32-value block permuted
+// (DS4C_HALF_PERM32): output chunk m (positions 8m … 8m+7) of a block holds
+// values 2m, 2m+1 of each of the block's four groups of 8. A thread per
+// output chunk: its four float2 loads are, across a warp's 8 blocks × 4
+// chunks, 32 contiguous bytes a block each (whole sectors), its store 16
+// bytes of 512 contiguous.
+__global__ void k_to_half_p32(const float *x, int64_t ld, int64_t cols, int n, __half *out) {
+    pdl_enter();
+    const int64_t per = cols / 8, total = per * n; // chunks of 8 a row
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / per, c = i - t * per; // chunk c: block c / 4, m = c % 4
+        const float *src = x + t * ld + 32 * (c >> 2) + 2 * (c & 3);
+        uint32_t w[4];
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            const float2 f = __ldg((const float2 *)(src + 8 * g));
+            const __half2 h = __floats2half2_rn(half_sat(f.x), half_sat(f.y));
+            w[g] = *(const uint32_t *)&h;
+        }
+        *(uint4 *)(out + t * cols + 8 * c) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
 // grid_for: CTAs of 256 threads for items, at most 8 an SM (grid-stride).
 unsigned grid_for(int64_t items) {
     const int64_t cap = 8 * (int64_t)(ds4c_sm_count() > 0 ? ds4c_sm_count() : 132);
@@ -223,6 +246,19 @@ int ds4c_half_warm(void) {
     cudaGetLastError(); // (a failure here only means no warm-up)
     g_blas.destroy(h);
     return 1;
+}
+
+int ds4c_to_half_ex(const float *d_x, int64_t x_stride, int64_t cols, int n_tok, void *d_xh, int flags, void *stream) {
+    if (!(flags & DS4C_HALF_PERM32)) return ds4c_to_half(d_x, x_stride, cols, n_tok, d_xh, stream);
+    DS4C_READY();
+    if (cols <= 0 || n_tok < 0 || x_stride < cols || cols % 32 != 0 || x_stride % 2 != 0 || ((uintptr_t)d_x & 7) != 0 ||
+        ((uintptr_t)d_xh & 15) != 0)
+        return ds4c_err(DS4C_EINVAL, "to_half: bad shape or alignment for the permuted form");
+    if (n_tok == 0) return 0;
+    ds4c_launch(k_to_half_p32, grid_for(cols / 8 * n_tok), 256, 0, as_stream(stream), d_x, x_stride, cols, n_tok,
+                (__half *)d_xh);
+    DS4C_CHECK_LAUNCH("to_half (permuted)");
+    return 0;
 }
 
 int ds4c_to_half(const float *d_x, int64_t x_stride, int64_t cols, int n_tok, void *d_xh, void *stream) {

@@ -26,13 +26,15 @@ template <int BN> struct SlotsT {
 constexpr int TC_TILE = 128;
 
 // tc_slots fills s (all threads must call it; it synchronises) and returns
-// the slot count (0 or less: nothing to do) and the matrix in *mat.
-template <int BN> __device__ int tc_slots(const TCArgs &p, SlotsT<BN> &s, int64_t *mat) {
+// the slot count (0 or less: nothing to do) and the matrix in *mat; tile is
+// the CTA's tile of a grouped product (blockIdx.x unless the kernel's grid
+// puts tiles elsewhere).
+template <int BN> __device__ int tc_slots(const TCArgs &p, SlotsT<BN> &s, int64_t *mat, int tile = -1) {
     const MVArgs &a = p.a;
     const int tid = threadIdx.x;
     int cnt;
     if (p.tiles) {
-        const int4 tl = p.tiles[blockIdx.x];
+        const int4 tl = p.tiles[tile >= 0 ? tile : blockIdx.x];
         const int first = BN * blockIdx.z;
         *mat = tl.x;
         cnt = min(BN, tl.z - first);

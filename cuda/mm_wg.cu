@@ -138,6 +138,32 @@ __device__ __forceinline__ void wg_mma128(float (&d)[64], uint64_t da, uint64_t 
 #endif
 }
 
+// wg_mma64_rs: d[0..31] += A (64 × 16, this thread's fragment a: rows
+// 16·warp + lane/4 (+8 in a[1], a[3]), values 2·(lane%4) + 0, 1 (+8 in a[2],
+// a[3])) · B (16 × 64, descriptor db), f16 operands, f32 sums
+// (wgmma.mma_async m64n64k16 with A from registers, B K-major).
+__device__ __forceinline__ void wg_mma64_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+#if WG_ARCH
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+#endif
+}
+
+// wg_mma128_rs: d[0..63] += A (64 × 16, this thread's fragment a: rows
+// 16·warp + lane/4 (+8 in a[1], a[3]), values 2·(lane%4) + 0, 1 (+8 in a[2],
+// a[3])) · B (16 × 128, descriptor db), f16 operands, f32 sums
+// (wgmma.mma_async m64n128k16 with A from registers, B K-major).
+__device__ __forceinline__ void wg_mma128_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+#if WG_ARCH
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+#endif
+}
+
 // wg_h2 makes bytes b0, b1 of w (sel 0x4140) or b2, b3 (0x4342), small
 // non-negative integers, an f16 pair: 1024 + b as f16 bits, minus 1024.
 __device__ __forceinline__ __half2 wg_h2(uint32_t w, uint32_t sel) {
@@ -146,58 +172,75 @@ __device__ __forceinline__ __half2 wg_h2(uint32_t w, uint32_t sel) {
 }
 __device__ __forceinline__ uint32_t wg_bits(__half2 h) { return *(const uint32_t *)&h; }
 
+// wg_iq2_vals dequantizes IQ2_XXS grid entry gv (8 magnitudes) with its
+// 7-bit sign field s7 (the 8th sign makes the count even) at scale s2 =
+// d·(2s+1) (c2 = −1024·s2) into 4 f16 pairs, values 2p and 2p+1 in word
+// p. FMA: each pair as one fused multiply-add (1024 + g)·s − 1024·s, exact
+// but for the one rounding of g·s, when 1024·s is finite in f16 (|s| <
+// 64); else (g)·s from the exact g.
+template <bool FMA> __device__ __forceinline__ uint4 wg_iq2_vals(uint64_t gv, uint32_t s7, __half2 s2, __half2 c2) {
+    const uint32_t s8 = s7 | ((__popc(s7) & 1) << 7);
+    const uint32_t lo = (uint32_t)gv, hi = (uint32_t)(gv >> 32);
+    auto pair = [&](uint32_t w, uint32_t sel) -> uint32_t {
+        const uint32_t h = __byte_perm(w, 0x64646464u, sel); // 1024 + g, two f16
+        if (FMA) return wg_bits(__hfma2(*(const __half2 *)&h, s2, c2));
+        return wg_bits(__hmul2(__hsub2(*(const __half2 *)&h, __float2half2_rn(1024.f)), s2));
+    };
+    // sign bit of value 2p at bit 15, of value 2p+1 at bit 31 of pair p
+    uint4 o;
+    o.x = pair(lo, 0x4140) ^ ((s8 * 0x40008000u) & 0x80008000u);
+    o.y = pair(lo, 0x4342) ^ ((s8 * 0x10002000u) & 0x80008000u);
+    o.z = pair(hi, 0x4140) ^ ((s8 * 0x04000800u) & 0x80008000u);
+    o.w = pair(hi, 0x4342) ^ ((s8 * 0x01000200u) & 0x80008000u);
+    return o;
+}
+
 // wg_iq2 decodes one IQ2_XXS sub-block (quant words qw, scale d·(2s+1) as
-// s2) into chunks c0 … c0+3 of the row at row (x: its index % 8). FMA:
-// each pair as one fused multiply-add (1024 + g)·s − 1024·s, exact but for
-// the one rounding of g·s, when 1024·s is finite in f16 (|s| < 64); else
-// (g)·s from the exact g.
+// s2) into chunks c0 … c0+3 of the row at row (x: its index % 8).
 template <bool FMA, bool SW>
 __device__ __forceinline__ void wg_iq2(uint2 qw, __half2 s2, const uint64_t *s_grid, uint8_t *row, int x, int c0) {
     const __half2 c2 = __hmul2(s2, __float2half2_rn(-1024.f));
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const uint64_t gv = s_grid[(qw.x >> (8 * j)) & 0xff];
-        const uint32_t s7 = (qw.y >> (7 * j)) & 127;
-        const uint32_t s8 = s7 | ((__popc(s7) & 1) << 7); // the 8th sign makes the count even
-        const uint32_t lo = (uint32_t)gv, hi = (uint32_t)(gv >> 32);
-        auto pair = [&](uint32_t w, uint32_t sel) -> uint32_t {
-            const uint32_t h = __byte_perm(w, 0x64646464u, sel); // 1024 + g, two f16
-            if (FMA) return wg_bits(__hfma2(*(const __half2 *)&h, s2, c2));
-            return wg_bits(__hmul2(__hsub2(*(const __half2 *)&h, __float2half2_rn(1024.f)), s2));
-        };
-        // sign bit of value 2p at bit 15, of value 2p+1 at bit 31 of pair p
-        uint4 o;
-        o.x = pair(lo, 0x4140) ^ ((s8 * 0x40008000u) & 0x80008000u);
-        o.y = pair(lo, 0x4342) ^ ((s8 * 0x10002000u) & 0x80008000u);
-        o.z = pair(hi, 0x4140) ^ ((s8 * 0x04000800u) & 0x80008000u);
-        o.w = pair(hi, 0x4342) ^ ((s8 * 0x01000200u) & 0x80008000u);
-        *(uint4 *)(row + wg_coff<SW>(c0 + j, x)) = o;
-    }
+    for (int j = 0; j < 4; j++)
+        *(uint4 *)(row + wg_coff<SW>(c0 + j, x)) =
+            wg_iq2_vals<FMA>(s_grid[(qw.x >> (8 * j)) & 0xff], (qw.y >> (7 * j)) & 127, s2, c2);
+}
+
+// wg_q2k_group dequantizes 8 Q2_K values — the 2-bit fields at shift sh of
+// the 8 quant bytes w — as (d·sc)·q − dmin·m, one f16 fused multiply-add
+// with a2 = d·sc, b2 = −dmin·m, into 4 f16 pairs (values 2p, 2p+1 in word p).
+__device__ __forceinline__ uint4 wg_q2k_group(uint2 w, int sh, __half2 a2, __half2 b2) {
+    const uint32_t q0 = (w.x >> sh) & 0x03030303u, q1 = (w.y >> sh) & 0x03030303u;
+    uint4 o;
+    o.x = wg_bits(__hfma2(wg_h2(q0, 0x4140), a2, b2));
+    o.y = wg_bits(__hfma2(wg_h2(q0, 0x4342), a2, b2));
+    o.z = wg_bits(__hfma2(wg_h2(q1, 0x4140), a2, b2));
+    o.w = wg_bits(__hfma2(wg_h2(q1, 0x4342), a2, b2));
+    return o;
+}
+
+// wg_q2k_terms: the f16 scale terms d·(sc & 15) and −dmin·(sc >> 4) of a
+// Q2_K sub-block with scale byte sc.
+__device__ __forceinline__ void wg_q2k_terms(uint32_t sc, float d, float dmin, __half2 &a2, __half2 &b2) {
+    a2 = __float2half2_rn(d * (float)(sc & 15));
+    b2 = __float2half2_rn(-dmin * (float)(sc >> 4));
 }
 
 // wg_q2k decodes 32 Q2_K values — one plane (2-bit field at shift sh) of
 // the 32 quant bytes q of a half block, two 16-value sub-blocks with scale
 // bytes sc0, sc1 — into chunks c0 … c0+3 of the row at row (x: its index
-// % 8): (d·(sc&15))·q − dmin·(sc>>4), one fused multiply-add of f16 terms.
+// % 8).
 template <bool SW>
 __device__ __forceinline__ void wg_q2k(const uint8_t *q, int sh, uint32_t sc0, uint32_t sc1, float d, float dmin,
                                        uint8_t *row, int x, int c0) {
 #pragma unroll
     for (int sb = 0; sb < 2; sb++) {
-        const uint32_t sc = sb ? sc1 : sc0;
-        const __half2 a2 = __float2half2_rn(d * (float)(sc & 15));
-        const __half2 b2 = __float2half2_rn(-dmin * (float)(sc >> 4));
+        __half2 a2, b2;
+        wg_q2k_terms(sb ? sc1 : sc0, d, dmin, a2, b2);
 #pragma unroll
         for (int c2 = 0; c2 < 2; c2++) {
             const int c = 2 * sb + c2;
-            const uint2 w = *(const uint2 *)(q + 8 * c);
-            const uint32_t q0 = (w.x >> sh) & 0x03030303u, q1 = (w.y >> sh) & 0x03030303u;
-            uint4 o;
-            o.x = wg_bits(__hfma2(wg_h2(q0, 0x4140), a2, b2));
-            o.y = wg_bits(__hfma2(wg_h2(q0, 0x4342), a2, b2));
-            o.z = wg_bits(__hfma2(wg_h2(q1, 0x4140), a2, b2));
-            o.w = wg_bits(__hfma2(wg_h2(q1, 0x4342), a2, b2));
-            *(uint4 *)(row + wg_coff<SW>(c0 + c, x)) = o;
+            *(uint4 *)(row + wg_coff<SW>(c0 + c, x)) = wg_q2k_group(*(const uint2 *)(q + 8 * c), sh, a2, b2);
         }
     }
 }
@@ -214,7 +257,28 @@ __device__ __forceinline__ void wg_cp4(uint32_t s, const void *g) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(g) : "memory");
 }
 
-template <bool V> struct WgWide {
+// wg_store writes a warpgroup's sums (rows r0 … r0+63 × the tile's cnt
+// selections, m64n128 when wide, else m64n64) times fin, or NaN rows for a
+// matrix out of range: acc[4j + i] is row 16·warp + lane/4 (+8 for i ≥ 2),
+// selection 8j + 2·(lane%4) + (i & 1).
+__device__ __forceinline__ void wg_store(const TCArgs &p, const SlotsT<WG_N> &s, const float (&acc)[64], int r0, int cnt,
+                                         bool wide, bool mat_ok, float fin) {
+    const MVArgs &a = p.a;
+    const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
+    const float nan = __int_as_float(0x7fc00000);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        if (!wide && j >= 8) break;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int row = r0 + 16 * w + g + 8 * (i >> 1);
+            const int slot = 8 * j + 2 * q + (i & 1);
+            if (row < a.rows && slot < cnt) a.y[s.y[slot] + row] = mat_ok ? acc[4 * j + i] * fin : nan;
+        }
+    }
+}
+
+template <bool V> struct WgFlag {
     static constexpr bool value = V;
 };
 
@@ -354,24 +418,222 @@ __global__ void __launch_bounds__(WgShape<T, WGS, SW>::THREADS, WgShape<T, WGS, 
     };
     const bool wide = cnt > 64;
     if (wide)
-        body(WgWide<true>{});
+        body(WgFlag<true>{});
     else
-        body(WgWide<false>{});
+        body(WgFlag<false>{});
 
-    // acc[4j + i]: row 16·warp + g (+8 for i ≥ 2), selection 8j + 2q + (i & 1)
-    const int lane = tid & 31, w = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
-    const float fin = T == WG_TYPE_IQ2 ? 0.125f : 1.0f;
-    const float nan = __int_as_float(0x7fc00000);
+    wg_store(p, s, acc, row0 + 64 * wg, cnt, wide, mat_ok, T == WG_TYPE_IQ2 ? 0.125f : 1.0f);
+#endif
+}
+
+// WgRsShape: the RS form's CTA (k_wg_rs) of WGS warpgroups over 64·WGS
+// weight rows; its buffers: activations and raw weight bytes (WG_NS each,
+// as WgShape), no decoded weights.
+template <int T, int WGS> struct WgRsShape {
+    static constexpr int M = 64 * WGS;
+    static constexpr int THREADS = 128 * WGS;
+    static constexpr int RAW = M * (T == WG_TYPE_IQ2 ? 16 : 36);
+    static constexpr int SMEM = 1024 + WG_NS * (WG_B + RAW); // (+ alignment to 1024)
+    static constexpr int MINB = WGS == 4 ? 1 : 2;
+};
+
+// k_wg_rs is k_wg_moe with the weights dequantized straight into the
+// registers wgmma reads A from (RS form): no decoded-weight stores, no A
+// reads from shared memory, one barrier a stage. A thread holds A's
+// fragment for rows ra = 16·warp + lane/4 and ra + 8 of its warpgroup and,
+// per k16 step, positions 2·(lane%4) + {0, 1, 8, 9}; so that those are one
+// IQ2_XXS grid entry or 8 consecutive Q2_K values, the activations come
+// permuted within each 32-value block (ds4c_to_half_ex with
+// DS4C_HALF_PERM32): position 16s + 8h + 2q + e holds value 8q + 4s + 2h + e.
+// Thread q then decodes values 8q … 8q+7 of each 32-value block of its two
+// rows (IQ2_XXS: grid entry q of the sub-block; Q2_K: quant bytes 8q … 8q+7
+// of the plane, sub-block q/2), which are its fragments of steps s = 0
+// (values 8q … 8q+3) and 1 (8q+4 … 8q+7); the IQ2_XXS form (fused
+// multiply-add or not) is chosen a block at a time for the whole warp, so
+// that its two rows interleave without branches. A stage's two 32-value
+// blocks are two commit groups of two wgmma each; the registers of the one
+// before are free once wait_group 1 returns after the next is committed.
+// (Loading a stage's raw words and codebook entries up front for both
+// blocks measured slower: 1283 against 1220 µs, spilling.) The grid is row
+// blocks (x) × tiles (y), so that the CTAs of a tile run together and read
+// its activation rows from L2 (the down product's rows at 4096 tokens,
+// 100 MB, do not fit there).
+template <int T, int WGS>
+__global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>::MINB) k_wg_rs(TCArgs p) {
+#if WG_ARCH
+    using S = WgRsShape<T, WGS>;
+    constexpr int M = S::M, RAW = S::RAW, NT = S::THREADS;
+    constexpr int NCH = WG_N * 8 / NT; // activation chunks a thread copies a stage (tiles of more than 64)
+    mv_pdl_enter(p.a);
+    __shared__ SlotsT<WG_N> s;
+    __shared__ uint64_t s_grid[T == WG_TYPE_IQ2 ? 256 : 1];
+    extern __shared__ __align__(128) uint8_t s_wg[];
+    if (T == WG_TYPE_IQ2)
+        for (int i = threadIdx.x; i < 256; i += NT) s_grid[i] = iq2xxs_grid[i];
+    int64_t mat;
+    const int cnt = tc_slots<WG_N>(p, s, &mat, blockIdx.y); // synchronises (after the codebook too)
+    if (cnt <= 0) return;
+    const MVArgs &a = p.a;
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    if (!mat_ok) mat = 0;
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, q = lane & 3;
+    const int row0 = blockIdx.x * M;
+    const int nbr = a.cols / 256;
+    const int64_t NB = a.R * nbr;
+    // Buffers (1024-aligned): activations [4][WG_B], raw [4][RAW].
+    uint8_t *gB = s_wg + ((1024 - ((uint32_t)__cvta_generic_to_shared(s_wg) & 1023)) & 1023);
+    uint8_t *gR = gB + WG_NS * WG_B;
+    const uint32_t sB = (uint32_t)__cvta_generic_to_shared(gB);
+    const uint32_t sR = (uint32_t)__cvta_generic_to_shared(gR);
+    // Copies as k_wg_moe's swizzled form: activation chunk i = tid + k·NT is
+    // selection i >> 3, chunk i & 7; row r's raw bytes by thread r (and
+    // r + M: Q2_K's other 16 quant bytes).
+    const int r = tid & (M - 1), pp = tid / M;
+    const int64_t blk0 = (mat * a.rows + min(row0 + r, a.rows - 1)) * nbr;
+    const uint8_t *bsrc[NCH];
+    uint32_t bdst[NCH];
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        if (!wide && j >= 8) break;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int row = row0 + 64 * wg + 16 * w + g + 8 * (i >> 1);
-            const int slot = 8 * j + 2 * q + (i & 1);
-            if (row < a.rows && slot < cnt) a.y[s.y[slot] + row] = mat_ok ? acc[4 * j + i] * fin : nan;
-        }
+    for (int k = 0; k < NCH; k++) {
+        const int i = tid + k * NT, j = i >> 3, c = i & 7;
+        bsrc[k] = a.act + s.act[j] + 16 * c;
+        bdst[k] = sB + wg_cm<true>(j, c);
     }
+    const uint8_t *rsrc = a.w + blk0 * 64 + (T == WG_TYPE_IQ2 ? 0 : 16 * pp);
+    const uint32_t rdst = sR + (T == WG_TYPE_IQ2 ? 16 * r : 32 * r + 16 * pp);
+    const uint8_t *ssrc = a.w + NB * 64 + blk0 * 16; // Q2_K scale bytes
+    const uint32_t sdst = sR + 32 * M + 4 * r;
+    // The decoded rows ra, rb = ra + 8 and their block scales (IQ2_XXS: d;
+    // Q2_K: d, dmin), loaded a block ahead.
+    const int ra = 64 * wg + 16 * ((tid >> 5) & 3) + (lane >> 2), rb = ra + 8;
+    const int64_t bA = (mat * a.rows + min(row0 + ra, a.rows - 1)) * nbr;
+    const int64_t bB = (mat * a.rows + min(row0 + rb, a.rows - 1)) * nbr;
+    auto scale_of = [&](int64_t blk) -> uint32_t {
+        if (T == WG_TYPE_IQ2) return (uint32_t)__ldg((const unsigned short *)(a.w + NB * 64) + blk);
+        return __ldg((const uint32_t *)(a.w + NB * 80) + blk);
+    };
+    const uint64_t dB = wg_desc<true>(gB);
+
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.f;
+
+    auto body = [&](auto wide_tag) {
+        constexpr bool WIDE = decltype(wide_tag)::value; // m64n128, else m64n64 (at most 64 selections)
+        auto issue = [&](int b, int q4) {
+            if (b < nbr) {
+                const int64_t ko = (int64_t)(4 * b + q4) * (WG_K * 2);
+#pragma unroll
+                for (int k = 0; k < NCH; k++)
+                    if (WIDE || k * (NT / 8) < 64) wg_cp16ca(bdst[k] + q4 * WG_B, bsrc[k] + ko);
+                if (T == WG_TYPE_IQ2) {
+                    if (pp == 0) wg_cp16(rdst + q4 * RAW, rsrc + b * 64 + 16 * q4);
+                } else {
+                    wg_cp16(rdst + q4 * RAW, rsrc + b * 64 + 32 * (q4 >> 1));
+                    if (pp == 0) wg_cp4(sdst + q4 * RAW, ssrc + b * 16 + 4 * q4);
+                }
+            }
+            cp_async_commit();
+        };
+        // mma: the products of 32-value block jj of stage q4 (fragments x:
+        // k16 steps 2·jj and 2·jj + 1), committed as one group; then wait
+        // for the group before (its registers are free after).
+        auto mma = [&](int q4, int jj, const uint32_t (&x)[2][4]) {
+            wg_keep(acc);
+            wg_fence();
+#pragma unroll
+            for (int st = 0; st < 2; st++) {
+                const uint64_t db = dB + (uint64_t)((q4 * WG_B + 32 * (2 * jj + st)) >> 4);
+                if (WIDE)
+                    wg_mma128_rs(acc, x[st], db);
+                else
+                    wg_mma64_rs(acc, x[st], db);
+            }
+            wg_commit();
+            wg_keep(acc);
+            wg_wait<1>();
+        };
+        // frag: o[h] (row ra, rb: values 8q … 8q+7 of a 32-value block) as
+        // the two k16 steps' fragments.
+        auto frag = [](const uint4 (&o)[2], uint32_t (&x)[2][4]) {
+            x[0][0] = o[0].x, x[0][1] = o[1].x, x[0][2] = o[0].y, x[0][3] = o[1].y;
+            x[1][0] = o[0].z, x[1][1] = o[1].z, x[1][2] = o[0].w, x[1][3] = o[1].w;
+        };
+        uint32_t na = scale_of(bA), nb = scale_of(bB);
+        issue(0, 0);
+        issue(0, 1);
+        for (int b = 0; b < nbr; b++) {
+            const uint32_t sa = na, sb = nb;
+            if (b + 1 < nbr) na = scale_of(bA + b + 1), nb = scale_of(bB + b + 1);
+#pragma unroll
+            for (int q4 = 0; q4 < 4; q4++) {
+                cp_async_wait<1>(); // stage 4b+q4 is here (the next may still be in flight)
+                wg_proxy_fence();   // ... visible to the tensor cores
+                __syncthreads();    // ... for every thread; every warpgroup is past the products two stages back
+                if (q4 < 2)
+                    issue(b, q4 + 2);
+                else
+                    issue(b + 1, q4 - 2);
+                const uint8_t *rw = gR + q4 * RAW;
+#pragma unroll
+                for (int jj = 0; jj < 2; jj++) {
+                    uint4 o[2];
+                    if (T == WG_TYPE_IQ2) {
+                        // rows ra, rb: sub-block jj's grid entry q, signs and
+                        // scale; one form for the warp (a uniform branch, so
+                        // that the rows interleave): the fused multiply-add
+                        // unless a scale of the block is too large for it
+                        uint2 qw[2];
+                        __half2 s2[2], c2[2];
+                        bool small = true;
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            qw[h] = *(const uint2 *)(rw + 16 * (h ? rb : ra) + 8 * jj);
+                            const float d = __half2float(__ushort_as_half((unsigned short)(h ? sb : sa)));
+                            s2[h] = __float2half2_rn(d * (float)(2 * (qw[h].y >> 28) + 1));
+                            c2[h] = __hmul2(s2[h], __float2half2_rn(-1024.f));
+                            small = small && fabsf(__low2float(s2[h])) < 63.f;
+                        }
+                        auto vals = [&](auto fma_tag) {
+                            constexpr bool FMA = decltype(fma_tag)::value;
+#pragma unroll
+                            for (int h = 0; h < 2; h++)
+                                o[h] = wg_iq2_vals<FMA>(s_grid[(qw[h].x >> (8 * q)) & 0xff], (qw[h].y >> (7 * q)) & 127,
+                                                        s2[h], c2[h]);
+                        };
+                        if (__all_sync(0xffffffffu, small))
+                            vals(WgFlag<true>{});
+                        else
+                            vals(WgFlag<false>{});
+                    } else {
+                        // Q2_K: the row's quant bytes 8q … 8q+7 of the half
+                        // (plane 2·(q4 & 1) + jj) and its sub-block's scale byte
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int row = h ? rb : ra;
+                            const uint32_t sc = h ? sb : sa;
+                            const __half2 dm = *(const __half2 *)&sc;
+                            const uint32_t scw = *(const uint32_t *)(rw + 32 * M + 4 * row);
+                            __half2 a2, b2;
+                            wg_q2k_terms((scw >> (8 * (2 * jj + (q >> 1)))) & 0xff, __low2float(dm), __high2float(dm),
+                                         a2, b2);
+                            o[h] = wg_q2k_group(*(const uint2 *)(rw + 32 * row + 8 * q), 2 * (2 * (q4 & 1) + jj), a2, b2);
+                        }
+                    }
+                    uint32_t x[2][4];
+                    frag(o, x);
+                    mma(q4, jj, x);
+                }
+            }
+        }
+        wg_wait<0>();
+        wg_keep(acc);
+    };
+    const bool wide = cnt > 64;
+    if (wide)
+        body(WgFlag<true>{});
+    else
+        body(WgFlag<false>{});
+    wg_store(p, s, acc, row0 + 64 * wg, cnt, wide, mat_ok, T == WG_TYPE_IQ2 ? 0.125f : 1.0f);
 #endif
 }
 
@@ -384,6 +646,17 @@ template <int T, int WGS, bool SW> void wg_go(const TCArgs &p, int xcount, cudaS
     }
     const dim3 grid((unsigned)xcount, (unsigned)((p.a.rows + S::M - 1) / S::M), 1);
     ds4c_launch(k_wg_moe<T, WGS, SW>, grid, S::THREADS, (size_t)S::SMEM, st, p);
+}
+
+template <int T, int WGS> void wg_go_rs(const TCArgs &p, int xcount, cudaStream_t st) {
+    using S = WgRsShape<T, WGS>;
+    static bool set = false;
+    if (!set) {
+        cudaFuncSetAttribute(k_wg_rs<T, WGS>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+        set = true;
+    }
+    const dim3 grid((unsigned)((p.a.rows + S::M - 1) / S::M), (unsigned)xcount, 1);
+    ds4c_launch(k_wg_rs<T, WGS>, grid, S::THREADS, (size_t)S::SMEM, st, p);
 }
 
 // wg_device_ok: the current device is compute capability 9.0 and this file
@@ -414,9 +687,21 @@ int wg_grouped(int type, const TCArgs &p, int xcount, cudaStream_t st) {
     if ((p.a.rows + 127) / 128 > 65535) return ds4c_err(DS4C_EINVAL, "wgmma product: %d rows", p.a.rows);
     // 2: IQ2_XXS in CTAs of 2 warpgroups (Q2_K's buffers would not fit two
     // an SM); 3: IQ2_XXS in the 128-byte-swizzled layout (ds4c_grouped_half_ok
-    // then leaves Q2_K to the int8 kernels); 4: Q2_K swizzled too
+    // then leaves Q2_K to the int8 kernels); 4: Q2_K swizzled too; 5, 6: the
+    // RS form (k_wg_rs; permuted activations) in CTAs of 4 or 2 warpgroups
     const int v = ds4c_opt_wg_moe();
-    if (type == DS4C_IQ2_XXS) {
+    const bool iq2 = type == DS4C_IQ2_XXS;
+    if (v == 5) {
+        if (iq2)
+            wg_go_rs<WG_TYPE_IQ2, 4>(p, xcount, st);
+        else
+            wg_go_rs<WG_TYPE_Q2K, 4>(p, xcount, st);
+    } else if (v == 6) {
+        if (iq2)
+            wg_go_rs<WG_TYPE_IQ2, 2>(p, xcount, st);
+        else
+            wg_go_rs<WG_TYPE_Q2K, 2>(p, xcount, st);
+    } else if (iq2) {
         if (v == 2)
             wg_go<WG_TYPE_IQ2, 2, false>(p, xcount, st);
         else if (v == 3 || v == 4)

@@ -2575,6 +2575,41 @@ __global__ void k_swiglu_ref(const float *g, const float *u, float *y, int64_t n
     y[i] = v;
 }
 
+// k_swiglu_half: k_swiglu_ref's values rounded to f16 rows (half_sat
+// first), in chunks of 8 a thread (n a multiple of 32, rows n apart); P:
+// each 32-value block permuted as ds4c_to_half_ex's DS4C_HALF_PERM32 — the
+// output chunk m holds values 2m, 2m+1 of each group of 8.
+template <bool P>
+__global__ void k_swiglu_half(const float *g, const float *u, __half *y, int64_t n, int rows, float lim,
+                              const float *w) {
+    pdl_enter();
+    const int64_t per = n / 8, total = per * rows;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / per, c = i - r * per;
+        const float wr = w ? w[r] : 1.f;
+        uint32_t out[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            // the pair of values that goes to word k of chunk c
+            const int64_t at = r * n + (P ? 32 * (c >> 2) + 8 * k + 2 * (c & 3) : 8 * c + 2 * k);
+            const float2 gv2 = __ldg((const float2 *)(g + at)), uv2 = __ldg((const float2 *)(u + at));
+            float v[2] = {gv2.x, gv2.y}, uu[2] = {uv2.x, uv2.y};
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                if (lim > 0.f) {
+                    uu[e] = fminf(fmaxf(uu[e], -lim), lim);
+                    v[e] = fminf(v[e], lim);
+                }
+                v[e] = fmul(silu_ref(v[e]), uu[e]);
+                if (w) v[e] = fmul(wr, v[e]);
+            }
+            const __half2 h = __floats2half2_rn(half_sat(v[0]), half_sat(v[1]));
+            out[k] = *(const uint32_t *)&h;
+        }
+        *(uint4 *)(y + r * n + 8 * c) = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+}
+
 // ------------------------------------------------------------ MoE sum
 // y[t] = Σ over the token's experts in ascending expert id of ye[t][k],
 // then + ysh[t].
@@ -3062,6 +3097,24 @@ int ds4c_swiglu_ref(const float *d_g, const float *d_u, float *d_y, int64_t n, i
     if (n * rows <= 0) return 0;
     ds4c_launch(k_swiglu_ref, nblk(n * rows, 256), 256, 0, as_stream(stream), d_g, d_u, d_y, n, rows, lim, d_w);
     DS4C_CHECK_LAUNCH("swiglu_ref");
+    return 0;
+}
+
+int ds4c_swiglu_half(const float *d_g, const float *d_u, void *d_yh, int64_t n, int rows, float lim, const float *d_w,
+                     int flags, void *stream) {
+    DS4C_READY();
+    if (n <= 0 || rows < 0 || n % 32 != 0 || (((uintptr_t)d_g | (uintptr_t)d_u) & 7) != 0 || ((uintptr_t)d_yh & 15) != 0)
+        return ds4c_err(DS4C_EINVAL, "swiglu_half: bad shape or alignment");
+    if (rows == 0) return 0;
+    const int64_t items = n / 8 * rows;
+    const int64_t cap = 8 * (int64_t)(ds4c_sm_count() > 0 ? ds4c_sm_count() : 132);
+    const int64_t want = (items + 255) / 256;
+    const unsigned grid = (unsigned)(want < cap ? want : cap);
+    if (flags & DS4C_HALF_PERM32)
+        ds4c_launch(k_swiglu_half<true>, grid, 256, 0, as_stream(stream), d_g, d_u, (__half *)d_yh, n, rows, lim, d_w);
+    else
+        ds4c_launch(k_swiglu_half<false>, grid, 256, 0, as_stream(stream), d_g, d_u, (__half *)d_yh, n, rows, lim, d_w);
+    DS4C_CHECK_LAUNCH("swiglu_half");
     return 0;
 }
 

@@ -477,6 +477,30 @@ func TestKernelVariants(t *testing.T) {
 			t.Errorf("attn_flash: median %g (TF32 split: %g), top-1 agreement %g: outside median 5e-3, top-1 0.98", fl.median, tf32.median, fl.top1)
 		}
 	})
+	// Fast mode's mixing logits in one pass on the TF32 tensor cores
+	// (OptHCMix: three-term products, the rms scale applied there) against
+	// the exact-order product with HCPre's scaling, each against exact
+	// mode, prefilled in chunks of 64. TestHCMixes holds the kernel to 2e-6
+	// of Σ|w·h|; through four layers the one-pass form must stay within the
+	// other's distance plus half (median) and 0.01 of its top-1 agreement —
+	// a lost token, row or K range, or a wrong scale, moves the pre, post
+	// and split weights by O(1).
+	t.Run("flash4/fast/hc_mix", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("short")
+		}
+		w := synthWeights(t, flash, model.SchemeF16)
+		toks := testTokens(700, flash.Vocab)
+		run := func(o Options, v int) [][]float32 { return optionLogits(t, w, o, OptHCMix, v, 1, 64, toks) }
+		exact := run(Options{GraphLayers: -1}, 1)
+		old := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 0))
+		one := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 1))
+		t.Logf("fast, exact-order mixes, against exact: %v", old)
+		t.Logf("fast, one-pass TF32 mixes, against exact: %v", one)
+		if one.median > 1.5*old.median+1e-6 || one.top1 < old.top1-0.01 {
+			t.Errorf("hc_mix: median %g, top-1 agreement %g; exact-order mixes: median %g, top-1 %g", one.median, one.top1, old.median, old.top1)
+		}
+	})
 	// Fast mode's routed experts on the wgmma tensor cores (OptWGMoE: f16
 	// activations, IQ2_XXS and Q2_K dequantized to f16) and through the
 	// int8 kernels with Q8_K activations, each against exact mode, on the
@@ -510,7 +534,7 @@ func TestKernelVariants(t *testing.T) {
 			exact := run(Options{GraphLayers: -1}, 1)
 			i8 := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 0))
 			t.Logf("chunks of %d: fast, int8 experts, against exact: %v", chunk, i8)
-			for _, v := range []int{1, 3, 4} { // every expert on wgmma; IQ2_XXS only, swizzled; both swizzled
+			for _, v := range []int{1, 3, 4, 5} { // every expert on wgmma; IQ2_XXS only, swizzled; both swizzled; RS form
 				wg := agree(exact, run(Options{GraphLayers: -1, Fast: true}, v))
 				t.Logf("chunks of %d: fast, wgmma experts (wg_moe %d), against exact: %v", chunk, v, wg)
 				if wg.median > 1.5*i8.median || wg.top1 < i8.top1-0.02 {

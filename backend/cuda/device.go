@@ -306,14 +306,16 @@ const (
 	OptAttnFlash   = 37 // 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores, for head dim 512 and heads in groups of 64, the key rows rounded to f16 in the kernel (env DS4_CUDA_ATTN_FLASH); 2: the same kernel fed f16 copies of the key rows made before it (same bits; DefaultAttnFlash); 0: scores, softmax and weighted sum as three kernels (OptAttnTC). Exact mode never uses it
 	OptIXFlash     = 38 // 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores, for 64 heads of 128 (exact products on FP4-simulated inputs; default; env DS4_CUDA_IX_FLASH); 0: the TF32-split tiles (OptAttnTC). Exact mode never uses it
 	OptHCChunk     = 39 // 1: hc_pre of chunks (8 or more tokens, 4 streams) with 128 threads a token in a loop, the split in its first warp (same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (512 threads a token, OptHCTwo)
-	OptWGMoE       = 40 // fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (GroupedHalfOK, MatMulGroupedHalf; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels (DefaultWGMoE); 4 Q2_K swizzled too (measured no faster than its int8 kernels); 0 Q8_K activations through the int8 kernels, as exact mode
+	OptWGMoE       = 40 // fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (GroupedHalfOK, MatMulGroupedHalf; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; GroupedHalf HalfPerm32), CTAs of 4 warpgroups (DefaultWGMoE); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 kernels, as exact mode
+	OptHCMix       = 41 // 1: fast mode's hyper-connection mixing logits of chunks (HCMixesOK) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there (default; env DS4_CUDA_HC_MIX); 0: the exact-order product and HCPre's scaling, as exact mode
 )
 
-// DefaultWGMoE is the library's default of OptWGMoE: the IQ2_XXS experts
-// on wgmma in the swizzled layout, Q2_K on the int8 kernels (an 8k prompt
-// 7088 → 7588–7601 tok/s on the H200; Q2_K on wgmma too measured the
-// same, cuda/NOTES.md v17).
-const DefaultWGMoE = 3
+// DefaultWGMoE is the library's default of OptWGMoE: both expert types on
+// wgmma with the weights dequantized into its A registers (H200, 4096
+// tokens: IQ2_XXS gate 1368 → 1220 µs against the swizzled form of 3, Q2_K
+// down 2136 → 1363 against the int8 kernel; an 8k prompt 7688 → 7909–8059
+// tok/s; cuda/NOTES.md v18).
+const DefaultWGMoE = 5
 
 // DefaultHalfMM is the library's default of OptHalfMM: fast mode's Q8_0
 // and F16 products of chunks through cuBLAS (the mixers too, 3, measured no

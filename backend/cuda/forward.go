@@ -145,21 +145,26 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 }
 
 // mixes computes the hyper-connection mixing logits fn·flat(h_t) into out
-// [n][fn.Rows]; HCPre (RawMix) scales them by rsqrt(mean(h_t²)+eps). It
-// reports whether the product was queued late (MatMulLate: float weights,
-// no activation to quantize), so that the HCPre queued next may read the
-// streams before its wait (HCPreArgs.HDone).
-func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (bool, error) {
+// [n][fn.Rows]. raw: they still need HCPre's scaling by
+// rsqrt(mean(h_t²)+eps) (HCPreArgs.RawMix) — all forms but fast mode's
+// HCMixes, which applies it in the same pass over the streams. late: the
+// product was queued late (MatMulLate: float weights, no activation to
+// quantize), so that the HCPre queued next may read the streams before its
+// wait (HCPreArgs.HDone).
+func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (raw, late bool, err error) {
 	HCD := be.cfg.HC * be.cfg.Embed
+	if !be.exact() && fn.Cols == HCD && be.dev.HCMixesOK(fn.Type, fn.Rows, HCD, b.n) {
+		return false, false, be.dev.HCMixes(b.s, fn, b.h, b.n, be.cfg.NormEps, out)
+	}
 	if be.half(fn, quant.F32, b.n) {
 		// fast mode's chunks: the streams as they are (float range: they
 		// are not normalised) on the TF32 tensor cores through cuBLAS
-		return false, be.dev.MatMulHalf(b.s, fn, 1, b.h, quant.F32, int64(HCD), 0, b.n, out, int64(fn.Rows), 0)
+		return true, false, be.dev.MatMulHalf(b.s, fn, 1, b.h, quant.F32, int64(HCD), 0, b.n, out, int64(fn.Rows), 0)
 	}
 	if isFloatType(fn.Type) && be.hcEarly {
-		return true, be.dev.MatMulLate(b.s, fn, b.h, int64(4*HCD), b.n, out, int64(fn.Rows), be.exact())
+		return true, true, be.dev.MatMulLate(b.s, fn, b.h, int64(4*HCD), b.n, out, int64(fn.Rows), be.exact())
 	}
-	return false, be.linear(b, b.h, HCD, b.n, linJob{fn, out, fn.Rows})
+	return true, false, be.linear(b, b.h, HCD, b.n, linJob{fn, out, fn.Rows})
 }
 
 func (L *dlayer) hcOf(sub engine.SubBlock) (*dhc, Ptr) {
@@ -183,7 +188,7 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 	if err != nil {
 		return err
 	}
-	hdone, err := be.mixes(b, hw.fn, mx)
+	raw, hdone, err := be.mixes(b, hw.fn, mx)
 	if err != nil {
 		return err
 	}
@@ -201,7 +206,7 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 		}
 	}
 	if err := be.dev.HCPre(b.s, &HCPreArgs{
-		Mix: mx, RawMix: true, M: M, Scale: hw.scale, Base: hw.base, HC: c.HC, Iters: c.SinkhornIters, HCEps: c.HCEps,
+		Mix: mx, RawMix: raw, M: M, Scale: hw.scale, Base: hw.base, HC: c.HC, Iters: c.SinkhornIters, HCEps: c.HCEps,
 		H: b.h, D: c.Embed, NormW: normW, NormEps: c.NormEps, X: b.x, Post: b.post, Comb: b.comb, XQ: xq, N: b.n, HDone: hdone,
 	}); err != nil {
 		return err
@@ -248,12 +253,12 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 	if err != nil {
 		return err
 	}
-	hdone, err := be.mixes(b, be.hcHeadFn, mx)
+	raw, hdone, err := be.mixes(b, be.hcHeadFn, mx)
 	if err != nil {
 		return err
 	}
 	if err := d.HCPre(b.s, &HCPreArgs{
-		Head: true, Mix: mx, RawMix: true, M: HC, Scale: be.hcHeadScale, Base: be.hcHeadBase, HC: HC, HCEps: c.HCEps,
+		Head: true, Mix: mx, RawMix: raw, M: HC, Scale: be.hcHeadScale, Base: be.hcHeadBase, HC: HC, HCEps: c.HCEps,
 		H: b.h, D: D, NormW: be.outNorm, NormEps: c.NormEps, X: b.headIn, N: b.n, HDone: hdone,
 	}); err != nil {
 		return err
@@ -713,21 +718,23 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	// where the library offers it (OptWGMoE, asked per product: its default
 	// keeps Q2_K on the int8 kernels), else with the weights' own
 	// activation type.
-	half := !be.exact() && d.GroupedHalfOK(L.gateExps.Type, D, nk)
-	halfDown := !be.exact() && d.GroupedHalfOK(L.downExps.Type, FF, nk)
-	grouped := func(half bool, w *Weight, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, grp Ptr) error {
-		if half {
+	half, halfDown := HalfNone, HalfNone
+	if !be.exact() {
+		half, halfDown = d.GroupedHalf(L.gateExps.Type, D, nk), d.GroupedHalf(L.downExps.Type, FF, nk)
+	}
+	grouped := func(half HalfLayout, w *Weight, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, grp Ptr) error {
+		if half != HalfNone {
 			return d.MatMulGroupedHalf(s, w, sel, nk, act, actSel, actDiv, y, ySel, grp)
 		}
 		return d.MatMulGrouped(s, w, sel, nk, act, actSel, actDiv, y, ySel, grp, be.exact())
 	}
 	act, actSel := b.x, f4(D)
-	if half {
+	if half != HalfNone {
 		var err error
 		if act, err = b.sc.get("moe.xh", 2*int64(D)*int64(n)); err != nil {
 			return err
 		}
-		if err := d.ToHalf(s, b.x, D, D, n, act); err != nil {
+		if err := d.ToHalfAs(s, b.x, D, D, n, act, half); err != nil {
 			return err
 		}
 		actSel = 2 * int64(D)
@@ -764,31 +771,34 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if err := grouped(half, L.upExps, act, actSel, K, ue, int64(FF), grp); err != nil {
 		return err
 	}
-	if err := d.SwiGLURef(s, ge, ue, ge, FF, nk, L.clamp, wts); err != nil {
-		return err
-	}
 	act2, act2Sel := ge, f4(FF)
-	if halfDown {
+	if halfDown != HalfNone {
+		// SwiGLU straight to the down product's f16 rows
 		if act2, err = b.sc.get("moe.gh", 2*int64(FF)*int64(nk)); err != nil {
 			return err
 		}
-		if err := d.ToHalf(s, ge, FF, FF, nk, act2); err != nil {
+		if err := d.SwiGLUHalf(s, ge, ue, act2, FF, nk, L.clamp, wts, halfDown); err != nil {
 			return err
 		}
 		act2Sel = 2 * int64(FF)
-	} else if !isFloatType(L.downExps.Type) {
-		at, err := d.ActType(L.downExps.Type)
-		if err != nil {
+	} else {
+		if err := d.SwiGLURef(s, ge, ue, ge, FF, nk, L.clamp, wts); err != nil {
 			return err
 		}
-		ab := d.ActBytes(at, FF)
-		if act2, err = b.sc.get("moe.gact", ab*int64(nk)); err != nil {
-			return err
+		if !isFloatType(L.downExps.Type) {
+			at, err := d.ActType(L.downExps.Type)
+			if err != nil {
+				return err
+			}
+			ab := d.ActBytes(at, FF)
+			if act2, err = b.sc.get("moe.gact", ab*int64(nk)); err != nil {
+				return err
+			}
+			if err := d.Quantize(s, at, ge, FF, act2, FF, nk); err != nil {
+				return err
+			}
+			act2Sel = ab
 		}
-		if err := d.Quantize(s, at, ge, FF, act2, FF, nk); err != nil {
-			return err
-		}
-		act2Sel = ab
 	}
 	if err := grouped(halfDown, L.downExps, act2, act2Sel, 1, ye, int64(D), grp); err != nil {
 		return err

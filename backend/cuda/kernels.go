@@ -145,6 +145,19 @@ func (d *Device) ToHalf(s Stream, x Ptr, xStride, cols, ntok int, xh Ptr) error 
 	})
 }
 
+// ToHalfAs is ToHalf writing the rows in layout lay (HalfRows: as ToHalf;
+// HalfPerm32: each 32-value block permuted for the RS form of
+// MatMulGroupedHalf; cols a multiple of 32, xStride even, x 8-byte and xh
+// 16-byte aligned).
+func (d *Device) ToHalfAs(s Stream, x Ptr, xStride, cols, ntok int, xh Ptr, lay HalfLayout) error {
+	if lay != HalfPerm32 {
+		return d.ToHalf(s, x, xStride, cols, ntok, xh)
+	}
+	return d.l.call("to_half_ex", func() int32 {
+		return d.l.toHalfEx(uintptr(x), int64(xStride), int64(cols), int32(ntok), uintptr(xh), 1, uintptr(s))
+	})
+}
+
 // MatMulHalf is fast mode's product of a chunk through cuBLAS (f32 sums;
 // HalfOK says which it takes): for i < nsel (1, or w.Mats: selection i
 // through matrix i) and t < ntok, y[i*ySel + t*yTok + r] = W_i[r] · x(i, t),

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 17
+const abiVersion = 19
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -81,11 +81,14 @@ type lib struct {
 	halfOK        func(t, xType, nTok int32) int32
 	halfWarm      func() int32
 	toHalf        func(x uintptr, xStride, cols int64, nTok int32, xh uintptr, s uintptr) int32
+	toHalfEx      func(x uintptr, xStride, cols int64, nTok int32, xh uintptr, flags int32, s uintptr) int32
 	matmulHalf    func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, x uintptr, xType int32, xTok, xSel int64, nTok int32, y uintptr, yTok, ySel int64, s uintptr) int32
 	groupBytes    func(nSel int32, nMat int64) uint64
 	group         func(ids uintptr, nSel int32, nMat int64, scratch, s uintptr) int32
 	matmulGroup   func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32
 	groupedHalfOK func(t int32, cols int64, nSel int32) int32
+	hcMixesOK     func(t, m int32, k int64, n int32) int32
+	hcMixes       func(t int32, fn uintptr, m int32, k int64, h uintptr, n int32, eps float32, mix uintptr, s uintptr) int32
 
 	getRows     func(t int32, w uintptr, totalRows, cols int64, ids uintptr, n int32, dst uintptr, dstStride int64, copies int32, copyStride int64, s uintptr) int32
 	rmsnormRef  func(x uintptr, xStride int64, w, y uintptr, yStride, n int64, rows int32, eps float32, s uintptr) int32
@@ -107,6 +110,7 @@ type lib struct {
 	attention   func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, flags int32, s uintptr) int32
 	router      func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, s uintptr) int32
 	swigluRef   func(g, u, y uintptr, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
+	swigluHalf  func(g, u, yh uintptr, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
 	moeCombine  func(ye, sel, ysh, y uintptr, n, k int32, d int64, s uintptr) int32
 
 	rmsnorm   func(x, w, y uintptr, n int64, rows int32, eps float32, s uintptr) int32
@@ -232,11 +236,14 @@ func load() (*lib, error) {
 		{&l.halfOK, "ds4c_half_ok"},
 		{&l.halfWarm, "ds4c_half_warm"},
 		{&l.toHalf, "ds4c_to_half"},
+		{&l.toHalfEx, "ds4c_to_half_ex"},
 		{&l.matmulHalf, "ds4c_matmul_half"},
 		{&l.groupBytes, "ds4c_group_bytes"},
 		{&l.group, "ds4c_group"},
 		{&l.matmulGroup, "ds4c_matmul_grouped"},
 		{&l.groupedHalfOK, "ds4c_grouped_half_ok"},
+		{&l.hcMixesOK, "ds4c_hc_mixes_ok"},
+		{&l.hcMixes, "ds4c_hc_mixes"},
 		{&l.getRows, "ds4c_get_rows"},
 		{&l.rmsnormRef, "ds4c_rmsnorm_ref"},
 		{&l.hcPre, "ds4c_hc_pre"},
@@ -257,6 +264,7 @@ func load() (*lib, error) {
 		{&l.attnWork, "ds4c_attention_work"},
 		{&l.router, "ds4c_router"},
 		{&l.swigluRef, "ds4c_swiglu_ref"},
+		{&l.swigluHalf, "ds4c_swiglu_half"},
 		{&l.moeCombine, "ds4c_moe_combine"},
 		{&l.rmsnorm, "ds4c_rmsnorm"},
 		{&l.softmax, "ds4c_softmax"},

@@ -77,17 +77,61 @@ func (d *Device) MatMulGrouped(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, 
 	})
 }
 
-// GroupedHalfOK reports whether MatMulGroupedHalf takes weights of type t
-// with rows of cols values for nsel selections (OptWGMoE on and offering
-// the type — its default declines Q2_K —, a compute capability 9.0 device
-// and a library built with sm_90a code, IQ2_XXS or Q2_K, cols a multiple
-// of 256, nsel at least OptTCMinSel so that Group built the tile table).
+// HalfLayout is the layout of the f16 activation rows MatMulGroupedHalf
+// reads (GroupedHalf's answer; ToHalfAs writes it).
+type HalfLayout int32
+
+const (
+	// HalfNone: MatMulGroupedHalf does not take the product.
+	HalfNone HalfLayout = 0
+	// HalfRows: ToHalf's rows as they are.
+	HalfRows HalfLayout = 1
+	// HalfPerm32: each 32-value block permuted so that position
+	// 16s+8h+2q+e holds value 8q+4s+2h+e (the RS form's order, OptWGMoE
+	// 5 and 6).
+	HalfPerm32 HalfLayout = 2
+)
+
+// GroupedHalf reports whether, and with which activation layout,
+// MatMulGroupedHalf takes weights of type t with rows of cols values for
+// nsel selections (OptWGMoE on and offering the type — its default
+// declines Q2_K —, a compute capability 9.0 device and a library built with
+// sm_90a code, IQ2_XXS or Q2_K, cols a multiple of 256, nsel at least
+// OptTCMinSel so that Group built the tile table).
+func (d *Device) GroupedHalf(t quant.Type, cols, nsel int) HalfLayout {
+	switch v := d.l.groupedHalfOK(int32(t), int64(cols), int32(nsel)); v {
+	case 1, 2:
+		return HalfLayout(v)
+	}
+	return HalfNone
+}
+
+// GroupedHalfOK reports whether MatMulGroupedHalf takes the product
+// (GroupedHalf is not HalfNone).
 func (d *Device) GroupedHalfOK(t quant.Type, cols, nsel int) bool {
-	return d.l.groupedHalfOK(int32(t), int64(cols), int32(nsel)) == 1
+	return d.GroupedHalf(t, cols, nsel) != HalfNone
+}
+
+// HCMixesOK reports whether HCMixes takes a mixer of type t with m rows of
+// k values for n tokens (OptHCMix on, F32 or F16, 0 < m ≤ 32, k a
+// multiple of 128, n ≥ 8).
+func (d *Device) HCMixesOK(t quant.Type, m, k, n int) bool {
+	return d.l.hcMixesOK(int32(t), int32(m), int64(k), int32(n)) == 1
+}
+
+// HCMixes is fast mode's mixing logits of a chunk: mix[t][r] = (fn_r · h_t)
+// · rsqrt(mean(h_t²) + eps) for the n rows h_t of fn.Cols floats at h (16-
+// byte aligned), products as three TF32 terms (about float32's accuracy),
+// sums in any order. Only where HCMixesOK says so; otherwise an error with
+// nothing queued.
+func (d *Device) HCMixes(s Stream, fn *Weight, h Ptr, n int, eps float32, mix Ptr) error {
+	return d.l.call("hc_mixes", func() int32 {
+		return d.l.hcMixes(int32(fn.Type), uintptr(fn.Ptr), int32(fn.Rows), int64(fn.Cols), uintptr(h), int32(n), eps, uintptr(mix), uintptr(s))
+	})
 }
 
 // MatMulGroupedHalf is fast mode's MatMulGrouped with f16 activation rows
-// (ToHalf's) on the wgmma tensor cores: each weight dequantized to f16 with
+// (ToHalfAs's, in GroupedHalf's layout) on the wgmma tensor cores: each weight dequantized to f16 with
 // its scales, f32 sums (not bit-identical to quant.Dot). Only where
 // GroupedHalfOK says so; otherwise an error with nothing queued.
 func (d *Device) MatMulGroupedHalf(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, scratch Ptr) error {
@@ -369,6 +413,19 @@ func (d *Device) Router(s Stream, logits Ptr, e int, bias, tid2eid, tokens Ptr, 
 func (d *Device) SwiGLURef(s Stream, g, u, y Ptr, n, rows int, lim float32, w Ptr) error {
 	return d.l.call("swiglu_ref", func() int32 {
 		return d.l.swigluRef(uintptr(g), uintptr(u), uintptr(y), int64(n), int32(rows), lim, uintptr(w), uintptr(s))
+	})
+}
+
+// SwiGLUHalf is SwiGLURef with its values rounded to f16 rows of n at yh
+// (as ToHalf) in layout lay (HalfPerm32: as ToHalfAs), in one pass: the
+// down product's f16 input (n a multiple of 32).
+func (d *Device) SwiGLUHalf(s Stream, g, u, yh Ptr, n, rows int, lim float32, w Ptr, lay HalfLayout) error {
+	var flags int32
+	if lay == HalfPerm32 {
+		flags = 1
+	}
+	return d.l.call("swiglu_half", func() int32 {
+		return d.l.swigluHalf(uintptr(g), uintptr(u), uintptr(yh), int64(n), int32(rows), lim, uintptr(w), flags, uintptr(s))
 	})
 }
 

@@ -99,15 +99,16 @@ func TestPrefillProducts(t *testing.T) {
 			report(label, float64(nsel)*float64(rows)*float64(cols), us)
 		}
 		// fast mode's wgmma product (f16 activations: ToHalf's, timed apart)
-		for _, v := range []int{1, 2, 3, 4} {
+		for _, v := range []int{1, 2, 3, 4, 5, 6} {
 			label := fmt.Sprintf("%s %s %dx%d sel %d wg %d", name, typ, rows, cols, nsel, v)
 			must(t, d.SetOption(OptWGMoE, v))
-			if !keep.MatchString(label) || !d.GroupedHalfOK(typ, cols, nsel) {
+			lay := d.GroupedHalf(typ, cols, nsel)
+			if !keep.MatchString(label) || lay == HalfNone {
 				continue
 			}
 			x := upload(t, d, gaussian(na*cols, 54))
 			xh := alloc(t, d, int64(2*na*cols))
-			us := plain(func() error { return d.ToHalf(s, x, cols, cols, na, xh) })
+			us := plain(func() error { return d.ToHalfAs(s, x, cols, cols, na, xh, lay) })
 			emit(fmt.Sprintf("prefill to_half %-44s %9.1f µs", label, us))
 			us = gt.time(calls, func(int) error {
 				return d.MatMulGroupedHalf(s, dw, idp, nsel, xh, int64(2*cols), div, y, int64(rows), grp)

@@ -67,7 +67,7 @@ func TestGroupedHalf(t *testing.T) {
 		}
 		t.Skipf("no wgmma product on %s (compute capability %d.%d)", inf.Name, inf.Major, inf.Minor)
 	}
-	variants := []int{1, 2, 3, 4}
+	variants := []int{1, 2, 3, 4, 5, 6}
 	if env := os.Getenv("DS4_CUDA_TEST_WG"); env != "" { // e.g. "4", one variant (compute-sanitizer runs)
 		variants = nil
 		for _, f := range strings.Split(env, ",") {
@@ -122,8 +122,9 @@ func groupedHalfCases(t *testing.T, d *Device, v int) {
 		}
 		for _, ntok := range []int{40, 150, 400} { // ≈ 24, 90, 240 selections an expert
 			nsel := ntok * K
-			if !d.GroupedHalfOK(c.typ, c.cols, nsel) {
-				t.Fatalf("%s %d columns, %d selections: GroupedHalfOK false", c.typ, c.cols, nsel)
+			lay := d.GroupedHalf(c.typ, c.cols, nsel)
+			if want := map[bool]HalfLayout{false: HalfRows, true: HalfPerm32}[v >= 5]; lay != want {
+				t.Fatalf("%s %d columns, %d selections: GroupedHalf %d, want %d", c.typ, c.cols, nsel, lay, want)
 			}
 			ids, idp, grp := groupedIDs(t, d, nsel, mats, uint64(ci), uint64(ntok)) // the middle id out of range
 			for _, div := range []int{K, 1} {
@@ -134,7 +135,7 @@ func groupedHalfCases(t *testing.T, d *Device, v int) {
 					xh[i] = float64(quant.F16ToF32(quant.F32ToF16(v)))
 				}
 				act := alloc(t, d, int64(2*na*c.cols))
-				must(t, d.ToHalf(0, upload(t, d, x), c.cols, c.cols, na, act))
+				must(t, d.ToHalfAs(0, upload(t, d, x), c.cols, c.cols, na, act, lay))
 				ys := int64(c.rows + 5)
 				y := alloc(t, d, 4*ys*int64(nsel))
 				poison(t, d, y, int(ys)*nsel)
@@ -186,4 +187,73 @@ func groupedHalfCases(t *testing.T, d *Device, v int) {
 		}
 	}
 	t.Logf("grouped f16 products: largest error %.3g of Σ m·|x| (bound 1.5e-3)", worst)
+}
+
+// TestToHalfPerm32 checks ToHalfAs's permuted layout (HalfPerm32) value by
+// value against its definition: position 16s+8h+2q+e of each 32-value
+// block holds value 8q+4s+2h+e of the row, rounded to f16 (saturated), on
+// rows ld floats apart; and that a layout it cannot write is refused.
+func TestToHalfPerm32(t *testing.T) {
+	d := gpu(t)
+	const cols, ntok, ld = 96, 5, 100
+	x := gaussian(ntok*ld, 77)
+	x[3], x[ld+40] = 1e6, -7e4 // saturated
+	xh := alloc(t, d, 2*cols*ntok)
+	must(t, d.ToHalfAs(0, upload(t, d, x), ld, cols, ntok, xh, HalfPerm32))
+	raw := make([]byte, 2*cols*ntok)
+	must(t, d.Synchronize())
+	must(t, d.Download(raw, xh))
+	bad := 0
+	for tok := 0; tok < ntok; tok++ {
+		for pos := 0; pos < cols; pos++ {
+			l := pos % 32
+			s, h, q, e := l>>4, (l>>3)&1, (l>>1)&3, l&1
+			src := pos - l + 8*q + 4*s + 2*h + e
+			want := quant.F32ToF16(halfSat(x[tok*ld+src]))
+			if got := binary.LittleEndian.Uint16(raw[2*(tok*cols+pos):]); got != want && bad < 5 {
+				t.Errorf("token %d position %d: got f16 %#04x, want %#04x (value %d)", tok, pos, got, want, src)
+				bad++
+			}
+		}
+	}
+	if err := d.ToHalfAs(0, upload(t, d, x), ld, 40, 2, xh, HalfPerm32); err == nil {
+		t.Errorf("ToHalfAs HalfPerm32 with 40 columns: no error")
+	}
+}
+
+// TestSwiGLUHalf checks that SwiGLUHalf gives, bit for bit, SwiGLURef's
+// values rounded by ToHalfAs, in both layouts, with and without the clamp
+// and the per-row weights.
+func TestSwiGLUHalf(t *testing.T) {
+	d := gpu(t)
+	const n, rows = 160, 7
+	g, u := gaussian(n*rows, 91), gaussian(n*rows, 92)
+	for i := range g {
+		g[i] *= 6 // past the clamp
+	}
+	g[5], u[9] = 3e4, 2e4 // a product past f16's range (saturated)
+	wts := gaussian(rows, 93)
+	dg, du, dw := upload(t, d, g), upload(t, d, u), upload(t, d, wts)
+	ref := alloc(t, d, 4*n*rows)
+	want, got := alloc(t, d, 2*n*rows), alloc(t, d, 2*n*rows)
+	for _, lay := range []HalfLayout{HalfRows, HalfPerm32} {
+		for _, lim := range []float32{0, 7} {
+			for _, w := range []Ptr{0, dw} {
+				must(t, d.SwiGLURef(0, dg, du, ref, n, rows, lim, w))
+				must(t, d.ToHalfAs(0, ref, n, n, rows, want, lay))
+				must(t, d.SwiGLUHalf(0, dg, du, got, n, rows, lim, w, lay))
+				a, b := make([]byte, 2*n*rows), make([]byte, 2*n*rows)
+				must(t, d.Synchronize())
+				must(t, d.Download(a, want))
+				must(t, d.Download(b, got))
+				for i := 0; i < n*rows; i++ {
+					if a[2*i] != b[2*i] || a[2*i+1] != b[2*i+1] {
+						t.Errorf("layout %d, clamp %g, weights %v: f16 %d = %#04x, want %#04x", lay, lim, w != 0, i,
+							binary.LittleEndian.Uint16(b[2*i:]), binary.LittleEndian.Uint16(a[2*i:]))
+						break
+					}
+				}
+			}
+		}
+	}
 }

@@ -25,7 +25,7 @@ for k in "${KS[@]}"; do
     f=$(echo "$k" | tr -c 'A-Za-z0-9_\n' '_' | sed 's/__*/_/g; s/_$//')
     ncu --clock-control none --cache-control none --kernel-name-base demangled -k "regex:$k" --launch-count 1 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-        --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters \
+        --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SourceCounters \
         -o "/tmp/oplat-$f" -f $F/cuda.test -test.run "$TEST\$" -test.timeout 300s >"/tmp/ncu-oplat-$f.log" 2>&1
     echo "== ncu $k: exit $?"; tail -3 "/tmp/ncu-oplat-$f.log"
     ncu -i "/tmp/oplat-$f.ncu-rep" --page details >>"$OUT/ncu-oplat.txt" 2>&1

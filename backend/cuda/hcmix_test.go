@@ -1,0 +1,72 @@
+package cuda
+
+import (
+	"math"
+	"testing"
+
+	"ds4go/quant"
+)
+
+// TestHCMixes checks HCMixes against a float64 reference of
+// (fn_r · h_t) · rsqrt(mean(h_t²) + eps), for F32 and F16 mixers of Flash's
+// shape (24 rows of 16384) and the head's (4 rows), token counts that leave
+// a partial tile of 16, and streams of very different magnitudes. The
+// products are three TF32 terms (the missing lo·lo term is below 2^-22 of
+// each product) summed in float32: every logit within 2e-6 of Σ|w·h|·r; a
+// wrong fragment, K range, row or token breaks that by orders of magnitude.
+func TestHCMixes(t *testing.T) {
+	d := gpu(t)
+	const K, eps = 16384, 1e-6
+	cases := []struct {
+		typ  quant.Type
+		m, n int
+	}{
+		{quant.F16, 24, 37}, {quant.F32, 24, 16}, {quant.F16, 4, 21}, {quant.F32, 30, 9},
+	}
+	for ci, c := range cases {
+		if !d.HCMixesOK(c.typ, c.m, K, c.n) {
+			t.Fatalf("HCMixesOK(%s, %d, %d, %d) false", c.typ, c.m, K, c.n)
+		}
+		mat, dw, _ := randomMats(t, d, c.typ, c.m, K, 1, uint64(5100+ci))
+		wf := make([]float32, c.m*K)
+		must(t, quant.Dequantize(c.typ, mat(0), wf))
+		h := gaussian(c.n*K, uint64(5200+ci))
+		for tok := 0; tok < c.n; tok++ { // streams of magnitudes 1e-3 … 1e3
+			sc := float32(math.Pow(10, float64(tok%7-3)))
+			for i := tok * K; i < (tok+1)*K; i++ {
+				h[i] *= sc
+			}
+		}
+		y := alloc(t, d, int64(4*c.m*c.n))
+		poison(t, d, y, c.m*c.n)
+		must(t, d.HCMixes(0, dw, upload(t, d, h), c.n, eps, y))
+		got := download(t, d, y, c.m*c.n)
+		worst := 0.0
+		for tok := 0; tok < c.n; tok++ {
+			ht := h[tok*K : (tok+1)*K]
+			var ss float64
+			for _, v := range ht {
+				ss += float64(v) * float64(v)
+			}
+			r := 1 / math.Sqrt(ss/K+eps)
+			for m := 0; m < c.m; m++ {
+				var dot, mag float64
+				for k, v := range ht {
+					p := float64(wf[m*K+k]) * float64(v)
+					dot += p
+					mag += math.Abs(p)
+				}
+				e := math.Abs(float64(got[tok*c.m+m])-dot*r) / (mag*r + 1e-30)
+				worst = max(worst, e)
+				if !(e <= 2e-6) {
+					t.Errorf("%s %d rows, token %d row %d: got %v, want %v (error %.3g of Σ|w·h|·r)", c.typ, c.m, tok, m, got[tok*c.m+m], dot*r, e)
+					return
+				}
+			}
+		}
+		t.Logf("%s %d rows × %d tokens: worst error %.3g of Σ|w·h|·r", c.typ, c.m, c.n, worst)
+	}
+	if d.HCMixesOK(quant.F16, 24, 1000, 64) || d.HCMixesOK(quant.Q8_0, 24, K, 64) || d.HCMixesOK(quant.F16, 33, K, 64) {
+		t.Errorf("HCMixesOK takes a shape or type it should not")
+	}
+}

@@ -1,0 +1,175 @@
+// hc_mix.cu: fast mode's hyper-connection mixing logits of chunks
+// (ds4cuda.h: ds4c_hc_mixes_ok, ds4c_hc_mixes).
+//
+// The mixer multiplies each token's flattened streams h_t (HC·D floats,
+// 16384 for Flash, not normalised) by M ≤ 32 rows (24 for Flash: pre, post
+// and the HC×HC split) and scales the M logits by rsqrt(mean(h_t²) + eps).
+// Exact mode keeps the CPU's summation order (k_fexact_tile_wr, ≈ 315 µs
+// for a 4096-token chunk on the H200, cuda/NOTES.md v16), and hc_pre then
+// reads the streams again for their sum of squares. Here a chunk is one
+// pass over the streams (268 MB for 4096 tokens: ≈ 67 µs at 4 TB/s): the
+// products on the TF32 tensor cores in three terms (hi·hi + hi·lo + lo·hi of
+// each operand split into two TF32 values: about float32's accuracy, the
+// lo·lo term below 2^-22 of a product), the sum of squares on the side, and
+// the scale applied, so that hc_pre needs neither.
+//
+// A CTA takes 16 tokens and 8 warps; warp w walks K/8 of the values. Per
+// 16 values a lane (g = lane/4, q = lane%4) loads 4 consecutive values of
+// tokens g and g+8 and of mixer rows g, 8+g, …: values 4q+2s and 4q+2s+1
+// are the mma's k columns q and q+4 of step s (any order of k gives the
+// same dot product, and these are whole 32-byte sectors a row). The warps'
+// partial sums meet in shared memory and are added in warp order.
+#include "common.cuh"
+
+namespace {
+
+constexpr int HM_T = 16; // tokens a CTA
+constexpr int HM_W = 8;  // warps a CTA (each a K/8 range)
+
+__device__ __forceinline__ uint32_t hm_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// hm_split: x as hi + lo, both TF32 (hi the nearest TF32, lo the rest
+// rounded to TF32).
+__device__ __forceinline__ void hm_split(float x, uint32_t &hi, uint32_t &lo) {
+    hi = hm_tf32(x);
+    lo = hm_tf32(x - __uint_as_float(hi));
+}
+
+__device__ __forceinline__ void hm_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// hm_load4: 4 consecutive mixer weights as floats.
+__device__ __forceinline__ void hm_load4(const float *p, float (&v)[4]) {
+    const float4 f = __ldg((const float4 *)p);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+}
+__device__ __forceinline__ void hm_load4(const __half *p, float (&v)[4]) {
+    const uint2 u = __ldg((const uint2 *)p);
+    const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+
+// k_hc_mix_tf32: mix[t][m] = (fn[m] · h[t]) · rsqrt(Σ h[t]² / K + eps) for
+// t < n, m < M ≤ 8·NT (K a multiple of 128, h 16-byte aligned).
+template <typename WT, int NT>
+__global__ void __launch_bounds__(HM_W * 32) k_hc_mix_tf32(const WT *fn, int M, int64_t K, const float *h, int n,
+                                                           float eps, float *mix) {
+    pdl_launch();
+    __shared__ float s_acc[HM_W][HM_T][NT * 8 + 1];
+    __shared__ float s_ss[HM_W][HM_T];
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int t0 = blockIdx.x * HM_T;
+    const int64_t kw = K / HM_W, k0 = w * kw + 4 * q;
+    const float *ha = h + (int64_t)min(t0 + g, n - 1) * K + k0;
+    const float *hb = h + (int64_t)min(t0 + g + 8, n - 1) * K + k0;
+    const WT *wr[NT];
+    bool wok[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        wok[j] = 8 * j + g < M;
+        wr[j] = fn + (int64_t)min(8 * j + g, M - 1) * K + k0;
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    float ssa = 0.f, ssb = 0.f;
+    pdl_wait();
+#pragma unroll 4
+    for (int64_t k = 0; k < kw; k += 16) {
+        const float4 va = __ldg((const float4 *)(ha + k)), vb = __ldg((const float4 *)(hb + k));
+        ssa = fmaf(va.x, va.x, fmaf(va.y, va.y, fmaf(va.z, va.z, fmaf(va.w, va.w, ssa))));
+        ssb = fmaf(vb.x, vb.x, fmaf(vb.y, vb.y, fmaf(vb.z, vb.z, fmaf(vb.w, vb.w, ssb))));
+        float wv[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            hm_load4(wr[j] + k, wv[j]);
+            if (!wok[j]) wv[j][0] = wv[j][1] = wv[j][2] = wv[j][3] = 0.f;
+        }
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            // a: (token g, k q), (token g+8, k q), (g, k q+4), (g+8, k q+4)
+            const float af[4] = {s ? va.z : va.x, s ? vb.z : vb.x, s ? va.w : va.y, s ? vb.w : vb.y};
+            uint32_t ahi[4], alo[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) hm_split(af[i], ahi[i], alo[i]);
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                uint32_t b0h, b0l, b1h, b1l; // b: (k q, row g), (k q+4, row g)
+                hm_split(wv[j][2 * s], b0h, b0l);
+                hm_split(wv[j][2 * s + 1], b1h, b1l);
+                hm_mma(acc[j], alo, b0h, b1h);
+                hm_mma(acc[j], ahi, b0l, b1l);
+                hm_mma(acc[j], ahi, b0h, b1h);
+            }
+        }
+    }
+    // d: (token g, rows 2q, 2q+1), (token g+8, the same) of each n-tile
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            s_acc[w][g][8 * j + 2 * q + e] = acc[j][e];
+            s_acc[w][g + 8][8 * j + 2 * q + e] = acc[j][2 + e];
+        }
+    ssa += __shfl_xor_sync(0xffffffffu, ssa, 1);
+    ssa += __shfl_xor_sync(0xffffffffu, ssa, 2);
+    ssb += __shfl_xor_sync(0xffffffffu, ssb, 1);
+    ssb += __shfl_xor_sync(0xffffffffu, ssb, 2);
+    if (q == 0) s_ss[w][g] = ssa, s_ss[w][g + 8] = ssb;
+    __syncthreads();
+    for (int i = tid; i < HM_T * M; i += HM_W * 32) {
+        const int r = i / M, m = i - r * M;
+        if (t0 + r >= n) break;
+        float sum = 0.f, ss = 0.f;
+#pragma unroll
+        for (int v = 0; v < HM_W; v++) sum += s_acc[v][r][m], ss += s_ss[v][r];
+        mix[(int64_t)(t0 + r) * M + m] = sum * (1.f / sqrtf(ss / (float)K + eps));
+    }
+}
+
+template <typename WT> void hm_go(const WT *fn, int M, int64_t K, const float *h, int n, float eps, float *mix,
+                                  cudaStream_t st) {
+    const unsigned grid = (unsigned)((n + HM_T - 1) / HM_T);
+    if (M <= 8)
+        ds4c_launch(k_hc_mix_tf32<WT, 1>, grid, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
+    else if (M <= 24)
+        ds4c_launch(k_hc_mix_tf32<WT, 3>, grid, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
+    else
+        ds4c_launch(k_hc_mix_tf32<WT, 4>, grid, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
+}
+
+} // namespace
+
+extern "C" {
+
+int ds4c_hc_mixes_ok(int type, int M, int64_t K, int n) {
+    return ds4c_opt_hc_mix() && (type == DS4C_F32 || type == DS4C_F16) && M > 0 && M <= 32 && K > 0 && K % 128 == 0 &&
+                   n >= 8
+               ? 1
+               : 0;
+}
+
+int ds4c_hc_mixes(int type, const void *d_fn, int M, int64_t K, const float *d_h, int n, float eps, float *d_mix,
+                  void *stream) {
+    DS4C_READY();
+    if (!ds4c_hc_mixes_ok(type, M, K, n) || ((uintptr_t)d_h & 15) != 0 || ((uintptr_t)d_fn & 15) != 0)
+        return ds4c_err(DS4C_ETYPE, "hc_mixes: type %d, %d rows of %lld for %d tokens not taken", type, M, (long long)K,
+                        n);
+    cudaStream_t st = as_stream(stream);
+    if (type == DS4C_F32)
+        hm_go((const float *)d_fn, M, K, d_h, n, eps, d_mix, st);
+    else
+        hm_go((const __half *)d_fn, M, K, d_h, n, eps, d_mix, st);
+    DS4C_CHECK_LAUNCH("hc_mixes");
+    return 0;
+}
+
+} // extern "C"
