@@ -52,6 +52,7 @@ int ds4c_opt_attn_flash(void);
 int ds4c_opt_ix_flash(void);
 int ds4c_opt_hc_chunk(void);
 int ds4c_opt_hc_mix(void);
+int ds4c_opt_had_warp(void);
 int ds4c_opt_wg_moe(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);

@@ -52,6 +52,7 @@ static int g_opt_half_min = 128;
 static int g_opt_attn_flash = 2;
 static int g_opt_ix_flash = 1;
 static int g_opt_hc_chunk = 1;
+static int g_opt_had_warp = 1; // Hadamard transforms a warp a row (model.cu k_hadamard_w)
 static int g_opt_hc_mix = 1; // fast chunks' mixing logits in one pass on the TF32 tensor cores (hc_mix.cu)
 static int g_opt_wg_moe = 5; // routed experts on wgmma, weights dequantized into its A registers (cuda/NOTES.md v18)
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
@@ -115,6 +116,7 @@ int ds4c_opt_attn_flash(void) { return g_opt_attn_flash; }
 int ds4c_opt_ix_flash(void) { return g_opt_ix_flash; }
 int ds4c_opt_hc_chunk(void) { return g_opt_hc_chunk; }
 int ds4c_opt_hc_mix(void) { return g_opt_hc_mix; }
+int ds4c_opt_had_warp(void) { return g_opt_had_warp; }
 int ds4c_opt_wg_moe(void) { return g_opt_wg_moe; }
 
 bool ds4c_stream_busy(cudaStream_t st) {
@@ -186,6 +188,7 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_IX_FLASH", DS4C_OPT_IX_FLASH);
     env_option("DS4_CUDA_HC_CHUNK", DS4C_OPT_HC_CHUNK);
     env_option("DS4_CUDA_HC_MIX", DS4C_OPT_HC_MIX);
+    env_option("DS4_CUDA_HAD_WARP", DS4C_OPT_HAD_WARP);
     env_option("DS4_CUDA_WG_MOE", DS4C_OPT_WG_MOE);
     t_device = device;
     return 0;
@@ -486,6 +489,7 @@ static const struct {
     {DS4C_OPT_IX_FLASH, "ix_flash", &g_opt_ix_flash, 0, 1},
     {DS4C_OPT_HC_CHUNK, "hc_chunk", &g_opt_hc_chunk, 0, 1},
     {DS4C_OPT_HC_MIX, "hc_mix", &g_opt_hc_mix, 0, 1},
+    {DS4C_OPT_HAD_WARP, "had_warp", &g_opt_had_warp, 0, 1},
     {DS4C_OPT_WG_MOE, "wg_moe", &g_opt_wg_moe, 0, 6},
 };
 

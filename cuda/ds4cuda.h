@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 19
+#define DS4C_ABI_VERSION 20
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -304,6 +304,9 @@ int ds4c_norm_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_strid
                    void *stream);
 int ds4c_fp4_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream);
 int ds4c_hadamard(float *d_x, int64_t stride, int rows, int n, float scale, void *stream);
+/* ds4c_hadamard_fp4: ds4c_hadamard then ds4c_fp4_sim on the same rows (n a
+ * multiple of 32), in one kernel where n is 32 … 512 (the same bits). */
+int ds4c_hadamard_fp4(float *d_x, int64_t stride, int rows, int n, float scale, void *stream);
 int ds4c_scale(float *d_x, int64_t n, float s, void *stream);
 int ds4c_add_ape(float *d_dst, const float *d_ape, int64_t width, int r, int64_t pos0, int n,
                  void *stream);
@@ -350,7 +353,8 @@ int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t
                 float *d_w, int n, void *stream);
 int ds4c_swiglu_ref(const float *d_g, const float *d_u, float *d_y, int64_t n, int rows, float lim,
                     const float *d_w, void *stream);
-/* ds4c_swiglu_half: ds4c_swiglu_ref's values rounded to f16 (as
+/* ds4c_swiglu_half: ds4c_swiglu_ref's values (fast mode: silu in float
+ * with the fast exponential, within a few float ulps) rounded to f16 (as
  * ds4c_to_half) into rows of n at d_yh, permuted as ds4c_to_half_ex's when
  * flags has DS4C_HALF_PERM32 (n a multiple of 32; d_g, d_u 8-byte and d_yh
  * 16-byte aligned): the f16 input of the down product, in one pass. */
@@ -411,6 +415,7 @@ enum {
     DS4C_OPT_HC_CHUNK = 39, /* 1: hc_pre of chunks (8 or more tokens, 4 streams) with a CTA of 128 threads a token walking the values in a loop, the split in its warp 0 (k_hc_pre_chunk; same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (k_hc_pre: 512 threads a token holding the streams in registers, DS4C_OPT_HC_TWO) */
     DS4C_OPT_WG_MOE = 40, /* fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (ds4c_grouped_half_ok, DS4C_MM_HALF; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups over 128 rows, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; activations permuted, ds4c_grouped_half_ok 2), CTAs of 4 warpgroups (default); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 mma kernels, as exact mode */
     DS4C_OPT_HC_MIX = 41, /* 1: fast mode's hyper-connection mixing logits of chunks (ds4c_hc_mixes_ok) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there (hc_pre then skips its own pass; default; env DS4_CUDA_HC_MIX); 0: the exact-order product and hc_pre's scaling, as exact mode */
+    DS4C_OPT_HAD_WARP = 42, /* 1: Walsh-Hadamard transforms of rows of 32 … 512 values a warp a row in registers (k_hadamard_w; with the FP4 simulation after it in the same kernel for ds4c_hadamard_fp4; the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory (k_hadamard), k_fp4_sim apart */
 };
 
 #ifdef __cplusplus

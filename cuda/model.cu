@@ -665,6 +665,71 @@ __global__ void k_fp4_sim(float *x, int64_t stride, int rows, int64_t n) {
     blk[lane] = fmul(round_e2m1(y), s);
 }
 
+// k_hadamard_w: k_hadamard (and, FP4, k_fp4_sim after it) of rows of n =
+// 32·V values, a warp a row, lane l holding values V·l … V·l+V−1 in
+// registers: stages below V inside the thread, the others with the lane
+// l ^ (s/V) (the lower index adds, the upper subtracts, as k_hadamard's
+// pairs), then × scale; FP4: each block of 32 (32/V lanes) as k_fp4_sim.
+// The same operations on the same values: the same bits as the two
+// kernels, whose CTA a row (7 barriers for n = 128, half its threads idle)
+// took 355 + 196 µs for a 4096-token chunk's indexer queries on the H200.
+template <int V, bool FP4>
+__global__ void __launch_bounds__(256) k_hadamard_w(float *x, int64_t stride, int rows, float scale) {
+    pdl_enter();
+    const int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+    if (row >= rows) return;
+    const int lane = threadIdx.x & 31;
+    float *xr = x + row * stride + V * lane;
+    float v[V];
+    if constexpr (V % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < V; i += 4) {
+            const float4 f = *(const float4 *)(xr + i);
+            v[i] = f.x, v[i + 1] = f.y, v[i + 2] = f.z, v[i + 3] = f.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < V; i++) v[i] = xr[i];
+    }
+#pragma unroll
+    for (int s = 1; s < V; s *= 2)
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            if ((k & s) == 0) {
+                const float a = v[k], b = v[k + s];
+                v[k] = fadd(a, b);
+                v[k + s] = fsub(a, b);
+            }
+#pragma unroll
+    for (int m = 1; m < 32; m *= 2) {
+        const bool upper = (lane & m) != 0;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            const float p = __shfl_xor_sync(FULL_MASK, v[k], m);
+            v[k] = upper ? fsub(p, v[k]) : fadd(v[k], p);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < V; k++) v[k] = fmul(v[k], scale);
+    if (FP4) {
+        float amax = fmax_go(6.f * 1.17549435e-38f, fabsf(v[0])); // (a block of NaNs stays NaN, as warp_max's)
+#pragma unroll
+        for (int k = 1; k < V; k++) amax = fmaxf(amax, fmax_go(6.f * 1.17549435e-38f, fabsf(v[k])));
+#pragma unroll
+        for (int o = 1; o < 32 / V; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, o));
+        const float s = pow2_ceil(fmul(amax, (float)(1.0 / 6.0)));
+#pragma unroll
+        for (int k = 0; k < V; k++) v[k] = fmul(round_e2m1(fminf(fmaxf(__fdiv_rn(v[k], s), -6.f), 6.f)), s);
+    }
+    if constexpr (V % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < V; i += 4) *(float4 *)(xr + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < V; i++) xr[i] = v[i];
+    }
+}
+
 // Normalised Walsh–Hadamard transform of rows of n (a power of two ≤ 1024)
 // values, Sylvester order, then × scale; one CTA per row.
 __global__ void k_hadamard(float *x, int64_t stride, int n, float scale) {
@@ -2575,8 +2640,11 @@ __global__ void k_swiglu_ref(const float *g, const float *u, float *y, int64_t n
     y[i] = v;
 }
 
-// k_swiglu_half: k_swiglu_ref's values rounded to f16 rows (half_sat
-// first), in chunks of 8 a thread (n a multiple of 32, rows n apart); P:
+// k_swiglu_half: k_swiglu_ref's values, with a float silu (x / (1 +
+// exp(-x)) by the fast exponential: the double-precision one made this
+// kernel 288 µs for a 4096-token chunk's 50M values), rounded to f16 rows
+// (half_sat first), in chunks of 8 a thread (n a multiple of 32, rows n
+// apart); P:
 // each 32-value block permuted as ds4c_to_half_ex's DS4C_HALF_PERM32 — the
 // output chunk m holds values 2m, 2m+1 of each group of 8.
 template <bool P>
@@ -2600,8 +2668,8 @@ __global__ void k_swiglu_half(const float *g, const float *u, __half *y, int64_t
                     uu[e] = fminf(fmaxf(uu[e], -lim), lim);
                     v[e] = fminf(v[e], lim);
                 }
-                v[e] = fmul(silu_ref(v[e]), uu[e]);
-                if (w) v[e] = fmul(wr, v[e]);
+                v[e] = v[e] / (1.f + __expf(-v[e])) * uu[e]; // (fast mode: float silu)
+                if (w) v[e] *= wr;
             }
             const __half2 h = __floats2half2_rn(half_sat(v[0]), half_sat(v[1]));
             out[k] = *(const uint32_t *)&h;
@@ -2644,7 +2712,71 @@ __global__ void __launch_bounds__(64) k_moe_combine(const float *ye, const int32
     y[i] = ysh ? fadd(acc, ysh[i]) : acc;
 }
 
+// k_moe_combine4: k_moe_combine for chunks, a thread per 4 dims (float4
+// loads: the 64-thread scalar form read a 4096-token chunk's 403 MB of
+// expert outputs at ≈ 1.3 TB/s), the same additions in the same order.
+__global__ void __launch_bounds__(256) k_moe_combine4(const float *ye, const int32_t *sel, const float *ysh, float *y,
+                                                     int n, int K, int64_t D) {
+    pdl_enter();
+    __shared__ int s_ord[16];
+    const int t = blockIdx.y, tid = threadIdx.x;
+    const int32_t *ids = sel + (int64_t)t * K;
+    if (tid < K) {
+        const int32_t me = ids[tid];
+        int r = 0;
+        for (int j = 0; j < K; j++) r += (ids[j] < me || (ids[j] == me && j < tid)) ? 1 : 0;
+        s_ord[r] = tid;
+    }
+    __syncthreads();
+    const int64_t d = ((int64_t)blockIdx.x * 256 + tid) * 4;
+    if (d >= D) return;
+    float4 v[16];
+#pragma unroll
+    for (int r = 0; r < 16; r++)
+        if (r < K) v[r] = __ldg((const float4 *)(ye + ((int64_t)t * K + s_ord[r]) * D + d));
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int r = 0; r < 16; r++)
+        if (r < K) {
+            acc.x = fadd(acc.x, v[r].x);
+            acc.y = fadd(acc.y, v[r].y);
+            acc.z = fadd(acc.z, v[r].z);
+            acc.w = fadd(acc.w, v[r].w);
+        }
+    const int64_t i = (int64_t)t * D + d;
+    if (ysh) {
+        const float4 s = __ldg((const float4 *)(ysh + i));
+        acc.x = fadd(acc.x, s.x), acc.y = fadd(acc.y, s.y), acc.z = fadd(acc.z, s.z), acc.w = fadd(acc.w, s.w);
+    }
+    *(float4 *)(y + i) = acc;
+}
+
 inline unsigned nblk(int64_t n, int b) { return (unsigned)((n + b - 1) / b); }
+
+// hadamard_w launches k_hadamard_w for n = 32·V (V 1 … 32; the row start
+// 16-byte aligned for V ≥ 4), else returns false.
+template <bool FP4> bool hadamard_w(float *d_x, int64_t stride, int rows, int n, float scale, cudaStream_t st) {
+    const unsigned g = nblk((int64_t)rows * 32, 256);
+    const bool al = ((uintptr_t)d_x & 15) == 0 && stride % 4 == 0;
+    switch (n) {
+    case 32: ds4c_launch(k_hadamard_w<1, FP4>, g, 256, 0, st, d_x, stride, rows, scale); return true;
+    case 64: ds4c_launch(k_hadamard_w<2, FP4>, g, 256, 0, st, d_x, stride, rows, scale); return true;
+    case 128:
+        if (!al) return false;
+        ds4c_launch(k_hadamard_w<4, FP4>, g, 256, 0, st, d_x, stride, rows, scale);
+        return true;
+    case 256:
+        if (!al) return false;
+        ds4c_launch(k_hadamard_w<8, FP4>, g, 256, 0, st, d_x, stride, rows, scale);
+        return true;
+    case 512:
+        if (!al) return false;
+        ds4c_launch(k_hadamard_w<16, FP4>, g, 256, 0, st, d_x, stride, rows, scale);
+        return true;
+    }
+    return false;
+}
+
 
 } // namespace
 
@@ -2778,10 +2910,26 @@ int ds4c_fp4_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream) 
     return 0;
 }
 
+int ds4c_hadamard_fp4(float *d_x, int64_t stride, int rows, int n, float scale, void *stream) {
+    DS4C_READY();
+    if (n <= 0 || n > 4096 || (n & (n - 1)) || n % 32) return ds4c_err(DS4C_EINVAL, "hadamard_fp4: size %d", n);
+    if (rows <= 0) return 0;
+    if (ds4c_opt_had_warp() && hadamard_w<true>(d_x, stride, rows, n, scale, as_stream(stream))) {
+        DS4C_CHECK_LAUNCH("hadamard_fp4");
+        return 0;
+    }
+    const int rc = ds4c_hadamard(d_x, stride, rows, n, scale, stream);
+    return rc ? rc : ds4c_fp4_sim(d_x, stride, rows, n, stream);
+}
+
 int ds4c_hadamard(float *d_x, int64_t stride, int rows, int n, float scale, void *stream) {
     DS4C_READY();
     if (n <= 0 || n > 4096 || (n & (n - 1))) return ds4c_err(DS4C_EINVAL, "hadamard: size %d", n);
     if (rows <= 0) return 0;
+    if (ds4c_opt_had_warp() && hadamard_w<false>(d_x, stride, rows, n, scale, as_stream(stream))) {
+        DS4C_CHECK_LAUNCH("hadamard");
+        return 0;
+    }
     ds4c_launch(k_hadamard, rows, 128, n * sizeof(float), as_stream(stream), d_x, stride, n, scale);
     DS4C_CHECK_LAUNCH("hadamard");
     return 0;
@@ -3124,7 +3272,12 @@ int ds4c_moe_combine(const float *d_ye, const int32_t *d_sel, const float *d_ysh
     if (n <= 0) return 0;
     if (K > 16) return ds4c_err(DS4C_EINVAL, "moe_combine: %d experts per token (at most 16)", K);
     if (n > 65535) return ds4c_err(DS4C_EINVAL, "moe_combine: %d tokens (at most 65535)", n);
-    ds4c_launch(k_moe_combine, dim3(nblk(D, 64), (unsigned)n), 64, 0, as_stream(stream), d_ye, d_sel, d_ysh, d_y, n, K, D);
+    if (n >= 8 && D % 4 == 0 && (((uintptr_t)d_ye | (uintptr_t)d_ysh | (uintptr_t)d_y) & 15) == 0)
+        ds4c_launch(k_moe_combine4, dim3(nblk(D / 4, 256), (unsigned)n), 256, 0, as_stream(stream), d_ye, d_sel, d_ysh, d_y,
+                    n, K, D);
+    else
+        ds4c_launch(k_moe_combine, dim3(nblk(D, 64), (unsigned)n), 64, 0, as_stream(stream), d_ye, d_sel, d_ysh, d_y, n,
+                    K, D);
     DS4C_CHECK_LAUNCH("moe_combine");
     return 0;
 }

@@ -368,6 +368,7 @@ func TestKernelVariants(t *testing.T) {
 		{"tc_stage", OptTCStage, 3, 64}, {"tc_q8w", OptTCQ8W, 2, 64},
 		{"quant_vec", OptQuantVec, 1, 64},
 		{"norm_rope_w", OptNormRopeW, 1, 64}, {"hc_chunk", OptHCChunk, 1, 64},
+		{"had_warp", OptHadWarp, 1, 1}, {"had_warp", OptHadWarp, 1, 64},
 	}
 	for _, tc := range []struct {
 		name   string

@@ -606,12 +606,7 @@ func (be *Backend) compress(b *batch, s Stream, st *state, L *dlayer, cp *dcomp,
 func (be *Backend) indexRows(b *batch, s Stream, st *state, L *dlayer, tabs []*dtable, ikv, isc Ptr) error {
 	d, ix, IHD := be.dev, L.idx, be.cfg.IndexerHeadDim
 	return be.compress(b, s, st, L, &ix.comp, ikv, isc, tabs[engine.PartIndexKV], tabs[engine.PartIndexScore], tabs[engine.PartIndex],
-		func(p Ptr, nrows int) error {
-			if err := d.Hadamard(s, p, int64(IHD), nrows, IHD, ix.hadScale); err != nil {
-				return err
-			}
-			return d.FP4Sim(s, p, int64(IHD), nrows, IHD)
-		})
+		func(p Ptr, nrows int) error { return d.HadamardFP4(s, p, int64(IHD), nrows, IHD, ix.hadScale) })
 }
 
 // index picks the compressed rows of a ratio-4 layer each token attends
@@ -638,10 +633,7 @@ func (be *Backend) index(b *batch, L *dlayer, tabs []*dtable, iq, iw Ptr, scorin
 	if err := d.Rope(s, iq, int64(IH*IHD), IH, int64(IHD), int64(IHD-rd), L.freqs, rd, int64(b.pos), 1, n, false); err != nil {
 		return 0, 0, err
 	}
-	if err := d.Hadamard(s, iq, int64(IHD), n*IH, IHD, ix.hadScale); err != nil {
-		return 0, 0, err
-	}
-	if err := d.FP4Sim(s, iq, int64(IHD), n*IH, IHD); err != nil {
+	if err := d.HadamardFP4(s, iq, int64(IHD), n*IH, IHD, ix.hadScale); err != nil {
 		return 0, 0, err
 	}
 	wscale := float32(math.Pow(float64(IHD), -0.5) * math.Pow(float64(IH), -0.5))

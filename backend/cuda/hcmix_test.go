@@ -70,3 +70,43 @@ func TestHCMixes(t *testing.T) {
 		t.Errorf("HCMixesOK takes a shape or type it should not")
 	}
 }
+
+// TestHadamardWarp checks the warp-a-row Hadamard transforms (OptHadWarp 1)
+// bit for bit against the CTA-a-row kernel (0), alone and with the FP4
+// simulation after them (HadamardFP4 against Hadamard then FP4Sim), for
+// every row length the warp form takes and rows with NaNs and zeros.
+func TestHadamardWarp(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptHadWarp, 1) })
+	for _, n := range []int{32, 64, 128, 256, 512} {
+		const rows = 37
+		stride := n + 4
+		x := gaussian(rows*stride, uint64(6000+n))
+		x[3] = float32(math.NaN())
+		for i := 0; i < n; i++ { // a row of zeros, and one all NaN in its first block
+			x[5*stride+i] = 0
+			if i < 32 {
+				x[7*stride+i] = float32(math.NaN())
+			}
+		}
+		run := func(v int, fp4 bool) []float32 {
+			must(t, d.SetOption(OptHadWarp, v))
+			p := upload(t, d, x)
+			if fp4 {
+				must(t, d.HadamardFP4(0, p, int64(stride), rows, n, 0.125))
+			} else {
+				must(t, d.Hadamard(0, p, int64(stride), rows, n, 0.125))
+			}
+			return download(t, d, p, rows*stride)
+		}
+		for _, fp4 := range []bool{false, true} {
+			want, got := run(0, fp4), run(1, fp4)
+			for i := range want {
+				if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+					t.Errorf("n %d, fp4 %v: value %d (row %d) = %v, want %v", n, fp4, i, i/stride, got[i], want[i])
+					break
+				}
+			}
+		}
+	}
+}

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 19
+const abiVersion = 20
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -99,6 +99,7 @@ type lib struct {
 	fp8Sim      func(x uintptr, stride int64, rows int32, n int64, s uintptr) int32
 	fp4Sim      func(x uintptr, stride int64, rows int32, n int64, s uintptr) int32
 	hadamard    func(x uintptr, stride int64, rows, n int32, scale float32, s uintptr) int32
+	hadamardFP4 func(x uintptr, stride int64, rows, n int32, scale float32, s uintptr) int32
 	scaleVec    func(x uintptr, n int64, f float32, s uintptr) int32
 	addAPE      func(dst, ape uintptr, width int64, r int32, pos0 int64, n int32, s uintptr) int32
 	ringWrite   func(ring uintptr, cap, width int64, src uintptr, srcStride, pos0 int64, n int32, s uintptr) int32
@@ -253,6 +254,7 @@ func load() (*lib, error) {
 		{&l.fp8Sim, "ds4c_fp8_sim"},
 		{&l.fp4Sim, "ds4c_fp4_sim"},
 		{&l.hadamard, "ds4c_hadamard"},
+		{&l.hadamardFP4, "ds4c_hadamard_fp4"},
 		{&l.scaleVec, "ds4c_scale"},
 		{&l.addAPE, "ds4c_add_ape"},
 		{&l.ringWrite, "ds4c_ring_write"},

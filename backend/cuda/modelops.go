@@ -247,6 +247,14 @@ func (d *Device) Hadamard(s Stream, x Ptr, stride int64, rows, n int, scale floa
 	return d.l.call("hadamard", func() int32 { return d.l.hadamard(uintptr(x), stride, int32(rows), int32(n), scale, uintptr(s)) })
 }
 
+// HadamardFP4 is Hadamard then FP4Sim on the same rows (n a multiple of
+// 32), in one kernel where n is 32 … 512 (the same bits).
+func (d *Device) HadamardFP4(s Stream, x Ptr, stride int64, rows, n int, scale float32) error {
+	return d.l.call("hadamard_fp4", func() int32 {
+		return d.l.hadamardFP4(uintptr(x), stride, int32(rows), int32(n), scale, uintptr(s))
+	})
+}
+
 // Scale multiplies n floats by f.
 func (d *Device) Scale(s Stream, x Ptr, n int, f float32) error {
 	return d.l.call("scale", func() int32 { return d.l.scaleVec(uintptr(x), int64(n), f, uintptr(s)) })
@@ -416,9 +424,10 @@ func (d *Device) SwiGLURef(s Stream, g, u, y Ptr, n, rows int, lim float32, w Pt
 	})
 }
 
-// SwiGLUHalf is SwiGLURef with its values rounded to f16 rows of n at yh
-// (as ToHalf) in layout lay (HalfPerm32: as ToHalfAs), in one pass: the
-// down product's f16 input (n a multiple of 32).
+// SwiGLUHalf is fast mode's SwiGLURef (silu in float with the fast
+// exponential, within a few float ulps) with its values rounded to f16 rows
+// of n at yh (as ToHalf) in layout lay (HalfPerm32: as ToHalfAs), in one
+// pass: the down product's f16 input (n a multiple of 32).
 func (d *Device) SwiGLUHalf(s Stream, g, u, yh Ptr, n, rows int, lim float32, w Ptr, lay HalfLayout) error {
 	var flags int32
 	if lay == HalfPerm32 {

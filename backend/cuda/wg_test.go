@@ -221,9 +221,11 @@ func TestToHalfPerm32(t *testing.T) {
 	}
 }
 
-// TestSwiGLUHalf checks that SwiGLUHalf gives, bit for bit, SwiGLURef's
-// values rounded by ToHalfAs, in both layouts, with and without the clamp
-// and the per-row weights.
+// TestSwiGLUHalf checks SwiGLUHalf against SwiGLURef's values rounded by
+// ToHalfAs, in both layouts, with and without the clamp and the per-row
+// weights: its float silu is within a few float ulps of the reference's,
+// so each f16 is the same or one f16 ulp (2^-10 of it) away; a value from
+// the wrong position, row or weight is off by O(1).
 func TestSwiGLUHalf(t *testing.T) {
 	d := gpu(t)
 	const n, rows = 160, 7
@@ -246,12 +248,19 @@ func TestSwiGLUHalf(t *testing.T) {
 				must(t, d.Synchronize())
 				must(t, d.Download(a, want))
 				must(t, d.Download(b, got))
+				same := 0
 				for i := 0; i < n*rows; i++ {
-					if a[2*i] != b[2*i] || a[2*i+1] != b[2*i+1] {
-						t.Errorf("layout %d, clamp %g, weights %v: f16 %d = %#04x, want %#04x", lay, lim, w != 0, i,
-							binary.LittleEndian.Uint16(b[2*i:]), binary.LittleEndian.Uint16(a[2*i:]))
+					wa := quant.F16ToF32(binary.LittleEndian.Uint16(a[2*i:]))
+					gb := quant.F16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
+					if wa == gb {
+						same++
+					} else if diff := math.Abs(float64(gb - wa)); !(diff <= math.Abs(float64(wa))/1024+1e-7) {
+						t.Errorf("layout %d, clamp %g, weights %v: value %d = %v, want %v", lay, lim, w != 0, i, gb, wa)
 						break
 					}
+				}
+				if same < n*rows*9/10 {
+					t.Errorf("layout %d, clamp %g, weights %v: only %d of %d values equal to the reference's", lay, lim, w != 0, same, n*rows)
 				}
 			}
 		}
