@@ -138,6 +138,25 @@ __device__ __forceinline__ void wg_mma128(float (&d)[64], uint64_t da, uint64_t 
 #endif
 }
 
+// wg_mma32_rs, wg_mma96_rs: as wg_mma64_rs for B of 32 and 96 columns
+// (d[0..15], d[0..47]).
+__device__ __forceinline__ void wg_mma32_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+#if WG_ARCH
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+#endif
+}
+__device__ __forceinline__ void wg_mma96_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+#if WG_ARCH
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+#endif
+}
+
 // wg_mma64_rs: d[0..31] += A (64 × 16, this thread's fragment a: rows
 // 16·warp + lane/4 (+8 in a[1], a[3]), values 2·(lane%4) + 0, 1 (+8 in a[2],
 // a[3])) · B (16 × 64, descriptor db), f16 operands, f32 sums
@@ -258,17 +277,17 @@ __device__ __forceinline__ void wg_cp4(uint32_t s, const void *g) {
 }
 
 // wg_store writes a warpgroup's sums (rows r0 … r0+63 × the tile's cnt
-// selections, m64n128 when wide, else m64n64) times fin, or NaN rows for a
-// matrix out of range: acc[4j + i] is row 16·warp + lane/4 (+8 for i ≥ 2),
-// selection 8j + 2·(lane%4) + (i & 1).
+// selections, the accumulators of an m64n<width> product) times fin, or NaN
+// rows for a matrix out of range: acc[4j + i] is row 16·warp + lane/4 (+8
+// for i ≥ 2), selection 8j + 2·(lane%4) + (i & 1).
 __device__ __forceinline__ void wg_store(const TCArgs &p, const SlotsT<WG_N> &s, const float (&acc)[64], int r0, int cnt,
-                                         bool wide, bool mat_ok, float fin) {
+                                         int width, bool mat_ok, float fin) {
     const MVArgs &a = p.a;
     const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
     const float nan = __int_as_float(0x7fc00000);
 #pragma unroll
     for (int j = 0; j < 16; j++) {
-        if (!wide && j >= 8) break;
+        if (8 * j >= width) break;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int row = r0 + 16 * w + g + 8 * (i >> 1);
@@ -280,6 +299,9 @@ __device__ __forceinline__ void wg_store(const TCArgs &p, const SlotsT<WG_N> &s,
 
 template <bool V> struct WgFlag {
     static constexpr bool value = V;
+};
+template <int N> struct WgN {
+    static constexpr int value = N;
 };
 
 template <int T, int WGS, bool SW>
@@ -422,7 +444,7 @@ __global__ void __launch_bounds__(WgShape<T, WGS, SW>::THREADS, WgShape<T, WGS, 
     else
         body(WgFlag<false>{});
 
-    wg_store(p, s, acc, row0 + 64 * wg, cnt, wide, mat_ok, T == WG_TYPE_IQ2 ? 0.125f : 1.0f);
+    wg_store(p, s, acc, row0 + 64 * wg, cnt, wide ? 128 : 64, mat_ok, T == WG_TYPE_IQ2 ? 0.125f : 1.0f);
 #endif
 }
 
@@ -457,7 +479,8 @@ template <int T, int WGS> struct WgRsShape {
 // blocks measured slower: 1283 against 1220 µs, spilling.) The grid is row
 // blocks (x) × tiles (y), so that the CTAs of a tile run together and read
 // its activation rows from L2 (the down product's rows at 4096 tokens,
-// 100 MB, do not fit there).
+// 100 MB, do not fit there). The products are m64n32, 64, 96 or 128, the
+// tile's selections rounded up to 32.
 template <int T, int WGS>
 __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>::MINB) k_wg_rs(TCArgs p) {
 #if WG_ARCH
@@ -517,14 +540,14 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
 #pragma unroll
     for (int i = 0; i < 64; i++) acc[i] = 0.f;
 
-    auto body = [&](auto wide_tag) {
-        constexpr bool WIDE = decltype(wide_tag)::value; // m64n128, else m64n64 (at most 64 selections)
+    auto body = [&](auto n_tag) {
+        constexpr int WN = decltype(n_tag)::value; // the tile's selections rounded up to 32: m64n<WN>
         auto issue = [&](int b, int q4) {
             if (b < nbr) {
                 const int64_t ko = (int64_t)(4 * b + q4) * (WG_K * 2);
 #pragma unroll
                 for (int k = 0; k < NCH; k++)
-                    if (WIDE || k * (NT / 8) < 64) wg_cp16ca(bdst[k] + q4 * WG_B, bsrc[k] + ko);
+                    if (k * (NT / 8) < WN) wg_cp16ca(bdst[k] + q4 * WG_B, bsrc[k] + ko);
                 if (T == WG_TYPE_IQ2) {
                     if (pp == 0) wg_cp16(rdst + q4 * RAW, rsrc + b * 64 + 16 * q4);
                 } else {
@@ -543,10 +566,14 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
 #pragma unroll
             for (int st = 0; st < 2; st++) {
                 const uint64_t db = dB + (uint64_t)((q4 * WG_B + 32 * (2 * jj + st)) >> 4);
-                if (WIDE)
+                if (WN == 128)
                     wg_mma128_rs(acc, x[st], db);
-                else
+                else if (WN == 96)
+                    wg_mma96_rs(acc, x[st], db);
+                else if (WN == 64)
                     wg_mma64_rs(acc, x[st], db);
+                else
+                    wg_mma32_rs(acc, x[st], db);
             }
             wg_commit();
             wg_keep(acc);
@@ -628,12 +655,17 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
         wg_wait<0>();
         wg_keep(acc);
     };
-    const bool wide = cnt > 64;
-    if (wide)
-        body(WgFlag<true>{});
+    // B as wide as the tile's selections rounded up to 32 (the tensor
+    // cores' time goes with the width)
+    if (cnt > 96)
+        body(WgN<128>{});
+    else if (cnt > 64)
+        body(WgN<96>{});
+    else if (cnt > 32)
+        body(WgN<64>{});
     else
-        body(WgFlag<false>{});
-    wg_store(p, s, acc, row0 + 64 * wg, cnt, wide, mat_ok, T == WG_TYPE_IQ2 ? 0.125f : 1.0f);
+        body(WgN<32>{});
+    wg_store(p, s, acc, row0 + 64 * wg, cnt, (cnt + 31) / 32 * 32, mat_ok, T == WG_TYPE_IQ2 ? 0.125f : 1.0f);
 #endif
 }
 
