@@ -284,7 +284,9 @@ int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float
 /* mode: bit 0 the head's variant, bit 1 d_mix holds raw products fn·flat(h),
  * bit 2 (with bit 1) d_h is complete when the kernel launches (d_mix came
  * from a DS4C_MM_LATE product queued right before): its sum of squares is
- * taken before waiting for that product. */
+ * taken before waiting for that product; bit 3: d_xq (if any) receives x
+ * rounded to f16 (rows of D, as ds4c_to_half) instead of its Q8_0
+ * activation. */
 int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const float *d_base,
                 int hc, int iters, float hc_eps, const float *d_h, int64_t D,
                 const float *d_normw, float norm_eps, float *d_x, float *d_post, float *d_comb,

@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(HPC_T) k_hc_pre_chunk(int mode, const float *m
                                                         int64_t D, const float *normw, float norm_eps, float *x,
                                                         float *post_out, float *comb_out, uint8_t *xq, int64_t xq_stride) {
     pdl_launch();
-    const bool early = (mode & 6) == 6;
+    const bool early = (mode & 6) == 6, xhalf = (mode & 8) != 0;
     mode &= 3;
     __shared__ float s_pre[HC], s_mix[288];
     const int t = blockIdx.x, tid = threadIdx.x;
@@ -438,7 +438,12 @@ __global__ void __launch_bounds__(HPC_T) k_hc_pre_chunk(int mode, const float *m
         o.z = fmul(nw.z, fmul(sx.z, r));
         o.w = fmul(nw.w, fmul(sx.w, r));
         xt[g] = o;
-        if (xq) hc_x_q8_0(o, g, xq + (int64_t)t * xq_stride, D);
+        if (xq) {
+            if (xhalf)
+                *(uint2 *)(xq + (int64_t)t * xq_stride + 8 * g) = half4_bits(o); // (mode bit 8: x in f16)
+            else
+                hc_x_q8_0(o, g, xq + (int64_t)t * xq_stride, D);
+        }
     }
 }
 
@@ -2815,15 +2820,24 @@ int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const
     // this is the head's (no split)
     const bool two = (mode & 1) == 0 && ds4c_opt_hc_two();
     const dim3 g((unsigned)n, two ? 2 : 1);
-    const int64_t xq_bytes = d_xq ? (int64_t)ds4c_act_bytes(DS4C_Q8_0, D) : 0;
+    // mode bit 8: d_xq receives x in f16 (rows of D), not its Q8_0 activation
+    const bool xhalf = (mode & 8) != 0;
+    const int64_t xq_bytes = !d_xq ? 0 : xhalf ? 2 * D : (int64_t)ds4c_act_bytes(DS4C_Q8_0, D);
     if (n >= 8 && hc == 4 && D % 4 == 0 && ((((uintptr_t)d_h | (uintptr_t)d_x | (uintptr_t)d_normw) & 15) == 0) &&
         ds4c_opt_hc_chunk()) {
-        const bool fq = d_xq && D % 32 == 0; // the Q8_0 activation in the kernel
+        // the Q8_0 activation, or the f16 row, in the kernel
+        const bool fq = d_xq && (xhalf ? ((uintptr_t)d_xq & 7) == 0 : D % 32 == 0);
         ds4c_launch(k_hc_pre_chunk<4>, (unsigned)n, HPC_T, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, iters,
                     hc_eps, d_h, D, d_normw, norm_eps, d_x, d_post, d_comb, fq ? (uint8_t *)d_xq : nullptr, xq_bytes);
         DS4C_CHECK_LAUNCH("hc_pre (chunk)");
-        if (d_xq && !fq) return ds4c_quantize(DS4C_Q8_0, d_x, D, d_xq, D, n, stream);
+        if (d_xq && !fq)
+            return xhalf ? ds4c_to_half(d_x, D, D, n, d_xq, stream) : ds4c_quantize(DS4C_Q8_0, d_x, D, d_xq, D, n, stream);
         return 0;
+    }
+    if (xhalf) { // (the decode layout forms no f16 row)
+        const int rc = ds4c_hc_pre(mode & ~8, d_mix, M, d_scale, d_base, hc, iters, hc_eps, d_h, D, d_normw, norm_eps, d_x,
+                                   d_post, d_comb, nullptr, n, stream);
+        return rc || !d_xq ? rc : ds4c_to_half(d_x, D, D, n, d_xq, stream);
     }
     // x's Q8_0 activation (d_xq, rows ds4c_act_bytes apart): formed by the
     // kernel where its float4 groups of a block sit in 8 adjacent lanes (the

@@ -40,6 +40,7 @@ type batch struct {
 	profiling bool // the profiler runs for this chunk (Backend.profileAt)
 
 	xq8 Ptr // x's Q8_0 activation, formed by the last HCPre (0: none)
+	xh  Ptr // x in f16, formed by the last HCPre for MatMulHalf (0: none)
 }
 
 // scratch is per-batch device working memory: named buffers, grown on

@@ -46,6 +46,9 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 			return fmt.Errorf("cuda: linear: weights of %d and %d columns", k, j.w.Cols)
 		}
 		if be.half(j.w, quant.F16, n) {
+			if xh == 0 && x == b.x && ldx == be.cfg.Embed && b.xh != 0 {
+				xh = b.xh // formed by HCPre
+			}
 			if xh == 0 {
 				var err error
 				if xh, err = b.sc.get(tag+"f16", 2*int64(k)*int64(n)); err != nil {
@@ -123,7 +126,7 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 	}
 	b.abortGraph()
 	b.n, b.pos = len(tokens), pos
-	b.xq8 = 0
+	b.xq8, b.xh = 0, 0
 	if len(tokens) == 1 && be.profileAt > 0 {
 		if be.decoded.Add(1) == int64(be.profileAt) {
 			if err := be.dev.Profiler(true); err != nil {
@@ -193,25 +196,36 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 		return err
 	}
 	// The sub-block's first Q8_0 products (query/KV, shared expert) read x
-	// quantized: hc_pre forms that activation too (linearOn takes it).
+	// quantized, or in f16 where they go through MatMulHalf (fast chunks):
+	// hc_pre forms that row too (linearOn takes it).
 	first := L.qa
 	if sub == engine.FFNSub {
 		first = L.gateSh
 	}
-	b.xq8 = 0
+	b.xq8, b.xh = 0, 0
 	var xq Ptr
-	if first != nil && first.Type == quant.Q8_0 {
+	xhalf := first != nil && be.half(first, quant.F16, b.n)
+	switch {
+	case xhalf:
+		if xq, err = b.sc.get("x.f16", 2*int64(c.Embed)*int64(b.n)); err != nil {
+			return err
+		}
+	case first != nil && first.Type == quant.Q8_0:
 		if xq, err = b.sc.get("x.q8_0", be.dev.ActBytes(quant.Q8_0, c.Embed)*int64(b.n)); err != nil {
 			return err
 		}
 	}
 	if err := be.dev.HCPre(b.s, &HCPreArgs{
 		Mix: mx, RawMix: raw, M: M, Scale: hw.scale, Base: hw.base, HC: c.HC, Iters: c.SinkhornIters, HCEps: c.HCEps,
-		H: b.h, D: c.Embed, NormW: normW, NormEps: c.NormEps, X: b.x, Post: b.post, Comb: b.comb, XQ: xq, N: b.n, HDone: hdone,
+		H: b.h, D: c.Embed, NormW: normW, NormEps: c.NormEps, X: b.x, Post: b.post, Comb: b.comb, XQ: xq, XHalf: xhalf, N: b.n, HDone: hdone,
 	}); err != nil {
 		return err
 	}
-	b.xq8 = xq
+	if xhalf {
+		b.xh = xq
+	} else {
+		b.xq8 = xq
+	}
 	return nil
 }
 

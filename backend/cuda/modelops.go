@@ -173,9 +173,11 @@ type HCPreArgs struct {
 	NormEps       float32
 	X, Post, Comb Ptr // outputs: [n][D], [n][HC], [n][HC·HC]
 	// XQ, when set, also receives x's Q8_0 activation ([n] rows of
-	// ActBytes(Q8_0, D)), as Quantize would form it (HCPre only).
-	XQ Ptr
-	N  int
+	// ActBytes(Q8_0, D)), as Quantize would form it (HCPre only); with
+	// XHalf instead x in f16 ([n] rows of D, as ToHalf would form them).
+	XQ    Ptr
+	XHalf bool
+	N     int
 	// HDone (with RawMix): H is complete when the kernel launches, because
 	// Mix came from MatMulLate queued right before; the kernel sums H's
 	// squares before waiting for that product.
@@ -193,6 +195,9 @@ func (d *Device) HCPre(s Stream, a *HCPreArgs) error {
 		if a.HDone {
 			mode |= 4
 		}
+	}
+	if a.XHalf {
+		mode |= 8
 	}
 	return d.l.call("hc_pre", func() int32 {
 		return d.l.hcPre(mode, uintptr(a.Mix), int32(a.M), uintptr(a.Scale), uintptr(a.Base), int32(a.HC), int32(a.Iters), a.HCEps,
