@@ -219,7 +219,7 @@ int ds4c_grouped_half_ok(int type, int64_t cols, int n_sel);
  * h_t the K floats at d_h + t*K (16-byte aligned), fn (F32 or F16, rows of
  * K) at d_fn; f32 products as three TF32 terms, sums in any order (not
  * bit-identical to anything). ds4c_hc_mixes_ok: 1 when DS4C_OPT_HC_MIX is on,
- * the type F32 or F16, 0 < M <= 32, K a multiple of 128 and n >= 8; else
+ * the type F32 or F16, 0 < M <= 32, K a multiple of 256 and n >= 8; else
  * ds4c_hc_mixes returns DS4C_ETYPE with nothing queued. */
 int ds4c_hc_mixes_ok(int type, int M, int64_t K, int n);
 int ds4c_hc_mixes(int type, const void *d_fn, int M, int64_t K, const float *d_h, int n, float eps, float *d_mix,

@@ -114,7 +114,7 @@ func (d *Device) GroupedHalfOK(t quant.Type, cols, nsel int) bool {
 
 // HCMixesOK reports whether HCMixes takes a mixer of type t with m rows of
 // k values for n tokens (OptHCMix on, F32 or F16, 0 < m ≤ 32, k a
-// multiple of 128, n ≥ 8).
+// multiple of 256, n ≥ 8).
 func (d *Device) HCMixesOK(t quant.Type, m, k, n int) bool {
 	return d.l.hcMixesOK(int32(t), int32(m), int64(k), int32(n)) == 1
 }
