@@ -93,6 +93,22 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 	return nil
 }
 
+// quantAct quantizes n rows of cols floats at x (cols apart) on stream s
+// into the batch's scratch buffer name, in the activation format of
+// weights w; it returns the rows and their stride in bytes.
+func (b *batch) quantAct(d *Device, s Stream, name string, w *Weight, x Ptr, cols, n int) (Ptr, int64, error) {
+	at, err := d.ActType(w.Type)
+	if err != nil {
+		return 0, 0, err
+	}
+	ab := d.ActBytes(at, cols)
+	p, err := b.sc.get(name, ab*int64(n))
+	if err != nil {
+		return 0, 0, err
+	}
+	return p, ab, d.Quantize(s, at, x, cols, p, cols, n)
+}
+
 // half reports whether the product of w for a chunk of n tokens with
 // inputs of type xt (F16: ToHalf's rows; F32: floats) goes through
 // MatMulHalf: fast mode only, and only chunks (the library's options
@@ -745,18 +761,10 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		}
 		actSel = 2 * int64(D)
 	} else if !isFloatType(L.gateExps.Type) {
-		at, err := d.ActType(L.gateExps.Type)
-		if err != nil {
+		var err error
+		if act, actSel, err = b.quantAct(d, s, "moe.xact", L.gateExps, b.x, D, n); err != nil {
 			return err
 		}
-		ab := d.ActBytes(at, D)
-		if act, err = b.sc.get("moe.xact", ab*int64(n)); err != nil {
-			return err
-		}
-		if err := d.Quantize(s, at, b.x, D, act, D, n); err != nil {
-			return err
-		}
-		actSel = ab
 	}
 	// The selections sorted by expert once, for the three grouped products
 	// (each reads an expert once per 32 of its tokens; below
@@ -792,18 +800,9 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 			return err
 		}
 		if !isFloatType(L.downExps.Type) {
-			at, err := d.ActType(L.downExps.Type)
-			if err != nil {
+			if act2, act2Sel, err = b.quantAct(d, s, "moe.gact", L.downExps, ge, FF, nk); err != nil {
 				return err
 			}
-			ab := d.ActBytes(at, FF)
-			if act2, err = b.sc.get("moe.gact", ab*int64(nk)); err != nil {
-				return err
-			}
-			if err := d.Quantize(s, at, ge, FF, act2, FF, nk); err != nil {
-				return err
-			}
-			act2Sel = ab
 		}
 	}
 	if err := grouped(halfDown, L.downExps, act2, act2Sel, 1, ye, int64(D), grp); err != nil {
