@@ -206,8 +206,8 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
                         const void *d_scratch, int flags, void *stream);
 /* ds4c_grouped_half_ok: nonzero when ds4c_matmul_grouped takes f16
  * activations (DS4C_MM_HALF) for weights of type with rows of cols values
- * and n_sel selections: DS4C_OPT_WG_MOE on and offering the type (its
- * default, 3, declines Q2_K), a compute capability 9.0 device, IQ2_XXS or
+ * and n_sel selections: DS4C_OPT_WG_MOE on and offering the type (value
+ * 3 declines Q2_K), a compute capability 9.0 device, IQ2_XXS or
  * Q2_K, cols a multiple of 256, at least DS4C_OPT_TC_MIN_SEL selections (so
  * that ds4c_group built the tile table). 1: the rows as ds4c_to_half writes
  * them; 2: permuted within each 32-value block (ds4c_to_half_ex with

@@ -25,8 +25,9 @@
 // its 64 rows by the stage's activations with 4 asynchronous wgmma (k16)
 // and waits only for the previous stage's, so the decoding of a stage
 // overlaps the products of the one before. Which products come here is
-// ds4c_grouped_half_ok's choice (the default, wg_moe 3, leaves Q2_K to the
-// int8 kernels, faster there). Needs sm_90a (wgmma): the library builds this
+// ds4c_grouped_half_ok's choice (wg_moe 3 leaves Q2_K to the int8 kernels).
+// The default, wg_moe 5, is k_wg_rs below: the weights decoded straight
+// into wgmma's A registers. Needs sm_90a (wgmma): the library builds this
 // file for it (scripts/cuda/build-lib.sh) and wg_supported checks the
 // device.
 #include "mm_tc.cuh"

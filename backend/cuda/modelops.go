@@ -94,8 +94,8 @@ const (
 
 // GroupedHalf reports whether, and with which activation layout,
 // MatMulGroupedHalf takes weights of type t with rows of cols values for
-// nsel selections (OptWGMoE on and offering the type — its default
-// declines Q2_K —, a compute capability 9.0 device and a library built with
+// nsel selections (OptWGMoE on and offering the type — value 3 declines
+// Q2_K —, a compute capability 9.0 device and a library built with
 // sm_90a code, IQ2_XXS or Q2_K, cols a multiple of 256, nsel at least
 // OptTCMinSel so that Group built the tile table).
 func (d *Device) GroupedHalf(t quant.Type, cols, nsel int) HalfLayout {
