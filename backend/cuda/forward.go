@@ -737,9 +737,9 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 
 	// Routed experts: every (token, expert) pair is one selection. Fast
 	// mode multiplies chunks with f16 activations on the wgmma tensor cores
-	// where the library offers it (OptWGMoE, asked per product: its default
-	// keeps Q2_K on the int8 kernels), else with the weights' own
-	// activation type.
+	// where the library offers it (OptWGMoE, asked per product, with the
+	// activation layout it reads: the default takes both expert types with
+	// permuted rows), else with the weights' own activation type.
 	half, halfDown := HalfNone, HalfNone
 	if !be.exact() {
 		half, halfDown = d.GroupedHalf(L.gateExps.Type, D, nk), d.GroupedHalf(L.downExps.Type, FF, nk)
