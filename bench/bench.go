@@ -50,6 +50,12 @@ func (r Row) Fields() []string {
 type Options struct {
 	Frontiers []int // ascending, > 0
 	Gen       int   // tokens generated at each frontier (0: none)
+	// Warmup, when positive, prefills that many tokens (the prompt's last
+	// ones) before the first frontier and rewinds the session to empty, so
+	// that the rows measure a process past its one-time costs (kernel
+	// modules loaded, library handles and the backend's scratch buffers
+	// made) as a server is after its first request.
+	Warmup int
 	// Progress, if set, is called after each row (for logs).
 	Progress func(Row)
 }
@@ -137,6 +143,15 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 	last := o.Frontiers[len(o.Frontiers)-1]
 	if len(prompt) < last {
 		return nil, fmt.Errorf("bench: prompt of %d tokens is shorter than frontier %d", len(prompt), last)
+	}
+	if o.Warmup > 0 {
+		w := prompt[len(prompt)-min(o.Warmup, len(prompt)):]
+		if err := s.Prefill(ctx, w); err != nil {
+			return nil, fmt.Errorf("bench: warm-up prefill of %d tokens: %w", len(w), err)
+		}
+		if err := s.Rewind(ctx, 0); err != nil {
+			return nil, fmt.Errorf("bench: rewind after the warm-up: %w", err)
+		}
 	}
 	var rows []Row
 	prev := 0

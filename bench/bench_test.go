@@ -51,6 +51,51 @@ func TestRunRewindsToFrontier(t *testing.T) {
 	}
 }
 
+// TestRunWarmupLeavesNoTrace: a run after the warm-up prefill and rewind
+// ends with the same tokens and bit-identical logits as one without.
+func TestRunWarmupLeavesNoTrace(t *testing.T) {
+	data, err := synth.Build(synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := model.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := cpu.New(w, cpu.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := RandomTokens(40, w.Config.Vocab, 9)
+	var logits [2][]float32
+	for i, warm := range []int{0, 24} {
+		s, err := engine.NewSession(be, engine.Options{ChunkSize: 16, MaxContext: 128})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Run(context.Background(), s, prompt, Options{Frontiers: []int{20, 40}, Warmup: warm}); err != nil {
+			t.Fatal(err)
+		}
+		if s.Pos() != 40 {
+			t.Fatalf("warm-up %d: session at %d, want 40", warm, s.Pos())
+		}
+		logits[i] = append([]float32(nil), s.Logits()...)
+		s.Close()
+	}
+	if len(logits[0]) == 0 || len(logits[0]) != len(logits[1]) {
+		t.Fatalf("logits of %d and %d values", len(logits[0]), len(logits[1]))
+	}
+	for i := range logits[0] {
+		if logits[0][i] != logits[1][i] {
+			t.Fatalf("logit %d: %v after a warm-up, %v without", i, logits[1][i], logits[0][i])
+		}
+	}
+}
+
 func TestKVBytesFlash(t *testing.T) {
 	c := model.Flash()
 	l, err := engine.NewStateLayout(&c, 1<<20, 64)

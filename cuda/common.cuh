@@ -53,6 +53,8 @@ int ds4c_opt_ix_flash(void);
 int ds4c_opt_hc_chunk(void);
 int ds4c_opt_hc_mix(void);
 int ds4c_opt_had_warp(void);
+int ds4c_opt_attn_half(void);
+int ds4c_opt_hc_post_mix(void);
 int ds4c_opt_wg_moe(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
@@ -358,6 +360,13 @@ static __device__ __forceinline__ float half_sat(float x) {
     const float a = fabsf(x);
     return a > 65504.f && a != INFINITY ? copysignf(65504.f, x) : x;
 }
+
+// perm32_at: under DS4C_HALF_PERM32 (ds4c_to_half_ex), the offset within a
+// row of the pair of values that word k (of 4) of output chunk c (8 halves)
+// holds: chunk c is block c/4's m = c%4, and its word k holds values
+// 8k + 2m and 8k + 2m + 1 of the block (position 16s + 8h + 2q + e holds
+// value 8q + 4s + 2h + e).
+static __device__ __forceinline__ int64_t perm32_at(int64_t c, int k) { return 32 * (c >> 2) + 8 * k + 2 * (c & 3); }
 
 // half4_bits: four floats rounded to f16 (half_sat first), as the 8 bytes
 // of their f16 values in order.

@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 20
+#define DS4C_ABI_VERSION 21
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -224,6 +224,15 @@ int ds4c_grouped_half_ok(int type, int64_t cols, int n_sel);
 int ds4c_hc_mixes_ok(int type, int M, int64_t K, int n);
 int ds4c_hc_mixes(int type, const void *d_fn, int M, int64_t K, const float *d_h, int n, float eps, float *d_mix,
                   void *stream);
+/* ds4c_hc_post_mixes: ds4c_hc_post (the same streams, bit for bit, written
+ * in place into d_h) and then ds4c_hc_mixes of the new streams (K = hc·D),
+ * in one pass over them. ds4c_hc_post_mixes_ok: 1 when DS4C_OPT_HC_POST_MIX
+ * is on, hc is 4, D a multiple of 128 and ds4c_hc_mixes_ok(type, M, hc·D,
+ * n); where it is 0 ds4c_hc_post_mixes returns DS4C_ETYPE with nothing
+ * queued (h, out and fn 16-byte aligned). */
+int ds4c_hc_post_mixes_ok(int type, int M, int hc, int64_t D, int n);
+int ds4c_hc_post_mixes(int type, const void *d_fn, int M, int hc, int64_t D, float *d_h, const float *d_out,
+                       const float *d_post, const float *d_comb, int n, float eps, float *d_mix, void *stream);
 
 /* Fast mode's products of chunks through cuBLAS (mm_half.cu): the GEMM
  * cuBLAS picks, f32 sums. Not bit-identical to anything, fast mode only:
@@ -304,6 +313,13 @@ int ds4c_fp8_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream);
 int ds4c_norm_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int hd, const float *d_w,
                    float eps, int64_t off, const float *d_freqs, int rd, int64_t pos0, int fp8_n, int n_tok,
                    void *stream);
+/* ds4c_norm_rope_half: ds4c_norm_rope's rows (chunk form: hd a multiple of
+ * 128 up to 1024, off even, 16-byte aligned rows, heads·head_stride apart)
+ * written as f16 rows (half_sat, then round to nearest) of hd values at
+ * d_xh instead of in place; d_x is left as it was. */
+int ds4c_norm_rope_half(const float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int hd,
+                        const float *d_w, float eps, int64_t off, const float *d_freqs, int rd,
+                        int64_t pos0, int fp8_n, int n_tok, void *d_xh, void *stream);
 int ds4c_fp4_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream);
 int ds4c_hadamard(float *d_x, int64_t stride, int rows, int n, float scale, void *stream);
 /* ds4c_hadamard_fp4: ds4c_hadamard then ds4c_fp4_sim on the same rows (n a
@@ -328,6 +344,16 @@ int ds4c_comp_pool(const float *d_kv, const float *d_sc, const float *d_kv_ring,
  * shuffle tree, fused multiply-adds in the weighted sums. Without it every
  * operation rounds as backend/cpu's. */
 enum { DS4C_FAST = 1 };
+/* ds4c_attention's flags for fast chunks through the flash kernel only
+ * (ds4c_attention_half_ok): DS4C_ATTN_QH, d_q holds f16 rows (as
+ * ds4c_norm_rope_half writes them); DS4C_ATTN_OH, d_out receives f16 rows,
+ * the inverse rotation applied (d_qact must be NULL): the values that the
+ * float output rotated (ds4c_rope) and rounded (ds4c_to_half) would give. */
+enum { DS4C_ATTN_QH = 2, DS4C_ATTN_OH = 4 };
+/* 1 when ds4c_attention takes DS4C_ATTN_QH and DS4C_ATTN_OH for these
+ * arguments (fast chunks of the flash kernel's shape, option attn_half on,
+ * rotated dims roff … roff+rd with roff even and rd ≤ 128), else 0. */
+int ds4c_attention_half_ok(int n, int H, int HD, int rd, int roff, int flags);
 int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, int IH, int IHD,
                       int64_t pos0, int ratio, int n, float *d_scores, int64_t sc_stride,
                       int flags, void *stream);
@@ -417,6 +443,8 @@ enum {
     DS4C_OPT_HC_CHUNK = 39, /* 1: hc_pre of chunks (8 or more tokens, 4 streams) with a CTA of 128 threads a token walking the values in a loop, the split in its warp 0 (k_hc_pre_chunk; same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (k_hc_pre: 512 threads a token holding the streams in registers, DS4C_OPT_HC_TWO) */
     DS4C_OPT_WG_MOE = 40, /* fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (ds4c_grouped_half_ok, DS4C_MM_HALF; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups over 128 rows, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; activations permuted, ds4c_grouped_half_ok 2), CTAs of 4 warpgroups (default); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 mma kernels, as exact mode */
     DS4C_OPT_HC_MIX = 41, /* 1: fast mode's hyper-connection mixing logits of chunks (ds4c_hc_mixes_ok) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there (hc_pre then skips its own pass; default; env DS4_CUDA_HC_MIX); 0: the exact-order product and hc_pre's scaling, as exact mode */
+    DS4C_OPT_ATTN_HALF = 43, /* 1: ds4c_attention_half_ok accepts fast chunks' f16 queries and f16 output (DS4C_ATTN_QH, DS4C_ATTN_OH) for the flash kernel, which then rotates and rounds its output itself (the same bits as the float output rotated and rounded after it; default; env DS4_CUDA_ATTN_HALF); 0: it refuses them */
+    DS4C_OPT_HC_POST_MIX = 44, /* 1: ds4c_hc_post_mixes_ok accepts fast chunks (4 streams) for hc_post inside the next mixing logits' pass (ds4c_hc_post_mixes: the same streams bit for bit, the logits as ds4c_hc_mixes within rounding; default; env DS4_CUDA_HC_POST_MIX); 0: it refuses them */
     DS4C_OPT_HAD_WARP = 42, /* 1: Walsh-Hadamard transforms of rows of 32 … 512 values a warp a row in registers (k_hadamard_w; with the FP4 simulation after it in the same kernel for ds4c_hadamard_fp4; the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory (k_hadamard), k_fp4_sim apart */
 };
 

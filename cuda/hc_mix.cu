@@ -57,6 +57,39 @@ __device__ __forceinline__ void hm_load4(const __half *p, float (&v)[4]) {
     v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
 }
 
+// hm_finish ends a mixing kernel: the warps' partial sums (acc: per n-tile
+// j, (token g, rows 2q, 2q+1), (token g+8, the same); ssa, ssb: tokens g,
+// g+8) meet in shared memory, are added in warp order and scaled by
+// rsqrt(Σh²/K + eps) into mix[t][m] for the CTA's HM_T tokens.
+template <int NT>
+__device__ __forceinline__ void hm_finish(const float (&acc)[NT][4], float ssa, float ssb,
+                                          float (&s_acc)[HM_W][HM_T][NT * 8 + 1], float (&s_ss)[HM_W][HM_T], int M,
+                                          int64_t K, int n, float eps, float *mix) {
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int t0 = blockIdx.x * HM_T;
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            s_acc[w][g][8 * j + 2 * q + e] = acc[j][e];
+            s_acc[w][g + 8][8 * j + 2 * q + e] = acc[j][2 + e];
+        }
+    ssa += __shfl_xor_sync(0xffffffffu, ssa, 1);
+    ssa += __shfl_xor_sync(0xffffffffu, ssa, 2);
+    ssb += __shfl_xor_sync(0xffffffffu, ssb, 1);
+    ssb += __shfl_xor_sync(0xffffffffu, ssb, 2);
+    if (q == 0) s_ss[w][g] = ssa, s_ss[w][g + 8] = ssb;
+    __syncthreads();
+    for (int i = tid; i < HM_T * M; i += HM_W * 32) {
+        const int r = i / M, m = i - r * M;
+        if (t0 + r >= n) break;
+        float sum = 0.f, ss = 0.f;
+#pragma unroll
+        for (int v = 0; v < HM_W; v++) sum += s_acc[v][r][m], ss += s_ss[v][r];
+        mix[(int64_t)(t0 + r) * M + m] = sum * (1.f / sqrtf(ss / (float)K + eps));
+    }
+}
+
 // k_hc_mix_tf32: mix[t][m] = (fn[m] · h[t]) · rsqrt(Σ h[t]² / K + eps) for
 // t < n, m < M ≤ 8·NT (K a multiple of 256, h 16-byte aligned).
 template <typename WT, int NT>
@@ -133,28 +166,147 @@ __global__ void __launch_bounds__(HM_W * 32) k_hc_mix_tf32(const WT *fn, int M, 
                 for (int i = 0; i < 4; i++) wv[u][j][i] = nw[u][j][i];
         }
     }
-    // d: (token g, rows 2q, 2q+1), (token g+8, the same) of each n-tile
+    hm_finish<NT>(acc, ssa, ssb, s_acc, s_ss, M, K, n, eps, mix);
+}
+
+// hm_raw4: 4 consecutive mixer weights as loaded (float4 or 4 halves), and
+// as floats.
+template <typename WT> struct HmRaw;
+template <> struct HmRaw<float> {
+    using T = float4;
+};
+template <> struct HmRaw<__half> {
+    using T = uint2;
+};
+__device__ __forceinline__ void hm_cvt4(const float4 &f, float (&v)[4]) { v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w; }
+__device__ __forceinline__ void hm_cvt4(const uint2 &u, float (&v)[4]) {
+    const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+
+// k_hc_post_mix_tf32 is hc_post (k_hc_post's operations, the same bits:
+// h'_k = post_k·out + Σ_j comb[j][k]·h_j, in place) and then
+// k_hc_mix_tf32's logits of the new streams, in one pass over them: the
+// streams are read once and written once instead of read twice and written
+// once. HC == 4 streams of D values (D a multiple of 128); warp w walks the
+// values w·D/8 … of every stream: per 16 values a lane loads 4 consecutive
+// values of each old stream and of out for tokens g and g+8, forms the new
+// streams' values, stores them, and runs each stream's products as
+// k_hc_mix_tf32 does (stream k's weights at k·D + d). The next 16 values'
+// loads are issued before these products. post and comb of the CTA's
+// tokens sit in shared memory.
+constexpr int HPM_HC = 4;
+template <typename WT, int NT, int MINB>
+__global__ void __launch_bounds__(HM_W * 32, MINB)
+    k_hc_post_mix_tf32(const WT *__restrict__ fn, int M, int64_t D, float *__restrict__ h,
+                       const float *__restrict__ out, const float *__restrict__ post, const float *__restrict__ comb,
+                       int n, float eps, float *__restrict__ mix) {
+    pdl_launch();
+    __shared__ float s_acc[HM_W][HM_T][NT * 8 + 1];
+    __shared__ float s_ss[HM_W][HM_T];
+    __shared__ float s_pc[HM_T][HPM_HC + HPM_HC * HPM_HC]; // post_k, then comb[j][k]
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int t0 = blockIdx.x * HM_T;
+    const int64_t K = HPM_HC * D, dw = D / HM_W, d0 = w * dw + 4 * q;
+    const int ta = min(t0 + g, n - 1), tb = min(t0 + g + 8, n - 1);
+    float *ha = h + (int64_t)ta * K + d0, *hb = h + (int64_t)tb * K + d0;
+    const float *oa = out + (int64_t)ta * D + d0, *ob = out + (int64_t)tb * D + d0;
+    const WT *wr[NT];
+    bool wok[NT];
 #pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            s_acc[w][g][8 * j + 2 * q + e] = acc[j][e];
-            s_acc[w][g + 8][8 * j + 2 * q + e] = acc[j][2 + e];
-        }
-    ssa += __shfl_xor_sync(0xffffffffu, ssa, 1);
-    ssa += __shfl_xor_sync(0xffffffffu, ssa, 2);
-    ssb += __shfl_xor_sync(0xffffffffu, ssb, 1);
-    ssb += __shfl_xor_sync(0xffffffffu, ssb, 2);
-    if (q == 0) s_ss[w][g] = ssa, s_ss[w][g + 8] = ssb;
-    __syncthreads();
-    for (int i = tid; i < HM_T * M; i += HM_W * 32) {
-        const int r = i / M, m = i - r * M;
-        if (t0 + r >= n) break;
-        float sum = 0.f, ss = 0.f;
-#pragma unroll
-        for (int v = 0; v < HM_W; v++) sum += s_acc[v][r][m], ss += s_ss[v][r];
-        mix[(int64_t)(t0 + r) * M + m] = sum * (1.f / sqrtf(ss / (float)K + eps));
+    for (int j = 0; j < NT; j++) {
+        wok[j] = 8 * j + g < M;
+        wr[j] = fn + (int64_t)min(8 * j + g, M - 1) * K + d0;
     }
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    float ssa = 0.f, ssb = 0.f;
+    pdl_wait();
+    constexpr int PC = HPM_HC + HPM_HC * HPM_HC;
+    for (int i = tid; i < HM_T * PC; i += HM_W * 32) {
+        const int r = i / PC, c = i - r * PC, t = min(t0 + r, n - 1);
+        s_pc[r][c] = c < HPM_HC ? post[(int64_t)t * HPM_HC + c] : comb[(int64_t)t * HPM_HC * HPM_HC + c - HPM_HC];
+    }
+    __syncthreads();
+    // loads of the 16 values at d: the old streams and out of tokens g,
+    // g+8, and every stream's weights of the n-tiles' rows
+    using RT = typename HmRaw<WT>::T;
+    float4 va[HPM_HC], vb[HPM_HC], xa, xb;
+    RT wa[HPM_HC][NT];
+    auto load = [&](int64_t d, float4 (&a)[HPM_HC], float4 (&b)[HPM_HC], float4 &oa4, float4 &ob4,
+                    RT (&wt)[HPM_HC][NT]) {
+#pragma unroll
+        for (int j = 0; j < HPM_HC; j++) a[j] = *(const float4 *)(ha + j * D + d), b[j] = *(const float4 *)(hb + j * D + d);
+        oa4 = __ldg((const float4 *)(oa + d)), ob4 = __ldg((const float4 *)(ob + d));
+#pragma unroll
+        for (int k = 0; k < HPM_HC; k++)
+#pragma unroll
+            for (int j = 0; j < NT; j++) wt[k][j] = __ldg((const RT *)(wr[j] + k * D + d));
+    };
+    // k_hc_post's value: stream k of token row r from the old streams hv and out o
+    auto post_val = [&](int r, int k, const float (&hv)[HPM_HC], float o) {
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < HPM_HC; j++) sum = __fadd_rn(sum, __fmul_rn(s_pc[r][HPM_HC + j * HPM_HC + k], hv[j]));
+        return __fadd_rn(__fmul_rn(s_pc[r][k], o), sum);
+    };
+    load(0, va, vb, xa, xb, wa);
+    for (int64_t d = 0; d < dw; d += 16) {
+        float4 na[HPM_HC], nb[HPM_HC], nxa, nxb;
+        RT nw[HPM_HC][NT];
+        load(d + 16 < dw ? d + 16 : d, na, nb, nxa, nxb, nw); // (the last loop reloads its own values)
+        // the new streams (stored in place: only this thread reads or writes these values)
+        float4 ua[HPM_HC], ub[HPM_HC];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float ha4[HPM_HC] = {(&va[0].x)[e], (&va[1].x)[e], (&va[2].x)[e], (&va[3].x)[e]};
+            const float hb4[HPM_HC] = {(&vb[0].x)[e], (&vb[1].x)[e], (&vb[2].x)[e], (&vb[3].x)[e]};
+#pragma unroll
+            for (int k = 0; k < HPM_HC; k++) {
+                (&ua[k].x)[e] = post_val(g, k, ha4, (&xa.x)[e]);
+                (&ub[k].x)[e] = post_val(g + 8, k, hb4, (&xb.x)[e]);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < HPM_HC; k++) {
+            if (t0 + g < n) *(float4 *)(ha + k * D + d) = ua[k];
+            if (t0 + g + 8 < n) *(float4 *)(hb + k * D + d) = ub[k];
+        }
+#pragma unroll
+        for (int k = 0; k < HPM_HC; k++) {
+            const float4 a4 = ua[k], b4 = ub[k];
+            ssa = fmaf(a4.x, a4.x, fmaf(a4.y, a4.y, fmaf(a4.z, a4.z, fmaf(a4.w, a4.w, ssa))));
+            ssb = fmaf(b4.x, b4.x, fmaf(b4.y, b4.y, fmaf(b4.z, b4.z, fmaf(b4.w, b4.w, ssb))));
+            float wv[NT][4];
+#pragma unroll
+            for (int j = 0; j < NT; j++) hm_cvt4(wa[k][j], wv[j]);
+#pragma unroll
+            for (int s2 = 0; s2 < 2; s2++) {
+                const float af[4] = {s2 ? a4.z : a4.x, s2 ? b4.z : b4.x, s2 ? a4.w : a4.y, s2 ? b4.w : b4.y};
+                uint32_t ahi[4], alo[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) hm_split(af[i], ahi[i], alo[i]);
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    uint32_t b0h, b0l, b1h, b1l;
+                    hm_split(wok[j] ? wv[j][2 * s2] : 0.f, b0h, b0l);
+                    hm_split(wok[j] ? wv[j][2 * s2 + 1] : 0.f, b1h, b1l);
+                    hm_mma(acc[j], alo, b0h, b1h);
+                    hm_mma(acc[j], ahi, b0l, b1l);
+                    hm_mma(acc[j], ahi, b0h, b1h);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < HPM_HC; j++) {
+            va[j] = na[j], vb[j] = nb[j];
+#pragma unroll
+            for (int i = 0; i < NT; i++) wa[j][i] = nw[j][i];
+        }
+        xa = nxa, xb = nxb;
+    }
+    hm_finish<NT>(acc, ssa, ssb, s_acc, s_ss, M, K, n, eps, mix);
 }
 
 template <typename WT> void hm_go(const WT *fn, int M, int64_t K, const float *h, int n, float eps, float *mix,
@@ -168,9 +320,49 @@ template <typename WT> void hm_go(const WT *fn, int M, int64_t K, const float *h
         ds4c_launch(k_hc_mix_tf32<WT, 4>, grid, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
 }
 
+template <typename WT, int MINB>
+void hpm_go(const WT *fn, int M, int64_t D, float *h, const float *out, const float *post, const float *comb, int n,
+            float eps, float *mix, cudaStream_t st) {
+    const unsigned grid = (unsigned)((n + HM_T - 1) / HM_T);
+    if (M <= 8)
+        ds4c_launch(k_hc_post_mix_tf32<WT, 1, MINB>, grid, HM_W * 32, 0, st, fn, M, D, h, out, post, comb, n, eps, mix);
+    else if (M <= 24)
+        ds4c_launch(k_hc_post_mix_tf32<WT, 3, MINB>, grid, HM_W * 32, 0, st, fn, M, D, h, out, post, comb, n, eps, mix);
+    else
+        ds4c_launch(k_hc_post_mix_tf32<WT, 4, MINB>, grid, HM_W * 32, 0, st, fn, M, D, h, out, post, comb, n, eps, mix);
+}
+template <typename WT>
+void hpm_go(const WT *fn, int M, int64_t D, float *h, const float *out, const float *post, const float *comb, int n,
+            float eps, float *mix, cudaStream_t st) {
+    if (ds4c_opt_hc_post_mix() == 2)
+        hpm_go<WT, 2>(fn, M, D, h, out, post, comb, n, eps, mix, st);
+    else
+        hpm_go<WT, 1>(fn, M, D, h, out, post, comb, n, eps, mix, st);
+}
+
 } // namespace
 
 extern "C" {
+
+int ds4c_hc_post_mixes_ok(int type, int M, int hc, int64_t D, int n) {
+    return ds4c_opt_hc_post_mix() && hc == HPM_HC && D > 0 && D % 128 == 0 && ds4c_hc_mixes_ok(type, M, hc * D, n) ? 1
+                                                                                                                  : 0;
+}
+
+int ds4c_hc_post_mixes(int type, const void *d_fn, int M, int hc, int64_t D, float *d_h, const float *d_out,
+                       const float *d_post, const float *d_comb, int n, float eps, float *d_mix, void *stream) {
+    DS4C_READY();
+    if (!ds4c_hc_post_mixes_ok(type, M, hc, D, n) || (((uintptr_t)d_h | (uintptr_t)d_fn | (uintptr_t)d_out) & 15) != 0)
+        return ds4c_err(DS4C_ETYPE, "hc_post_mixes: type %d, %d rows, %d streams of %lld for %d tokens not taken", type,
+                        M, hc, (long long)D, n);
+    cudaStream_t st = as_stream(stream);
+    if (type == DS4C_F32)
+        hpm_go((const float *)d_fn, M, D, d_h, d_out, d_post, d_comb, n, eps, d_mix, st);
+    else
+        hpm_go((const __half *)d_fn, M, D, d_h, d_out, d_post, d_comb, n, eps, d_mix, st);
+    DS4C_CHECK_LAUNCH("hc_post_mixes");
+    return 0;
+}
 
 int ds4c_hc_mixes_ok(int type, int M, int64_t K, int n) {
     return ds4c_opt_hc_mix() && (type == DS4C_F32 || type == DS4C_F16) && M > 0 && M <= 32 && K > 0 && K % 256 == 0 &&

@@ -97,11 +97,11 @@ __global__ void k_to_half_p32(const float *x, int64_t ld, int64_t cols, int n, _
     const int64_t per = cols / 8, total = per * n; // chunks of 8 a row
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = i / per, c = i - t * per; // chunk c: block c / 4, m = c % 4
-        const float *src = x + t * ld + 32 * (c >> 2) + 2 * (c & 3);
+        const float *src = x + t * ld;
         uint32_t w[4];
 #pragma unroll
         for (int g = 0; g < 4; g++) {
-            const float2 f = __ldg((const float2 *)(src + 8 * g));
+            const float2 f = __ldg((const float2 *)(src + perm32_at(c, g)));
             const __half2 h = __floats2half2_rn(half_sat(f.x), half_sat(f.y));
             w[g] = *(const uint32_t *)&h;
         }

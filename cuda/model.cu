@@ -194,6 +194,47 @@ __device__ __forceinline__ void hc_x_q8_0(const float4 &o, int64_t g, uint8_t *q
     if ((g & 7) == 0) ((float *)(qa + D))[g / 8] = q8_0_scale(amax);
 }
 
+// hc_sumsq: the sum of squares of the hc·D stream values of one token at hr
+// (nh of them), by the whole CTA (float4 loads when vec: nh % 4 == 0 and hr
+// 16-byte aligned), reduced by block_sum_d.
+__device__ double hc_sumsq(const float *hr, int64_t nh, bool vec) {
+    double ss = 0;
+    if (vec) {
+        const float4 *h4 = (const float4 *)hr;
+#pragma unroll 8
+        for (int64_t i = threadIdx.x; i < nh / 4; i += blockDim.x) {
+            const float4 v = h4[i];
+            ss += (double)v.x * (double)v.x;
+            ss += (double)v.y * (double)v.y;
+            ss += (double)v.z * (double)v.z;
+            ss += (double)v.w * (double)v.w;
+        }
+    } else {
+#pragma unroll 8
+        for (int64_t i = threadIdx.x; i < nh; i += blockDim.x) ss += (double)hr[i] * (double)hr[i];
+    }
+    return block_sum_d(ss);
+}
+
+// hc_pre_mix is the opening k_hc_pre and k_hc_pre_chunk share: the PDL wait
+// and, when raw (mode bit 1: raw mixing logits), the streams' sum of
+// squares — before the wait when early (bit 2: the streams are complete at
+// launch) — and the M logits at m scaled by rsqrt(mean(h²) + eps) into
+// s_mix. It returns the logits to read (m itself unless raw); every thread
+// calls it.
+__device__ const float *hc_pre_mix(bool raw, bool early, const float *m, int M, const float *hr, int64_t nh, bool vec,
+                                   float norm_eps, float *s_mix) {
+    double hss = 0;
+    if (early) hss = hc_sumsq(hr, nh, vec);
+    pdl_wait();
+    if (!raw) return m;
+    const double ss = early ? hss : hc_sumsq(hr, nh, vec);
+    const float r = rms_from_sumsq(ss, nh, norm_eps);
+    for (int i = threadIdx.x; i < M; i += blockDim.x) s_mix[i] = fmul(m[i], r);
+    __syncthreads();
+    return s_mix;
+}
+
 // One token per CTA. mode bit 0 clear (hc_pre): Sinkhorn split of the
 // mixing logits into pre, post and comb (post/comb stored for hc_post); set
 // (head): pre_j = sigmoid(m_j·scale + base_j) + eps only. Then x = Σ_j
@@ -224,38 +265,8 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     const bool two = (mode & 1) == 0 && gridDim.y == 2;
     const int x0 = !two && (mode & 1) == 0 && nn <= 32 && blockDim.x > 32 ? 32 : 0; // warp 0 runs the split
     const bool vec = HC > 0 && D % 4 == 0 && D / 4 <= (int64_t)HP_G * (blockDim.x - x0);
-    // the streams' sum of squares (mode bit 1): before the wait when h is
-    // known complete (early), else after it
-    auto hsumsq = [&]() -> double {
-        const float *hr = h + (int64_t)t * hc * D;
-        const int64_t nh = (int64_t)hc * D;
-        double ss = 0;
-        if (vec) {
-            const float4 *h4 = (const float4 *)hr;
-#pragma unroll 8
-            for (int64_t i = tid; i < nh / 4; i += blockDim.x) {
-                const float4 v = h4[i];
-                ss += (double)v.x * (double)v.x;
-                ss += (double)v.y * (double)v.y;
-                ss += (double)v.z * (double)v.z;
-                ss += (double)v.w * (double)v.w;
-            }
-        } else {
-#pragma unroll 8
-            for (int64_t i = tid; i < nh; i += blockDim.x) ss += (double)hr[i] * (double)hr[i];
-        }
-        return block_sum_d(ss);
-    };
-    double hss = 0;
-    if (early) hss = hsumsq();
-    pdl_wait();
-    if (mode & 2) {
-        const double ss = early ? hss : hsumsq();
-        const float r = rms_from_sumsq(ss, (int64_t)hc * D, norm_eps);
-        for (int i = tid; i < M; i += blockDim.x) s_mix[i] = fmul(m[i], r);
-        __syncthreads();
-        m = s_mix;
-    }
+    // the streams' sum of squares and the scaled logits (mode bit 1)
+    m = hc_pre_mix(mode & 2, early, m, M, h + (int64_t)t * hc * D, (int64_t)hc * D, vec, norm_eps, s_mix);
     mode &= 1;
     const bool warp_split = mode == 0 && nn <= 32 && blockDim.x > 32;
     if (two && blockIdx.y == 1) {
@@ -375,29 +386,7 @@ __global__ void __launch_bounds__(HPC_T) k_hc_pre_chunk(int mode, const float *m
     const float *m = mix + (int64_t)t * M;
     const float *ht = h + (int64_t)t * HC * D;
     const int64_t ng = D / 4; // float4 groups a stream
-    auto hsumsq = [&]() -> double {
-        const float4 *h4 = (const float4 *)ht;
-        double ss = 0;
-#pragma unroll 8
-        for (int64_t i = tid; i < HC * ng; i += HPC_T) {
-            const float4 v = h4[i];
-            ss += (double)v.x * (double)v.x;
-            ss += (double)v.y * (double)v.y;
-            ss += (double)v.z * (double)v.z;
-            ss += (double)v.w * (double)v.w;
-        }
-        return block_sum_d(ss);
-    };
-    double hss = 0;
-    if (early) hss = hsumsq();
-    pdl_wait();
-    if (mode & 2) {
-        const double ss = early ? hss : hsumsq();
-        const float r = rms_from_sumsq(ss, (int64_t)HC * D, norm_eps);
-        for (int i = tid; i < M; i += HPC_T) s_mix[i] = fmul(m[i], r);
-        __syncthreads();
-        m = s_mix;
-    }
+    m = hc_pre_mix(mode & 2, early, m, M, ht, HC * D, true, norm_eps, s_mix);
     mode &= 1;
     if (tid < HC) {
         s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], scale[0]), base[tid])), hc_eps);
@@ -481,9 +470,16 @@ __global__ void k_hc_post(float *h, const float *out, const float *post, const f
 
 // ------------------------------------------------------------ RoPE
 // rope_pair rotates the pair v[0], v[1] by the angle fp·freq (inverse: back).
-__device__ __forceinline__ void rope_pair(float *v, float fp, float freq, int inverse) {
+// rope_cs is the rotation's cosine and sine for the angle fp·freq (the
+// angle's product in float, the trigonometry in double, rounded to float).
+__device__ __forceinline__ float2 rope_cs(float fp, float freq) {
     const double a = (double)fmul(fp, freq);
-    const float c = (float)cos(a), s = (float)sin(a);
+    return make_float2((float)cos(a), (float)sin(a));
+}
+
+// rope_pair_cs rotates the pair v[0], v[1] by the angle of cosine c and
+// sine s (inverse: back).
+__device__ __forceinline__ void rope_pair_cs(float *v, float c, float s, int inverse) {
     const float x0 = v[0], x1 = v[1];
     if (!inverse) {
         v[0] = fsub(fmul(x0, c), fmul(x1, s));
@@ -492,6 +488,12 @@ __device__ __forceinline__ void rope_pair(float *v, float fp, float freq, int in
         v[0] = fadd(fmul(x0, c), fmul(x1, s));
         v[1] = fsub(fmul(x1, c), fmul(x0, s));
     }
+}
+
+// rope_pair rotates the pair v[0], v[1] by the angle fp·freq (inverse: back).
+__device__ __forceinline__ void rope_pair(float *v, float fp, float freq, int inverse) {
+    const float2 cs = rope_cs(fp, freq);
+    rope_pair_cs(v, cs.x, cs.y, inverse);
 }
 
 // Rotates x[t][j][off : off+rd] (pairs) at position pos0 + t·pos_step.
@@ -587,7 +589,8 @@ __global__ void k_norm_rope(float *x, int64_t tok_stride, int heads, int64_t hea
 constexpr int NR_V = 8;
 __global__ void __launch_bounds__(256) k_norm_rope_w(float *x, int64_t tok_stride, int heads, int64_t head_stride,
                                                      int hd, const float *w, float eps, int64_t off,
-                                                     const float *freqs, int rd, int64_t pos0, int fp8_n, int64_t rows) {
+                                                     const float *freqs, int rd, int64_t pos0, int fp8_n, int64_t rows,
+                                                     __half *xh) {
     pdl_enter();
     const int64_t gw = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
@@ -640,7 +643,11 @@ __global__ void __launch_bounds__(256) k_norm_rope_w(float *x, int64_t tok_strid
                 for (int k = 0; k < 4; k++) e[c][k] = fp8_round(e[c][k], s);
             }
         }
-        xr[c * 32 + lane] = make_float4(e[c][0], e[c][1], e[c][2], e[c][3]);
+        const float4 o = make_float4(e[c][0], e[c][1], e[c][2], e[c][3]);
+        if (xh) // (ds4c_norm_rope_half: the row in f16 at xh, rows hd apart; x unchanged)
+            *(uint2 *)(xh + gw * hd + c * 128 + 4 * lane) = half4_bits(o);
+        else
+            xr[c * 32 + lane] = o;
     }
 }
 
@@ -1607,6 +1614,11 @@ struct AttnArgs {
     int64_t qseg, qstride;
     // f16 copies of kv, win and comp (the same rows), for k_attn_flash<true>
     const __half *kvh, *winh, *comph;
+    // k_attn_flash only (DS4C_ATTN_QH, DS4C_ATTN_OH): the queries as f16
+    // rows (read instead of q) and the output as f16 rows with the inverse
+    // rotation applied (written instead of out)
+    const __half *qh;
+    __half *outh;
 };
 
 // attn_key_in is key k's row for token t (position p) among the rows kv,
@@ -2367,11 +2379,13 @@ constexpr int FL_QLD = FL_HD + 8; // halves per staged query or key row (1040 by
 constexpr int FL_SLD = FL_KT + 4; // floats per partial-score row
 constexpr int FL_PLD = FL_KT + 8; // halves per probability row (80 bytes)
 constexpr int FL_ROWS = 1024;     // key rows found once per CTA (attn_key past them)
+constexpr int FL_RP = 64;         // rotated pairs the f16 output's inverse rotation takes (rd ≤ 2·FL_RP)
 // Shared memory, in order: f16 queries [FL_H][FL_QLD]; f16 keys
 // [FL_KT][FL_QLD] (H16: two tiles, double-buffered); the float keys as
 // copied [FL_KT][FL_HD] (not H16); partial scores [4][FL_H][FL_SLD]; f16
 // probabilities [FL_H][FL_PLD]; per head the tile's rescale, then 1/sum;
-// the key rows' addresses.
+// the output rotation's (cos, sin) per pair [FL_RP]; the key rows'
+// addresses.
 template <bool H16> struct FlSmem {
     static constexpr size_t KH = (size_t)FL_H * FL_QLD * 2;
     static constexpr size_t KH_BYTES = (size_t)FL_KT * FL_QLD * 2;
@@ -2379,7 +2393,8 @@ template <bool H16> struct FlSmem {
     static constexpr size_t S = KF + (H16 ? 0 : (size_t)FL_KT * FL_HD * 4);
     static constexpr size_t P = S + (size_t)4 * FL_H * FL_SLD * 4;
     static constexpr size_t A = P + (size_t)FL_H * FL_PLD * 2;
-    static constexpr size_t R = A + (size_t)FL_H * 4;
+    static constexpr size_t C = A + (size_t)FL_H * 4;
+    static constexpr size_t R = C + (size_t)FL_RP * 8;
     static constexpr size_t BYTES = R + (size_t)FL_ROWS * sizeof(void *);
     static_assert(KF % 16 == 0 && S % 16 == 0 && P % 16 == 0 && R % 8 == 0, "aligned regions");
     static_assert(BYTES <= 227 * 1024, "one CTA's shared memory");
@@ -2398,9 +2413,14 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
     extern __shared__ __align__(16) uint8_t s_fl[];
     __half *sq = (__half *)s_fl, *sp = (__half *)(s_fl + L::P);
     float *skf = (float *)(s_fl + L::KF), *ss = (float *)(s_fl + L::S), *sa = (float *)(s_fl + L::A);
+    float2 *scs = (float2 *)(s_fl + L::C);
     const void **rows = (const void **)(s_fl + L::R);
     const int t = blockIdx.x, h0 = blockIdx.y * FL_H, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int64_t p = a.pos0 + t;
+    // f16 output: the inverse rotation's cosine and sine per pair, as k_rope
+    // computes them (read after the barriers below)
+    const bool orot = a.outh && a.rfreqs;
+    if (orot && tid < a.rd / 2) scs[tid] = rope_cs((float)p, a.rfreqs[tid]);
     int64_t nwin;
     const int64_t nk = attn_nkeys(a, t, &nwin);
     auto key_row = [&](int64_t key) -> const void * {
@@ -2429,10 +2449,18 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
         cp_async_commit();
     };
     if (nk > 0) issue(0, 0);
-    const float *qt = a.q + ((int64_t)t * a.H + h0) * FL_HD;
-    for (int i = tid; i < FL_H * FL_HD / 4; i += FL_T) {
-        const int hh = i / (FL_HD / 4), c = i % (FL_HD / 4);
-        *(uint2 *)(sq + hh * FL_QLD + 4 * c) = half4_bits(__ldg((const float4 *)(qt + (int64_t)hh * FL_HD) + c));
+    if (a.qh) { // f16 query rows (ds4c_norm_rope_half: the same values as rounded below)
+        const __half *qt = a.qh + ((int64_t)t * a.H + h0) * FL_HD;
+        for (int i = tid; i < FL_H * FL_HD / 4; i += FL_T) {
+            const int hh = i / (FL_HD / 4), c = i % (FL_HD / 4);
+            *(uint2 *)(sq + hh * FL_QLD + 4 * c) = __ldg((const uint2 *)(qt + (int64_t)hh * FL_HD) + c);
+        }
+    } else {
+        const float *qt = a.q + ((int64_t)t * a.H + h0) * FL_HD;
+        for (int i = tid; i < FL_H * FL_HD / 4; i += FL_T) {
+            const int hh = i / (FL_HD / 4), c = i % (FL_HD / 4);
+            *(uint2 *)(sq + hh * FL_QLD + 4 * c) = half4_bits(__ldg((const float4 *)(qt + (int64_t)hh * FL_HD) + c));
+        }
     }
     // softmax step: head sh, keys 4·sj … +3 of the tile (8 threads a head,
     // which keep the head's running maximum and sum alike)
@@ -2541,7 +2569,27 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
     if (sj == 0) sa[sh] = 1.f / lrun;
     __syncthreads();
     const float ilo = sa[16 * mt + g], ihi = sa[16 * mt + g + 8];
-    float *out = a.out + ((int64_t)t * a.H + h0 + 16 * mt + g) * FL_HD + 128 * wq + 2 * q4;
+    const int64_t ob = ((int64_t)t * a.H + h0 + 16 * mt + g) * FL_HD + 128 * wq + 2 * q4;
+    if (a.outh) {
+        // f16 rows: the values k_rope (inverse) and ds4c_to_half would make
+        // of the float output, dims d, d+1 a rotated pair when in range
+        // (roff even)
+        __half *out = a.outh + ob;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            float v[2][2] = {{o[j][0] * ilo, o[j][1] * ilo}, {o[j][2] * ihi, o[j][3] * ihi}};
+            const int d = 128 * wq + 8 * j + 2 * q4;
+            if (orot && d >= a.roff && d < a.roff + a.rd) {
+                const float2 cs = scs[(d - a.roff) / 2];
+                rope_pair_cs(v[0], cs.x, cs.y, 1);
+                rope_pair_cs(v[1], cs.x, cs.y, 1);
+            }
+            *(__half2 *)(out + 8 * j) = __floats2half2_rn(half_sat(v[0][0]), half_sat(v[0][1]));
+            *(__half2 *)(out + 8 * FL_HD + 8 * j) = __floats2half2_rn(half_sat(v[1][0]), half_sat(v[1][1]));
+        }
+        return;
+    }
+    float *out = a.out + ob;
 #pragma unroll
     for (int j = 0; j < 16; j++) {
         *(float2 *)(out + 8 * j) = make_float2(o[j][0] * ilo, o[j][1] * ilo);
@@ -2664,7 +2712,7 @@ __global__ void k_swiglu_half(const float *g, const float *u, __half *y, int64_t
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             // the pair of values that goes to word k of chunk c
-            const int64_t at = r * n + (P ? 32 * (c >> 2) + 8 * k + 2 * (c & 3) : 8 * c + 2 * k);
+            const int64_t at = r * n + (P ? perm32_at(c, k) : 8 * c + 2 * k);
             const float2 gv2 = __ldg((const float2 *)(g + at)), uv2 = __ldg((const float2 *)(u + at));
             float v[2] = {gv2.x, gv2.y}, uu[2] = {uv2.x, uv2.y};
 #pragma unroll
@@ -2904,13 +2952,30 @@ int ds4c_norm_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_strid
         ((uintptr_t)d_x & 15) == 0 && head_stride % 4 == 0 && tok_stride % 4 == 0) {
         const int64_t rows = (int64_t)n_tok * heads;
         ds4c_launch(k_norm_rope_w, (unsigned)((rows + 7) / 8), 256, 0, as_stream(stream), d_x, tok_stride, heads,
-                    head_stride, hd, d_w, eps, off, d_freqs, rd, pos0, fp8_n, rows);
+                    head_stride, hd, d_w, eps, off, d_freqs, rd, pos0, fp8_n, rows, (__half *)nullptr);
         DS4C_CHECK_LAUNCH("norm_rope");
         return 0;
     }
     ds4c_launch(k_norm_rope, (unsigned)(n_tok * heads), 256, (size_t)hd * sizeof(float), as_stream(stream), d_x,
                 tok_stride, heads, head_stride, hd, d_w, eps, off, d_freqs, rd, pos0, fp8_n);
     DS4C_CHECK_LAUNCH("norm_rope");
+    return 0;
+}
+
+int ds4c_norm_rope_half(const float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int hd, const float *d_w,
+                        float eps, int64_t off, const float *d_freqs, int rd, int64_t pos0, int fp8_n, int n_tok,
+                        void *d_xh, void *stream) {
+    DS4C_READY();
+    if (n_tok <= 0 || heads <= 0) return 0;
+    if (fp8_n % 64 || fp8_n > off || off + rd > hd || rd % 2 || (fp8_n > 0 && heads != 1) ||
+        tok_stride != heads * head_stride || hd % 128 || hd > NR_V * 128 || off % 2 || ((uintptr_t)d_x & 15) ||
+        ((uintptr_t)d_xh & 7) || head_stride % 4)
+        return ds4c_err(DS4C_EINVAL, "norm_rope_half: %d heads %lld apart, fp8 %d, rope %lld+%d of %d", heads,
+                        (long long)head_stride, fp8_n, (long long)off, rd, hd);
+    const int64_t rows = (int64_t)n_tok * heads;
+    ds4c_launch(k_norm_rope_w, (unsigned)((rows + 7) / 8), 256, 0, as_stream(stream), (float *)d_x, tok_stride, heads,
+                head_stride, hd, d_w, eps, off, d_freqs, rd, pos0, fp8_n, rows, (__half *)d_xh);
+    DS4C_CHECK_LAUNCH("norm_rope_half");
     return 0;
 }
 
@@ -3074,6 +3139,13 @@ static bool attn_flash_takes(int n, int H, int HD, int flags) {
     return n >= 8 && (flags & DS4C_FAST) && HD == FL_HD && H % FL_H == 0 && ds4c_opt_attn_flash();
 }
 
+int ds4c_attention_half_ok(int n, int H, int HD, int rd, int roff, int flags) {
+    return attn_flash_takes(n, H, HD, flags) && ds4c_opt_attn_half() && rd >= 0 && rd / 2 <= FL_RP && rd % 2 == 0 &&
+                   roff >= 0 && roff % 2 == 0 && roff + rd <= HD
+               ? 1
+               : 0;
+}
+
 int64_t ds4c_attention_work(int n, int H, int HD, int64_t max_keys, int flags) {
     if (n <= 0 || H <= 0 || HD <= 0 || max_keys <= 0 || attn_flash_takes(n, H, HD, flags)) return 0;
     int64_t w = (int64_t)n * H * max_keys;
@@ -3094,8 +3166,15 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         return ds4c_err(DS4C_EINVAL, "attention: rotation of dims %d..%d of %d", roff, roff + rd, HD);
     if (d_qact && (q_seg <= 0 || q_seg % 32 || ((int64_t)n * H * HD) % q_seg))
         return ds4c_err(DS4C_EINVAL, "attention: Q8_0 rows of %lld values", (long long)q_seg);
-    AttnArgs a{d_q, d_kv, d_win, wcap, d_comp, ratio, d_sel, d_nsel, K, d_sinks, d_out, pos0, H, HD, W, scale,
-               nullptr, rd, roff, nullptr, q_seg, (int64_t)ds4c_act_bytes(DS4C_Q8_0, q_seg)};
+    const bool qh = flags & DS4C_ATTN_QH, oh = flags & DS4C_ATTN_OH;
+    if ((qh || oh) && (!ds4c_attention_half_ok(n, H, HD, d_rfreqs ? rd : 0, roff, flags) || (oh && d_qact)))
+        return ds4c_err(DS4C_EINVAL, "attention: f16 queries or output for %d tokens, %d heads of %d, rotation %d+%d%s", n,
+                        H, HD, roff, rd, oh && d_qact ? " with a Q8_0 activation" : "");
+    AttnArgs a{qh ? nullptr : d_q, d_kv, d_win, wcap, d_comp, ratio, d_sel, d_nsel, K, d_sinks, oh ? nullptr : d_out,
+               pos0, H, HD, W, scale, nullptr, rd, roff, nullptr, q_seg, (int64_t)ds4c_act_bytes(DS4C_Q8_0, q_seg)};
+    a.qh = qh ? (const __half *)d_q : nullptr;
+    a.outh = oh ? (__half *)d_out : nullptr;
+    if (oh) a.rfreqs = d_rfreqs; // (the flash kernel's own inverse rotation)
     // the Q8_0 activation after the output kernels (not fused)
     auto quantize = [&]() -> int {
         if (!d_qact) return 0;
@@ -3109,6 +3188,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     // k_attn_flash needs no work buffer (ds4c_attention_work 0)
     const bool rows16 = (((uintptr_t)d_q | (uintptr_t)d_kv | (uintptr_t)d_win | (uintptr_t)d_comp) & 15) == 0;
     const bool flash = attn_flash_takes(n, H, HD, flags);
+    if ((qh || oh) && !rows16) return ds4c_err(DS4C_EINVAL, "attention: f16 queries or output: rows not 16-byte aligned");
     if (!d_work && !(flash && rows16))
         return ds4c_err(DS4C_EINVAL, flash ? "attention: rows not 16-byte aligned for the flash kernel, and no work buffer"
                                            : "attention: no work buffer");
@@ -3180,6 +3260,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
             ds4c_launch(k_attn_flash<false>, fg, FL_T, FlSmem<false>::BYTES, st, a);
             DS4C_CHECK_LAUNCH("attention (flash)");
         }
+        if (oh) return 0; // rotated and rounded in the kernel
         int rc = rotate();
         return rc ? rc : quantize();
     }

@@ -81,7 +81,11 @@ type Backend struct {
 	// hcEarly: the hc mixes product is queued late (MatMulLate) so that
 	// hc_pre sums the streams' squares before its wait (off with
 	// DS4_CUDA_HC_EARLY=0, for comparison; the same results)
-	hcEarly     bool
+	hcEarly bool
+	// moeStats (env DS4_CUDA_MOE_STATS=1): log each chunk's routing per
+	// layer (selections per expert and the product tiles they make), a
+	// diagnostic that synchronises the stream.
+	moeStats    bool
 	fingerprint []byte
 	gstats      graphCounters
 
@@ -172,7 +176,8 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt, hcEarly: os.Getenv("DS4_CUDA_HC_EARLY") != "0"}
+	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt, hcEarly: os.Getenv("DS4_CUDA_HC_EARLY") != "0",
+		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1"}
 	if err := be.prepare(w); err != nil {
 		be.Close()
 		return nil, err

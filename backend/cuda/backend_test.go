@@ -474,6 +474,15 @@ func TestKernelVariants(t *testing.T) {
 		if n := countDiff(fl1, run(Options{GraphLayers: -1, Fast: true}, 2)); n != 0 {
 			t.Errorf("attn_flash 2 differs from attn_flash 1 in %d logits", n)
 		}
+		// OptAttnHalf: the queries into and the rotated output out of the
+		// kernel as f16 rows, in chunks of 128 (where the output projection
+		// goes through MatMulHalf): the same values, so the same bits
+		halfIO := func(v int) [][]float32 {
+			return optionLogits(t, w, Options{GraphLayers: -1, Fast: true}, OptAttnHalf, v, 1, 128, toks)
+		}
+		if n := countDiff(halfIO(1), halfIO(0)); n != 0 {
+			t.Errorf("attn_half differs from the float queries and output in %d logits (chunks of 128)", n)
+		}
 		if fl.median > 5e-3 || fl.top1 < 0.98 {
 			t.Errorf("attn_flash: median %g (TF32 split: %g), top-1 agreement %g: outside median 5e-3, top-1 0.98", fl.median, tf32.median, fl.top1)
 		}
@@ -500,6 +509,14 @@ func TestKernelVariants(t *testing.T) {
 		t.Logf("fast, one-pass TF32 mixes, against exact: %v", one)
 		if one.median > 1.5*old.median+1e-6 || one.top1 < old.top1-0.01 {
 			t.Errorf("hc_mix: median %g, top-1 agreement %g; exact-order mixes: median %g, top-1 %g", one.median, one.top1, old.median, old.top1)
+		}
+		// OptHCPostMix (on in the runs above): hc_post inside the mixes'
+		// pass, whose sums run over the values in another order; against
+		// hc_post apart, the same bound
+		apart := agree(exact, optionLogits(t, w, Options{GraphLayers: -1, Fast: true}, OptHCPostMix, 0, 1, 64, toks))
+		t.Logf("fast, one-pass TF32 mixes with hc_post apart, against exact: %v", apart)
+		if one.median > 1.5*apart.median+1e-6 || one.top1 < apart.top1-0.01 {
+			t.Errorf("hc_post_mix: median %g, top-1 agreement %g; hc_post apart: median %g, top-1 %g", one.median, one.top1, apart.median, apart.top1)
 		}
 	})
 	// Fast mode's routed experts on the wgmma tensor cores (OptWGMoE: f16

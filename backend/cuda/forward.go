@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -142,7 +143,7 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 	}
 	b.abortGraph()
 	b.n, b.pos = len(tokens), pos
-	b.xq8, b.xh = 0, 0
+	b.xq8, b.xh, b.postPending = 0, 0, false
 	if len(tokens) == 1 && be.profileAt > 0 {
 		if be.decoded.Add(1) == int64(be.profileAt) {
 			if err := be.dev.Profiler(true); err != nil {
@@ -171,7 +172,17 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 // quantize), so that the HCPre queued next may read the streams before its
 // wait (HCPreArgs.HDone).
 func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (raw, late bool, err error) {
-	HCD := be.cfg.HC * be.cfg.Embed
+	c := &be.cfg
+	HCD := c.HC * c.Embed
+	if b.postPending {
+		if fn.Cols == HCD && be.dev.HCPostMixesOK(fn.Type, fn.Rows, c.HC, c.Embed, b.n) {
+			b.postPending = false
+			return false, false, be.dev.HCPostMixes(b.s, fn, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n, c.NormEps, out)
+		}
+		if err := be.applyPost(b); err != nil {
+			return false, false, err
+		}
+	}
 	if !be.exact() && fn.Cols == HCD && be.dev.HCMixesOK(fn.Type, fn.Rows, HCD, b.n) {
 		return false, false, be.dev.HCMixes(b.s, fn, b.h, b.n, be.cfg.NormEps, out)
 	}
@@ -245,20 +256,35 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 	return nil
 }
 
-// HCPost folds the sub-block output back into the streams.
+// HCPost folds the sub-block output back into the streams. Fast mode's
+// chunks leave it to the next mixing logits' pass (HCPostMixes, in mixes):
+// the streams are read and written once for both.
 func (be *Backend) HCPost(bi engine.Batch, layer int, sub engine.SubBlock) error {
 	b, err := be.batchOf(bi)
 	if err != nil {
 		return err
 	}
 	c := &be.cfg
-	if err := be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n); err != nil {
+	if fn := be.layers[layer].hcAttn.fn; !be.exact() && !b.g.capturing && fn != nil &&
+		be.dev.HCPostMixesOK(fn.Type, fn.Rows, c.HC, c.Embed, b.n) {
+		b.postPending = true
+	} else if err := be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n); err != nil {
 		return err
 	}
 	if sub == engine.FFNSub {
 		return b.segment(layer)
 	}
 	return nil
+}
+
+// applyPost runs the HCPost left pending (postPending) on its own.
+func (be *Backend) applyPost(b *batch) error {
+	if !b.postPending {
+		return nil
+	}
+	b.postPending = false
+	c := &be.cfg
+	return be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n)
 }
 
 // Head computes the head input of every chunk row and the logits of the
@@ -431,7 +457,22 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	if scoring {
 		iq = buf("idx.q", n*c.IndexerHeads*c.IndexerHeadDim)
 	}
-	o := buf("attn.o", n*H*HD)
+	// Fast chunks of the flash kernel: the queries go in and the output
+	// (rotated back) comes out as f16 rows, the output projection's input.
+	halfOA := be.half(L.outA, quant.F16, n)
+	halfIO := halfOA && d.AttentionHalfOK(n, H, HD, rd, nope, !be.exact())
+	var o, qh, oh Ptr
+	if halfIO {
+		var err error
+		if qh, err = b.sc.get("attn.q.f16", 2*int64(n*H*HD)); err != nil {
+			return err
+		}
+		if oh, err = b.sc.get("attn.oa.f16", 2*int64(n*H*HD)); err != nil {
+			return err
+		}
+	} else {
+		o = buf("attn.o", n*H*HD)
+	}
 	if e != nil {
 		return e
 	}
@@ -481,7 +522,11 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 	// Per-head query norm and rotation; the KV row's norm, rotation and
 	// FP8 rounding of its non-rotated part.
-	if err := d.NormRope(s, q, H, int64(HD), HD, 0, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), 0, n); err != nil {
+	if halfIO {
+		if err := d.NormRopeHalf(s, q, H, int64(HD), HD, 0, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), 0, n, qh); err != nil {
+			return err
+		}
+	} else if err := d.NormRope(s, q, H, int64(HD), HD, 0, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), 0, n); err != nil {
 		return err
 	}
 	if err := d.NormRope(s, kv, 1, int64(HD), HD, L.kvNorm, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), nope, n); err != nil {
@@ -524,8 +569,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	seg := H * HD / G
 	act, actTok, actSel := o, int64(4*H*HD), int64(4*seg)
 	var at quant.Type
-	halfOA := be.half(L.outA, quant.F16, n) // (o itself is then converted to f16 after the attention)
-	if !isFloatType(L.outA.Type) && !halfOA {
+	if !isFloatType(L.outA.Type) && !halfOA { // (halfOA: o in f16, by the attention itself or converted after it)
 		if at, err = d.ActType(L.outA.Type); err != nil {
 			return err
 		}
@@ -541,6 +585,9 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		Scale: float32(1 / math.Sqrt(float64(HD))), MaxKeys: maxKeys, Work: work,
 		RopeFreqs: L.freqs, RopeDim: rd, RopeOff: nope, // the inverse rotation of the output
 		Fast: !be.exact(),
+	}
+	if halfIO {
+		aa.Q, aa.QHalf, aa.Out, aa.OutHalf = qh, true, oh, true
 	}
 	if act != o && at == quant.Q8_0 && seg%32 == 0 {
 		aa.QAct, aa.QSeg = act, seg
@@ -558,12 +605,13 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		return err
 	}
 	if halfOA {
-		oh, err := b.sc.get("attn.oa.f16", 2*int64(n*H*HD))
-		if err != nil {
-			return err
-		}
-		if err := d.ToHalf(s, o, H*HD, H*HD, n, oh); err != nil {
-			return err
+		if !halfIO {
+			if oh, err = b.sc.get("attn.oa.f16", 2*int64(n*H*HD)); err != nil {
+				return err
+			}
+			if err := d.ToHalf(s, o, H*HD, H*HD, n, oh); err != nil {
+				return err
+			}
 		}
 		if err := d.MatMulHalf(s, L.outA, G, oh, quant.F16, int64(H*HD), int64(seg), n, oa, int64(G*OL), int64(OL)); err != nil {
 			return err
@@ -734,6 +782,11 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if err := d.Router(s, lg, E, L.bias, tid, b.tokens, K, c.ExpertWeightsNorm, c.ExpertWeightsScale, sel, wts, n); err != nil {
 		return err
 	}
+	if be.moeStats && n >= 8 {
+		if err := be.logRouting(b, layer, sel, nk); err != nil {
+			return err
+		}
+	}
 
 	// Routed experts: every (token, expert) pair is one selection. Fast
 	// mode multiplies chunks with f16 activations on the wgmma tensor cores
@@ -815,6 +868,48 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	}
 	return d.MoECombine(s, ye, sel, ysh, b.out, n, K, D)
 }
+
+// logRouting logs the routing of a chunk's nk selections sel (device int32)
+// in layer: how the selections spread over the experts, and the tiles of
+// up to groupTile selections of one expert that the grouped products run
+// (each tile decodes its rows of the expert's weights once), against the
+// tiles of an even spread. It waits for the stream.
+func (be *Backend) logRouting(b *batch, layer int, sel Ptr, nk int) error {
+	if err := b.flush(); err != nil {
+		return err
+	}
+	if err := be.dev.SyncStream(b.s); err != nil {
+		return err
+	}
+	ids := make([]int32, nk)
+	if err := DownloadSlice(be.dev, ids, sel); err != nil {
+		return err
+	}
+	E := be.cfg.Experts
+	cnt := make([]int, E)
+	for _, e := range ids {
+		if e >= 0 && int(e) < E {
+			cnt[e]++
+		}
+	}
+	used, tiles, most := 0, 0, 0
+	for _, c := range cnt {
+		if c > 0 {
+			used++
+		}
+		tiles += (c + groupTile - 1) / groupTile
+		most = max(most, c)
+	}
+	per := (nk + E - 1) / E // an even spread: ⌈nk/E⌉ selections an expert
+	even := min(E, nk) * ((per + groupTile - 1) / groupTile)
+	slog.Info("routing", "layer", layer, "tokens", b.n, "selections", nk, "experts", used, "mean", float64(nk)/float64(E),
+		"most", most, "tiles", tiles, "even_tiles", even)
+	return nil
+}
+
+// groupTile is the library's TC_TILE: the most selections of one matrix in
+// a tile of the grouped products.
+const groupTile = 128
 
 // sharedExpert queues the shared expert of layer L on the side stream:
 // ysh = down(swiglu(gate·x, up·x)).

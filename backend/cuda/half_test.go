@@ -201,3 +201,122 @@ func TestHalfModel(t *testing.T) {
 		})
 	}
 }
+
+// TestAttentionHalfIO checks the flash kernel's f16 queries and f16 rotated
+// output (AttentionArgs QHalf, OutHalf; NormRopeHalf) bit for bit against
+// the float forms they replace: NormRope then the kernel's own rounding of
+// the queries, and the float output rotated back (Rope) and rounded
+// (ToHalf) after the kernel. Flash's shapes, 40 tokens, ratios 4 and 128,
+// both f16 key staging forms (OptAttnFlash 1, 2); also that
+// AttentionHalfOK follows the shape, the fast flag and OptAttnHalf.
+func TestAttentionHalfIO(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptAttnFlash, DefaultAttnFlash); d.SetOption(OptAttnHalf, 1) })
+	const H, HD, W, n, pos0, K = 64, 512, 128, 40, 700, 64
+	const rd, roff = 64, HD - 64
+	if !d.AttentionHalfOK(n, H, HD, rd, roff, true) || d.AttentionHalfOK(n, H, HD, rd, roff, false) ||
+		d.AttentionHalfOK(4, H, HD, rd, roff, true) || d.AttentionHalfOK(n, H, 256, rd, roff, true) ||
+		d.AttentionHalfOK(n, H, HD, rd, roff-1, true) {
+		t.Errorf("AttentionHalfOK: want fast chunks of 8 or more tokens, head dim 512, an even rotation offset only")
+	}
+	must(t, d.SetOption(OptAttnHalf, 0))
+	if d.AttentionHalfOK(n, H, HD, rd, roff, true) {
+		t.Errorf("AttentionHalfOK with OptAttnHalf 0")
+	}
+	must(t, d.SetOption(OptAttnHalf, 1))
+	freqs := make([]float32, rd/2)
+	for i := range freqs {
+		freqs[i] = float32(math.Pow(10000, -2*float64(i)/rd))
+	}
+	freqp := tempUpload(t, d, freqs)
+	defer d.Free(freqp)
+	qf := tempUpload(t, d, gaussian(n*H*HD, 31))
+	kv, win := tempUpload(t, d, gaussian(n*HD, 32)), tempUpload(t, d, gaussian(2*W*HD, 33))
+	comp := tempUpload(t, d, gaussian((pos0+n)/4*HD, 34))
+	sinks := tempUpload(t, d, gaussian(H, 35))
+	sel := make([]int32, n*K)
+	nsel := make([]int32, n)
+	for tok := range n {
+		R := (pos0 + tok + 1) / 4
+		nsel[tok] = K
+		for k := range K {
+			sel[tok*K+k] = int32((k*37 + tok) % R)
+		}
+	}
+	selp, nselp := tempAlloc(t, d, int64(4*len(sel))), tempAlloc(t, d, int64(4*n))
+	must(t, UploadSlice(d, selp, sel))
+	must(t, UploadSlice(d, nselp, nsel))
+	for _, p := range []Ptr{qf, kv, win, comp, sinks, selp, nselp} {
+		defer d.Free(p)
+	}
+	halves := func(p Ptr, cnt int) []uint16 {
+		h := make([]uint16, cnt)
+		must(t, DownloadSlice(d, h, p))
+		return h
+	}
+	nv := n * H * HD
+	// the queries: NormRope in place then ToHalf, against NormRopeHalf
+	q := tempAlloc(t, d, int64(4*nv))
+	defer d.Free(q)
+	qh, qh2 := tempAlloc(t, d, int64(2*nv)), tempAlloc(t, d, int64(2*nv))
+	defer d.Free(qh)
+	defer d.Free(qh2)
+	must(t, d.CopyAsync(q, qf, int64(4*nv), 0))
+	must(t, d.NormRopeHalf(0, q, H, HD, HD, 0, 1e-6, roff, freqp, rd, pos0, 0, n, qh))
+	before := download(t, d, q, nv)
+	for i, v := range download(t, d, qf, nv) {
+		if math.Float32bits(v) != math.Float32bits(before[i]) {
+			t.Fatalf("NormRopeHalf changed its input at %d", i)
+		}
+	}
+	must(t, d.NormRope(0, q, H, HD, HD, 0, 1e-6, roff, freqp, rd, pos0, 0, n))
+	must(t, d.ToHalf(0, q, HD, HD, n*H, qh2))
+	if a, b := halves(qh, nv), halves(qh2, nv); countHalfDiff(a, b) != 0 {
+		t.Fatalf("NormRopeHalf differs from NormRope + ToHalf in %d of %d values", countHalfDiff(a, b), nv)
+	}
+	for _, flash := range []int{1, 2} {
+		must(t, d.SetOption(OptAttnFlash, flash))
+		for _, ratio := range []int{4, 128} {
+			maxKeys := W + K
+			if ratio == 128 {
+				maxKeys = W + (pos0+n)/128
+			}
+			args := func() *AttentionArgs {
+				return &AttentionArgs{KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: selp, NSel: nselp,
+					K: K, Sinks: sinks, Pos0: pos0, N: n, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Fast: true,
+					RopeFreqs: freqp, RopeDim: rd, RopeOff: roff}
+			}
+			o, of, oh := tempAlloc(t, d, int64(4*nv)), tempAlloc(t, d, int64(2*nv)), tempAlloc(t, d, int64(2*nv))
+			poison(t, d, o, nv)
+			a := args()
+			a.Q, a.Out = q, o
+			must(t, d.Attention(0, a))
+			must(t, d.ToHalf(0, o, HD, HD, n*H, of))
+			a = args()
+			a.Q, a.QHalf, a.Out, a.OutHalf = qh, true, oh, true
+			must(t, d.Attention(0, a))
+			want, got := halves(of, nv), halves(oh, nv)
+			if c := countHalfDiff(want, got); c != 0 {
+				t.Errorf("attn_flash %d, ratio %d: the f16 output differs from the float output rotated and rounded in %d of %d values", flash, ratio, c, nv)
+			}
+			a.QAct, a.QSeg = o, 4096 // a Q8_0 activation is refused with the f16 output
+			if err := d.Attention(0, a); err == nil {
+				t.Errorf("attn_flash %d: OutHalf with QAct accepted", flash)
+			}
+			d.Free(o)
+			d.Free(of)
+			d.Free(oh)
+		}
+	}
+}
+
+// countHalfDiff counts the positions where a and b hold different bits.
+func countHalfDiff(a, b []uint16) int {
+	c := 0
+	for i := range a {
+		if a[i] != b[i] {
+			c++
+		}
+	}
+	return c
+}

@@ -130,6 +130,21 @@ func (d *Device) HCMixes(s Stream, fn *Weight, h Ptr, n int, eps float32, mix Pt
 	})
 }
 
+// HCPostMixesOK reports whether HCPostMixes takes mixer weights of type t
+// with m rows over hc streams of d values for n tokens.
+func (d *Device) HCPostMixesOK(t quant.Type, m, hc, dim, n int) bool {
+	return d.l.hcPostMixOK(int32(t), int32(m), int32(hc), int64(dim), int32(n)) == 1
+}
+
+// HCPostMixes is HCPost (the same streams, bit for bit, in place in h) and
+// then HCMixes of the new streams, in one pass over them. Only where
+// HCPostMixesOK says so; otherwise an error with nothing queued.
+func (d *Device) HCPostMixes(s Stream, fn *Weight, h, out, post, comb Ptr, hc, dim, n int, eps float32, mix Ptr) error {
+	return d.l.call("hc_post_mixes", func() int32 {
+		return d.l.hcPostMix(int32(fn.Type), uintptr(fn.Ptr), int32(fn.Rows), int32(hc), int64(dim), uintptr(h), uintptr(out), uintptr(post), uintptr(comb), int32(n), eps, uintptr(mix), uintptr(s))
+	})
+}
+
 // MatMulGroupedHalf is fast mode's MatMulGrouped with f16 activation rows
 // (ToHalfAs's, in GroupedHalf's layout) on the wgmma tensor cores: each weight dequantized to f16 with
 // its scales, f32 sums (not bit-identical to quant.Dot). Only where
@@ -233,6 +248,16 @@ func (d *Device) Rope(s Stream, x Ptr, tokStride int64, heads int, headStride, o
 func (d *Device) NormRope(s Stream, x Ptr, heads int, headStride int64, hd int, w Ptr, eps float32, off int64, freqs Ptr, rd int, pos0 int64, fp8n, ntok int) error {
 	return d.l.call("norm_rope", func() int32 {
 		return d.l.normRope(uintptr(x), int64(heads)*headStride, int32(heads), headStride, int32(hd), uintptr(w), eps, off, uintptr(freqs), int32(rd), pos0, int32(fp8n), int32(ntok), uintptr(s))
+	})
+}
+
+// NormRopeHalf is NormRope (the chunk form: hd a multiple of 128 up to
+// 1024, off even) writing the rows as f16 (as ToHalf rounds them) to xh,
+// rows of hd values, instead of in place: x is left unchanged. Its output is
+// AttentionArgs.Q for QHalf.
+func (d *Device) NormRopeHalf(s Stream, x Ptr, heads int, headStride int64, hd int, w Ptr, eps float32, off int64, freqs Ptr, rd int, pos0 int64, fp8n, ntok int, xh Ptr) error {
+	return d.l.call("norm_rope_half", func() int32 {
+		return d.l.normRopeH(uintptr(x), int64(heads)*headStride, int32(heads), headStride, int32(hd), uintptr(w), eps, off, uintptr(freqs), int32(rd), pos0, int32(fp8n), int32(ntok), uintptr(xh), uintptr(s))
 	})
 }
 
@@ -364,6 +389,30 @@ type AttentionArgs struct {
 	// denominators and fused multiply-adds. Otherwise every operation
 	// rounds as backend/cpu's.
 	Fast bool
+	// QHalf: Q holds f16 rows (NormRopeHalf's); OutHalf: Out receives f16
+	// rows, the inverse rotation applied (QAct must be 0) — the values
+	// that the float output rotated and passed through ToHalf would hold.
+	// Only where AttentionHalfOK says so.
+	QHalf, OutHalf bool
+}
+
+// AttentionHalfOK reports whether Attention takes QHalf and OutHalf for n
+// tokens of h heads of hd with the rotation of dims roff … roff+rd and the
+// fast flag (fast chunks through the flash kernel, OptAttnHalf on).
+func (d *Device) AttentionHalfOK(n, h, hd, rd, roff int, fast bool) bool {
+	return d.l.attnHalfOK(int32(n), int32(h), int32(hd), int32(rd), int32(roff), fastFlag(fast)) == 1
+}
+
+// flags are ds4c_attention's flags for a.
+func (a *AttentionArgs) flags() int32 {
+	f := fastFlag(a.Fast)
+	if a.QHalf {
+		f |= 2 // DS4C_ATTN_QH
+	}
+	if a.OutHalf {
+		f |= 4 // DS4C_ATTN_OH
+	}
+	return f
 }
 
 // fastFlag is DS4C_FAST when fast is set.
@@ -405,7 +454,7 @@ func (d *Device) Attention(s Stream, a *AttentionArgs) error {
 		return d.l.attention(uintptr(a.Q), uintptr(a.KV), uintptr(a.Win), int64(a.WCap), uintptr(a.Comp), int32(a.Ratio),
 			uintptr(a.Sel), uintptr(a.NSel), int32(a.K), uintptr(a.Sinks), uintptr(a.Out), int64(a.Pos0), int32(a.N),
 			int32(a.H), int32(a.HD), int32(a.W), a.Scale, int64(a.MaxKeys), uintptr(a.Work),
-			uintptr(a.RopeFreqs), int32(a.RopeDim), int32(a.RopeOff), uintptr(a.QAct), int64(a.QSeg), fastFlag(a.Fast), uintptr(s))
+			uintptr(a.RopeFreqs), int32(a.RopeDim), int32(a.RopeOff), uintptr(a.QAct), int64(a.QSeg), a.flags(), uintptr(s))
 	})
 }
 

@@ -2,9 +2,12 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"slices"
+	"sort"
 	"strconv"
 	"testing"
 
@@ -63,15 +66,46 @@ func TestPrefillProducts(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() { d.SetOption(OptHalfMM, DefaultHalfMM) })
-	// grouped: gtok tokens × k distinct random experts
+	// grouped: gtok tokens × k distinct random experts, drawn evenly or,
+	// with DS4_CUDA_BENCH_SKEW=s, with weights ∝ 1/(1+e)^s (Zipf), the
+	// uneven routing of a real prompt (more tiles for the same selections)
 	r := rand.New(rand.NewPCG(51, 52))
 	ids := make([]int32, gtok*k)
+	skew := 0.0
+	if v := os.Getenv("DS4_CUDA_BENCH_SKEW"); v != "" {
+		var err error
+		skew, err = strconv.ParseFloat(v, 64)
+		must(t, err)
+	}
+	cum := make([]float64, mats)
+	for e := range mats {
+		cum[e] = math.Pow(float64(1+e), -skew)
+		if e > 0 {
+			cum[e] += cum[e-1]
+		}
+	}
 	for i := 0; i < gtok; i++ {
-		for j, e := range r.Perm(mats)[:k] {
-			ids[i*k+j] = int32(e)
+		row := ids[i*k : (i+1)*k]
+		for j := range row {
+			for {
+				e := int32(sort.SearchFloat64s(cum, r.Float64()*cum[mats-1]))
+				if !slices.Contains(row[:j], e) {
+					row[j] = e
+					break
+				}
+			}
 		}
 	}
 	nsel := len(ids)
+	per := make([]int, mats)
+	for _, e := range ids {
+		per[e]++
+	}
+	tiles := 0
+	for _, c := range per {
+		tiles += (c + groupTile - 1) / groupTile
+	}
+	emit(fmt.Sprintf("prefill products: %d selections over %d experts (skew %g): %d tiles of up to %d, most %d an expert", nsel, mats, skew, tiles, groupTile, slices.Max(per)))
 	idp := alloc(t, d, int64(4*nsel))
 	must(t, UploadSlice(d, idp, ids))
 	grp := alloc(t, d, d.GroupBytes(nsel, mats))

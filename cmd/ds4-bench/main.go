@@ -52,6 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fast := fs.Bool("fast", false, "CUDA backend: fast mode (parallel sums, prompts' attention and indexer scores in f16 on the tensor cores, their Q8_0 and F16 products in f16 through cuBLAS, decode attention split over the keys)")
 	graphLayers := fs.Int("graph-layers", 0, "CUDA backend: decode through CUDA graphs of N layers each (0: the default, 1; -1: plain launches)")
 	recapture := fs.Bool("recapture", false, "CUDA backend: capture every decode token's graphs again instead of replaying recorded ones (for comparison)")
+	warmup := fs.Int("warmup", 0, "prefill this many tokens first and rewind, so that the rows leave out one-time costs (kernel loading, scratch allocation) as a running server does")
 	limit := fs.Duration("time-limit", 0, "stop this long after the start (loading included), keeping the frontiers completed (0: none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run (after loading) to this file")
 	if err := fs.Parse(args); err != nil {
@@ -173,7 +174,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	var werr error
-	rows, err := bench.Run(ctx, s, prompt, bench.Options{Frontiers: fr, Gen: *gen, Progress: func(r bench.Row) {
+	rows, err := bench.Run(ctx, s, prompt, bench.Options{Frontiers: fr, Gen: *gen, Warmup: *warmup, Progress: func(r bench.Row) {
 		if e := cw.Write(r); e != nil && werr == nil {
 			werr = e
 		}

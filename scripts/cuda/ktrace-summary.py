@@ -79,6 +79,7 @@ print(f"{T} {what}: {sum(walls)/T/1e6:.3f} ms/{u}{rate}, "
 if PREFILL:
     print(f"all {T} spans: {sum(walls)/1e6:.1f} ms wall, GPU busy {sum(busys)/1e6:.1f} ms "
           f"({100*sum(busys)/sum(walls):.0f}%), {sum(nks)} kernels")
+    print("each: " + ", ".join(f"{w/1e6:.1f} ms (busy {b/1e6:.1f}, {k} kernels)" for w, b, k in zip(walls, busys, nks)))
 print(f"{'charged ms':>10} {'share':>6} {'calls':>6} {'µs/call':>8} {'mean dur µs':>11} {'stream':>6}  kernel")
 tot = sum(charge.values())
 for n, c in sorted(charge.items(), key=lambda kv: -kv[1]):
