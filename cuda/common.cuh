@@ -54,7 +54,6 @@ int ds4c_opt_hc_chunk(void);
 int ds4c_opt_hc_mix(void);
 int ds4c_opt_had_warp(void);
 int ds4c_opt_attn_half(void);
-int ds4c_opt_hc_post_mix(void);
 int ds4c_opt_wg_moe(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);

@@ -55,7 +55,6 @@ static int g_opt_hc_chunk = 1;
 static int g_opt_had_warp = 1; // Hadamard transforms a warp a row (model.cu k_hadamard_w)
 static int g_opt_hc_mix = 1; // fast chunks' mixing logits in one pass on the TF32 tensor cores (hc_mix.cu)
 static int g_opt_attn_half = 1; // fast chunks: f16 queries into and f16 rotated output out of k_attn_flash
-static int g_opt_hc_post_mix = 1; // fast chunks: hc_post inside the next mixing logits' pass (hc_mix.cu)
 static int g_opt_wg_moe = 5; // routed experts on wgmma, weights dequantized into its A registers (cuda/NOTES.md v18)
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
 
@@ -121,7 +120,6 @@ int ds4c_opt_hc_mix(void) { return g_opt_hc_mix; }
 int ds4c_opt_had_warp(void) { return g_opt_had_warp; }
 int ds4c_opt_wg_moe(void) { return g_opt_wg_moe; }
 int ds4c_opt_attn_half(void) { return g_opt_attn_half; }
-int ds4c_opt_hc_post_mix(void) { return g_opt_hc_post_mix; }
 
 bool ds4c_stream_busy(cudaStream_t st) {
     if (ds4c_rec_any() && ds4c_rec_of(st)) return true;
@@ -195,7 +193,6 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_HAD_WARP", DS4C_OPT_HAD_WARP);
     env_option("DS4_CUDA_WG_MOE", DS4C_OPT_WG_MOE);
     env_option("DS4_CUDA_ATTN_HALF", DS4C_OPT_ATTN_HALF);
-    env_option("DS4_CUDA_HC_POST_MIX", DS4C_OPT_HC_POST_MIX);
     t_device = device;
     return 0;
 }
@@ -498,7 +495,6 @@ static const struct {
     {DS4C_OPT_HAD_WARP, "had_warp", &g_opt_had_warp, 0, 1},
     {DS4C_OPT_WG_MOE, "wg_moe", &g_opt_wg_moe, 0, 6},
     {DS4C_OPT_ATTN_HALF, "attn_half", &g_opt_attn_half, 0, 1},
-    {DS4C_OPT_HC_POST_MIX, "hc_post_mix", &g_opt_hc_post_mix, 0, 2},
 };
 
 int ds4c_set_option(int key, int value) {

@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 21
+#define DS4C_ABI_VERSION 22
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -224,15 +224,6 @@ int ds4c_grouped_half_ok(int type, int64_t cols, int n_sel);
 int ds4c_hc_mixes_ok(int type, int M, int64_t K, int n);
 int ds4c_hc_mixes(int type, const void *d_fn, int M, int64_t K, const float *d_h, int n, float eps, float *d_mix,
                   void *stream);
-/* ds4c_hc_post_mixes: ds4c_hc_post (the same streams, bit for bit, written
- * in place into d_h) and then ds4c_hc_mixes of the new streams (K = hc·D),
- * in one pass over them. ds4c_hc_post_mixes_ok: 1 when DS4C_OPT_HC_POST_MIX
- * is on, hc is 4, D a multiple of 128 and ds4c_hc_mixes_ok(type, M, hc·D,
- * n); where it is 0 ds4c_hc_post_mixes returns DS4C_ETYPE with nothing
- * queued (h, out and fn 16-byte aligned). */
-int ds4c_hc_post_mixes_ok(int type, int M, int hc, int64_t D, int n);
-int ds4c_hc_post_mixes(int type, const void *d_fn, int M, int hc, int64_t D, float *d_h, const float *d_out,
-                       const float *d_post, const float *d_comb, int n, float eps, float *d_mix, void *stream);
 
 /* Fast mode's products of chunks through cuBLAS (mm_half.cu): the GEMM
  * cuBLAS picks, f32 sums. Not bit-identical to anything, fast mode only:
@@ -444,7 +435,6 @@ enum {
     DS4C_OPT_WG_MOE = 40, /* fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (ds4c_grouped_half_ok, DS4C_MM_HALF; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups over 128 rows, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; activations permuted, ds4c_grouped_half_ok 2), CTAs of 4 warpgroups (default); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 mma kernels, as exact mode */
     DS4C_OPT_HC_MIX = 41, /* 1: fast mode's hyper-connection mixing logits of chunks (ds4c_hc_mixes_ok) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there (hc_pre then skips its own pass; default; env DS4_CUDA_HC_MIX); 0: the exact-order product and hc_pre's scaling, as exact mode */
     DS4C_OPT_ATTN_HALF = 43, /* 1: ds4c_attention_half_ok accepts fast chunks' f16 queries and f16 output (DS4C_ATTN_QH, DS4C_ATTN_OH) for the flash kernel, which then rotates and rounds its output itself (the same bits as the float output rotated and rounded after it; default; env DS4_CUDA_ATTN_HALF); 0: it refuses them */
-    DS4C_OPT_HC_POST_MIX = 44, /* 1: ds4c_hc_post_mixes_ok accepts fast chunks (4 streams) for hc_post inside the next mixing logits' pass (ds4c_hc_post_mixes: the same streams bit for bit, the logits as ds4c_hc_mixes within rounding; default; env DS4_CUDA_HC_POST_MIX); 0: it refuses them */
     DS4C_OPT_HAD_WARP = 42, /* 1: Walsh-Hadamard transforms of rows of 32 … 512 values a warp a row in registers (k_hadamard_w; with the FP4 simulation after it in the same kernel for ds4c_hadamard_fp4; the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory (k_hadamard), k_fp4_sim apart */
 };
 

@@ -41,9 +41,6 @@ type batch struct {
 
 	xq8 Ptr // x's Q8_0 activation, formed by the last HCPre (0: none)
 	xh  Ptr // x in f16, formed by the last HCPre for MatMulHalf (0: none)
-	// postPending: the last HCPost was left for the next mixing logits'
-	// pass (HCPostMixes): h does not hold it yet (applyPost does).
-	postPending bool
 }
 
 // scratch is per-batch device working memory: named buffers, grown on
@@ -228,9 +225,6 @@ func (be *Backend) ReadActivation(bi engine.Batch, a engine.Activation, dst []fl
 	n := b.n * D
 	switch a {
 	case engine.ActStreams:
-		if err := be.applyPost(b); err != nil {
-			return err
-		}
 		src, n = b.h, b.n*be.cfg.HC*D
 	case engine.ActSubIn:
 		src = b.x

@@ -143,7 +143,7 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 	}
 	b.abortGraph()
 	b.n, b.pos = len(tokens), pos
-	b.xq8, b.xh, b.postPending = 0, 0, false
+	b.xq8, b.xh = 0, 0
 	if len(tokens) == 1 && be.profileAt > 0 {
 		if be.decoded.Add(1) == int64(be.profileAt) {
 			if err := be.dev.Profiler(true); err != nil {
@@ -172,17 +172,7 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 // quantize), so that the HCPre queued next may read the streams before its
 // wait (HCPreArgs.HDone).
 func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (raw, late bool, err error) {
-	c := &be.cfg
-	HCD := c.HC * c.Embed
-	if b.postPending {
-		if fn.Cols == HCD && be.dev.HCPostMixesOK(fn.Type, fn.Rows, c.HC, c.Embed, b.n) {
-			b.postPending = false
-			return false, false, be.dev.HCPostMixes(b.s, fn, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n, c.NormEps, out)
-		}
-		if err := be.applyPost(b); err != nil {
-			return false, false, err
-		}
-	}
+	HCD := be.cfg.HC * be.cfg.Embed
 	if !be.exact() && fn.Cols == HCD && be.dev.HCMixesOK(fn.Type, fn.Rows, HCD, b.n) {
 		return false, false, be.dev.HCMixes(b.s, fn, b.h, b.n, be.cfg.NormEps, out)
 	}
@@ -256,35 +246,20 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 	return nil
 }
 
-// HCPost folds the sub-block output back into the streams. Fast mode's
-// chunks leave it to the next mixing logits' pass (HCPostMixes, in mixes):
-// the streams are read and written once for both.
+// HCPost folds the sub-block output back into the streams.
 func (be *Backend) HCPost(bi engine.Batch, layer int, sub engine.SubBlock) error {
 	b, err := be.batchOf(bi)
 	if err != nil {
 		return err
 	}
 	c := &be.cfg
-	if fn := be.layers[layer].hcAttn.fn; !be.exact() && !b.g.capturing && fn != nil &&
-		be.dev.HCPostMixesOK(fn.Type, fn.Rows, c.HC, c.Embed, b.n) {
-		b.postPending = true
-	} else if err := be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n); err != nil {
+	if err := be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n); err != nil {
 		return err
 	}
 	if sub == engine.FFNSub {
 		return b.segment(layer)
 	}
 	return nil
-}
-
-// applyPost runs the HCPost left pending (postPending) on its own.
-func (be *Backend) applyPost(b *batch) error {
-	if !b.postPending {
-		return nil
-	}
-	b.postPending = false
-	c := &be.cfg
-	return be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n)
 }
 
 // Head computes the head input of every chunk row and the logits of the

@@ -1,9 +1,7 @@
 package cuda
 
 import (
-	"fmt"
 	"math"
-	"os"
 	"testing"
 
 	"ds4go/quant"
@@ -110,116 +108,5 @@ func TestHadamardWarp(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-// TestHCPostMixes checks HCPostMixes against HCPost then a float64
-// reference of the mixing logits: the new streams bit for bit (the same
-// operations per value as HCPost, in place), the logits within HCMixes'
-// bound of 2e-6 of Σ|w·h|·r (the same three-term products over the values
-// in another order), for F16 and F32 mixers of Flash's shapes (24 and 4
-// rows over 4 streams of 4096), token counts that leave a partial tile of
-// 16 and streams of very different magnitudes.
-func TestHCPostMixes(t *testing.T) {
-	d := gpu(t)
-	t.Cleanup(func() { d.SetOption(OptHCPostMix, 1) })
-	const HC, D, eps = 4, 4096, 1e-6
-	const K = HC * D
-	cases := []struct {
-		typ  quant.Type
-		m, n int
-		v    int // OptHCPostMix: 1 or 2 (the same kernel at two CTAs an SM)
-	}{{quant.F16, 24, 37, 1}, {quant.F32, 4, 21, 1}, {quant.F16, 24, 8, 1}, {quant.F16, 24, 37, 2}}
-	for ci, c := range cases {
-		must(t, d.SetOption(OptHCPostMix, c.v))
-		if !d.HCPostMixesOK(c.typ, c.m, HC, D, c.n) {
-			t.Fatalf("HCPostMixesOK(%s, %d, %d, %d, %d) false", c.typ, c.m, HC, D, c.n)
-		}
-		mat, dw, _ := randomMats(t, d, c.typ, c.m, K, 1, uint64(5300+ci))
-		wf := make([]float32, c.m*K)
-		must(t, quant.Dequantize(c.typ, mat(0), wf))
-		h := gaussian(c.n*K, uint64(5400+ci))
-		for tok := 0; tok < c.n; tok++ { // streams of magnitudes 1e-3 … 1e3
-			sc := float32(math.Pow(10, float64(tok%7-3)))
-			for i := tok * K; i < (tok+1)*K; i++ {
-				h[i] *= sc
-			}
-		}
-		out := upload(t, d, gaussian(c.n*D, uint64(5500+ci)))
-		post := upload(t, d, gaussian(c.n*HC, uint64(5600+ci)))
-		comb := upload(t, d, gaussian(c.n*HC*HC, uint64(5700+ci)))
-		ha, hb := upload(t, d, h), upload(t, d, h)
-		must(t, d.HCPost(0, ha, out, post, comb, HC, D, c.n))
-		y := alloc(t, d, int64(4*c.m*c.n))
-		poison(t, d, y, c.m*c.n)
-		must(t, d.HCPostMixes(0, dw, hb, out, post, comb, HC, D, c.n, eps, y))
-		want, gotH := download(t, d, ha, c.n*K), download(t, d, hb, c.n*K)
-		for i := range want {
-			if math.Float32bits(want[i]) != math.Float32bits(gotH[i]) {
-				t.Fatalf("%s %d rows × %d tokens, hc_post_mix %d: stream value %d (token %d) %v, HCPost gives %v", c.typ, c.m, c.n, c.v, i, i/K, gotH[i], want[i])
-			}
-		}
-		got := download(t, d, y, c.m*c.n)
-		worst := 0.0
-		for tok := 0; tok < c.n; tok++ {
-			ht := want[tok*K : (tok+1)*K]
-			var ss float64
-			for _, v := range ht {
-				ss += float64(v) * float64(v)
-			}
-			r := 1 / math.Sqrt(ss/K+eps)
-			for m := 0; m < c.m; m++ {
-				var dot, mag float64
-				for k, v := range ht {
-					p := float64(wf[m*K+k]) * float64(v)
-					dot += p
-					mag += math.Abs(p)
-				}
-				e := math.Abs(float64(got[tok*c.m+m])-dot*r) / (mag*r + 1e-30)
-				worst = max(worst, e)
-				if !(e <= 2e-6) {
-					t.Fatalf("%s %d rows, token %d row %d: got %v, want %v (error %.3g of Σ|w·h|·r)", c.typ, c.m, tok, m, got[tok*c.m+m], dot*r, e)
-				}
-			}
-		}
-		t.Logf("%s %d rows × %d tokens, hc_post_mix %d: streams identical to HCPost's, worst logit error %.3g of Σ|w·h|·r", c.typ, c.m, c.n, c.v, worst)
-	}
-	if d.HCPostMixesOK(quant.F16, 24, 3, D, 64) || d.HCPostMixesOK(quant.F16, 24, HC, 4000, 64) || d.HCPostMixesOK(quant.F16, 24, HC, D, 4) {
-		t.Errorf("HCPostMixesOK takes a shape it should not")
-	}
-	must(t, d.SetOption(OptHCPostMix, 0))
-	if d.HCPostMixesOK(quant.F16, 24, HC, D, 64) {
-		t.Errorf("HCPostMixesOK with OptHCPostMix 0")
-	}
-}
-
-// TestHCPassBench times a fast chunk's hc passes at Flash's shape (4096
-// tokens, 4 streams of 4096, 24 F16 mixer rows; DS4_CUDA_BENCH=1): HCPost
-// then HCMixes, against HCPostMixes with each OptHCPostMix.
-func TestHCPassBench(t *testing.T) {
-	if os.Getenv("DS4_CUDA_BENCH") == "" {
-		t.Skip("set DS4_CUDA_BENCH=1 to run the hc passes' benchmark")
-	}
-	d := gpu(t)
-	t.Cleanup(func() { d.SetOption(OptHCPostMix, 1) })
-	gt := newGraphTimer(t, d)
-	const HC, D, M, n, eps = 4, 4096, 24, 4096, 1e-6
-	_, dw, _ := randomMats(t, d, quant.F16, M, HC*D, 1, 5800)
-	h := upload(t, d, gaussian(n*HC*D, 5801))
-	out := upload(t, d, gaussian(n*D, 5802))
-	post := upload(t, d, gaussian(n*HC, 5803))
-	comb := upload(t, d, gaussian(n*HC*HC, 5804))
-	mix := alloc(t, d, int64(4*M*n))
-	us := gt.time(4, func(int) error {
-		if err := d.HCPost(gt.s, h, out, post, comb, HC, D, n); err != nil {
-			return err
-		}
-		return d.HCMixes(gt.s, dw, h, n, eps, mix)
-	})
-	fmt.Printf("hc passes: HCPost + HCMixes %9.1f µs\n", us)
-	for _, v := range []int{1, 2} {
-		must(t, d.SetOption(OptHCPostMix, v))
-		us := gt.time(4, func(int) error { return d.HCPostMixes(gt.s, dw, h, out, post, comb, HC, D, n, eps, mix) })
-		fmt.Printf("hc passes: HCPostMixes (hc_post_mix %d) %9.1f µs\n", v, us)
 	}
 }

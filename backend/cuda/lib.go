@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 21
+const abiVersion = 22
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -109,8 +109,6 @@ type lib struct {
 	topk        func(scores uintptr, stride, rFixed, pos0 int64, ratio, k, allIfFew int32, sel, nsel uintptr, n int32, s uintptr) int32
 	attnWork    func(n, h, hd int32, maxKeys int64, flags int32) int64
 	attnHalfOK  func(n, h, hd, rd, roff, flags int32) int32
-	hcPostMixOK func(typ, m, hc int32, d int64, n int32) int32
-	hcPostMix   func(typ int32, fn uintptr, m, hc int32, d int64, h, out, post, comb uintptr, n int32, eps float32, mix, s uintptr) int32
 	normRopeH   func(x uintptr, tokStride int64, heads int32, headStride int64, hd int32, w uintptr, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, fp8n, nTok int32, xh, s uintptr) int32
 	attention   func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, flags int32, s uintptr) int32
 	router      func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, s uintptr) int32
@@ -269,8 +267,6 @@ func load() (*lib, error) {
 		{&l.attention, "ds4c_attention"},
 		{&l.attnWork, "ds4c_attention_work"},
 		{&l.attnHalfOK, "ds4c_attention_half_ok"},
-		{&l.hcPostMixOK, "ds4c_hc_post_mixes_ok"},
-		{&l.hcPostMix, "ds4c_hc_post_mixes"},
 		{&l.normRopeH, "ds4c_norm_rope_half"},
 		{&l.router, "ds4c_router"},
 		{&l.swigluRef, "ds4c_swiglu_ref"},

@@ -130,21 +130,6 @@ func (d *Device) HCMixes(s Stream, fn *Weight, h Ptr, n int, eps float32, mix Pt
 	})
 }
 
-// HCPostMixesOK reports whether HCPostMixes takes mixer weights of type t
-// with m rows over hc streams of d values for n tokens.
-func (d *Device) HCPostMixesOK(t quant.Type, m, hc, dim, n int) bool {
-	return d.l.hcPostMixOK(int32(t), int32(m), int32(hc), int64(dim), int32(n)) == 1
-}
-
-// HCPostMixes is HCPost (the same streams, bit for bit, in place in h) and
-// then HCMixes of the new streams, in one pass over them. Only where
-// HCPostMixesOK says so; otherwise an error with nothing queued.
-func (d *Device) HCPostMixes(s Stream, fn *Weight, h, out, post, comb Ptr, hc, dim, n int, eps float32, mix Ptr) error {
-	return d.l.call("hc_post_mixes", func() int32 {
-		return d.l.hcPostMix(int32(fn.Type), uintptr(fn.Ptr), int32(fn.Rows), int32(hc), int64(dim), uintptr(h), uintptr(out), uintptr(post), uintptr(comb), int32(n), eps, uintptr(mix), uintptr(s))
-	})
-}
-
 // MatMulGroupedHalf is fast mode's MatMulGrouped with f16 activation rows
 // (ToHalfAs's, in GroupedHalf's layout) on the wgmma tensor cores: each weight dequantized to f16 with
 // its scales, f32 sums (not bit-identical to quant.Dot). Only where
