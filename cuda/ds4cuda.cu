@@ -54,7 +54,7 @@ static int g_opt_ix_flash = 1;
 static int g_opt_hc_chunk = 1;
 static int g_opt_had_warp = 1; // Hadamard transforms a warp a row (model.cu k_hadamard_w)
 static int g_opt_hc_mix = 1; // fast chunks' mixing logits in one pass on the TF32 tensor cores (hc_mix.cu)
-static int g_opt_attn_half = 1; // fast chunks: f16 queries into and f16 rotated output out of k_attn_flash
+static int g_opt_attn_half = 2; // fast chunks: queries normalised and rotated in k_attn_flash, its output f16 and rotated back there
 static int g_opt_wg_moe = 5; // routed experts on wgmma, weights dequantized into its A registers (cuda/NOTES.md v18)
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
 
@@ -494,7 +494,7 @@ static const struct {
     {DS4C_OPT_HC_MIX, "hc_mix", &g_opt_hc_mix, 0, 1},
     {DS4C_OPT_HAD_WARP, "had_warp", &g_opt_had_warp, 0, 1},
     {DS4C_OPT_WG_MOE, "wg_moe", &g_opt_wg_moe, 0, 6},
-    {DS4C_OPT_ATTN_HALF, "attn_half", &g_opt_attn_half, 0, 1},
+    {DS4C_OPT_ATTN_HALF, "attn_half", &g_opt_attn_half, 0, 2},
 };
 
 int ds4c_set_option(int key, int value) {

@@ -337,13 +337,17 @@ int ds4c_comp_pool(const float *d_kv, const float *d_sc, const float *d_kv_ring,
 enum { DS4C_FAST = 1 };
 /* ds4c_attention's flags for fast chunks through the flash kernel only
  * (ds4c_attention_half_ok): DS4C_ATTN_QH, d_q holds f16 rows (as
- * ds4c_norm_rope_half writes them); DS4C_ATTN_OH, d_out receives f16 rows,
- * the inverse rotation applied (d_qact must be NULL): the values that the
- * float output rotated (ds4c_rope) and rounded (ds4c_to_half) would give. */
-enum { DS4C_ATTN_QH = 2, DS4C_ATTN_OH = 4 };
-/* 1 when ds4c_attention takes DS4C_ATTN_QH and DS4C_ATTN_OH for these
- * arguments (fast chunks of the flash kernel's shape, option attn_half on,
- * rotated dims roff … roff+rd with roff even and rd ≤ 128), else 0. */
+ * ds4c_norm_rope_half writes them); DS4C_ATTN_QN, d_q holds the query rows
+ * before their norm and rotation (floats), which the kernel applies as
+ * ds4c_norm_rope_half would (no weight, q_eps, the rotation of d_rfreqs at
+ * each token's position); DS4C_ATTN_OH, d_out receives f16 rows, the
+ * inverse rotation applied (d_qact must be NULL): the values that the float
+ * output rotated (ds4c_rope) and rounded (ds4c_to_half) would give. */
+enum { DS4C_ATTN_QH = 2, DS4C_ATTN_OH = 4, DS4C_ATTN_QN = 8 };
+/* When ds4c_attention takes f16 queries and output for these arguments
+ * (fast chunks of the flash kernel's shape, rotated dims roff … roff+rd
+ * with roff even and rd ≤ 128), the form option attn_half picks: 1
+ * DS4C_ATTN_QH with DS4C_ATTN_OH, 2 DS4C_ATTN_QN with DS4C_ATTN_OH; else 0. */
 int ds4c_attention_half_ok(int n, int H, int HD, int rd, int roff, int flags);
 int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, int IH, int IHD,
                       int64_t pos0, int ratio, int n, float *d_scores, int64_t sc_stride,
@@ -361,7 +365,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
                    const float *d_comp, int ratio, const int32_t *d_sel, const int32_t *d_nsel,
                    int K, const float *d_sinks, float *d_out, int64_t pos0, int n, int H, int HD,
                    int W, float scale, int64_t max_keys, float *d_work, const float *d_rfreqs, int rd,
-                   int roff, void *d_qact, int64_t q_seg, int flags, void *stream);
+                   int roff, void *d_qact, int64_t q_seg, float q_eps, int flags, void *stream);
 /* The floats of ds4c_attention's work buffer for these arguments under the
  * current options (0: none; fast chunks of Flash's shape, whose one kernel
  * keeps its scores on chip): the scores [n][H][max_keys], or for fewer than
@@ -434,7 +438,7 @@ enum {
     DS4C_OPT_HC_CHUNK = 39, /* 1: hc_pre of chunks (8 or more tokens, 4 streams) with a CTA of 128 threads a token walking the values in a loop, the split in its warp 0 (k_hc_pre_chunk; same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (k_hc_pre: 512 threads a token holding the streams in registers, DS4C_OPT_HC_TWO) */
     DS4C_OPT_WG_MOE = 40, /* fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (ds4c_grouped_half_ok, DS4C_MM_HALF; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups over 128 rows, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; activations permuted, ds4c_grouped_half_ok 2), CTAs of 4 warpgroups (default); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 mma kernels, as exact mode */
     DS4C_OPT_HC_MIX = 41, /* 1: fast mode's hyper-connection mixing logits of chunks (ds4c_hc_mixes_ok) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there (hc_pre then skips its own pass; default; env DS4_CUDA_HC_MIX); 0: the exact-order product and hc_pre's scaling, as exact mode */
-    DS4C_OPT_ATTN_HALF = 43, /* 1: ds4c_attention_half_ok accepts fast chunks' f16 queries and f16 output (DS4C_ATTN_QH, DS4C_ATTN_OH) for the flash kernel, which then rotates and rounds its output itself (the same bits as the float output rotated and rounded after it; default; env DS4_CUDA_ATTN_HALF); 0: it refuses them */
+    DS4C_OPT_ATTN_HALF = 43, /* ds4c_attention_half_ok's answer for fast chunks of the flash kernel (env DS4_CUDA_ATTN_HALF): 1 f16 queries (DS4C_ATTN_QH) and f16 output (DS4C_ATTN_OH), which the kernel rotates and rounds itself; 2 the same with the queries' norm and rotation in the kernel too (DS4C_ATTN_QN; default); both give the same bits as the float queries and output; 0: none */
     DS4C_OPT_HAD_WARP = 42, /* 1: Walsh-Hadamard transforms of rows of 32 … 512 values a warp a row in registers (k_hadamard_w; with the FP4 simulation after it in the same kernel for ds4c_hadamard_fp4; the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory (k_hadamard), k_fp4_sim apart */
 };
 

@@ -1619,6 +1619,10 @@ struct AttnArgs {
     // rotation applied (written instead of out)
     const __half *qh;
     __half *outh;
+    // k_attn_flash only (DS4C_ATTN_QN): q holds the query rows before their
+    // norm (no weight, qeps) and rotation (rfreqs), which the kernel applies
+    int qnorm;
+    float qeps;
 };
 
 // attn_key_in is key k's row for token t (position p) among the rows kv,
@@ -2417,10 +2421,11 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
     const void **rows = (const void **)(s_fl + L::R);
     const int t = blockIdx.x, h0 = blockIdx.y * FL_H, tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int64_t p = a.pos0 + t;
-    // f16 output: the inverse rotation's cosine and sine per pair, as k_rope
-    // computes them (read after the barriers below)
+    // the rotation's cosine and sine per pair at the token's position, as
+    // k_rope computes them: for the f16 output's inverse rotation and the
+    // queries' (read after the barriers below)
     const bool orot = a.outh && a.rfreqs;
-    if (orot && tid < a.rd / 2) scs[tid] = rope_cs((float)p, a.rfreqs[tid]);
+    if ((orot || a.qnorm) && tid < a.rd / 2) scs[tid] = rope_cs((float)p, a.rfreqs[tid]);
     int64_t nwin;
     const int64_t nk = attn_nkeys(a, t, &nwin);
     auto key_row = [&](int64_t key) -> const void * {
@@ -2449,7 +2454,42 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
         cp_async_commit();
     };
     if (nk > 0) issue(0, 0);
-    if (a.qh) { // f16 query rows (ds4c_norm_rope_half: the same values as rounded below)
+    if (a.qnorm) {
+        // the query rows' norm and rotation (ds4c_norm_rope_half's
+        // operations in its order: warp w takes heads w, w+16, …, lane l
+        // values 128c + 4l … +3), rounded to f16
+        __syncthreads(); // the rotation's table
+        for (int hh = w; hh < FL_H; hh += FL_T / 32) {
+            const float4 *qr = (const float4 *)(a.q + ((int64_t)t * a.H + h0 + hh) * FL_HD);
+            float e[FL_HD / 128][4];
+            double ss = 0;
+#pragma unroll
+            for (int c = 0; c < FL_HD / 128; c++) {
+                const float4 v = __ldg(qr + c * 32 + lane);
+                e[c][0] = v.x, e[c][1] = v.y, e[c][2] = v.z, e[c][3] = v.w;
+            }
+#pragma unroll
+            for (int c = 0; c < FL_HD / 128; c++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) ss += (double)e[c][k] * (double)e[c][k];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL_MASK, ss, o);
+            const float r = rms_from_sumsq(ss, FL_HD, a.qeps);
+#pragma unroll
+            for (int c = 0; c < FL_HD / 128; c++) {
+                const int i0 = c * 128 + 4 * lane;
+#pragma unroll
+                for (int k = 0; k < 4; k++) e[c][k] = fmul(e[c][k], r);
+#pragma unroll
+                for (int k = 0; k < 4; k += 2)
+                    if (i0 + k >= a.roff && i0 + k < a.roff + a.rd) {
+                        const float2 cs = scs[(i0 + k - a.roff) / 2];
+                        rope_pair_cs(&e[c][k], cs.x, cs.y, 0);
+                    }
+                *(uint2 *)(sq + hh * FL_QLD + i0) = half4_bits(make_float4(e[c][0], e[c][1], e[c][2], e[c][3]));
+            }
+        }
+    } else if (a.qh) { // f16 query rows (ds4c_norm_rope_half: the same values as rounded below)
         const __half *qt = a.qh + ((int64_t)t * a.H + h0) * FL_HD;
         for (int i = tid; i < FL_H * FL_HD / 4; i += FL_T) {
             const int hh = i / (FL_HD / 4), c = i % (FL_HD / 4);
@@ -3140,9 +3180,9 @@ static bool attn_flash_takes(int n, int H, int HD, int flags) {
 }
 
 int ds4c_attention_half_ok(int n, int H, int HD, int rd, int roff, int flags) {
-    return attn_flash_takes(n, H, HD, flags) && ds4c_opt_attn_half() && rd >= 0 && rd / 2 <= FL_RP && rd % 2 == 0 &&
-                   roff >= 0 && roff % 2 == 0 && roff + rd <= HD
-               ? 1
+    return attn_flash_takes(n, H, HD, flags) && rd >= 0 && rd / 2 <= FL_RP && rd % 2 == 0 && roff >= 0 &&
+                   roff % 2 == 0 && roff + rd <= HD
+               ? ds4c_opt_attn_half()
                : 0;
 }
 
@@ -3157,7 +3197,8 @@ int64_t ds4c_attention_work(int n, int H, int HD, int64_t max_keys, int flags) {
 int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap, const float *d_comp,
                    int ratio, const int32_t *d_sel, const int32_t *d_nsel, int K, const float *d_sinks, float *d_out,
                    int64_t pos0, int n, int H, int HD, int W, float scale, int64_t max_keys, float *d_work,
-                   const float *d_rfreqs, int rd, int roff, void *d_qact, int64_t q_seg, int flags, void *stream) {
+                   const float *d_rfreqs, int rd, int roff, void *d_qact, int64_t q_seg, float q_eps, int flags,
+                   void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
     if (HD % 4) return ds4c_err(DS4C_EINVAL, "attention: head dim %d not a multiple of 4", HD);
@@ -3166,15 +3207,17 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         return ds4c_err(DS4C_EINVAL, "attention: rotation of dims %d..%d of %d", roff, roff + rd, HD);
     if (d_qact && (q_seg <= 0 || q_seg % 32 || ((int64_t)n * H * HD) % q_seg))
         return ds4c_err(DS4C_EINVAL, "attention: Q8_0 rows of %lld values", (long long)q_seg);
-    const bool qh = flags & DS4C_ATTN_QH, oh = flags & DS4C_ATTN_OH;
-    if ((qh || oh) && (!ds4c_attention_half_ok(n, H, HD, d_rfreqs ? rd : 0, roff, flags) || (oh && d_qact)))
+    const bool qh = flags & DS4C_ATTN_QH, oh = flags & DS4C_ATTN_OH, qn = flags & DS4C_ATTN_QN;
+    if ((qh || oh || qn) && (!ds4c_attention_half_ok(n, H, HD, d_rfreqs ? rd : 0, roff, flags) || (oh && d_qact) ||
+                             (qh && qn) || (qn && !d_rfreqs)))
         return ds4c_err(DS4C_EINVAL, "attention: f16 queries or output for %d tokens, %d heads of %d, rotation %d+%d%s", n,
                         H, HD, roff, rd, oh && d_qact ? " with a Q8_0 activation" : "");
     AttnArgs a{qh ? nullptr : d_q, d_kv, d_win, wcap, d_comp, ratio, d_sel, d_nsel, K, d_sinks, oh ? nullptr : d_out,
                pos0, H, HD, W, scale, nullptr, rd, roff, nullptr, q_seg, (int64_t)ds4c_act_bytes(DS4C_Q8_0, q_seg)};
     a.qh = qh ? (const __half *)d_q : nullptr;
     a.outh = oh ? (__half *)d_out : nullptr;
-    if (oh) a.rfreqs = d_rfreqs; // (the flash kernel's own inverse rotation)
+    if (oh || qn) a.rfreqs = d_rfreqs; // (the flash kernel's own rotations)
+    a.qnorm = qn, a.qeps = q_eps;
     // the Q8_0 activation after the output kernels (not fused)
     auto quantize = [&]() -> int {
         if (!d_qact) return 0;
@@ -3188,7 +3231,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     // k_attn_flash needs no work buffer (ds4c_attention_work 0)
     const bool rows16 = (((uintptr_t)d_q | (uintptr_t)d_kv | (uintptr_t)d_win | (uintptr_t)d_comp) & 15) == 0;
     const bool flash = attn_flash_takes(n, H, HD, flags);
-    if ((qh || oh) && !rows16) return ds4c_err(DS4C_EINVAL, "attention: f16 queries or output: rows not 16-byte aligned");
+    if ((qh || oh || qn) && !rows16) return ds4c_err(DS4C_EINVAL, "attention: f16 queries or output: rows not 16-byte aligned");
     if (!d_work && !(flash && rows16))
         return ds4c_err(DS4C_EINVAL, flash ? "attention: rows not 16-byte aligned for the flash kernel, and no work buffer"
                                            : "attention: no work buffer");

@@ -474,14 +474,18 @@ func TestKernelVariants(t *testing.T) {
 		if n := countDiff(fl1, run(Options{GraphLayers: -1, Fast: true}, 2)); n != 0 {
 			t.Errorf("attn_flash 2 differs from attn_flash 1 in %d logits", n)
 		}
-		// OptAttnHalf: the queries into and the rotated output out of the
+		// OptAttnHalf: the queries into (1: NormRopeHalf's; 2: normalised
+		// and rotated in the kernel) and the rotated output out of the
 		// kernel as f16 rows, in chunks of 128 (where the output projection
 		// goes through MatMulHalf): the same values, so the same bits
 		halfIO := func(v int) [][]float32 {
-			return optionLogits(t, w, Options{GraphLayers: -1, Fast: true}, OptAttnHalf, v, 1, 128, toks)
+			return optionLogits(t, w, Options{GraphLayers: -1, Fast: true}, OptAttnHalf, v, DefaultAttnHalf, 128, toks)
 		}
-		if n := countDiff(halfIO(1), halfIO(0)); n != 0 {
-			t.Errorf("attn_half differs from the float queries and output in %d logits (chunks of 128)", n)
+		base := halfIO(0)
+		for _, v := range []int{1, 2} {
+			if n := countDiff(halfIO(v), base); n != 0 {
+				t.Errorf("attn_half %d differs from the float queries and output in %d logits (chunks of 128)", v, n)
+			}
 		}
 		if fl.median > 5e-3 || fl.top1 < 0.98 {
 			t.Errorf("attn_flash: median %g (TF32 split: %g), top-1 agreement %g: outside median 5e-3, top-1 0.98", fl.median, tf32.median, fl.top1)

@@ -308,9 +308,13 @@ const (
 	OptHCChunk     = 39 // 1: hc_pre of chunks (8 or more tokens, 4 streams) with 128 threads a token in a loop, the split in its first warp (same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (512 threads a token, OptHCTwo)
 	OptWGMoE       = 40 // fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (GroupedHalfOK, MatMulGroupedHalf; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; GroupedHalf HalfPerm32), CTAs of 4 warpgroups (DefaultWGMoE); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 kernels, as exact mode
 	OptHCMix       = 41 // 1: fast mode's hyper-connection mixing logits of chunks (HCMixesOK) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there (default; env DS4_CUDA_HC_MIX); 0: the exact-order product and HCPre's scaling, as exact mode
-	OptAttnHalf    = 43 // 1: fast chunks through the flash attention kernel take f16 queries (NormRopeHalf) and leave f16 output rows with the inverse rotation applied (AttentionHalfOK; the same bits as the float output rotated and rounded after it; default; env DS4_CUDA_ATTN_HALF); 0: AttentionHalfOK refuses them
+	OptAttnHalf    = 43 // the form of fast chunks' f16 queries and output through the flash attention kernel (AttentionHalfIO; env DS4_CUDA_ATTN_HALF): 1 NormRopeHalf's f16 queries in, f16 output rows out with the inverse rotation applied; 2 the same with the queries' norm and rotation in the kernel too (DefaultAttnHalf); both give the same bits as the float queries and output; 0 neither
 	OptHadWarp     = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
 )
+
+// DefaultAttnHalf is the library's default of OptAttnHalf: the queries'
+// norm and rotation and the output's in the flash kernel.
+const DefaultAttnHalf = 2
 
 // DefaultWGMoE is the library's default of OptWGMoE: both expert types on
 // wgmma with the weights dequantized into its A registers (H200, 4096

@@ -435,12 +435,18 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	// Fast chunks of the flash kernel: the queries go in and the output
 	// (rotated back) comes out as f16 rows, the output projection's input.
 	halfOA := be.half(L.outA, quant.F16, n)
-	halfIO := halfOA && d.AttentionHalfOK(n, H, HD, rd, nope, !be.exact())
+	hio := 0 // AttentionHalfIO's form
+	if halfOA {
+		hio = d.AttentionHalfIO(n, H, HD, rd, nope, !be.exact())
+	}
+	halfIO := hio > 0
 	var o, qh, oh Ptr
 	if halfIO {
 		var err error
-		if qh, err = b.sc.get("attn.q.f16", 2*int64(n*H*HD)); err != nil {
-			return err
+		if hio == 1 {
+			if qh, err = b.sc.get("attn.q.f16", 2*int64(n*H*HD)); err != nil {
+				return err
+			}
 		}
 		if oh, err = b.sc.get("attn.oa.f16", 2*int64(n*H*HD)); err != nil {
 			return err
@@ -497,12 +503,16 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 	// Per-head query norm and rotation; the KV row's norm, rotation and
 	// FP8 rounding of its non-rotated part.
-	if halfIO {
+	switch hio {
+	case 2: // in the attention kernel
+	case 1:
 		if err := d.NormRopeHalf(s, q, H, int64(HD), HD, 0, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), 0, n, qh); err != nil {
 			return err
 		}
-	} else if err := d.NormRope(s, q, H, int64(HD), HD, 0, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), 0, n); err != nil {
-		return err
+	default:
+		if err := d.NormRope(s, q, H, int64(HD), HD, 0, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), 0, n); err != nil {
+			return err
+		}
 	}
 	if err := d.NormRope(s, kv, 1, int64(HD), HD, L.kvNorm, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), nope, n); err != nil {
 		return err
@@ -561,8 +571,11 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		RopeFreqs: L.freqs, RopeDim: rd, RopeOff: nope, // the inverse rotation of the output
 		Fast: !be.exact(),
 	}
-	if halfIO {
+	switch hio {
+	case 1:
 		aa.Q, aa.QHalf, aa.Out, aa.OutHalf = qh, true, oh, true
+	case 2:
+		aa.QNorm, aa.QEps, aa.Out, aa.OutHalf = true, c.NormEps, oh, true
 	}
 	if act != o && at == quant.Q8_0 && seg%32 == 0 {
 		aa.QAct, aa.QSeg = act, seg

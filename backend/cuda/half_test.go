@@ -203,27 +203,26 @@ func TestHalfModel(t *testing.T) {
 }
 
 // TestAttentionHalfIO checks the flash kernel's f16 queries and f16 rotated
-// output (AttentionArgs QHalf, OutHalf; NormRopeHalf) bit for bit against
-// the float forms they replace: NormRope then the kernel's own rounding of
-// the queries, and the float output rotated back (Rope) and rounded
-// (ToHalf) after the kernel. Flash's shapes, 40 tokens, ratios 4 and 128,
-// both f16 key staging forms (OptAttnFlash 1, 2); also that
-// AttentionHalfOK follows the shape, the fast flag and OptAttnHalf.
+// output (AttentionArgs QHalf or QNorm, OutHalf; NormRopeHalf) bit for bit
+// against the float forms they replace: NormRope then the kernel's own
+// rounding of the queries, and the float output rotated back (Rope) and
+// rounded (ToHalf) after the kernel. Flash's shapes, 40 tokens, ratios 4
+// and 128, both f16 key staging forms (OptAttnFlash 1, 2); also that
+// AttentionHalfIO follows the shape, the fast flag and OptAttnHalf.
 func TestAttentionHalfIO(t *testing.T) {
 	d := gpu(t)
-	t.Cleanup(func() { d.SetOption(OptAttnFlash, DefaultAttnFlash); d.SetOption(OptAttnHalf, 1) })
+	t.Cleanup(func() { d.SetOption(OptAttnFlash, DefaultAttnFlash); d.SetOption(OptAttnHalf, DefaultAttnHalf) })
 	const H, HD, W, n, pos0, K = 64, 512, 128, 40, 700, 64
 	const rd, roff = 64, HD - 64
-	if !d.AttentionHalfOK(n, H, HD, rd, roff, true) || d.AttentionHalfOK(n, H, HD, rd, roff, false) ||
-		d.AttentionHalfOK(4, H, HD, rd, roff, true) || d.AttentionHalfOK(n, H, 256, rd, roff, true) ||
-		d.AttentionHalfOK(n, H, HD, rd, roff-1, true) {
-		t.Errorf("AttentionHalfOK: want fast chunks of 8 or more tokens, head dim 512, an even rotation offset only")
+	for _, v := range []int{1, 2, 0} {
+		must(t, d.SetOption(OptAttnHalf, v))
+		if d.AttentionHalfIO(n, H, HD, rd, roff, true) != v || d.AttentionHalfIO(n, H, HD, rd, roff, false) != 0 ||
+			d.AttentionHalfIO(4, H, HD, rd, roff, true) != 0 || d.AttentionHalfIO(n, H, 256, rd, roff, true) != 0 ||
+			d.AttentionHalfIO(n, H, HD, rd, roff-1, true) != 0 {
+			t.Errorf("AttentionHalfIO with OptAttnHalf %d: want %d for fast chunks of 8 or more tokens, head dim 512, an even rotation offset only, else 0", v, v)
+		}
 	}
-	must(t, d.SetOption(OptAttnHalf, 0))
-	if d.AttentionHalfOK(n, H, HD, rd, roff, true) {
-		t.Errorf("AttentionHalfOK with OptAttnHalf 0")
-	}
-	must(t, d.SetOption(OptAttnHalf, 1))
+	must(t, d.SetOption(OptAttnHalf, DefaultAttnHalf))
 	freqs := make([]float32, rd/2)
 	for i := range freqs {
 		freqs[i] = float32(math.Pow(10000, -2*float64(i)/rd))
@@ -292,12 +291,23 @@ func TestAttentionHalfIO(t *testing.T) {
 			a.Q, a.Out = q, o
 			must(t, d.Attention(0, a))
 			must(t, d.ToHalf(0, o, HD, HD, n*H, of))
-			a = args()
-			a.Q, a.QHalf, a.Out, a.OutHalf = qh, true, oh, true
-			must(t, d.Attention(0, a))
-			want, got := halves(of, nv), halves(oh, nv)
-			if c := countHalfDiff(want, got); c != 0 {
-				t.Errorf("attn_flash %d, ratio %d: the f16 output differs from the float output rotated and rounded in %d of %d values", flash, ratio, c, nv)
+			want := halves(of, nv)
+			// form 1: NormRopeHalf's f16 queries; form 2: the raw queries,
+			// normalised and rotated in the kernel
+			for form := 1; form <= 2; form++ {
+				must(t, d.SetOption(OptAttnHalf, form))
+				poison(t, d, oh, nv/2)
+				a = args()
+				a.Out, a.OutHalf = oh, true
+				if form == 1 {
+					a.Q, a.QHalf = qh, true
+				} else {
+					a.Q, a.QNorm, a.QEps = qf, true, 1e-6
+				}
+				must(t, d.Attention(0, a))
+				if c := countHalfDiff(want, halves(oh, nv)); c != 0 {
+					t.Errorf("attn_flash %d, ratio %d, form %d: the f16 output differs from the float queries and output rotated and rounded in %d of %d values", flash, ratio, form, c, nv)
+				}
 			}
 			a.QAct, a.QSeg = o, 4096 // a Q8_0 activation is refused with the f16 output
 			if err := d.Attention(0, a); err == nil {

@@ -374,18 +374,22 @@ type AttentionArgs struct {
 	// denominators and fused multiply-adds. Otherwise every operation
 	// rounds as backend/cpu's.
 	Fast bool
-	// QHalf: Q holds f16 rows (NormRopeHalf's); OutHalf: Out receives f16
-	// rows, the inverse rotation applied (QAct must be 0) — the values
-	// that the float output rotated and passed through ToHalf would hold.
-	// Only where AttentionHalfOK says so.
-	QHalf, OutHalf bool
+	// QHalf: Q holds f16 rows (NormRopeHalf's); QNorm: Q holds the query
+	// rows before NormRope (no weight, QEps, the rotation of RopeFreqs),
+	// which the kernel applies itself; OutHalf: Out receives f16 rows, the
+	// inverse rotation applied (QAct must be 0) — the values that the float
+	// output rotated and passed through ToHalf would hold. Only in the form
+	// AttentionHalfIO names.
+	QHalf, QNorm, OutHalf bool
+	QEps                  float32
 }
 
-// AttentionHalfOK reports whether Attention takes QHalf and OutHalf for n
-// tokens of h heads of hd with the rotation of dims roff … roff+rd and the
-// fast flag (fast chunks through the flash kernel, OptAttnHalf on).
-func (d *Device) AttentionHalfOK(n, h, hd, rd, roff int, fast bool) bool {
-	return d.l.attnHalfOK(int32(n), int32(h), int32(hd), int32(rd), int32(roff), fastFlag(fast)) == 1
+// AttentionHalfIO is the form of f16 queries and output that Attention
+// takes for n tokens of h heads of hd with the rotation of dims roff …
+// roff+rd and the fast flag (fast chunks through the flash kernel;
+// OptAttnHalf): 0 none, 1 QHalf with OutHalf, 2 QNorm with OutHalf.
+func (d *Device) AttentionHalfIO(n, h, hd, rd, roff int, fast bool) int {
+	return int(d.l.attnHalfOK(int32(n), int32(h), int32(hd), int32(rd), int32(roff), fastFlag(fast)))
 }
 
 // flags are ds4c_attention's flags for a.
@@ -396,6 +400,9 @@ func (a *AttentionArgs) flags() int32 {
 	}
 	if a.OutHalf {
 		f |= 4 // DS4C_ATTN_OH
+	}
+	if a.QNorm {
+		f |= 8 // DS4C_ATTN_QN
 	}
 	return f
 }
@@ -439,7 +446,7 @@ func (d *Device) Attention(s Stream, a *AttentionArgs) error {
 		return d.l.attention(uintptr(a.Q), uintptr(a.KV), uintptr(a.Win), int64(a.WCap), uintptr(a.Comp), int32(a.Ratio),
 			uintptr(a.Sel), uintptr(a.NSel), int32(a.K), uintptr(a.Sinks), uintptr(a.Out), int64(a.Pos0), int32(a.N),
 			int32(a.H), int32(a.HD), int32(a.W), a.Scale, int64(a.MaxKeys), uintptr(a.Work),
-			uintptr(a.RopeFreqs), int32(a.RopeDim), int32(a.RopeOff), uintptr(a.QAct), int64(a.QSeg), a.flags(), uintptr(s))
+			uintptr(a.RopeFreqs), int32(a.RopeDim), int32(a.RopeOff), uintptr(a.QAct), int64(a.QSeg), a.QEps, a.flags(), uintptr(s))
 	})
 }
 
