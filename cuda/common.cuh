@@ -54,6 +54,7 @@ int ds4c_opt_hc_chunk(void);
 int ds4c_opt_hc_mix(void);
 int ds4c_opt_had_warp(void);
 int ds4c_opt_attn_half(void);
+int ds4c_opt_wg_glu(void);
 int ds4c_opt_wg_moe(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
@@ -358,6 +359,23 @@ static __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&
 static __device__ __forceinline__ float half_sat(float x) {
     const float a = fabsf(x);
     return a > 65504.f && a != INFINITY ? copysignf(65504.f, x) : x;
+}
+
+// swiglu_fast is fast mode's SwiGLU of one value pair: silu(g)·u in float
+// with the fast exponential, u clamped to ±lim and g to ≤ lim when lim > 0
+// (k_swiglu_half and the fused gate/up product's epilogue).
+static __device__ __forceinline__ float swiglu_fast(float g, float u, float lim) {
+    if (lim > 0.f) {
+        u = fminf(fmaxf(u, -lim), lim);
+        g = fminf(g, lim);
+    }
+    return g / (1.f + __expf(-g)) * u;
+}
+
+// perm32_pos: the position under DS4C_HALF_PERM32 of value v (< 32) of a
+// 32-value block: value 8q + 4s + 2h + e sits at 16s + 8h + 2q + e.
+static __device__ __forceinline__ int perm32_pos(int v) {
+    return 16 * ((v >> 2) & 1) + 8 * ((v >> 1) & 1) + 2 * (v >> 3) + (v & 1);
 }
 
 // perm32_at: under DS4C_HALF_PERM32 (ds4c_to_half_ex), the offset within a

@@ -213,6 +213,21 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
  * them; 2: permuted within each 32-value block (ds4c_to_half_ex with
  * DS4C_HALF_PERM32). 0: not taken. */
 int ds4c_grouped_half_ok(int type, int64_t cols, int n_sel);
+/* ds4c_matmul_grouped_glu: the routed experts' gate and up products of the
+ * same selections in one launch (RS-form wgmma: each CTA takes 128 rows of
+ * both, d_act permuted f16 rows as ds4c_grouped_half_ok 2 reads them) with
+ * SwiGLU in its epilogue: d_yh[i][r] = f16(swiglu(gate_i[r], up_i[r]) ·
+ * d_wts[i]) — ds4c_swiglu_half's values of the two products' float outputs,
+ * the same bits — in rows of `rows` values, permuted within each 32-value
+ * block when out_perm (the down product's input). ds4c_grouped_glu_ok: 1
+ * when DS4C_OPT_WG_GLU is on, DS4C_OPT_WG_MOE is 5, rows is a multiple of
+ * 128 and ds4c_grouped_half_ok(type, cols, n_sel) is 2; else 0, and
+ * ds4c_matmul_grouped_glu returns DS4C_ETYPE with nothing queued. */
+int ds4c_grouped_glu_ok(int type, int64_t rows, int64_t cols, int n_sel);
+int ds4c_matmul_grouped_glu(int type, const void *d_gate, const void *d_up, int64_t rows, int64_t cols,
+                            int64_t n_mat, const int32_t *d_ids, int n_sel, const void *d_act, int64_t act_sel,
+                            int act_div, const float *d_wts, float lim, void *d_yh, int out_perm,
+                            const void *d_scratch, void *stream);
 
 /* Fast mode's hyper-connection mixing logits of chunks (hc_mix.cu):
  * d_mix[t][m] = (fn_m . h_t) * rsqrt(mean(h_t^2) + eps) for t < n, m < M,
@@ -439,6 +454,7 @@ enum {
     DS4C_OPT_WG_MOE = 40, /* fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (ds4c_grouped_half_ok, DS4C_MM_HALF; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups over 128 rows, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; activations permuted, ds4c_grouped_half_ok 2), CTAs of 4 warpgroups (default); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 mma kernels, as exact mode */
     DS4C_OPT_HC_MIX = 41, /* 1: fast mode's hyper-connection mixing logits of chunks (ds4c_hc_mixes_ok) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there (hc_pre then skips its own pass; default; env DS4_CUDA_HC_MIX); 0: the exact-order product and hc_pre's scaling, as exact mode */
     DS4C_OPT_ATTN_HALF = 43, /* ds4c_attention_half_ok's answer for fast chunks of the flash kernel (env DS4_CUDA_ATTN_HALF): 1 f16 queries (DS4C_ATTN_QH) and f16 output (DS4C_ATTN_OH), which the kernel rotates and rounds itself; 2 the same with the queries' norm and rotation in the kernel too (DS4C_ATTN_QN; default); both give the same bits as the float queries and output; 0: none */
+    DS4C_OPT_WG_GLU = 44, /* 1: ds4c_grouped_glu_ok accepts fast chunks' routed gate and up products for one launch with SwiGLU in its epilogue (ds4c_matmul_grouped_glu; the same bits as the two products and ds4c_swiglu_half; default; env DS4_CUDA_WG_GLU); 0: it refuses them */
     DS4C_OPT_HAD_WARP = 42, /* 1: Walsh-Hadamard transforms of rows of 32 … 512 values a warp a row in registers (k_hadamard_w; with the FP4 simulation after it in the same kernel for ds4c_hadamard_fp4; the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory (k_hadamard), k_fp4_sim apart */
 };
 

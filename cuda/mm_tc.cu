@@ -1078,6 +1078,41 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
     return tc_launch(type, p, (int)bound, 1, as_stream(stream));
 }
 
+int ds4c_grouped_glu_ok(int type, int64_t rows, int64_t cols, int n_sel) {
+    return ds4c_opt_wg_glu() && ds4c_opt_wg_moe() == 5 && rows > 0 && rows % 128 == 0 &&
+                   ds4c_grouped_half_ok(type, cols, n_sel) == 2
+               ? 1
+               : 0;
+}
+
+int ds4c_matmul_grouped_glu(int type, const void *d_gate, const void *d_up, int64_t rows, int64_t cols, int64_t n_mat,
+                            const int32_t *d_ids, int n_sel, const void *d_act, int64_t act_sel, int act_div,
+                            const float *d_wts, float lim, void *d_yh, int out_perm, const void *d_scratch,
+                            void *stream) {
+    DS4C_READY();
+    if (n_sel <= 0) return 0;
+    const bool aligned = (((uintptr_t)d_act | (uint64_t)act_sel) & 15) == 0 && ((uintptr_t)d_yh & 15) == 0;
+    if (!ds4c_grouped_glu_ok(type, rows, cols, n_sel) || !aligned || !d_wts)
+        return ds4c_err(DS4C_ETYPE, "grouped gate/up product: type %d, %lld x %lld, %d selections not taken%s", type,
+                        (long long)rows, (long long)cols, n_sel, aligned ? "" : " (rows not 16-byte aligned)");
+    if (rows > 0x7fffffff || cols > 0x7fffffff || n_mat <= 0 || act_div <= 0)
+        return ds4c_err(DS4C_EINVAL, "grouped gate/up product: bad shape or act_div");
+    const int64_t bound = group_tiles(n_sel, n_mat);
+    if (bound > 65535) return ds4c_err(DS4C_EINVAL, "grouped gate/up product: %d selections make too many tiles", n_sel);
+    TCArgs p;
+    // (y_sel 1: the slots' y offsets are their selections)
+    p.a = mv_args(d_gate, rows, cols, n_mat, nullptr, false, d_act, 0, act_sel, act_div, nullptr, 0, 1);
+    p.n_tok = 1;
+    p.perm = (const int32_t *)d_scratch;
+    p.tiles = (const int4 *)((const uint8_t *)d_scratch + group_perm_bytes(n_sel));
+    p.w2 = (const uint8_t *)d_up;
+    p.glu_w = d_wts;
+    p.glu_lim = lim;
+    p.glu_y = (__half *)d_yh;
+    p.glu_perm = out_perm;
+    return wg_grouped_glu(type, p, (int)bound, as_stream(stream));
+}
+
 int ds4c_grouped_half_ok(int type, int64_t cols, int n_sel) {
     const int v = ds4c_opt_wg_moe();
     if (v == 0 || (v == 3 && type == DS4C_Q2_K)) return 0; // (3: Q2_K stays on the int8 kernels, faster there)

@@ -11,6 +11,14 @@ struct TCArgs {
     int n_tok;
     const int4 *tiles;   // grouped: per blockIdx.x (matrix, first pair, count, 0)
     const int32_t *perm; // grouped: pair → selection
+    // wg_grouped_glu only: the up weights (a.w: the gate's), the
+    // selections' weights, the SwiGLU clamp (≤ 0: none) and the f16 output
+    // rows of a.rows values (permuted within 32-value blocks when glu_perm)
+    const uint8_t *w2;
+    const float *glu_w;
+    float glu_lim;
+    __half *glu_y;
+    int glu_perm;
 };
 
 // The CTA's slots: byte offsets of each slot's activation row and float
@@ -68,5 +76,10 @@ bool wg_supported(int type, int64_t cols);
 // wg_grouped launches the f16 wgmma product of p (grouped: p.tiles, f16
 // activation rows) over xcount tiles (mm_wg.cu).
 int wg_grouped(int type, const TCArgs &p, int xcount, cudaStream_t st);
+
+// wg_grouped_glu launches the RS-form product of the gate (p.a.w) and up
+// (p.w2) weights for the same tiles with SwiGLU in its epilogue (mm_wg.cu;
+// p.a.y_sel 1, p.a.rows a multiple of 128).
+int wg_grouped_glu(int type, const TCArgs &p, int xcount, cudaStream_t st);
 
 } // namespace ds4mv

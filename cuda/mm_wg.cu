@@ -298,6 +298,65 @@ __device__ __forceinline__ void wg_store(const TCArgs &p, const SlotsT<WG_N> &s,
     }
 }
 
+// wg_store_glu ends a GLU CTA (k_wg_rs<T, 4, true>) in its free buffers
+// at buf (≥ 68 KB): warpgroups 2, 3 leave their up sums (rows 0 … 127 ×
+// slots, times fin) there; warpgroups 0, 1 meet them with their gate sums
+// of the same (row, slot) and form swiglu_fast(gate, up, lim) times the
+// selection's weight (NaN for a matrix out of range), rounded to f16 (as
+// k_swiglu_half) into [slot][position] rows there; then every thread copies
+// the slots' 256-byte rows to p.glu_y + selection·a.rows + row0.
+__device__ __forceinline__ void wg_store_glu(const TCArgs &p, const SlotsT<WG_N> &s, float (&acc)[64], uint8_t *buf,
+                                             int row0, int cnt, int width, bool mat_ok, float fin) {
+    constexpr int ULD = WG_N + 4, YLD = 128 + 8; // floats a row of up sums, halves a row of outputs
+    __shared__ float s_gw[WG_N];
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
+    float *U = (float *)buf;
+    __half *Y = (__half *)buf;
+    if (wg >= 2) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            if (8 * j >= width) break;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                U[(64 * (wg - 2) + 16 * w + g + 8 * (i >> 1)) * ULD + 8 * j + 2 * q + (i & 1)] = acc[4 * j + i] * fin;
+        }
+    }
+    if (tid < cnt) s_gw[tid] = p.glu_w[s.y[tid]];
+    __syncthreads();
+    const float nan = __int_as_float(0x7fc00000);
+    if (wg < 2) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            if (8 * j >= width) break;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = 64 * wg + 16 * w + g + 8 * (i >> 1), slot = 8 * j + 2 * q + (i & 1);
+                const float v = swiglu_fast(acc[4 * j + i] * fin, U[row * ULD + slot], p.glu_lim) *
+                                (slot < cnt ? s_gw[slot] : 0.f);
+                acc[4 * j + i] = mat_ok ? v : nan;
+            }
+        }
+    }
+    __syncthreads(); // every up sum read
+    if (wg < 2) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            if (8 * j >= width) break;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = 64 * wg + 16 * w + g + 8 * (i >> 1), slot = 8 * j + 2 * q + (i & 1);
+                const int pos = p.glu_perm ? (row & ~31) + perm32_pos(row & 31) : row;
+                Y[slot * YLD + pos] = __float2half_rn(half_sat(acc[4 * j + i]));
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < cnt * 16; i += 512) {
+        const int slot = i >> 4, c = i & 15;
+        *(uint4 *)(p.glu_y + s.y[slot] * p.a.rows + row0 + 8 * c) = *(const uint4 *)(Y + slot * YLD + 8 * c);
+    }
+}
+
 template <bool V> struct WgFlag {
     static constexpr bool value = V;
 };
@@ -482,9 +541,15 @@ template <int T, int WGS> struct WgRsShape {
 // its activation rows from L2 (the down product's rows at 4096 tokens,
 // 100 MB, do not fit there). The products are m64n32, 64, 96 or 128, the
 // tile's selections rounded up to 32.
-template <int T, int WGS>
+// GLU (wg_grouped_glu, WGS 4): the CTA's first two warpgroups take rows
+// row0 … row0+127 of the gate weights (a.w), the other two the same rows of
+// the up weights (p.w2), so that the epilogue (wg_store_glu) meets both
+// sums of each (row, selection) and writes SwiGLU's f16 value, the down
+// product's input, instead of two float outputs and a SwiGLU pass.
+template <int T, int WGS, bool GLU = false>
 __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>::MINB) k_wg_rs(TCArgs p) {
 #if WG_ARCH
+    static_assert(!GLU || WGS == 4, "GLU: 4 warpgroups");
     using S = WgRsShape<T, WGS>;
     constexpr int M = S::M, RAW = S::RAW, NT = S::THREADS;
     constexpr int NCH = WG_N * 8 / NT; // activation chunks a thread copies a stage (tiles of more than 64)
@@ -501,7 +566,8 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
     const bool mat_ok = mat >= 0 && mat < a.n_mat;
     if (!mat_ok) mat = 0;
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, q = lane & 3;
-    const int row0 = blockIdx.x * M;
+    constexpr int MR = GLU ? M / 2 : M; // rows of a tensor a CTA
+    const int row0 = blockIdx.x * MR;
     const int nbr = a.cols / 256;
     const int64_t NB = a.R * nbr;
     // Buffers (1024-aligned): activations [4][WG_B], raw [4][RAW].
@@ -513,7 +579,8 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
     // selection i >> 3, chunk i & 7; row r's raw bytes by thread r (and
     // r + M: Q2_K's other 16 quant bytes).
     const int r = tid & (M - 1), pp = tid / M;
-    const int64_t blk0 = (mat * a.rows + min(row0 + r, a.rows - 1)) * nbr;
+    const uint8_t *wc = GLU && r >= MR ? p.w2 : a.w; // (GLU: the CTA's rows MR … are the up tensor's)
+    const int64_t blk0 = (mat * a.rows + min(row0 + (r & (MR - 1)), a.rows - 1)) * nbr;
     const uint8_t *bsrc[NCH];
     uint32_t bdst[NCH];
 #pragma unroll
@@ -522,18 +589,19 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
         bsrc[k] = a.act + s.act[j] + 16 * c;
         bdst[k] = sB + wg_cm<true>(j, c);
     }
-    const uint8_t *rsrc = a.w + blk0 * 64 + (T == WG_TYPE_IQ2 ? 0 : 16 * pp);
+    const uint8_t *rsrc = wc + blk0 * 64 + (T == WG_TYPE_IQ2 ? 0 : 16 * pp);
     const uint32_t rdst = sR + (T == WG_TYPE_IQ2 ? 16 * r : 32 * r + 16 * pp);
-    const uint8_t *ssrc = a.w + NB * 64 + blk0 * 16; // Q2_K scale bytes
+    const uint8_t *ssrc = wc + NB * 64 + blk0 * 16; // Q2_K scale bytes
     const uint32_t sdst = sR + 32 * M + 4 * r;
     // The decoded rows ra, rb = ra + 8 and their block scales (IQ2_XXS: d;
     // Q2_K: d, dmin), loaded a block ahead.
     const int ra = 64 * wg + 16 * ((tid >> 5) & 3) + (lane >> 2), rb = ra + 8;
-    const int64_t bA = (mat * a.rows + min(row0 + ra, a.rows - 1)) * nbr;
-    const int64_t bB = (mat * a.rows + min(row0 + rb, a.rows - 1)) * nbr;
+    const uint8_t *wd = GLU && ra >= MR ? p.w2 : a.w; // the tensor of the rows this thread decodes
+    const int64_t bA = (mat * a.rows + min(row0 + (ra & (MR - 1)), a.rows - 1)) * nbr;
+    const int64_t bB = (mat * a.rows + min(row0 + (rb & (MR - 1)), a.rows - 1)) * nbr;
     auto scale_of = [&](int64_t blk) -> uint32_t {
-        if (T == WG_TYPE_IQ2) return (uint32_t)__ldg((const unsigned short *)(a.w + NB * 64) + blk);
-        return __ldg((const uint32_t *)(a.w + NB * 80) + blk);
+        if (T == WG_TYPE_IQ2) return (uint32_t)__ldg((const unsigned short *)(wd + NB * 64) + blk);
+        return __ldg((const uint32_t *)(wd + NB * 80) + blk);
     };
     const uint64_t dB = wg_desc<true>(gB);
 
@@ -666,7 +734,13 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
         body(WgN<64>{});
     else
         body(WgN<32>{});
-    wg_store(p, s, acc, row0 + 64 * wg, cnt, (cnt + 31) / 32 * 32, mat_ok, T == WG_TYPE_IQ2 ? 0.125f : 1.0f);
+    if constexpr (GLU) {
+        cp_async_wait<0>(); // (the last groups are empty) the buffers are free
+        __syncthreads();
+        wg_store_glu(p, s, acc, gB, row0, cnt, (cnt + 31) / 32 * 32, mat_ok, T == WG_TYPE_IQ2 ? 0.125f : 1.0f);
+    } else {
+        wg_store(p, s, acc, row0 + 64 * wg, cnt, (cnt + 31) / 32 * 32, mat_ok, T == WG_TYPE_IQ2 ? 0.125f : 1.0f);
+    }
 #endif
 }
 
@@ -681,15 +755,16 @@ template <int T, int WGS, bool SW> void wg_go(const TCArgs &p, int xcount, cudaS
     ds4c_launch(k_wg_moe<T, WGS, SW>, grid, S::THREADS, (size_t)S::SMEM, st, p);
 }
 
-template <int T, int WGS> void wg_go_rs(const TCArgs &p, int xcount, cudaStream_t st) {
+template <int T, int WGS, bool GLU = false> void wg_go_rs(const TCArgs &p, int xcount, cudaStream_t st) {
     using S = WgRsShape<T, WGS>;
     static bool set = false;
     if (!set) {
-        cudaFuncSetAttribute(k_wg_rs<T, WGS>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
+        cudaFuncSetAttribute(k_wg_rs<T, WGS, GLU>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM);
         set = true;
     }
-    const dim3 grid((unsigned)((p.a.rows + S::M - 1) / S::M), (unsigned)xcount, 1);
-    ds4c_launch(k_wg_rs<T, WGS>, grid, S::THREADS, (size_t)S::SMEM, st, p);
+    constexpr int MR = GLU ? S::M / 2 : S::M;
+    const dim3 grid((unsigned)((p.a.rows + MR - 1) / MR), (unsigned)xcount, 1);
+    ds4c_launch(k_wg_rs<T, WGS, GLU>, grid, S::THREADS, (size_t)S::SMEM, st, p);
 }
 
 // wg_device_ok: the current device is compute capability 9.0 and this file
@@ -713,6 +788,18 @@ bool wg_device_ok() {
 bool wg_supported(int type, int64_t cols) {
     static const bool dev_ok = wg_device_ok();
     return dev_ok && (type == DS4C_IQ2_XXS || type == DS4C_Q2_K) && cols > 0 && cols % 256 == 0;
+}
+
+int wg_grouped_glu(int type, const TCArgs &p, int xcount, cudaStream_t st) {
+    if (!wg_supported(type, p.a.cols) || p.a.rows % 128)
+        return ds4c_err(DS4C_ETYPE, "wgmma gate/up product: type %d, %d rows of %d", type, p.a.rows, p.a.cols);
+    static_assert(WG_NS * (WG_B + WgRsShape<WG_TYPE_IQ2, 4>::RAW) >= 128 * (WG_N + 4) * 4, "GLU epilogue buffers");
+    if (type == DS4C_IQ2_XXS)
+        wg_go_rs<WG_TYPE_IQ2, 4, true>(p, xcount, st);
+    else
+        wg_go_rs<WG_TYPE_Q2K, 4, true>(p, xcount, st);
+    DS4C_CHECK_LAUNCH("matmul (wgmma gate/up)");
+    return 0;
 }
 
 int wg_grouped(int type, const TCArgs &p, int xcount, cudaStream_t st) {

@@ -2757,11 +2757,7 @@ __global__ void k_swiglu_half(const float *g, const float *u, __half *y, int64_t
             float v[2] = {gv2.x, gv2.y}, uu[2] = {uv2.x, uv2.y};
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                if (lim > 0.f) {
-                    uu[e] = fminf(fmaxf(uu[e], -lim), lim);
-                    v[e] = fminf(v[e], lim);
-                }
-                v[e] = v[e] / (1.f + __expf(-v[e])) * uu[e]; // (fast mode: float silu)
+                v[e] = swiglu_fast(v[e], uu[e], lim); // (fast mode: float silu)
                 if (w) v[e] *= wr;
             }
             const __half2 h = __floats2half2_rn(half_sat(v[0]), half_sat(v[1]));

@@ -555,6 +555,14 @@ func TestKernelVariants(t *testing.T) {
 					t.Errorf("wg_moe %d, chunks of %d: median %g, top-1 agreement %g; int8 experts: median %g, top-1 %g", v, chunk, wg.median, wg.top1, i8.median, i8.top1)
 				}
 			}
+			// OptWGGLU (on above): the gate and up products and SwiGLU in
+			// one launch, against apart: the same bits
+			glu := func(v int) [][]float32 {
+				return optionLogits(t, w, Options{GraphLayers: -1, Fast: true}, OptWGGLU, v, 1, chunk, toks)
+			}
+			if n := countDiff(glu(1), glu(0)); n != 0 {
+				t.Errorf("wg_glu, chunks of %d: %d logits differ from the products and SwiGLU apart", chunk, n)
+			}
 		}
 	})
 }

@@ -743,7 +743,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	f4 := func(cnt int) int64 { return 4 * int64(cnt) }
 	lg, shg, shu := buf("moe.s", f4(n*E)), buf("moe.shg", f4(n*FF)), buf("moe.shu", f4(n*FF))
 	sel, wts := buf("moe.sel", f4(nk)), buf("moe.w", f4(nk))
-	ge, ue, ye := buf("moe.ge", f4(nk*FF)), buf("moe.ue", f4(nk*FF)), buf("moe.ye", f4(nk*D))
+	ye := buf("moe.ye", f4(nk*D))
 	ysh := buf("moe.ysh", f4(n*D))
 	if e != nil {
 		return e
@@ -785,12 +785,6 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if !be.exact() {
 		half, halfDown = d.GroupedHalf(L.gateExps.Type, D, nk), d.GroupedHalf(L.downExps.Type, FF, nk)
 	}
-	grouped := func(half HalfLayout, w *Weight, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, grp Ptr) error {
-		if half != HalfNone {
-			return d.MatMulGroupedHalf(s, w, sel, nk, act, actSel, actDiv, y, ySel, grp)
-		}
-		return d.MatMulGrouped(s, w, sel, nk, act, actSel, actDiv, y, ySel, grp, be.exact())
-	}
 	act, actSel := b.x, f4(D)
 	if half != HalfNone {
 		var err error
@@ -817,36 +811,25 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if err := d.Group(s, sel, nk, E, grp); err != nil {
 		return err
 	}
-	if err := grouped(half, L.gateExps, act, actSel, K, ge, int64(FF), grp); err != nil {
-		return err
-	}
 	if L.upExps.Type != L.gateExps.Type {
 		return fmt.Errorf("cuda: layer %d: gate and up experts of different types", layer)
 	}
-	if err := grouped(half, L.upExps, act, actSel, K, ue, int64(FF), grp); err != nil {
-		return err
-	}
-	act2, act2Sel := ge, f4(FF)
-	if halfDown != HalfNone {
-		// SwiGLU straight to the down product's f16 rows
+	var act2 Ptr
+	act2Sel := f4(FF)
+	if half == HalfPerm32 && halfDown != HalfNone && d.GroupedGLUOK(L.gateExps.Type, FF, D, nk) {
+		// gate, up and SwiGLU in one launch, straight to the down
+		// product's f16 rows
 		if act2, err = b.sc.get("moe.gh", 2*int64(FF)*int64(nk)); err != nil {
 			return err
 		}
-		if err := d.SwiGLUHalf(s, ge, ue, act2, FF, nk, L.clamp, wts, halfDown); err != nil {
+		if err := d.MatMulGroupedGLU(s, L.gateExps, L.upExps, sel, nk, act, actSel, K, wts, L.clamp, act2, halfDown, grp); err != nil {
 			return err
 		}
 		act2Sel = 2 * int64(FF)
-	} else {
-		if err := d.SwiGLURef(s, ge, ue, ge, FF, nk, L.clamp, wts); err != nil {
-			return err
-		}
-		if !isFloatType(L.downExps.Type) {
-			if act2, act2Sel, err = b.quantAct(d, s, "moe.gact", L.downExps, ge, FF, nk); err != nil {
-				return err
-			}
-		}
+	} else if err := be.gateUp(b, L, half, act, actSel, sel, nk, wts, halfDown, grp, &act2, &act2Sel); err != nil {
+		return err
 	}
-	if err := grouped(halfDown, L.downExps, act2, act2Sel, 1, ye, int64(D), grp); err != nil {
+	if err := be.grouped(b, halfDown, L.downExps, sel, nk, act2, act2Sel, 1, ye, int64(D), grp); err != nil {
 		return err
 	}
 
@@ -855,6 +838,57 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		return err
 	}
 	return d.MoECombine(s, ye, sel, ysh, b.out, n, K, D)
+}
+
+// grouped runs a routed experts' product of nk selections sel through w:
+// MatMulGroupedHalf with f16 activations in layout half, else MatMulGrouped.
+func (be *Backend) grouped(b *batch, half HalfLayout, w *Weight, sel Ptr, nk int, act Ptr, actSel int64, actDiv int, y Ptr, ySel int64, grp Ptr) error {
+	if half != HalfNone {
+		return be.dev.MatMulGroupedHalf(b.s, w, sel, nk, act, actSel, actDiv, y, ySel, grp)
+	}
+	return be.dev.MatMulGrouped(b.s, w, sel, nk, act, actSel, actDiv, y, ySel, grp, be.exact())
+}
+
+// gateUp runs the routed experts' gate and up products apart (grouped or,
+// half set, MatMulGroupedHalf) and their SwiGLU: into the down product's
+// f16 rows when halfDown is set, else in place into the gate's floats (and
+// their activation for quantized down weights); it sets *act2 and *act2Sel
+// to the down product's input.
+func (be *Backend) gateUp(b *batch, L *dlayer, half HalfLayout, act Ptr, actSel int64, sel Ptr, nk int, wts Ptr, halfDown HalfLayout, grp Ptr, act2 *Ptr, act2Sel *int64) error {
+	d, s := be.dev, b.s
+	c := &be.cfg
+	K, FF := c.ExpertsUsed, c.ExpertFF
+	ge, err := b.sc.get("moe.ge", 4*int64(nk)*int64(FF))
+	if err != nil {
+		return err
+	}
+	ue, err := b.sc.get("moe.ue", 4*int64(nk)*int64(FF))
+	if err != nil {
+		return err
+	}
+	if err := be.grouped(b, half, L.gateExps, sel, nk, act, actSel, K, ge, int64(FF), grp); err != nil {
+		return err
+	}
+	if err := be.grouped(b, half, L.upExps, sel, nk, act, actSel, K, ue, int64(FF), grp); err != nil {
+		return err
+	}
+	*act2, *act2Sel = ge, 4*int64(FF)
+	if halfDown != HalfNone {
+		// SwiGLU straight to the down product's f16 rows
+		gh, err := b.sc.get("moe.gh", 2*int64(FF)*int64(nk))
+		if err != nil {
+			return err
+		}
+		*act2, *act2Sel = gh, 2*int64(FF)
+		return d.SwiGLUHalf(s, ge, ue, gh, FF, nk, L.clamp, wts, halfDown)
+	}
+	if err := d.SwiGLURef(s, ge, ue, ge, FF, nk, L.clamp, wts); err != nil {
+		return err
+	}
+	if !isFloatType(L.downExps.Type) {
+		*act2, *act2Sel, err = b.quantAct(d, s, "moe.gact", L.downExps, ge, FF, nk)
+	}
+	return err
 }
 
 // logRouting logs the routing of a chunk's nk selections sel (device int32)

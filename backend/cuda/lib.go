@@ -109,6 +109,8 @@ type lib struct {
 	topk        func(scores uintptr, stride, rFixed, pos0 int64, ratio, k, allIfFew int32, sel, nsel uintptr, n int32, s uintptr) int32
 	attnWork    func(n, h, hd int32, maxKeys int64, flags int32) int64
 	attnHalfOK  func(n, h, hd, rd, roff, flags int32) int32
+	gluOK       func(typ int32, rows, cols int64, nsel int32) int32
+	matmulGLU   func(typ int32, gate, up uintptr, rows, cols, nmat int64, ids uintptr, nsel int32, act uintptr, actSel int64, actDiv int32, wts uintptr, lim float32, yh uintptr, perm int32, scratch, s uintptr) int32
 	normRopeH   func(x uintptr, tokStride int64, heads int32, headStride int64, hd int32, w uintptr, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, fp8n, nTok int32, xh, s uintptr) int32
 	attention   func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, qEps float32, flags int32, s uintptr) int32
 	router      func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, s uintptr) int32
@@ -267,6 +269,8 @@ func load() (*lib, error) {
 		{&l.attention, "ds4c_attention"},
 		{&l.attnWork, "ds4c_attention_work"},
 		{&l.attnHalfOK, "ds4c_attention_half_ok"},
+		{&l.gluOK, "ds4c_grouped_glu_ok"},
+		{&l.matmulGLU, "ds4c_matmul_grouped_glu"},
 		{&l.normRopeH, "ds4c_norm_rope_half"},
 		{&l.router, "ds4c_router"},
 		{&l.swigluRef, "ds4c_swiglu_ref"},

@@ -1,6 +1,10 @@
 package cuda
 
-import "ds4go/quant"
+import (
+	"fmt"
+
+	"ds4go/quant"
+)
 
 // Wrappers of the forward-pass operations of cuda/model.cu. Every pointer
 // is a device address and every stride counts float32 elements; cuda/model.cu
@@ -127,6 +131,32 @@ func (d *Device) HCMixesOK(t quant.Type, m, k, n int) bool {
 func (d *Device) HCMixes(s Stream, fn *Weight, h Ptr, n int, eps float32, mix Ptr) error {
 	return d.l.call("hc_mixes", func() int32 {
 		return d.l.hcMixes(int32(fn.Type), uintptr(fn.Ptr), int32(fn.Rows), int64(fn.Cols), uintptr(h), int32(n), eps, uintptr(mix), uintptr(s))
+	})
+}
+
+// GroupedGLUOK reports whether MatMulGroupedGLU takes gate and up weights
+// of type t (rows × cols each) for nsel selections.
+func (d *Device) GroupedGLUOK(t quant.Type, rows, cols, nsel int) bool {
+	return d.l.gluOK(int32(t), int64(rows), int64(cols), int32(nsel)) == 1
+}
+
+// MatMulGroupedGLU is the routed experts' gate and up products
+// (MatMulGroupedHalf of gate and up for the same selections, activations
+// in HalfPerm32) and SwiGLUHalf of their outputs with the selections'
+// weights wts and clamp lim, in one launch: yh[i] = f16 rows of gate.Rows
+// values in layout lay, the same bits as the three calls. Only where
+// GroupedGLUOK says so; otherwise an error with nothing queued.
+func (d *Device) MatMulGroupedGLU(s Stream, gate, up *Weight, ids Ptr, nsel int, act Ptr, actSel int64, actDiv int, wts Ptr, lim float32, yh Ptr, lay HalfLayout, scratch Ptr) error {
+	if up.Type != gate.Type || up.Rows != gate.Rows || up.Cols != gate.Cols || up.Mats != gate.Mats {
+		return fmt.Errorf("cuda: gate/up product: gate %s %d×%d×%d, up %s %d×%d×%d", gate.Type, gate.Mats, gate.Rows, gate.Cols, up.Type, up.Mats, up.Rows, up.Cols)
+	}
+	perm := int32(0)
+	if lay == HalfPerm32 {
+		perm = 1
+	}
+	return d.l.call("matmul_grouped_glu", func() int32 {
+		return d.l.matmulGLU(int32(gate.Type), uintptr(gate.Ptr), uintptr(up.Ptr), int64(gate.Rows), int64(gate.Cols), int64(gate.Mats),
+			uintptr(ids), int32(nsel), uintptr(act), actSel, int32(actDiv), uintptr(wts), lim, uintptr(yh), perm, uintptr(scratch), uintptr(s))
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -261,6 +262,80 @@ func TestSwiGLUHalf(t *testing.T) {
 				}
 				if same < n*rows*9/10 {
 					t.Errorf("layout %d, clamp %g, weights %v: only %d of %d values equal to the reference's", lay, lim, w != 0, same, n*rows)
+				}
+			}
+		}
+	}
+}
+
+// TestGroupedGLU checks MatMulGroupedGLU (the routed gate and up products
+// in one launch with SwiGLU in its epilogue) bit for bit against
+// MatMulGroupedHalf of gate and up then SwiGLUHalf, for both expert types,
+// row counts of 2 and 3 CTA row blocks, tiles of a few and of more than 128
+// selections (two tiles a matrix), with and without the clamp, and both
+// output layouts; also that GroupedGLUOK follows its conditions.
+func TestGroupedGLU(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptWGMoE, DefaultWGMoE); d.SetOption(OptWGGLU, 1) })
+	must(t, d.SetOption(OptWGMoE, DefaultWGMoE))
+	if !d.GroupedHalfOK(quant.IQ2_XXS, 512, 1024) {
+		t.Skip("no wgmma product on this device")
+	}
+	if !d.GroupedGLUOK(quant.IQ2_XXS, 256, 512, 1024) || d.GroupedGLUOK(quant.IQ2_XXS, 200, 512, 1024) {
+		t.Errorf("GroupedGLUOK: want rows a multiple of 128")
+	}
+	must(t, d.SetOption(OptWGGLU, 0))
+	if d.GroupedGLUOK(quant.IQ2_XXS, 256, 512, 1024) {
+		t.Errorf("GroupedGLUOK with OptWGGLU 0")
+	}
+	must(t, d.SetOption(OptWGGLU, 1))
+	must(t, d.SetOption(OptWGMoE, 3))
+	if d.GroupedGLUOK(quant.IQ2_XXS, 256, 512, 1024) {
+		t.Errorf("GroupedGLUOK with OptWGMoE 3")
+	}
+	must(t, d.SetOption(OptWGMoE, DefaultWGMoE))
+	const mats, K, cols = 3, 2, 512
+	for ci, c := range []struct {
+		typ  quant.Type
+		rows int
+	}{{quant.IQ2_XXS, 256}, {quant.Q2_K, 384}} {
+		_, gate, _ := randomMats(t, d, c.typ, c.rows, cols, mats, uint64(4300+ci))
+		_, up, _ := randomMats(t, d, c.typ, c.rows, cols, mats, uint64(4400+ci))
+		for _, ntok := range []int{40, 300} { // ≈ 27 and 200 selections a matrix
+			nsel := ntok * K
+			r := rand.New(rand.NewPCG(uint64(ci), uint64(ntok)))
+			ids := make([]int32, nsel)
+			for i := range ids {
+				ids[i] = int32(r.IntN(mats))
+			}
+			idp := alloc(t, d, int64(4*nsel))
+			must(t, UploadSlice(d, idp, ids))
+			grp := alloc(t, d, d.GroupBytes(nsel, mats))
+			must(t, d.Group(0, idp, nsel, mats, grp))
+			xh := alloc(t, d, int64(2*ntok*cols))
+			must(t, d.ToHalfAs(0, upload(t, d, gaussian(ntok*cols, uint64(4500+ntok))), cols, cols, ntok, xh, HalfPerm32))
+			wts := upload(t, d, gaussian(nsel, uint64(4600+ntok)))
+			ge, ue := alloc(t, d, int64(4*nsel*c.rows)), alloc(t, d, int64(4*nsel*c.rows))
+			must(t, d.MatMulGroupedHalf(0, gate, idp, nsel, xh, int64(2*cols), K, ge, int64(c.rows), grp))
+			must(t, d.MatMulGroupedHalf(0, up, idp, nsel, xh, int64(2*cols), K, ue, int64(c.rows), grp))
+			for _, lim := range []float32{0, 2} {
+				for _, lay := range []HalfLayout{HalfPerm32, HalfRows} {
+					want, got := alloc(t, d, int64(2*nsel*c.rows)), alloc(t, d, int64(2*nsel*c.rows))
+					poison(t, d, got, nsel*c.rows/2)
+					must(t, d.SwiGLUHalf(0, ge, ue, want, c.rows, nsel, lim, wts, lay))
+					must(t, d.MatMulGroupedGLU(0, gate, up, idp, nsel, xh, int64(2*cols), K, wts, lim, got, lay, grp))
+					w, g := make([]uint16, nsel*c.rows), make([]uint16, nsel*c.rows)
+					must(t, DownloadSlice(d, w, want))
+					must(t, DownloadSlice(d, g, got))
+					if n := countHalfDiff(w, g); n != 0 {
+						i := 0
+						for w[i] == g[i] {
+							i++
+						}
+						t.Errorf("%s %d rows, %d selections, clamp %v, layout %d: %d of %d values differ from the products and SwiGLUHalf (first: selection %d, position %d: %#04x, want %#04x)", c.typ, c.rows, nsel, lim, lay, n, len(w), i/c.rows, i%c.rows, g[i], w[i])
+					}
+					d.Free(want)
+					d.Free(got)
 				}
 			}
 		}
