@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 22
+#define DS4C_ABI_VERSION 23
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -277,6 +277,12 @@ int ds4c_to_half_ex(const float *d_x, int64_t x_stride, int64_t cols, int n_tok,
 int ds4c_matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel,
                      const void *d_xh, int x_type, int64_t xh_tok, int64_t xh_sel, int n_tok, float *d_y,
                      int64_t y_tok, int64_t y_sel, void *stream);
+/* ds4c_matmul_half_h: ds4c_matmul_half with f16 inputs and f16 outputs at
+ * d_yh (strides in halves): the f32 sums rounded to nearest by cuBLAS (no
+ * saturation: a magnitude beyond 65504 becomes infinite). */
+int ds4c_matmul_half_h(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel,
+                       const void *d_xh, int x_type, int64_t xh_tok, int64_t xh_sel, int n_tok, void *d_yh,
+                       int64_t y_tok, int64_t y_sel, void *stream);
 
 /* Elementwise and row operations (float32). */
 /* y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w (w may be NULL: no weight). */

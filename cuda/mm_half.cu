@@ -276,10 +276,10 @@ int ds4c_to_half(const float *d_x, int64_t x_stride, int64_t cols, int n_tok, vo
     return 0;
 }
 
-int ds4c_matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel,
-                     const void *d_xh, int x_type, int64_t xh_tok, int64_t xh_sel, int n_tok, float *d_y,
-                     int64_t y_tok, int64_t y_sel, void *stream) {
-    DS4C_READY();
+// matmul_half runs ds4c_matmul_half with outputs of type yt (float or f16).
+static int matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel,
+                       const void *d_xh, int x_type, int64_t xh_tok, int64_t xh_sel, int n_tok, void *d_y,
+                       cudaDataType yt, int64_t y_tok, int64_t y_sel, void *stream) {
     if (!ds4c_half_ok(type, x_type, n_tok))
         return ds4c_err(DS4C_ETYPE, "matmul_half: type %d with inputs of type %d for %d tokens not taken", type, x_type,
                         n_tok);
@@ -321,12 +321,29 @@ int ds4c_matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int6
     const float one = 1.f, zero = 0.f;
     const cudaDataType dt = tf32 ? CUDA_R_32F : CUDA_R_16F;
     s = g_blas.gemm_sb(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, n_tok, (int)cols, &one, wh, dt, (int)cols, rows * cols,
-                       d_xh, dt, (int)xh_tok, xh_sel, &zero, d_y, CUDA_R_32F, (int)y_tok, y_sel, n_sel,
+                       d_xh, dt, (int)xh_tok, xh_sel, &zero, d_y, yt, (int)y_tok, y_sel, n_sel,
                        tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (scratch) cudaFreeAsync(scratch, st);
     if (s != CUBLAS_STATUS_SUCCESS) return ds4c_err(DS4C_EBLAS, "matmul_half: cublasGemmStridedBatchedEx: %s (%d)", blas_name(s), (int)s);
     DS4C_CHECK_LAUNCH("matmul_half");
     return 0;
+}
+
+int ds4c_matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel,
+                     const void *d_xh, int x_type, int64_t xh_tok, int64_t xh_sel, int n_tok, float *d_y,
+                     int64_t y_tok, int64_t y_sel, void *stream) {
+    DS4C_READY();
+    return matmul_half(type, d_w, rows, cols, n_mat, n_sel, d_xh, x_type, xh_tok, xh_sel, n_tok, d_y, CUDA_R_32F, y_tok,
+                       y_sel, stream);
+}
+
+int ds4c_matmul_half_h(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel,
+                       const void *d_xh, int x_type, int64_t xh_tok, int64_t xh_sel, int n_tok, void *d_yh,
+                       int64_t y_tok, int64_t y_sel, void *stream) {
+    DS4C_READY();
+    if (x_type != DS4C_F16) return ds4c_err(DS4C_ETYPE, "matmul_half_h: inputs of type %d (f16 only)", x_type);
+    return matmul_half(type, d_w, rows, cols, n_mat, n_sel, d_xh, x_type, xh_tok, xh_sel, n_tok, d_yh, CUDA_R_16F, y_tok,
+                       y_sel, stream);
 }
 
 } // extern "C"

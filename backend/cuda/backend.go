@@ -85,7 +85,12 @@ type Backend struct {
 	// moeStats (env DS4_CUDA_MOE_STATS=1): log each chunk's routing per
 	// layer (selections per expert and the product tiles they make), a
 	// diagnostic that synchronises the stream.
-	moeStats    bool
+	moeStats bool
+	// halfChain (fast chunks; off with DS4_CUDA_HALF_CHAIN=0, for
+	// comparison): wo_a's cuBLAS product writes f16 (MatMulHalfH) for wo_b,
+	// and the shared expert's SwiGLU writes its down product's f16 rows,
+	// instead of float outputs converted by ToHalf after them.
+	halfChain   bool
 	fingerprint []byte
 	gstats      graphCounters
 
@@ -177,7 +182,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		return nil, err
 	}
 	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt, hcEarly: os.Getenv("DS4_CUDA_HC_EARLY") != "0",
-		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1"}
+		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0"}
 	if err := be.prepare(w); err != nil {
 		be.Close()
 		return nil, err

@@ -515,6 +515,37 @@ func TestKernelVariants(t *testing.T) {
 			t.Errorf("hc_mix: median %g, top-1 agreement %g; exact-order mixes: median %g, top-1 %g", one.median, one.top1, old.median, old.top1)
 		}
 	})
+	// Fast mode's f16 chain (Backend.halfChain: wo_a's product writing f16
+	// for wo_b, the shared expert's SwiGLU writing its down product's f16
+	// rows with the float silu) against float outputs converted after them,
+	// each against exact mode, prefilled in chunks of 128 (where the cuBLAS
+	// products run): the same bound as hc_mix's — one more f16 rounding of
+	// values that are rounded to f16 next anyway moves the logits by
+	// rounding noise; a wrong stride, group or matrix by O(1).
+	t.Run("flash4/fast/half_chain", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("short")
+		}
+		w := synthWeights(t, flash, model.SchemeF16)
+		toks := testTokens(700, flash.Vocab)
+		run := func(o Options, chain bool) (l [][]float32) {
+			be, err := New(w, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer be.Close()
+			be.halfChain = chain
+			return allLogits(t, be, 128, toks)
+		}
+		exact := run(Options{GraphLayers: -1}, true)
+		apart := agree(exact, run(Options{GraphLayers: -1, Fast: true}, false))
+		chain := agree(exact, run(Options{GraphLayers: -1, Fast: true}, true))
+		t.Logf("fast, float outputs converted after, against exact: %v", apart)
+		t.Logf("fast, f16 chain, against exact: %v", chain)
+		if chain.median > 1.5*apart.median+1e-6 || chain.top1 < apart.top1-0.01 {
+			t.Errorf("half chain: median %g, top-1 agreement %g; apart: median %g, top-1 %g", chain.median, chain.top1, apart.median, apart.top1)
+		}
+	})
 	// Fast mode's routed experts on the wgmma tensor cores (OptWGMoE: f16
 	// activations, IQ2_XXS and Q2_K dequantized to f16) and through the
 	// int8 kernels with Q8_K activations, each against exact mode, on the

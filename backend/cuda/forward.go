@@ -588,6 +588,28 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			return err
 		}
 	}
+	if halfOA && be.halfChain && be.half(L.outB, quant.F16, n) {
+		// wo_a's output in f16 straight from cuBLAS, wo_b's input
+		oa, err := b.sc.get("attn.oa2.f16", 2*int64(n*G*OL))
+		if err != nil {
+			return err
+		}
+		if !halfIO {
+			if oh, err = b.sc.get("attn.oa.f16", 2*int64(n*H*HD)); err != nil {
+				return err
+			}
+			if err := d.ToHalf(s, o, H*HD, H*HD, n, oh); err != nil {
+				return err
+			}
+		}
+		if err := d.MatMulHalfH(s, L.outA, G, oh, int64(H*HD), int64(seg), n, oa, int64(G*OL), int64(OL)); err != nil {
+			return err
+		}
+		if err := d.MatMulHalf(s, L.outB, 1, oa, quant.F16, int64(G*OL), 0, n, b.out, int64(D), 0); err != nil {
+			return err
+		}
+		return d.RingWrite(s, win.p, win.cap, HD, kv, int64(HD), b.pos, n)
+	}
 	oa, err := b.sc.f32("attn.oa", n*G*OL)
 	if err != nil {
 		return err
@@ -944,6 +966,18 @@ func (be *Backend) sharedExpert(b *batch, L *dlayer, shg, shu, ysh Ptr) error {
 	shLim := float32(0)
 	if be.opts.ClampSharedExpert {
 		shLim = L.clamp
+	}
+	if be.halfChain && !be.exact() && be.half(L.downSh, quant.F16, n) {
+		// SwiGLU straight to the down product's f16 rows (fast mode's
+		// float silu)
+		shh, err := b.sc.get("side.shh", 2*int64(n)*int64(FF))
+		if err != nil {
+			return err
+		}
+		if err := be.dev.SwiGLUHalf(b.side, shg, shu, shh, FF, n, shLim, 0, HalfRows); err != nil {
+			return err
+		}
+		return be.dev.MatMulHalf(b.side, L.downSh, 1, shh, quant.F16, int64(FF), 0, n, ysh, int64(D), 0)
 	}
 	if err := be.dev.SwiGLURef(b.side, shg, shu, shg, FF, n, shLim, 0); err != nil {
 		return err

@@ -81,6 +81,18 @@ func TestMatMulHalf(t *testing.T) {
 		poison(t, d, y, c.ntok*ldy)
 		must(t, d.MatMulHalf(0, dw, c.nsel, xh, c.xt, int64(ld), int64(c.cols), c.ntok, y, int64(ldy), int64(c.rows)))
 		got := download(t, d, y, c.ntok*ldy)
+		// MatMulHalfH (f16 inputs): the same products with f16 outputs,
+		// each within one f16 rounding of its sum (held to the same bound);
+		// the saturated inputs drive some sums past f16's range: infinite
+		var goth []uint16
+		if c.xt == f16 {
+			yh := alloc(t, d, int64(2*c.ntok*ldy))
+			poison(t, d, yh, c.ntok*ldy/2)
+			must(t, d.MatMulHalfH(0, dw, c.nsel, xh, int64(ld), int64(c.cols), c.ntok, yh, int64(ldy), int64(c.rows)))
+			goth = make([]uint16, c.ntok*ldy)
+			must(t, DownloadSlice(d, goth, yh))
+			d.Free(yh)
+		}
 		bad, worst := 0, 0.0
 		for i := 0; i < c.nsel; i++ {
 			w := make([]float32, c.rows*c.cols)
@@ -103,6 +115,21 @@ func TestMatMulHalf(t *testing.T) {
 					}
 					g := float64(got[tok*ldy+i*c.rows+r])
 					e := math.Abs(g-want) / max(mag, 1e-30)
+					if goth != nil {
+						// (sums past f16's range: infinite, or 65504 where
+						// the sum's rounding straddles the limit)
+						h := float64(quant.F16ToF32(goth[tok*ldy+i*c.rows+r]))
+						ok := math.Abs(h-want) <= bound*mag+math.Abs(want)/1024+6e-8
+						if math.Abs(want) > 65504 {
+							ok = math.Signbit(h) == math.Signbit(want) && (math.IsInf(h, 0) || math.Abs(h) == 65504)
+						}
+						if !ok {
+							if bad < 3 {
+								t.Errorf("%v %dx%d case %d, f16 outputs: selection %d token %d row %d: got %g, want %g (Σ|w·x| %g)", c.typ, c.rows, c.cols, ci, i, tok, r, h, want, mag)
+							}
+							bad++
+						}
+					}
 					if !(e <= bound) {
 						if bad < 3 {
 							t.Errorf("%v %dx%d case %d: selection %d token %d row %d: got %g, want %g (Σ|w·x| %g)", c.typ, c.rows, c.cols, ci, i, tok, r, g, want, mag)

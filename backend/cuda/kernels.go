@@ -171,6 +171,16 @@ func (d *Device) MatMulHalf(s Stream, w *Weight, nsel int, x Ptr, xt quant.Type,
 	})
 }
 
+// MatMulHalfH is MatMulHalf with f16 inputs (xt F16) and f16 outputs yh
+// (strides in halves): the f32 sums rounded to nearest by cuBLAS, without
+// ToHalf's saturation (a magnitude beyond 65504 becomes infinite).
+func (d *Device) MatMulHalfH(s Stream, w *Weight, nsel int, x Ptr, xTok, xSel int64, ntok int, yh Ptr, yTok, ySel int64) error {
+	return d.l.call("matmul_half_h", func() int32 {
+		return d.l.matmulHalfH(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), int32(nsel),
+			uintptr(x), int32(quant.F16), xTok, xSel, int32(ntok), uintptr(yh), yTok, ySel, uintptr(s))
+	})
+}
+
 // MatVecIDs computes, for each of the nsel matrix indices (int32) at ids,
 // y[i*yStride + r] = W_ids[i][r] · act_i, with act_i at act + i*actStride
 // (actStride 0: one activation shared by all), on stream s. yStride 0

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 22
+const abiVersion = 23
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -83,6 +83,7 @@ type lib struct {
 	toHalf        func(x uintptr, xStride, cols int64, nTok int32, xh uintptr, s uintptr) int32
 	toHalfEx      func(x uintptr, xStride, cols int64, nTok int32, xh uintptr, flags int32, s uintptr) int32
 	matmulHalf    func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, x uintptr, xType int32, xTok, xSel int64, nTok int32, y uintptr, yTok, ySel int64, s uintptr) int32
+	matmulHalfH   func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, x uintptr, xType int32, xTok, xSel int64, nTok int32, y uintptr, yTok, ySel int64, s uintptr) int32
 	groupBytes    func(nSel int32, nMat int64) uint64
 	group         func(ids uintptr, nSel int32, nMat int64, scratch, s uintptr) int32
 	matmulGroup   func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32
@@ -243,6 +244,7 @@ func load() (*lib, error) {
 		{&l.toHalf, "ds4c_to_half"},
 		{&l.toHalfEx, "ds4c_to_half_ex"},
 		{&l.matmulHalf, "ds4c_matmul_half"},
+		{&l.matmulHalfH, "ds4c_matmul_half_h"},
 		{&l.groupBytes, "ds4c_group_bytes"},
 		{&l.group, "ds4c_group"},
 		{&l.matmulGroup, "ds4c_matmul_grouped"},
