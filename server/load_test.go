@@ -134,3 +134,22 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("heap grew from %d to %d bytes", h0, h1)
 	}
 }
+
+// TestWarmupBeforeServing: Config.Warmup prefills that many tokens into the
+// session before New returns and rewinds it, so the first request starts
+// from an empty session (its prompt counted in full) and gets its answer.
+func TestWarmupBeforeServing(t *testing.T) {
+	e := newEnv(t, thinkReply("r", "ok"), func(c *Config, _ *FakeEngine) { c.Warmup = 40 })
+	if got := e.eng.Prefilled.Load(); got != 40 {
+		t.Fatalf("prefilled %d tokens at start, want the warm-up's 40", got)
+	}
+	resp := e.postJSON("/v1/chat/completions", map[string]any{
+		"model": "x", "messages": []map[string]any{{"role": "user", "content": "hi"}}, "max_tokens": 5})
+	if c := dig(resp, "choices", 0, "message", "content"); c != "ok" {
+		t.Fatalf("first request after the warm-up: content %v (%v)", c, resp)
+	}
+	prompt := num(dig(resp, "usage", "prompt_tokens"))
+	if cached := num(dig(resp, "usage", "prompt_tokens_details", "cached_tokens")); prompt == 0 || cached != 0 {
+		t.Fatalf("usage after the warm-up: %d prompt tokens, %d cached (want none cached)", prompt, cached)
+	}
+}

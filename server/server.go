@@ -70,6 +70,11 @@ type Config struct {
 	// KVCache configures the disk KV cache (off when KVCache.Dir is empty;
 	// start from DefaultKVCacheConfig for ds4's knobs).
 	KVCache KVCacheConfig
+	// Warmup, when positive, is the number of tokens New prefills into the
+	// session and rewinds before serving, so that the first request does
+	// not pay the engine's one-time costs (kernel modules and library
+	// handles loaded, scratch buffers made).
+	Warmup int
 }
 
 // Server is ds4-server. Create it with New, serve Handler, stop with Close.
@@ -127,6 +132,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: new session: %w", err)
 	}
+	if err := s.warmUp(sess, cfg.Warmup); err != nil {
+		sess.Close()
+		return nil, err
+	}
 	kv, err := newKVCache(s, cfg.KVCache, sess)
 	if err != nil {
 		sess.Close()
@@ -135,6 +144,30 @@ func New(cfg Config) (*Server, error) {
 	s.sched = newScheduler(s, sess, kv, cfg.MaxQueue)
 	s.handler = s.routes()
 	return s, nil
+}
+
+// warmUp prefills n tokens (at most the context less one; ids spread over
+// the vocabulary) into sess and rewinds it to empty.
+func (s *Server) warmUp(sess Session, n int) error {
+	n = min(n, s.ctxSize-1)
+	if n <= 0 {
+		return nil
+	}
+	v := s.tok.VocabSize()
+	toks := make([]int32, n)
+	for i := range toks {
+		toks[i] = int32((i*7919 + 1) % v)
+	}
+	t0 := time.Now()
+	ctx := context.Background()
+	if err := sess.Prefill(ctx, toks); err != nil {
+		return fmt.Errorf("server: warm-up prefill of %d tokens: %w", n, err)
+	}
+	if err := sess.Rewind(ctx, 0); err != nil {
+		return fmt.Errorf("server: rewind after the warm-up: %w", err)
+	}
+	s.log.Info("warm-up done", "tokens", n, "seconds", time.Since(t0).Seconds())
+	return nil
 }
 
 // Handler returns the HTTP handler.

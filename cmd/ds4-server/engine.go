@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"ds4go/backend/cuda"
+	"ds4go/engine"
 	"ds4go/loader"
 	"ds4go/server"
 	"ds4go/server/engineadapter"
@@ -28,7 +30,7 @@ func openEngine(o *options, log *slog.Logger) (server.Engine, string, func(), er
 	if backend != loader.BackendCPU && backend != loader.BackendCUDA {
 		return nil, "", nil, fmt.Errorf("unknown backend %q (want cpu or cuda)", backend)
 	}
-	lo := loader.Options{Path: o.model, Backend: backend, Threads: o.threads, Warm: true}
+	lo := loader.Options{Path: o.model, Backend: backend, Threads: o.threads, Warm: true, CUDA: cuda.Options{Fast: o.fast}}
 	path, err := loader.Resolve(lo)
 	if err != nil {
 		return nil, "", nil, err
@@ -45,7 +47,13 @@ func openEngine(o *options, log *slog.Logger) (server.Engine, string, func(), er
 		m.Close()
 		return nil, "", nil, err
 	}
-	log.Info("model loaded", "model", m.Name, "backend", backend, "weights", m.Weights.String(),
+	if o.warmup < 0 { // auto: one prefill chunk on CUDA (its kernels and cuBLAS load on first use)
+		o.warmup = 0
+		if cs, ok := m.Backend.(engine.ChunkSizer); ok && backend == loader.BackendCUDA {
+			o.warmup = cs.PreferredChunk()
+		}
+	}
+	log.Info("model loaded", "model", m.Name, "backend", backend, "fast", o.fast, "weights", m.Weights.String(),
 		"map_s", m.MapTime.Seconds(), "validate_s", m.LoadTime.Seconds(), "warm_s", m.WarmTime.Seconds(), "backend_s", m.BackendTime.Seconds())
 	return eng, m.Name + " (" + backend + ")", m.Close, nil
 }

@@ -41,6 +41,8 @@ type options struct {
 	logLevel     string
 	backend      string
 	chdir        string
+	fast         bool // CUDA fast mode
+	warmup       int  // tokens prefilled at start (-1: one chunk on CUDA)
 
 	kv        server.KVCacheConfig
 	kvIgnored map[string]*string // accepted for ds4 compatibility, not implemented
@@ -78,6 +80,8 @@ func parseFlags(args []string) (*options, error) {
 	str(&o.logLevel, "info", "log level: debug, info, warn, error", "log-level")
 	str(&o.backend, "", "backend: cpu or cuda (cuda needs libds4cuda.so, docs/cuda.md)", "backend")
 	str(&o.chdir, "", "change directory before loading the model", "chdir")
+	fs.BoolVar(&o.fast, "fast", false, "CUDA: fast mode — parallel sums, prompts' attention and products in f16 on the tensor cores, decode attention split over the keys (not bit-identical to the CPU backend; docs/cuda.md)")
+	num(&o.warmup, -1, "prefill N tokens at start and rewind, so that the first request pays no one-time costs (kernel loading, scratch buffers); -1: one prefill chunk on the CUDA backend, none on the CPU", "warmup")
 	var cpu, cuda, metal bool
 	fs.BoolVar(&cpu, "cpu", false, "use the CPU backend")
 	fs.BoolVar(&cuda, "cuda", false, "use the CUDA backend")
@@ -97,7 +101,7 @@ func parseFlags(args []string) (*options, error) {
 		fs.StringVar(v, n, "", "accepted for ds4 compatibility; not implemented (ignored)")
 	}
 	var ignoredBool bool
-	fs.BoolVar(&ignoredBool, "quality", false, "accepted for ds4 compatibility (ignored)")
+	fs.BoolFunc("quality", "exact kernels (the default; --fast turns it off)", func(string) error { o.fast = false; return nil })
 	fs.BoolVar(&ignoredBool, "warm-weights", false, "accepted for ds4 compatibility (weights are always paged in at start)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -220,7 +224,7 @@ func run(o *options) error {
 		Engine: eng, DefaultMaxTokens: o.tokens, APIKey: o.apiKey, CORS: o.cors,
 		MaxBodyBytes: int64(o.maxBodyMB) << 20, MaxQueue: o.maxQueue, KeepAlive: o.keepAlive,
 		WriteTimeout: o.writeTimeout, ToolMemoryMaxIDs: o.toolMaxIDs, DisableExactReplay: o.noExactDSML,
-		Logger: log, KVCache: o.kv,
+		Logger: log, KVCache: o.kv, Warmup: o.warmup,
 	})
 	if err != nil {
 		return err

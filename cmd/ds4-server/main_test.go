@@ -11,17 +11,17 @@ func TestFlagsCompatibleWithDS4(t *testing.T) {
 		"--cors", "--kv-disk-dir", "/tmp/kv", "--kv-disk-space-mb", "8192", "--kv-cache-min-tokens", "600",
 		"--kv-cache-cold-max-tokens", "20000", "--kv-cache-continued-interval-tokens", "5000", "--kv-cache-boundary-trim-tokens", "16",
 		"--kv-cache-boundary-align-tokens", "1024", "--kv-cache-reject-different-quant",
-		"--tool-memory-max-ids", "10", "--disable-exact-dsml-tool-replay", "--cpu", "--api-key", "k"})
+		"--tool-memory-max-ids", "10", "--disable-exact-dsml-tool-replay", "--cpu", "--api-key", "k", "--fast", "--warmup", "64"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.model != "x.gguf" || o.ctx != 100000 || o.tokens != 500 || o.host != "0.0.0.0" || o.port != 9000 || !o.cors ||
 		o.kv != (server.KVCacheConfig{Dir: "/tmp/kv", SpaceMB: 8192, MinTokens: 600, ColdMaxTokens: 20000,
-			ContinuedIntervalTokens: 5000, BoundaryTrimTokens: 16, BoundaryAlignTokens: 1024, RejectDifferentQuant: true}) || o.toolMaxIDs != 10 || !o.noExactDSML || o.backend != "cpu" || o.apiKey != "k" {
+			ContinuedIntervalTokens: 5000, BoundaryTrimTokens: 16, BoundaryAlignTokens: 1024, RejectDifferentQuant: true}) || o.toolMaxIDs != 10 || !o.noExactDSML || o.backend != "cpu" || o.apiKey != "k" || !o.fast || o.warmup != 64 {
 		t.Fatalf("%+v", o)
 	}
 	o, err = parseFlags(nil)
-	if err != nil || o.host != "127.0.0.1" || o.port != 8000 || o.ctx != 32768 || o.tokens != server.DefaultMaxTokens || o.fake ||
+	if err != nil || o.host != "127.0.0.1" || o.port != 8000 || o.ctx != 32768 || o.tokens != server.DefaultMaxTokens || o.fake || o.fast || o.warmup != -1 ||
 		o.kv != (server.KVCacheConfig{SpaceMB: 4096, MinTokens: 512, ColdMaxTokens: 30000, ContinuedIntervalTokens: 10000,
 			BoundaryTrimTokens: 32, BoundaryAlignTokens: 2048}) {
 		t.Fatalf("defaults: %+v %v", o, err)
