@@ -11,7 +11,9 @@ import (
 	"ds4go/synth"
 )
 
-func TestRunRewindsToFrontier(t *testing.T) {
+// tinyBackend is the CPU backend on the Tiny synthetic model (Q8 scheme).
+func tinyBackend(t *testing.T) (*cpu.Backend, *model.Weights) {
+	t.Helper()
 	data, err := synth.Build(synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -28,6 +30,11 @@ func TestRunRewindsToFrontier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return be, w
+}
+
+func TestRunRewindsToFrontier(t *testing.T) {
+	be, w := tinyBackend(t)
 	s, err := engine.NewSession(be, engine.Options{ChunkSize: 16, MaxContext: 128})
 	if err != nil {
 		t.Fatal(err)
@@ -54,22 +61,7 @@ func TestRunRewindsToFrontier(t *testing.T) {
 // TestRunWarmupLeavesNoTrace: a run after the warm-up prefill and rewind
 // ends with the same tokens and bit-identical logits as one without.
 func TestRunWarmupLeavesNoTrace(t *testing.T) {
-	data, err := synth.Build(synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := model.Load(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	be, err := cpu.New(w, cpu.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	be, w := tinyBackend(t)
 	prompt := RandomTokens(40, w.Config.Vocab, 9)
 	var logits [2][]float32
 	for i, warm := range []int{0, 24} {

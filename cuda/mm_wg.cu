@@ -281,21 +281,28 @@ __device__ __forceinline__ void wg_cp4(uint32_t s, const void *g) {
 // selections, the accumulators of an m64n<width> product) times fin, or NaN
 // rows for a matrix out of range: acc[4j + i] is row 16·warp + lane/4 (+8
 // for i ≥ 2), selection 8j + 2·(lane%4) + (i & 1).
-__device__ __forceinline__ void wg_store(const TCArgs &p, const SlotsT<WG_N> &s, const float (&acc)[64], int r0, int cnt,
-                                         int width, bool mat_ok, float fin) {
-    const MVArgs &a = p.a;
+// wg_frag_each calls f(k, r, slot) for each accumulator acc[k] of a
+// warpgroup's m64n<width> sums: k = 4j + i holds row r = 16·warp + lane/4
+// (+8 for i ≥ 2) of the warpgroup's 64 and selection slot 8j + 2·(lane%4) +
+// (i & 1).
+template <class F> __device__ __forceinline__ void wg_frag_each(int width, F &&f) {
     const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
-    const float nan = __int_as_float(0x7fc00000);
 #pragma unroll
     for (int j = 0; j < 16; j++) {
         if (8 * j >= width) break;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int row = r0 + 16 * w + g + 8 * (i >> 1);
-            const int slot = 8 * j + 2 * q + (i & 1);
-            if (row < a.rows && slot < cnt) a.y[s.y[slot] + row] = mat_ok ? acc[4 * j + i] * fin : nan;
-        }
+        for (int i = 0; i < 4; i++) f(4 * j + i, 16 * w + g + 8 * (i >> 1), 8 * j + 2 * q + (i & 1));
     }
+}
+
+__device__ __forceinline__ void wg_store(const TCArgs &p, const SlotsT<WG_N> &s, const float (&acc)[64], int r0, int cnt,
+                                         int width, bool mat_ok, float fin) {
+    const MVArgs &a = p.a;
+    const float nan = __int_as_float(0x7fc00000);
+    wg_frag_each(width, [&](int k, int r, int slot) {
+        const int row = r0 + r;
+        if (row < a.rows && slot < cnt) a.y[s.y[slot] + row] = mat_ok ? acc[k] * fin : nan;
+    });
 }
 
 // wg_store_glu ends a GLU CTA (k_wg_rs<T, 4, true>) in its free buffers
@@ -309,47 +316,25 @@ __device__ __forceinline__ void wg_store_glu(const TCArgs &p, const SlotsT<WG_N>
                                              int row0, int cnt, int width, bool mat_ok, float fin) {
     constexpr int ULD = WG_N + 4, YLD = 128 + 8; // floats a row of up sums, halves a row of outputs
     __shared__ float s_gw[WG_N];
-    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, w = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
+    const int tid = threadIdx.x, wg = tid >> 7;
     float *U = (float *)buf;
     __half *Y = (__half *)buf;
-    if (wg >= 2) {
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            if (8 * j >= width) break;
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                U[(64 * (wg - 2) + 16 * w + g + 8 * (i >> 1)) * ULD + 8 * j + 2 * q + (i & 1)] = acc[4 * j + i] * fin;
-        }
-    }
+    if (wg >= 2) wg_frag_each(width, [&](int k, int r, int slot) { U[(64 * (wg - 2) + r) * ULD + slot] = acc[k] * fin; });
     if (tid < cnt) s_gw[tid] = p.glu_w[s.y[tid]];
     __syncthreads();
     const float nan = __int_as_float(0x7fc00000);
-    if (wg < 2) {
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            if (8 * j >= width) break;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int row = 64 * wg + 16 * w + g + 8 * (i >> 1), slot = 8 * j + 2 * q + (i & 1);
-                const float v = swiglu_fast(acc[4 * j + i] * fin, U[row * ULD + slot], p.glu_lim) *
-                                (slot < cnt ? s_gw[slot] : 0.f);
-                acc[4 * j + i] = mat_ok ? v : nan;
-            }
-        }
-    }
+    if (wg < 2)
+        wg_frag_each(width, [&](int k, int r, int slot) {
+            const float v = swiglu_fast(acc[k] * fin, U[(64 * wg + r) * ULD + slot], p.glu_lim) *
+                            (slot < cnt ? s_gw[slot] : 0.f);
+            acc[k] = mat_ok ? v : nan;
+        });
     __syncthreads(); // every up sum read
-    if (wg < 2) {
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            if (8 * j >= width) break;
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int row = 64 * wg + 16 * w + g + 8 * (i >> 1), slot = 8 * j + 2 * q + (i & 1);
-                const int pos = p.glu_perm ? (row & ~31) + perm32_pos(row & 31) : row;
-                Y[slot * YLD + pos] = __float2half_rn(half_sat(acc[4 * j + i]));
-            }
-        }
-    }
+    if (wg < 2)
+        wg_frag_each(width, [&](int k, int r, int slot) {
+            const int row = 64 * wg + r, pos = p.glu_perm ? (row & ~31) + perm32_pos(row & 31) : row;
+            Y[slot * YLD + pos] = __float2half_rn(half_sat(acc[k]));
+        });
     __syncthreads();
     for (int i = tid; i < cnt * 16; i += 512) {
         const int slot = i >> 4, c = i & 15;
