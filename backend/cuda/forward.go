@@ -588,19 +588,19 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			return err
 		}
 	}
+	if halfOA && !halfIO { // o converted to f16 after the attention
+		if oh, err = b.sc.get("attn.oa.f16", 2*int64(n*H*HD)); err != nil {
+			return err
+		}
+		if err := d.ToHalf(s, o, H*HD, H*HD, n, oh); err != nil {
+			return err
+		}
+	}
 	if halfOA && be.halfChain && be.half(L.outB, quant.F16, n) {
 		// wo_a's output in f16 straight from cuBLAS, wo_b's input
 		oa, err := b.sc.get("attn.oa2.f16", 2*int64(n*G*OL))
 		if err != nil {
 			return err
-		}
-		if !halfIO {
-			if oh, err = b.sc.get("attn.oa.f16", 2*int64(n*H*HD)); err != nil {
-				return err
-			}
-			if err := d.ToHalf(s, o, H*HD, H*HD, n, oh); err != nil {
-				return err
-			}
 		}
 		if err := d.MatMulHalfH(s, L.outA, G, oh, int64(H*HD), int64(seg), n, oa, int64(G*OL), int64(OL)); err != nil {
 			return err
@@ -608,29 +608,21 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		if err := d.MatMulHalf(s, L.outB, 1, oa, quant.F16, int64(G*OL), 0, n, b.out, int64(D), 0); err != nil {
 			return err
 		}
-		return d.RingWrite(s, win.p, win.cap, HD, kv, int64(HD), b.pos, n)
-	}
-	oa, err := b.sc.f32("attn.oa", n*G*OL)
-	if err != nil {
-		return err
-	}
-	if halfOA {
-		if !halfIO {
-			if oh, err = b.sc.get("attn.oa.f16", 2*int64(n*H*HD)); err != nil {
-				return err
-			}
-			if err := d.ToHalf(s, o, H*HD, H*HD, n, oh); err != nil {
-				return err
-			}
-		}
-		if err := d.MatMulHalf(s, L.outA, G, oh, quant.F16, int64(H*HD), int64(seg), n, oa, int64(G*OL), int64(OL)); err != nil {
+	} else {
+		oa, err := b.sc.f32("attn.oa", n*G*OL)
+		if err != nil {
 			return err
 		}
-	} else if err := d.MatMulEx(s, L.outA, 0, G, act, actTok, actSel, 1, n, oa, int64(G*OL), int64(OL), be.exact()); err != nil {
-		return err
-	}
-	if err := be.linear(b, oa, G*OL, n, linJob{L.outB, b.out, D}); err != nil {
-		return err
+		if halfOA {
+			if err := d.MatMulHalf(s, L.outA, G, oh, quant.F16, int64(H*HD), int64(seg), n, oa, int64(G*OL), int64(OL)); err != nil {
+				return err
+			}
+		} else if err := d.MatMulEx(s, L.outA, 0, G, act, actTok, actSel, 1, n, oa, int64(G*OL), int64(OL), be.exact()); err != nil {
+			return err
+		}
+		if err := be.linear(b, oa, G*OL, n, linJob{L.outB, b.out, D}); err != nil {
+			return err
+		}
 	}
 
 	// The chunk's KV rows enter the window ring.
