@@ -55,6 +55,7 @@ int ds4c_opt_hc_mix(void);
 int ds4c_opt_had_warp(void);
 int ds4c_opt_attn_half(void);
 int ds4c_opt_wg_glu(void);
+int ds4c_opt_mv_dec(void);
 int ds4c_opt_wg_moe(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);

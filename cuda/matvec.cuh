@@ -35,6 +35,12 @@ namespace ds4mv {
 
 constexpr int CH = 4; // units loaded per thread before computing
 
+// has_reg<T>: whether weight type T has k_mv_dec's register form (T::Reg).
+template <class T, class = void>
+struct has_reg : std::false_type {};
+template <class T>
+struct has_reg<T, std::void_t<typename T::Reg>> : std::true_type {};
+
 struct MVArgs {
     const uint8_t *w; // weight tensor (device layout)
     int64_t R;        // rows of the whole tensor (n_mat * rows)
@@ -301,6 +307,47 @@ struct TQ2_K {
     static constexpr float FINAL = 1.0f;
     static constexpr bool GRID = false;
     static constexpr int MIN_BLOCKS = 2; // CTAs per SM the registers are capped for
+    // The decode form (k_mv_dec; TIQ2_XXS's comment): unit ui's activation
+    // planes, its four block sums and its block's scale in registers.
+    struct Reg {
+        int4 x[4];
+        int bs[4];
+        float da;
+    };
+    static __device__ __forceinline__ void act_reg(Reg &r, const uint8_t *at, int cols, int ui) {
+        const int blk = ui >> 2, m = ui & 3, h = m >> 1, o = m & 1;
+        const int64_t aq = (int64_t)blk * 256 + 128 * h + 16 * o;
+        const int16_t *bs = (const int16_t *)(at + cols + 4 * (cols / 256)) + (int64_t)blk * 16 + 8 * h + o;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            r.x[k] = ld16(at + aq + 32 * k);
+            r.bs[k] = bs[2 * k];
+        }
+        r.da = ((const float *)(at + cols))[blk];
+    }
+    static __device__ __forceinline__ float dot_reg(const Unit &u, const Reg &x, int ui, const uint32_t *) {
+        const int o = ui & 1;
+        int isum = 0, summs = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int mask = 0x03030303 << (2 * k);
+            int4 p;
+            p.x = u.q.x & mask;
+            p.y = u.q.y & mask;
+            p.z = u.q.z & mask;
+            p.w = u.q.w & mask;
+            const int sc = ((k < 2 ? u.sc.x : u.sc.y) >> (8 * (2 * (k & 1) + o))) & 0xff;
+            isum += (sc & 15) * (dot4_us(p, x.x[k], 0) >> (2 * k));
+            summs += x.bs[k] * (sc >> 4);
+        }
+        isum += __shfl_xor_sync(FULL_MASK, isum, 1);
+        summs += __shfl_xor_sync(FULL_MASK, summs, 1);
+        isum += __shfl_xor_sync(FULL_MASK, isum, 2);
+        summs += __shfl_xor_sync(FULL_MASK, summs, 2);
+        const float dall = __fmul_rn(x.da, __low2float(u.dm));
+        const float dmin = __fmul_rn(x.da, __high2float(u.dm));
+        return __fsub_rn(__fmul_rn(dall, (float)isum), __fmul_rn(dmin, (float)summs));
+    }
     static constexpr int ACT_PAD = 16; // (act_at) lanes 256 bytes apart would share banks
 };
 
@@ -493,6 +540,63 @@ struct TIQ2_XXS {
                 emit<EX>(acc, terms, nb, t, blk, __fmul_rn(__fmul_rn(u.d, da), (float)bsum));
             }
         }
+    }
+    // The decode form (k_mv_dec): unit ui's 64 activation values and its
+    // block's scale held in registers (Reg), read once per warp and used for
+    // every row it takes; dot_reg gives the block term (dot's operations on
+    // the same signed weights) on the unit's first lane (ui % 4 == 0). The
+    // codebook comes as byte-permute selectors (tab_entry: coordinate i's
+    // magnitude 8, 25 or 43 as index 0, 1 or 2 in nibble i), and a sign adds
+    // 4 to its nibble, so that one __byte_perm of the magnitudes and their
+    // negations gives four signed weights.
+    struct Reg {
+        int4 x[4];
+        float da;
+    };
+    static __device__ __forceinline__ void act_reg(Reg &r, const uint8_t *at, int cols, int ui) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) r.x[k] = ld16(at + (int64_t)ui * 64 + 16 * k);
+        r.da = ((const float *)(at + cols))[ui >> 2];
+    }
+    static __device__ __forceinline__ uint32_t tab_entry(int i) {
+        const uint64_t g = iq2xxs_grid[i];
+        uint32_t e = 0;
+#pragma unroll
+        for (int b = 0; b < 8; b++) {
+            const uint32_t v = (uint32_t)(g >> (8 * b)) & 0xff;
+            e |= (v == 8 ? 0u : (v == 25 ? 1u : 2u)) << (4 * b);
+        }
+        return e;
+    }
+    // sign_nibbles puts bit i of the 8 signs s at bit 4i + 2.
+    static __device__ __forceinline__ uint32_t sign_nibbles(uint32_t s) {
+        s = (s | (s << 12)) & 0x000f000fu;
+        s = (s | (s << 6)) & 0x03030303u;
+        s = (s | (s << 3)) & 0x11111111u;
+        return s << 2;
+    }
+    static __device__ __forceinline__ float dot_reg(const Unit &u, const Reg &x, int, const uint32_t *tab) {
+        constexpr uint32_t POS = 0x002b1908u, NEG = 0x00d5e7f8u; // 8, 25, 43 and their negations
+        int bsum = 0;
+#pragma unroll
+        for (int sb = 0; sb < 2; sb++) {
+            const uint32_t idx = sb ? (uint32_t)u.q.z : (uint32_t)u.q.x;
+            const uint32_t aux = sb ? (uint32_t)u.q.w : (uint32_t)u.q.y;
+            const int4 x0 = x.x[2 * sb], x1 = x.x[2 * sb + 1];
+            const int xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            int s = 0;
+#pragma unroll
+            for (int g = 0; g < 4; g++) {
+                const uint32_t s7 = (aux >> (7 * g)) & 127;
+                const uint32_t sel = tab[(idx >> (8 * g)) & 0xff] | sign_nibbles(s7 | (__popc(s7) & 1) << 7);
+                s = __dp4a((int)__byte_perm(POS, NEG, sel & 0xffff), xs[2 * g], s);
+                s = __dp4a((int)__byte_perm(POS, NEG, sel >> 16), xs[2 * g + 1], s);
+            }
+            bsum += s * (2 * (int)(aux >> 28) + 1);
+        }
+        bsum += __shfl_xor_sync(FULL_MASK, bsum, 1);
+        bsum += __shfl_xor_sync(FULL_MASK, bsum, 2);
+        return __fmul_rn(__fmul_rn(u.d, x.da), (float)bsum);
     }
     static constexpr float FINAL = 0.125f;
     static constexpr int ACT_PAD = 16; // (act_at) lanes 64 bytes apart would share banks
@@ -797,6 +901,135 @@ int launch_one(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
     dim3 g((unsigned)((a.rows + rows_per_cta - 1) / rows_per_cta), (unsigned)n_sel, (unsigned)pieces);
     ds4c_launch(k_matvec<T, NT, S, RPW, EX>, g, 256, smem, st, a);
     return 0;
+}
+
+// ---------------------------------------------------------------- decode products
+// k_mv_dec: one token's product of n_sel selections (DS4C_OPT_MV_DEC) for
+// the types with a register form of the activation (T::Reg: IQ2_XXS, Q2_K).
+// k_matvec gives each warp a few rows and every unit of every row reads its
+// 64 activation bytes again through L1, lanes 64 bytes apart: four times the
+// weights' own traffic and scattered (v9: L1/TEX 74 % busy, DRAM 14 %). Here
+// each warp takes a contiguous run of rows of one selection (wps warps a
+// selection); a lane holds the activation of its UPL units (ui = lane +
+// 32 j) in registers for the whole run; the run goes P rows at a time, the
+// next P rows' weights loaded while the current ones are computed (the loop
+// unrolled by two, so that the buffers keep their registers); the P rows'
+// dots are straight-line code the compiler interleaves. A row's block terms
+// are added in block order (quant.Dot's, k_matvec's exact path): the result
+// is bit-identical to the CPU in both modes. MB: CTAs an SM the registers
+// are capped for.
+template <class T, int UPL, int P, int MB>
+__global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run, int wps) {
+    __shared__ uint32_t s_tab[T::GRID ? 256 : 1];
+    mv_pdl_launch(a);
+    if constexpr (T::GRID) s_tab[threadIdx.x] = T::tab_entry(threadIdx.x);
+    mv_pdl_wait(a);
+    if (T::GRID) __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const int gw = blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int sel = gw / wps;
+    const int r0 = (gw % wps) * run;
+    if (sel >= n_sel || r0 >= a.rows) return;
+    const int n = min(run, a.rows - r0); // the warp's rows r0 … r0 + n − 1
+    float *y = a.y + sel * a.y_sel + r0;
+    int64_t mat = a.sel_mat ? sel : 0;
+    if (a.ids) mat = a.ids[sel];
+    if (mat < 0 || mat >= a.n_mat) {
+        for (int i = lane; i < n; i += 32) y[i] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const int nb = a.cols / block_vals<T>();
+    const int64_t grow0 = mat * a.rows + r0;
+    using U = typename T::Unit;
+    // rows i … i + P − 1 (past the run: its last row again, not stored)
+    auto load = [&](U (&u)[P][UPL], int i) {
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            typename T::Row rr;
+            T::row(rr, a, grow0 + min(i + p, n - 1));
+#pragma unroll
+            for (int j = 0; j < UPL; j++) T::load(u[p][j], rr, lane + 32 * j, a.wl);
+        }
+    };
+    typename T::Reg x[UPL];
+    auto compute = [&](const U (&u)[P][UPL], int i) {
+        float term[P][UPL];
+#pragma unroll
+        for (int p = 0; p < P; p++)
+#pragma unroll
+            for (int j = 0; j < UPL; j++) term[p][j] = T::dot_reg(u[p][j], x[j], lane + 32 * j, s_tab);
+        // block b's term is on lane 4 (b % 8) of unit round b / 8
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < UPL; j++)
+#pragma unroll
+                for (int b = 0; b < 8; b++)
+                    if (8 * j + b < nb) sum = __fadd_rn(sum, __shfl_sync(FULL_MASK, term[p][j], 4 * b));
+            if (T::FINAL != 1.0f) sum = __fmul_rn(T::FINAL, sum);
+            if (lane == 0 && i + p < n) y[i + p] = sum;
+        }
+    };
+    U ua[P][UPL], ub[P][UPL];
+    load(ua, 0);
+    {
+        const uint8_t *at = a.act + (int64_t)(sel / a.act_div) * a.act_sel;
+#pragma unroll
+        for (int j = 0; j < UPL; j++) T::act_reg(x[j], at, a.cols, lane + 32 * j);
+    }
+    for (int i = 0; i < n; i += 2 * P) {
+        if (i + P < n) load(ub, i + P);
+        compute(ua, i);
+        if (i + P >= n) break;
+        if (i + 2 * P < n) load(ua, i + 2 * P);
+        compute(ub, i + P);
+    }
+}
+
+// launch_dec runs a single-token product as k_mv_dec when T has the
+// register form, DS4C_OPT_MV_DEC is on and a row is whole rounds of 32
+// units (UPL of them per lane, 1, 2 or 4): it returns whether it took the
+// product, *rc the launch's status. The option picks (rows at a time P,
+// CTAs an SM MB): 1 (1, 3), 2 (2, 2), 3 (3, 2), 4 (2, 3).
+template <class T, int UPL, int P, int MB>
+void launch_dec_as(const MVArgs &a, int n_sel, cudaStream_t st) {
+    // runs: the GPU's resident warps over the rows, whole runs per selection
+    const int64_t warps = (int64_t)MB * 8 * ds4c_sm_count();
+    const int64_t run = max((int64_t)1, ((int64_t)n_sel * a.rows + warps - 1) / warps);
+    const int64_t wps = (a.rows + run - 1) / run;
+    const unsigned grid = (unsigned)((n_sel * wps + 7) / 8);
+    ds4c_launch(k_mv_dec<T, UPL, P, MB>, grid, 256, 0, st, a, n_sel, (int)run, (int)wps);
+}
+
+template <class T, int UPL>
+void launch_dec_upl(const MVArgs &a, int n_sel, int opt, cudaStream_t st) {
+    switch (opt) {
+    case 1: launch_dec_as<T, UPL, 1, 3>(a, n_sel, st); break;
+    case 3: launch_dec_as<T, UPL, 3, 2>(a, n_sel, st); break;
+    case 4: launch_dec_as<T, UPL, 2, 3>(a, n_sel, st); break;
+    default: launch_dec_as<T, UPL, 2, 2>(a, n_sel, st); break;
+    }
+}
+
+template <class T>
+bool launch_dec(const MVArgs &a, int n_sel, cudaStream_t st, int *rc) {
+    *rc = 0;
+    if constexpr (!has_reg<T>::value) {
+        return false;
+    } else {
+        const int opt = ds4c_opt_mv_dec();
+        if (opt <= 0 || a.cols % (32 * T::VPU) != 0 || a.cols % block_vals<T>() != 0) return false;
+        if ((int64_t)n_sel * a.rows > INT32_MAX / 2) return false;
+        switch (a.cols / (32 * T::VPU)) {
+        case 1: launch_dec_upl<T, 1>(a, n_sel, opt, st); break;
+        case 2: launch_dec_upl<T, 2>(a, n_sel, opt, st); break;
+        default: return false;
+        }
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) *rc = ds4c_cuda_err(e, "decode matvec");
+        return true;
+    }
 }
 
 template <class T, int NT, bool EX>
@@ -1149,6 +1382,7 @@ int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
     int S = 1, RPW = 1;
     if (nt == 1) {
         int rc = 0;
+        if (launch_dec<T>(a, n_sel, st, &rc)) return rc;
         if (launch_pipe<T>(a, n_sel, st, &rc)) return rc;
         S = ds4c_opt_splitk();
         RPW = ds4c_opt_rpw();

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +166,25 @@ func TestBandwidth(t *testing.T) {
 		})
 		add(fmt.Sprintf("%s experts %dx%d sel %d%s", typ, rows, cols, nsel, label), int64(nsel)*mb, us)
 		d.FreeWeight(dw)
+	}
+	// DS4_CUDA_BENCH_DEC="n,…": only the single-token expert products
+	// (decode's gate, gate and up, down), exact, once per value of OptMVDec
+	// (0: k_matvec or the pipeline, as before k_mv_dec).
+	if v := os.Getenv("DS4_CUDA_BENCH_DEC"); v != "" {
+		exact = true
+		defer d.SetOption(OptMVDec, 2)
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("DS4_CUDA_BENCH_DEC %q: %v", v, err)
+			}
+			must(t, d.SetOption(OptMVDec, n))
+			label := fmt.Sprintf(" dec=%d", n)
+			experts(quant.IQ2_XXS, 2048, 4096, 6, true, " (gate)"+label)
+			experts(quant.IQ2_XXS, 2048, 4096, 12, true, " (gate+up)"+label)
+			experts(quant.Q2_K, 4096, 2048, 6, false, " (down)"+label)
+		}
+		return
 	}
 	// DS4_CUDA_BENCH_PIPE="pipe:copy:timing:stage:stages,…": only the
 	// single-token quantized products, exact, once per setting of OptMVPipe,

@@ -718,46 +718,55 @@ func TestMatMulExact(t *testing.T) {
 		{quant.BF16, 520, 4096, 1},
 		{quant.F16, 4096, 2048, 1}, // 8 rows per CTA
 	}
-	for ci, c := range cases {
-		mat, dw, ab := randomMats(t, d, c.typ, c.rows, c.cols, c.mats, uint64(1100+ci))
-		for _, nt := range []int{1, 3, 9, 40} {
-			x := gaussian(nt*c.cols, uint64(1200+ci+nt))
-			act := quantizeOnDevice(t, d, c.typ, x, c.cols, nt)
-			m := c.mats - 1 // the last matrix, through the selection path
-			idp := alloc(t, d, 4)
-			must(t, UploadSlice(d, idp, []int32{int32(m)}))
-			y := alloc(t, d, int64(4*c.rows*nt))
-			poison(t, d, y, c.rows*nt)
-			must(t, d.MatMulEx(0, dw, idp, 1, act, ab, 0, 1, nt, y, int64(c.rows), 0, true))
-			got := download(t, d, y, c.rows*nt)
-			bad := 0
-			for tok := 0; tok < nt; tok++ {
-				want, _ := reference(t, c.typ, mat(m), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
-				for r := range want {
-					if math.Float32bits(got[tok*c.rows+r]) != math.Float32bits(want[r]) {
-						if bad < 3 {
-							t.Errorf("%s %dx%d nt=%d token %d row %d: got %v, want %v", c.typ, c.rows, c.cols, nt, tok, r, got[tok*c.rows+r], want[r])
-						}
-						bad++
-					}
-				}
+	// IQ2_XXS and Q2_K single tokens: k_mv_dec (the default), then the
+	// kernels it replaces (k_matvec, the pipeline)
+	t.Cleanup(func() { d.SetOption(OptMVDec, 2) })
+	for _, dec := range []int{2, 0} {
+		must(t, d.SetOption(OptMVDec, dec))
+		for ci, c := range cases {
+			if dec == 0 && c.typ != quant.Q2_K && c.typ != quant.IQ2_XXS {
+				continue
 			}
-			if bad > 0 {
-				t.Errorf("%s %dx%d nt=%d: %d values not bit-identical", c.typ, c.rows, c.cols, nt, bad)
-			}
-			if nt == 1 { // matrix 0 without ids (the single-token kernels that load weights before the wait)
-				poison(t, d, y, c.rows)
-				must(t, d.MatMulEx(0, dw, 0, 1, act, ab, 0, 1, 1, y, int64(c.rows), 0, true))
-				got := download(t, d, y, c.rows)
-				want, _ := reference(t, c.typ, mat(0), c.rows, c.cols, x[:c.cols])
+			mat, dw, ab := randomMats(t, d, c.typ, c.rows, c.cols, c.mats, uint64(1100+ci))
+			for _, nt := range []int{1, 3, 9, 40} {
+				x := gaussian(nt*c.cols, uint64(1200+ci+nt))
+				act := quantizeOnDevice(t, d, c.typ, x, c.cols, nt)
+				m := c.mats - 1 // the last matrix, through the selection path
+				idp := alloc(t, d, 4)
+				must(t, UploadSlice(d, idp, []int32{int32(m)}))
+				y := alloc(t, d, int64(4*c.rows*nt))
+				poison(t, d, y, c.rows*nt)
+				must(t, d.MatMulEx(0, dw, idp, 1, act, ab, 0, 1, nt, y, int64(c.rows), 0, true))
+				got := download(t, d, y, c.rows*nt)
 				bad := 0
-				for r := range want {
-					if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
-						bad++
+				for tok := 0; tok < nt; tok++ {
+					want, _ := reference(t, c.typ, mat(m), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
+					for r := range want {
+						if math.Float32bits(got[tok*c.rows+r]) != math.Float32bits(want[r]) {
+							if bad < 3 {
+								t.Errorf("%s %dx%d nt=%d token %d row %d: got %v, want %v", c.typ, c.rows, c.cols, nt, tok, r, got[tok*c.rows+r], want[r])
+							}
+							bad++
+						}
 					}
 				}
 				if bad > 0 {
-					t.Errorf("%s %dx%d, one token, no ids: %d values not bit-identical", c.typ, c.rows, c.cols, bad)
+					t.Errorf("%s %dx%d nt=%d mv_dec %d: %d values not bit-identical", c.typ, c.rows, c.cols, nt, dec, bad)
+				}
+				if nt == 1 { // matrix 0 without ids (the single-token kernels that load weights before the wait)
+					poison(t, d, y, c.rows)
+					must(t, d.MatMulEx(0, dw, 0, 1, act, ab, 0, 1, 1, y, int64(c.rows), 0, true))
+					got := download(t, d, y, c.rows)
+					want, _ := reference(t, c.typ, mat(0), c.rows, c.cols, x[:c.cols])
+					bad := 0
+					for r := range want {
+						if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
+							bad++
+						}
+					}
+					if bad > 0 {
+						t.Errorf("%s %dx%d, one token, no ids, mv_dec %d: %d values not bit-identical", c.typ, c.rows, c.cols, dec, bad)
+					}
 				}
 			}
 		}
