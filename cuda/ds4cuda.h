@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 23
+#define DS4C_ABI_VERSION 24
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -204,6 +204,14 @@ int ds4c_group(const int32_t *d_ids, int n_sel, int64_t n_mat, void *d_scratch, 
 int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids,
                         int n_sel, const void *d_act, int64_t act_sel, int act_div, float *d_y, int64_t y_sel,
                         const void *d_scratch, int flags, void *stream);
+/* ds4c_matmul_grouped_pair: ds4c_matmul_grouped through two tensors of the
+ * same type and shape (a routed gate and up) with the same ids, activations
+ * and scratch, outputs at d_y1 and d_y2: where each would run as a single
+ * token's product that k_mv_dec takes (IQ2_XXS, Q2_K; DS4C_OPT_MV_DEC), in
+ * one launch; otherwise as the two calls. Same results either way. */
+int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64_t rows, int64_t cols, int64_t n_mat,
+                             const int32_t *d_ids, int n_sel, const void *d_act, int64_t act_sel, int act_div,
+                             float *d_y1, float *d_y2, int64_t y_sel, const void *d_scratch, int flags, void *stream);
 /* ds4c_grouped_half_ok: nonzero when ds4c_matmul_grouped takes f16
  * activations (DS4C_MM_HALF) for weights of type with rows of cols values
  * and n_sel selections: DS4C_OPT_WG_MOE on and offering the type (value

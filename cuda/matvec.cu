@@ -412,6 +412,36 @@ int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_
     return ds4c_err(DS4C_ETYPE, "unsupported weight type %d", type);
 }
 
+int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64_t rows, int64_t cols, int64_t n_mat,
+                             const int32_t *d_ids, int n_sel, const void *d_act, int64_t act_sel, int act_div,
+                             float *d_y1, float *d_y2, int64_t y_sel, const void *d_scratch, int flags, void *stream) {
+    DS4C_READY();
+    if (n_sel <= 0) return 0;
+    // ds4c_matmul_grouped would run each as ds4c_matmul_ex: one launch of
+    // k_mv_dec for both where it takes them
+    const bool aligned = (((uintptr_t)d_act | (uint64_t)act_sel) & 15) == 0;
+    const bool single =
+        (flags & DS4C_MM_HALF) == 0 && (!tc_supported(type, cols) || n_sel < ds4c_opt_tc_min_sel() || !aligned);
+    if (single && (type == DS4C_IQ2_XXS || type == DS4C_Q2_K) && n_sel <= 65535 && act_div > 0) {
+        int rc = check_shape(type, rows, cols, n_mat);
+        if (rc) return rc;
+        MVArgs a = mv_args(d_w1, rows, cols, n_mat, d_ids, d_ids == nullptr && n_sel > 1, d_act,
+                           (int64_t)ds4c_act_bytes(ds4c_act_type(type), cols), act_sel, act_div, d_y1, rows, y_sel);
+        a.late = (flags & DS4C_MM_LATE) != 0;
+        a.w2 = (const uint8_t *)d_w2;
+        a.y2 = d_y2;
+        cudaStream_t st = as_stream(stream);
+        const bool took =
+            type == DS4C_IQ2_XXS ? dec_pair_iq2_xxs(a, n_sel, st, &rc) : dec_pair_q2_k(a, n_sel, st, &rc);
+        if (took) return rc;
+    }
+    int rc = ds4c_matmul_grouped(type, d_w1, rows, cols, n_mat, d_ids, n_sel, d_act, act_sel, act_div, d_y1, y_sel,
+                                 d_scratch, flags, stream);
+    if (rc) return rc;
+    return ds4c_matmul_grouped(type, d_w2, rows, cols, n_mat, d_ids, n_sel, d_act, act_sel, act_div, d_y2, y_sel,
+                               d_scratch, flags, stream);
+}
+
 int ds4c_matmul(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const void *d_act,
                 int64_t act_stride, int n_tok, float *d_y, int64_t y_stride, void *stream) {
     return ds4c_matmul_ex(type, d_w, rows, cols, n_mat, nullptr, 1, d_act, act_stride, 0, 1, n_tok, d_y, y_stride, 0,

@@ -59,6 +59,10 @@ struct MVArgs {
     int act_div;   // selection s reads activation s / act_div
     int sel_mat;   // without ids: selection s uses matrix s (else matrix 0)
     int late;      // DS4C_MM_LATE: dependents launch only after this product's wait (mv_pdl_wait)
+    // k_mv_dec's pair (ds4c_matmul_grouped_pair): a second tensor of the
+    // same shape and ids, its outputs at y2; null otherwise
+    const uint8_t *w2;
+    float *y2;
 };
 
 // The programmatic-launch halves of a product kernel (pdl_launch,
@@ -101,6 +105,8 @@ inline MVArgs mv_args(const void *d_w, int64_t rows, int64_t cols, int64_t n_mat
     a.act_div = act_div;
     a.sel_mat = sel_mat;
     a.late = 0;
+    a.w2 = nullptr;
+    a.y2 = nullptr;
     return a;
 }
 
@@ -544,11 +550,15 @@ struct TIQ2_XXS {
     // The decode form (k_mv_dec): unit ui's 64 activation values and its
     // block's scale held in registers (Reg), read once per warp and used for
     // every row it takes; dot_reg gives the block term (dot's operations on
-    // the same signed weights) on the unit's first lane (ui % 4 == 0). The
-    // codebook comes as byte-permute selectors (tab_entry: coordinate i's
-    // magnitude 8, 25 or 43 as index 0, 1 or 2 in nibble i), and a sign adds
-    // 4 to its nibble, so that one __byte_perm of the magnitudes and their
-    // negations gives four signed weights.
+    // the same signed weights) on the unit's first lane (ui % 4 == 0). Two
+    // tables, each entry repeated for the 32 lanes (word 32 e + lane: every
+    // lane reads its own bank, no conflicts) in TAB_WORDS of shared memory:
+    // the codebook as byte-permute selectors (tab_entry: coordinate i's
+    // magnitude 8, 25 or 43 as index 0, 1 or 2 in nibble i), and the 128
+    // sign patterns with their parity bit as 4 added to the nibbles of the
+    // negated coordinates (sign_entry), so that one __byte_perm of the
+    // magnitudes and their negations gives four signed weights.
+    static constexpr int TAB_WORDS = (256 + 128) * 32;
     struct Reg {
         int4 x[4];
         float da;
@@ -568,13 +578,27 @@ struct TIQ2_XXS {
         }
         return e;
     }
-    // sign_nibbles puts bit i of the 8 signs s at bit 4i + 2.
-    static __device__ __forceinline__ uint32_t sign_nibbles(uint32_t s) {
-        s = (s | (s << 12)) & 0x000f000fu;
+    static __device__ __forceinline__ uint32_t sign_entry(uint32_t s7) {
+        uint32_t s = s7 | (__popc(s7) & 1) << 7; // bit i: coordinate i negated
+        s = (s | (s << 12)) & 0x000f000fu;          // bit i → bit 4i + 2
         s = (s | (s << 6)) & 0x03030303u;
         s = (s | (s << 3)) & 0x11111111u;
         return s << 2;
     }
+    // fill_tabs writes both tables (a CTA of 256 threads): the entries
+    // once, then each 16 bytes of the copies by consecutive threads.
+    static __device__ __forceinline__ void fill_tabs(uint32_t *tab) {
+        __shared__ uint32_t ent[384];
+        const int t = threadIdx.x;
+        ent[t] = tab_entry(t);
+        if (t < 128) ent[256 + t] = sign_entry(t);
+        __syncthreads();
+        for (int k = t; k < TAB_WORDS / 4; k += 256) {
+            const uint32_t e = ent[k >> 3]; // words 4k … 4k + 3 are copies of entry 4k / 32
+            *(uint4 *)&tab[4 * k] = make_uint4(e, e, e, e);
+        }
+    }
+    // tab: the tables' words plus the lane
     static __device__ __forceinline__ float dot_reg(const Unit &u, const Reg &x, int, const uint32_t *tab) {
         constexpr uint32_t POS = 0x002b1908u, NEG = 0x00d5e7f8u; // 8, 25, 43 and their negations
         int bsum = 0;
@@ -587,9 +611,8 @@ struct TIQ2_XXS {
             int s = 0;
 #pragma unroll
             for (int g = 0; g < 4; g++) {
-                const uint32_t s7 = (aux >> (7 * g)) & 127;
-                const uint32_t sel = tab[(idx >> (8 * g)) & 0xff] | sign_nibbles(s7 | (__popc(s7) & 1) << 7);
-                s = __dp4a((int)__byte_perm(POS, NEG, sel & 0xffff), xs[2 * g], s);
+                const uint32_t sel = tab[32 * ((idx >> (8 * g)) & 0xff)] | tab[32 * (256 + ((aux >> (7 * g)) & 127))];
+                s = __dp4a((int)__byte_perm(POS, NEG, sel), xs[2 * g], s);
                 s = __dp4a((int)__byte_perm(POS, NEG, sel >> 16), xs[2 * g + 1], s);
             }
             bsum += s * (2 * (int)(aux >> 28) + 1);
@@ -920,25 +943,30 @@ int launch_one(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
 // are capped for.
 template <class T, int UPL, int P, int MB>
 __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run, int wps) {
-    __shared__ uint32_t s_tab[T::GRID ? 256 : 1];
+    extern __shared__ __align__(16) uint32_t s_tab[]; // T::TAB_WORDS (GRID types)
     mv_pdl_launch(a);
-    if constexpr (T::GRID) s_tab[threadIdx.x] = T::tab_entry(threadIdx.x);
+    if constexpr (T::GRID) T::fill_tabs(s_tab);
     mv_pdl_wait(a);
     if (T::GRID) __syncthreads();
     const int lane = threadIdx.x & 31;
     const int gw = blockIdx.x * 8 + (threadIdx.x >> 5);
-    const int sel = gw / wps;
+    int sel = gw / wps;
     const int r0 = (gw % wps) * run;
+    // a pair's second tensor: selections n_sel … 2 n_sel − 1
+    const bool second = a.w2 != nullptr && sel >= n_sel;
+    if (second) sel -= n_sel;
     if (sel >= n_sel || r0 >= a.rows) return;
     const int n = min(run, a.rows - r0); // the warp's rows r0 … r0 + n − 1
-    float *y = a.y + sel * a.y_sel + r0;
+    MVArgs aw = a; // (aw.w: the tensor the warp reads)
+    if (second) aw.w = a.w2;
+    float *y = (second ? a.y2 : a.y) + sel * a.y_sel + r0;
     int64_t mat = a.sel_mat ? sel : 0;
     if (a.ids) mat = a.ids[sel];
     if (mat < 0 || mat >= a.n_mat) {
         for (int i = lane; i < n; i += 32) y[i] = __int_as_float(0x7fc00000);
         return;
     }
-    const int nb = a.cols / block_vals<T>();
+    static_assert(32 * T::VPU == 8 * block_vals<T>(), "a round of 32 units is 8 blocks");
     const int64_t grow0 = mat * a.rows + r0;
     using U = typename T::Unit;
     // rows i … i + P − 1 (past the run: its last row again, not stored)
@@ -946,7 +974,7 @@ __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run
 #pragma unroll
         for (int p = 0; p < P; p++) {
             typename T::Row rr;
-            T::row(rr, a, grow0 + min(i + p, n - 1));
+            T::row(rr, aw, grow0 + min(i + p, n - 1));
 #pragma unroll
             for (int j = 0; j < UPL; j++) T::load(u[p][j], rr, lane + 32 * j, a.wl);
         }
@@ -957,7 +985,7 @@ __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run
 #pragma unroll
         for (int p = 0; p < P; p++)
 #pragma unroll
-            for (int j = 0; j < UPL; j++) term[p][j] = T::dot_reg(u[p][j], x[j], lane + 32 * j, s_tab);
+            for (int j = 0; j < UPL; j++) term[p][j] = T::dot_reg(u[p][j], x[j], lane + 32 * j, s_tab + lane);
         // block b's term is on lane 4 (b % 8) of unit round b / 8
 #pragma unroll
         for (int p = 0; p < P; p++) {
@@ -965,8 +993,7 @@ __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run
 #pragma unroll
             for (int j = 0; j < UPL; j++)
 #pragma unroll
-                for (int b = 0; b < 8; b++)
-                    if (8 * j + b < nb) sum = __fadd_rn(sum, __shfl_sync(FULL_MASK, term[p][j], 4 * b));
+                for (int b = 0; b < 8; b++) sum = __fadd_rn(sum, __shfl_sync(FULL_MASK, term[p][j], 4 * b));
             if (T::FINAL != 1.0f) sum = __fmul_rn(T::FINAL, sum);
             if (lane == 0 && i + p < n) y[i + p] = sum;
         }
@@ -993,22 +1020,35 @@ __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run
 // product, *rc the launch's status. The option picks (rows at a time P,
 // CTAs an SM MB): 1 (1, 3), 2 (2, 2), 3 (3, 2), 4 (2, 3).
 template <class T, int UPL, int P, int MB>
-void launch_dec_as(const MVArgs &a, int n_sel, cudaStream_t st) {
+cudaError_t launch_dec_as(const MVArgs &a, int n_sel, cudaStream_t st) {
     // runs: the GPU's resident warps over the rows, whole runs per selection
     const int64_t warps = (int64_t)MB * 8 * ds4c_sm_count();
-    const int64_t run = max((int64_t)1, ((int64_t)n_sel * a.rows + warps - 1) / warps);
+    const int64_t rows = (int64_t)n_sel * (a.w2 ? 2 : 1) * a.rows;
+    const int64_t run = max((int64_t)1, (rows + warps - 1) / warps);
     const int64_t wps = (a.rows + run - 1) / run;
-    const unsigned grid = (unsigned)((n_sel * wps + 7) / 8);
-    ds4c_launch(k_mv_dec<T, UPL, P, MB>, grid, 256, 0, st, a, n_sel, (int)run, (int)wps);
+    const unsigned grid = (unsigned)((n_sel * (a.w2 ? 2 : 1) * wps + 7) / 8);
+    size_t smem = 0;
+    if constexpr (T::GRID) {
+        smem = T::TAB_WORDS * 4; // 48 KiB beside fill_tabs' static 1.5: past the default limit
+        static bool opted = false;
+        if (!opted) {
+            const cudaError_t e =
+                cudaFuncSetAttribute(k_mv_dec<T, UPL, P, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) return e;
+            opted = true;
+        }
+    }
+    ds4c_launch(k_mv_dec<T, UPL, P, MB>, grid, 256, smem, st, a, n_sel, (int)run, (int)wps);
+    return cudaGetLastError();
 }
 
 template <class T, int UPL>
-void launch_dec_upl(const MVArgs &a, int n_sel, int opt, cudaStream_t st) {
+cudaError_t launch_dec_upl(const MVArgs &a, int n_sel, int opt, cudaStream_t st) {
     switch (opt) {
-    case 1: launch_dec_as<T, UPL, 1, 3>(a, n_sel, st); break;
-    case 3: launch_dec_as<T, UPL, 3, 2>(a, n_sel, st); break;
-    case 4: launch_dec_as<T, UPL, 2, 3>(a, n_sel, st); break;
-    default: launch_dec_as<T, UPL, 2, 2>(a, n_sel, st); break;
+    case 1: return launch_dec_as<T, UPL, 1, 3>(a, n_sel, st);
+    case 3: return launch_dec_as<T, UPL, 3, 2>(a, n_sel, st);
+    case 4: return launch_dec_as<T, UPL, 2, 3>(a, n_sel, st);
+    default: return launch_dec_as<T, UPL, 2, 2>(a, n_sel, st);
     }
 }
 
@@ -1020,13 +1060,13 @@ bool launch_dec(const MVArgs &a, int n_sel, cudaStream_t st, int *rc) {
     } else {
         const int opt = ds4c_opt_mv_dec();
         if (opt <= 0 || a.cols % (32 * T::VPU) != 0 || a.cols % block_vals<T>() != 0) return false;
-        if ((int64_t)n_sel * a.rows > INT32_MAX / 2) return false;
+        if ((int64_t)n_sel * a.rows > INT32_MAX / 4) return false;
+        cudaError_t e;
         switch (a.cols / (32 * T::VPU)) {
-        case 1: launch_dec_upl<T, 1>(a, n_sel, opt, st); break;
-        case 2: launch_dec_upl<T, 2>(a, n_sel, opt, st); break;
+        case 1: e = launch_dec_upl<T, 1>(a, n_sel, opt, st); break;
+        case 2: e = launch_dec_upl<T, 2>(a, n_sel, opt, st); break;
         default: return false;
         }
-        cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) *rc = ds4c_cuda_err(e, "decode matvec");
         return true;
     }
@@ -1413,6 +1453,10 @@ int launch_q8_0(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st)
 int launch_q2_k(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 int launch_q4_k(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 int launch_iq2_xxs(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
+// The single-token pair (a.w2, a.y2 set): whether k_mv_dec took it, *rc
+// the launch's status (mv_*.cu; types without the register form: false).
+bool dec_pair_q2_k(const MVArgs &a, int n_sel, cudaStream_t st, int *rc);
+bool dec_pair_iq2_xxs(const MVArgs &a, int n_sel, cudaStream_t st, int *rc);
 int launch_float(int type, const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 
 // Tensor-core products (mm_tc.cu): whether type/cols have one, and the dense

@@ -547,6 +547,64 @@ func TestMatVecIDs(t *testing.T) {
 	}
 }
 
+// TestMatMulGroupedPair checks the routed gate-and-up pair against
+// quant.Dot bit for bit: for decode's few selections (one k_mv_dec launch
+// over both tensors; with OptMVDec off, the two grouped calls) and for a
+// chunk's many (the grouped tensor-core calls), with one activation for
+// each token's K selections and one id out of range (NaN rows).
+func TestMatMulGroupedPair(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptMVDec, 2) })
+	const mats, K = 9, 3
+	for ci, c := range []struct {
+		typ        quant.Type
+		rows, cols int
+	}{{quant.IQ2_XXS, 200, 4096}, {quant.Q2_K, 136, 2048}, {quant.Q8_0, 64, 1024}} {
+		mat1, dw1, ab := randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(3100+ci))
+		mat2, dw2, _ := randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(3200+ci))
+		for _, dec := range []int{2, 0} {
+			must(t, d.SetOption(OptMVDec, dec))
+			for _, ntok := range []int{2, 40} {
+				nsel := ntok * K
+				ids, idp, grp := groupedIDs(t, d, nsel, mats, uint64(ci), uint64(ntok))
+				x := gaussian(ntok*c.cols, uint64(3300+ci+ntok))
+				act := quantizeOnDevice(t, d, c.typ, x, c.cols, ntok)
+				ys := int64(c.rows + 3)
+				y1, y2 := alloc(t, d, 4*ys*int64(nsel)), alloc(t, d, 4*ys*int64(nsel))
+				poison(t, d, y1, int(ys)*nsel)
+				poison(t, d, y2, int(ys)*nsel)
+				must(t, d.MatMulGroupedPair(0, dw1, dw2, idp, nsel, act, ab, K, y1, y2, ys, grp, true))
+				for k, out := range []struct {
+					y   Ptr
+					mat func(int) []byte
+				}{{y1, mat1}, {y2, mat2}} {
+					got := download(t, d, out.y, int(ys)*nsel)
+					for i := 0; i < nsel; i++ {
+						row := got[int64(i)*ys : int64(i)*ys+int64(c.rows)]
+						name := fmt.Sprintf("%s %dx%d mv_dec %d nsel %d tensor %d sel %d", c.typ, c.rows, c.cols, dec, nsel, k, i)
+						if ids[i] == mats {
+							for r, v := range row {
+								if !math.IsNaN(float64(v)) {
+									t.Fatalf("%s (id out of range): row %d = %v, want NaN", name, r, v)
+								}
+							}
+							continue
+						}
+						want, _ := reference(t, c.typ, out.mat(int(ids[i])), c.rows, c.cols, x[(i/K)*c.cols:(i/K+1)*c.cols])
+						for r := range want {
+							if math.Float32bits(row[r]) != math.Float32bits(want[r]) {
+								t.Fatalf("%s row %d: got %v, want %v", name, r, row[r], want[r])
+							}
+						}
+					}
+				}
+			}
+		}
+		d.FreeWeight(dw1)
+		d.FreeWeight(dw2)
+	}
+}
+
 func TestSplitKAndLoadFlavours(t *testing.T) {
 	d := gpu(t)
 	defer d.SetOption(OptSplitK, 0)

@@ -880,11 +880,17 @@ func (be *Backend) gateUp(b *batch, L *dlayer, half HalfLayout, act Ptr, actSel 
 	if err != nil {
 		return err
 	}
-	if err := be.grouped(b, half, L.gateExps, sel, nk, act, actSel, K, ge, int64(FF), grp); err != nil {
-		return err
-	}
-	if err := be.grouped(b, half, L.upExps, sel, nk, act, actSel, K, ue, int64(FF), grp); err != nil {
-		return err
+	if half == HalfNone { // one launch where the library can
+		if err := d.MatMulGroupedPair(s, L.gateExps, L.upExps, sel, nk, act, actSel, K, ge, ue, int64(FF), grp, be.exact()); err != nil {
+			return err
+		}
+	} else {
+		if err := be.grouped(b, half, L.gateExps, sel, nk, act, actSel, K, ge, int64(FF), grp); err != nil {
+			return err
+		}
+		if err := be.grouped(b, half, L.upExps, sel, nk, act, actSel, K, ue, int64(FF), grp); err != nil {
+			return err
+		}
 	}
 	*act2, *act2Sel = ge, 4*int64(FF)
 	if halfDown != HalfNone {

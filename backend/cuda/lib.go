@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 23
+const abiVersion = 24
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -87,6 +87,7 @@ type lib struct {
 	groupBytes    func(nSel int32, nMat int64) uint64
 	group         func(ids uintptr, nSel int32, nMat int64, scratch, s uintptr) int32
 	matmulGroup   func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32
+	matmulPair    func(t int32, w1, w2 uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y1, y2 uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32
 	groupedHalfOK func(t int32, cols int64, nSel int32) int32
 	hcMixesOK     func(t, m int32, k int64, n int32) int32
 	hcMixes       func(t int32, fn uintptr, m int32, k int64, h uintptr, n int32, eps float32, mix uintptr, s uintptr) int32
@@ -248,6 +249,7 @@ func load() (*lib, error) {
 		{&l.groupBytes, "ds4c_group_bytes"},
 		{&l.group, "ds4c_group"},
 		{&l.matmulGroup, "ds4c_matmul_grouped"},
+		{&l.matmulPair, "ds4c_matmul_grouped_pair"},
 		{&l.groupedHalfOK, "ds4c_grouped_half_ok"},
 		{&l.hcMixesOK, "ds4c_hc_mixes_ok"},
 		{&l.hcMixes, "ds4c_hc_mixes"},

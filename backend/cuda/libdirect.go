@@ -74,6 +74,10 @@ func (l *lib) direct(sym func(name string) uintptr) error {
 	l.matmulGroup = func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32 {
 		return cint(call(matmulGroup, arg(t), w, arg(rows), arg(cols), arg(nMat), ids, arg(nSel), act, arg(actSel), arg(actDiv), y, arg(ySel), scratch, arg(flags), s))
 	}
+	matmulPair := f("ds4c_matmul_grouped_pair")
+	l.matmulPair = func(t int32, w1, w2 uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y1, y2 uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32 {
+		return cint(call(matmulPair, arg(t), w1, w2, arg(rows), arg(cols), arg(nMat), ids, arg(nSel), act, arg(actSel), arg(actDiv), y1, y2, arg(ySel), scratch, arg(flags), s))
+	}
 	groupedHalfOK := f("ds4c_grouped_half_ok")
 	l.groupedHalfOK = func(t int32, cols int64, nSel int32) int32 {
 		return cint(call(groupedHalfOK, arg(t), arg(cols), arg(nSel)))

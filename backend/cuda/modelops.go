@@ -81,6 +81,22 @@ func (d *Device) MatMulGrouped(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, 
 	})
 }
 
+// MatMulGroupedPair is MatMulGrouped through two tensors of the same type
+// and shape with the same ids, activations and scratch (a routed gate and
+// up), outputs at y1 and y2: one launch where both run as single-token
+// products of the decode kernel (IQ2_XXS, Q2_K; OptMVDec), else the two
+// calls. Same results either way.
+func (d *Device) MatMulGroupedPair(s Stream, w1, w2 *Weight, ids Ptr, nsel int, act Ptr, actSel int64, actDiv int, y1, y2 Ptr, ySel int64, scratch Ptr, exact bool) error {
+	if w1.Type != w2.Type || w1.Rows != w2.Rows || w1.Cols != w2.Cols || w1.Mats != w2.Mats {
+		return fmt.Errorf("cuda: matmul pair: tensors of different types or shapes")
+	}
+	flags := mmFlags(exact)
+	return d.l.call("matmul_grouped_pair", func() int32 {
+		return d.l.matmulPair(int32(w1.Type), uintptr(w1.Ptr), uintptr(w2.Ptr), int64(w1.Rows), int64(w1.Cols), int64(w1.Mats), uintptr(ids), int32(nsel),
+			uintptr(act), actSel, int32(actDiv), uintptr(y1), uintptr(y2), ySel, uintptr(scratch), flags, uintptr(s))
+	})
+}
+
 // HalfLayout is the layout of the f16 activation rows MatMulGroupedHalf
 // reads (GroupedHalf's answer; ToHalfAs writes it).
 type HalfLayout int32
