@@ -214,6 +214,61 @@ static __device__ __forceinline__ void q8_0_warp(float v, int lane, int8_t *q, f
     if (lane == 0) *d = q8_0_scale(amax);
 }
 
+// pack8 packs 8 int8 values into two words, value 0 in the lowest byte.
+static __device__ __forceinline__ int2 pack8(const int (&q)[8]) {
+    int2 r;
+    r.x = (q[0] & 255) | (q[1] & 255) << 8 | (q[2] & 255) << 16 | (int)((unsigned)q[3] << 24);
+    r.y = (q[4] & 255) | (q[5] & 255) << 8 | (q[6] & 255) << 16 | (int)((unsigned)q[7] << 24);
+    return r;
+}
+
+// q8_k_warp quantizes one 256-value Q8_K block held by a warp (lane i has
+// values 8i … 8i + 7 in v) into activation row a (nb blocks), block b:
+// quant.Activation.Set's operations (the first index of the largest
+// magnitude, its signed value's scale, round to nearest, the 16-value sums).
+// k_quant_q8_k_w and model.cu's k_swiglu_q8k call it.
+static __device__ __forceinline__ void q8_k_warp(const float (&v)[8], int lane, uint8_t *a, int b, int nb) {
+    float av = fabsf(v[0]), mv = v[0];
+    int ix = lane * 8;
+#pragma unroll
+    for (int i = 1; i < 8; i++) {
+        if (fabsf(v[i]) > av) { // in index order: ties keep the earlier one
+            av = fabsf(v[i]);
+            mv = v[i];
+            ix = lane * 8 + i;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float oa = __shfl_xor_sync(FULL_MASK, av, o), om = __shfl_xor_sync(FULL_MASK, mv, o);
+        const int oi = __shfl_xor_sync(FULL_MASK, ix, o);
+        if (oa > av || (oa == av && oi < ix)) {
+            av = oa;
+            mv = om;
+            ix = oi;
+        }
+    }
+    const int64_t cols = (int64_t)nb * 256;
+    int q[8];
+    float d = 0.f;
+    if (av != 0.f) {
+        const float iscale = -127.f / mv;
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = max(-128, min(127, __float2int_rn(__fmul_rn(iscale, v[i]))));
+        d = 1.f / iscale;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) q[i] = 0;
+    }
+    *(int2 *)(a + b * 256 + lane * 8) = pack8(q);
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) s += q[i];
+    s += __shfl_xor_sync(FULL_MASK, s, 1);
+    if ((lane & 1) == 0) ((int16_t *)(a + cols + 4 * nb))[b * 16 + (lane >> 1)] = (int16_t)s;
+    if (lane == 0) ((float *)(a + cols))[b] = d;
+}
+
 // Streaming 16-byte weight loads. flavour 0: the read-only path (__ldg);
 // 1: ld.global.nc with L1::no_allocate and a 256-byte L2 prefetch hint;
 // 2: ld.global.cs (evict first); WL_GENERIC: a plain load (weights already

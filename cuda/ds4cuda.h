@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 24
+#define DS4C_ABI_VERSION 25
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -404,6 +404,12 @@ int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t
                 const int32_t *d_tokens, int K, int norm, float wscale, int32_t *d_sel,
                 float *d_w, int n, void *stream);
 int ds4c_swiglu_ref(const float *d_g, const float *d_u, float *d_y, int64_t n, int rows, float lim,
+                    const float *d_w, void *stream);
+/* ds4c_swiglu_q8k: ds4c_swiglu_ref's rows quantized straight into Q8_K
+ * activation rows act_stride bytes apart (the bytes ds4c_swiglu_ref and
+ * ds4c_quantize would write); n a multiple of 256, d_g and d_u 16-byte,
+ * d_act and act_stride 8-byte aligned. */
+int ds4c_swiglu_q8k(const float *d_g, const float *d_u, void *d_act, int64_t act_stride, int64_t n, int rows, float lim,
                     const float *d_w, void *stream);
 /* ds4c_swiglu_half: ds4c_swiglu_ref's values (fast mode: silu in float
  * with the fast exponential, within a few float ulps) rounded to f16 (as

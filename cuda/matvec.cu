@@ -119,14 +119,6 @@ __device__ __forceinline__ void load8(const float *p, float (&v)[8]) {
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
-// pack8 packs 8 int8 values into two words, value 0 in the lowest byte.
-__device__ __forceinline__ int2 pack8(const int (&q)[8]) {
-    int2 r;
-    r.x = (q[0] & 255) | (q[1] & 255) << 8 | (q[2] & 255) << 16 | (int)((unsigned)q[3] << 24);
-    r.y = (q[4] & 255) | (q[5] & 255) << 8 | (q[6] & 255) << 16 | (int)((unsigned)q[7] << 24);
-    return r;
-}
-
 // k_quant_q8_0_v: k_quant_q8_0's operations with 8 values a lane (4 lanes a
 // block, 64 blocks a CTA, the blocks of all tokens flattened): 16-byte
 // loads, two shuffles for the block's largest magnitude, one 8-byte store.
@@ -171,46 +163,7 @@ __global__ void __launch_bounds__(256) k_quant_q8_k_w(const float *x, int64_t x_
     const int t = gb / nb, b = gb - t * nb;
     float v[8];
     load8(x + t * x_stride + b * 256 + lane * 8, v);
-    float av = fabsf(v[0]), mv = v[0];
-    int ix = lane * 8;
-#pragma unroll
-    for (int i = 1; i < 8; i++) {
-        if (fabsf(v[i]) > av) { // in index order: ties keep the earlier one
-            av = fabsf(v[i]);
-            mv = v[i];
-            ix = lane * 8 + i;
-        }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float oa = __shfl_xor_sync(FULL_MASK, av, o), om = __shfl_xor_sync(FULL_MASK, mv, o);
-        const int oi = __shfl_xor_sync(FULL_MASK, ix, o);
-        if (oa > av || (oa == av && oi < ix)) {
-            av = oa;
-            mv = om;
-            ix = oi;
-        }
-    }
-    const int64_t cols = (int64_t)nb * 256;
-    uint8_t *a = act + t * act_stride;
-    int q[8];
-    float d = 0.f;
-    if (av != 0.f) {
-        const float iscale = -127.f / mv;
-#pragma unroll
-        for (int i = 0; i < 8; i++) q[i] = max(-128, min(127, __float2int_rn(__fmul_rn(iscale, v[i]))));
-        d = 1.f / iscale;
-    } else {
-#pragma unroll
-        for (int i = 0; i < 8; i++) q[i] = 0;
-    }
-    *(int2 *)(a + b * 256 + lane * 8) = pack8(q);
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < 8; i++) s += q[i];
-    s += __shfl_xor_sync(FULL_MASK, s, 1);
-    if ((lane & 1) == 0) ((int16_t *)(a + cols + 4 * nb))[b * 16 + (lane >> 1)] = (int16_t)s;
-    if (lane == 0) ((float *)(a + cols))[b] = d;
+    q8_k_warp(v, lane, act + t * act_stride, b, nb);
 }
 
 __global__ void k_copy_rows_f32(const float *x, int64_t x_stride, uint8_t *act, int64_t act_stride, int64_t cols,

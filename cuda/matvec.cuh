@@ -458,6 +458,16 @@ __device__ __forceinline__ uint64_t iq2_sign_mask(uint32_t s) {
     return (uint64_t)sign_bytes(s & 15) | (uint64_t)sign_bytes(s >> 4) << 32;
 }
 
+// prmt: PTX prmt.b32 (byte i of the result: byte nibble_i(s) of b:a; no
+// sign replication for nibbles below 8). __byte_perm masks each nibble to
+// three bits first (an extra LOP3 a call); k_mv_dec's selectors never set
+// the fourth.
+__device__ __forceinline__ int prmt(uint32_t a, uint32_t b, uint32_t s) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(s));
+    return (int)d;
+}
+
 // Negate the bytes of g (magnitudes below 128) where m is 0xff: ~g + 1 in
 // each such byte; no byte carries into the next.
 __device__ __forceinline__ int apply_signs(uint32_t g, uint32_t m) {
@@ -612,8 +622,8 @@ struct TIQ2_XXS {
 #pragma unroll
             for (int g = 0; g < 4; g++) {
                 const uint32_t sel = tab[32 * ((idx >> (8 * g)) & 0xff)] | tab[32 * (256 + ((aux >> (7 * g)) & 127))];
-                s = __dp4a((int)__byte_perm(POS, NEG, sel), xs[2 * g], s);
-                s = __dp4a((int)__byte_perm(POS, NEG, sel >> 16), xs[2 * g + 1], s);
+                s = __dp4a(prmt(POS, NEG, sel), xs[2 * g], s);
+                s = __dp4a(prmt(POS, NEG, sel >> 16), xs[2 * g + 1], s);
             }
             bsum += s * (2 * (int)(aux >> 28) + 1);
         }

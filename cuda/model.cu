@@ -2718,19 +2718,46 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
 // ------------------------------------------------------------ SwiGLU
 // y[r][i] = w_r · (silu(g) · u) with, when lim > 0, u clamped to ±lim and g
 // to ≤ lim (w null: no weight).
-__global__ void k_swiglu_ref(const float *g, const float *u, float *y, int64_t n, int rows, float lim,
-                             const float *w) {
-    pdl_enter();
-    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= n * rows) return;
-    float gv = g[i], uv = u[i];
+__device__ __forceinline__ float swiglu_val(float gv, float uv, float lim, const float *w, int64_t row) {
     if (lim > 0.f) {
         uv = fminf(fmaxf(uv, -lim), lim);
         gv = fminf(gv, lim);
     }
     float v = fmul(silu_ref(gv), uv);
-    if (w) v = fmul(w[i / n], v);
-    y[i] = v;
+    if (w) v = fmul(w[row], v);
+    return v;
+}
+
+__global__ void k_swiglu_ref(const float *g, const float *u, float *y, int64_t n, int rows, float lim,
+                             const float *w) {
+    pdl_enter();
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n * rows) return;
+    y[i] = swiglu_val(g[i], u[i], lim, w, i / n);
+}
+
+// k_swiglu_q8k: k_swiglu_ref's values quantized straight into Q8_K
+// activation rows (act_stride bytes apart; k_quant_q8_k_w's operations,
+// q8_k_warp): a warp a 256-value block, 8 values a lane; n a multiple of
+// 256, g and u 16-byte aligned. The same bytes as the two kernels.
+__global__ void __launch_bounds__(256) k_swiglu_q8k(const float *g, const float *u, uint8_t *act, int64_t act_stride,
+                                                    int64_t n, int rows, float lim, const float *w) {
+    pdl_enter();
+    const int nb = (int)(n / 256);
+    const int64_t gb = blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (gb >= (int64_t)nb * rows) return; // whole warps
+    const int64_t r = gb / nb;
+    const int b = (int)(gb - r * nb);
+    const int64_t o = r * n + b * 256 + lane * 8;
+    const float4 g0 = __ldg((const float4 *)(g + o)), g1 = __ldg((const float4 *)(g + o) + 1);
+    const float4 u0 = __ldg((const float4 *)(u + o)), u1 = __ldg((const float4 *)(u + o) + 1);
+    const float gs[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+    const float us[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = swiglu_val(gs[i], us[i], lim, w, r);
+    q8_k_warp(v, lane, act + r * act_stride, b, nb);
 }
 
 // k_swiglu_half: k_swiglu_ref's values, with a float silu (x / (1 +
@@ -3379,6 +3406,20 @@ int ds4c_swiglu_ref(const float *d_g, const float *d_u, float *d_y, int64_t n, i
     if (n * rows <= 0) return 0;
     ds4c_launch(k_swiglu_ref, nblk(n * rows, 256), 256, 0, as_stream(stream), d_g, d_u, d_y, n, rows, lim, d_w);
     DS4C_CHECK_LAUNCH("swiglu_ref");
+    return 0;
+}
+
+int ds4c_swiglu_q8k(const float *d_g, const float *d_u, void *d_act, int64_t act_stride, int64_t n, int rows, float lim,
+                    const float *d_w, void *stream) {
+    DS4C_READY();
+    if (n <= 0 || rows < 0 || n % 256 != 0 || (((uintptr_t)d_g | (uintptr_t)d_u) & 15) != 0 ||
+        ((uintptr_t)d_act & 7) != 0 || act_stride % 8 != 0)
+        return ds4c_err(DS4C_EINVAL, "swiglu_q8k: n %lld (a multiple of 256), alignment", (long long)n);
+    if (rows == 0) return 0;
+    const int64_t blocks = n / 256 * rows;
+    ds4c_launch(k_swiglu_q8k, (unsigned)((blocks + 7) / 8), 256, 0, as_stream(stream), d_g, d_u, (uint8_t *)d_act,
+                act_stride, n, rows, lim, d_w);
+    DS4C_CHECK_LAUNCH("swiglu_q8k");
     return 0;
 }
 

@@ -902,6 +902,16 @@ func (be *Backend) gateUp(b *batch, L *dlayer, half HalfLayout, act Ptr, actSel 
 		*act2, *act2Sel = gh, 2*int64(FF)
 		return d.SwiGLUHalf(s, ge, ue, gh, FF, nk, L.clamp, wts, halfDown)
 	}
+	if at, _ := d.ActType(L.downExps.Type); at == quant.Q8_K && FF%256 == 0 {
+		// SwiGLU straight to the down product's activation rows
+		ab := d.ActBytes(at, FF)
+		p, err := b.sc.get("moe.gact", ab*int64(nk))
+		if err != nil {
+			return err
+		}
+		*act2, *act2Sel = p, ab
+		return d.SwiGLUQ8K(s, ge, ue, p, ab, FF, nk, L.clamp, wts)
+	}
 	if err := d.SwiGLURef(s, ge, ue, ge, FF, nk, L.clamp, wts); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 24
+const abiVersion = 25
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -117,6 +117,7 @@ type lib struct {
 	attention   func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, qEps float32, flags int32, s uintptr) int32
 	router      func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, s uintptr) int32
 	swigluRef   func(g, u, y uintptr, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
+	swigluQ8K   func(g, u, act uintptr, actStride, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
 	swigluHalf  func(g, u, yh uintptr, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
 	moeCombine  func(ye, sel, ysh, y uintptr, n, k int32, d int64, s uintptr) int32
 
@@ -278,6 +279,7 @@ func load() (*lib, error) {
 		{&l.normRopeH, "ds4c_norm_rope_half"},
 		{&l.router, "ds4c_router"},
 		{&l.swigluRef, "ds4c_swiglu_ref"},
+		{&l.swigluQ8K, "ds4c_swiglu_q8k"},
 		{&l.swigluHalf, "ds4c_swiglu_half"},
 		{&l.moeCombine, "ds4c_moe_combine"},
 		{&l.rmsnorm, "ds4c_rmsnorm"},

@@ -516,6 +516,15 @@ func (d *Device) SwiGLURef(s Stream, g, u, y Ptr, n, rows int, lim float32, w Pt
 	})
 }
 
+// SwiGLUQ8K writes SwiGLURef's rows (n values, a multiple of 256)
+// quantized to Q8_K activation rows actStride bytes apart: the bytes that
+// SwiGLURef followed by Quantize would give, in one launch.
+func (d *Device) SwiGLUQ8K(s Stream, g, u, act Ptr, actStride int64, n, rows int, lim float32, w Ptr) error {
+	return d.l.call("swiglu_q8k", func() int32 {
+		return d.l.swigluQ8K(uintptr(g), uintptr(u), uintptr(act), actStride, int64(n), int32(rows), lim, uintptr(w), uintptr(s))
+	})
+}
+
 // SwiGLUHalf is fast mode's SwiGLURef (silu in float with the fast
 // exponential, within a few float ulps) with its values rounded to f16 rows
 // of n at yh (as ToHalf) in layout lay (HalfPerm32: as ToHalfAs), in one

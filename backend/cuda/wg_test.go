@@ -268,6 +268,49 @@ func TestSwiGLUHalf(t *testing.T) {
 	}
 }
 
+// TestSwiGLUQ8K checks SwiGLUQ8K byte for byte against SwiGLURef followed
+// by Quantize to Q8_K, with and without the clamp and the per-row weights,
+// on rows with a tie for the largest magnitude, an all-zero block and
+// magnitudes past the clamp.
+func TestSwiGLUQ8K(t *testing.T) {
+	d := gpu(t)
+	const n, rows = 2048, 7
+	g, u := gaussian(n*rows, 94), gaussian(n*rows, 95)
+	for i := range g {
+		g[i] *= 6 // past the clamp
+	}
+	for i := 256; i < 512; i++ { // row 0, block 1: all zero
+		g[i], u[i] = 0, 0
+	}
+	g[n+3], u[n+3], g[n+40], u[n+40] = 5, 4, 5, 4 // row 1: a tie
+	wts := gaussian(rows, 96)
+	dg, du, dw := upload(t, d, g), upload(t, d, u), upload(t, d, wts)
+	ab := d.ActBytes(quant.Q8_K, n)
+	ref := alloc(t, d, 4*n*rows)
+	want, got := alloc(t, d, ab*rows), alloc(t, d, ab*rows)
+	for _, lim := range []float32{0, 7} {
+		for _, w := range []Ptr{0, dw} {
+			must(t, d.SwiGLURef(0, dg, du, ref, n, rows, lim, w))
+			must(t, d.Quantize(0, quant.Q8_K, ref, n, want, n, rows))
+			must(t, d.MemsetAsync(got, 0x5a, ab*rows, 0))
+			must(t, d.SwiGLUQ8K(0, dg, du, got, ab, n, rows, lim, w))
+			a, b := make([]byte, ab*rows), make([]byte, ab*rows)
+			must(t, d.Synchronize())
+			must(t, d.Download(a, want))
+			must(t, d.Download(b, got))
+			for i := range a {
+				if a[i] != b[i] {
+					t.Errorf("clamp %g, weights %v: byte %d (row %d) = %#x, want %#x", lim, w != 0, i, int64(i)/ab, b[i], a[i])
+					break
+				}
+			}
+		}
+	}
+	if err := d.SwiGLUQ8K(0, dg, du, got, ab, 200, 1, 0, 0); err == nil {
+		t.Errorf("SwiGLUQ8K with 200 values a row: no error")
+	}
+}
+
 // TestGroupedGLU checks MatMulGroupedGLU (the routed gate and up products
 // in one launch with SwiGLU in its epilogue) bit for bit against
 // MatMulGroupedHalf of gate and up then SwiGLUHalf, for both expert types,
