@@ -90,7 +90,11 @@ type Backend struct {
 	// comparison): wo_a's cuBLAS product writes f16 (MatMulHalfH) for wo_b,
 	// and the shared expert's SwiGLU writes its down product's f16 rows,
 	// instead of float outputs converted by ToHalf after them.
-	halfChain   bool
+	halfChain bool
+	// pairs: the routed gate and up products through MatMulGroupedPair
+	// (one launch for a decode step's; the same results; off with
+	// DS4_CUDA_PAIRS=0, for comparison)
+	pairs       bool
 	fingerprint []byte
 	gstats      graphCounters
 
@@ -182,7 +186,8 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		return nil, err
 	}
 	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt, hcEarly: os.Getenv("DS4_CUDA_HC_EARLY") != "0",
-		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0"}
+		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0",
+		pairs: os.Getenv("DS4_CUDA_PAIRS") != "0"}
 	if err := be.prepare(w); err != nil {
 		be.Close()
 		return nil, err

@@ -423,6 +423,14 @@ func TestKernelVariants(t *testing.T) {
 			if p, j, ok := firstDiff(bases[1], off); !ok {
 				t.Fatalf("hc_early: logit %d of position %d differs: %v against %v", j, p, bases[1][p][j], off[p][j])
 			}
+			// the routed gate and up of a decode step in one launch
+			// (MatMulGroupedPair) against the two grouped calls
+			be.pairs = false
+			off = allLogits(t, be, 1, toks)
+			be.pairs = true
+			if p, j, ok := firstDiff(bases[1], off); !ok {
+				t.Fatalf("pairs: logit %d of position %d differs: %v against %v", j, p, bases[1][p][j], off[p][j])
+			}
 		})
 	}
 	// Fast mode's single tokens split over the keys (OptAttnSplit) and in one

@@ -880,7 +880,7 @@ func (be *Backend) gateUp(b *batch, L *dlayer, half HalfLayout, act Ptr, actSel 
 	if err != nil {
 		return err
 	}
-	if half == HalfNone { // one launch where the library can
+	if half == HalfNone && be.pairs { // one launch where the library can
 		if err := d.MatMulGroupedPair(s, L.gateExps, L.upExps, sel, nk, act, actSel, K, ge, ue, int64(FF), grp, be.exact()); err != nil {
 			return err
 		}
