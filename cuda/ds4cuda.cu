@@ -55,7 +55,7 @@ static int g_opt_hc_chunk = 1;
 static int g_opt_had_warp = 1; // Hadamard transforms a warp a row (model.cu k_hadamard_w)
 static int g_opt_hc_mix = 1; // fast chunks' mixing logits in one pass on the TF32 tensor cores (hc_mix.cu)
 static int g_opt_attn_half = 2; // fast chunks: queries normalised and rotated in k_attn_flash, its output f16 and rotated back there
-static int g_opt_mv_dec = 2; // single-token IQ2_XXS and Q2_K products: k_mv_dec with this many CTAs an SM (matvec.cuh; cuda/NOTES.md v20)
+static int g_opt_mv_dec = 2; // single-token IQ2_XXS and Q2_K products: k_mv_dec, 2 rows at a time, 2 CTAs an SM (matvec.cuh launch_dec; cuda/NOTES.md v20)
 static int g_opt_wg_glu = 1; // fast chunks: routed gate + up + SwiGLU in one wgmma launch (mm_wg.cu)
 static int g_opt_wg_moe = 5; // routed experts on wgmma, weights dequantized into its A registers (cuda/NOTES.md v18)
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
@@ -502,7 +502,7 @@ static const struct {
     {DS4C_OPT_WG_MOE, "wg_moe", &g_opt_wg_moe, 0, 6},
     {DS4C_OPT_ATTN_HALF, "attn_half", &g_opt_attn_half, 0, 2},
     {DS4C_OPT_WG_GLU, "wg_glu", &g_opt_wg_glu, 0, 1},
-    {DS4C_OPT_MV_DEC, "mv_dec", &g_opt_mv_dec, 0, 4},
+    {DS4C_OPT_MV_DEC, "mv_dec", &g_opt_mv_dec, 0, 3},
 };
 
 int ds4c_set_option(int key, int value) {

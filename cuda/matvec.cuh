@@ -1028,7 +1028,10 @@ __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run
 // register form, DS4C_OPT_MV_DEC is on and a row is whole rounds of 32
 // units (UPL of them per lane, 1, 2 or 4): it returns whether it took the
 // product, *rc the launch's status. The option picks (rows at a time P,
-// CTAs an SM MB): 1 (1, 3), 2 (2, 2), 3 (3, 2), 4 (2, 3).
+// CTAs an SM MB): 1 (1, 3), 2 (2, 2; the default), 3 (3, 2). IQ2_XXS
+// spills a few bytes in 1 and 3 (its 128 registers at MB 2 hold 2 rows);
+// (2, 3) spilled 228 bytes and measured 16.5 µs against 12.8 (cuda/NOTES.md
+// v20).
 template <class T, int UPL, int P, int MB>
 cudaError_t launch_dec_as(const MVArgs &a, int n_sel, cudaStream_t st) {
     // runs: the GPU's resident warps over the rows, whole runs per selection
@@ -1057,7 +1060,6 @@ cudaError_t launch_dec_upl(const MVArgs &a, int n_sel, int opt, cudaStream_t st)
     switch (opt) {
     case 1: return launch_dec_as<T, UPL, 1, 3>(a, n_sel, st);
     case 3: return launch_dec_as<T, UPL, 3, 2>(a, n_sel, st);
-    case 4: return launch_dec_as<T, UPL, 2, 3>(a, n_sel, st);
     default: return launch_dec_as<T, UPL, 2, 2>(a, n_sel, st);
     }
 }

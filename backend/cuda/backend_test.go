@@ -376,7 +376,7 @@ func TestKernelVariants(t *testing.T) {
 		{"quant_vec", OptQuantVec, 1, 64},
 		{"norm_rope_w", OptNormRopeW, 1, 64}, {"hc_chunk", OptHCChunk, 1, 64},
 		{"had_warp", OptHadWarp, 1, 1}, {"had_warp", OptHadWarp, 1, 64},
-		{"mv_dec", OptMVDec, 2, 1},
+		{"mv_dec", OptMVDec, DefaultMVDec, 1},
 	}
 	for _, tc := range []struct {
 		name   string

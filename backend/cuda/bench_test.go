@@ -172,7 +172,7 @@ func TestBandwidth(t *testing.T) {
 	// (0: k_matvec or the pipeline, as before k_mv_dec).
 	if v := os.Getenv("DS4_CUDA_BENCH_DEC"); v != "" {
 		exact = true
-		defer d.SetOption(OptMVDec, 2)
+		defer d.SetOption(OptMVDec, DefaultMVDec)
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.Atoi(f)
 			if err != nil {

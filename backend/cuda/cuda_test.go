@@ -554,7 +554,7 @@ func TestMatVecIDs(t *testing.T) {
 // each token's K selections and one id out of range (NaN rows).
 func TestMatMulGroupedPair(t *testing.T) {
 	d := gpu(t)
-	t.Cleanup(func() { d.SetOption(OptMVDec, 2) })
+	t.Cleanup(func() { d.SetOption(OptMVDec, DefaultMVDec) })
 	const mats, K = 9, 3
 	for ci, c := range []struct {
 		typ        quant.Type
@@ -562,7 +562,7 @@ func TestMatMulGroupedPair(t *testing.T) {
 	}{{quant.IQ2_XXS, 200, 4096}, {quant.Q2_K, 136, 2048}, {quant.Q8_0, 64, 1024}} {
 		mat1, dw1, ab := randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(3100+ci))
 		mat2, dw2, _ := randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(3200+ci))
-		for _, dec := range []int{2, 0} {
+		for _, dec := range []int{DefaultMVDec, 0} {
 			must(t, d.SetOption(OptMVDec, dec))
 			for _, ntok := range []int{2, 40} {
 				nsel := ntok * K
@@ -778,8 +778,8 @@ func TestMatMulExact(t *testing.T) {
 	}
 	// IQ2_XXS and Q2_K single tokens: k_mv_dec (the default), then the
 	// kernels it replaces (k_matvec, the pipeline)
-	t.Cleanup(func() { d.SetOption(OptMVDec, 2) })
-	for _, dec := range []int{2, 0} {
+	t.Cleanup(func() { d.SetOption(OptMVDec, DefaultMVDec) })
+	for _, dec := range []int{DefaultMVDec, 0} {
 		must(t, d.SetOption(OptMVDec, dec))
 		for ci, c := range cases {
 			if dec == 0 && c.typ != quant.Q2_K && c.typ != quant.IQ2_XXS {

@@ -310,7 +310,7 @@ const (
 	OptHCMix       = 41 // 1: fast mode's hyper-connection mixing logits of chunks (HCMixesOK) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there (default; env DS4_CUDA_HC_MIX); 0: the exact-order product and HCPre's scaling, as exact mode
 	OptAttnHalf    = 43 // the form of fast chunks' f16 queries and output through the flash attention kernel (AttentionHalfIO; env DS4_CUDA_ATTN_HALF): 1 NormRopeHalf's f16 queries in, f16 output rows out with the inverse rotation applied; 2 the same with the queries' norm and rotation in the kernel too (DefaultAttnHalf); both give the same bits as the float queries and output; 0 neither
 	OptWGGLU       = 44 // 1: fast chunks' routed gate and up products in one wgmma launch with SwiGLU in its epilogue (GroupedGLUOK, MatMulGroupedGLU: the same bits as the two products and SwiGLUHalf; default; env DS4_CUDA_WG_GLU); 0: apart
-	OptMVDec       = 45 // N > 0: single-token IQ2_XXS and Q2_K products as k_mv_dec, N CTAs an SM, rows dealt in contiguous runs to warps, each lane's activation in registers, block terms in block order (bit-identical to the CPU in both modes; default 2; env DS4_CUDA_MV_DEC); 0: k_matvec or the pipelined kernel
+	OptMVDec       = 45 // single-token IQ2_XXS and Q2_K products as k_mv_dec (each warp a run of one selection's rows, the activation in registers, the next rows in flight; bit-identical to the CPU in both modes); the value picks rows at a time and CTAs an SM: 1 (1, 3), 2 (2, 2; DefaultMVDec), 3 (3, 2); env DS4_CUDA_MV_DEC; 0: k_matvec or the pipelined kernel
 	OptHadWarp     = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
 )
 
@@ -337,9 +337,13 @@ const DefaultHalfMM = 2
 const DefaultAttnFlash = 2
 
 // DefaultMVPipeMin is the library's default of OptMVPipeMin: products from
-// 15 MiB are pipelined, the routed experts' Q2_K down (15.75 MiB) among them
-// (cuda/NOTES.md v9).
+// 15 MiB are pipelined (cuda/NOTES.md v9; the routed experts' Q2_K down,
+// 15.75 MiB, runs as k_mv_dec since v20 unless OptMVDec is 0).
 const DefaultMVPipeMin = 15
+
+// DefaultMVDec is the library's default of OptMVDec: two rows at a time,
+// two CTAs an SM (cuda/NOTES.md v20).
+const DefaultMVDec = 2
 
 // SetOption sets a library tuning option (process-wide).
 func (d *Device) SetOption(key, value int) error {
