@@ -222,6 +222,16 @@ func TestToHalfPerm32(t *testing.T) {
 	}
 }
 
+// swigluInputs draws n gate values (gaussian, seed, times 6: many past
+// the clamps the tests use) and n up values (gaussian, seed + 1).
+func swigluInputs(n int, seed uint64) (g, u []float32) {
+	g, u = gaussian(n, seed), gaussian(n, seed+1)
+	for i := range g {
+		g[i] *= 6
+	}
+	return g, u
+}
+
 // TestSwiGLUHalf checks SwiGLUHalf against SwiGLURef's values rounded by
 // ToHalfAs, in both layouts, with and without the clamp and the per-row
 // weights: its float silu is within a few float ulps of the reference's,
@@ -230,10 +240,7 @@ func TestToHalfPerm32(t *testing.T) {
 func TestSwiGLUHalf(t *testing.T) {
 	d := gpu(t)
 	const n, rows = 160, 7
-	g, u := gaussian(n*rows, 91), gaussian(n*rows, 92)
-	for i := range g {
-		g[i] *= 6 // past the clamp
-	}
+	g, u := swigluInputs(n*rows, 91)
 	g[5], u[9] = 3e4, 2e4 // a product past f16's range (saturated)
 	wts := gaussian(rows, 93)
 	dg, du, dw := upload(t, d, g), upload(t, d, u), upload(t, d, wts)
@@ -275,10 +282,7 @@ func TestSwiGLUHalf(t *testing.T) {
 func TestSwiGLUQ8K(t *testing.T) {
 	d := gpu(t)
 	const n, rows = 2048, 7
-	g, u := gaussian(n*rows, 94), gaussian(n*rows, 95)
-	for i := range g {
-		g[i] *= 6 // past the clamp
-	}
+	g, u := swigluInputs(n*rows, 94)
 	for i := 256; i < 512; i++ { // row 0, block 1: all zero
 		g[i], u[i] = 0, 0
 	}
