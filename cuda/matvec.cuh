@@ -566,8 +566,8 @@ struct TIQ2_XXS {
     // the codebook as byte-permute selectors (tab_entry: coordinate i's
     // magnitude 8, 25 or 43 as index 0, 1 or 2 in nibble i), and the 128
     // sign patterns with their parity bit as 4 added to the nibbles of the
-    // negated coordinates (sign_entry), so that one __byte_perm of the
-    // magnitudes and their negations gives four signed weights.
+    // negated coordinates (sign_entry), so that one byte permute (prmt) of
+    // the magnitudes and their negations gives four signed weights.
     static constexpr int TAB_WORDS = (256 + 128) * 32;
     struct Reg {
         int4 x[4];
@@ -1025,8 +1025,8 @@ __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run
 }
 
 // launch_dec runs a single-token product as k_mv_dec when T has the
-// register form, DS4C_OPT_MV_DEC is on and a row is whole rounds of 32
-// units (UPL of them per lane, 1, 2 or 4): it returns whether it took the
+// register form, DS4C_OPT_MV_DEC is on and a row is one or two rounds of
+// 32 units (UPL a lane; Flash's 4096 and 2048 columns): it returns whether it took the
 // product, *rc the launch's status. The option picks (rows at a time P,
 // CTAs an SM MB): 1 (1, 3), 2 (2, 2; the default), 3 (3, 2). IQ2_XXS
 // spills a few bytes in 1 and 3 (its 128 registers at MB 2 hold 2 rows);
