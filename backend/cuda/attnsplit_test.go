@@ -93,21 +93,29 @@ func TestAttnSplitLayers(t *testing.T) {
 	}
 }
 
-// withOption runs fn on a backend of w with options o and library option
-// key set to v (back to def afterwards), and closes the backend when fn
-// returns.
-func withOption(t *testing.T, w *model.Weights, o Options, key, v, def int, fn func(be *Backend)) {
+// withBackend runs fn on a backend of w with options o and closes the
+// backend when fn returns.
+func withBackend(t *testing.T, w *model.Weights, o Options, fn func(be *Backend)) {
 	t.Helper()
 	be, err := New(w, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer be.Close()
-	if err := be.dev.SetOption(key, v); err != nil {
-		t.Fatal(err)
-	}
-	defer be.dev.SetOption(key, def)
 	fn(be)
+}
+
+// withOption is withBackend with library option key set to v (back to def
+// afterwards).
+func withOption(t *testing.T, w *model.Weights, o Options, key, v, def int, fn func(be *Backend)) {
+	t.Helper()
+	withBackend(t, w, o, func(be *Backend) {
+		if err := be.dev.SetOption(key, v); err != nil {
+			t.Fatal(err)
+		}
+		defer be.dev.SetOption(key, def)
+		fn(be)
+	})
 }
 
 // optionLogits is the logits of every position of toks, prefilled in chunks

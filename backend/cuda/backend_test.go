@@ -86,6 +86,22 @@ func (a agreement) noFurther(ref agreement) bool {
 	return a.median <= 1.5*ref.median+1e-6 && a.top1 >= ref.top1-0.01
 }
 
+// variantNoFurther compares a fast-mode variant with the form it replaces:
+// run gives the logits for options o with the variant on or off; exact
+// mode (variant on) is the reference, and the variant must stay within the
+// other form's distance from it (agreement.noFurther).
+func variantNoFurther(t *testing.T, name, offLabel, onLabel string, run func(o Options, on bool) [][]float32) {
+	t.Helper()
+	exact := run(Options{GraphLayers: -1}, true)
+	off := agree(exact, run(Options{GraphLayers: -1, Fast: true}, false))
+	on := agree(exact, run(Options{GraphLayers: -1, Fast: true}, true))
+	t.Logf("fast, %s, against exact: %v", offLabel, off)
+	t.Logf("fast, %s, against exact: %v", onLabel, on)
+	if !on.noFurther(off) {
+		t.Errorf("%s: median %g, top-1 agreement %g; %s: median %g, top-1 %g", name, on.median, on.top1, offLabel, off.median, off.top1)
+	}
+}
+
 func agree(ref, got [][]float32) agreement {
 	a := agreement{rows: len(ref)}
 	errs := make([]float64, len(ref))
@@ -521,15 +537,13 @@ func TestKernelVariants(t *testing.T) {
 		}
 		w := synthWeights(t, flash, model.SchemeF16)
 		toks := testTokens(700, flash.Vocab)
-		run := func(o Options, v int) [][]float32 { return optionLogits(t, w, o, OptHCMix, v, 1, 64, toks) }
-		exact := run(Options{GraphLayers: -1}, 1)
-		old := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 0))
-		one := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 1))
-		t.Logf("fast, exact-order mixes, against exact: %v", old)
-		t.Logf("fast, one-pass TF32 mixes, against exact: %v", one)
-		if !one.noFurther(old) {
-			t.Errorf("hc_mix: median %g, top-1 agreement %g; exact-order mixes: median %g, top-1 %g", one.median, one.top1, old.median, old.top1)
-		}
+		variantNoFurther(t, "hc_mix", "exact-order mixes", "one-pass TF32 mixes", func(o Options, on bool) [][]float32 {
+			v := 0
+			if on {
+				v = 1
+			}
+			return optionLogits(t, w, o, OptHCMix, v, 1, 64, toks)
+		})
 	})
 	// Fast mode's f16 chain (Backend.halfChain: wo_a's product writing f16
 	// for wo_b, the shared expert's SwiGLU writing its down product's f16
@@ -544,23 +558,13 @@ func TestKernelVariants(t *testing.T) {
 		}
 		w := synthWeights(t, flash, model.SchemeF16)
 		toks := testTokens(700, flash.Vocab)
-		run := func(o Options, chain bool) (l [][]float32) {
-			be, err := New(w, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer be.Close()
-			be.halfChain = chain
-			return allLogits(t, be, 128, toks)
-		}
-		exact := run(Options{GraphLayers: -1}, true)
-		apart := agree(exact, run(Options{GraphLayers: -1, Fast: true}, false))
-		chain := agree(exact, run(Options{GraphLayers: -1, Fast: true}, true))
-		t.Logf("fast, float outputs converted after, against exact: %v", apart)
-		t.Logf("fast, f16 chain, against exact: %v", chain)
-		if !chain.noFurther(apart) {
-			t.Errorf("half chain: median %g, top-1 agreement %g; apart: median %g, top-1 %g", chain.median, chain.top1, apart.median, apart.top1)
-		}
+		variantNoFurther(t, "half chain", "float outputs converted after", "f16 chain", func(o Options, chain bool) (l [][]float32) {
+			withBackend(t, w, o, func(be *Backend) {
+				be.halfChain = chain
+				l = allLogits(t, be, 128, toks)
+			})
+			return l
+		})
 	})
 	// Fast mode's routed experts on the wgmma tensor cores (OptWGMoE: f16
 	// activations, IQ2_XXS and Q2_K dequantized to f16) and through the

@@ -202,16 +202,12 @@ func TestHalfModel(t *testing.T) {
 			w := synthWeights(t, flash, c.scheme)
 			toks := testTokens(384, flash.Vocab)
 			run := func(o Options, half int) (l [][]float32) {
-				be, err := New(w, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer be.Close()
-				must(t, be.dev.SetOption(OptHalfMM, half))
-				defer be.dev.SetOption(OptHalfMM, DefaultHalfMM)
-				must(t, be.dev.SetOption(OptAttnFlash, 0))
-				defer be.dev.SetOption(OptAttnFlash, DefaultAttnFlash)
-				return allLogits(t, be, 128, toks)
+				withOption(t, w, o, OptHalfMM, half, DefaultHalfMM, func(be *Backend) {
+					must(t, be.dev.SetOption(OptAttnFlash, 0))
+					defer be.dev.SetOption(OptAttnFlash, DefaultAttnFlash)
+					l = allLogits(t, be, 128, toks)
+				})
+				return l
 			}
 			exact := run(Options{GraphLayers: -1}, 0)
 			tcl := run(Options{GraphLayers: -1, Fast: true}, 0)
