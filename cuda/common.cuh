@@ -56,6 +56,8 @@ int ds4c_opt_had_warp(void);
 int ds4c_opt_attn_half(void);
 int ds4c_opt_wg_glu(void);
 int ds4c_opt_mv_dec(void);
+int ds4c_opt_mv_f32(void);
+int ds4c_opt_mv_pre(void);
 int ds4c_opt_wg_moe(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
@@ -212,6 +214,29 @@ static __device__ __forceinline__ void q8_0_warp(float v, int lane, int8_t *q, f
     const float amax = warp_max(fabsf(v));
     q[lane] = (int8_t)q8_0_round(v, q8_0_inv(amax));
     if (lane == 0) *d = q8_0_scale(amax);
+}
+
+// rsqrt(mean(x²) + eps) as the reference: the sum of squares in double, the
+// mean rounded to float, eps added in float, the reciprocal square root in
+// double rounded to float (model.cu's norms, matvec.cuh's pipe_act_f32).
+static __device__ __forceinline__ float rms_from_sumsq(double ss, int64_t n, float eps) {
+    float ms = (float)(ss / (double)n);
+    return (float)(1.0 / sqrt((double)__fadd_rn(ms, eps)));
+}
+
+// Sum of a double over the block (blockDim.x a multiple of 32, at most 1024):
+// a xor-shuffle tree in each warp, then the warp totals in warp order.
+static __device__ double block_sum_d(double v) {
+    __shared__ double s_d[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    __syncthreads();
+    if (lane == 0) s_d[warp] = v;
+    __syncthreads();
+    double s = 0;
+    for (int k = 0; k < nw; k++) s += s_d[k];
+    return s;
 }
 
 // pack8 packs 8 int8 values into two words, value 0 in the lowest byte.

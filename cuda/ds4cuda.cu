@@ -55,6 +55,8 @@ static int g_opt_hc_chunk = 1;
 static int g_opt_had_warp = 1; // Hadamard transforms a warp a row (model.cu k_hadamard_w)
 static int g_opt_hc_mix = 1; // fast chunks' mixing logits in one pass on the TF32 tensor cores (hc_mix.cu)
 static int g_opt_attn_half = 2; // fast chunks: queries normalised and rotated in k_attn_flash, its output f16 and rotated back there
+static int g_opt_mv_pre = 7; // pipelined products: tiles requested before the wait (matvec.cuh k_mv_pipe; capped at stages − 1)
+static int g_opt_mv_f32 = 1; // ds4c_matvec_f32: the pipelined kernel forms its Q8_0 activation itself (matvec.cuh pipe_act_f32)
 static int g_opt_mv_dec = 2; // single-token IQ2_XXS and Q2_K products: k_mv_dec, 2 rows at a time, 2 CTAs an SM (matvec.cuh launch_dec; cuda/NOTES.md v20)
 static int g_opt_wg_glu = 1; // fast chunks: routed gate + up + SwiGLU in one wgmma launch (mm_wg.cu)
 static int g_opt_wg_moe = 5; // routed experts on wgmma, weights dequantized into its A registers (cuda/NOTES.md v18)
@@ -124,6 +126,8 @@ int ds4c_opt_wg_moe(void) { return g_opt_wg_moe; }
 int ds4c_opt_attn_half(void) { return g_opt_attn_half; }
 int ds4c_opt_wg_glu(void) { return g_opt_wg_glu; }
 int ds4c_opt_mv_dec(void) { return g_opt_mv_dec; }
+int ds4c_opt_mv_f32(void) { return g_opt_mv_f32; }
+int ds4c_opt_mv_pre(void) { return g_opt_mv_pre; }
 
 bool ds4c_stream_busy(cudaStream_t st) {
     if (ds4c_rec_any() && ds4c_rec_of(st)) return true;
@@ -199,6 +203,8 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_ATTN_HALF", DS4C_OPT_ATTN_HALF);
     env_option("DS4_CUDA_WG_GLU", DS4C_OPT_WG_GLU);
     env_option("DS4_CUDA_MV_DEC", DS4C_OPT_MV_DEC);
+    env_option("DS4_CUDA_MV_F32", DS4C_OPT_MV_F32);
+    env_option("DS4_CUDA_MV_PRE", DS4C_OPT_MV_PRE);
     t_device = device;
     return 0;
 }
@@ -503,6 +509,8 @@ static const struct {
     {DS4C_OPT_ATTN_HALF, "attn_half", &g_opt_attn_half, 0, 2},
     {DS4C_OPT_WG_GLU, "wg_glu", &g_opt_wg_glu, 0, 1},
     {DS4C_OPT_MV_DEC, "mv_dec", &g_opt_mv_dec, 0, 3},
+    {DS4C_OPT_MV_F32, "mv_f32", &g_opt_mv_f32, 0, 1},
+    {DS4C_OPT_MV_PRE, "mv_pre", &g_opt_mv_pre, 0, 7},
 };
 
 int ds4c_set_option(int key, int value) {

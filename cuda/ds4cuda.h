@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 25
+#define DS4C_ABI_VERSION 26
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -204,6 +204,19 @@ int ds4c_group(const int32_t *d_ids, int n_sel, int64_t n_mat, void *d_scratch, 
 int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids,
                         int n_sel, const void *d_act, int64_t act_sel, int act_div, float *d_y, int64_t y_sel,
                         const void *d_scratch, int flags, void *stream);
+/* ds4c_matvec_f32: one token's product y = W . act(x) of a single Q8_0
+ * matrix W (rows x cols, cols a multiple of 32) with the float row d_x:
+ * act(x) is the Q8_0 activation (as ds4c_quantize writes it) of
+ * RMSNorm(x) with weights d_nw and eps (ds4c_rmsnorm_ref's operations)
+ * when d_nw is set, else of x. Where the pipelined kernel takes the
+ * product (DS4C_OPT_MV_PIPE, DS4C_OPT_MV_PIPE_MIN) and DS4C_OPT_MV_F32 is
+ * on, its CTAs form act(x) themselves after their wait: one launch;
+ * otherwise ds4c_rmsnorm_ref into d_xn (cols floats; unused without d_nw),
+ * ds4c_quantize into d_act (ds4c_act_bytes(DS4C_Q8_0, cols) bytes) and
+ * ds4c_matmul_ex with flags. The same bits either way; d_x is not
+ * written. */
+int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const float *d_x, const float *d_nw,
+                    float eps, float *d_xn, void *d_act, float *d_y, int flags, void *stream);
 /* ds4c_matmul_grouped_pair: ds4c_matmul_grouped through two tensors of the
  * same type and shape (a routed gate and up) with the same ids, activations
  * and scratch, outputs at d_y1 and d_y2: where each would run as a single
@@ -333,6 +346,14 @@ int ds4c_fp8_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream);
 int ds4c_norm_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int hd, const float *d_w,
                    float eps, int64_t off, const float *d_freqs, int rd, int64_t pos0, int fp8_n, int n_tok,
                    void *stream);
+/* ds4c_norm_rope_pair: ds4c_norm_rope of two tensors that share hd, eps,
+ * off and the rotation (rows of hd values, heads1 and heads2 a token, each
+ * with its weights and FP8 count): for fewer than 8 tokens in one launch
+ * (the query heads and the KV row of a decode step), else as two calls.
+ * The same bits either way. */
+int ds4c_norm_rope_pair(float *d_x1, int heads1, const float *d_w1, int fp8_n1, float *d_x2, int heads2,
+                        const float *d_w2, int fp8_n2, int hd, float eps, int64_t off, const float *d_freqs, int rd,
+                        int64_t pos0, int n_tok, void *stream);
 /* ds4c_norm_rope_half: ds4c_norm_rope's rows (chunk form: hd a multiple of
  * 128 up to 1024, off even, 16-byte aligned rows, heads·head_stride apart)
  * written as f16 rows (half_sat, then round to nearest) of hd values at
@@ -476,6 +497,8 @@ enum {
     DS4C_OPT_ATTN_HALF = 43, /* ds4c_attention_half_ok's answer for fast chunks of the flash kernel (env DS4_CUDA_ATTN_HALF): 1 f16 queries (DS4C_ATTN_QH) and f16 output (DS4C_ATTN_OH), which the kernel rotates and rounds itself; 2 the same with the queries' norm and rotation in the kernel too (DS4C_ATTN_QN; default); both give the same bits as the float queries and output; 0: none */
     DS4C_OPT_WG_GLU = 44, /* 1: ds4c_grouped_glu_ok accepts fast chunks' routed gate and up products for one launch with SwiGLU in its epilogue (ds4c_matmul_grouped_glu; the same bits as the two products and ds4c_swiglu_half; default; env DS4_CUDA_WG_GLU); 0: it refuses them */
     DS4C_OPT_MV_DEC = 45, /* single-token IQ2_XXS and Q2_K products (rows a whole number of 32-unit rounds: 4096 or 2048 columns) as k_mv_dec: each warp a contiguous run of one selection's rows, its lanes' activation in registers, the next rows' weights in flight, IQ2_XXS through lane-private codebook and sign tables, block terms added in block order (bit-identical to the CPU in both modes); the value picks rows at a time and CTAs an SM: 1 (1, 3), 2 (2, 2; default), 3 (3, 2); env DS4_CUDA_MV_DEC; 0: k_matvec or the pipelined kernel, as before */
+    DS4C_OPT_MV_F32 = 46, /* 1: ds4c_matvec_f32's products that the pipelined kernel takes form their Q8_0 activation (after the RMSNorm) in that kernel, every CTA for itself, after its wait (one launch for three; the same bits; default; env DS4_CUDA_MV_F32); 0: RMSNorm, quantize and product as three launches */
+    DS4C_OPT_MV_PRE = 47, /* the pipelined products (k_mv_pipe) without ids: tiles requested before the wait for the previous kernel, capped at the stages less one (default 7: all of them; env DS4_CUDA_MV_PRE); the rest after it (and after the activation formed by DS4C_OPT_MV_F32) */
     DS4C_OPT_HAD_WARP = 42, /* 1: Walsh-Hadamard transforms of rows of 32 … 512 values a warp a row in registers (k_hadamard_w; with the FP4 simulation after it in the same kernel for ds4c_hadamard_fp4; the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory (k_hadamard), k_fp4_sim apart */
 };
 

@@ -365,6 +365,29 @@ int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_
     return ds4c_err(DS4C_ETYPE, "unsupported weight type %d", type);
 }
 
+int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const float *d_x, const float *d_nw,
+                    float eps, float *d_xn, void *d_act, float *d_y, int flags, void *stream) {
+    DS4C_READY();
+    if (type != DS4C_Q8_0) return ds4c_err(DS4C_ETYPE, "matvec_f32: weight type %d (Q8_0 only)", type);
+    int rc = check_shape(type, rows, cols, 1);
+    if (rc) return rc;
+    if (cols % 32 != 0) return ds4c_err(DS4C_EINVAL, "matvec_f32: %lld columns", (long long)cols);
+    if (ds4c_opt_mv_f32()) {
+        const int64_t ab = (int64_t)ds4c_act_bytes(DS4C_Q8_0, cols);
+        MVArgs a = mv_args(d_w, rows, cols, 1, nullptr, false, nullptr, ab, 0, 1, d_y, rows, 0);
+        a.late = (flags & DS4C_MM_LATE) != 0;
+        if (pipe_q8_0_f32(a, d_x, d_nw, eps, as_stream(stream), &rc)) return rc;
+    }
+    // the three steps
+    const float *x = d_x;
+    if (d_nw) {
+        if ((rc = ds4c_rmsnorm_ref(d_x, cols, d_nw, d_xn, cols, cols, 1, eps, stream))) return rc;
+        x = d_xn;
+    }
+    if ((rc = ds4c_quantize(DS4C_Q8_0, x, cols, d_act, cols, 1, stream))) return rc;
+    return ds4c_matmul_ex(type, d_w, rows, cols, 1, nullptr, 1, d_act, 0, 0, 1, 1, d_y, 0, 0, flags, stream);
+}
+
 int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64_t rows, int64_t cols, int64_t n_mat,
                              const int32_t *d_ids, int n_sel, const void *d_act, int64_t act_sel, int act_div,
                              float *d_y1, float *d_y2, int64_t y_sel, const void *d_scratch, int flags, void *stream) {

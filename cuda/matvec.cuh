@@ -1183,7 +1183,84 @@ struct PipeArgs {
     int tstride;     // floats between rows of terms (nb + 4: rows on different banks)
     int tw;          // 1: the last warp adds the row sums while the others form terms
     int ns;          // stages (3..PIPE_MAX_STAGES)
+    // ds4c_matvec_f32 (Q8_0, one selection): the float row the CTAs quantize
+    // into their activation copy themselves (pipe_act_f32), after RMSNorm
+    // with weights nw and eps when nw is set; null: a.act is copied
+    const float *xf;
+    const float *nw;
+    float eps;
+    int pre; // tiles requested before the wait for the previous kernel (DS4C_OPT_MV_PRE; products without ids)
 };
+
+// pipe_act_f32 writes the Q8_0 activation row of RMSNorm(p.xf) (p.nw set)
+// or of p.xf to s_act, the bytes ds4c_rmsnorm_ref then ds4c_quantize give:
+// the float64 squares summed in k_rmsnorm_ref's order (thread t adds values
+// t, t + 256, … in turn; block_sum_d over the CTA's 256 threads), each value
+// normalised with its two roundings, then k_quant_q8_0_v's layout and
+// operations (8 values a thread, 4 threads a block). Every CTA of the
+// product does it for itself; each thread's loads of a pass are issued
+// together (4 floats for the squares, up to 4 × 8 for the blocks).
+__device__ __forceinline__ void pipe_act_f32(const PipeArgs &p, uint8_t *s_act) {
+    const int n = p.a.cols, tid = threadIdx.x;
+    float r = 0.f;
+    if (p.nw) {
+        double ss = 0;
+        for (int i0 = tid; i0 < n; i0 += 4 * PIPE_THREADS) {
+            float v[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[k] = i0 + k * PIPE_THREADS < n ? p.xf[i0 + k * PIPE_THREADS] : 0.f;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (i0 + k * PIPE_THREADS < n) ss += (double)v[k] * (double)v[k];
+        }
+        ss = block_sum_d(ss);
+        r = rms_from_sumsq(ss, n, p.eps);
+    }
+    constexpr int GB = PIPE_THREADS / 4; // blocks a pass of the CTA
+    const int nb = n / 32, part = tid & 3;
+    for (int b0 = tid >> 2; b0 - (tid >> 2) < nb; b0 += 4 * GB) {
+        float v[4][8];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int b = b0 + k * GB;
+            if (b < nb) {
+                const float4 *x4 = (const float4 *)(p.xf + b * 32 + part * 8);
+                const float4 a0 = __ldg(x4), a1 = __ldg(x4 + 1);
+                v[k][0] = a0.x, v[k][1] = a0.y, v[k][2] = a0.z, v[k][3] = a0.w;
+                v[k][4] = a1.x, v[k][5] = a1.y, v[k][6] = a1.z, v[k][7] = a1.w;
+                if (p.nw) {
+                    const float4 *w4 = (const float4 *)(p.nw + b * 32 + part * 8);
+                    const float4 c0 = __ldg(w4), c1 = __ldg(w4 + 1);
+                    const float w[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+#pragma unroll
+                    for (int i = 0; i < 8; i++) v[k][i] = __fmul_rn(w[i], __fmul_rn(v[k][i], r));
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) v[k][i] = 0.f;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int b = b0 + k * GB;
+            if (b0 - (tid >> 2) + k * GB >= nb) break; // (uniform over the CTA)
+            float amax = fabsf(v[k][0]);
+#pragma unroll
+            for (int i = 1; i < 8; i++) amax = fmaxf(amax, fabsf(v[k][i]));
+            amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, 1));
+            amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, 2));
+            if (b < nb) {
+                const float id = q8_0_inv(amax);
+                int q[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++) q[i] = q8_0_round(v[k][i], id);
+                *(int2 *)(s_act + b * 32 + part * 8) = pack8(q);
+                if (part == 0) ((float *)(s_act + n))[b] = q8_0_scale(amax);
+            }
+        }
+    }
+    __syncthreads();
+}
 
 template <class T, int CP>
 __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
@@ -1252,13 +1329,18 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
         __syncthreads();
     }
     mv_pdl_launch(a);
-    if (!a.ids)
-        for (int k = 0; k < p.ns - 1; k++) issue(k);
+    const int pre = a.ids ? 0 : min(p.pre, p.ns - 1); // tiles requested before the wait
+    for (int k = 0; k < pre; k++) issue(k);
     mv_pdl_wait(a);
     if (T::GRID)
         for (int i = tid; i < 256; i += PIPE_THREADS) s_grid[i] = iq2xxs_grid[i];
-    if (a.ids)
-        for (int k = 0; k < p.ns - 1; k++) issue(k);
+    if constexpr (std::is_same<T, TQ8_0>::value) {
+        if (p.xf) { // (one selection: the loop below finds its row in place)
+            pipe_act_f32(p, s_act);
+            cur_act = 0;
+        }
+    }
+    for (int k = pre; k < p.ns - 1; k++) issue(k);
     const float nan = __int_as_float(0x7fc00000);
     // Tile k's terms go to buffer k & 1; its row sums are added while tile
     // k+1 is computed (by the last warp alone when rows are long: p.tw).
@@ -1340,9 +1422,11 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
 // pipelined form, the option is on and the shapes allow it (every region's
 // bytes per row a multiple of 16, units per row a multiple of 32, aligned
 // addresses): it returns whether it took the product, *rc the launch's
-// status.
+// status. With xf (Q8_0, one selection; ds4c_matvec_f32) the CTAs form the
+// activation from that float row (pipe_act_f32) instead of copying a.act.
 template <class T>
-bool launch_pipe(const MVArgs &a, int n_sel, cudaStream_t st, int *rc) {
+bool launch_pipe(const MVArgs &a, int n_sel, cudaStream_t st, int *rc, const float *xf = nullptr,
+                 const float *nw = nullptr, float eps = 0.f) {
     *rc = 0;
     if constexpr (T::NREG == 0) {
         return false;
@@ -1355,6 +1439,15 @@ bool launch_pipe(const MVArgs &a, int n_sel, cudaStream_t st, int *rc) {
             return false;
         PipeArgs p = {};
         p.a = a;
+        p.pre = ds4c_opt_mv_pre();
+        if (xf) {
+            if (!std::is_same<T, TQ8_0>::value || n_sel != 1 || a.cols % 32 != 0 ||
+                (((uintptr_t)xf | (uintptr_t)nw) & 15) != 0)
+                return false;
+            p.xf = xf;
+            p.nw = nw;
+            p.eps = eps;
+        }
         static int smem_sm = 0; // shared memory per SM (the library uses one device)
         if (!smem_sm) {
             int dev = 0;
@@ -1468,6 +1561,10 @@ int launch_iq2_xxs(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t 
 // The single-token pair (a.w2, a.y2 set): whether k_mv_dec took it, *rc
 // the launch's status (mv_*.cu; types without the register form: false).
 bool dec_pair_q2_k(const MVArgs &a, int n_sel, cudaStream_t st, int *rc);
+// ds4c_matvec_f32's one launch (mv_q8_0.cu): whether the pipelined kernel
+// took a's single Q8_0 product with its activation formed from the float
+// row xf (RMSNorm with nw, eps when nw is set), *rc the launch's status.
+bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps, cudaStream_t st, int *rc);
 bool dec_pair_iq2_xxs(const MVArgs &a, int n_sel, cudaStream_t st, int *rc);
 int launch_float(int type, const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 

@@ -28,28 +28,6 @@ __device__ __forceinline__ float fadd(float a, float b) { return __fadd_rn(a, b)
 __device__ __forceinline__ float fsub(float a, float b) { return __fsub_rn(a, b); }
 __device__ __forceinline__ float fmax_go(float a, float b) { return a > b ? a : b; }
 
-// rsqrt(mean(x²) + eps) as the reference: the sum of squares in double, the
-// mean rounded to float, eps added in float, the reciprocal square root in
-// double rounded to float.
-__device__ __forceinline__ float rms_from_sumsq(double ss, int64_t n, float eps) {
-    float ms = (float)(ss / (double)n);
-    return (float)(1.0 / sqrt((double)fadd(ms, eps)));
-}
-
-// Sum of a double over the block (blockDim.x a multiple of 32, at most 1024).
-__device__ double block_sum_d(double v) {
-    __shared__ double s_d[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    __syncthreads();
-    if (lane == 0) s_d[warp] = v;
-    __syncthreads();
-    double s = 0;
-    for (int k = 0; k < nw; k++) s += s_d[k];
-    return s;
-}
-
 // ------------------------------------------------------------ embedding rows
 __device__ __forceinline__ float load_elem(int type, const uint8_t *w, int64_t R, int64_t cols, int64_t row, int64_t c) {
     switch (type) {
@@ -552,12 +530,11 @@ __device__ __forceinline__ void fp8_block(float *blk, int lane) {
 // (times w when w is set), its pairs from off rotated to position pos0 + t,
 // and its first fp8_n values rounded through FP8 — the same device code as
 // the three kernels, on the row staged in shared memory.
-__global__ void k_norm_rope(float *x, int64_t tok_stride, int heads, int64_t head_stride, int hd, const float *w,
-                            float eps, int64_t off, const float *freqs, int rd, int64_t pos0, int fp8_n) {
-    pdl_enter();
-    extern __shared__ float s_row[];
-    const int t = blockIdx.x / heads, h = blockIdx.x % heads, tid = threadIdx.x;
-    float *xr = x + t * tok_stride + h * head_stride;
+// norm_rope_row is that work on the row xr at position fp, staged in s_row
+// (hd floats of shared memory).
+__device__ __forceinline__ void norm_rope_row(float *xr, float *s_row, int hd, const float *w, float eps, int64_t off,
+                                              const float *freqs, int rd, float fp, int fp8_n) {
+    const int tid = threadIdx.x;
     double ss = 0;
     for (int i = tid; i < hd; i += blockDim.x) {
         const float v = xr[i];
@@ -571,11 +548,39 @@ __global__ void k_norm_rope(float *x, int64_t tok_stride, int heads, int64_t hea
         s_row[i] = w ? fmul(w[i], v) : v;
     }
     __syncthreads();
-    const float fp = (float)(pos0 + t);
     for (int p = tid; p < rd / 2; p += blockDim.x) rope_pair(s_row + off + 2 * p, fp, freqs[p], 0);
     for (int b = tid >> 5; b < fp8_n / 64; b += blockDim.x >> 5) fp8_block(s_row + 64 * b, tid & 31);
     __syncthreads();
     for (int i = tid; i < hd; i += blockDim.x) xr[i] = s_row[i];
+}
+
+__global__ void k_norm_rope(float *x, int64_t tok_stride, int heads, int64_t head_stride, int hd, const float *w,
+                            float eps, int64_t off, const float *freqs, int rd, int64_t pos0, int fp8_n) {
+    pdl_enter();
+    extern __shared__ float s_row[];
+    const int t = blockIdx.x / heads, h = blockIdx.x % heads;
+    norm_rope_row(x + t * tok_stride + h * head_stride, s_row, hd, w, eps, off, freqs, rd, (float)(pos0 + t), fp8_n);
+}
+
+// k_norm_rope_pair: k_norm_rope of two tensors of rows of hd values in one
+// launch (the query heads and the KV row of a decode step): the first
+// n_tok * heads1 CTAs take x1's rows, the rest x2's, each with its own
+// weights and FP8 count.
+__global__ void k_norm_rope_pair(float *x1, int heads1, const float *w1, int fp8_n1, float *x2, int heads2,
+                                 const float *w2, int fp8_n2, int hd, float eps, int64_t off, const float *freqs,
+                                 int rd, int64_t pos0, int n_tok) {
+    pdl_enter();
+    extern __shared__ float s_row[];
+    const int n1 = n_tok * heads1;
+    if ((int)blockIdx.x < n1) {
+        const int t = blockIdx.x / heads1, h = blockIdx.x % heads1;
+        norm_rope_row(x1 + ((int64_t)t * heads1 + h) * hd, s_row, hd, w1, eps, off, freqs, rd, (float)(pos0 + t),
+                      fp8_n1);
+    } else {
+        const int b = blockIdx.x - n1, t = b / heads2, h = b % heads2;
+        norm_rope_row(x2 + ((int64_t)t * heads2 + h) * hd, s_row, hd, w2, eps, off, freqs, rd, (float)(pos0 + t),
+                      fp8_n2);
+    }
 }
 
 // k_norm_rope_w: k_norm_rope with a warp per row, for chunks (hd a multiple
@@ -2992,6 +2997,31 @@ int ds4c_fp8_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream) 
     if (warps <= 0) return 0;
     ds4c_launch(k_fp8_sim, nblk(warps * 32, 256), 256, 0, as_stream(stream), d_x, stride, rows, n);
     DS4C_CHECK_LAUNCH("fp8_sim");
+    return 0;
+}
+
+int ds4c_norm_rope_pair(float *d_x1, int heads1, const float *d_w1, int fp8_n1, float *d_x2, int heads2,
+                        const float *d_w2, int fp8_n2, int hd, float eps, int64_t off, const float *d_freqs, int rd,
+                        int64_t pos0, int n_tok, void *stream) {
+    DS4C_READY();
+    if (n_tok <= 0) return 0;
+    const bool ok = heads1 > 0 && heads2 > 0 && fp8_n1 % 64 == 0 && fp8_n2 % 64 == 0 && fp8_n1 <= off &&
+                    fp8_n2 <= off && off + rd <= hd && rd % 2 == 0 && (fp8_n1 == 0 || heads1 == 1) &&
+                    (fp8_n2 == 0 || heads2 == 1);
+    if (!ok)
+        return ds4c_err(DS4C_EINVAL, "norm_rope_pair: %d and %d heads, fp8 %d and %d, rope %lld+%d of %d", heads1,
+                        heads2, fp8_n1, fp8_n2, (long long)off, rd, hd);
+    if (!ds4c_opt_norm_rope() || n_tok >= 8) { // the kernels of each tensor
+        int rc = ds4c_norm_rope(d_x1, (int64_t)heads1 * hd, heads1, hd, hd, d_w1, eps, off, d_freqs, rd, pos0, fp8_n1,
+                                n_tok, stream);
+        if (rc) return rc;
+        return ds4c_norm_rope(d_x2, (int64_t)heads2 * hd, heads2, hd, hd, d_w2, eps, off, d_freqs, rd, pos0, fp8_n2,
+                              n_tok, stream);
+    }
+    ds4c_launch(k_norm_rope_pair, (unsigned)(n_tok * (heads1 + heads2)), 256, (size_t)hd * sizeof(float),
+                as_stream(stream), d_x1, heads1, d_w1, fp8_n1, d_x2, heads2, d_w2, fp8_n2, hd, eps, off, d_freqs, rd,
+                pos0, n_tok);
+    DS4C_CHECK_LAUNCH("norm_rope_pair");
     return 0;
 }
 

@@ -365,7 +365,9 @@ func TestBackendFlashLayers(t *testing.T) {
 // rotation, hc_pre's second CTA, short float rows per warp, L2 weight
 // prefetch, x quantized by hc_pre, weights streamed through shared memory,
 // the tiled indexer, the top-k and router pickers, attention's exponential
-// cache and its fused output rotation and quantization)
+// cache and its fused output rotation and quantization, the Q8_0 activation
+// formed in q_b's and wo_b's launch; the routed pairs, the indexer's query
+// path on the side stream and the paired query/KV norms)
 // against the kernels it replaces, bit for bit: logits of every token
 // decoded one at a time, on the tiny model (4 heads, window 16, the indexer
 // selecting) and on Flash-shaped layers (64 heads of 512; past 600 tokens the
@@ -392,7 +394,7 @@ func TestKernelVariants(t *testing.T) {
 		{"quant_vec", OptQuantVec, 1, 64},
 		{"norm_rope_w", OptNormRopeW, 1, 64}, {"hc_chunk", OptHCChunk, 1, 64},
 		{"had_warp", OptHadWarp, 1, 1}, {"had_warp", OptHadWarp, 1, 64},
-		{"mv_dec", OptMVDec, DefaultMVDec, 1},
+		{"mv_dec", OptMVDec, DefaultMVDec, 1}, {"mv_f32", OptMVF32, 1, 1},
 	}
 	for _, tc := range []struct {
 		name   string
@@ -446,6 +448,28 @@ func TestKernelVariants(t *testing.T) {
 			be.pairs = true
 			if p, j, ok := firstDiff(bases[1], off); !ok {
 				t.Fatalf("pairs: logit %d of position %d differs: %v against %v", j, p, bases[1][p][j], off[p][j])
+			}
+			// the indexer's query path on the side stream beside q_b
+			// (decode steps, the default) against in line
+			be.ixSideMax = 0
+			off = allLogits(t, be, 1, toks)
+			be.ixSideMax = 8
+			if p, j, ok := firstDiff(bases[1], off); !ok {
+				t.Fatalf("ix_side: logit %d of position %d differs: %v against %v", j, p, bases[1][p][j], off[p][j])
+			}
+			// the query heads' and KV row's norms in one launch against two
+			be.nrPair = false
+			off = allLogits(t, be, 1, toks)
+			be.nrPair = true
+			if p, j, ok := firstDiff(bases[1], off); !ok {
+				t.Fatalf("nr_pair: logit %d of position %d differs: %v against %v", j, p, bases[1][p][j], off[p][j])
+			}
+			// the query and KV products queued after the compressors'
+			be.mainLate = true
+			off = allLogits(t, be, 1, toks)
+			be.mainLate = false
+			if p, j, ok := firstDiff(bases[1], off); !ok {
+				t.Fatalf("main_late: logit %d of position %d differs: %v against %v", j, p, bases[1][p][j], off[p][j])
 			}
 		})
 	}

@@ -605,6 +605,59 @@ func TestMatMulGroupedPair(t *testing.T) {
 	}
 }
 
+// TestMatVecF32 checks MatVecF32 (one token's Q8_0 product with the float
+// row's RMSNorm and quantization formed inside the pipelined kernel) bit
+// for bit against RMSNormRef, Quantize and MatMulEx, with OptMVF32 on and
+// off: q_b's shape with its norm, wo_b's without, and a product below the
+// pipeline's threshold (the three steps either way); x stays unchanged.
+func TestMatVecF32(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptMVF32, 1) })
+	const eps = 1e-6
+	for ci, c := range []struct {
+		rows, cols int
+		norm       bool
+	}{{16384, 1024, true}, {2048, 8192, false}, {300, 1024, true}} {
+		_, dw, ab := randomMats(t, d, quant.Q8_0, c.rows, c.cols, 1, uint64(4100+ci))
+		x := gaussian(c.cols, uint64(4200+ci))
+		for i := 64; i < 96; i++ { // an all-zero block
+			x[i] = 0
+		}
+		dx := upload(t, d, x)
+		var nw Ptr
+		if c.norm {
+			nw = upload(t, d, gaussian(c.cols, uint64(4300+ci)))
+		}
+		in, xn, act := dx, alloc(t, d, 4*int64(c.cols)), alloc(t, d, ab)
+		if c.norm {
+			must(t, d.RMSNormRef(0, dx, int64(c.cols), nw, xn, int64(c.cols), c.cols, 1, eps))
+			in = xn
+		}
+		must(t, d.Quantize(0, quant.Q8_0, in, c.cols, act, c.cols, 1))
+		ref := alloc(t, d, 4*int64(c.rows))
+		must(t, d.MatMulEx(0, dw, 0, 1, act, ab, 0, 1, 1, ref, int64(c.rows), 0, true))
+		want := download(t, d, ref, c.rows)
+		for _, on := range []int{1, 0} {
+			must(t, d.SetOption(OptMVF32, on))
+			y, xn2, act2 := alloc(t, d, 4*int64(c.rows)), alloc(t, d, 4*int64(c.cols)), alloc(t, d, ab)
+			poison(t, d, y, c.rows)
+			must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act2, y, true))
+			got := download(t, d, y, c.rows)
+			for r := range want {
+				if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
+					t.Fatalf("%dx%d norm %v mv_f32 %d: row %d = %v, want %v", c.rows, c.cols, c.norm, on, r, got[r], want[r])
+				}
+			}
+		}
+		for i, v := range download(t, d, dx, c.cols) {
+			if math.Float32bits(v) != math.Float32bits(x[i]) {
+				t.Fatalf("%dx%d: x[%d] changed to %v", c.rows, c.cols, i, v)
+			}
+		}
+		d.FreeWeight(dw)
+	}
+}
+
 func TestSplitKAndLoadFlavours(t *testing.T) {
 	d := gpu(t)
 	defer d.SetOption(OptSplitK, 0)

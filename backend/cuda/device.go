@@ -311,6 +311,8 @@ const (
 	OptAttnHalf    = 43 // the form of fast chunks' f16 queries and output through the flash attention kernel (AttentionHalfIO; env DS4_CUDA_ATTN_HALF): 1 NormRopeHalf's f16 queries in, f16 output rows out with the inverse rotation applied; 2 the same with the queries' norm and rotation in the kernel too (DefaultAttnHalf); both give the same bits as the float queries and output; 0 neither
 	OptWGGLU       = 44 // 1: fast chunks' routed gate and up products in one wgmma launch with SwiGLU in its epilogue (GroupedGLUOK, MatMulGroupedGLU: the same bits as the two products and SwiGLUHalf; default; env DS4_CUDA_WG_GLU); 0: apart
 	OptMVDec       = 45 // single-token IQ2_XXS and Q2_K products as k_mv_dec (each warp a run of one selection's rows, the activation in registers, the next rows in flight; bit-identical to the CPU in both modes); the value picks rows at a time and CTAs an SM: 1 (1, 3), 2 (2, 2; DefaultMVDec), 3 (3, 2); env DS4_CUDA_MV_DEC; 0: k_matvec or the pipelined kernel
+	OptMVF32       = 46 // 1: MatVecF32's products that the pipelined kernel takes form their Q8_0 activation (after the RMSNorm) inside it, every CTA for itself (one launch for three; the same bits; default; env DS4_CUDA_MV_F32); 0: RMSNorm, quantize and product as three launches
+	OptMVPre       = 47 // the pipelined products without ids: tiles requested before the wait for the previous kernel, capped at OptMVStages − 1 (default 7: all of them; env DS4_CUDA_MV_PRE); the rest after it
 	OptHadWarp     = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
 )
 

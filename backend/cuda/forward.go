@@ -40,6 +40,16 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 	}
 	d := be.dev
 	k := jobs[0].w.Cols
+	if j := jobs[0]; n == 1 && len(jobs) == 1 && j.w.Type == quant.Q8_0 && j.w.Mats == 1 &&
+		!(x == b.x && ldx == be.cfg.Embed && b.xq8 != 0) {
+		// one token through one Q8_0 matrix: the quantization in the
+		// product's launch where the pipelined kernel takes it
+		act, err := b.sc.get(tag+quant.Q8_0.String(), d.ActBytes(quant.Q8_0, k))
+		if err != nil {
+			return err
+		}
+		return d.MatVecF32(s, j.w, x, 0, 0, 0, act, j.y, be.exact())
+	}
 	acts := map[quant.Type]Ptr{}
 	var xh Ptr // x in f16, for the products MatMulHalf takes (fast mode, chunks)
 	for _, j := range jobs {
@@ -120,6 +130,10 @@ func (be *Backend) half(w *Weight, xt quant.Type, n int) bool {
 	}
 	return !be.exact() && n >= 8 && be.dev.HalfOK(w.Type, xt, n)
 }
+
+// ixSide reports whether Attention runs the indexer's query path of a
+// batch of n tokens on the side stream (ixSideMax).
+func (be *Backend) ixSide(n int) bool { return n < be.ixSideMax }
 
 // halfMaxQ8 bounds the Q8_0 tensors MatMulHalf takes (their f16 copy is
 // scratch of 2 bytes a value): Flash's largest, q_b, wo_a and wo_b, are 32M
@@ -405,8 +419,9 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 
 	// Every projection of the sub-block input: the query and KV ones on the
-	// main stream, the compressors' on the side stream (below).
-	qr, kv := buf("attn.qr", n*QL), buf("attn.kv", n*HD)
+	// main stream, the compressors' on the side stream (below). qr stays the
+	// raw q_a product; qrn is its RMSNorm.
+	qr, qrn, kv := buf("attn.qr", n*QL), buf("attn.qrn", n*QL), buf("attn.kv", n*HD)
 	jobs := []linJob{{L.qa, qr, QL}, {L.kv, kv, HD}}
 	var sideJobs []linJob
 	scoring := L.idx != nil && (b.pos+n)/L.ratio > c.IndexerTopK
@@ -471,6 +486,18 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		if err := b.fork(); err != nil {
 			return err
 		}
+	}
+	// The main stream's products are queued before the side stream's work
+	// (unless mainLate): a captured graph gives the programmatic (early)
+	// launch edge from the kernel before the fork to the first of its
+	// children queued, which should be the main stream's, the path to the
+	// attention.
+	if !be.mainLate {
+		if err := be.linear(b, b.x, D, n, jobs...); err != nil {
+			return err
+		}
+	}
+	if len(sideJobs) > 0 {
 		if err := be.linearOn(b, b.side, "side.", b.x, D, n, sideJobs...); err != nil {
 			return err
 		}
@@ -486,20 +513,66 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			}
 		}
 	}
-	if err := be.linear(b, b.x, D, n, jobs...); err != nil {
-		return err
+	if be.mainLate {
+		if err := be.linear(b, b.x, D, n, jobs...); err != nil {
+			return err
+		}
 	}
 
-	// Query LoRA.
-	if err := d.RMSNormRef(s, qr, int64(QL), L.qNorm, qr, int64(QL), QL, n, c.NormEps); err != nil {
-		return err
-	}
+	// Query LoRA: RMSNorm, then q_b (and the indexer's query product).
 	qjobs := []linJob{{L.qb, q, H * HD}}
+	ixJob := linJob{nil, iq, c.IndexerHeads * c.IndexerHeadDim}
 	if scoring {
-		qjobs = append(qjobs, linJob{L.idx.qb, iq, c.IndexerHeads * c.IndexerHeadDim})
+		ixJob.w = L.idx.qb
 	}
-	if err := be.linear(b, qr, QL, n, qjobs...); err != nil {
-		return err
+	// The indexer's query path (its product, rotation and scale, the
+	// scores and their top-k) on the side stream, behind the compressors
+	// whose rows it scores, beside q_b and the query norms on the main
+	// stream; the join below waits for both.
+	ixSide := scoring && be.ixSide(n) && b.side != b.s
+	var sel, nsel Ptr
+	if ixSide {
+		// (its own copy of the norm: the main stream's may be inside q_b's
+		// launch, below)
+		ixqr, err := b.sc.f32("idx.qr", n*QL)
+		if err != nil {
+			return err
+		}
+		if err := b.fork(); err != nil {
+			return err
+		}
+		if err := be.reserveActs(b, "side.", n, ixJob.w); err != nil {
+			return err
+		}
+		if err := d.RMSNormRef(b.side, qr, int64(QL), L.qNorm, ixqr, int64(QL), QL, n, c.NormEps); err != nil {
+			return err
+		}
+		if err := be.linearOn(b, b.side, "side.", ixqr, QL, n, ixJob); err != nil {
+			return err
+		}
+		if sel, nsel, err = be.index(b, b.side, L, tabs, iq, iw, scoring); err != nil {
+			return err
+		}
+	} else if scoring {
+		qjobs = append(qjobs, ixJob)
+	}
+	if n == 1 && len(qjobs) == 1 && L.qb.Type == quant.Q8_0 && L.qb.Mats == 1 {
+		// a decode step's norm, quantization and q_b in one launch where
+		// the pipelined kernel takes q_b (MatVecF32)
+		act, err := b.sc.get("act."+quant.Q8_0.String(), d.ActBytes(quant.Q8_0, QL))
+		if err != nil {
+			return err
+		}
+		if err := d.MatVecF32(s, L.qb, qr, L.qNorm, c.NormEps, qrn, act, q, be.exact()); err != nil {
+			return err
+		}
+	} else {
+		if err := d.RMSNormRef(s, qr, int64(QL), L.qNorm, qrn, int64(QL), QL, n, c.NormEps); err != nil {
+			return err
+		}
+		if err := be.linear(b, qrn, QL, n, qjobs...); err != nil {
+			return err
+		}
 	}
 	// Per-head query norm and rotation; the KV row's norm, rotation and
 	// FP8 rounding of its non-rotated part.
@@ -510,22 +583,30 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			return err
 		}
 	default:
+		if be.nrPair {
+			// both in one launch (decode steps)
+			if err := d.NormRopePair(s, q, H, 0, 0, kv, 1, L.kvNorm, nope, HD, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), n); err != nil {
+				return err
+			}
+			break
+		}
 		if err := d.NormRope(s, q, H, int64(HD), HD, 0, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), 0, n); err != nil {
 			return err
 		}
 	}
-	if err := d.NormRope(s, kv, 1, int64(HD), HD, L.kvNorm, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), nope, n); err != nil {
-		return err
+	if hio != 0 || !be.nrPair {
+		if err := d.NormRope(s, kv, 1, int64(HD), HD, L.kvNorm, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), nope, n); err != nil {
+			return err
+		}
 	}
 
 	// The compressed rows are complete; the indexer's picks.
 	if err := b.join(); err != nil {
 		return err
 	}
-	var sel, nsel Ptr
 	K := c.IndexerTopK
-	if L.idx != nil {
-		if sel, nsel, err = be.index(b, L, tabs, iq, iw, scoring); err != nil {
+	if L.idx != nil && !ixSide {
+		if sel, nsel, err = be.index(b, s, L, tabs, iq, iw, scoring); err != nil {
 			return err
 		}
 	}
@@ -692,10 +773,10 @@ func (be *Backend) indexRows(b *batch, s Stream, st *state, L *dlayer, tabs []*d
 // index picks the compressed rows of a ratio-4 layer each token attends
 // (indexRows has run): when some token sees more rows than it keeps, the
 // indexer's scores and their top-k; it returns the picks sel [n][TopK] and
-// their counts nsel [n].
-func (be *Backend) index(b *batch, L *dlayer, tabs []*dtable, iq, iw Ptr, scoring bool) (sel, nsel Ptr, err error) {
+// their counts nsel [n], queued on stream s.
+func (be *Backend) index(b *batch, s Stream, L *dlayer, tabs []*dtable, iq, iw Ptr, scoring bool) (sel, nsel Ptr, err error) {
 	c := &be.cfg
-	d, s := be.dev, b.s
+	d := be.dev
 	n, IH, IHD, rd, K := b.n, c.IndexerHeads, c.IndexerHeadDim, c.RopeDim, c.IndexerTopK
 	ix := L.idx
 	rows := tabs[engine.PartIndex]

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 25
+const abiVersion = 26
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -118,6 +118,8 @@ type lib struct {
 	router      func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, s uintptr) int32
 	swigluRef   func(g, u, y uintptr, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
 	swigluQ8K   func(g, u, act uintptr, actStride, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
+	normRopeP   func(x1 uintptr, heads1 int32, w1 uintptr, fp8n1 int32, x2 uintptr, heads2 int32, w2 uintptr, fp8n2, hd int32, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, nTok int32, s uintptr) int32
+	matvecF32   func(t int32, w uintptr, rows, cols int64, x, nw uintptr, eps float32, xn, act, y uintptr, flags int32, s uintptr) int32
 	swigluHalf  func(g, u, yh uintptr, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
 	moeCombine  func(ye, sel, ysh, y uintptr, n, k int32, d int64, s uintptr) int32
 
@@ -280,6 +282,8 @@ func load() (*lib, error) {
 		{&l.router, "ds4c_router"},
 		{&l.swigluRef, "ds4c_swiglu_ref"},
 		{&l.swigluQ8K, "ds4c_swiglu_q8k"},
+		{&l.matvecF32, "ds4c_matvec_f32"},
+		{&l.normRopeP, "ds4c_norm_rope_pair"},
 		{&l.swigluHalf, "ds4c_swiglu_half"},
 		{&l.moeCombine, "ds4c_moe_combine"},
 		{&l.rmsnorm, "ds4c_rmsnorm"},

@@ -21,6 +21,24 @@ func (d *Device) MatMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTo
 	return d.matMulEx(s, w, ids, nsel, act, actTok, actSel, actDiv, ntok, y, yTok, ySel, mmFlags(exact))
 }
 
+// MatVecF32 is one token's product y = w · act(x) of a single Q8_0 matrix
+// with the float row x (w.Cols values, a multiple of 32): act(x) is the
+// Q8_0 activation of RMSNormRef(x) with weights nw and eps when nw is set,
+// else of x. Where the pipelined kernel takes the product (OptMVF32) its
+// CTAs form act(x) themselves, one launch; otherwise RMSNormRef writes xn
+// (w.Cols floats; unused without nw), Quantize writes act
+// (ActBytes(Q8_0, w.Cols) bytes) and MatMulEx runs. The same bits either
+// way; x is not written.
+func (d *Device) MatVecF32(s Stream, w *Weight, x, nw Ptr, eps float32, xn, act, y Ptr, exact bool) error {
+	if w.Mats != 1 {
+		return fmt.Errorf("cuda: MatVecF32: %d matrices", w.Mats)
+	}
+	return d.l.call("matvec_f32", func() int32 {
+		return d.l.matvecF32(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), uintptr(x), uintptr(nw), eps,
+			uintptr(xn), uintptr(act), uintptr(y), mmFlags(exact), uintptr(s))
+	})
+}
+
 // MatMulLate is MatMulEx of one selection of w (ntok tokens, activation
 // rows actTok bytes apart, outputs yTok floats apart) queued so that the
 // kernels after it launch only once everything before it is complete
@@ -279,6 +297,16 @@ func (d *Device) Rope(s Stream, x Ptr, tokStride int64, heads int, headStride, o
 func (d *Device) NormRope(s Stream, x Ptr, heads int, headStride int64, hd int, w Ptr, eps float32, off int64, freqs Ptr, rd int, pos0 int64, fp8n, ntok int) error {
 	return d.l.call("norm_rope", func() int32 {
 		return d.l.normRope(uintptr(x), int64(heads)*headStride, int32(heads), headStride, int32(hd), uintptr(w), eps, off, uintptr(freqs), int32(rd), pos0, int32(fp8n), int32(ntok), uintptr(s))
+	})
+}
+
+// NormRopePair is NormRope of two tensors of contiguous rows of hd values
+// (heads1 and heads2 rows a token, each with its weights and FP8 count)
+// that share eps, off and the rotation: one launch for fewer than 8 tokens
+// (a decode step's query heads and KV row), else two. The same bits.
+func (d *Device) NormRopePair(s Stream, x1 Ptr, heads1 int, w1 Ptr, fp8n1 int, x2 Ptr, heads2 int, w2 Ptr, fp8n2 int, hd int, eps float32, off int64, freqs Ptr, rd int, pos0 int64, ntok int) error {
+	return d.l.call("norm_rope_pair", func() int32 {
+		return d.l.normRopeP(uintptr(x1), int32(heads1), uintptr(w1), int32(fp8n1), uintptr(x2), int32(heads2), uintptr(w2), int32(fp8n2), int32(hd), eps, off, uintptr(freqs), int32(rd), pos0, int32(ntok), uintptr(s))
 	})
 }
 
