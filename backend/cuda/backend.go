@@ -103,11 +103,7 @@ type Backend struct {
 	// nrPair: the query heads' and the KV row's norm and rotation through
 	// NormRopePair (one launch for a decode step's; the same results; off
 	// with DS4_CUDA_NR_PAIR=0, for comparison)
-	nrPair bool
-	// mainLate (DS4_CUDA_MAIN_LATE=1, for comparison): Attention queues
-	// the query and KV products after the side stream's compressor work,
-	// as before v21, instead of before it (the same results)
-	mainLate    bool
+	nrPair      bool
 	fingerprint []byte
 	gstats      graphCounters
 
@@ -201,7 +197,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt, hcEarly: os.Getenv("DS4_CUDA_HC_EARLY") != "0",
 		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0",
 		pairs: os.Getenv("DS4_CUDA_PAIRS") != "0", ixSideMax: 8,
-		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", mainLate: os.Getenv("DS4_CUDA_MAIN_LATE") == "1"}
+		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0"}
 	switch os.Getenv("DS4_CUDA_IX_SIDE") {
 	case "0":
 		be.ixSideMax = 0

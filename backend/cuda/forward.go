@@ -427,6 +427,11 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	scoring := L.idx != nil && (b.pos+n)/L.ratio > c.IndexerTopK
 	b.markRatio(L.ratio)
 	b.mark(scoring)
+	// The indexer's query path (its own norm of q_a's row, its product,
+	// rotation and scale, the scores and their top-k) runs on the side
+	// stream, behind the compressors, beside q_b and the query norms on the
+	// main stream (decode steps: ixSideMax).
+	ixSide := scoring && be.ixSide(n) && b.side != b.s
 	var ckv, csc, ikv, isc, iw Ptr
 	if L.comp != nil {
 		cw := L.comp.coff * HD
@@ -487,15 +492,12 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			return err
 		}
 	}
-	// The main stream's products are queued before the side stream's work
-	// (unless mainLate): a captured graph gives the programmatic (early)
-	// launch edge from the kernel before the fork to the first of its
-	// children queued, which should be the main stream's, the path to the
-	// attention.
-	if !be.mainLate {
-		if err := be.linear(b, b.x, D, n, jobs...); err != nil {
-			return err
-		}
+	// The main stream's products are queued before the side stream's work:
+	// a captured graph gives the programmatic (early) launch edge from the
+	// kernel before the fork to the first of its children queued, which
+	// should be the main stream's, the path to the attention.
+	if err := be.linear(b, b.x, D, n, jobs...); err != nil {
+		return err
 	}
 	if len(sideJobs) > 0 {
 		if err := be.linearOn(b, b.side, "side.", b.x, D, n, sideJobs...); err != nil {
@@ -513,11 +515,6 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			}
 		}
 	}
-	if be.mainLate {
-		if err := be.linear(b, b.x, D, n, jobs...); err != nil {
-			return err
-		}
-	}
 
 	// Query LoRA: RMSNorm, then q_b (and the indexer's query product).
 	qjobs := []linJob{{L.qb, q, H * HD}}
@@ -525,11 +522,8 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	if scoring {
 		ixJob.w = L.idx.qb
 	}
-	// The indexer's query path (its product, rotation and scale, the
-	// scores and their top-k) on the side stream, behind the compressors
-	// whose rows it scores, beside q_b and the query norms on the main
-	// stream; the join below waits for both.
-	ixSide := scoring && be.ixSide(n) && b.side != b.s
+	// The indexer's query path on the side stream (ixSide, above); the join
+	// below waits for it.
 	var sel, nsel Ptr
 	if ixSide {
 		// (its own copy of the norm: the main stream's may be inside q_b's
