@@ -433,36 +433,27 @@ func TestKernelVariants(t *testing.T) {
 					t.Errorf("%s: the variant differs from the kernels it replaces in %d logits (chunk %d)", o.name, n, o.chunk)
 				}
 			}
-			// hc_pre summing the streams' squares before its wait (the
-			// mixes product queued late) against after it
-			be.hcEarly = false
-			off := allLogits(t, be, 1, toks)
-			be.hcEarly = true
-			if p, j, ok := firstDiff(bases[1], off); !ok {
-				t.Fatalf("hc_early: logit %d of position %d differs: %v against %v", j, p, bases[1][p][j], off[p][j])
-			}
-			// the routed gate and up of a decode step in one launch
-			// (MatMulGroupedPair) against the two grouped calls
-			be.pairs = false
-			off = allLogits(t, be, 1, toks)
-			be.pairs = true
-			if p, j, ok := firstDiff(bases[1], off); !ok {
-				t.Fatalf("pairs: logit %d of position %d differs: %v against %v", j, p, bases[1][p][j], off[p][j])
-			}
-			// the indexer's query path on the side stream beside q_b
-			// (decode steps, the default) against in line
-			be.ixSideMax = 0
-			off = allLogits(t, be, 1, toks)
-			be.ixSideMax = 8
-			if p, j, ok := firstDiff(bases[1], off); !ok {
-				t.Fatalf("ix_side: logit %d of position %d differs: %v against %v", j, p, bases[1][p][j], off[p][j])
-			}
-			// the query heads' and KV row's norms in one launch against two
-			be.nrPair = false
-			off = allLogits(t, be, 1, toks)
-			be.nrPair = true
-			if p, j, ok := firstDiff(bases[1], off); !ok {
-				t.Fatalf("nr_pair: logit %d of position %d differs: %v against %v", j, p, bases[1][p][j], off[p][j])
+			// The Go side's switches, each off against the default (on):
+			// hc_early, hc_pre summing the streams' squares before its wait
+			// (the mixes product queued late); pairs, the routed gate and up
+			// of a decode step in one launch (MatMulGroupedPair); ix_side,
+			// the indexer's query path on the side stream beside q_b;
+			// nr_pair, the query heads' and KV row's norms in one launch.
+			for _, sw := range []struct {
+				name string
+				set  func(on bool)
+			}{
+				{"hc_early", func(on bool) { be.hcEarly = on }},
+				{"pairs", func(on bool) { be.pairs = on }},
+				{"ix_side", func(on bool) { be.ixSideMax = map[bool]int{false: 0, true: 8}[on] }},
+				{"nr_pair", func(on bool) { be.nrPair = on }},
+			} {
+				sw.set(false)
+				off := allLogits(t, be, 1, toks)
+				sw.set(true)
+				if p, j, ok := firstDiff(bases[1], off); !ok {
+					t.Fatalf("%s: logit %d of position %d differs: %v against %v", sw.name, j, p, bases[1][p][j], off[p][j])
+				}
 			}
 		})
 	}

@@ -532,10 +532,10 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		if err != nil {
 			return err
 		}
-		if err := b.fork(); err != nil {
+		if err := be.reserveActs(b, "side.", n, ixJob.w); err != nil {
 			return err
 		}
-		if err := be.reserveActs(b, "side.", n, ixJob.w); err != nil {
+		if err := b.fork(); err != nil {
 			return err
 		}
 		if err := d.RMSNormRef(b.side, qr, int64(QL), L.qNorm, ixqr, int64(QL), QL, n, c.NormEps); err != nil {
