@@ -204,6 +204,22 @@ int ds4c_init(int device) {
     env_option("DS4_CUDA_WG_GLU", DS4C_OPT_WG_GLU);
     env_option("DS4_CUDA_MV_DEC", DS4C_OPT_MV_DEC);
     env_option("DS4_CUDA_MV_F32", DS4C_OPT_MV_F32);
+    // (every option has its variable: DS4_CUDA_ and the name after DS4C_OPT_)
+    env_option("DS4_CUDA_ATTN_ECACHE", DS4C_OPT_ATTN_ECACHE);
+    env_option("DS4_CUDA_ATTN_PO", DS4C_OPT_ATTN_PO);
+    env_option("DS4_CUDA_ATTN_QUANT", DS4C_OPT_ATTN_QUANT);
+    env_option("DS4_CUDA_ATTN_ROPE", DS4C_OPT_ATTN_ROPE);
+    env_option("DS4_CUDA_FX_WARP", DS4C_OPT_FX_WARP);
+    env_option("DS4_CUDA_HC_QUANT", DS4C_OPT_HC_QUANT);
+    env_option("DS4_CUDA_IX_TILE", DS4C_OPT_IX_TILE);
+    env_option("DS4_CUDA_NORM_ROPE", DS4C_OPT_NORM_ROPE);
+    env_option("DS4_CUDA_ROUTER_WARP", DS4C_OPT_ROUTER_WARP);
+    env_option("DS4_CUDA_RPW", DS4C_OPT_RPW);
+    env_option("DS4_CUDA_SPLITK", DS4C_OPT_SPLITK);
+    env_option("DS4_CUDA_TC_MIN_SEL", DS4C_OPT_TC_MIN_SEL);
+    env_option("DS4_CUDA_TC_MIN_TOK", DS4C_OPT_TC_MIN_TOK);
+    env_option("DS4_CUDA_TOPK_WARP", DS4C_OPT_TOPK_WARP);
+    env_option("DS4_CUDA_WLOAD", DS4C_OPT_WLOAD);
     env_option("DS4_CUDA_MV_PRE", DS4C_OPT_MV_PRE);
     t_device = device;
     return 0;
