@@ -40,15 +40,11 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 	}
 	d := be.dev
 	k := jobs[0].w.Cols
-	if j := jobs[0]; n == 1 && len(jobs) == 1 && j.w.Type == quant.Q8_0 && j.w.Mats == 1 &&
-		!(x == b.x && ldx == be.cfg.Embed && b.xq8 != 0) {
-		// one token through one Q8_0 matrix: the quantization in the
-		// product's launch where the pipelined kernel takes it
-		act, err := b.sc.get(tag+quant.Q8_0.String(), d.ActBytes(quant.Q8_0, k))
-		if err != nil {
+	if len(jobs) == 1 && !(x == b.x && ldx == be.cfg.Embed && b.xq8 != 0) {
+		// (x's Q8_0 rows, when HCPre formed them, are used as they are)
+		if ok, err := be.matVecF32(b, s, tag, jobs[0].w, x, 0, 0, jobs[0].y, n); ok {
 			return err
 		}
-		return d.MatVecF32(s, j.w, x, 0, 0, 0, act, j.y, be.exact())
 	}
 	acts := map[quant.Type]Ptr{}
 	var xh Ptr // x in f16, for the products MatMulHalf takes (fast mode, chunks)
@@ -102,6 +98,23 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 		}
 	}
 	return nil
+}
+
+// matVecF32 runs one token's product of a single Q8_0 matrix w with the
+// float row x through MatVecF32 — its quantization (after RMSNorm with
+// weights nw, scratch xn, when nw is set) in the pipelined kernel's launch
+// where that kernel takes the product — its fallback's activation in the
+// scratch buffer tag + "Q8_0". ok reports whether w and n allowed it (else
+// nothing was queued).
+func (be *Backend) matVecF32(b *batch, s Stream, tag string, w *Weight, x, nw, xn, y Ptr, n int) (ok bool, err error) {
+	if n != 1 || w.Type != quant.Q8_0 || w.Mats != 1 {
+		return false, nil
+	}
+	act, err := b.sc.get(tag+quant.Q8_0.String(), be.dev.ActBytes(quant.Q8_0, w.Cols))
+	if err != nil {
+		return true, err
+	}
+	return true, be.dev.MatVecF32(s, w, x, nw, be.cfg.NormEps, xn, act, y, be.exact())
 }
 
 // quantAct quantizes n rows of cols floats at x (cols apart) on stream s
@@ -550,17 +563,15 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	} else if scoring {
 		qjobs = append(qjobs, ixJob)
 	}
-	if n == 1 && len(qjobs) == 1 && L.qb.Type == quant.Q8_0 && L.qb.Mats == 1 {
-		// a decode step's norm, quantization and q_b in one launch where
-		// the pipelined kernel takes q_b (MatVecF32)
-		act, err := b.sc.get("act."+quant.Q8_0.String(), d.ActBytes(quant.Q8_0, QL))
-		if err != nil {
+	// a decode step's norm, quantization and q_b in one launch where the
+	// pipelined kernel takes q_b (matVecF32)
+	fused := false
+	if len(qjobs) == 1 {
+		if fused, err = be.matVecF32(b, s, "act.", L.qb, qr, L.qNorm, qrn, q, n); err != nil {
 			return err
 		}
-		if err := d.MatVecF32(s, L.qb, qr, L.qNorm, c.NormEps, qrn, act, q, be.exact()); err != nil {
-			return err
-		}
-	} else {
+	}
+	if !fused {
 		if err := d.RMSNormRef(s, qr, int64(QL), L.qNorm, qrn, int64(QL), QL, n, c.NormEps); err != nil {
 			return err
 		}
@@ -570,6 +581,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 	// Per-head query norm and rotation; the KV row's norm, rotation and
 	// FP8 rounding of its non-rotated part.
+	kvDone := false // (with the queries' by NormRopePair)
 	switch hio {
 	case 2: // in the attention kernel
 	case 1:
@@ -582,13 +594,14 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			if err := d.NormRopePair(s, q, H, 0, 0, kv, 1, L.kvNorm, nope, HD, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), n); err != nil {
 				return err
 			}
+			kvDone = true
 			break
 		}
 		if err := d.NormRope(s, q, H, int64(HD), HD, 0, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), 0, n); err != nil {
 			return err
 		}
 	}
-	if hio != 0 || !be.nrPair {
+	if !kvDone {
 		if err := d.NormRope(s, kv, 1, int64(HD), HD, L.kvNorm, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), nope, n); err != nil {
 			return err
 		}
