@@ -6,6 +6,7 @@
 
 #include <cuda_profiler_api.h>
 
+#include <ctype.h>
 #include <stdlib.h>
 
 #include "common.cuh"
@@ -56,6 +57,8 @@ static int g_opt_had_warp = 1; // Hadamard transforms a warp a row (model.cu k_h
 static int g_opt_hc_mix = 1; // fast chunks' mixing logits in one pass on the TF32 tensor cores (hc_mix.cu)
 static int g_opt_attn_half = 2; // fast chunks: queries normalised and rotated in k_attn_flash, its output f16 and rotated back there
 static int g_opt_mv_pre = 7; // pipelined products: tiles requested before the wait (matvec.cuh k_mv_pipe; capped at stages − 1)
+static int g_opt_mv_pair = 1; // ds4c_matmul_grouped_pair: one selection's Q8_0/Q4_K pair in one k_matvec grid
+static int g_opt_ix_query = 1; // ds4c_index_query: rotation, Hadamard/FP4 and weight scale in one launch (k_ix_query)
 static int g_opt_mv_f32 = 1; // ds4c_matvec_f32: the pipelined kernel forms its Q8_0 activation itself (matvec.cuh pipe_act_f32)
 static int g_opt_mv_dec = 2; // single-token IQ2_XXS and Q2_K products: k_mv_dec, 2 rows at a time, 2 CTAs an SM (matvec.cuh launch_dec; cuda/NOTES.md v20)
 static int g_opt_wg_glu = 1; // fast chunks: routed gate + up + SwiGLU in one wgmma launch (mm_wg.cu)
@@ -128,6 +131,8 @@ int ds4c_opt_wg_glu(void) { return g_opt_wg_glu; }
 int ds4c_opt_mv_dec(void) { return g_opt_mv_dec; }
 int ds4c_opt_mv_f32(void) { return g_opt_mv_f32; }
 int ds4c_opt_mv_pre(void) { return g_opt_mv_pre; }
+int ds4c_opt_mv_pair(void) { return g_opt_mv_pair; }
+int ds4c_opt_ix_query(void) { return g_opt_ix_query; }
 
 bool ds4c_stream_busy(cudaStream_t st) {
     if (ds4c_rec_any() && ds4c_rec_of(st)) return true;
@@ -151,17 +156,7 @@ int ds4c_device_count(int *n) {
     return 0;
 }
 
-// env_option sets option key from the environment variable name when it
-// holds a whole decimal number that ds4c_set_option accepts (the option's
-// own range checks); anything else keeps the default.
-static void env_option(const char *name, int key) {
-    const char *v = getenv(name);
-    if (!v || !*v) return;
-    char *end = nullptr;
-    const long x = strtol(v, &end, 10);
-    if (*end != 0 || x < -(1L << 30) || x > (1L << 30)) return;
-    ds4c_set_option(key, (int)x);
-}
+static void env_options(void); // (after the option table, below)
 
 int ds4c_init(int device) {
     int n = 0;
@@ -173,54 +168,7 @@ int ds4c_init(int device) {
     DS4C_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     g_sm_count = sms;
     g_device = device;
-    env_option("DS4_CUDA_PDL", DS4C_OPT_PDL);
-    env_option("DS4_CUDA_PREFETCH", DS4C_OPT_PREFETCH);
-    env_option("DS4_CUDA_HC_TWO", DS4C_OPT_HC_TWO);
-    env_option("DS4_CUDA_MV_PIPE", DS4C_OPT_MV_PIPE);
-    env_option("DS4_CUDA_MV_TIMING", DS4C_OPT_MV_TIMING);
-    env_option("DS4_CUDA_MV_PIPE_MIN", DS4C_OPT_MV_PIPE_MIN);
-    env_option("DS4_CUDA_MV_STAGES", DS4C_OPT_MV_STAGES);
-    env_option("DS4_CUDA_MV_STAGE", DS4C_OPT_MV_STAGE);
-    env_option("DS4_CUDA_MV_COPY", DS4C_OPT_MV_COPY);
-    env_option("DS4_CUDA_ATTN_TILE", DS4C_OPT_ATTN_TILE);
-    env_option("DS4_CUDA_IX_CHUNK", DS4C_OPT_IX_CHUNK);
-    env_option("DS4_CUDA_FX_WREG", DS4C_OPT_FX_WREG);
-    env_option("DS4_CUDA_TC_STAGE", DS4C_OPT_TC_STAGE);
-    env_option("DS4_CUDA_TC_Q8W", DS4C_OPT_TC_Q8W);
-    env_option("DS4_CUDA_QUANT_VEC", DS4C_OPT_QUANT_VEC);
-    env_option("DS4_CUDA_NORM_ROPE_W", DS4C_OPT_NORM_ROPE_W);
-    env_option("DS4_CUDA_FLOAT_TC", DS4C_OPT_FLOAT_TC);
-    env_option("DS4_CUDA_ATTN_TC", DS4C_OPT_ATTN_TC);
-    env_option("DS4_CUDA_ATTN_SPLIT", DS4C_OPT_ATTN_SPLIT);
-    env_option("DS4_CUDA_HALF_MM", DS4C_OPT_HALF_MM);
-    env_option("DS4_CUDA_HALF_MIN", DS4C_OPT_HALF_MIN);
-    env_option("DS4_CUDA_ATTN_FLASH", DS4C_OPT_ATTN_FLASH);
-    env_option("DS4_CUDA_IX_FLASH", DS4C_OPT_IX_FLASH);
-    env_option("DS4_CUDA_HC_CHUNK", DS4C_OPT_HC_CHUNK);
-    env_option("DS4_CUDA_HC_MIX", DS4C_OPT_HC_MIX);
-    env_option("DS4_CUDA_HAD_WARP", DS4C_OPT_HAD_WARP);
-    env_option("DS4_CUDA_WG_MOE", DS4C_OPT_WG_MOE);
-    env_option("DS4_CUDA_ATTN_HALF", DS4C_OPT_ATTN_HALF);
-    env_option("DS4_CUDA_WG_GLU", DS4C_OPT_WG_GLU);
-    env_option("DS4_CUDA_MV_DEC", DS4C_OPT_MV_DEC);
-    env_option("DS4_CUDA_MV_F32", DS4C_OPT_MV_F32);
-    // (every option has its variable: DS4_CUDA_ and the name after DS4C_OPT_)
-    env_option("DS4_CUDA_ATTN_ECACHE", DS4C_OPT_ATTN_ECACHE);
-    env_option("DS4_CUDA_ATTN_PO", DS4C_OPT_ATTN_PO);
-    env_option("DS4_CUDA_ATTN_QUANT", DS4C_OPT_ATTN_QUANT);
-    env_option("DS4_CUDA_ATTN_ROPE", DS4C_OPT_ATTN_ROPE);
-    env_option("DS4_CUDA_FX_WARP", DS4C_OPT_FX_WARP);
-    env_option("DS4_CUDA_HC_QUANT", DS4C_OPT_HC_QUANT);
-    env_option("DS4_CUDA_IX_TILE", DS4C_OPT_IX_TILE);
-    env_option("DS4_CUDA_NORM_ROPE", DS4C_OPT_NORM_ROPE);
-    env_option("DS4_CUDA_ROUTER_WARP", DS4C_OPT_ROUTER_WARP);
-    env_option("DS4_CUDA_RPW", DS4C_OPT_RPW);
-    env_option("DS4_CUDA_SPLITK", DS4C_OPT_SPLITK);
-    env_option("DS4_CUDA_TC_MIN_SEL", DS4C_OPT_TC_MIN_SEL);
-    env_option("DS4_CUDA_TC_MIN_TOK", DS4C_OPT_TC_MIN_TOK);
-    env_option("DS4_CUDA_TOPK_WARP", DS4C_OPT_TOPK_WARP);
-    env_option("DS4_CUDA_WLOAD", DS4C_OPT_WLOAD);
-    env_option("DS4_CUDA_MV_PRE", DS4C_OPT_MV_PRE);
+    env_options();
     t_device = device;
     return 0;
 }
@@ -527,7 +475,48 @@ static const struct {
     {DS4C_OPT_MV_DEC, "mv_dec", &g_opt_mv_dec, 0, 3},
     {DS4C_OPT_MV_F32, "mv_f32", &g_opt_mv_f32, 0, 1},
     {DS4C_OPT_MV_PRE, "mv_pre", &g_opt_mv_pre, 0, 7},
+    {DS4C_OPT_MV_PAIR, "mv_pair", &g_opt_mv_pair, 0, 1},
+    {DS4C_OPT_IX_QUERY, "ix_query", &g_opt_ix_query, 0, 1},
 };
+
+// env_option sets option key from the environment variable name when it
+// holds a whole decimal number that ds4c_set_option accepts (the option's
+// own range checks); anything else keeps the default and is reported on
+// stderr.
+static void env_option(const char *name, int key) {
+    const char *v = getenv(name);
+    if (!v || !*v) return;
+    char *end = nullptr;
+    const long x = strtol(v, &end, 10);
+    if (*end != 0 || x < -(1L << 30) || x > (1L << 30)) {
+        fprintf(stderr, "ds4cuda: %s=%s ignored: not a whole number\n", name, v);
+        return;
+    }
+    if (ds4c_set_option(key, (int)x) != 0) fprintf(stderr, "ds4cuda: %s=%s ignored: %s\n", name, v, ds4c_last_error());
+}
+
+// env_options reads every option's environment variable: DS4_CUDA_ and the
+// option's name in upper case (the table's, and the five checked by
+// ds4c_set_option's switch).
+static void env_options(void) {
+    static const struct {
+        int key;
+        const char *name;
+    } k_other[] = {{DS4C_OPT_MV_STAGE, "mv_stage"},
+                   {DS4C_OPT_RPW, "rpw"},
+                   {DS4C_OPT_SPLITK, "splitk"},
+                   {DS4C_OPT_TC_MIN_SEL, "tc_min_sel"},
+                   {DS4C_OPT_TC_MIN_TOK, "tc_min_tok"}};
+    auto one = [](int key, const char *name) {
+        char var[64] = "DS4_CUDA_";
+        size_t n = strlen(var);
+        for (const char *c = name; *c && n + 1 < sizeof var; c++) var[n++] = (char)toupper((unsigned char)*c);
+        var[n] = 0;
+        env_option(var, key);
+    };
+    for (const auto &o : k_ranged) one(o.key, o.name);
+    for (const auto &o : k_other) one(o.key, o.name);
+}
 
 int ds4c_set_option(int key, int value) {
     for (const auto &o : k_ranged) {

@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 26
+#define DS4C_ABI_VERSION 28
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -113,14 +113,14 @@ int ds4c_graph_launch(void *exec, void *stream);
 int ds4c_graph_destroy(void *exec);
 
 /* Graph replay (replay.cu). A recorder logs, while it records, the work
- * queued on its streams (main and side; side may be null) instead of
+ * queued on its streams (main, side and side2; the side ones may be null) instead of
  * running it; ds4c_rec_launch stops recording and runs the log as the graph
  * *graph: built (capturing the log) when *graph is null or was built from
  * work of another structure, else updated in place where kernel launch
  * configurations or arguments changed. stats[0] = 1 when the graph was
  * built, stats[1] = kernel nodes updated, stats[2] = operations logged.
  * Synchronising a recorded stream is an error. */
-int ds4c_rec_create(void *main, void *side, void **rec);
+int ds4c_rec_create(void *main, void *side, void *side2, void **rec);
 int ds4c_rec_destroy(void *rec);
 int ds4c_rec_begin(void *rec);
 int ds4c_rec_abort(void *rec);
@@ -221,7 +221,9 @@ int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const
  * same type and shape (a routed gate and up) with the same ids, activations
  * and scratch, outputs at d_y1 and d_y2: where each would run as a single
  * token's product that k_mv_dec takes (IQ2_XXS, Q2_K; DS4C_OPT_MV_DEC), in
- * one launch; otherwise as the two calls. Same results either way. */
+ * one launch; one selection of one Q8_0 or Q4_K matrix (a shared expert's
+ * gate and up; DS4C_OPT_MV_PAIR) too, as one k_matvec grid; otherwise as
+ * the two calls. Same results either way. */
 int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64_t rows, int64_t cols, int64_t n_mat,
                              const int32_t *d_ids, int n_sel, const void *d_act, int64_t act_sel, int act_div,
                              float *d_y1, float *d_y2, int64_t y_sel, const void *d_scratch, int flags, void *stream);
@@ -367,6 +369,14 @@ int ds4c_hadamard(float *d_x, int64_t stride, int rows, int n, float scale, void
  * multiple of 32), in one kernel where n is 32 … 512 (the same bits). */
 int ds4c_hadamard_fp4(float *d_x, int64_t stride, int rows, int n, float scale, void *stream);
 int ds4c_scale(float *d_x, int64_t n, float s, void *stream);
+/* ds4c_index_query readies the indexer's queries d_q [n_tok][heads][hd]
+ * and head weights d_w [n_tok][heads] for the scores: ds4c_rope of each
+ * row's last rd dims at position pos0 + t, ds4c_hadamard_fp4 of each row
+ * with had_scale, ds4c_scale of d_w by w_scale; one launch (a warp a row)
+ * for hd 64 … 512 (DS4C_OPT_IX_QUERY), else the three calls. The same bits
+ * either way. */
+int ds4c_index_query(float *d_q, float *d_w, int heads, int hd, int rd, const float *d_freqs, int64_t pos0, int n_tok,
+                     float had_scale, float w_scale, void *stream);
 int ds4c_add_ape(float *d_dst, const float *d_ape, int64_t width, int r, int64_t pos0, int n,
                  void *stream);
 int ds4c_ring_write(float *d_ring, int64_t cap, int64_t width, const float *d_src,
@@ -499,6 +509,8 @@ enum {
     DS4C_OPT_MV_DEC = 45, /* single-token IQ2_XXS and Q2_K products (rows a whole number of 32-unit rounds: 4096 or 2048 columns) as k_mv_dec: each warp a contiguous run of one selection's rows, its lanes' activation in registers, the next rows' weights in flight, IQ2_XXS through lane-private codebook and sign tables, block terms added in block order (bit-identical to the CPU in both modes); the value picks rows at a time and CTAs an SM: 1 (1, 3), 2 (2, 2; default), 3 (3, 2); env DS4_CUDA_MV_DEC; 0: k_matvec or the pipelined kernel, as before */
     DS4C_OPT_MV_F32 = 46, /* 1: ds4c_matvec_f32's products that the pipelined kernel takes form their Q8_0 activation (after the RMSNorm) in that kernel, every CTA for itself, after its wait (one launch for three; the same bits; default; env DS4_CUDA_MV_F32); 0: RMSNorm, quantize and product as three launches */
     DS4C_OPT_MV_PRE = 47, /* the pipelined products (k_mv_pipe) without ids: tiles requested before the wait for the previous kernel, capped at the stages less one (default 7: all of them; env DS4_CUDA_MV_PRE); the rest after it (and after the activation formed by DS4C_OPT_MV_F32) */
+    DS4C_OPT_IX_QUERY = 49, /* ds4c_index_query in one launch (1, default; env DS4_CUDA_IX_QUERY) or as ds4c_rope, ds4c_hadamard_fp4 and ds4c_scale (0); the same bits */
+    DS4C_OPT_MV_PAIR = 48, /* ds4c_matmul_grouped_pair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both tensors in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits */
     DS4C_OPT_HAD_WARP = 42, /* 1: Walsh-Hadamard transforms of rows of 32 … 512 values a warp a row in registers (k_hadamard_w; with the FP4 simulation after it in the same kernel for ds4c_hadamard_fp4; the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory (k_hadamard), k_fp4_sim apart */
 };
 

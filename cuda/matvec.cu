@@ -411,6 +411,22 @@ int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64
             type == DS4C_IQ2_XXS ? dec_pair_iq2_xxs(a, n_sel, st, &rc) : dec_pair_q2_k(a, n_sel, st, &rc);
         if (took) return rc;
     }
+    // one selection of one matrix (a shared expert's gate and up) through
+    // k_matvec's types: both tensors in one grid (DS4C_OPT_MV_PAIR); the
+    // rows' work, and so the bits, as the two launches'
+    if (single && (type == DS4C_Q8_0 || type == DS4C_Q4_K) && n_sel == 1 && !d_ids && n_mat == 1 && act_div > 0 &&
+        ds4c_opt_mv_pair()) {
+        int rc = check_shape(type, rows, cols, n_mat);
+        if (rc) return rc;
+        MVArgs a = mv_args(d_w1, rows, cols, 1, nullptr, false, d_act,
+                           (int64_t)ds4c_act_bytes(ds4c_act_type(type), cols), act_sel, act_div, d_y1, rows, y_sel);
+        a.late = (flags & DS4C_MM_LATE) != 0;
+        a.w2 = (const uint8_t *)d_w2;
+        a.y2 = d_y2;
+        const bool exact = (flags & DS4C_MM_EXACT) != 0;
+        cudaStream_t st = as_stream(stream);
+        return type == DS4C_Q8_0 ? launch_q8_0(a, 1, 1, exact, st) : launch_q4_k(a, 1, 1, exact, st);
+    }
     int rc = ds4c_matmul_grouped(type, d_w1, rows, cols, n_mat, d_ids, n_sel, d_act, act_sel, act_div, d_y1, y_sel,
                                  d_scratch, flags, stream);
     if (rc) return rc;

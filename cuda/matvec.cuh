@@ -59,8 +59,9 @@ struct MVArgs {
     int act_div;   // selection s reads activation s / act_div
     int sel_mat;   // without ids: selection s uses matrix s (else matrix 0)
     int late;      // DS4C_MM_LATE: dependents launch only after this product's wait (mv_pdl_wait)
-    // k_mv_dec's pair (ds4c_matmul_grouped_pair): a second tensor of the
-    // same shape and ids, its outputs at y2; null otherwise
+    // the pair (ds4c_matmul_grouped_pair; k_mv_dec, and k_matvec for one
+    // selection): a second tensor of the same shape and ids, its outputs at
+    // y2; null otherwise
     const uint8_t *w2;
     float *y2;
 };
@@ -812,11 +813,16 @@ __global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
     constexpr int CHR = RPW == 1 ? CH : (RPW >= 8 ? 1 : 8 / RPW);
     constexpr int TEAM = 32 * S;
     constexpr int ROWS = 8 * RPW / S; // rows per CTA
+    // the pair (a.w2): the grid's second half of blockIdx.y runs a.w2 into a.y2
+    const bool second = a.w2 != nullptr && blockIdx.y >= gridDim.y / 2;
+    const int sel = second ? (int)(blockIdx.y - gridDim.y / 2) : (int)blockIdx.y;
+    MVArgs aw = a;
+    if (second) aw.w = a.w2;
     mv_pdl_launch(a);
     if (threadIdx.x == 0 && !a.ids && a.pf) { // the CTA's rows of a matrix known before the wait
-        const int64_t m0 = (a.sel_mat ? blockIdx.y : 0) * (int64_t)a.rows;
+        const int64_t m0 = (a.sel_mat ? sel : 0) * (int64_t)a.rows;
         const int64_t r0 = (int64_t)blockIdx.x * ROWS, r1 = min(r0 + ROWS, (int64_t)a.rows);
-        if (m0 / a.rows < a.n_mat && r0 < r1) prefetch_l2(T::qrow(a, m0 + r0), T::qrow(a, m0 + r1) - T::qrow(a, m0 + r0));
+        if (m0 / a.rows < a.n_mat && r0 < r1) prefetch_l2(T::qrow(aw, m0 + r0), T::qrow(aw, m0 + r1) - T::qrow(aw, m0 + r0));
     }
     mv_pdl_wait(a);
     // IQ2_XXS: the codebook (256 entries; sign masks are computed)
@@ -831,7 +837,6 @@ __global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
     const int rl0 = (warp / S) * RPW; // the warp's first row within the CTA
     const int row0 = blockIdx.x * ROWS + rl0;
     const int team = (warp % S) * 32 + lane;
-    const int sel = blockIdx.y;
     const int nb = a.cols / block_vals<T>();
     // blockIdx.z: the piece of NT tokens (launch_chunks runs all full pieces in one grid)
     const int64_t tz = (int64_t)blockIdx.z * NT;
@@ -849,7 +854,7 @@ __global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
         typename T::Row rr[RPW];
 #pragma unroll
         for (int r = 0; r < RPW; r++)
-            if (row0 + r < a.rows) T::row(rr[r], a, mat * a.rows + row0 + r);
+            if (row0 + r < a.rows) T::row(rr[r], aw, mat * a.rows + row0 + r);
         const int units = a.cols / T::VPU;
         for (int base = 0; base < units; base += TEAM * CHR) {
             typename T::Unit u[RPW][CHR];
@@ -872,7 +877,7 @@ __global__ void __launch_bounds__(256, T::MIN_BLOCKS) k_matvec(MVArgs a) {
         }
     }
     const float nan = __int_as_float(0x7fc00000);
-    float *y = a.y + sel * a.y_sel + tz * a.y_tok;
+    float *y = (second ? a.y2 : a.y) + sel * a.y_sel + tz * a.y_tok;
     const int rows0 = blockIdx.x * ROWS;
     if constexpr (EX) {
         // one thread per (row, token): the terms in block order
@@ -931,7 +936,7 @@ int launch_one(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
             set = smem;
         }
     }
-    dim3 g((unsigned)((a.rows + rows_per_cta - 1) / rows_per_cta), (unsigned)n_sel, (unsigned)pieces);
+    dim3 g((unsigned)((a.rows + rows_per_cta - 1) / rows_per_cta), (unsigned)(n_sel * (a.w2 ? 2 : 1)), (unsigned)pieces);
     ds4c_launch(k_matvec<T, NT, S, RPW, EX>, g, 256, smem, st, a);
     return 0;
 }
@@ -1527,8 +1532,9 @@ int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
     int S = 1, RPW = 1;
     if (nt == 1) {
         int rc = 0;
-        if (launch_dec<T>(a, n_sel, st, &rc)) return rc;
-        if (launch_pipe<T>(a, n_sel, st, &rc)) return rc;
+        // (a pair, a.w2, runs as k_matvec: both tensors in one grid)
+        if (!a.w2 && launch_dec<T>(a, n_sel, st, &rc)) return rc;
+        if (!a.w2 && launch_pipe<T>(a, n_sel, st, &rc)) return rc;
         S = ds4c_opt_splitk();
         RPW = ds4c_opt_rpw();
         const int64_t sms = ds4c_sm_count();

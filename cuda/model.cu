@@ -682,32 +682,13 @@ __global__ void k_fp4_sim(float *x, int64_t stride, int rows, int64_t n) {
     blk[lane] = fmul(round_e2m1(y), s);
 }
 
-// k_hadamard_w: k_hadamard (and, FP4, k_fp4_sim after it) of rows of n =
-// 32·V values, a warp a row, lane l holding values V·l … V·l+V−1 in
-// registers: stages below V inside the thread, the others with the lane
-// l ^ (s/V) (the lower index adds, the upper subtracts, as k_hadamard's
-// pairs), then × scale; FP4: each block of 32 (32/V lanes) as k_fp4_sim.
-// The same operations on the same values: the same bits as the two
-// kernels, whose CTA a row (7 barriers for n = 128, half its threads idle)
-// took 355 + 196 µs for a 4096-token chunk's indexer queries on the H200.
-template <int V, bool FP4>
-__global__ void __launch_bounds__(256) k_hadamard_w(float *x, int64_t stride, int rows, float scale) {
-    pdl_enter();
-    const int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
-    if (row >= rows) return;
-    const int lane = threadIdx.x & 31;
-    float *xr = x + row * stride + V * lane;
-    float v[V];
-    if constexpr (V % 4 == 0) {
-#pragma unroll
-        for (int i = 0; i < V; i += 4) {
-            const float4 f = *(const float4 *)(xr + i);
-            v[i] = f.x, v[i + 1] = f.y, v[i + 2] = f.z, v[i + 3] = f.w;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < V; i++) v[i] = xr[i];
-    }
+// had_regs: the Hadamard transform of one row of n = 32·V values held by a
+// warp, lane l holding values V·l … V·l+V−1 in v: stages below V inside the
+// thread, the others with the lane l ^ (s/V) (the lower index adds, the
+// upper subtracts, as k_hadamard's pairs), then × scale; FP4: each block
+// of 32 (32/V lanes) as k_fp4_sim. The same operations on the same values
+// as those two kernels.
+template <int V, bool FP4> __device__ __forceinline__ void had_regs(float (&v)[V], int lane, float scale) {
 #pragma unroll
     for (int s = 1; s < V; s *= 2)
 #pragma unroll
@@ -738,6 +719,23 @@ __global__ void __launch_bounds__(256) k_hadamard_w(float *x, int64_t stride, in
 #pragma unroll
         for (int k = 0; k < V; k++) v[k] = fmul(round_e2m1(fminf(fmaxf(__fdiv_rn(v[k], s), -6.f), 6.f)), s);
     }
+}
+
+// row_load / row_store: a lane's V values of a warp's row at xr (float4
+// when V is a multiple of 4: xr 16-byte aligned).
+template <int V> __device__ __forceinline__ void row_load(float (&v)[V], const float *xr) {
+    if constexpr (V % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < V; i += 4) {
+            const float4 f = *(const float4 *)(xr + i);
+            v[i] = f.x, v[i + 1] = f.y, v[i + 2] = f.z, v[i + 3] = f.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < V; i++) v[i] = xr[i];
+    }
+}
+template <int V> __device__ __forceinline__ void row_store(const float (&v)[V], float *xr) {
     if constexpr (V % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < V; i += 4) *(float4 *)(xr + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
@@ -745,6 +743,52 @@ __global__ void __launch_bounds__(256) k_hadamard_w(float *x, int64_t stride, in
 #pragma unroll
         for (int i = 0; i < V; i++) xr[i] = v[i];
     }
+}
+
+// k_hadamard_w: k_hadamard (and, FP4, k_fp4_sim after it) of rows of n =
+// 32·V values, a warp a row in registers (had_regs). The same bits as the
+// two kernels, whose CTA a row (7 barriers for n = 128, half its threads
+// idle) took 355 + 196 µs for a 4096-token chunk's indexer queries on the
+// H200.
+template <int V, bool FP4>
+__global__ void __launch_bounds__(256) k_hadamard_w(float *x, int64_t stride, int rows, float scale) {
+    pdl_enter();
+    const int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+    if (row >= rows) return;
+    const int lane = threadIdx.x & 31;
+    float *xr = x + row * stride + V * lane;
+    float v[V];
+    row_load<V>(v, xr);
+    had_regs<V, FP4>(v, lane, scale);
+    row_store<V>(v, xr);
+}
+
+// k_ix_query: the indexer's queries of a batch readied for the scores in
+// one launch (ds4c_index_query), a warp a (token, head) row of n = 32·V
+// values: k_rope's rotation of the row's dims off … off+rd−1 at the
+// token's position (pairs within a lane: V and off even), then had_regs
+// with the FP4 simulation (ds4c_hadamard_fp4), and lane 0 scales the
+// head's weight w[row] (ds4c_scale): the three kernels' operations on the
+// same values, so the same bits.
+template <int V>
+__global__ void __launch_bounds__(256) k_ix_query(float *q, float *w, int heads, int64_t off, const float *freqs, int rd,
+                                                  int64_t pos0, int rows, float had_scale, float w_scale) {
+    pdl_enter();
+    const int64_t row = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+    if (row >= rows) return;
+    const int lane = threadIdx.x & 31;
+    const int64_t t = row / heads;
+    float *xr = q + row * (32 * V) + V * lane;
+    float v[V];
+    row_load<V>(v, xr);
+#pragma unroll
+    for (int k = 0; k < V; k += 2) {
+        const int64_t e = (int64_t)V * lane + k;
+        if (e >= off && e < off + rd) rope_pair(&v[k], (float)(pos0 + t), freqs[(e - off) / 2], 0);
+    }
+    had_regs<V, true>(v, lane, had_scale);
+    row_store<V>(v, xr);
+    if (lane == 0) w[row] = fmul(w[row], w_scale);
 }
 
 // Normalised Walsh–Hadamard transform of rows of n (a power of two ≤ 1024)
@@ -3113,6 +3157,37 @@ int ds4c_scale(float *d_x, int64_t n, float s, void *stream) {
     ds4c_launch(k_scale, nblk(n, 256), 256, 0, as_stream(stream), d_x, n, s);
     DS4C_CHECK_LAUNCH("scale");
     return 0;
+}
+
+int ds4c_index_query(float *d_q, float *d_w, int heads, int hd, int rd, const float *d_freqs, int64_t pos0, int n_tok,
+                     float had_scale, float w_scale, void *stream) {
+    DS4C_READY();
+    if (n_tok <= 0 || heads <= 0) return 0;
+    if (hd <= 0 || rd < 0 || rd > hd || rd % 2)
+        return ds4c_err(DS4C_EINVAL, "index_query: head dim %d, rotated dims %d", hd, rd);
+    if ((int64_t)n_tok * heads > (1LL << 31) / 32)
+        return ds4c_err(DS4C_EINVAL, "index_query: %d tokens × %d heads", n_tok, heads);
+    const int64_t off = hd - rd;
+    const int rows = n_tok * heads;
+    const unsigned g = nblk((int64_t)rows * 32, 256);
+    const bool al = ((uintptr_t)d_q & 15) == 0;
+    cudaStream_t st = as_stream(stream);
+    void (*k)(float *, float *, int, int64_t, const float *, int, int64_t, int, float, float) = nullptr;
+    if (hd == 64) k = k_ix_query<2>;
+    if (al) { // (V ≥ 4: float4 rows, 16-byte aligned)
+        if (hd == 128) k = k_ix_query<4>;
+        if (hd == 256) k = k_ix_query<8>;
+        if (hd == 512) k = k_ix_query<16>;
+    }
+    if (k && ds4c_opt_ix_query() && off % 2 == 0) {
+        ds4c_launch(k, g, 256, 0, st, d_q, d_w, heads, off, d_freqs, rd, pos0, rows, had_scale, w_scale);
+        DS4C_CHECK_LAUNCH("index_query");
+        return 0;
+    }
+    int rc = ds4c_rope(d_q, (int64_t)heads * hd, heads, hd, off, d_freqs, rd, pos0, 1, n_tok, 0, stream);
+    if (!rc) rc = ds4c_hadamard_fp4(d_q, hd, rows, hd, had_scale, stream);
+    if (!rc) rc = ds4c_scale(d_w, rows, w_scale, stream);
+    return rc;
 }
 
 int ds4c_add_ape(float *d_dst, const float *d_ape, int64_t width, int r, int64_t pos0, int n, void *stream) {

@@ -1,9 +1,10 @@
 // replay.cu: decode graphs replayed without capturing again.
 //
-// A recorder watches a batch's two streams. While it records, the work
-// queued on them (kernels through ds4c_launch, memsets, memcpys, event
-// records and waits) is logged instead of run: a kernel costs the host a
-// copy of its arguments. ds4c_rec_launch then runs the log as a graph:
+// A recorder watches a batch's streams (main, side, second side). While it
+// records, the work queued on them (kernels through ds4c_launch, memsets,
+// memcpys, event records and waits) is logged instead of run: a kernel
+// costs the host a copy of its arguments. ds4c_rec_launch then runs the
+// log as a graph:
 //
 //   - when the caller's graph was built from a log of the same structure
 //     (the same operations in the same order on the same streams: kernel
@@ -37,7 +38,7 @@ enum { OP_KERNEL, OP_MEMSET, OP_MEMCPY, OP_RECORD, OP_WAIT };
 // in Log::offs from aoff).
 struct Op {
     int kind = 0;
-    int side = 0; // 0: the main stream, 1: the side stream
+    int side = 0; // the stream: 0 main, 1 side, 2 the second side stream (ds4c_rec::st)
     int pdl = 0;
     const void *fn = nullptr;
     dim3 grid, block;
@@ -82,8 +83,16 @@ bool same_structure(const Op &a, const Op &b) {
 
 } // namespace
 
+constexpr int REC_STREAMS = 3;
+
 struct ds4c_rec {
-    cudaStream_t main = nullptr, side = nullptr;
+    cudaStream_t main = nullptr;
+    cudaStream_t st[REC_STREAMS] = {}; // st[0] is main; a side stream not given is main
+    bool has(cudaStream_t s) const {
+        for (cudaStream_t x : st)
+            if (x == s) return true;
+        return false;
+    }
     bool on = false;
     bool failed = false;
     Log log;
@@ -135,7 +144,7 @@ int issue(ds4c_rec *r, const Log &L, std::vector<cudaGraphNode_t> *nodes) {
     if (nodes) nodes->assign(L.ops.size(), nullptr);
     for (size_t i = 0; i < L.ops.size(); i++) {
         const Op &op = L.ops[i];
-        cudaStream_t st = op.side ? r->side : r->main;
+        cudaStream_t st = r->st[op.side];
         cudaError_t err = cudaSuccess;
         switch (op.kind) {
         case OP_KERNEL: {
@@ -259,7 +268,7 @@ int ds4c_rec_any(void) { return g_live.load(std::memory_order_acquire); }
 ds4c_rec *ds4c_rec_of(cudaStream_t s) {
     std::lock_guard<std::mutex> lk(g_mu);
     for (ds4c_rec *r : g_active)
-        if (r->main == s || r->side == s) return r;
+        if (r->has(s)) return r;
     return nullptr;
 }
 
@@ -272,7 +281,12 @@ static Op *rec_op(ds4c_rec *r, cudaStream_t s, int kind) {
     }
     Op *op = &r->log.ops.back();
     op->kind = kind;
-    op->side = (s == r->main) ? 0 : 1;
+    op->side = 0;
+    for (int i = REC_STREAMS - 1; i > 0; i--)
+        if (s == r->st[i] && s != r->main) {
+            op->side = i;
+            break;
+        }
     return op;
 }
 
@@ -333,14 +347,16 @@ int ds4c_rec_memcpy(ds4c_rec *r, cudaStream_t s, void *dst, const void *src, uin
     return 0;
 }
 
-int ds4c_rec_create(void *main, void *side, void **rec) {
+int ds4c_rec_create(void *main, void *side, void *side2, void **rec) {
     DS4C_READY();
     *rec = nullptr;
     if (!main) return ds4c_err(DS4C_EINVAL, "replay: recorder on the default stream");
     ds4c_rec *r = new (std::nothrow) ds4c_rec;
     if (!r) return ds4c_err((int)cudaErrorMemoryAllocation, "replay: recorder");
     r->main = as_stream(main);
-    r->side = side ? as_stream(side) : r->main;
+    r->st[0] = r->main;
+    r->st[1] = side ? as_stream(side) : r->main;
+    r->st[2] = side2 ? as_stream(side2) : r->main;
     *rec = r;
     return 0;
 }
@@ -359,8 +375,8 @@ int ds4c_rec_begin(void *rec) {
     if (r->on) return ds4c_err(DS4C_EINVAL, "replay: recorder already recording");
     std::lock_guard<std::mutex> lk(g_mu);
     for (ds4c_rec *o : g_active)
-        if (o->main == r->main || o->side == r->main || o->main == r->side || o->side == r->side)
-            return ds4c_err(DS4C_EINVAL, "replay: a stream already recorded");
+        for (cudaStream_t x : r->st)
+            if (o->has(x)) return ds4c_err(DS4C_EINVAL, "replay: a stream already recorded");
     r->log.clear();
     r->failed = false;
     r->on = true;

@@ -100,6 +100,10 @@ type Backend struct {
 	// results). DS4_CUDA_IX_SIDE: 0 never, 1 decode steps (fewer than 8
 	// tokens; the default), 2 every batch.
 	ixSideMax int
+	// ixPar: that path on a third stream (side2), beside the compressors,
+	// the indexer's compressor first (the same results; off with
+	// DS4_CUDA_IX_PAR=0, for comparison)
+	ixPar bool
 	// nrPair: the query heads' and the KV row's norm and rotation through
 	// NormRopePair (one launch for a decode step's; the same results; off
 	// with DS4_CUDA_NR_PAIR=0, for comparison)
@@ -197,7 +201,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt, hcEarly: os.Getenv("DS4_CUDA_HC_EARLY") != "0",
 		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0",
 		pairs: os.Getenv("DS4_CUDA_PAIRS") != "0", ixSideMax: 8,
-		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0"}
+		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ixPar: os.Getenv("DS4_CUDA_IX_PAR") != "0"}
 	switch os.Getenv("DS4_CUDA_IX_SIDE") {
 	case "0":
 		be.ixSideMax = 0

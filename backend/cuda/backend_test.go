@@ -394,7 +394,8 @@ func TestKernelVariants(t *testing.T) {
 		{"quant_vec", OptQuantVec, 1, 64},
 		{"norm_rope_w", OptNormRopeW, 1, 64}, {"hc_chunk", OptHCChunk, 1, 64},
 		{"had_warp", OptHadWarp, 1, 1}, {"had_warp", OptHadWarp, 1, 64},
-		{"mv_dec", OptMVDec, DefaultMVDec, 1}, {"mv_f32", OptMVF32, 1, 1},
+		{"mv_dec", OptMVDec, DefaultMVDec, 1}, {"mv_f32", OptMVF32, 1, 1}, {"mv_pair", OptMVPair, 1, 1},
+		{"ix_query", OptIXQuery, 1, 1}, {"ix_query", OptIXQuery, 1, 64},
 	}
 	for _, tc := range []struct {
 		name   string
@@ -438,7 +439,9 @@ func TestKernelVariants(t *testing.T) {
 			// (the mixes product queued late); pairs, the routed gate and up
 			// of a decode step in one launch (MatMulGroupedPair); ix_side,
 			// the indexer's query path on the side stream beside q_b;
-			// nr_pair, the query heads' and KV row's norms in one launch.
+			// nr_pair, the query heads' and KV row's norms in one launch;
+			// ix_par, that query path on the third stream beside the
+			// compressors.
 			for _, sw := range []struct {
 				name string
 				set  func(on bool)
@@ -447,6 +450,7 @@ func TestKernelVariants(t *testing.T) {
 				{"pairs", func(on bool) { be.pairs = on }},
 				{"ix_side", func(on bool) { be.ixSideMax = map[bool]int{false: 0, true: 8}[on] }},
 				{"nr_pair", func(on bool) { be.nrPair = on }},
+				{"ix_par", func(on bool) { be.ixPar = on }},
 			} {
 				sw.set(false)
 				off := allLogits(t, be, 1, toks)

@@ -23,6 +23,13 @@ type batch struct {
 	side           Stream
 	evFork, evJoin Event
 	forked         bool
+	// side2 is a third stream, for work beside both (the indexer's query
+	// path beside the compressors): fork2 and join2 as fork and join;
+	// evSide orders it after work on side (markSide, side2WaitMark).
+	side2            Stream
+	evFork2, evJoin2 Event
+	evSide           Event
+	forked2          bool
 
 	tokens Ptr     // [cap] int32
 	pinned []byte  // pinned host staging for the tokens
@@ -46,10 +53,10 @@ type batch struct {
 // scratch is per-batch device working memory: named buffers, grown on
 // demand (growing waits for the batch's stream, then frees the old buffer).
 type scratch struct {
-	d    *Device
-	s    Stream
-	side Stream // also waited for before a buffer is freed
-	bufs map[string]scratchBuf
+	d     *Device
+	s     Stream
+	sides []Stream // also waited for before a buffer is freed
+	bufs  map[string]scratchBuf
 	// flush, when set, ends a graph capture in progress before the
 	// scratch allocates (allocation synchronises).
 	flush func() error
@@ -78,8 +85,8 @@ func (s *scratch) get(name string, bytes int64) (Ptr, error) {
 		if err := s.d.SyncStream(s.s); err != nil {
 			return 0, err
 		}
-		if s.side != 0 {
-			if err := s.d.SyncStream(s.side); err != nil {
+		for _, side := range s.sides {
+			if err := s.d.SyncStream(side); err != nil {
 				return 0, err
 			}
 		}
@@ -121,21 +128,21 @@ func (be *Backend) NewBatch(maxTokens int) (engine.Batch, error) {
 	}
 	b.sc.s = b.s
 	if be.opts.OneStream {
-		b.side = b.s
+		b.side, b.side2 = b.s, b.s
 	} else {
-		if b.side, err = be.dev.NewStream(); err != nil {
+		for _, p := range []*Stream{&b.side, &b.side2} {
+			if *p, err = be.dev.NewStream(); err != nil {
+				b.Release()
+				return nil, err
+			}
+			b.sc.sides = append(b.sc.sides, *p)
+		}
+	}
+	for _, p := range []*Event{&b.evFork, &b.evJoin, &b.evFork2, &b.evJoin2, &b.evSide} {
+		if *p, err = be.dev.NewEvent(); err != nil {
 			b.Release()
 			return nil, err
 		}
-		b.sc.side = b.side
-	}
-	if b.evFork, err = be.dev.NewEvent(); err != nil {
-		b.Release()
-		return nil, err
-	}
-	if b.evJoin, err = be.dev.NewEvent(); err != nil {
-		b.Release()
-		return nil, err
 	}
 	b.sc.flush = b.flush
 	if b.pinned, err = be.dev.MallocHost(4 * maxTokens); err != nil {
@@ -168,8 +175,10 @@ func (b *batch) Release() {
 	if b.s != 0 {
 		d.SyncStream(b.s)
 	}
-	if b.side != 0 && b.side != b.s {
-		d.SyncStream(b.side)
+	for _, side := range []Stream{b.side, b.side2} {
+		if side != 0 && side != b.s {
+			d.SyncStream(side)
+		}
 	}
 	for _, p := range []Ptr{b.tokens, b.h, b.x, b.out, b.post, b.comb, b.headIn} {
 		d.Free(p)
@@ -184,10 +193,12 @@ func (b *batch) Release() {
 	if b.s != 0 {
 		d.DestroyStream(b.s)
 	}
-	if b.side != 0 && b.side != b.s {
-		d.DestroyStream(b.side)
+	for _, side := range []Stream{b.side, b.side2} {
+		if side != 0 && side != b.s {
+			d.DestroyStream(side)
+		}
 	}
-	for _, e := range []Event{b.evFork, b.evJoin} {
+	for _, e := range []Event{b.evFork, b.evJoin, b.evFork2, b.evJoin2, b.evSide} {
 		if e != 0 {
 			d.DestroyEvent(e)
 		}
@@ -269,6 +280,58 @@ func (b *batch) join() error {
 	}
 	b.forked = false
 	return nil
+}
+
+// fork2 makes the second side stream wait for the work queued on the main
+// stream.
+func (b *batch) fork2() error {
+	if b.side2 == b.s {
+		return nil
+	}
+	if err := b.follow(b.side2, b.s, b.evFork2); err != nil {
+		return err
+	}
+	b.forked2 = true
+	return nil
+}
+
+// join2 makes the main stream wait for the work queued on the second side
+// stream.
+func (b *batch) join2() error {
+	if !b.forked2 {
+		return nil
+	}
+	if err := b.follow(b.s, b.side2, b.evJoin2); err != nil {
+		return err
+	}
+	b.forked2 = false
+	return nil
+}
+
+// joinAll joins both side streams into the main stream.
+func (b *batch) joinAll() error {
+	if err := b.join(); err != nil {
+		return err
+	}
+	return b.join2()
+}
+
+// markSide notes the work queued on the side stream so far, for
+// side2WaitMark.
+func (b *batch) markSide() error {
+	if b.side2 == b.side {
+		return nil
+	}
+	return b.be.dev.Record(b.evSide, b.side)
+}
+
+// side2WaitMark makes the second side stream wait for the side stream's
+// work up to the last markSide.
+func (b *batch) side2WaitMark() error {
+	if b.side2 == b.side {
+		return nil
+	}
+	return b.be.dev.StreamWait(b.side2, b.evSide)
 }
 
 // follow makes stream waiter wait for the work queued on stream s so far,

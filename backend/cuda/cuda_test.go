@@ -605,6 +605,54 @@ func TestMatMulGroupedPair(t *testing.T) {
 	}
 }
 
+// TestMatVecPair checks MatMulGroupedPair of one selection of one matrix
+// (a shared expert's gate and up in one k_matvec grid, OptMVPair) bit for
+// bit: against the CPU's products in exact mode, and against two MatMulEx
+// launches in fast mode, with the option on and off.
+func TestMatVecPair(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptMVPair, 1) })
+	for ci, c := range []struct {
+		typ        quant.Type
+		rows, cols int
+	}{{quant.Q8_0, 2048, 4096}, {quant.Q8_0, 200, 1024}, {quant.Q4_K, 2048, 4096}, {quant.Q4_K, 136, 2048}} {
+		mat1, dw1, _ := randomMats(t, d, c.typ, c.rows, c.cols, 1, uint64(3400+ci))
+		mat2, dw2, _ := randomMats(t, d, c.typ, c.rows, c.cols, 1, uint64(3500+ci))
+		x := gaussian(c.cols, uint64(3600+ci))
+		act := quantizeOnDevice(t, d, c.typ, x, c.cols, 1)
+		y1, y2 := alloc(t, d, 4*int64(c.rows)), alloc(t, d, 4*int64(c.rows))
+		r1, r2 := alloc(t, d, 4*int64(c.rows)), alloc(t, d, 4*int64(c.rows))
+		for _, exact := range []bool{true, false} {
+			// the separate launches (fast mode's reference)
+			must(t, d.MatMulEx(0, dw1, 0, 1, act, 0, 0, 1, 1, r1, 0, 0, exact))
+			must(t, d.MatMulEx(0, dw2, 0, 1, act, 0, 0, 1, 1, r2, 0, 0, exact))
+			for _, on := range []int{1, 0} {
+				must(t, d.SetOption(OptMVPair, on))
+				poison(t, d, y1, c.rows)
+				poison(t, d, y2, c.rows)
+				must(t, d.MatMulGroupedPair(0, dw1, dw2, 0, 1, act, 0, 1, y1, y2, 0, 0, exact))
+				for k, out := range []struct {
+					y, ref Ptr
+					mat    func(int) []byte
+				}{{y1, r1, mat1}, {y2, r2, mat2}} {
+					got := download(t, d, out.y, c.rows)
+					want := download(t, d, out.ref, c.rows)
+					if exact {
+						want, _ = reference(t, c.typ, out.mat(0), c.rows, c.cols, x)
+					}
+					for r := range want {
+						if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
+							t.Fatalf("%s %dx%d exact %v mv_pair %d tensor %d row %d: got %v, want %v", c.typ, c.rows, c.cols, exact, on, k, r, got[r], want[r])
+						}
+					}
+				}
+			}
+		}
+		d.FreeWeight(dw1)
+		d.FreeWeight(dw2)
+	}
+}
+
 // TestMatVecF32 checks MatVecF32 (one token's Q8_0 product with the float
 // row's RMSNorm and quantization formed inside the pipelined kernel) bit
 // for bit against RMSNormRef, Quantize and MatMulEx, with OptMVF32 on and

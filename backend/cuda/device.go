@@ -313,6 +313,8 @@ const (
 	OptMVDec       = 45 // single-token IQ2_XXS and Q2_K products as k_mv_dec (each warp a run of one selection's rows, the activation in registers, the next rows in flight; bit-identical to the CPU in both modes); the value picks rows at a time and CTAs an SM: 1 (1, 3), 2 (2, 2; DefaultMVDec), 3 (3, 2); env DS4_CUDA_MV_DEC; 0: k_matvec or the pipelined kernel
 	OptMVF32       = 46 // 1: MatVecF32's products that the pipelined kernel takes form their Q8_0 activation (after the RMSNorm) inside it, every CTA for itself (one launch for three; the same bits; default; env DS4_CUDA_MV_F32); 0: RMSNorm, quantize and product as three launches
 	OptMVPre       = 47 // the pipelined products without ids: tiles requested before the wait for the previous kernel, capped at OptMVStages − 1 (default 7: all of them; env DS4_CUDA_MV_PRE); the rest after it
+	OptIXQuery     = 49 // IndexQuery in one launch (1, default; env DS4_CUDA_IX_QUERY) or as Rope, HadamardFP4 and Scale (0); the same bits
+	OptMVPair      = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits
 	OptHadWarp     = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
 )
 
@@ -410,11 +412,11 @@ type RecordStats struct {
 	Ops     int  // operations logged
 }
 
-// NewRecorder returns a recorder of the work queued on main and side (side
-// may equal main).
-func (d *Device) NewRecorder(main, side Stream) (Recorder, error) {
+// NewRecorder returns a recorder of the work queued on main, side and side2
+// (either side stream may equal main).
+func (d *Device) NewRecorder(main, side, side2 Stream) (Recorder, error) {
 	var r uintptr
-	err := d.l.call("rec_create", func() int32 { return d.l.recCreate(uintptr(main), uintptr(side), &r) })
+	err := d.l.call("rec_create", func() int32 { return d.l.recCreate(uintptr(main), uintptr(side), uintptr(side2), &r) })
 	return Recorder(r), err
 }
 

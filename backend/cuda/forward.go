@@ -445,7 +445,13 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	// stream, behind the compressors, beside q_b and the query norms on the
 	// main stream (decode steps: ixSideMax).
 	ixSide := scoring && be.ixSide(n) && b.side != b.s
+	// ixPar: that path on a stream of its own (side2), forked right after
+	// q_a, beside the compressors (the indexer's compressor first on the
+	// side stream, marked), with the head weights' product; the scores wait
+	// for the mark.
+	ixPar := ixSide && be.ixPar && b.side2 != b.side
 	var ckv, csc, ikv, isc, iw Ptr
+	var ixJobs []linJob // (the indexer compressor's products)
 	if L.comp != nil {
 		cw := L.comp.coff * HD
 		ckv, csc = buf("attn.ckv", n*cw), buf("attn.csc", n*cw)
@@ -454,10 +460,15 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	if L.idx != nil {
 		cw := 2 * c.IndexerHeadDim
 		ikv, isc = buf("idx.ckv", n*cw), buf("idx.csc", n*cw)
-		sideJobs = append(sideJobs, linJob{L.idx.comp.kv, ikv, cw}, linJob{L.idx.comp.gate, isc, cw})
+		ixJobs = []linJob{{L.idx.comp.kv, ikv, cw}, {L.idx.comp.gate, isc, cw}}
+		if !ixPar {
+			sideJobs, ixJobs = append(sideJobs, ixJobs...), nil
+		}
 		if scoring {
 			iw = buf("idx.w", n*c.IndexerHeads)
-			jobs = append(jobs, linJob{L.idx.proj, iw, c.IndexerHeads})
+			if !ixPar { // (ixPar: on side2, below)
+				jobs = append(jobs, linJob{L.idx.proj, iw, c.IndexerHeads})
+			}
 		}
 	}
 	q := buf("attn.q", n*H*HD)
@@ -493,10 +504,10 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	// Side stream: the compressors (products, pooling of completed rows,
 	// post-processing), which only the attention and the indexer's scores
 	// read; joined before those.
-	if len(sideJobs) > 0 {
-		ws := make([]*Weight, len(sideJobs))
-		for i, j := range sideJobs {
-			ws[i] = j.w
+	if len(sideJobs)+len(ixJobs) > 0 {
+		var ws []*Weight
+		for _, j := range append(ixJobs, sideJobs...) {
+			ws = append(ws, j.w)
 		}
 		if err := be.reserveActs(b, "side.", n, ws...); err != nil {
 			return err
@@ -509,8 +520,54 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	// a captured graph gives the programmatic (early) launch edge from the
 	// kernel before the fork to the first of its children queued, which
 	// should be the main stream's, the path to the attention.
+	if ixPar {
+		// q_a, then side2's fork (its path reads q_a's row), then the KV
+		// product
+		if err := be.linear(b, b.x, D, n, jobs[0]); err != nil {
+			return err
+		}
+		if err := be.reserveActs(b, "side2.", n, L.idx.qb, L.idx.proj); err != nil {
+			return err
+		}
+		if err := b.fork2(); err != nil {
+			return err
+		}
+		jobs = jobs[1:]
+	}
 	if err := be.linear(b, b.x, D, n, jobs...); err != nil {
 		return err
+	}
+	if len(ixJobs) > 0 { // ixPar: the indexer's compressor first, marked for side2
+		if err := be.linearOn(b, b.side, "side.", b.x, D, n, ixJobs...); err != nil {
+			return err
+		}
+		if err := be.indexRows(b, b.side, st, L, tabs, ikv, isc); err != nil {
+			return err
+		}
+		if err := b.markSide(); err != nil {
+			return err
+		}
+	}
+	// Query LoRA: RMSNorm, then q_b (and the indexer's query product).
+	qjobs := []linJob{{L.qb, q, H * HD}}
+	ixJob := linJob{nil, iq, c.IndexerHeads * c.IndexerHeadDim}
+	if scoring {
+		ixJob.w = L.idx.qb
+	}
+	// ixPar: side2 starts with the indexer query's norm and product.
+	if ixPar {
+		// (its own copy of the norm: the main stream's may be inside q_b's
+		// launch, below)
+		ixqr, err := b.sc.f32("idx.qr", n*QL)
+		if err != nil {
+			return err
+		}
+		if err := d.RMSNormRef(b.side2, qr, int64(QL), L.qNorm, ixqr, int64(QL), QL, n, c.NormEps); err != nil {
+			return err
+		}
+		if err := be.linearOn(b, b.side2, "side2.", ixqr, QL, n, ixJob); err != nil {
+			return err
+		}
 	}
 	if len(sideJobs) > 0 {
 		if err := be.linearOn(b, b.side, "side.", b.x, D, n, sideJobs...); err != nil {
@@ -522,42 +579,52 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 				return err
 			}
 		}
-		if L.idx != nil {
+		if L.idx != nil && !ixPar {
 			if err := be.indexRows(b, b.side, st, L, tabs, ikv, isc); err != nil {
 				return err
 			}
 		}
 	}
 
-	// Query LoRA: RMSNorm, then q_b (and the indexer's query product).
-	qjobs := []linJob{{L.qb, q, H * HD}}
-	ixJob := linJob{nil, iq, c.IndexerHeads * c.IndexerHeadDim}
-	if scoring {
-		ixJob.w = L.idx.qb
-	}
-	// The indexer's query path on the side stream (ixSide, above); the join
-	// below waits for it.
+	// The indexer's query path on the side stream (ixSide, above; ixPar:
+	// side2, begun above); the join below waits for it.
 	var sel, nsel Ptr
 	if ixSide {
-		// (its own copy of the norm: the main stream's may be inside q_b's
-		// launch, below)
-		ixqr, err := b.sc.f32("idx.qr", n*QL)
-		if err != nil {
+		xs, tag := b.side2, "side2."
+		if ixPar { // the head weights' product, also read only by the scores
+			if err := be.linearOn(b, xs, tag, b.x, D, n, linJob{L.idx.proj, iw, c.IndexerHeads}); err != nil {
+				return err
+			}
+		} else {
+			xs, tag = b.side, "side."
+			// (its own copy of the norm: the main stream's may be inside
+			// q_b's launch, below)
+			ixqr, err := b.sc.f32("idx.qr", n*QL)
+			if err != nil {
+				return err
+			}
+			if err := be.reserveActs(b, tag, n, ixJob.w); err != nil {
+				return err
+			}
+			if err := b.fork(); err != nil {
+				return err
+			}
+			if err := d.RMSNormRef(xs, qr, int64(QL), L.qNorm, ixqr, int64(QL), QL, n, c.NormEps); err != nil {
+				return err
+			}
+			if err := be.linearOn(b, xs, tag, ixqr, QL, n, ixJob); err != nil {
+				return err
+			}
+		}
+		if err := be.indexQuery(b, xs, L, iq, iw); err != nil {
 			return err
 		}
-		if err := be.reserveActs(b, "side.", n, ixJob.w); err != nil {
-			return err
+		if ixPar { // the indexer's compressed rows
+			if err := b.side2WaitMark(); err != nil {
+				return err
+			}
 		}
-		if err := b.fork(); err != nil {
-			return err
-		}
-		if err := d.RMSNormRef(b.side, qr, int64(QL), L.qNorm, ixqr, int64(QL), QL, n, c.NormEps); err != nil {
-			return err
-		}
-		if err := be.linearOn(b, b.side, "side.", ixqr, QL, n, ixJob); err != nil {
-			return err
-		}
-		if sel, nsel, err = be.index(b, b.side, L, tabs, iq, iw, scoring); err != nil {
+		if sel, nsel, err = be.indexPick(b, xs, L, tabs, iq, iw, scoring); err != nil {
 			return err
 		}
 	} else if scoring {
@@ -608,7 +675,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 
 	// The compressed rows are complete; the indexer's picks.
-	if err := b.join(); err != nil {
+	if err := b.joinAll(); err != nil {
 		return err
 	}
 	K := c.IndexerTopK
@@ -782,10 +849,31 @@ func (be *Backend) indexRows(b *batch, s Stream, st *state, L *dlayer, tabs []*d
 // indexer's scores and their top-k; it returns the picks sel [n][TopK] and
 // their counts nsel [n], queued on stream s.
 func (be *Backend) index(b *batch, s Stream, L *dlayer, tabs []*dtable, iq, iw Ptr, scoring bool) (sel, nsel Ptr, err error) {
+	if scoring {
+		if err := be.indexQuery(b, s, L, iq, iw); err != nil {
+			return 0, 0, err
+		}
+	}
+	return be.indexPick(b, s, L, tabs, iq, iw, scoring)
+}
+
+// indexQuery readies the indexer's queries iq and head weights iw of the
+// batch's tokens for the scores (rotation, Hadamard and FP4 rounding, the
+// weights' scale), on stream s; it reads no compressed row.
+func (be *Backend) indexQuery(b *batch, s Stream, L *dlayer, iq, iw Ptr) error {
 	c := &be.cfg
 	d := be.dev
-	n, IH, IHD, rd, K := b.n, c.IndexerHeads, c.IndexerHeadDim, c.RopeDim, c.IndexerTopK
-	ix := L.idx
+	n, IH, IHD, rd := b.n, c.IndexerHeads, c.IndexerHeadDim, c.RopeDim
+	wscale := float32(math.Pow(float64(IHD), -0.5) * math.Pow(float64(IH), -0.5))
+	return d.IndexQuery(s, iq, iw, IH, IHD, rd, L.freqs, int64(b.pos), n, L.idx.hadScale, wscale)
+}
+
+// indexPick is index's second half: the scores against the compressed
+// rows and their top-k (indexQuery has run when scoring).
+func (be *Backend) indexPick(b *batch, s Stream, L *dlayer, tabs []*dtable, iq, iw Ptr, scoring bool) (sel, nsel Ptr, err error) {
+	c := &be.cfg
+	d := be.dev
+	n, IH, IHD, K := b.n, c.IndexerHeads, c.IndexerHeadDim, c.IndexerTopK
 	rows := tabs[engine.PartIndex]
 	if sel, err = b.sc.get("idx.sel", 4*int64(n*K)); err != nil {
 		return 0, 0, err
@@ -797,16 +885,6 @@ func (be *Backend) index(b *batch, s Stream, L *dlayer, tabs []*dtable, iq, iw P
 	if !scoring {
 		// No token sees more than K rows: each picks all it sees.
 		return sel, nsel, d.TopK(s, 0, 0, 0, b.pos, ratio, K, true, sel, nsel, n)
-	}
-	if err := d.Rope(s, iq, int64(IH*IHD), IH, int64(IHD), int64(IHD-rd), L.freqs, rd, int64(b.pos), 1, n, false); err != nil {
-		return 0, 0, err
-	}
-	if err := d.HadamardFP4(s, iq, int64(IHD), n*IH, IHD, ix.hadScale); err != nil {
-		return 0, 0, err
-	}
-	wscale := float32(math.Pow(float64(IHD), -0.5) * math.Pow(float64(IH), -0.5))
-	if err := d.Scale(s, iw, n*IH, wscale); err != nil {
-		return 0, 0, err
 	}
 	maxRows := (b.pos + n) / ratio
 	scores, err := b.sc.f32("idx.scores", n*maxRows)
@@ -1056,7 +1134,7 @@ const groupTile = 128
 func (be *Backend) sharedExpert(b *batch, L *dlayer, shg, shu, ysh Ptr) error {
 	c := &be.cfg
 	n, D, FF := b.n, c.Embed, c.ExpertFF
-	if err := be.linearOn(b, b.side, "side.", b.x, D, n, linJob{L.gateSh, shg, FF}, linJob{L.upSh, shu, FF}); err != nil {
+	if err := be.sharedGateUp(b, L, shg, shu); err != nil {
 		return err
 	}
 	shLim := float32(0)
@@ -1079,6 +1157,30 @@ func (be *Backend) sharedExpert(b *batch, L *dlayer, shg, shu, ysh Ptr) error {
 		return err
 	}
 	return be.linearOn(b, b.side, "side.", shg, FF, n, linJob{L.downSh, ysh, D})
+}
+
+// sharedGateUp runs the shared expert's gate and up products of b.x into
+// shg and shu on the side stream: a decode step's as one MatMulGroupedPair
+// (one launch where the library offers it, OptMVPair), else through
+// linearOn.
+func (be *Backend) sharedGateUp(b *batch, L *dlayer, shg, shu Ptr) error {
+	c := &be.cfg
+	n, D, FF := b.n, c.Embed, c.ExpertFF
+	g, u := L.gateSh, L.upSh
+	if n != 1 || isFloatType(g.Type) || g.Type != u.Type || g.Rows != u.Rows || g.Cols != u.Cols || g.Mats != 1 || u.Mats != 1 {
+		return be.linearOn(b, b.side, "side.", b.x, D, n, linJob{g, shg, FF}, linJob{u, shu, FF})
+	}
+	at, err := be.dev.ActType(g.Type)
+	if err != nil {
+		return err
+	}
+	act := b.xq8 // (x's Q8_0 row, formed by HCPre)
+	if at != quant.Q8_0 || act == 0 {
+		if act, _, err = b.quantAct(be.dev, b.side, "side."+at.String(), g, b.x, D, n); err != nil {
+			return err
+		}
+	}
+	return be.dev.MatMulGroupedPair(b.side, g, u, 0, 1, act, 0, 1, shg, shu, 0, 0, be.exact())
 }
 
 // reserveActs sizes the activation buffers (named tag + format) that

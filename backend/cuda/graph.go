@@ -84,7 +84,7 @@ func (b *batch) startSegment() error {
 		}
 	} else {
 		if b.g.rec == 0 {
-			r, err := d.NewRecorder(b.s, b.side)
+			r, err := d.NewRecorder(b.s, b.side, b.side2)
 			if err != nil {
 				return err
 			}
@@ -138,15 +138,15 @@ func (b *batch) mark(v bool) {
 }
 
 // flush ends the capture in progress, if any, and launches its work. A
-// capture forked onto the side stream is joined first (a capture must end
-// joined) and forked again after the launch, so that the side stream's
+// capture forked onto the side streams is joined first (a capture must end
+// joined) and forked again after the launch, so that the side streams'
 // later work still follows everything before it.
 func (b *batch) flush() error {
 	if !b.g.capturing {
 		return nil
 	}
-	forked := b.forked
-	if err := b.join(); err != nil {
+	forked, forked2 := b.forked, b.forked2
+	if err := b.joinAll(); err != nil {
 		return err
 	}
 	b.g.capturing = false
@@ -154,7 +154,12 @@ func (b *batch) flush() error {
 		return err
 	}
 	if forked {
-		return b.fork()
+		if err := b.fork(); err != nil {
+			return err
+		}
+	}
+	if forked2 {
+		return b.fork2()
 	}
 	return nil
 }
@@ -231,9 +236,7 @@ func (b *batch) launchRecorded(key string) error {
 
 // abortGraph drops a capture or recording left open by a chunk that failed.
 func (b *batch) abortGraph() {
-	if b.forked {
-		_ = b.join()
-	}
+	_ = b.joinAll()
 	if b.g.capturing {
 		b.g.capturing = false
 		if b.be.opts.Recapture {

@@ -110,3 +110,43 @@ func TestHadamardWarp(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexQuery checks IndexQuery's one launch (OptIXQuery 1) bit for bit
+// against Rope, HadamardFP4 and Scale (0) on the indexer's query rows:
+// three tokens at a large position, head dims 64 … 512 with Flash's 64
+// rotated dims, queries and weights both compared.
+func TestIndexQuery(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptIXQuery, 1) })
+	const heads, ntok, rd, pos0 = 64, 3, 64, 12345
+	freqs := make([]float32, rd/2)
+	for i := range freqs {
+		freqs[i] = float32(math.Pow(10000, -2*float64(i)/rd))
+	}
+	fp := upload(t, d, freqs)
+	for _, hd := range []int{64, 128, 256, 512} {
+		q := gaussian(ntok*heads*hd, uint64(6100+hd))
+		w := gaussian(ntok*heads, uint64(6200+hd))
+		run := func(v int) ([]float32, []float32) {
+			must(t, d.SetOption(OptIXQuery, v))
+			qp, wp := upload(t, d, q), upload(t, d, w)
+			must(t, d.IndexQuery(0, qp, wp, heads, hd, rd, fp, pos0, ntok, 0.0884, 0.011))
+			return download(t, d, qp, len(q)), download(t, d, wp, len(w))
+		}
+		wq, ww := run(0)
+		gq, gw := run(1)
+		for _, c := range []struct {
+			name      string
+			got, want []float32
+		}{{"query", gq, wq}, {"weight", gw, ww}} {
+			for i := range c.want {
+				if math.Float32bits(c.got[i]) != math.Float32bits(c.want[i]) {
+					t.Fatalf("hd %d: %s value %d = %v, want %v", hd, c.name, i, c.got[i], c.want[i])
+				}
+			}
+		}
+		if math.Float32bits(gq[0]) == math.Float32bits(q[0]) && math.Float32bits(gw[0]) == math.Float32bits(w[0]) {
+			t.Fatalf("hd %d: the rows were not changed", hd)
+		}
+	}
+}

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 26
+const abiVersion = 28
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -62,7 +62,7 @@ type lib struct {
 	graphAbort   func(s uintptr) int32
 	graphDestroy func(exec uintptr) int32
 
-	recCreate     func(main, side uintptr, rec *uintptr) int32
+	recCreate     func(main, side, side2 uintptr, rec *uintptr) int32
 	recDestroy    func(rec uintptr) int32
 	recBegin      func(rec uintptr) int32
 	recAbort      func(rec uintptr) int32
@@ -102,6 +102,7 @@ type lib struct {
 	fp4Sim      func(x uintptr, stride int64, rows int32, n int64, s uintptr) int32
 	hadamard    func(x uintptr, stride int64, rows, n int32, scale float32, s uintptr) int32
 	hadamardFP4 func(x uintptr, stride int64, rows, n int32, scale float32, s uintptr) int32
+	indexQuery  func(q, w uintptr, heads, hd, rd int32, freqs uintptr, pos0 int64, n int32, hadScale, wScale float32, s uintptr) int32
 	scaleVec    func(x uintptr, n int64, f float32, s uintptr) int32
 	addAPE      func(dst, ape uintptr, width int64, r int32, pos0 int64, n int32, s uintptr) int32
 	ringWrite   func(ring uintptr, cap, width int64, src uintptr, srcStride, pos0 int64, n int32, s uintptr) int32
@@ -266,6 +267,7 @@ func load() (*lib, error) {
 		{&l.fp4Sim, "ds4c_fp4_sim"},
 		{&l.hadamard, "ds4c_hadamard"},
 		{&l.hadamardFP4, "ds4c_hadamard_fp4"},
+		{&l.indexQuery, "ds4c_index_query"},
 		{&l.scaleVec, "ds4c_scale"},
 		{&l.addAPE, "ds4c_add_ape"},
 		{&l.ringWrite, "ds4c_ring_write"},

@@ -344,6 +344,17 @@ func (d *Device) HadamardFP4(s Stream, x Ptr, stride int64, rows, n int, scale f
 	})
 }
 
+// IndexQuery readies the indexer's queries q [n][heads][hd] and head
+// weights w [n][heads] for IndexScores: Rope of each row's last rd dims at
+// position pos0 + t, HadamardFP4 of each row with hadScale, Scale of w by
+// wScale — in one launch where the library offers it (OptIXQuery), the
+// same bits either way.
+func (d *Device) IndexQuery(s Stream, q, w Ptr, heads, hd, rd int, freqs Ptr, pos0 int64, n int, hadScale, wScale float32) error {
+	return d.l.call("index_query", func() int32 {
+		return d.l.indexQuery(uintptr(q), uintptr(w), int32(heads), int32(hd), int32(rd), uintptr(freqs), pos0, int32(n), hadScale, wScale, uintptr(s))
+	})
+}
+
 // Scale multiplies n floats by f.
 func (d *Device) Scale(s Stream, x Ptr, n int, f float32) error {
 	return d.l.call("scale", func() int32 { return d.l.scaleVec(uintptr(x), int64(n), f, uintptr(s)) })

@@ -44,9 +44,10 @@ for b in ds4-gguf ds4-bench; do
     [ -x "$BIN/$b" ] || { echo "missing $BIN/$b (build it here first, see the header)"; exit 1; }
 done
 
-# Build the library (as device.sh does) while the model is generated.
+# Build the library (as device.sh does) while the model is generated
+# (LIB_BUILT=1: a build/libds4cuda.so built earlier in the same call is used).
 (
-    bash scripts/cuda/build-lib.sh
+    if [ -n "${LIB_BUILT:-}" ] && [ -s build/libds4cuda.so ]; then echo "(library built earlier in this call)"; else bash scripts/cuda/build-lib.sh; fi
 ) >"$OUT/build.log" 2>&1 &
 buildpid=$!
 ds4cpid=
