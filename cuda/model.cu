@@ -3381,11 +3381,27 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         // fast single tokens, split over the keys: at most DEC_SPLITS splits
         // of a whole number of DEC_KC-key chunks
         const int64_t chunks = (max_keys + DEC_KC - 1) / DEC_KC, cps = (chunks + DEC_SPLITS - 1) / DEC_SPLITS;
-        const int ks = (int)(cps * DEC_KC), nsplit = (int)((max_keys + ks - 1) / ks);
-        static bool dec_set = false;
-        if (!dec_set) {
+        int ks = (int)(cps * DEC_KC), nsplit = (int)((max_keys + ks - 1) / ks);
+        static int dec_fit = 0; // k_attn_split CTAs an SM holds (its registers allow one)
+        if (!dec_fit) {
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_split, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DEC_SMEM));
-            dec_set = true;
+            int f = 0;
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f, k_attn_split, DEC_T, DEC_SMEM) != cudaSuccess) {
+                (void)cudaGetLastError();
+                f = 1;
+            }
+            dec_fit = max(1, f);
+        }
+        // … unless that makes more CTAs than the GPU holds at once (a ratio-4
+        // layer's 640 keys: 20 splits of 8 head groups, 160 CTAs against
+        // 132, a second wave as long as the first): then as many splits as
+        // fit one wave, of equal runs of keys (the last chunk of a run
+        // partial; DS4C_OPT_ATTN_WAVE)
+        const int64_t groups = (int64_t)n * nblk(H, DEC_H), slots = (int64_t)dec_fit * ds4c_sm_count();
+        if (ds4c_opt_attn_wave() && (int64_t)nsplit * groups > slots) {
+            const int64_t fits = min((int64_t)DEC_SPLITS, max((int64_t)1, slots / groups)); // (fewer than before)
+            ks = (int)((max_keys + fits - 1) / fits);
+            nsplit = (int)((max_keys + ks - 1) / ks);
         }
         ds4c_launch(k_attn_split, dim3((unsigned)nsplit, (unsigned)n, nblk(H, DEC_H)), DEC_T, DEC_SMEM, st, a, d_work, ks,
                     nsplit);
