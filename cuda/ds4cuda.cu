@@ -492,7 +492,7 @@ static void env_option(const char *name, int key) {
     char *end = nullptr;
     const long x = strtol(v, &end, 10);
     if (*end != 0 || x < -(1L << 30) || x > (1L << 30)) {
-        fprintf(stderr, "ds4cuda: %s=%s ignored: not a whole number\n", name, v);
+        fprintf(stderr, "ds4cuda: %s=%s ignored: not a whole number within ±2^30\n", name, v);
         return;
     }
     if (ds4c_set_option(key, (int)x) != 0) fprintf(stderr, "ds4cuda: %s=%s ignored: %s\n", name, v, ds4c_last_error());

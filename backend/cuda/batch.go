@@ -259,52 +259,39 @@ func (be *Backend) ReadActivation(bi engine.Batch, a engine.Activation, dst []fl
 }
 
 // fork makes the side stream wait for the work queued on the main stream.
-func (b *batch) fork() error {
-	if b.side == b.s {
-		return nil
-	}
-	if err := b.follow(b.side, b.s, b.evFork); err != nil {
-		return err
-	}
-	b.forked = true
-	return nil
-}
+func (b *batch) fork() error { return b.forkOn(b.side, b.evFork, &b.forked) }
 
 // join makes the main stream wait for the work queued on the side stream.
-func (b *batch) join() error {
-	if !b.forked {
+func (b *batch) join() error { return b.joinFrom(b.side, b.evJoin, &b.forked) }
+
+// fork2 and join2 are fork and join for the second side stream.
+func (b *batch) fork2() error { return b.forkOn(b.side2, b.evFork2, &b.forked2) }
+func (b *batch) join2() error { return b.joinFrom(b.side2, b.evJoin2, &b.forked2) }
+
+// forkOn makes stream side wait for the work queued on the main stream
+// (through event e), noting it in *forked; nothing when side is the main
+// stream.
+func (b *batch) forkOn(side Stream, e Event, forked *bool) error {
+	if side == b.s {
 		return nil
 	}
-	if err := b.follow(b.s, b.side, b.evJoin); err != nil {
+	if err := b.follow(side, b.s, e); err != nil {
 		return err
 	}
-	b.forked = false
+	*forked = true
 	return nil
 }
 
-// fork2 makes the second side stream wait for the work queued on the main
-// stream.
-func (b *batch) fork2() error {
-	if b.side2 == b.s {
+// joinFrom makes the main stream wait for the work queued on stream side
+// (through event e) when *forked, and clears it.
+func (b *batch) joinFrom(side Stream, e Event, forked *bool) error {
+	if !*forked {
 		return nil
 	}
-	if err := b.follow(b.side2, b.s, b.evFork2); err != nil {
+	if err := b.follow(b.s, side, e); err != nil {
 		return err
 	}
-	b.forked2 = true
-	return nil
-}
-
-// join2 makes the main stream wait for the work queued on the second side
-// stream.
-func (b *batch) join2() error {
-	if !b.forked2 {
-		return nil
-	}
-	if err := b.follow(b.s, b.side2, b.evJoin2); err != nil {
-		return err
-	}
-	b.forked2 = false
+	*forked = false
 	return nil
 }
 
