@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""List one layer of one decode token from a ktrace CSV (start,end,stream,name
+per kernel, as the GPU ran them; scripts/cuda/ktrace.sh writes it), kernel by
+kernel in start order: start and end in µs from the token's first kernel,
+the duration, how far the kernel's end moved the latest end so far ("adv":
+on the critical path it is the kernel's cost; negative when it ended inside
+work already done) and the CUDA stream. A token spans one k_get_rows (its
+embedding) to the next; the token listed is the second-to-last complete one
+(the last may be cut by the end of the trace). A layer spans k_hc_pre
+number 2·L to 2·L+2 (its attention and FFN sub-blocks; hc_pre opens each).
+    python3 scripts/cuda/ktrace-layer.py ktrace.csv [L]
+L defaults to 20 (a ratio-4 layer of Flash; 21 is a ratio-128 one). The
+timeline's reading in cuda/NOTES.md (v21, v22) used this listing."""
+import csv, re, subprocess, sys
+
+if len(sys.argv) < 2:
+    sys.exit(__doc__)
+L = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+rows = list(csv.DictReader(open(sys.argv[1])))
+names = sorted({r["name"] for r in rows})
+plain = {}
+try:  # CUPTI reports mangled names: demangle them with c++filt when it is there
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout
+    plain = dict(zip(names, out.split("\n")))
+except (OSError, subprocess.CalledProcessError):
+    pass
+ev = []
+for r in rows:
+    n = plain.get(r["name"], r["name"])
+    n = re.sub(r"ds4mv::|\(anonymous namespace\)::|^void ", "", n)
+    n = re.sub(r"\(.*", "", n)
+    ev.append((int(r["start"]), int(r["end"]), n, int(r["stream"])))
+ev.sort()
+tokens = [i for i, e in enumerate(ev) if e[2].startswith("k_get_rows")]
+if len(tokens) < 3:
+    sys.exit("fewer than two complete tokens in the trace")
+ks = ev[tokens[-3]:tokens[-2]]
+t0 = ks[0][0]
+pre = [i for i, e in enumerate(ks) if e[2].startswith("k_hc_pre")]
+if 2 * L + 2 >= len(pre):
+    sys.exit(f"layer {L} not in the token ({len(pre)} hc_pre launches)")
+last = None
+try:
+    for s, e, n, strm in ks[pre[2 * L]:pre[2 * L + 2]]:
+        adv = (e - last) / 1000 if last is not None else 0.0
+        print(f"{(s - t0) / 1000:9.2f} {(e - t0) / 1000:9.2f} dur {(e - s) / 1000:6.2f} adv {adv:6.2f} s{strm} {n}")
+        last = e if last is None else max(last, e)
+except BrokenPipeError:  # (piped into head)
+    pass
