@@ -11,26 +11,13 @@ number 2·L to 2·L+2 (its attention and FFN sub-blocks; hc_pre opens each).
     python3 scripts/cuda/ktrace-layer.py ktrace.csv [L]
 L defaults to 20 (a ratio-4 layer of Flash; 21 is a ratio-128 one). The
 timeline's reading in cuda/NOTES.md (v21, v22) used this listing."""
-import csv, re, subprocess, sys
+import sys
+from ktrace_csv import load
 
 if len(sys.argv) < 2:
     sys.exit(__doc__)
 L = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-rows = list(csv.DictReader(open(sys.argv[1])))
-names = sorted({r["name"] for r in rows})
-plain = {}
-try:  # CUPTI reports mangled names: demangle them with c++filt when it is there
-    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout
-    plain = dict(zip(names, out.split("\n")))
-except (OSError, subprocess.CalledProcessError):
-    pass
-ev = []
-for r in rows:
-    n = plain.get(r["name"], r["name"])
-    n = re.sub(r"ds4mv::|\(anonymous namespace\)::|^void ", "", n)
-    n = re.sub(r"\(.*", "", n)
-    ev.append((int(r["start"]), int(r["end"]), n, int(r["stream"])))
-ev.sort()
+ev = load(sys.argv[1])
 tokens = [i for i, e in enumerate(ev) if e[2].startswith("k_get_rows")]
 if len(tokens) < 3:
     sys.exit("fewer than two complete tokens in the trace")

@@ -13,26 +13,12 @@ With --prefill the same table covers the prompt's chunks instead: every
 span from one k_get_rows to the next that lasts longer than 100 ms (a decode
 token takes ≈ 10, a chunk of 2048 tokens ≈ 1000), the first N of them.
     python3 scripts/cuda/ktrace-summary.py [--prefill] ktrace.csv [N]"""
-import csv, re, subprocess, sys, collections
+import sys, collections
+from ktrace_csv import load
 args = [a for a in sys.argv[1:] if a != "--prefill"]
 PREFILL = len(args) < len(sys.argv) - 1
 N = int(args[1]) if len(args) > 1 else 16
-rows = list(csv.DictReader(open(args[0])))
-# CUPTI reports mangled names: demangle them with c++filt when it is there
-names = sorted({r["name"] for r in rows})
-plain = {}
-try:
-    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout
-    plain = dict(zip(names, out.split("\n")))
-except (OSError, subprocess.CalledProcessError):
-    pass
-ev = []
-for r in rows:
-    name = re.sub(r"\((int|bool|unsigned int)\)", "", plain.get(r["name"], r["name"]))
-    name = re.sub(r"ds4mv::|\(anonymous namespace\)::|<unnamed>::|^void ", "", name)
-    name = re.sub(r"\(.*", "", name)
-    ev.append((int(r["start"]), int(r["end"]), name, int(r["stream"])))
-ev.sort()
+ev = load(args[0])
 starts = [i for i, e in enumerate(ev) if e[2].startswith("k_get_rows")]
 if PREFILL:
     starts.append(len(ev) - 1)
