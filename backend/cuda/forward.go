@@ -40,7 +40,8 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 	}
 	d := be.dev
 	k := jobs[0].w.Cols
-	if len(jobs) == 1 && !(x == b.x && ldx == be.cfg.Embed && b.xq8 != 0) {
+	isX := be.isInput(b, x, ldx)
+	if len(jobs) == 1 && !(isX && b.xq8 != 0) {
 		// (x's Q8_0 rows, when HCPre formed them, are used as they are)
 		if ok, err := be.matVecF32(b, s, tag, jobs[0].w, x, 0, 0, jobs[0].y, n); ok {
 			return err
@@ -53,7 +54,7 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 			return fmt.Errorf("cuda: linear: weights of %d and %d columns", k, j.w.Cols)
 		}
 		if be.half(j.w, quant.F16, n) {
-			if xh == 0 && x == b.x && ldx == be.cfg.Embed && b.xh != 0 {
+			if xh == 0 && isX && b.xh != 0 {
 				xh = b.xh // formed by HCPre
 			}
 			if xh == 0 {
@@ -76,28 +77,40 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 			if err != nil {
 				return err
 			}
-			ab := d.ActBytes(at, k)
 			p, ok := acts[at]
-			if !ok && at == quant.Q8_0 && x == b.x && ldx == be.cfg.Embed && b.xq8 != 0 {
-				p, ok = b.xq8, true // formed by HCPre
-				acts[at] = p
-			}
 			if !ok {
-				if p, err = b.sc.get(tag+at.String(), ab*int64(n)); err != nil {
-					return err
-				}
-				if err := d.Quantize(s, at, x, ldx, p, k, n); err != nil {
+				if p, _, err = be.inputAct(b, s, tag, at, x, ldx, k, n); err != nil {
 					return err
 				}
 				acts[at] = p
 			}
-			act, actTok = p, ab
+			act, actTok = p, d.ActBytes(at, k)
 		}
 		if err := d.MatMulEx(s, j.w, 0, 1, act, actTok, 0, 1, n, j.y, int64(j.ldy), 0, be.exact()); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// isInput reports whether x with rows ldx floats apart is the sub-block
+// input b.x (whose f16 and Q8_0 forms HCPre may have made: b.xh, b.xq8).
+func (be *Backend) isInput(b *batch, x Ptr, ldx int) bool { return x == b.x && ldx == be.cfg.Embed }
+
+// inputAct returns n rows of x (ldx floats apart, cols values each) in the
+// activation format at of quantized weights, with the rows' stride in
+// bytes: x's Q8_0 rows as HCPre formed them when x is the sub-block input,
+// else x quantized on stream s into the scratch buffer tag + format.
+func (be *Backend) inputAct(b *batch, s Stream, tag string, at quant.Type, x Ptr, ldx, cols, n int) (Ptr, int64, error) {
+	ab := be.dev.ActBytes(at, cols)
+	if at == quant.Q8_0 && be.isInput(b, x, ldx) && b.xq8 != 0 {
+		return b.xq8, ab, nil
+	}
+	p, err := b.sc.get(tag+at.String(), ab*int64(n))
+	if err != nil {
+		return 0, 0, err
+	}
+	return p, ab, be.dev.Quantize(s, at, x, ldx, p, cols, n)
 }
 
 // matVecF32 runs one token's product of a single Q8_0 matrix w with the
@@ -472,9 +485,12 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		}
 	}
 	q := buf("attn.q", n*H*HD)
-	var iq Ptr
+	var iq, ixqr Ptr
 	if scoring {
 		iq = buf("idx.q", n*c.IndexerHeads*c.IndexerHeadDim)
+	}
+	if ixSide { // (the indexer query's own norm of q_a's row: ixHead)
+		ixqr = buf("idx.qr", n*QL)
 	}
 	// Fast chunks of the flash kernel: the queries go in and the output
 	// (rotated back) comes out as f16 rows, the output projection's input.
@@ -512,6 +528,11 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		if err := be.reserveActs(b, "side.", n, ws...); err != nil {
 			return err
 		}
+		if ixPar { // (side2's, before any fork too)
+			if err := be.reserveActs(b, "side2.", n, L.idx.qb, L.idx.proj); err != nil {
+				return err
+			}
+		}
 		if err := b.fork(); err != nil {
 			return err
 		}
@@ -524,9 +545,6 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		// q_a, then side2's fork (its path reads q_a's row), then the KV
 		// product
 		if err := be.linear(b, b.x, D, n, jobs[0]); err != nil {
-			return err
-		}
-		if err := be.reserveActs(b, "side2.", n, L.idx.qb, L.idx.proj); err != nil {
 			return err
 		}
 		if err := b.fork2(); err != nil {
@@ -554,18 +572,18 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	if scoring {
 		ixJob.w = L.idx.qb
 	}
-	// ixPar: side2 starts with the indexer query's norm and product.
+	// ixHead queues the indexer query's own norm of q_a's row (the main
+	// stream's may be inside q_b's launch, below) and its product on
+	// stream xs.
+	ixHead := func(xs Stream, tag string) error {
+		if err := d.RMSNormRef(xs, qr, int64(QL), L.qNorm, ixqr, int64(QL), QL, n, c.NormEps); err != nil {
+			return err
+		}
+		return be.linearOn(b, xs, tag, ixqr, QL, n, ixJob)
+	}
+	// ixPar: side2 starts with them.
 	if ixPar {
-		// (its own copy of the norm: the main stream's may be inside q_b's
-		// launch, below)
-		ixqr, err := b.sc.f32("idx.qr", n*QL)
-		if err != nil {
-			return err
-		}
-		if err := d.RMSNormRef(b.side2, qr, int64(QL), L.qNorm, ixqr, int64(QL), QL, n, c.NormEps); err != nil {
-			return err
-		}
-		if err := be.linearOn(b, b.side2, "side2.", ixqr, QL, n, ixJob); err != nil {
+		if err := ixHead(b.side2, "side2."); err != nil {
 			return err
 		}
 	}
@@ -597,22 +615,13 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			}
 		} else {
 			xs, tag = b.side, "side."
-			// (its own copy of the norm: the main stream's may be inside
-			// q_b's launch, below)
-			ixqr, err := b.sc.f32("idx.qr", n*QL)
-			if err != nil {
-				return err
-			}
 			if err := be.reserveActs(b, tag, n, ixJob.w); err != nil {
 				return err
 			}
 			if err := b.fork(); err != nil {
 				return err
 			}
-			if err := d.RMSNormRef(xs, qr, int64(QL), L.qNorm, ixqr, int64(QL), QL, n, c.NormEps); err != nil {
-				return err
-			}
-			if err := be.linearOn(b, xs, tag, ixqr, QL, n, ixJob); err != nil {
+			if err := ixHead(xs, tag); err != nil {
 				return err
 			}
 		}
@@ -1174,11 +1183,9 @@ func (be *Backend) sharedGateUp(b *batch, L *dlayer, shg, shu Ptr) error {
 	if err != nil {
 		return err
 	}
-	act := b.xq8 // (x's Q8_0 row, formed by HCPre)
-	if at != quant.Q8_0 || act == 0 {
-		if act, _, err = b.quantAct(be.dev, b.side, "side."+at.String(), g, b.x, D, n); err != nil {
-			return err
-		}
+	act, _, err := be.inputAct(b, b.side, "side.", at, b.x, D, D, n)
+	if err != nil {
+		return err
 	}
 	return be.dev.MatMulGroupedPair(b.side, g, u, 0, 1, act, 0, 1, shg, shu, 0, 0, be.exact())
 }

@@ -102,8 +102,10 @@ func (d *Device) MatMulGrouped(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, 
 // MatMulGroupedPair is MatMulGrouped through two tensors of the same type
 // and shape with the same ids, activations and scratch (a routed gate and
 // up), outputs at y1 and y2: one launch where both run as single-token
-// products of the decode kernel (IQ2_XXS, Q2_K; OptMVDec), else the two
-// calls. Same results either way.
+// products of the decode kernel (IQ2_XXS, Q2_K; OptMVDec) or, for one
+// selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up), as
+// one grid of the plain product kernel (OptMVPair); else the two calls.
+// Same results either way.
 func (d *Device) MatMulGroupedPair(s Stream, w1, w2 *Weight, ids Ptr, nsel int, act Ptr, actSel int64, actDiv int, y1, y2 Ptr, ySel int64, scratch Ptr, exact bool) error {
 	if w1.Type != w2.Type || w1.Rows != w2.Rows || w1.Cols != w2.Cols || w1.Mats != w2.Mats {
 		return fmt.Errorf("cuda: matmul pair: tensors of different types or shapes")
