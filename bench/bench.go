@@ -56,6 +56,11 @@ type Options struct {
 	// modules loaded, library handles and the backend's scratch buffers
 	// made) as a server is after its first request.
 	Warmup int
+	// HostGreedy generates one step at a time with the host's Greedy over
+	// the downloaded logits (the way before Session.DecodeGreedy), instead
+	// of DecodeGreedy, which on a GreedyPipeliner backend picks each token
+	// on the device and queues the next step before reading it.
+	HostGreedy bool
 	// Progress, if set, is called after each row (for logs).
 	Progress func(Row)
 }
@@ -169,14 +174,18 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 		r.KVBytes = KVBytes(s.Layout(), f)
 		if o.Gen > 0 {
 			t0 = time.Now()
-			for i := 0; i < o.Gen; i++ {
-				logits := s.Logits()
-				if logits == nil {
-					return rows, fmt.Errorf("bench: no logits at %d", s.Pos())
+			if o.HostGreedy {
+				for i := 0; i < o.Gen; i++ {
+					logits := s.Logits()
+					if logits == nil {
+						return rows, fmt.Errorf("bench: no logits at %d", s.Pos())
+					}
+					if err := s.Decode(ctx, engine.Greedy(logits)); err != nil {
+						return rows, fmt.Errorf("bench: decode at %d: %w", s.Pos(), err)
+					}
 				}
-				if err := s.Decode(ctx, engine.Greedy(logits)); err != nil {
-					return rows, fmt.Errorf("bench: decode at %d: %w", s.Pos(), err)
-				}
+			} else if _, err := s.DecodeGreedy(ctx, o.Gen, func(int32) bool { return true }); err != nil {
+				return rows, fmt.Errorf("bench: decode at %d: %w", s.Pos(), err)
 			}
 			r.GenS = time.Since(t0).Seconds()
 			r.GenTokens = o.Gen

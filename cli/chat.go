@@ -226,7 +226,49 @@ func (c *Chat) Turn(ctx context.Context, text string) (TurnStats, error) {
 	em := &emitter{w: c.out, color: c.color}
 	t1 := time.Now()
 	st.Stop = "length"
-	for st.Generated < c.opts.MaxTokens {
+	// emit shows an accepted token; it reports a failure of the stream
+	// decoder.
+	emit := func(id int32) error {
+		st.Generated++
+		b, err := sd.Add(id)
+		if err != nil {
+			return err
+		}
+		em.events(p.FeedBytes(b))
+		return nil
+	}
+	if c.sampler.Options().Temperature <= 0 {
+		// Greedy: Session.DecodeGreedy (on the GPU the token is chosen on
+		// the device and the next step queued before the host reads it).
+		var emitErr error
+		accepted, last := 0, int32(0)
+		limit := min(c.opts.MaxTokens, st.Generated+c.ctxSize-c.sess.Pos())
+		n, err := c.sess.DecodeGreedy(ctx, max(0, limit-st.Generated), func(id int32) bool {
+			if c.stops[id] {
+				st.Stop = "eos"
+				return false
+			}
+			if emitErr = emit(id); emitErr != nil {
+				return false
+			}
+			accepted, last = accepted+1, id
+			return true
+		})
+		switch {
+		case emitErr != nil:
+			return st, emitErr
+		case err != nil && errors.Is(err, context.Canceled):
+			if accepted > n && c.sess.Pos() < c.ctxSize {
+				c.pending = append(c.pending, last)
+			}
+			st.Stop = "interrupted"
+		case err != nil:
+			return st, err
+		case st.Stop != "eos" && st.Generated < c.opts.MaxTokens && c.sess.Pos() >= c.ctxSize:
+			st.Stop = "context"
+		}
+	}
+	for c.sampler.Options().Temperature > 0 && st.Generated < c.opts.MaxTokens {
 		if c.sess.Pos() >= c.ctxSize {
 			st.Stop = "context"
 			break
@@ -243,12 +285,9 @@ func (c *Chat) Turn(ctx context.Context, text string) (TurnStats, error) {
 			st.Stop = "eos"
 			break
 		}
-		st.Generated++
-		b, err := sd.Add(id)
-		if err != nil {
+		if err := emit(id); err != nil {
 			return st, err
 		}
-		em.events(p.FeedBytes(b))
 		if err := c.sess.Decode(ctx, id); err != nil {
 			if errors.Is(err, context.Canceled) && c.sess.Pos() < c.ctxSize {
 				c.pending = append(c.pending, id)

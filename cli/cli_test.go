@@ -382,11 +382,17 @@ func (w *interruptingWriter) Write(p []byte) (int, error) {
 }
 
 func TestInterruptGeneration(t *testing.T) {
+	for _, temp := range []string{"0.6", "0"} { // sampled; greedy (Session.DecodeGreedy)
+		t.Run("temp "+temp, func(t *testing.T) { testInterruptGeneration(t, temp) })
+	}
+}
+
+func testInterruptGeneration(t *testing.T, temp string) {
 	h := &harness{}
 	env := h.env("tell me a long story\nand another\n")
 	w := &interruptingWriter{intr: h.intr}
 	env.Stdout = w
-	rc := Main([]string{"--demo", "-n", "300", "--seed", "3", "--nothink"}, env)
+	rc := Main([]string{"--demo", "-n", "300", "--seed", "3", "--nothink", "--temp", temp}, env)
 	if rc != 0 {
 		t.Fatalf("rc %d: %s", rc, h.stderr.String())
 	}

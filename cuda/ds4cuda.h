@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 28
+#define DS4C_ABI_VERSION 29
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -323,6 +323,12 @@ int ds4c_swiglu(const float *d_g, const float *d_u, float *d_y, int64_t n, float
 int ds4c_get_rows(int type, const void *d_w, int64_t total_rows, int64_t cols, const int32_t *d_ids,
                   int n, float *d_dst, int64_t dst_stride, int copies, int64_t copy_stride,
                   void *stream);
+/* The greedy choice over n logits: *d_out = the id of the largest (the
+ * lowest id on ties; −0 equals +0; NaN never, unless every value is NaN:
+ * then 0), as engine.Greedy picks it. d_work: DS4C_ARGMAX_WORK bytes,
+ * 8-byte aligned, zero before the first call; each call leaves it zero. */
+#define DS4C_ARGMAX_WORK 16
+int ds4c_argmax(const float *d_x, int64_t n, void *d_work, int32_t *d_out, void *stream);
 int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float *d_y,
                      int64_t y_stride, int64_t n, int rows, float eps, void *stream);
 /* mode: bit 0 the head's variant, bit 1 d_mix holds raw products fn·flat(h),

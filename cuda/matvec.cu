@@ -393,12 +393,20 @@ int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64
                              float *d_y1, float *d_y2, int64_t y_sel, const void *d_scratch, int flags, void *stream) {
     DS4C_READY();
     if (n_sel <= 0) return 0;
-    // ds4c_matmul_grouped would run each as ds4c_matmul_ex: one launch of
-    // k_mv_dec for both where it takes them
+    // (ds4c_matmul_grouped would run each as ds4c_matmul_ex: the forms below
+    // only where that would be one single-token launch each)
     const bool aligned = (((uintptr_t)d_act | (uint64_t)act_sel) & 15) == 0;
     const bool single =
         (flags & DS4C_MM_HALF) == 0 && (!tc_supported(type, cols) || n_sel < ds4c_opt_tc_min_sel() || !aligned);
-    if (single && (type == DS4C_IQ2_XXS || type == DS4C_Q2_K) && n_sel <= 65535 && act_div > 0) {
+    // Two forms take both tensors in one grid (MVArgs.w2/y2), each with the
+    // rows' work, and so the bits, of its two separate launches:
+    // k_mv_dec's types (a decode step's routed gate and up), and one
+    // selection of one Q8_0/Q4_K matrix through k_matvec (a shared expert's
+    // gate and up; DS4C_OPT_MV_PAIR).
+    const bool dec = (type == DS4C_IQ2_XXS || type == DS4C_Q2_K) && n_sel <= 65535;
+    const bool one = (type == DS4C_Q8_0 || type == DS4C_Q4_K) && n_sel == 1 && !d_ids && n_mat == 1 &&
+                     ds4c_opt_mv_pair();
+    if (single && act_div > 0 && (dec || one)) {
         int rc = check_shape(type, rows, cols, n_mat);
         if (rc) return rc;
         MVArgs a = mv_args(d_w1, rows, cols, n_mat, d_ids, d_ids == nullptr && n_sel > 1, d_act,
@@ -407,25 +415,13 @@ int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64
         a.w2 = (const uint8_t *)d_w2;
         a.y2 = d_y2;
         cudaStream_t st = as_stream(stream);
+        if (one) {
+            const bool exact = (flags & DS4C_MM_EXACT) != 0;
+            return type == DS4C_Q8_0 ? launch_q8_0(a, 1, 1, exact, st) : launch_q4_k(a, 1, 1, exact, st);
+        }
         const bool took =
             type == DS4C_IQ2_XXS ? dec_pair_iq2_xxs(a, n_sel, st, &rc) : dec_pair_q2_k(a, n_sel, st, &rc);
         if (took) return rc;
-    }
-    // one selection of one matrix (a shared expert's gate and up) through
-    // k_matvec's types: both tensors in one grid (DS4C_OPT_MV_PAIR); the
-    // rows' work, and so the bits, as the two launches'
-    if (single && (type == DS4C_Q8_0 || type == DS4C_Q4_K) && n_sel == 1 && !d_ids && n_mat == 1 && act_div > 0 &&
-        ds4c_opt_mv_pair()) {
-        int rc = check_shape(type, rows, cols, n_mat);
-        if (rc) return rc;
-        MVArgs a = mv_args(d_w1, rows, cols, 1, nullptr, false, d_act,
-                           (int64_t)ds4c_act_bytes(ds4c_act_type(type), cols), act_sel, act_div, d_y1, rows, y_sel);
-        a.late = (flags & DS4C_MM_LATE) != 0;
-        a.w2 = (const uint8_t *)d_w2;
-        a.y2 = d_y2;
-        const bool exact = (flags & DS4C_MM_EXACT) != 0;
-        cudaStream_t st = as_stream(stream);
-        return type == DS4C_Q8_0 ? launch_q8_0(a, 1, 1, exact, st) : launch_q4_k(a, 1, 1, exact, st);
     }
     int rc = ds4c_matmul_grouped(type, d_w1, rows, cols, n_mat, d_ids, n_sel, d_act, act_sel, act_div, d_y1, y_sel,
                                  d_scratch, flags, stream);

@@ -54,6 +54,61 @@ __global__ void k_get_rows(int type, const uint8_t *w, int64_t R, int64_t cols, 
     }
 }
 
+// ------------------------------------------------------------ greedy argmax
+// argmax_key orders a logit and its id as engine.Greedy does: the larger
+// value first, the lower id on ties, −0 equal to +0, and NaN (key 0) below
+// everything, so never chosen unless every value is NaN.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int64_t i) {
+    if (v != v) return 0ull;
+    uint32_t u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) == 0) u = 0;
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)u << 32) | (0xffffffffu - (uint32_t)i);
+}
+
+__device__ __forceinline__ unsigned long long max_u64(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+
+constexpr int AM_T = 256;
+
+// k_argmax: each CTA's best key goes into work[0] (atomicMax); the CTA that
+// counts last in work[1] writes the id to *out and leaves both words zero
+// for the next launch (a graph replays it as it is).
+__global__ void __launch_bounds__(AM_T) k_argmax(const float *x, int64_t n, unsigned long long *work, int32_t *out) {
+    pdl_enter();
+    unsigned long long k = 0;
+    const int64_t step = (int64_t)gridDim.x * AM_T, first = (int64_t)blockIdx.x * AM_T + threadIdx.x;
+    int64_t tail = 0;
+    if ((((uintptr_t)x) & 15) == 0) {
+        const int64_t n4 = n / 4;
+        const float4 *x4 = (const float4 *)x;
+#pragma unroll 4
+        for (int64_t g = first; g < n4; g += step) {
+            const float4 v = x4[g];
+            k = max_u64(k, argmax_key(v.x, 4 * g));
+            k = max_u64(k, argmax_key(v.y, 4 * g + 1));
+            k = max_u64(k, argmax_key(v.z, 4 * g + 2));
+            k = max_u64(k, argmax_key(v.w, 4 * g + 3));
+        }
+        tail = 4 * n4;
+    }
+    for (int64_t i = tail + first; i < n; i += step) k = max_u64(k, argmax_key(x[i], i));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) k = max_u64(k, __shfl_xor_sync(0xffffffffu, k, o));
+    __shared__ unsigned long long s_k[AM_T / 32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) s_k[warp] = k;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int w = 1; w < AM_T / 32; w++) k = max_u64(k, s_k[w]);
+    atomicMax(&work[0], k);
+    __threadfence();
+    const unsigned long long ticket = atomicAdd(&work[1], 1ull);
+    if (ticket != gridDim.x - 1) return;
+    const unsigned long long best = atomicExch(&work[0], 0ull);
+    work[1] = 0;
+    *out = best ? (int32_t)(0xffffffffu - (uint32_t)best) : 0;
+}
+
 // ------------------------------------------------------------ RMSNorm rows
 // y = w ⊙ (x · r) (w null: x · r), rows of n values.
 __global__ void k_rmsnorm_ref(const float *x, int64_t x_stride, const float *w, float *y, int64_t y_stride, int64_t n,
@@ -2957,6 +3012,20 @@ int ds4c_get_rows(int type, const void *d_w, int64_t total_rows, int64_t cols, c
     ds4c_launch(k_get_rows, g, 256, 0, as_stream(stream), type, (const uint8_t *)d_w, total_rows, cols, d_ids, d_dst,
                 dst_stride, copies, copy_stride);
     DS4C_CHECK_LAUNCH("get_rows");
+    return 0;
+}
+
+int ds4c_argmax(const float *d_x, int64_t n, void *d_work, int32_t *d_out, void *stream) {
+    DS4C_READY();
+    if (n <= 0 || n > 0xffffffffll) return ds4c_err(DS4C_EINVAL, "argmax: %lld values", (long long)n);
+    if (((uintptr_t)d_work & 7) != 0) return ds4c_err(DS4C_EINVAL, "argmax: work area not 8-byte aligned");
+    // a few float4 groups a thread, every SM at most once
+    int64_t blocks = (n / 4 + 4 * AM_T - 1) / (4 * AM_T);
+    const int sms = ds4c_sm_count() > 0 ? ds4c_sm_count() : 132;
+    if (blocks < 1) blocks = 1;
+    if (blocks > sms) blocks = sms;
+    ds4c_launch(k_argmax, (unsigned)blocks, AM_T, 0, as_stream(stream), d_x, n, (unsigned long long *)d_work, d_out);
+    DS4C_CHECK_LAUNCH("argmax");
     return 0;
 }
 

@@ -38,7 +38,7 @@ enum { OP_KERNEL, OP_MEMSET, OP_MEMCPY, OP_RECORD, OP_WAIT };
 // in Log::offs from aoff).
 struct Op {
     int kind = 0;
-    int side = 0; // the stream: 0 main, 1 side, 2 the second side stream (ds4c_rec::st)
+    int stream = 0; // 0 main, 1 side, 2 the second side stream (ds4c_rec::st)
     int pdl = 0;
     const void *fn = nullptr;
     dim3 grid, block;
@@ -68,7 +68,7 @@ bool same_dim(dim3 a, dim3 b) { return a.x == b.x && a.y == b.y && a.z == b.z; }
 // same_structure: the two ops become the same graph node, up to kernel
 // launch configuration and argument values.
 bool same_structure(const Op &a, const Op &b) {
-    if (a.kind != b.kind || a.side != b.side) return false;
+    if (a.kind != b.kind || a.stream != b.stream) return false;
     switch (a.kind) {
     case OP_KERNEL:
         return a.fn == b.fn && a.pdl == b.pdl && a.nargs == b.nargs && a.len == b.len;
@@ -144,7 +144,7 @@ int issue(ds4c_rec *r, const Log &L, std::vector<cudaGraphNode_t> *nodes) {
     if (nodes) nodes->assign(L.ops.size(), nullptr);
     for (size_t i = 0; i < L.ops.size(); i++) {
         const Op &op = L.ops[i];
-        cudaStream_t st = r->st[op.side];
+        cudaStream_t st = r->st[op.stream];
         cudaError_t err = cudaSuccess;
         switch (op.kind) {
         case OP_KERNEL: {
@@ -281,10 +281,10 @@ static Op *rec_op(ds4c_rec *r, cudaStream_t s, int kind) {
     }
     Op *op = &r->log.ops.back();
     op->kind = kind;
-    op->side = 0;
+    op->stream = 0;
     for (int i = REC_STREAMS - 1; i > 0; i--)
         if (s == r->st[i] && s != r->main) {
-            op->side = i;
+            op->stream = i;
             break;
         }
     return op;

@@ -142,3 +142,26 @@ type ChunkSizer interface {
 	// PreferredChunk is the prefill chunk size, in tokens.
 	PreferredChunk() int
 }
+
+// GreedyPipeliner is implemented by backends that can take a decode step's
+// greedy choice on the device and feed it to the next step without a round
+// trip through the host, so that the host queues step k+1 while the device
+// still runs step k (Session.DecodeGreedy). A one-token chunk queued this
+// way runs the same ops, in the same order, as Embed … Head.
+type GreedyPipeliner interface {
+	// HeadGreedy is Head for the one row of a one-token chunk, without
+	// waiting for it: the logits stay on the device, and their greedy choice
+	// (as Greedy picks it) becomes the token of the next EmbedGreedy on b and
+	// a result for GreedyToken.
+	HeadGreedy(b Batch) error
+	// EmbedGreedy is Embed of a one-token chunk at pos whose token is the
+	// choice of the latest HeadGreedy on b, read on the device.
+	EmbedGreedy(b Batch, pos int) error
+	// GreedyToken waits for the oldest HeadGreedy on b whose choice it has
+	// not returned yet, and returns that choice.
+	GreedyToken(b Batch) (int32, error)
+	// GreedyLogits waits for b's queued work and copies the logits of the
+	// latest HeadGreedy on b (back 0) or of the one before it (back 1) into
+	// dst (Vocab values).
+	GreedyLogits(b Batch, back int, dst []float32) error
+}

@@ -313,47 +313,16 @@ func (s *Session) ensureContinuable(ctx context.Context) error {
 // tokens and logits change only when it succeeds; the rings may have been
 // written either way (the retention record says so).
 func (s *Session) chunk(ctx context.Context, toks []int32, from int, fn func(int, []float32)) error {
-	be, b, st := s.be, s.b, s.st
+	be, b := s.be, s.b
 	pos, n := len(s.tokens), len(toks)
 	s.ret.written(pos, n)
 	trace := s.tracer(pos, n)
-	fail := func(op string, layer int, err error) error {
-		if layer < 0 {
-			return fmt.Errorf("engine: %s backend: %s at position %d: %w", be.Name(), op, pos, err)
-		}
-		return fmt.Errorf("engine: %s backend: layer %d %s at position %d: %w", be.Name(), layer, op, pos, err)
-	}
 	if err := be.Embed(b, pos, toks); err != nil {
-		return fail("embed", -1, err)
+		return s.opError(pos, "embed", -1, err)
 	}
 	trace(StageEmbed, -1)
-	for l := 0; l < s.cfg.Layers; l++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := be.HCPre(b, l, AttnSub); err != nil {
-			return fail("hc_pre attn", l, err)
-		}
-		trace(StageAttnIn, l)
-		if err := be.Attention(b, st, l); err != nil {
-			return fail("attention", l, err)
-		}
-		trace(StageAttnOut, l)
-		if err := be.HCPost(b, l, AttnSub); err != nil {
-			return fail("hc_post attn", l, err)
-		}
-		if err := be.HCPre(b, l, FFNSub); err != nil {
-			return fail("hc_pre ffn", l, err)
-		}
-		trace(StageFFNIn, l)
-		if err := be.FFN(b, l); err != nil {
-			return fail("ffn", l, err)
-		}
-		trace(StageFFNOut, l)
-		if err := be.HCPost(b, l, FFNSub); err != nil {
-			return fail("hc_post ffn", l, err)
-		}
-		trace(StageBlockOut, l)
+	if err := s.blocks(ctx, pos, trace); err != nil {
+		return err
 	}
 	// Head rows: those fn reports (positions ≥ from), and always the last
 	// (the session's next-token logits).
@@ -380,7 +349,7 @@ func (s *Session) chunk(ctx context.Context, toks []int32, from int, fn func(int
 		out = s.buf[:len(s.rows)*V]
 	}
 	if err := be.Head(b, s.rows, out); err != nil {
-		return fail("head", -1, err)
+		return s.opError(pos, "head", -1, err)
 	}
 	trace(StageHead, -1)
 	if !direct {
@@ -396,6 +365,49 @@ func (s *Session) chunk(ctx context.Context, toks []int32, from int, fn func(int
 		}
 	}
 	return nil
+}
+
+// blocks runs every layer's two sub-blocks on the chunk embedded at pos.
+func (s *Session) blocks(ctx context.Context, pos int, trace func(Stage, int)) error {
+	be, b, st := s.be, s.b, s.st
+	for l := 0; l < s.cfg.Layers; l++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := be.HCPre(b, l, AttnSub); err != nil {
+			return s.opError(pos, "hc_pre attn", l, err)
+		}
+		trace(StageAttnIn, l)
+		if err := be.Attention(b, st, l); err != nil {
+			return s.opError(pos, "attention", l, err)
+		}
+		trace(StageAttnOut, l)
+		if err := be.HCPost(b, l, AttnSub); err != nil {
+			return s.opError(pos, "hc_post attn", l, err)
+		}
+		if err := be.HCPre(b, l, FFNSub); err != nil {
+			return s.opError(pos, "hc_pre ffn", l, err)
+		}
+		trace(StageFFNIn, l)
+		if err := be.FFN(b, l); err != nil {
+			return s.opError(pos, "ffn", l, err)
+		}
+		trace(StageFFNOut, l)
+		if err := be.HCPost(b, l, FFNSub); err != nil {
+			return s.opError(pos, "hc_post ffn", l, err)
+		}
+		trace(StageBlockOut, l)
+	}
+	return nil
+}
+
+// opError wraps a backend op's error with the op, the layer (−1: none) and
+// the chunk's position.
+func (s *Session) opError(pos int, op string, layer int, err error) error {
+	if layer < 0 {
+		return fmt.Errorf("engine: %s backend: %s at position %d: %w", s.be.Name(), op, pos, err)
+	}
+	return fmt.Errorf("engine: %s backend: layer %d %s at position %d: %w", s.be.Name(), layer, op, pos, err)
 }
 
 func (s *Session) tracer(pos, n int) func(Stage, int) {

@@ -42,7 +42,8 @@ type batch struct {
 	headIn Ptr     // [cap][Embed]
 	sc     scratch // named working buffers
 
-	g graphDecode // capture of one-token chunks (graph.go)
+	g  graphDecode // capture of one-token chunks (graph.go)
+	gq greedyQueue // greedy decode on the device (greedy.go)
 
 	profiling bool // the profiler runs for this chunk (Backend.profileAt)
 
@@ -184,6 +185,7 @@ func (b *batch) Release() {
 		d.Free(p)
 	}
 	b.sc.free()
+	b.gq.release(d)
 	if b.pinned != nil {
 		d.FreeHost(b.pinned)
 	}

@@ -181,10 +181,18 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 			return fmt.Errorf("cuda: token %d out of range", tok)
 		}
 	}
+	return be.embed(b, pos, len(tokens), tokens)
+}
+
+// embed starts a chunk of n tokens at pos: tokens from the host, or (nil)
+// the one token already in b.tokens (EmbedGreedy). Host tokens discard the
+// greedy choices GreedyToken has not returned.
+func (be *Backend) embed(b *batch, pos, n int, tokens []int32) error {
+	c := &be.cfg
 	b.abortGraph()
-	b.n, b.pos = len(tokens), pos
+	b.n, b.pos = n, pos
 	b.xq8, b.xh = 0, 0
-	if len(tokens) == 1 && be.profileAt > 0 {
+	if n == 1 && be.profileAt > 0 {
 		if be.decoded.Add(1) == int64(be.profileAt) {
 			if err := be.dev.Profiler(true); err != nil {
 				return err
@@ -192,10 +200,14 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 			b.profiling = true
 		}
 	}
-	if err := b.setTokens(tokens); err != nil {
-		return err
+	if tokens != nil {
+		b.gq.onDevice = false
+		b.gq.taken = b.gq.heads
+		if err := b.setTokens(tokens); err != nil {
+			return err
+		}
 	}
-	if len(tokens) == 1 && be.opts.GraphLayers > 0 {
+	if n == 1 && be.opts.GraphLayers > 0 {
 		if err := b.beginGraph(); err != nil {
 			return err
 		}
@@ -309,9 +321,8 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 	if err != nil {
 		return err
 	}
-	c := &be.cfg
 	d := be.dev
-	D, HC, V := c.Embed, c.HC, c.Vocab
+	D, V := be.cfg.Embed, be.cfg.Vocab
 	if len(logits) < len(rows)*V {
 		return fmt.Errorf("cuda: head: %d rows need %d logits, got %d", len(rows), len(rows)*V, len(logits))
 	}
@@ -320,18 +331,7 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 			return fmt.Errorf("cuda: head rows %v: not ascending rows of the chunk of %d", rows, b.n)
 		}
 	}
-	mx, err := b.sc.f32("head.mixes", b.n*HC)
-	if err != nil {
-		return err
-	}
-	raw, hdone, err := be.mixes(b, be.hcHeadFn, mx)
-	if err != nil {
-		return err
-	}
-	if err := d.HCPre(b.s, &HCPreArgs{
-		Head: true, Mix: mx, RawMix: raw, M: HC, Scale: be.hcHeadScale, Base: be.hcHeadBase, HC: HC, HCEps: c.HCEps,
-		H: b.h, D: D, NormW: be.outNorm, NormEps: c.NormEps, X: b.headIn, N: b.n, HDone: hdone,
-	}); err != nil {
+	if err := be.headIn(b); err != nil {
 		return err
 	}
 	if len(rows) == 0 {
@@ -412,6 +412,24 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 		return nil
 	}
 	return DownloadSlice(d, logits[:len(rows)*V], lg)
+}
+
+// headIn forms the head's input of every chunk row (the hyper-connection
+// head and the final norm) into b.headIn.
+func (be *Backend) headIn(b *batch) error {
+	c := &be.cfg
+	mx, err := b.sc.f32("head.mixes", b.n*c.HC)
+	if err != nil {
+		return err
+	}
+	raw, hdone, err := be.mixes(b, be.hcHeadFn, mx)
+	if err != nil {
+		return err
+	}
+	return be.dev.HCPre(b.s, &HCPreArgs{
+		Head: true, Mix: mx, RawMix: raw, M: c.HC, Scale: be.hcHeadScale, Base: be.hcHeadBase, HC: c.HC, HCEps: c.HCEps,
+		H: b.h, D: c.Embed, NormW: be.outNorm, NormEps: c.NormEps, X: b.headIn, N: b.n, HDone: hdone,
+	})
 }
 
 // headPinRows is the most rows of logits Head returns through pinned memory

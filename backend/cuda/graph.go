@@ -42,6 +42,7 @@ type graphCounters struct {
 	captures, updates, instantiates, flushes, segments atomic.Int64
 	replays, nodeSets                                  atomic.Int64
 	hostNs, waitNs                                     atomic.Int64
+	greedyHeads                                        atomic.Int64
 }
 
 // GraphStats counts what graph decode did.
@@ -56,6 +57,9 @@ type GraphStats struct {
 	// HostNs is the host time spent capturing, updating and launching;
 	// WaitNs the time Head then waited for the GPU.
 	HostNs, WaitNs int64
+	// GreedyHeads counts the decode steps whose greedy choice was made on
+	// the device (HeadGreedy).
+	GreedyHeads int64
 }
 
 // GraphStats returns the backend's graph-decode counters, over all its
@@ -63,7 +67,7 @@ type GraphStats struct {
 func (be *Backend) GraphStats() GraphStats {
 	c := &be.gstats
 	return GraphStats{c.captures.Load(), c.updates.Load(), c.instantiates.Load(), c.replays.Load(),
-		c.nodeSets.Load(), c.flushes.Load(), c.segments.Load(), c.hostNs.Load(), c.waitNs.Load()}
+		c.nodeSets.Load(), c.flushes.Load(), c.segments.Load(), c.hostNs.Load(), c.waitNs.Load(), c.greedyHeads.Load()}
 }
 
 // beginGraph starts recording the chunk's work (one token, graphs on).

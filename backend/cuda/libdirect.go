@@ -90,6 +90,10 @@ func (l *lib) direct(sym func(name string) uintptr) error {
 	l.hcPost = func(h, out, post, comb uintptr, hc int32, d int64, n int32, s uintptr) int32 {
 		return cint(call(hcPost, h, out, post, comb, arg(hc), arg(d), arg(n), s))
 	}
+	argmax := f("ds4c_argmax")
+	l.argmax = func(x uintptr, n int64, work, out, s uintptr) int32 {
+		return cint(call(argmax, x, arg(n), work, out, s))
+	}
 	rope, fp8Sim, fp4Sim := f("ds4c_rope"), f("ds4c_fp8_sim"), f("ds4c_fp4_sim")
 	l.rope = func(x uintptr, tokStride int64, heads int32, headStride, off int64, freqs uintptr, rd int32, pos0, posStep int64, nTok, inverse int32, s uintptr) int32 {
 		return cint(call(rope, x, arg(tokStride), arg(heads), arg(headStride), arg(off), freqs, arg(rd), arg(pos0), arg(posStep), arg(nTok), arg(inverse), s))

@@ -216,6 +216,19 @@ func (d *Device) GetRows(s Stream, w *Weight, ids Ptr, n int, dst Ptr, dstStride
 	})
 }
 
+// ArgmaxWork is the size of Argmax's work area.
+const ArgmaxWork = 16
+
+// Argmax sets *out (a device int32) to the id of the largest of n logits at
+// x, as engine.Greedy picks it (the lowest id on ties, never a NaN unless
+// every value is one). work is ArgmaxWork bytes, zero before the first call;
+// each call leaves it zero, so a replayed graph may repeat it.
+func (d *Device) Argmax(s Stream, x Ptr, n int, work, out Ptr) error {
+	return d.l.call("argmax", func() int32 {
+		return d.l.argmax(uintptr(x), int64(n), uintptr(work), uintptr(out), uintptr(s))
+	})
+}
+
 // RMSNormRef sets y_r = w ⊙ (x_r·rsqrt(mean(x_r²)+eps)) for rows rows of n
 // values, rounding as backend/cpu does (w may be 0: no weight).
 func (d *Device) RMSNormRef(s Stream, x Ptr, xStride int64, w, y Ptr, yStride int64, n, rows int, eps float32) error {

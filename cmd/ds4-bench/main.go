@@ -53,6 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	graphLayers := fs.Int("graph-layers", 0, "CUDA backend: decode through CUDA graphs of N layers each (0: the default, 1; -1: plain launches)")
 	recapture := fs.Bool("recapture", false, "CUDA backend: capture every decode token's graphs again instead of replaying recorded ones (for comparison)")
 	warmup := fs.Int("warmup", 0, "prefill this many tokens first and rewind, so that the rows leave out one-time costs (kernel loading, scratch allocation) as a running server does")
+	hostGreedy := fs.Bool("host-greedy", false, "generate one step at a time, the host taking each greedy token from the downloaded logits (the way before the device's greedy pipeline; for comparison)")
 	limit := fs.Duration("time-limit", 0, "stop this long after the start (loading included), keeping the frontiers completed (0: none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run (after loading) to this file")
 	if err := fs.Parse(args); err != nil {
@@ -174,7 +175,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	var werr error
-	rows, err := bench.Run(ctx, s, prompt, bench.Options{Frontiers: fr, Gen: *gen, Warmup: *warmup, Progress: func(r bench.Row) {
+	rows, err := bench.Run(ctx, s, prompt, bench.Options{Frontiers: fr, Gen: *gen, Warmup: *warmup, HostGreedy: *hostGreedy, Progress: func(r bench.Row) {
 		if e := cw.Write(r); e != nil && werr == nil {
 			werr = e
 		}
