@@ -256,7 +256,26 @@ __device__ double hc_sumsq(const float *hr, int64_t nh, bool vec) {
 // s_mix. It returns the logits to read (m itself unless raw); every thread
 // calls it.
 __device__ const float *hc_pre_mix(bool raw, bool early, const float *m, int M, const float *hr, int64_t nh, bool vec,
-                                   float norm_eps, float *s_mix) {
+                                   float norm_eps, float *s_mix, int parts = 0) {
+    if (parts > 0) { // m: k_hc_post_mix's parts [parts][M + 1]
+        pdl_wait();
+        // a warp a value: its lanes load the parts at once, then a fixed
+        // shuffle tree (a loop of dependent loads cost ≈ 5 µs)
+        const int lane = threadIdx.x & 31, nw = (int)(blockDim.x >> 5);
+        for (int i = (int)(threadIdx.x >> 5); i <= M; i += nw) {
+            float v = 0.f;
+            for (int p = lane; p < parts; p += 32) v += m[p * (M + 1) + i];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+            if (lane == 0) s_mix[i] = v;
+        }
+        __syncthreads();
+        const float r = rms_from_sumsq((double)s_mix[M], nh, norm_eps);
+        __syncthreads();
+        for (int i = threadIdx.x; i < M; i += blockDim.x) s_mix[i] = fmul(s_mix[i], r);
+        __syncthreads();
+        return s_mix;
+    }
     double hss = 0;
     if (early) hss = hc_sumsq(hr, nh, vec);
     pdl_wait();
@@ -281,10 +300,11 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
                          float hc_eps, const float *h, int64_t D, const float *normw, float norm_eps, float *x,
                          float *post_out, float *comb_out, uint8_t *xq, int64_t xq_stride) {
     pdl_launch();
+    const int parts = mode >> 16; // the logits are k_hc_post_mix's parts
     const bool early = (mode & 6) == 6;
     mode &= 3;
     const int hc = HC ? HC : hc_rt;
-    __shared__ float s_pre[16], s_comb[256], s_mix[288];
+    __shared__ float s_pre[16], s_comb[256], s_mix[289];
     const int t = blockIdx.x;
     const int tid = threadIdx.x, nn = hc * hc;
     const float *m = mix + (int64_t)t * M;
@@ -299,7 +319,7 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     const int x0 = !two && (mode & 1) == 0 && nn <= 32 && blockDim.x > 32 ? 32 : 0; // warp 0 runs the split
     const bool vec = HC > 0 && D % 4 == 0 && D / 4 <= (int64_t)HP_G * (blockDim.x - x0);
     // the streams' sum of squares and the scaled logits (mode bit 1)
-    m = hc_pre_mix(mode & 2, early, m, M, h + (int64_t)t * hc * D, (int64_t)hc * D, vec, norm_eps, s_mix);
+    m = hc_pre_mix(mode & 2, early, m, M, h + (int64_t)t * hc * D, (int64_t)hc * D, vec, norm_eps, s_mix, parts);
     mode &= 1;
     const bool warp_split = mode == 0 && nn <= 32 && blockDim.x > 32;
     if (two && blockIdx.y == 1) {
@@ -499,6 +519,79 @@ __global__ void k_hc_post(float *h, const float *out, const float *post, const f
 #pragma unroll
     for (int k = 0; k < M; k++)
         if (k < hc) ht[k * D + d] = nv[k];
+}
+
+// ------------------------------------------------------------ hc_post + the next mixes
+// k_hc_post_mix is k_hc_post of one token (the same operations, so the same
+// streams) whose CTA p also sums, over its slice of d (blockDim.x values),
+// the next hc_pre's mixing products fn_r·flat(h) (r < M) and the streams'
+// squares into part[p][0..M]: hc_pre adds the parts (mode bits 16+) instead
+// of waiting for a product of its own. The weights are loaded before the
+// wait (the kernels before do not write them). Fast mode (the products'
+// float order differs from the product kernels').
+constexpr int HPM_M = 24, HPM_T = 128;
+
+template <int TYPE>
+__device__ __forceinline__ float hpm_weight(const void *fn, int64_t i) {
+    if (TYPE == DS4C_F32) return ((const float *)fn)[i];
+    const uint16_t u = ((const uint16_t *)fn)[i];
+    if (TYPE == DS4C_BF16) return __uint_as_float((uint32_t)u << 16);
+    return __half2float(__ushort_as_half(u));
+}
+
+// NW warps: the CTA's slice is 32·NW values of d; warp w sums the rows
+// w, w + NW, … of fn (their weights in registers, loaded before the wait)
+// over the slice's 4 × 32·NW new stream values, read from shared memory,
+// and warp M % NW the squares.
+template <int TYPE, int NW>
+__global__ void __launch_bounds__(32 * NW) k_hc_post_mix(float *h, const float *out, const float *post, const float *comb,
+                                                         int64_t D, const void *fn, int M, float *part) {
+    constexpr int HC = 4, RPW = (HPM_M + NW - 1) / NW, VPL = HC * NW; // rows a warp, values a lane and row
+    pdl_launch();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t d0 = blockIdx.x * (int64_t)(32 * NW);
+    float w[RPW][VPL];
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        const int r = warp + NW * j;
+#pragma unroll
+        for (int v = 0; v < VPL; v++) // v = k·NW + i: stream k, slice value lane + 32 i
+            w[j][v] = r < M ? hpm_weight<TYPE>(fn, (int64_t)r * HC * D + (v / NW) * D + d0 + lane + 32 * (v % NW)) : 0.f;
+    }
+    pdl_wait();
+    __shared__ float s_h[HC][32 * NW];
+    {
+        const int64_t d = d0 + threadIdx.x;
+        float hv[HC];
+#pragma unroll
+        for (int j = 0; j < HC; j++) hv[j] = h[j * D + d];
+        const float o = out[d];
+#pragma unroll
+        for (int k = 0; k < HC; k++) {
+            float s = 0.f;
+#pragma unroll
+            for (int j = 0; j < HC; j++) s = fadd(s, fmul(comb[j * HC + k], hv[j]));
+            const float nv = fadd(fmul(post[k], o), s);
+            h[k * D + d] = nv;
+            s_h[k][threadIdx.x] = nv;
+        }
+    }
+    __syncthreads();
+    float x[VPL];
+#pragma unroll
+    for (int v = 0; v < VPL; v++) x[v] = s_h[v / NW][lane + 32 * (v % NW)];
+    float *pp = part + blockIdx.x * (int64_t)(M + 1);
+#pragma unroll
+    for (int j = 0; j <= RPW; j++) {
+        const int r = j < RPW ? warp + NW * j : M; // the last: the squares, on warp M % NW
+        if (j < RPW ? r >= M : warp != M % NW) continue;
+        float acc = 0.f;
+#pragma unroll
+        for (int v = 0; v < VPL; v++) acc = fmaf(j < RPW ? w[j][v] : x[v], x[v], acc);
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) acc += __shfl_xor_sync(FULL_MASK, acc, m);
+        if (lane == 0) pp[r] = acc;
+    }
 }
 
 // ------------------------------------------------------------ RoPE
@@ -3044,6 +3137,8 @@ int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const
     DS4C_READY();
     if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_pre: %d streams (at most 16)", hc);
     if ((mode & 2) && M > 288) return ds4c_err(DS4C_EINVAL, "hc_pre: %d mixing logits to scale (at most 288)", M);
+    if ((mode >> 16) && (n != 1 || !(mode & 2)))
+        return ds4c_err(DS4C_EINVAL, "hc_pre: mixing parts need one token and raw logits (%d tokens)", n);
     if (n <= 0) return 0;
     // two CTAs per token (the split beside x) unless the option is off or
     // this is the head's (no split)
@@ -3089,6 +3184,31 @@ int ds4c_hc_post(float *d_h, const float *d_out, const float *d_post, const floa
     ds4c_launch(hc == 4 ? k_hc_post<4> : k_hc_post<0>, nblk(D * n, 256), 256, 0, as_stream(stream), d_h, d_out, d_post,
                 d_comb, hc, D, n);
     DS4C_CHECK_LAUNCH("hc_post");
+    return 0;
+}
+
+int ds4c_hc_post_mix(float *d_h, const float *d_out, const float *d_post, const float *d_comb, int hc, int64_t D,
+                     int fn_type, const void *d_fn, int M, int parts, float *d_part, void *stream) {
+    DS4C_READY();
+    if (hc != 4) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d streams (4 only)", hc);
+    if (M <= 0 || M > HPM_M) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d mixing rows (at most %d)", M, HPM_M);
+    if (parts <= 0 || D % parts != 0 || (D / parts) % 32 != 0 || D / parts > HPM_T)
+        return ds4c_err(DS4C_EINVAL, "hc_post_mix: %lld values in %d parts", (long long)D, parts);
+    using K = void (*)(float *, const float *, const float *, const float *, int64_t, const void *, int, float *);
+    static const K ks[3][3] = {
+        {k_hc_post_mix<DS4C_F16, 1>, k_hc_post_mix<DS4C_F16, 2>, k_hc_post_mix<DS4C_F16, 4>},
+        {k_hc_post_mix<DS4C_BF16, 1>, k_hc_post_mix<DS4C_BF16, 2>, k_hc_post_mix<DS4C_BF16, 4>},
+        {k_hc_post_mix<DS4C_F32, 1>, k_hc_post_mix<DS4C_F32, 2>, k_hc_post_mix<DS4C_F32, 4>},
+    };
+    const int ti = fn_type == DS4C_F16 ? 0 : fn_type == DS4C_BF16 ? 1 : fn_type == DS4C_F32 ? 2 : -1;
+    if (ti < 0) return ds4c_err(DS4C_ETYPE, "hc_post_mix: weight type %d", fn_type);
+    const int nw = (int)(D / parts / 32); // 1, 2 or 4
+    const K k = ks[ti][nw == 1 ? 0 : nw == 2 ? 1 : 2];
+    if (nw != 1 && nw != 2 && nw != 4)
+        return ds4c_err(DS4C_EINVAL, "hc_post_mix: %lld values in %d parts", (long long)D, parts);
+    ds4c_launch(k, (unsigned)parts, (unsigned)(D / parts), 0, as_stream(stream), d_h, d_out, d_post, d_comb, D, d_fn, M,
+                d_part);
+    DS4C_CHECK_LAUNCH("hc_post_mix");
     return 0;
 }
 

@@ -104,6 +104,11 @@ type Backend struct {
 	// the indexer's compressor first (the same results; off with
 	// DS4_CUDA_IX_PAR=0, for comparison)
 	ixPar bool
+	// hcPostMix: fast mode's decode steps form the next HCPre's mixing
+	// products in HCPost (HCPostMix) instead of a product kernel between
+	// them (off with DS4_CUDA_HC_POST_MIX=0, for comparison; float sums in
+	// another order)
+	hcPostMix bool
 	// nrPair: the query heads' and the KV row's norm and rotation through
 	// NormRopePair (one launch for a decode step's; the same results; off
 	// with DS4_CUDA_NR_PAIR=0, for comparison)
@@ -201,7 +206,8 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt, hcEarly: os.Getenv("DS4_CUDA_HC_EARLY") != "0",
 		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0",
 		pairs: os.Getenv("DS4_CUDA_PAIRS") != "0", ixSideMax: 8,
-		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ixPar: os.Getenv("DS4_CUDA_IX_PAR") != "0"}
+		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ixPar: os.Getenv("DS4_CUDA_IX_PAR") != "0",
+		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0"}
 	switch os.Getenv("DS4_CUDA_IX_SIDE") {
 	case "0":
 		be.ixSideMax = 0

@@ -192,6 +192,7 @@ func (be *Backend) embed(b *batch, pos, n int, tokens []int32) error {
 	b.abortGraph()
 	b.n, b.pos = n, pos
 	b.xq8, b.xh = 0, 0
+	b.mixFn = nil
 	if n == 1 && be.profileAt > 0 {
 		if be.decoded.Add(1) == int64(be.profileAt) {
 			if err := be.dev.Profiler(true); err != nil {
@@ -216,27 +217,53 @@ func (be *Backend) embed(b *batch, pos, n int, tokens []int32) error {
 	return be.dev.GetRows(b.s, be.embd, b.tokens, b.n, b.h, HC*D, c.HC, D)
 }
 
+// mixOut is where HCPre finds its mixing logits (mixes).
+type mixOut struct {
+	ptr   Ptr  // the logits, or HCPostMix's parts
+	raw   bool // HCPreArgs.RawMix
+	late  bool // HCPreArgs.HDone
+	parts int  // HCPreArgs.Parts
+}
+
 // mixes computes the hyper-connection mixing logits fn·flat(h_t) into out
-// [n][fn.Rows]. raw: they still need HCPre's scaling by
+// [n][fn.Rows], or finds them formed by the HCPost before (HCPostMix's
+// parts for fn). raw: they still need HCPre's scaling by
 // rsqrt(mean(h_t²)+eps) (HCPreArgs.RawMix) — all forms but fast mode's
 // HCMixes, which applies it in the same pass over the streams. late: the
 // product was queued late (MatMulLate: float weights, no activation to
 // quantize), so that the HCPre queued next may read the streams before its
 // wait (HCPreArgs.HDone).
-func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (raw, late bool, err error) {
+func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (mixOut, error) {
+	if b.mixFn != nil && b.mixFn == fn {
+		b.mixFn = nil
+		return mixOut{ptr: b.mixPart, raw: true, parts: b.mixParts}, nil
+	}
+	b.mixFn = nil
 	HCD := be.cfg.HC * be.cfg.Embed
 	if !be.exact() && fn.Cols == HCD && be.dev.HCMixesOK(fn.Type, fn.Rows, HCD, b.n) {
-		return false, false, be.dev.HCMixes(b.s, fn, b.h, b.n, be.cfg.NormEps, out)
+		return mixOut{ptr: out}, be.dev.HCMixes(b.s, fn, b.h, b.n, be.cfg.NormEps, out)
 	}
 	if be.half(fn, quant.F32, b.n) {
 		// fast mode's chunks: the streams as they are (float range: they
 		// are not normalised) on the TF32 tensor cores through cuBLAS
-		return true, false, be.dev.MatMulHalf(b.s, fn, 1, b.h, quant.F32, int64(HCD), 0, b.n, out, int64(fn.Rows), 0)
+		return mixOut{ptr: out, raw: true}, be.dev.MatMulHalf(b.s, fn, 1, b.h, quant.F32, int64(HCD), 0, b.n, out, int64(fn.Rows), 0)
 	}
 	if isFloatType(fn.Type) && be.hcEarly {
-		return true, true, be.dev.MatMulLate(b.s, fn, b.h, int64(4*HCD), b.n, out, int64(fn.Rows), be.exact())
+		return mixOut{ptr: out, raw: true, late: true}, be.dev.MatMulLate(b.s, fn, b.h, int64(4*HCD), b.n, out, int64(fn.Rows), be.exact())
 	}
-	return true, false, be.linear(b, b.h, HCD, b.n, linJob{fn, out, fn.Rows})
+	return mixOut{ptr: out, raw: true}, be.linear(b, b.h, HCD, b.n, linJob{fn, out, fn.Rows})
+}
+
+// nextMixFn is the mixing weight of the HCPre that follows HCPost(layer,
+// sub): the layer's FFN one, the next layer's attention one, or the head's.
+func (be *Backend) nextMixFn(layer int, sub engine.SubBlock) *Weight {
+	switch {
+	case sub == engine.AttnSub:
+		return be.layers[layer].hcFFN.fn
+	case layer+1 < len(be.layers):
+		return be.layers[layer+1].hcAttn.fn
+	}
+	return be.hcHeadFn
 }
 
 func (L *dlayer) hcOf(sub engine.SubBlock) (*dhc, Ptr) {
@@ -260,7 +287,7 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 	if err != nil {
 		return err
 	}
-	raw, hdone, err := be.mixes(b, hw.fn, mx)
+	mo, err := be.mixes(b, hw.fn, mx)
 	if err != nil {
 		return err
 	}
@@ -285,8 +312,9 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 		}
 	}
 	if err := be.dev.HCPre(b.s, &HCPreArgs{
-		Mix: mx, RawMix: raw, M: M, Scale: hw.scale, Base: hw.base, HC: c.HC, Iters: c.SinkhornIters, HCEps: c.HCEps,
-		H: b.h, D: c.Embed, NormW: normW, NormEps: c.NormEps, X: b.x, Post: b.post, Comb: b.comb, XQ: xq, XHalf: xhalf, N: b.n, HDone: hdone,
+		Mix: mo.ptr, RawMix: mo.raw, M: M, Scale: hw.scale, Base: hw.base, HC: c.HC, Iters: c.SinkhornIters, HCEps: c.HCEps,
+		H: b.h, D: c.Embed, NormW: normW, NormEps: c.NormEps, X: b.x, Post: b.post, Comb: b.comb, XQ: xq, XHalf: xhalf, N: b.n,
+		HDone: mo.late, Parts: mo.parts,
 	}); err != nil {
 		return err
 	}
@@ -305,7 +333,20 @@ func (be *Backend) HCPost(bi engine.Batch, layer int, sub engine.SubBlock) error
 		return err
 	}
 	c := &be.cfg
-	if err := be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n); err != nil {
+	// Fast mode's decode steps: the next HCPre's mixing products formed
+	// here, in parts, instead of by a product kernel of their own.
+	b.mixFn = nil
+	next := be.nextMixFn(layer, sub)
+	if parts := HCPostMixParts(c.HC, c.Embed, next); parts > 0 && be.hcPostMix && !be.exact() && b.n == 1 {
+		part, err := b.sc.f32("hc.parts", parts*(next.Rows+1))
+		if err != nil {
+			return err
+		}
+		if err := be.dev.HCPostMix(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, next, parts, part); err != nil {
+			return err
+		}
+		b.mixFn, b.mixPart, b.mixParts = next, part, parts
+	} else if err := be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n); err != nil {
 		return err
 	}
 	if sub == engine.FFNSub {
@@ -422,13 +463,13 @@ func (be *Backend) headIn(b *batch) error {
 	if err != nil {
 		return err
 	}
-	raw, hdone, err := be.mixes(b, be.hcHeadFn, mx)
+	mo, err := be.mixes(b, be.hcHeadFn, mx)
 	if err != nil {
 		return err
 	}
 	return be.dev.HCPre(b.s, &HCPreArgs{
-		Head: true, Mix: mx, RawMix: raw, M: c.HC, Scale: be.hcHeadScale, Base: be.hcHeadBase, HC: c.HC, HCEps: c.HCEps,
-		H: b.h, D: c.Embed, NormW: be.outNorm, NormEps: c.NormEps, X: b.headIn, N: b.n, HDone: hdone,
+		Head: true, Mix: mo.ptr, RawMix: mo.raw, M: c.HC, Scale: be.hcHeadScale, Base: be.hcHeadBase, HC: c.HC, HCEps: c.HCEps,
+		H: b.h, D: c.Embed, NormW: be.outNorm, NormEps: c.NormEps, X: b.headIn, N: b.n, HDone: mo.late, Parts: mo.parts,
 	})
 }
 

@@ -261,6 +261,9 @@ type HCPreArgs struct {
 	// Mix came from MatMulLate queued right before; the kernel sums H's
 	// squares before waiting for that product.
 	HDone bool
+	// Parts > 0 (one token): Mix holds HCPostMix's parts [Parts][M+1],
+	// added in order for the raw logits and the streams' sum of squares.
+	Parts int
 }
 
 // HCPre computes the sub-block (or head) input from the streams.
@@ -278,6 +281,9 @@ func (d *Device) HCPre(s Stream, a *HCPreArgs) error {
 	if a.XHalf {
 		mode |= 8
 	}
+	if a.Parts > 0 {
+		mode |= 2 | int32(a.Parts)<<16
+	}
 	return d.l.call("hc_pre", func() int32 {
 		return d.l.hcPre(mode, uintptr(a.Mix), int32(a.M), uintptr(a.Scale), uintptr(a.Base), int32(a.HC), int32(a.Iters), a.HCEps,
 			uintptr(a.H), int64(a.D), uintptr(a.NormW), a.NormEps, uintptr(a.X), uintptr(a.Post), uintptr(a.Comb), uintptr(a.XQ), int32(a.N), uintptr(s))
@@ -288,6 +294,38 @@ func (d *Device) HCPre(s Stream, a *HCPreArgs) error {
 func (d *Device) HCPost(s Stream, h, out, post, comb Ptr, hc, D, n int) error {
 	return d.l.call("hc_post", func() int32 {
 		return d.l.hcPost(uintptr(h), uintptr(out), uintptr(post), uintptr(comb), int32(hc), int64(D), int32(n), uintptr(s))
+	})
+}
+
+// HCPostMixThreads is the slice of d one part of HCPostMix covers.
+const HCPostMixThreads = 128
+
+// HCPostMixParts returns how many parts HCPostMix forms for an embedding
+// of D values and a mixing weight fn, or 0 when it does not take them
+// (it needs 4 streams, at most 24 float rows of 4·D values, and D a
+// multiple of 32).
+func HCPostMixParts(hc, D int, fn *Weight) int {
+	if hc != 4 || fn == nil || fn.Rows > 24 || fn.Mats != 1 || fn.Cols != hc*D ||
+		(fn.Type != quant.F16 && fn.Type != quant.BF16 && fn.Type != quant.F32) {
+		return 0
+	}
+	for _, t := range []int{HCPostMixThreads, 64, 32} {
+		if D%t == 0 {
+			return D / t
+		}
+	}
+	return 0
+}
+
+// HCPostMix is HCPost of one token (the same streams) that also forms the
+// next HCPre's raw mixing logits fn·flat(h) and the streams' sum of squares
+// in parts ([parts][fn.Rows+1] floats at part; parts from HCPostMixParts),
+// for HCPreArgs.Parts. The products' float order is not the product
+// kernels' (fast mode).
+func (d *Device) HCPostMix(s Stream, h, out, post, comb Ptr, hc, D int, fn *Weight, parts int, part Ptr) error {
+	return d.l.call("hc_post_mix", func() int32 {
+		return d.l.hcPostMix(uintptr(h), uintptr(out), uintptr(post), uintptr(comb), int32(hc), int64(D), int32(fn.Type),
+			uintptr(fn.Ptr), int32(fn.Rows), int32(parts), uintptr(part), uintptr(s))
 	})
 }
 
