@@ -45,6 +45,18 @@ type Session interface {
 	Close()
 }
 
+// GreedySession is a Session that can decode greedily by itself
+// (engine.Session.DecodeGreedy): it offers each token, the greedy choice of
+// its logits, to emit before decoding it; a refused token is not decoded
+// and ends the run. It returns how many tokens it decoded. The server uses
+// it for requests whose every token is greedy: on the CUDA backend each
+// token is then chosen on the device and the next step queued before the
+// host reads it.
+type GreedySession interface {
+	Session
+	DecodeGreedy(ctx context.Context, max int, emit func(tok int32) bool) (int, error)
+}
+
 // ErrContextFull may be returned (wrapped) by Session.Prefill when the
 // tokens would not fit; the server checks the limit itself beforehand.
 var ErrContextFull = errors.New("context is full")

@@ -221,16 +221,21 @@ func (sc *scheduler) kvSave(reason kvdisk.Reason) {
 // kvMaybeContinued saves a continued checkpoint when the live session sits
 // on an absolute frontier it has not saved yet.
 func (sc *scheduler) kvMaybeContinued() {
-	kc := sc.kv
-	if kc == nil {
-		return
-	}
-	n, st := len(sc.sess.Tokens()), kc.step()
-	if st <= 0 || n < kc.cfg.MinTokens || n%st != 0 || n <= kc.lastStore {
+	if !sc.kvContinuedDue() {
 		return
 	}
 	sc.kvSave(kvdisk.ReasonContinued)
-	kc.lastStore = n
+	sc.kv.lastStore = len(sc.sess.Tokens())
+}
+
+// kvContinuedDue reports whether kvMaybeContinued would save now.
+func (sc *scheduler) kvContinuedDue() bool {
+	kc := sc.kv
+	if kc == nil {
+		return false
+	}
+	n, st := len(sc.sess.Tokens()), kc.step()
+	return st > 0 && n >= kc.cfg.MinTokens && n%st == 0 && n > kc.lastStore
 }
 
 // kvLookup tries the disk cache for a prompt the live session covers only

@@ -34,9 +34,12 @@ func newSampler(seed uint64) *sampler {
 	return &sampler{s: engine.NewSampler(engine.SamplerOptions{Seed: seed})}
 }
 
+// greedy reports whether every token of a request is the greedy choice.
+func (p SamplingParams) greedy() bool { return p.Temperature <= 0 || p.TopK == 1 }
+
 // sample picks the next token. greedy forces temperature 0 (DSML structure).
 func (s *sampler) sample(logits []float32, p SamplingParams, greedy bool) int32 {
-	if greedy || p.Temperature <= 0 || p.TopK == 1 {
+	if greedy || p.greedy() {
 		return engine.Greedy(logits)
 	}
 	return s.s.SampleWith(logits, engine.SamplerOptions{

@@ -528,8 +528,91 @@ func (sc *scheduler) decode(ctx context.Context, j *job, res *genResult, promptL
 		}
 	}
 
+	// count records an accepted token; emitTok streams its text (raw, or
+	// through the DSML parser) and reports whether the generation ends
+	// after it (a stop sequence, or the turn's tool calls complete).
+	count := func(inReasoning bool) {
+		res.completion++
+		if res.completion == 1 {
+			res.firstTok = time.Since(j.enqueued)
+			s.metrics.ttft.Observe(res.firstTok.Seconds())
+		}
+		if inReasoning {
+			res.reasoningTokens++
+		}
+	}
+	emitTok := func(t int32) bool {
+		if raw {
+			b, _ := sd.Add(t)
+			out, hit := stops.push(string(b))
+			emitText(out)
+			if hit {
+				stopped, finish, res.stopSeq = true, "stop", stops.hit
+			}
+			return stopped
+		}
+		b, _ := tok.TokenBytes(t)
+		handle(parser.FeedBytes(b))
+		if !stopped && callsEnded > 0 && parser.State() == dsml.StateText {
+			finish = "tool_calls"
+			return true
+		}
+		return stopped
+	}
+	decodeFailed := func(err error) {
+		if ctx.Err() != nil {
+			finish = "cancelled"
+			return
+		}
+		s.log.Error("engine decode failed", "err", err)
+		finish = "error"
+		res.err = &apiError{status: 500, typ: "server_error", msg: "decode failed: " + err.Error()}
+		sc.resetSession()
+	}
+
 	t0 := time.Now()
-	for res.completion < maxTok {
+	gs, pipelined := sess.(GreedySession)
+	pipelined = pipelined && r.sampling.greedy() && sess.Logits() != nil
+	if pipelined {
+		// Every token greedy: the session picks them (on the GPU, each on
+		// the device with the next step queued before the host reads it).
+		// The same tokens and events as the loop below; a token that ends
+		// the generation is decoded, the one after it only offered. A
+		// continued disk checkpoint due pauses the run (the pending token
+		// is offered again after the save).
+		for done := false; !done && res.completion < maxTok; {
+			pause, endAfter := false, false
+			_, err := gs.DecodeGreedy(ctx, maxTok-res.completion, func(t int32) bool {
+				if endAfter {
+					return false
+				}
+				if sc.kvContinuedDue() {
+					pause = true
+					return false
+				}
+				if t == eos {
+					finish = "stop"
+					return false
+				}
+				count(parser != nil && parser.State() == dsml.StateReasoning)
+				endAfter = emitTok(t)
+				return true
+			})
+			switch {
+			case err != nil:
+				decodeFailed(err)
+				done = true
+			case pause:
+				sc.kvMaybeContinued()
+			default:
+				done = true
+			}
+		}
+		if finish != "error" && finish != "cancelled" {
+			sc.kvMaybeContinued()
+		}
+	}
+	for !pipelined && res.completion < maxTok {
 		if ctx.Err() != nil {
 			finish = "cancelled"
 			break
@@ -547,42 +630,13 @@ func (sc *scheduler) decode(ctx context.Context, j *job, res *genResult, promptL
 			finish = "stop"
 			break
 		}
-		res.completion++
-		if res.completion == 1 {
-			res.firstTok = time.Since(j.enqueued)
-			s.metrics.ttft.Observe(res.firstTok.Seconds())
-		}
-		if inReasoning {
-			res.reasoningTokens++
-		}
+		count(inReasoning)
 		if err := sess.Prefill(ctx, []int32{t}); err != nil {
-			if ctx.Err() != nil {
-				finish = "cancelled"
-			} else {
-				s.log.Error("engine decode failed", "err", err)
-				finish = "error"
-				res.err = &apiError{status: 500, typ: "server_error", msg: "decode failed: " + err.Error()}
-				sc.resetSession()
-			}
+			decodeFailed(err)
 			break
 		}
 		sc.kvMaybeContinued()
-		if raw {
-			b, _ := sd.Add(t)
-			out, hit := stops.push(string(b))
-			emitText(out)
-			if hit {
-				stopped, finish, res.stopSeq = true, "stop", stops.hit
-			}
-		} else {
-			b, _ := tok.TokenBytes(t)
-			handle(parser.FeedBytes(b))
-			if !stopped && callsEnded > 0 && parser.State() == dsml.StateText {
-				finish = "tool_calls"
-				break
-			}
-		}
-		if stopped {
+		if emitTok(t) {
 			break
 		}
 	}

@@ -101,6 +101,35 @@ func (x *session) Prefill(ctx context.Context, toks []int32) error {
 	return nil
 }
 
+// DecodeGreedy implements server.GreedySession: engine.Session.DecodeGreedy,
+// the token list kept in step (a token emit accepted joins it once the
+// session holds it, before the next offer).
+func (x *session) DecodeGreedy(ctx context.Context, max int, emit func(int32) bool) (int, error) {
+	var accepted []int32 // accepted, not yet in x.toks
+	catchUp := func() {
+		for len(x.toks) < x.s.Pos() && len(accepted) > 0 {
+			x.toks = append(x.toks, accepted[0])
+			accepted = accepted[1:]
+		}
+	}
+	n, err := x.s.DecodeGreedy(ctx, max, func(t int32) bool {
+		catchUp()
+		if !emit(t) {
+			return false
+		}
+		accepted = append(accepted, t)
+		return true
+	})
+	catchUp()
+	if len(x.toks) != x.s.Pos() {
+		x.sync()
+	}
+	if errors.Is(err, engine.ErrContextFull) {
+		return n, fmt.Errorf("%w: %w", server.ErrContextFull, err)
+	}
+	return n, err
+}
+
 func (x *session) Logits() []float32 { return x.s.Logits() }
 
 // PayloadSize implements server.PayloadSession.

@@ -1,0 +1,115 @@
+package engineadapter
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"ds4go/server"
+)
+
+// oneStep serves e's sessions without DecodeGreedy, so the server takes its
+// one-token loop (the disk cache's payload methods stay).
+type oneStep struct{ *Engine }
+
+func (o oneStep) NewSession() (server.Session, error) {
+	s, err := o.Engine.NewSession()
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		server.Session
+		server.PayloadSession
+	}{s, s.(server.PayloadSession)}, nil
+}
+
+func (o oneStep) QuantBits() uint8 { return o.Engine.QuantBits() }
+
+// TestGreedyRequestsPipelined: requests whose every token is greedy go
+// through the session's DecodeGreedy (server.GreedySession); their replies —
+// text, finish reason, usage, prefix reuse of the next request, and the
+// continued disk checkpoints written on the way — are those of the
+// one-token loop, for chat (to the length limit, to a stop sequence, greedy
+// through top_k 1) and raw completions.
+func TestGreedyRequestsPipelined(t *testing.T) {
+	eng := demo(t, 2048)
+	if _, ok := any(&session{}).(server.GreedySession); !ok {
+		t.Fatal("the adapter's session is not a server.GreedySession")
+	}
+	type call struct{ path, body string }
+	chat := func(extra string) call {
+		return call{"/v1/chat/completions", `{"model":"deepseek-chat","messages":[{"role":"user","content":"Count with me, demo model."}]` + extra + `}`}
+	}
+	run := func(e server.Engine, calls []call, dir string) []map[string]any {
+		kv := server.KVCacheConfig{}
+		if dir != "" {
+			kv = server.DefaultKVCacheConfig()
+			kv.Dir, kv.MinTokens, kv.ContinuedIntervalTokens, kv.BoundaryAlignTokens, kv.BoundaryTrimTokens = dir, 32, 48, 0, 0
+		}
+		srv, err := server.New(server.Config{Engine: e, KVCache: kv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(srv.Handler())
+		defer func() { hs.Close(); srv.Close() }()
+		var out []map[string]any
+		for _, c := range calls {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+c.path, strings.NewReader(c.body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				cancel()
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			cancel()
+			var m map[string]any
+			if resp.StatusCode != 200 || json.Unmarshal(b, &m) != nil {
+				t.Fatalf("%s: %d %s", c.body, resp.StatusCode, b)
+			}
+			delete(m, "id")
+			delete(m, "created")
+			out = append(out, m)
+		}
+		return out
+	}
+	// the first reply's text gives a stop sequence inside the second's
+	first := run(eng, []call{chat(`,"temperature":0,"max_tokens":40`)}, "")
+	content, _ := first[0]["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+	r := []rune(content)
+	if len(r) < 12 {
+		t.Fatalf("first reply too short for a stop sequence: %q", content)
+	}
+	stop, _ := json.Marshal(string(r[8:11]))
+	calls := []call{
+		chat(`,"temperature":0,"max_tokens":40`),
+		chat(`,"temperature":0,"max_tokens":40,"stop":[` + string(stop) + `]`),
+		chat(`,"temperature":0.8,"top_k":1,"max_tokens":120`),
+		{"/v1/completions", `{"model":"deepseek-chat","prompt":"Once upon a time","temperature":0,"max_tokens":30}`},
+		chat(`,"temperature":0,"max_tokens":12`),
+	}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	got, want := run(eng, calls, dirA), run(oneStep{eng}, calls, dirB)
+	for i := range calls {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Errorf("request %d (%s):\n DecodeGreedy: %v\n one step:     %v", i, calls[i].body, got[i], want[i])
+		}
+	}
+	if fr := got[1]["choices"].([]any)[0].(map[string]any)["finish_reason"]; fr != "stop" {
+		t.Errorf("the stop sequence %s did not stop the reply: %v", stop, fr)
+	}
+	fa, _ := os.ReadDir(dirA)
+	fb, _ := os.ReadDir(dirB)
+	if len(fa) != len(fb) || len(fb) < 3 {
+		t.Errorf("disk checkpoints: %d with DecodeGreedy, %d with one step (want the same, at least 3)", len(fa), len(fb))
+	}
+}
