@@ -10,7 +10,6 @@ import (
 	"ds4go/backend/cpu"
 	"ds4go/engine"
 	"ds4go/model"
-	"ds4go/synth"
 )
 
 // TestArgmax: Argmax picks what engine.Greedy picks — ties to the lower id,
@@ -76,87 +75,73 @@ func TestArgmax(t *testing.T) {
 // launches, run to the end and stopped by a refused token.
 func TestGreedyPipeline(t *testing.T) {
 	gpu(t)
-	for _, tc := range []struct {
-		cfg    model.Config
-		scheme model.Scheme
-	}{
-		{synth.Tiny(), model.SchemeQ8},
-		{quantTiny(), model.SchemeQ2},
-	} {
-		t.Run(tc.scheme.Name, func(t *testing.T) {
-			w := synthWeights(t, tc.cfg, tc.scheme)
-			ref, err := cpu.New(w, cpu.Options{})
+	eachTinyModel(t, func(t *testing.T, cfg model.Config, w *model.Weights, ref *cpu.Backend) {
+		const gen = 256
+		prompt := testTokens(40, cfg.Vocab)
+		want := greedy(t, ref, prompt, gen)
+		for _, gl := range []int{1 << 20, 1, -1} {
+			be, err := New(w, Options{GraphLayers: gl})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer ref.Close()
-			const gen = 256
-			prompt := testTokens(40, tc.cfg.Vocab)
-			want := greedy(t, ref, prompt, gen)
-			for _, gl := range []int{1 << 20, 1, -1} {
-				be, err := New(w, Options{GraphLayers: gl})
-				if err != nil {
+			defer be.Close()
+			ctx := context.Background()
+			// to the end
+			s := session(t, be, 64)
+			if err := s.Prefill(ctx, prompt); err != nil {
+				t.Fatal(err)
+			}
+			var got []int32
+			n, err := s.DecodeGreedy(ctx, gen, func(tok int32) bool { got = append(got, tok); return true })
+			if err != nil || n != gen {
+				t.Fatalf("graph layers %d: %d decoded: %v", gl, n, err)
+			}
+			if st := be.GraphStats(); st.GreedyHeads < gen-1 {
+				t.Errorf("graph layers %d: %d steps chosen on the device, want %d", gl, st.GreedyHeads, gen-1)
+			}
+			same := 0
+			for same < gen && got[same] == want[same] {
+				same++
+			}
+			if same < gen {
+				t.Errorf("graph layers %d: pipelined greedy differs from the cpu's at token %d: %v… against %v…", gl, same,
+					got[same:min(same+8, gen)], want[same:min(same+8, gen)])
+			}
+			// the session as after the one-step loop on the same backend
+			plain := session(t, be, 64)
+			if err := plain.Prefill(ctx, prompt); err != nil {
+				t.Fatal(err)
+			}
+			for _, tok := range got {
+				if err := plain.Decode(ctx, tok); err != nil {
 					t.Fatal(err)
-				}
-				defer be.Close()
-				ctx := context.Background()
-				// to the end
-				s := session(t, be, 64)
-				if err := s.Prefill(ctx, prompt); err != nil {
-					t.Fatal(err)
-				}
-				var got []int32
-				n, err := s.DecodeGreedy(ctx, gen, func(tok int32) bool { got = append(got, tok); return true })
-				if err != nil || n != gen {
-					t.Fatalf("graph layers %d: %d decoded: %v", gl, n, err)
-				}
-				if st := be.GraphStats(); st.GreedyHeads < gen-1 {
-					t.Errorf("graph layers %d: %d steps chosen on the device, want %d", gl, st.GreedyHeads, gen-1)
-				}
-				same := 0
-				for same < gen && got[same] == want[same] {
-					same++
-				}
-				if same < gen {
-					t.Errorf("graph layers %d: pipelined greedy differs from the cpu's at token %d: %v… against %v…", gl, same,
-						got[same:min(same+8, gen)], want[same:min(same+8, gen)])
-				}
-				// the session as after the one-step loop on the same backend
-				plain := session(t, be, 64)
-				if err := plain.Prefill(ctx, prompt); err != nil {
-					t.Fatal(err)
-				}
-				for _, tok := range got {
-					if err := plain.Decode(ctx, tok); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if !slices.Equal(s.Tokens(), plain.Tokens()) || !sameBits(s.Logits(), plain.Logits()) {
-					t.Errorf("graph layers %d: the session after DecodeGreedy differs from the one-step loop's", gl)
-				}
-				// stopped by a refused token: the discarded step leaves no trace
-				s2 := session(t, be, 64)
-				if err := s2.Prefill(ctx, prompt); err != nil {
-					t.Fatal(err)
-				}
-				offered := 0
-				n, err = s2.DecodeGreedy(ctx, gen, func(int32) bool { offered++; return offered <= 100 })
-				if err != nil || n != 100 {
-					t.Fatalf("graph layers %d: refused at 101: %d decoded: %v", gl, n, err)
-				}
-				if l := s2.Logits(); engine.Greedy(l) != want[100] {
-					t.Errorf("graph layers %d: after the refusal the logits choose %d, want %d", gl, engine.Greedy(l), want[100])
-				}
-				if err := s2.Decode(ctx, want[100]); err != nil {
-					t.Fatal(err)
-				}
-				if engine.Greedy(s2.Logits()) != want[101] {
-					t.Errorf("graph layers %d: after the refusal and one step the logits choose %d, want %d", gl,
-						engine.Greedy(s2.Logits()), want[101])
 				}
 			}
-		})
-	}
+			if !slices.Equal(s.Tokens(), plain.Tokens()) || !sameBits(s.Logits(), plain.Logits()) {
+				t.Errorf("graph layers %d: the session after DecodeGreedy differs from the one-step loop's", gl)
+			}
+			// stopped by a refused token: the discarded step leaves no trace
+			s2 := session(t, be, 64)
+			if err := s2.Prefill(ctx, prompt); err != nil {
+				t.Fatal(err)
+			}
+			offered := 0
+			n, err = s2.DecodeGreedy(ctx, gen, func(int32) bool { offered++; return offered <= 100 })
+			if err != nil || n != 100 {
+				t.Fatalf("graph layers %d: refused at 101: %d decoded: %v", gl, n, err)
+			}
+			if l := s2.Logits(); engine.Greedy(l) != want[100] {
+				t.Errorf("graph layers %d: after the refusal the logits choose %d, want %d", gl, engine.Greedy(l), want[100])
+			}
+			if err := s2.Decode(ctx, want[100]); err != nil {
+				t.Fatal(err)
+			}
+			if engine.Greedy(s2.Logits()) != want[101] {
+				t.Errorf("graph layers %d: after the refusal and one step the logits choose %d, want %d", gl,
+					engine.Greedy(s2.Logits()), want[101])
+			}
+		}
+	})
 }
 
 func sameBits(a, b []float32) bool {
