@@ -9,8 +9,10 @@ import (
 // choice (Greedy) of the current logits and is offered to emit first; a
 // token emit refuses is not decoded and ends the run. It returns how many
 // tokens it decoded. The session ends as if Decode(ctx, Greedy(Logits()))
-// had run for each accepted token, and an error leaves it as Decode's
-// would: the tokens processed before the failing step, no logits.
+// had run for each accepted token. An error leaves it without logits,
+// holding the tokens whose steps are known to have completed (on a
+// pipelined backend the step queued before the failing one may be left
+// out); Rewind or Prefill go on from there.
 //
 // On a backend that implements GreedyPipeliner (and without Options.Trace)
 // the choices are made on the device, and each step is queued before the
