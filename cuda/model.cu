@@ -489,24 +489,16 @@ __global__ void __launch_bounds__(HPC_T) k_hc_pre_chunk(int mode, const float *m
     }
 }
 
-// h'_k = post_k·out + Σ_j comb[j][k]·h_j, in place; one thread per (t, d).
-// HC > 0: that many streams, known at compile time (the arrays stay in
-// registers); HC == 0: hc of them, up to 16.
-template <int HC>
-__global__ void k_hc_post(float *h, const float *out, const float *post, const float *comb, int hc, int64_t D, int n) {
-    pdl_enter();
-    constexpr int M = HC > 0 ? HC : 16;
-    if (HC > 0) hc = HC;
-    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= D * n) return;
-    const int64_t t = i / D, d = i % D;
-    float *ht = h + t * hc * D;
-    const float *pt = post + t * hc, *ct = comb + t * hc * hc;
-    float hv[M], nv[M];
+// hc_post_at forms one token's new streams at d, in place: h'_k[d] =
+// post_k·o + Σ_j comb[j][k]·h_j[d] (j in order) for k < hc, the streams D
+// apart at ht; nv receives them. M bounds hc (the loops unroll).
+template <int M>
+__device__ __forceinline__ void hc_post_at(float *ht, int64_t D, int64_t d, float o, const float *pt, const float *ct,
+                                           int hc, float (&nv)[M]) {
+    float hv[M];
 #pragma unroll
     for (int j = 0; j < M; j++)
         if (j < hc) hv[j] = ht[j * D + d];
-    const float o = out[t * D + d];
 #pragma unroll
     for (int k = 0; k < M; k++) {
         if (k >= hc) break;
@@ -521,6 +513,21 @@ __global__ void k_hc_post(float *h, const float *out, const float *post, const f
         if (k < hc) ht[k * D + d] = nv[k];
 }
 
+// h'_k = post_k·out + Σ_j comb[j][k]·h_j, in place; one thread per (t, d).
+// HC > 0: that many streams, known at compile time (the arrays stay in
+// registers); HC == 0: hc of them, up to 16.
+template <int HC>
+__global__ void k_hc_post(float *h, const float *out, const float *post, const float *comb, int hc, int64_t D, int n) {
+    pdl_enter();
+    constexpr int M = HC > 0 ? HC : 16;
+    if (HC > 0) hc = HC;
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= D * n) return;
+    const int64_t t = i / D, d = i % D;
+    float nv[M];
+    hc_post_at<M>(h + t * hc * D, D, d, out[t * D + d], post + t * hc, comb + t * hc * hc, hc, nv);
+}
+
 // ------------------------------------------------------------ hc_post + the next mixes
 // k_hc_post_mix is k_hc_post of one token (the same operations, so the same
 // streams) whose CTA p also sums, over its slice of d (blockDim.x values),
@@ -529,15 +536,7 @@ __global__ void k_hc_post(float *h, const float *out, const float *post, const f
 // of waiting for a product of its own. The weights are loaded before the
 // wait (the kernels before do not write them). Fast mode (the products'
 // float order differs from the product kernels').
-constexpr int HPM_M = 24, HPM_T = 128;
-
-template <int TYPE>
-__device__ __forceinline__ float hpm_weight(const void *fn, int64_t i) {
-    if (TYPE == DS4C_F32) return ((const float *)fn)[i];
-    const uint16_t u = ((const uint16_t *)fn)[i];
-    if (TYPE == DS4C_BF16) return __uint_as_float((uint32_t)u << 16);
-    return __half2float(__ushort_as_half(u));
-}
+constexpr int HPM_M = 24;
 
 // NW warps: the CTA's slice is 32·NW values of d; warp w sums the rows
 // w, w + NW, … of fn (their weights in registers, loaded before the wait)
@@ -556,25 +555,17 @@ __global__ void __launch_bounds__(32 * NW) k_hc_post_mix(float *h, const float *
         const int r = warp + NW * j;
 #pragma unroll
         for (int v = 0; v < VPL; v++) // v = k·NW + i: stream k, slice value lane + 32 i
-            w[j][v] = r < M ? hpm_weight<TYPE>(fn, (int64_t)r * HC * D + (v / NW) * D + d0 + lane + 32 * (v % NW)) : 0.f;
+            w[j][v] = r < M ? load_elem(TYPE, (const uint8_t *)fn, M, HC * D, r, (v / NW) * D + d0 + lane + 32 * (v % NW))
+                            : 0.f;
     }
     pdl_wait();
     __shared__ float s_h[HC][32 * NW];
     {
         const int64_t d = d0 + threadIdx.x;
-        float hv[HC];
+        float nv[HC];
+        hc_post_at<HC>(h, D, d, out[d], post, comb, HC, nv);
 #pragma unroll
-        for (int j = 0; j < HC; j++) hv[j] = h[j * D + d];
-        const float o = out[d];
-#pragma unroll
-        for (int k = 0; k < HC; k++) {
-            float s = 0.f;
-#pragma unroll
-            for (int j = 0; j < HC; j++) s = fadd(s, fmul(comb[j * HC + k], hv[j]));
-            const float nv = fadd(fmul(post[k], o), s);
-            h[k * D + d] = nv;
-            s_h[k][threadIdx.x] = nv;
-        }
+        for (int k = 0; k < HC; k++) s_h[k][threadIdx.x] = nv[k];
     }
     __syncthreads();
     float x[VPL];
@@ -3192,7 +3183,8 @@ int ds4c_hc_post_mix(float *d_h, const float *d_out, const float *d_post, const 
     DS4C_READY();
     if (hc != 4) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d streams (4 only)", hc);
     if (M <= 0 || M > HPM_M) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d mixing rows (at most %d)", M, HPM_M);
-    if (parts <= 0 || D % parts != 0 || (D / parts) % 32 != 0 || D / parts > HPM_T)
+    const int64_t slice = parts > 0 && D % parts == 0 ? D / parts : 0; // 32, 64 or 128: one, two or four warps
+    if (slice != 32 && slice != 64 && slice != 128)
         return ds4c_err(DS4C_EINVAL, "hc_post_mix: %lld values in %d parts", (long long)D, parts);
     using K = void (*)(float *, const float *, const float *, const float *, int64_t, const void *, int, float *);
     static const K ks[3][3] = {
@@ -3202,11 +3194,8 @@ int ds4c_hc_post_mix(float *d_h, const float *d_out, const float *d_post, const 
     };
     const int ti = fn_type == DS4C_F16 ? 0 : fn_type == DS4C_BF16 ? 1 : fn_type == DS4C_F32 ? 2 : -1;
     if (ti < 0) return ds4c_err(DS4C_ETYPE, "hc_post_mix: weight type %d", fn_type);
-    const int nw = (int)(D / parts / 32); // 1, 2 or 4
-    const K k = ks[ti][nw == 1 ? 0 : nw == 2 ? 1 : 2];
-    if (nw != 1 && nw != 2 && nw != 4)
-        return ds4c_err(DS4C_EINVAL, "hc_post_mix: %lld values in %d parts", (long long)D, parts);
-    ds4c_launch(k, (unsigned)parts, (unsigned)(D / parts), 0, as_stream(stream), d_h, d_out, d_post, d_comb, D, d_fn, M,
+    const K k = ks[ti][slice == 32 ? 0 : slice == 64 ? 1 : 2];
+    ds4c_launch(k, (unsigned)parts, (unsigned)slice, 0, as_stream(stream), d_h, d_out, d_post, d_comb, D, d_fn, M,
                 d_part);
     DS4C_CHECK_LAUNCH("hc_post_mix");
     return 0;
