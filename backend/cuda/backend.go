@@ -104,6 +104,11 @@ type Backend struct {
 	// the indexer's compressor first (the same results; off with
 	// DS4_CUDA_IX_PAR=0, for comparison)
 	ixPar bool
+	// ixMarkAll: with ixPar, the scores wait for the indexer's compressor
+	// in every batch, not only in those that complete a compressed row
+	// (the scores read no other of its writes; DS4_CUDA_IX_MARK=1, for
+	// comparison)
+	ixMarkAll bool
 	// hcPostMix: fast mode's decode steps form the next HCPre's mixing
 	// products in HCPost (HCPostMix) instead of a product kernel between
 	// them (off with DS4_CUDA_HC_POST_MIX=0, for comparison; float sums in
@@ -207,6 +212,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0",
 		pairs: os.Getenv("DS4_CUDA_PAIRS") != "0", ixSideMax: 8,
 		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ixPar: os.Getenv("DS4_CUDA_IX_PAR") != "0",
+		ixMarkAll: os.Getenv("DS4_CUDA_IX_MARK") == "1",
 		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0"}
 	switch os.Getenv("DS4_CUDA_IX_SIDE") {
 	case "0":
