@@ -117,22 +117,25 @@ func (s *Sampler) SampleWith(logits []float32, o SamplerOptions) int32 {
 	// The candidates are their rank keys (an id is a key's low 32 bits),
 	// in id order; selection moves keys only, weights are kept by id. A
 	// candidate's logit is neither NaN nor −Inf (v > −Inf is false for both).
+	// The best candidate is Greedy's choice (the first of the largest
+	// logits, NaNs skipped); there is none when that logit is −Inf.
 	negInf := float32(math.Inf(-1))
-	n, top := 0, int32(-1)
-	for i, v := range logits {
-		if v > negInf {
-			if n == 0 || v > logits[top] {
-				top = int32(i)
-			}
-			n++
-		}
-	}
-	if n == 0 {
-		return Greedy(logits)
+	top := Greedy(logits)
+	if !(logits[top] > negInf) {
+		return top
 	}
 	invT := 1 / float64(o.Temperature)
 	s.key = s.key[:0]
-	topK := o.TopK > 0 && o.TopK < n
+	topK := false
+	if o.TopK > 0 { // (the count matters only against a cap)
+		n := 0
+		for _, v := range logits {
+			if v > negInf {
+				n++
+			}
+		}
+		topK = o.TopK < n
+	}
 	if topK || o.MinP <= 0 {
 		for i, v := range logits {
 			if v > negInf {
@@ -162,8 +165,10 @@ func (s *Sampler) SampleWith(logits []float32, o SamplerOptions) int32 {
 			}
 			s.key = s.key[:n]
 		} else {
+			// float64(v) ≥ cut compared in float32 (as fast as Greedy's scan)
+			c32 := leastFloat32AtLeast(cut)
 			for i, v := range logits {
-				if v > negInf && (float64(v) >= cut || int32(i) == top) {
+				if (v >= c32 && v > negInf) || int32(i) == top {
 					s.key = append(s.key, orderKey(v, int32(i)))
 				}
 			}
@@ -206,6 +211,17 @@ func (s *Sampler) SampleWith(logits []float32, o SamplerOptions) int32 {
 	return keyID(s.key[len(s.key)-1])
 }
 
+// leastFloat32AtLeast returns the least float32 c with float64(c) ≥ x, so
+// that float64(v) ≥ x and v ≥ c agree for every float32 v (NaN for x NaN:
+// both false).
+func leastFloat32AtLeast(x float64) float32 {
+	c := float32(x)
+	if float64(c) < x {
+		c = math.Nextafter32(c, float32(math.Inf(1)))
+	}
+	return c
+}
+
 // orderKey is the rank key of token id with logit v (not NaN): smaller keys
 // are better — the larger logit, then the lower id (−0 ranks as +0, which
 // compares equal to it).
@@ -245,11 +261,20 @@ func partition(keys []uint64, lo, hi int) int {
 	keys[b], keys[hi-1] = keys[hi-1], keys[b]
 	pv := keys[hi-1]
 	store := lo
+	// Lomuto's scan without a branch on the comparison (its outcome is a
+	// coin toss on a large vocabulary, and the mispredictions were most of
+	// the sampler's time): keys[i] and keys[store] are exchanged through a
+	// mask that is all ones when keys[i] < pv and zero otherwise, so the
+	// arrangement is the branching form's, element for element.
 	for i := lo; i < hi-1; i++ {
-		if keys[i] < pv {
-			keys[i], keys[store] = keys[store], keys[i]
-			store++
+		v, s := keys[i], keys[store]
+		var lt uint64
+		if v < pv {
+			lt = 1
 		}
+		x := (v ^ s) & -lt
+		keys[i], keys[store] = v^x, s^x
+		store += int(lt)
 	}
 	keys[store], keys[hi-1] = keys[hi-1], keys[store]
 	return store

@@ -116,6 +116,12 @@ func BenchmarkSampleMinP(b *testing.B) {
 	benchSample(b, SamplerOptions{Temperature: 1, MinP: 0.05, Seed: 1}, 1, 0, 0)
 }
 
+// BenchmarkSampleServer: ds4-server's defaults (temperature 1, min-p 0.05,
+// top-p 1) on logits shaped like a language model's.
+func BenchmarkSampleServer(b *testing.B) {
+	benchSample(b, SamplerOptions{Temperature: 1, MinP: 0.05, TopP: 1, Seed: 1}, 2, -6, 8)
+}
+
 // BenchmarkSampleFlat: top-p over flat logits, the worst case for the
 // nucleus (most of the vocabulary is in it).
 func BenchmarkSampleFlat(b *testing.B) {
@@ -151,6 +157,28 @@ func TestTopK(t *testing.T) {
 		}
 		if got := TopK(logits, kk); !slices.Equal(got, want) {
 			t.Errorf("TopK(%d) = %v, want %v", kk, got, want)
+		}
+	}
+}
+
+// TestLeastFloat32AtLeast: v ≥ leastFloat32AtLeast(x) is float64(v) ≥ x for
+// float32 values around x (the neighbours of its roundings), x random,
+// halfway between two float32s, beyond the float32 range, infinite or NaN.
+func TestLeastFloat32AtLeast(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	xs := []float64{0, math.Copysign(0, -1), 1e-50, -1e-50, math.MaxFloat64, -math.MaxFloat64, 1e39, -1e39,
+		math.Inf(1), math.Inf(-1), math.NaN(), 1 + 0x1p-24, -(1 + 0x1p-24)}
+	for i := 0; i < 2000; i++ {
+		xs = append(xs, r.NormFloat64()*math.Pow(10, float64(r.IntN(20)-10)))
+	}
+	for _, x := range xs {
+		c := leastFloat32AtLeast(x)
+		f := float32(x)
+		for _, v := range []float32{f, math.Nextafter32(f, float32(math.Inf(1))), math.Nextafter32(f, float32(math.Inf(-1))),
+			c, math.Nextafter32(c, float32(math.Inf(-1))), float32(math.Inf(1)), float32(math.Inf(-1))} {
+			if got, want := v >= c, float64(v) >= x; got != want {
+				t.Fatalf("x=%v: v=%v ≥ %v is %v, float64(v) ≥ x is %v", x, v, c, got, want)
+			}
 		}
 	}
 }
