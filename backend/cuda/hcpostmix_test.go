@@ -3,6 +3,10 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 
 	"ds4go/model"
@@ -134,6 +138,13 @@ func TestHCPostMixModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
+	// Flash(4) with float weights is ≈ 50 GB of host memory; without it the
+	// process is killed, and every test after this one with it.
+	const need = 64 << 30
+	if avail, ok := hostMemAvailable(); ok && avail < need {
+		t.Skipf("needs ≈ %d GiB of host memory, %d GiB available (a model file in /dev/shm counts against it)",
+			need>>30, avail>>30)
+	}
 	flash := synth.Flash(4)
 	w := synthWeights(t, flash, model.SchemeF16)
 	toks := testTokens(300, flash.Vocab)
@@ -150,5 +161,34 @@ func TestHCPostMixModel(t *testing.T) {
 	}
 	if a.identical == a.rows {
 		t.Errorf("hc_post_mix: every row bit-identical: the fused path was not taken")
+	}
+}
+
+// hostMemAvailable returns the host memory the kernel reports available
+// (MemAvailable of /proc/meminfo) in bytes; false where it cannot be read.
+func hostMemAvailable() (uint64, bool) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "MemAvailable:" && f[2] == "kB" {
+			kb, err := strconv.ParseUint(f[1], 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
+}
+
+// TestHostMemAvailable: on Linux the guard of the large model tests reads a
+// plausible figure (more than 64 MiB, less than 64 TiB).
+func TestHostMemAvailable(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc/meminfo")
+	}
+	n, ok := hostMemAvailable()
+	if !ok || n < 64<<20 || n > 64<<40 {
+		t.Fatalf("MemAvailable: %d bytes (read: %v)", n, ok)
 	}
 }
