@@ -273,6 +273,11 @@ func (b *batch) fork() error { return b.forkOn(b.side, b.evFork, &b.forked) }
 // join makes the main stream wait for the work queued on the side stream.
 func (b *batch) join() error { return b.joinFrom(b.side, b.evJoin, &b.forked) }
 
+// rowsDone returns the compressed rows [i0, i1) at ratio r that the batch's
+// tokens complete (none when i1 == i0): those a compressor pools and writes
+// in this batch (compress), and so those its readers must wait for.
+func (b *batch) rowsDone(r int) (i0, i1 int) { return b.pos / r, (b.pos + b.n) / r }
+
 // fork2 and join2 are fork and join for the second side stream.
 func (b *batch) fork2() error { return b.forkOn(b.side2, b.evFork2, &b.forked2) }
 func (b *batch) join2() error { return b.joinFrom(b.side2, b.evJoin2, &b.forked2) }

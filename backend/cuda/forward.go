@@ -690,8 +690,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		// the indexer's compressed rows, when this batch completes one:
 		// the scores read no other write of its compressor, and a join
 		// costs the scores their early launch (≈ 5 µs at a decode step)
-		ir := L.idx.comp.ratio
-		if ixPar && ((b.pos+n)/ir > b.pos/ir || be.ixMarkAll) {
+		if i0, i1 := b.rowsDone(L.idx.comp.ratio); ixPar && (i1 > i0 || be.ixMarkAll) {
 			if err := b.side2WaitMark(); err != nil {
 				return err
 			}
@@ -869,7 +868,7 @@ func (be *Backend) compress(b *batch, s Stream, st *state, L *dlayer, cp *dcomp,
 	if err := d.AddAPE(s, sc, cp.ape, cw, r, b.pos, b.n); err != nil {
 		return err
 	}
-	i0, i1 := b.pos/r, (b.pos+b.n)/r
+	i0, i1 := b.rowsDone(r)
 	b.mark(i1 > i0)
 	if i1 > i0 {
 		if !rows.ring && i1 > rows.alloc {
