@@ -30,7 +30,7 @@ type Row struct {
 	PrefillTokens int     // tokens prefilled for this interval (Frontier − previous frontier)
 	PrefillS      float64 // seconds for them
 	PrefillTPS    float64 // PrefillTokens / PrefillS
-	GenTokens     int     // tokens greedily decoded at the frontier
+	GenTokens     int     // tokens decoded at the frontier (greedy, or sampled: Options.Sampling)
 	GenS          float64 // seconds for them
 	GenTPS        float64 // GenTokens / GenS
 	KVBytes       int64   // KV/state bytes the session holds at the frontier (StateLayout, f32)
@@ -56,10 +56,14 @@ type Options struct {
 	// modules loaded, library handles and the backend's scratch buffers
 	// made) as a server is after its first request.
 	Warmup int
-	// HostGreedy generates one step at a time with the host's Greedy over
-	// the downloaded logits (the way before Session.DecodeGreedy), instead
-	// of DecodeGreedy, which on a GreedyPipeliner backend picks each token
-	// on the device and queues the next step before reading it.
+	// Sampling draws the generated tokens with these options (a Sampler
+	// seeded with Sampling.Seed) through Session.DecodePicked; the zero
+	// value (temperature 0) decodes greedily through Session.DecodeGreedy.
+	Sampling engine.SamplerOptions
+	// HostGreedy (one step at a time) generates with Decode and the host's
+	// choice over the downloaded logits — Greedy, or the sampler's draw —
+	// the way before DecodeGreedy and DecodePicked, which on a GPU backend
+	// queue each step before the host has read the token before it.
 	HostGreedy bool
 	// Progress, if set, is called after each row (for logs).
 	Progress func(Row)
@@ -173,18 +177,31 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 		r.PrefillTPS = rate(r.PrefillTokens, r.PrefillS)
 		r.KVBytes = KVBytes(s.Layout(), f)
 		if o.Gen > 0 {
+			sampled := o.Sampling.Temperature > 0
+			sm := engine.NewSampler(o.Sampling)
+			choose := func(logits []float32) int32 {
+				if sampled {
+					return sm.Sample(logits)
+				}
+				return engine.Greedy(logits)
+			}
 			t0 = time.Now()
-			if o.HostGreedy {
-				for i := 0; i < o.Gen; i++ {
+			var err error
+			switch {
+			case o.HostGreedy:
+				for i := 0; i < o.Gen && err == nil; i++ {
 					logits := s.Logits()
 					if logits == nil {
 						return rows, fmt.Errorf("bench: no logits at %d", s.Pos())
 					}
-					if err := s.Decode(ctx, engine.Greedy(logits)); err != nil {
-						return rows, fmt.Errorf("bench: decode at %d: %w", s.Pos(), err)
-					}
+					err = s.Decode(ctx, choose(logits))
 				}
-			} else if _, err := s.DecodeGreedy(ctx, o.Gen, func(int32) bool { return true }); err != nil {
+			case sampled:
+				_, err = s.DecodePicked(ctx, o.Gen, func(logits []float32) (int32, bool) { return choose(logits), true })
+			default:
+				_, err = s.DecodeGreedy(ctx, o.Gen, func(int32) bool { return true })
+			}
+			if err != nil {
 				return rows, fmt.Errorf("bench: decode at %d: %w", s.Pos(), err)
 			}
 			r.GenS = time.Since(t0).Seconds()

@@ -237,65 +237,44 @@ func (c *Chat) Turn(ctx context.Context, text string) (TurnStats, error) {
 		em.events(p.FeedBytes(b))
 		return nil
 	}
-	if c.sampler.Options().Temperature <= 0 {
-		// Greedy: Session.DecodeGreedy (on the GPU the token is chosen on
-		// the device and the next step queued before the host reads it).
-		var emitErr error
-		accepted, last := 0, int32(0)
-		limit := min(c.opts.MaxTokens, st.Generated+c.ctxSize-c.sess.Pos())
-		n, err := c.sess.DecodeGreedy(ctx, max(0, limit-st.Generated), func(id int32) bool {
-			if c.stops[id] {
-				st.Stop = "eos"
-				return false
-			}
-			if emitErr = emit(id); emitErr != nil {
-				return false
-			}
-			accepted, last = accepted+1, id
-			return true
-		})
-		switch {
-		case emitErr != nil:
-			return st, emitErr
-		case err != nil && errors.Is(err, context.Canceled):
-			if accepted > n && c.sess.Pos() < c.ctxSize {
-				c.pending = append(c.pending, last)
-			}
-			st.Stop = "interrupted"
-		case err != nil:
-			return st, err
-		case st.Stop != "eos" && st.Generated < c.opts.MaxTokens && c.sess.Pos() >= c.ctxSize:
-			st.Stop = "context"
-		}
-	}
-	for c.sampler.Options().Temperature > 0 && st.Generated < c.opts.MaxTokens {
-		if c.sess.Pos() >= c.ctxSize {
-			st.Stop = "context"
-			break
-		}
-		if ctx.Err() != nil {
-			st.Stop = "interrupted"
-			break
-		}
-		id, err := c.sess.Sample(c.sampler)
-		if err != nil {
-			return st, err
-		}
+	// Greedy: Session.DecodeGreedy (on the GPU the token is chosen on the
+	// device); sampled: Session.DecodePicked with the sampler's draw. On the
+	// GPU either queues the next step before the host has read its token.
+	var emitErr error
+	accepted, last := 0, int32(0)
+	take := func(id int32) bool {
 		if c.stops[id] {
 			st.Stop = "eos"
-			break
+			return false
 		}
-		if err := emit(id); err != nil {
-			return st, err
+		if emitErr = emit(id); emitErr != nil {
+			return false
 		}
-		if err := c.sess.Decode(ctx, id); err != nil {
-			if errors.Is(err, context.Canceled) && c.sess.Pos() < c.ctxSize {
-				c.pending = append(c.pending, id)
-				st.Stop = "interrupted"
-				break
-			}
-			return st, err
+		accepted, last = accepted+1, id
+		return true
+	}
+	limit := min(c.opts.MaxTokens, st.Generated+c.ctxSize-c.sess.Pos())
+	var n int
+	if c.sampler.Options().Temperature <= 0 {
+		n, err = c.sess.DecodeGreedy(ctx, max(0, limit-st.Generated), take)
+	} else {
+		n, err = c.sess.DecodePicked(ctx, max(0, limit-st.Generated), func(logits []float32) (int32, bool) {
+			id := c.sampler.Sample(logits)
+			return id, take(id)
+		})
+	}
+	switch {
+	case emitErr != nil:
+		return st, emitErr
+	case err != nil && errors.Is(err, context.Canceled):
+		if accepted > n && c.sess.Pos() < c.ctxSize {
+			c.pending = append(c.pending, last)
 		}
+		st.Stop = "interrupted"
+	case err != nil:
+		return st, err
+	case st.Stop != "eos" && st.Generated < c.opts.MaxTokens && c.sess.Pos() >= c.ctxSize:
+		st.Stop = "context"
 	}
 	st.GenTime = time.Since(t1)
 	em.events(p.FeedBytes(sd.Flush()))

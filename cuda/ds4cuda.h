@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 30
+#define DS4C_ABI_VERSION 31
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -329,6 +329,16 @@ int ds4c_get_rows(int type, const void *d_w, int64_t total_rows, int64_t cols, c
  * 8-byte aligned, zero before the first call; each call leaves it zero. */
 #define DS4C_ARGMAX_WORK 16
 int ds4c_argmax(const float *d_x, int64_t n, void *d_work, int32_t *d_out, void *stream);
+/* A token the host gives a queued step (engine.PickPipeliner): one thread
+ * waits until the 8-byte word at h_word (pinned host memory, 8-byte
+ * aligned) holds seq in its high half, then writes its low half to *d_out.
+ * The host publishes a token by storing (seq << 32 | token) in one write.
+ * After timeout_ns of waiting it gives up: *d_out = 0 (a token in range, so
+ * that the step runs as any step does; the host discards its work) and seq
+ * is stored in the 4-byte word at h_flag (pinned host memory), which the
+ * host checks. */
+int ds4c_wait_token(const void *h_word, void *h_flag, uint32_t seq, int64_t timeout_ns, int32_t *d_out,
+                    void *stream);
 int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float *d_y,
                      int64_t y_stride, int64_t n, int rows, float eps, void *stream);
 /* mode: bit 0 the head's variant, bit 1 d_mix holds raw products fn·flat(h),

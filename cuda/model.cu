@@ -54,6 +54,31 @@ __global__ void k_get_rows(int type, const uint8_t *w, int64_t R, int64_t cols, 
     }
 }
 
+// ------------------------------------------------------------ host tokens
+// k_wait_token: one thread polls the host's word (mapped pinned memory, read
+// over the bus each time: volatile, never cached) until its high half is seq,
+// and writes the low half to *out. The dependents may launch at once: they
+// wait for this kernel's completion and writes before reading (pdl_wait).
+__global__ void k_wait_token(const unsigned long long *word, unsigned *flag, unsigned seq, long long timeout_ns,
+                             int32_t *out) {
+    pdl_launch();
+    pdl_wait();
+    unsigned long long t0, t, v;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    for (;;) {
+        asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(word) : "memory");
+        if ((unsigned)(v >> 32) == seq) break;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if ((long long)(t - t0) > timeout_ns) {
+            v = 0; // token 0 (any id in range: the step's work is discarded)
+            *(volatile unsigned *)flag = seq;
+            break;
+        }
+        __nanosleep(256);
+    }
+    *out = (int32_t)(uint32_t)v;
+}
+
 // ------------------------------------------------------------ greedy argmax
 // argmax_key orders a logit and its id as engine.Greedy does: the larger
 // value first, the lower id on ties, −0 equal to +0, and NaN (key 0) below
@@ -3096,6 +3121,17 @@ int ds4c_get_rows(int type, const void *d_w, int64_t total_rows, int64_t cols, c
     ds4c_launch(k_get_rows, g, 256, 0, as_stream(stream), type, (const uint8_t *)d_w, total_rows, cols, d_ids, d_dst,
                 dst_stride, copies, copy_stride);
     DS4C_CHECK_LAUNCH("get_rows");
+    return 0;
+}
+
+int ds4c_wait_token(const void *h_word, void *h_flag, uint32_t seq, int64_t timeout_ns, int32_t *d_out,
+                    void *stream) {
+    DS4C_READY();
+    if (((uintptr_t)h_word & 7) != 0 || ((uintptr_t)h_flag & 3) != 0 || !d_out)
+        return ds4c_err(DS4C_EINVAL, "wait_token: misaligned or missing words");
+    ds4c_launch(k_wait_token, 1, 1, 0, as_stream(stream), (const unsigned long long *)h_word, (unsigned *)h_flag,
+                (unsigned)seq, (long long)timeout_ns, d_out);
+    DS4C_CHECK_LAUNCH("wait_token");
     return 0;
 }
 

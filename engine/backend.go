@@ -1,6 +1,10 @@
 package engine
 
-import "ds4go/model"
+import (
+	"errors"
+
+	"ds4go/model"
+)
 
 // SubBlock names one of the two hyper-connected halves of a transformer
 // block: the attention sub-block and the feed-forward (MoE) sub-block.
@@ -164,4 +168,40 @@ type GreedyPipeliner interface {
 	// latest HeadGreedy on b (back 0) or of the one before it (back 1) into
 	// dst (Vocab values).
 	GreedyLogits(b Batch, back int, dst []float32) error
+}
+
+// ErrPickAhead is returned (wrapped) by a PickPipeliner's ops on a step
+// queued with EmbedPicked that cannot run before its token is known.
+var ErrPickAhead = errors.New("engine: the step cannot be queued before its token is known")
+
+// PickPipeliner is implemented by backends that can queue a decode step
+// before the host has chosen its token: the step waits for the token on the
+// device, and the host gives it with SupplyToken once it has chosen it from
+// the previous step's logits (Session.DecodePicked). The host then records
+// and queues step k+1 while the device still runs step k, and the device
+// waits between tokens only for the logits' download and the host's choice.
+// A one-token chunk queued this way runs the same ops, in the same order, as
+// Embed … Head.
+type PickPipeliner interface {
+	// HeadPicked is Head for the one row of a one-token chunk, without
+	// waiting for it: the logits are copied to the host as the step ends,
+	// for PickedLogits.
+	HeadPicked(b Batch) error
+	// EmbedPicked is Embed of a one-token chunk at pos whose token is not
+	// known yet: the device waits for the next SupplyToken on b. At most one
+	// EmbedPicked on b waits for its token at a time. The step's ops, up to
+	// and including HeadPicked, may fail with ErrPickAhead when one of them
+	// must wait for the device (which waits for the token); the backend has
+	// then dropped the step, which the engine runs again once the token is
+	// known (Embed … HeadPicked).
+	EmbedPicked(b Batch, pos int) error
+	// SupplyToken gives the EmbedPicked on b that waits for its token that
+	// token. A step that will be discarded must still be given one (any id
+	// in the vocabulary), or the device waits for it until the backend's
+	// time limit.
+	SupplyToken(b Batch, tok int32) error
+	// PickedLogits waits for the oldest HeadPicked on b whose logits it has
+	// not returned yet and returns them (Vocab values, owned by the backend:
+	// valid until the second HeadPicked queued after that one runs).
+	PickedLogits(b Batch) ([]float32, error)
 }

@@ -57,6 +57,17 @@ type GreedySession interface {
 	DecodeGreedy(ctx context.Context, max int, emit func(tok int32) bool) (int, error)
 }
 
+// PickSession is a Session that decodes tokens chosen by a callback
+// (engine.Session.DecodePicked): pick gets each step's logits (valid during
+// the call) and returns the token and whether to decode it; a refusal ends
+// the run. It returns how many tokens it decoded. The server uses it for
+// sampled requests: on the CUDA backend each step is queued before the
+// host has drawn its token, and waits for it on the device.
+type PickSession interface {
+	Session
+	DecodePicked(ctx context.Context, max int, pick func(logits []float32) (tok int32, ok bool)) (int, error)
+}
+
 // ErrContextFull may be returned (wrapped) by Session.Prefill when the
 // tokens would not fit; the server checks the limit itself beforehand.
 var ErrContextFull = errors.New("context is full")

@@ -571,33 +571,56 @@ func (sc *scheduler) decode(ctx context.Context, j *job, res *genResult, promptL
 	}
 
 	t0 := time.Now()
-	gs, pipelined := sess.(GreedySession)
-	pipelined = pipelined && r.sampling.greedy() && sess.Logits() != nil
-	if pipelined {
-		// Every token greedy: the session picks them (on the GPU, each on
-		// the device with the next step queued before the host reads it).
-		// The same tokens and events as the loop below; a token that ends
-		// the generation is decoded, the one after it only offered. A
-		// continued disk checkpoint due pauses the run (the pending token
-		// is offered again after the save).
-		for done := false; !done && res.completion < maxTok; {
-			pause, endAfter := false, false
-			_, err := gs.DecodeGreedy(ctx, maxTok-res.completion, func(t int32) bool {
-				if endAfter {
-					return false
+	// A session that decodes by itself (GreedySession, PickSession) is
+	// given what the loop below does token by token: gate says whether to
+	// go on before a token is chosen (a token that ends the generation is
+	// decoded, the choice after it only offered; a continued disk
+	// checkpoint due pauses the run, and the same choice is made again
+	// after the save), accept what follows the choice. The same tokens and
+	// events as the loop; on the GPU each step is queued before the host
+	// knows its token (greedy: chosen on the device).
+	var endAfter, pause bool
+	gate := func() bool {
+		if endAfter {
+			return false
+		}
+		if sc.kvContinuedDue() {
+			pause = true
+			return false
+		}
+		return true
+	}
+	accept := func(t int32) bool {
+		if t == eos {
+			finish = "stop"
+			return false
+		}
+		count(parser != nil && parser.State() == dsml.StateReasoning)
+		endAfter = emitTok(t)
+		return true
+	}
+	var decodeBy func(max int) (int, error)
+	if gs, ok := sess.(GreedySession); ok && r.sampling.greedy() {
+		decodeBy = func(max int) (int, error) {
+			return gs.DecodeGreedy(ctx, max, func(t int32) bool { return gate() && accept(t) })
+		}
+	} else if ps, ok := sess.(PickSession); ok {
+		decodeBy = func(max int) (int, error) {
+			return ps.DecodePicked(ctx, max, func(logits []float32) (int32, bool) {
+				if !gate() {
+					return 0, false
 				}
-				if sc.kvContinuedDue() {
-					pause = true
-					return false
-				}
-				if t == eos {
-					finish = "stop"
-					return false
-				}
-				count(parser != nil && parser.State() == dsml.StateReasoning)
-				endAfter = emitTok(t)
-				return true
+				greedy := parser != nil && r.hasTools && parser.InStructure()
+				t := smp.sample(logits, r.sampling, greedy)
+				return t, accept(t)
 			})
+		}
+	}
+	pipelined := decodeBy != nil && sess.Logits() != nil
+	if pipelined {
+		for done := false; !done && res.completion < maxTok; {
+			pause = false
+			_, err := decodeBy(maxTok - res.completion)
 			switch {
 			case err != nil:
 				decodeFailed(err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"ds4go/engine"
 	"ds4go/model"
@@ -125,6 +126,8 @@ type Backend struct {
 	// between cudaProfilerStart and Stop, for `ncu --profile-from-start off`
 	// on any command (env DS4_CUDA_PROFILE_DECODE); decoded counts them.
 	profileAt int
+	// pickTimeout, when positive, replaces pickTimeout (picked.go; tests).
+	pickTimeout time.Duration
 	decoded   atomic.Int64
 }
 

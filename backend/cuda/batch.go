@@ -44,6 +44,7 @@ type batch struct {
 
 	g  graphDecode // capture of one-token chunks (graph.go)
 	gq greedyQueue // greedy decode on the device (greedy.go)
+	pq pickQueue   // decode steps queued before their tokens are chosen (picked.go)
 
 	profiling bool // the profiler runs for this chunk (Backend.profileAt)
 
@@ -179,6 +180,7 @@ func (b *batch) Release() {
 		return
 	}
 	d := b.be.dev
+	b.releasePick()
 	b.releaseGraphs()
 	if b.s != 0 {
 		d.SyncStream(b.s)
@@ -193,6 +195,7 @@ func (b *batch) Release() {
 	}
 	b.sc.free()
 	b.gq.release(d)
+	b.pq.release(d)
 	if b.pinned != nil {
 		d.FreeHost(b.pinned)
 	}

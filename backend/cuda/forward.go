@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"time"
+	"unsafe"
 
 	"ds4go/engine"
 	"ds4go/model"
@@ -186,9 +187,17 @@ func (be *Backend) Embed(bi engine.Batch, pos int, tokens []int32) error {
 
 // embed starts a chunk of n tokens at pos: tokens from the host, or (nil)
 // the one token already in b.tokens (EmbedGreedy). Host tokens discard the
-// greedy choices GreedyToken has not returned.
+// greedy choices GreedyToken has not returned and the picked logits
+// PickedLogits has not.
 func (be *Backend) embed(b *batch, pos, n int, tokens []int32) error {
+	return be.embedFrom(b, pos, n, tokens, false)
+}
+
+// embedFrom is embed; picked: the one token is the one SupplyToken will
+// publish for b.pq.seq (EmbedPicked), waited for on the device.
+func (be *Backend) embedFrom(b *batch, pos, n int, tokens []int32, picked bool) error {
 	c := &be.cfg
+	b.releasePick()
 	b.abortGraph()
 	b.n, b.pos = n, pos
 	b.xq8, b.xh = 0, 0
@@ -204,6 +213,7 @@ func (be *Backend) embed(b *batch, pos, n int, tokens []int32) error {
 	if tokens != nil {
 		b.gq.onDevice = false
 		b.gq.taken = b.gq.heads
+		b.pq.taken = b.pq.heads
 		if err := b.setTokens(tokens); err != nil {
 			return err
 		}
@@ -212,6 +222,14 @@ func (be *Backend) embed(b *batch, pos, n int, tokens []int32) error {
 		if err := b.beginGraph(); err != nil {
 			return err
 		}
+	}
+	if picked {
+		q := &b.pq
+		b.g.shape = append(b.g.shape, 'W')
+		if err := be.dev.WaitToken(b.s, unsafe.Pointer(q.wordPtr()), unsafe.Pointer(q.flagPtr()), q.seq, q.timeout, b.tokens); err != nil {
+			return err
+		}
+		q.waiting = true
 	}
 	D, HC := int64(c.Embed), int64(c.HC)
 	return be.dev.GetRows(b.s, be.embd, b.tokens, b.n, b.h, HC*D, c.HC, D)

@@ -42,7 +42,7 @@ type graphCounters struct {
 	captures, updates, instantiates, flushes, segments atomic.Int64
 	replays, nodeSets                                  atomic.Int64
 	hostNs, waitNs                                     atomic.Int64
-	greedyHeads                                        atomic.Int64
+	greedyHeads, pickedHeads, pickAhead, pickDropped   atomic.Int64
 }
 
 // GraphStats counts what graph decode did.
@@ -60,6 +60,13 @@ type GraphStats struct {
 	// GreedyHeads counts the decode steps whose greedy choice was made on
 	// the device (HeadGreedy).
 	GreedyHeads int64
+	// PickedHeads counts the decode steps queued before the host chose
+	// their tokens whose logits the host took (PickedLogits).
+	PickedHeads int64
+	// PickAhead counts the steps queued before their tokens were known
+	// (EmbedPicked), PickDropped those of them dropped because an op had
+	// to wait for the device (engine.ErrPickAhead; run again after the draw).
+	PickAhead, PickDropped int64
 }
 
 // GraphStats returns the backend's graph-decode counters, over all its
@@ -67,7 +74,8 @@ type GraphStats struct {
 func (be *Backend) GraphStats() GraphStats {
 	c := &be.gstats
 	return GraphStats{c.captures.Load(), c.updates.Load(), c.instantiates.Load(), c.replays.Load(),
-		c.nodeSets.Load(), c.flushes.Load(), c.segments.Load(), c.hostNs.Load(), c.waitNs.Load(), c.greedyHeads.Load()}
+		c.nodeSets.Load(), c.flushes.Load(), c.segments.Load(), c.hostNs.Load(), c.waitNs.Load(), c.greedyHeads.Load(),
+		c.pickedHeads.Load(), c.pickAhead.Load(), c.pickDropped.Load()}
 }
 
 // beginGraph starts recording the chunk's work (one token, graphs on).
@@ -112,6 +120,9 @@ func (b *batch) segment(layer int) error {
 	if !b.g.capturing || k <= 0 || (layer+1)%k != 0 || layer+1 >= b.be.cfg.Layers {
 		return nil
 	}
+	if b.pq.waiting {
+		return nil // a picked step is launched whole (picked.go)
+	}
 	// Each segment keeps its own executable graphs: layers of one kind
 	// share a topology but not always kernel functions.
 	b.g.shape = append(b.g.shape, 'L', byte(layer), byte(layer>>8))
@@ -148,6 +159,9 @@ func (b *batch) mark(v bool) {
 func (b *batch) flush() error {
 	if !b.g.capturing {
 		return nil
+	}
+	if err := b.pickBlocked("a synchronising step"); err != nil {
+		return err
 	}
 	forked, forked2 := b.forked, b.forked2
 	if err := b.joinAll(); err != nil {

@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"fmt"
+	"time"
+	"unsafe"
 
 	"ds4go/quant"
 )
@@ -226,6 +228,19 @@ const ArgmaxWork = 16
 func (d *Device) Argmax(s Stream, x Ptr, n int, work, out Ptr) error {
 	return d.l.call("argmax", func() int32 {
 		return d.l.argmax(uintptr(x), int64(n), uintptr(work), uintptr(out), uintptr(s))
+	})
+}
+
+// WaitToken queues a wait on s for a token the host gives later: one thread
+// polls the 8-byte word at word (pinned host memory from MallocHost, 8-byte
+// aligned) until its high half is seq, then sets *out (a device int32) to
+// its low half. The host publishes a token with one 8-byte store of
+// seq<<32 | token. After timeout it gives up: *out = 0 (a token in range,
+// so that the step's kernels run as usual; its work is to be discarded)
+// and seq is stored in the 4-byte word at flag (pinned host memory).
+func (d *Device) WaitToken(s Stream, word, flag unsafe.Pointer, seq uint32, timeout time.Duration, out Ptr) error {
+	return d.l.call("wait_token", func() int32 {
+		return d.l.waitToken(uintptr(word), uintptr(flag), seq, int64(timeout), uintptr(out), uintptr(s))
 	})
 }
 

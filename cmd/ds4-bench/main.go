@@ -40,7 +40,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	modelPath := fs.String("m", "", "GGUF model (default ./ds4flash.gguf, else the built-in demo model)")
 	backend := fs.String("backend", "cpu", "backend: cpu or cuda")
 	frontiers := fs.String("frontiers", "2048,4096,8192,16384,32768", "ascending context frontiers")
-	gen := fs.Int("gen", 32, "tokens greedily generated at each frontier")
+	gen := fs.Int("gen", 32, "tokens generated at each frontier (greedily, unless --temp)")
 	ctxLen := fs.Int("ctx", 0, "session context size (default: last frontier + gen + 1)")
 	chunk := fs.Int("chunk", 0, "prefill chunk size (engine default when 0)")
 	promptFile := fs.String("prompt", "", "text file to tokenize as the prompt (default: random token ids)")
@@ -53,7 +53,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	graphLayers := fs.Int("graph-layers", 0, "CUDA backend: decode through CUDA graphs of N layers each (0: the default, 1; -1: plain launches)")
 	recapture := fs.Bool("recapture", false, "CUDA backend: capture every decode token's graphs again instead of replaying recorded ones (for comparison)")
 	warmup := fs.Int("warmup", 0, "prefill this many tokens first and rewind, so that the rows leave out one-time costs (kernel loading, scratch allocation) as a running server does")
-	hostGreedy := fs.Bool("host-greedy", false, "generate one step at a time, the host taking each greedy token from the downloaded logits (the way before the device's greedy pipeline; for comparison)")
+	hostGreedy := fs.Bool("host-greedy", false, "generate one step at a time, the host choosing each token (greedy, or the draw with --temp) from the downloaded logits (the way before the device's pipelines; for comparison)")
+	temp := fs.Float64("temp", 0, "sample the generated tokens at this temperature (0: greedy), with --top-k, --top-p, --min-p")
+	topK := fs.Int("top-k", 0, "with --temp: keep the K most likely tokens (0: all)")
+	topP := fs.Float64("top-p", 1, "with --temp: nucleus sampling (1: off)")
+	minP := fs.Float64("min-p", 0.05, "with --temp: drop tokens below this fraction of the best one's probability (ds4-server's default)")
+	sampleSeed := fs.Uint64("sample-seed", 1, "with --temp: the sampler's seed")
 	limit := fs.Duration("time-limit", 0, "stop this long after the start (loading included), keeping the frontiers completed (0: none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run (after loading) to this file")
 	if err := fs.Parse(args); err != nil {
@@ -175,7 +180,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	var werr error
-	rows, err := bench.Run(ctx, s, prompt, bench.Options{Frontiers: fr, Gen: *gen, Warmup: *warmup, HostGreedy: *hostGreedy, Progress: func(r bench.Row) {
+	rows, err := bench.Run(ctx, s, prompt, bench.Options{Frontiers: fr, Gen: *gen, Warmup: *warmup, HostGreedy: *hostGreedy,
+		Sampling: engine.SamplerOptions{Temperature: float32(*temp), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *sampleSeed}, Progress: func(r bench.Row) {
 		if e := cw.Write(r); e != nil && werr == nil {
 			werr = e
 		}

@@ -101,6 +101,34 @@ func (x *session) Prefill(ctx context.Context, toks []int32) error {
 	return nil
 }
 
+// DecodePicked implements server.PickSession: engine.Session.DecodePicked,
+// the token list kept in step as in DecodeGreedy.
+func (x *session) DecodePicked(ctx context.Context, max int, pick func([]float32) (int32, bool)) (int, error) {
+	var accepted []int32 // accepted, not yet in x.toks
+	catchUp := func() {
+		for len(x.toks) < x.s.Pos() && len(accepted) > 0 {
+			x.toks = append(x.toks, accepted[0])
+			accepted = accepted[1:]
+		}
+	}
+	n, err := x.s.DecodePicked(ctx, max, func(logits []float32) (int32, bool) {
+		catchUp()
+		t, ok := pick(logits)
+		if ok {
+			accepted = append(accepted, t)
+		}
+		return t, ok
+	})
+	catchUp()
+	if len(x.toks) != x.s.Pos() {
+		x.sync()
+	}
+	if errors.Is(err, engine.ErrContextFull) {
+		return n, fmt.Errorf("%w: %w", server.ErrContextFull, err)
+	}
+	return n, err
+}
+
 // DecodeGreedy implements server.GreedySession: engine.Session.DecodeGreedy,
 // the token list kept in step (a token emit accepted joins it once the
 // session holds it, before the next offer).

@@ -44,44 +44,10 @@ func TestGreedyRequestsPipelined(t *testing.T) {
 	if _, ok := any(&session{}).(server.GreedySession); !ok {
 		t.Fatal("the adapter's session is not a server.GreedySession")
 	}
-	type call struct{ path, body string }
 	chat := func(extra string) call {
 		return call{"/v1/chat/completions", `{"model":"deepseek-chat","messages":[{"role":"user","content":"Count with me, demo model."}]` + extra + `}`}
 	}
-	run := func(e server.Engine, calls []call, dir string) []map[string]any {
-		kv := server.KVCacheConfig{}
-		if dir != "" {
-			kv = server.DefaultKVCacheConfig()
-			kv.Dir, kv.MinTokens, kv.ContinuedIntervalTokens, kv.BoundaryAlignTokens, kv.BoundaryTrimTokens = dir, 32, 48, 0, 0
-		}
-		srv, err := server.New(server.Config{Engine: e, KVCache: kv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs := httptest.NewServer(srv.Handler())
-		defer func() { hs.Close(); srv.Close() }()
-		var out []map[string]any
-		for _, c := range calls {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+c.path, strings.NewReader(c.body))
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				cancel()
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			cancel()
-			var m map[string]any
-			if resp.StatusCode != 200 || json.Unmarshal(b, &m) != nil {
-				t.Fatalf("%s: %d %s", c.body, resp.StatusCode, b)
-			}
-			delete(m, "id")
-			delete(m, "created")
-			out = append(out, m)
-		}
-		return out
-	}
+	run := func(e server.Engine, calls []call, dir string) []map[string]any { return serveCalls(t, e, calls, dir) }
 	// the first reply's text gives a stop sequence inside the second's
 	first := run(eng, []call{chat(`,"temperature":0,"max_tokens":40`)}, "")
 	content, _ := first[0]["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
@@ -112,4 +78,46 @@ func TestGreedyRequestsPipelined(t *testing.T) {
 	if len(fa) != len(fb) || len(fb) < 3 {
 		t.Errorf("disk checkpoints: %d with DecodeGreedy, %d with one step (want the same, at least 3)", len(fa), len(fb))
 	}
+}
+
+// call is one request to the server: its path and JSON body.
+type call struct{ path, body string }
+
+// serveCalls runs calls in turn on a fresh server over e (with a disk KV
+// cache in dir, checkpoints every 48 tokens, when dir is set) and returns
+// the replies, less their ids and times.
+func serveCalls(t *testing.T, e server.Engine, calls []call, dir string) []map[string]any {
+	t.Helper()
+	kv := server.KVCacheConfig{}
+	if dir != "" {
+		kv = server.DefaultKVCacheConfig()
+		kv.Dir, kv.MinTokens, kv.ContinuedIntervalTokens, kv.BoundaryAlignTokens, kv.BoundaryTrimTokens = dir, 32, 48, 0, 0
+	}
+	srv, err := server.New(server.Config{Engine: e, KVCache: kv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer func() { hs.Close(); srv.Close() }()
+	var out []map[string]any
+	for _, c := range calls {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+c.path, strings.NewReader(c.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		var m map[string]any
+		if resp.StatusCode != 200 || json.Unmarshal(b, &m) != nil {
+			t.Fatalf("%s: %d %s", c.body, resp.StatusCode, b)
+		}
+		delete(m, "id")
+		delete(m, "created")
+		out = append(out, m)
+	}
+	return out
 }

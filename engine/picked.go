@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"errors"
+)
+
+// DecodePicked decodes up to max tokens, each chosen by pick from the
+// current logits (a sampler's draw, say). pick returns the token and
+// whether to decode it; a refusal ends the run. pick's logits are valid
+// only during the call. It returns how many tokens it decoded. The session
+// ends as if Decode(ctx, tok) had run for each accepted token, so the
+// tokens are those of the loop
+//
+//	for { tok, ok := pick(s.Logits()); if !ok { break }; s.Decode(ctx, tok) }
+//
+// and pick sees the same logits in the same order. An error leaves the
+// session without logits, holding the tokens whose steps are known to have
+// completed (on a pipelined backend the step queued before the failing one
+// may be left out); Rewind or Prefill go on from there. A token outside the
+// vocabulary is an error (ErrBadToken).
+//
+// On a backend that implements PickPipeliner (and without Options.Trace)
+// each step is queued before its token is chosen, and waits for it on the
+// device: while the device runs step k the host records and queues step
+// k+1, then picks its token from step k's logits. A refused token, or a
+// cancelled ctx, then costs one step of discarded work, as in DecodeGreedy.
+func (s *Session) DecodePicked(ctx context.Context, max int, pick func(logits []float32) (int32, bool)) (int, error) {
+	if s.closed {
+		return 0, ErrClosed
+	}
+	n := 0
+	if pp, ok := s.be.(PickPipeliner); ok && s.opts.Trace == nil && max > 1 && s.logitsOK {
+		var done bool
+		var err error
+		if n, done, err = s.pickPipelined(ctx, pp, max, pick); done || err != nil {
+			return n, err
+		}
+	}
+	for ; n < max; n++ {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		if !s.logitsOK {
+			return n, ErrNoLogits
+		}
+		tok, ok := pick(s.logits)
+		if !ok {
+			return n, nil
+		}
+		if err := s.Decode(ctx, tok); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// pickPipelined is DecodePicked on a PickPipeliner. At most two steps are
+// queued: the latest committed one, whose logits the host waits for and
+// picks from, and the next, which waits on the device for that pick. done
+// reports that the run is over (max decoded, a token refused, ctx cancelled
+// or an error); when it is not, the caller goes on one step at a time (the
+// context is about to fill or the rings cannot continue), with the
+// session's tokens and logits consistent and no token picked from them yet.
+func (s *Session) pickPipelined(ctx context.Context, pp PickPipeliner, max int, pick func([]float32) (int32, bool)) (n int, done bool, err error) {
+	pos := len(s.tokens)
+	if pos+2 > s.opts.MaxContext {
+		return 0, false, nil
+	}
+	if err := s.ensureContinuable(ctx); err != nil {
+		return 0, true, err
+	}
+	tok, ok := pick(s.logits)
+	if !ok {
+		return 0, true, nil
+	}
+	if err := s.checkTokens([]int32{tok}); err != nil {
+		return 0, true, err
+	}
+	// waiting: a queued step waits on the device for its token. However the
+	// run ends, it is given one (and discarded), or the device would wait
+	// for it until the backend's time limit.
+	waiting := false
+	defer func() {
+		if waiting {
+			_ = pp.SupplyToken(s.b, 0)
+		}
+	}()
+	// step queues the one-token chunk at p: the token from the host (first)
+	// or one the device waits for.
+	step := func(p int, first bool) error {
+		s.ret.written(p, 1)
+		if first {
+			if err := s.be.Embed(s.b, p, []int32{tok}); err != nil {
+				return s.opError(p, "embed", -1, err)
+			}
+		} else {
+			if err := pp.EmbedPicked(s.b, p); err != nil {
+				return s.opError(p, "embed", -1, err)
+			}
+			waiting = true
+		}
+		if err := s.blocks(ctx, p, func(Stage, int) {}); err != nil {
+			return err
+		}
+		if err := pp.HeadPicked(s.b); err != nil {
+			return s.opError(p, "head", -1, err)
+		}
+		return nil
+	}
+	s.logitsOK = false
+	if err := step(pos, true); err != nil {
+		return 0, true, err
+	}
+	in := tok // the token the queued step at pos consumes
+	for {
+		// the next step, queued before its token is picked (ahead), unless
+		// the backend finds it cannot be: then it runs after the pick
+		spec := n+1 < max && pos+2 <= s.opts.MaxContext && ctx.Err() == nil && s.ret.continuable(pos+1)
+		ahead := false
+		if spec {
+			err := step(pos+1, false)
+			switch {
+			case err == nil:
+				ahead = true
+			case errors.Is(err, ErrPickAhead):
+				waiting = false // (the backend dropped the step)
+			default:
+				return n, true, err
+			}
+		}
+		lg, err := pp.PickedLogits(s.b)
+		if err != nil {
+			return n, true, s.opError(pos, "head", -1, err)
+		}
+		s.tokens = append(s.tokens, in)
+		n++
+		pos++
+		// the logits stay the session's until a step is committed after them
+		commit := func() {
+			copy(s.logits, lg)
+			s.logitsOK = true
+		}
+		if !spec {
+			commit()
+			if err := ctx.Err(); err != nil {
+				return n, true, err
+			}
+			return n, n >= max, nil
+		}
+		var c int32
+		ok := false
+		if ctx.Err() == nil {
+			c, ok = pick(lg)
+		}
+		if ok {
+			if err := s.checkTokens([]int32{c}); err != nil {
+				commit() // the step queued for c is discarded
+				return n, true, err
+			}
+		}
+		if !ok {
+			commit() // the step queued for the refused token is discarded
+			return n, true, ctx.Err()
+		}
+		in = c
+		if !ahead {
+			tok = c
+			if err := step(pos, true); err != nil {
+				return n, true, err
+			}
+			continue
+		}
+		if err := pp.SupplyToken(s.b, c); err != nil {
+			return n, true, s.opError(pos, "embed", -1, err)
+		}
+		waiting = false
+	}
+}
