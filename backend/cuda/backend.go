@@ -128,7 +128,7 @@ type Backend struct {
 	profileAt int
 	// pickTimeout, when positive, replaces pickTimeout (picked.go; tests).
 	pickTimeout time.Duration
-	decoded   atomic.Int64
+	decoded     atomic.Int64
 }
 
 type dhc struct {

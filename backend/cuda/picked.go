@@ -38,14 +38,14 @@ const pickTimeout = 30 * time.Second
 
 // pickQueue is a batch's state for picked decode steps, made on first use.
 type pickQueue struct {
-	logits  Ptr        // the head's logits on the device, [Vocab] f32
-	host    [2][]byte  // pinned: HeadPicked k's logits go to host[k % 2]
-	word    []byte     // pinned: the published token (8 bytes), then the time-out flag (4)
-	ev      [2]Event   // HeadPicked k's download done: ev[k % 2]
-	heads   int        // HeadPicked calls so far
-	taken   int        // … whose logits were returned (or discarded by Embed)
-	seq     uint32     // the latest EmbedPicked's sequence number
-	waiting bool       // an EmbedPicked has not been given its token
+	logits  Ptr       // the head's logits on the device, [Vocab] f32
+	host    [2][]byte // pinned: HeadPicked k's logits go to host[k % 2]
+	word    []byte    // pinned: the published token (8 bytes), then the time-out flag (4)
+	ev      [2]Event  // HeadPicked k's download done: ev[k % 2]
+	heads   int       // HeadPicked calls so far
+	taken   int       // … whose logits were returned (or discarded by Embed)
+	seq     uint32    // the latest EmbedPicked's sequence number
+	waiting bool      // an EmbedPicked has not been given its token
 	timeout time.Duration
 }
 

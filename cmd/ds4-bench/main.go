@@ -182,12 +182,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var werr error
 	rows, err := bench.Run(ctx, s, prompt, bench.Options{Frontiers: fr, Gen: *gen, Warmup: *warmup, HostGreedy: *hostGreedy,
 		Sampling: engine.SamplerOptions{Temperature: float32(*temp), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *sampleSeed}, Progress: func(r bench.Row) {
-		if e := cw.Write(r); e != nil && werr == nil {
-			werr = e
-		}
-		logf("frontier %d: prefill %d tokens in %.2f s (%.1f tok/s), gen %d in %.2f s (%.2f tok/s), kv %.1f MiB",
-			r.Frontier, r.PrefillTokens, r.PrefillS, r.PrefillTPS, r.GenTokens, r.GenS, r.GenTPS, float64(r.KVBytes)/(1<<20))
-	}})
+			if e := cw.Write(r); e != nil && werr == nil {
+				werr = e
+			}
+			logf("frontier %d: prefill %d tokens in %.2f s (%.1f tok/s), gen %d in %.2f s (%.2f tok/s), kv %.1f MiB",
+				r.Frontier, r.PrefillTokens, r.PrefillS, r.PrefillTPS, r.GenTokens, r.GenS, r.GenTPS, float64(r.KVBytes)/(1<<20))
+		}})
 	status := 0
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
