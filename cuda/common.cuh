@@ -61,6 +61,7 @@ int ds4c_opt_mv_pre(void);
 int ds4c_opt_mv_pair(void);
 int ds4c_opt_ix_query(void);
 int ds4c_opt_attn_wave(void);
+int ds4c_opt_hc_hoist(void);
 int ds4c_opt_wg_moe(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);

@@ -320,7 +320,12 @@ __device__ const float *hc_pre_mix(bool raw, bool early, const float *m, int M, 
 // here (M ≤ 288). Mode bit 2 (with bit 1): h is complete when the kernel
 // launches (the product of the mixing logits was queued with DS4C_MM_LATE),
 // so its sum of squares is taken before the wait for that product.
-template <int HC> // HC > 0: compiled for hc == HC (the loops over streams unroll); 0: any hc
+// G: the float4 groups of the streams a thread forms (the vector path: D/4
+// ≤ G·(threads − x0)). H: with k_hc_post_mix's parts (mode bits 16+), the
+// x-forming CTA issues its stream loads right after the wait, so that they
+// are in flight while the parts are added and the gates computed (G = 2:
+// the loads' 32 registers fit the 128 of a 512-thread CTA; DS4C_OPT_HC_HOIST).
+template <int HC, int G = 4, bool H = false> // HC > 0: compiled for hc == HC (the loops over streams unroll); 0: any hc
 __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, const float *base, int hc_rt, int iters,
                          float hc_eps, const float *h, int64_t D, const float *normw, float norm_eps, float *x,
                          float *post_out, float *comb_out, uint8_t *xq, int64_t xq_stride) {
@@ -336,15 +341,36 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     // HC > 0 and D a multiple of 4 that the threads cover in at most
     // HP_G float4 groups each: the streams are read as float4 (every load of
     // a thread in flight at once) and x stays in registers
-    constexpr int HP_G = 4;
+    constexpr int HP_G = G;
     // hc_pre with two CTAs per token (blockIdx.y): CTA 1 runs the split
     // (post, comb), CTA 0 forms x; else CTA 0 does both, the split in warp 0
     // while the other warps form x (one warp: hc² ≤ 32) or before x
     const bool two = (mode & 1) == 0 && gridDim.y == 2;
     const int x0 = !two && (mode & 1) == 0 && nn <= 32 && blockDim.x > 32 ? 32 : 0; // warp 0 runs the split
     const bool vec = HC > 0 && D % 4 == 0 && D / 4 <= (int64_t)HP_G * (blockDim.x - x0);
+    const float *ht = h + (int64_t)t * hc * D;
+    constexpr int NS = HC > 0 ? HC : 1;
+    float4 hv[HP_G][NS]; // the vector path's stream values
+    const int64_t ng = D / 4, step = blockDim.x - x0, g0 = (int64_t)tid - x0;
+    auto load_streams = [&]() {
+#pragma unroll
+        for (int i = 0; i < HP_G; i++) {
+            const int64_t g = g0 + i * step;
+#pragma unroll
+            for (int j = 0; j < NS; j++)
+                hv[i][j] = g0 >= 0 && g < ng ? ((const float4 *)(ht + j * D))[g] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    bool loaded = false;
+    if constexpr (H) {
+        if (vec && parts > 0 && !(two && blockIdx.y == 1)) {
+            pdl_wait(); // (hc_pre_mix waits again: no cost)
+            load_streams();
+            loaded = true;
+        }
+    }
     // the streams' sum of squares and the scaled logits (mode bit 1)
-    m = hc_pre_mix(mode & 2, early, m, M, h + (int64_t)t * hc * D, (int64_t)hc * D, vec, norm_eps, s_mix, parts);
+    m = hc_pre_mix(mode & 2, early, m, M, ht, (int64_t)hc * D, vec, norm_eps, s_mix, parts);
     mode &= 1;
     const bool warp_split = mode == 0 && nn <= 32 && blockDim.x > 32;
     if (two && blockIdx.y == 1) {
@@ -372,21 +398,12 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
             hc_split(m, scale, base, hc, iters, hc_eps, s_comb, comb_out + (int64_t)t * nn);
         }
     }
-    const float *ht = h + (int64_t)t * hc * D;
     float *xt = x + (int64_t)t * D;
     double ss = 0;
     if (vec) {
         // float4 group g = tid − x0 + i·(blockDim − x0), i < HP_G
-        const int64_t ng = D / 4, step = blockDim.x - x0, g0 = (int64_t)tid - x0;
-        constexpr int NS = HC > 0 ? HC : 1;
-        float4 xr[HP_G], hv[HP_G][NS];
-#pragma unroll
-        for (int i = 0; i < HP_G; i++) { // every load first, then the sums
-            const int64_t g = g0 + i * step;
-#pragma unroll
-            for (int j = 0; j < NS; j++)
-                hv[i][j] = g0 >= 0 && g < ng ? ((const float4 *)(ht + j * D))[g] : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
+        float4 xr[HP_G];
+        if (!loaded) load_streams(); // every load first, then the sums
 #pragma unroll
         for (int i = 0; i < HP_G; i++) {
             const int64_t g = g0 + i * step;
@@ -3195,9 +3212,16 @@ int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const
     // vector path with every warp on x), else quantized after it
     const int64_t xq_stride = d_xq ? (int64_t)ds4c_act_bytes(DS4C_Q8_0, D) : 0;
     const bool fused = d_xq && hc == 4 && two && D % 32 == 0 && D / 4 <= 4 * 512 && ds4c_opt_hc_quant();
-    ds4c_launch(hc == 4 ? k_hc_pre<4> : k_hc_pre<0>, g, 512, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, hc,
-                iters, hc_eps, d_h, D, d_normw, norm_eps, d_x, d_post, d_comb, fused ? (uint8_t *)d_xq : nullptr,
-                xq_stride);
+    // two float4 groups a thread cover D (the x CTA's 512 threads, less the
+    // split's warp when it shares the CTA): k_hc_pre<4, 2>, with the stream
+    // loads hoisted (DS4C_OPT_HC_HOIST)
+    const int x0 = !two && (mode & 1) == 0 && hc * hc <= 32 ? 32 : 0;
+    const bool g2 = hc == 4 && D % 4 == 0 && D / 4 <= 2 * (512 - x0);
+    void (*k)(int, const float *, int, const float *, const float *, int, int, float, const float *, int64_t,
+              const float *, float, float *, float *, float *, uint8_t *, int64_t) =
+        hc != 4 ? k_hc_pre<0> : !g2 ? k_hc_pre<4> : ds4c_opt_hc_hoist() ? k_hc_pre<4, 2, true> : k_hc_pre<4, 2, false>;
+    ds4c_launch(k, g, 512, 0, as_stream(stream), mode, d_mix, M, d_scale, d_base, hc, iters, hc_eps, d_h, D, d_normw,
+                norm_eps, d_x, d_post, d_comb, fused ? (uint8_t *)d_xq : nullptr, xq_stride);
     DS4C_CHECK_LAUNCH("hc_pre");
     if (d_xq && !fused) return ds4c_quantize(DS4C_Q8_0, d_x, D, d_xq, D, n, stream);
     return 0;

@@ -18,7 +18,8 @@ import (
 // and its parts add up to the mixing products fn·flat(h) and the streams'
 // sum of squares (float64 reference; bound 1e-5 of the sum of the terms'
 // magnitudes); HCPre with those parts gives the x and post/comb HCPre gives
-// with the logits computed on the host (relative 1e-5), for the Flash shape
+// with the logits computed on the host (relative 1e-5), the same bits with
+// its stream loads hoisted (OptHCHoist) as without, for the Flash shape
 // (24 rows, D 4096), the head's (4 rows) and tiny ones (D 64 and 96: two warps a part and one).
 func TestHCPostMix(t *testing.T) {
 	d := gpu(t)
@@ -112,6 +113,15 @@ func TestHCPostMix(t *testing.T) {
 			}
 			ref := pre(HCPreArgs{Mix: mix, RawMix: true})
 			fromParts := pre(HCPreArgs{Mix: part, Parts: parts})
+			// the stream loads issued before the parts are added: the same bits
+			must(t, d.SetOption(OptHCHoist, 0))
+			unhoisted := pre(HCPreArgs{Mix: part, Parts: parts})
+			must(t, d.SetOption(OptHCHoist, 1))
+			for i := range unhoisted {
+				if math.Float32bits(unhoisted[i]) != math.Float32bits(fromParts[i]) {
+					t.Fatalf("HCPre from the parts, value %d: %v with the loads hoisted, %v without", i, fromParts[i], unhoisted[i])
+				}
+			}
 			var num, den float64
 			for i := range ref {
 				num += (float64(fromParts[i]) - float64(ref[i])) * (float64(fromParts[i]) - float64(ref[i]))
