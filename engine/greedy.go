@@ -33,6 +33,16 @@ func (s *Session) DecodeGreedy(ctx context.Context, max int, emit func(tok int32
 			return n, err
 		}
 	}
+	return s.stepLoop(ctx, n, max, func(logits []float32) (int32, bool) {
+		tok := Greedy(logits)
+		return tok, emit(tok)
+	})
+}
+
+// stepLoop decodes from the n-th token to the max-th one step at a time,
+// each token chosen by pick from the session's logits (a refusal ends the
+// run), and returns the count reached.
+func (s *Session) stepLoop(ctx context.Context, n, max int, pick func([]float32) (int32, bool)) (int, error) {
 	for ; n < max; n++ {
 		if err := ctx.Err(); err != nil {
 			return n, err
@@ -40,8 +50,8 @@ func (s *Session) DecodeGreedy(ctx context.Context, max int, emit func(tok int32
 		if !s.logitsOK {
 			return n, ErrNoLogits
 		}
-		tok := Greedy(s.logits)
-		if !emit(tok) {
+		tok, ok := pick(s.logits)
+		if !ok {
 			return n, nil
 		}
 		if err := s.Decode(ctx, tok); err != nil {

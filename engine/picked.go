@@ -37,22 +37,7 @@ func (s *Session) DecodePicked(ctx context.Context, max int, pick func(logits []
 			return n, err
 		}
 	}
-	for ; n < max; n++ {
-		if err := ctx.Err(); err != nil {
-			return n, err
-		}
-		if !s.logitsOK {
-			return n, ErrNoLogits
-		}
-		tok, ok := pick(s.logits)
-		if !ok {
-			return n, nil
-		}
-		if err := s.Decode(ctx, tok); err != nil {
-			return n, err
-		}
-	}
-	return n, nil
+	return s.stepLoop(ctx, n, max, pick)
 }
 
 // pickPipelined is DecodePicked on a PickPipeliner. At most two steps are

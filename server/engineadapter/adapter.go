@@ -104,35 +104,38 @@ func (x *session) Prefill(ctx context.Context, toks []int32) error {
 // DecodePicked implements server.PickSession: engine.Session.DecodePicked,
 // the token list kept in step as in DecodeGreedy.
 func (x *session) DecodePicked(ctx context.Context, max int, pick func([]float32) (int32, bool)) (int, error) {
-	var accepted []int32 // accepted, not yet in x.toks
-	catchUp := func() {
-		for len(x.toks) < x.s.Pos() && len(accepted) > 0 {
-			x.toks = append(x.toks, accepted[0])
-			accepted = accepted[1:]
-		}
-	}
-	n, err := x.s.DecodePicked(ctx, max, func(logits []float32) (int32, bool) {
-		catchUp()
-		t, ok := pick(logits)
-		if ok {
-			accepted = append(accepted, t)
-		}
-		return t, ok
+	return x.tracked(func(catchUp func(), took func(int32)) (int, error) {
+		return x.s.DecodePicked(ctx, max, func(logits []float32) (int32, bool) {
+			catchUp()
+			t, ok := pick(logits)
+			if ok {
+				took(t)
+			}
+			return t, ok
+		})
 	})
-	catchUp()
-	if len(x.toks) != x.s.Pos() {
-		x.sync()
-	}
-	if errors.Is(err, engine.ErrContextFull) {
-		return n, fmt.Errorf("%w: %w", server.ErrContextFull, err)
-	}
-	return n, err
 }
 
 // DecodeGreedy implements server.GreedySession: engine.Session.DecodeGreedy,
-// the token list kept in step (a token emit accepted joins it once the
-// session holds it, before the next offer).
+// the token list kept in step.
 func (x *session) DecodeGreedy(ctx context.Context, max int, emit func(int32) bool) (int, error) {
+	return x.tracked(func(catchUp func(), took func(int32)) (int, error) {
+		return x.s.DecodeGreedy(ctx, max, func(t int32) bool {
+			catchUp()
+			if !emit(t) {
+				return false
+			}
+			took(t)
+			return true
+		})
+	})
+}
+
+// tracked runs a decode whose callbacks call catchUp first and report
+// each accepted token through took, keeping x's token list in step: an
+// accepted token joins it once the session holds it (before the next
+// callback, which may read the list, and at the end).
+func (x *session) tracked(decode func(catchUp func(), took func(int32)) (int, error)) (int, error) {
 	var accepted []int32 // accepted, not yet in x.toks
 	catchUp := func() {
 		for len(x.toks) < x.s.Pos() && len(accepted) > 0 {
@@ -140,14 +143,7 @@ func (x *session) DecodeGreedy(ctx context.Context, max int, emit func(int32) bo
 			accepted = accepted[1:]
 		}
 	}
-	n, err := x.s.DecodeGreedy(ctx, max, func(t int32) bool {
-		catchUp()
-		if !emit(t) {
-			return false
-		}
-		accepted = append(accepted, t)
-		return true
-	})
+	n, err := decode(catchUp, func(t int32) { accepted = append(accepted, t) })
 	catchUp()
 	if len(x.toks) != x.s.Pos() {
 		x.sync()
