@@ -14,11 +14,12 @@ import (
 //
 //	for { tok, ok := pick(s.Logits()); if !ok { break }; s.Decode(ctx, tok) }
 //
-// and pick sees the same logits in the same order. An error leaves the
-// session without logits, holding the tokens whose steps are known to have
-// completed (on a pipelined backend the step queued before the failing one
-// may be left out); Rewind or Prefill go on from there. A token outside the
-// vocabulary is an error (ErrBadToken).
+// and pick sees the same logits in the same order. A backend's error
+// leaves the session without logits, holding the tokens whose steps are
+// known to have completed (on a pipelined backend the step queued before
+// the failing one may be left out); Rewind or Prefill go on from there. A
+// picked token outside the vocabulary ends the run with ErrBadToken, the
+// session as it was before that pick (its logits included).
 //
 // On a backend that implements PickPipeliner (and without Options.Trace)
 // each step is queued before its token is chosen, and waits for it on the

@@ -38,15 +38,15 @@ const pickTimeout = 30 * time.Second
 
 // pickQueue is a batch's state for picked decode steps, made on first use.
 type pickQueue struct {
-	logits  Ptr       // the head's logits on the device, [Vocab] f32
-	host    [2][]byte // pinned: HeadPicked k's logits go to host[k % 2]
-	word    []byte    // pinned: the published token (8 bytes), then the time-out flag (4)
-	ev      [2]Event  // HeadPicked k's download done: ev[k % 2]
-	heads   int       // HeadPicked calls so far
-	taken   int       // … whose logits were returned (or discarded by Embed)
-	seq     uint32    // the latest EmbedPicked's sequence number
-	waiting bool      // an EmbedPicked has not been given its token
-	timeout time.Duration
+	logits  Ptr           // the head's logits on the device, [Vocab] f32
+	host    [2][]byte     // pinned: HeadPicked k's logits go to host[k % 2]
+	word    []byte        // pinned: the published token (8 bytes), then the time-out flag (4)
+	ev      [2]Event      // HeadPicked k's download done: ev[k % 2]
+	heads   int           // HeadPicked calls so far
+	taken   int           // … whose logits were returned (or discarded by Embed)
+	seq     uint32        // the latest EmbedPicked's sequence number
+	waiting bool          // an EmbedPicked has not been given its token
+	timeout time.Duration // how long the device waits for a token (pickTimeout)
 }
 
 func (q *pickQueue) ready() bool { return q.word != nil }
@@ -120,8 +120,9 @@ func (b *batch) pickBlocked(why string) error {
 }
 
 // releasePick gives a step still waiting for its token the token 0, so that
-// the device can go on (its work is discarded), and drops a recording that
-// was never launched.
+// the device can go on (its work is discarded). Called before anything that
+// waits for the batch's stream (a new embed, the batch's release); a
+// recording never launched is dropped there too (abortGraph).
 func (b *batch) releasePick() {
 	if b.pq.waiting {
 		b.pq.publish(0)
