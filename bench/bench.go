@@ -177,14 +177,9 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 		r.PrefillTPS = rate(r.PrefillTokens, r.PrefillS)
 		r.KVBytes = KVBytes(s.Layout(), f)
 		if o.Gen > 0 {
+			// (a sampler at temperature 0 draws Greedy's choice)
 			sampled := o.Sampling.Temperature > 0
-			sm := engine.NewSampler(o.Sampling)
-			choose := func(logits []float32) int32 {
-				if sampled {
-					return sm.Sample(logits)
-				}
-				return engine.Greedy(logits)
-			}
+			choose := engine.NewSampler(o.Sampling).Sample
 			t0 = time.Now()
 			var err error
 			switch {

@@ -94,20 +94,11 @@ func (be *Backend) HeadGreedy(bi engine.Batch) error {
 		return fmt.Errorf("cuda: greedy head: %d choices already queued", q.heads-q.taken)
 	}
 	d := be.dev
-	if !q.ready() {
-		if err := b.flush(); err != nil {
-			return err
-		}
-		if err := q.init(d, be.cfg.Vocab); err != nil {
-			q.release(d)
-			return fmt.Errorf("cuda: greedy head: %w", err)
-		}
-	}
-	if err := be.headIn(b); err != nil {
+	if err := b.readyQueue(q, "greedy head"); err != nil {
 		return err
 	}
 	lg := q.logits[q.heads%2]
-	if err := be.linear(b, b.headIn, be.cfg.Embed, 1, linJob{be.out, lg, be.cfg.Vocab}); err != nil {
+	if err := be.headRow(b, lg); err != nil {
 		return err
 	}
 	if err := d.Argmax(b.s, lg, be.cfg.Vocab, q.work, b.tokens); err != nil {
@@ -128,14 +119,53 @@ func (be *Backend) HeadGreedy(bi engine.Batch) error {
 	q.heads++
 	q.onDevice = true
 	be.gstats.greedyHeads.Add(1)
-	if b.profiling {
-		b.profiling = false
-		if err := d.SyncStream(b.s); err != nil {
-			return err
-		}
-		return d.Profiler(false)
+	return b.stopProfiler()
+}
+
+// pipeQueue is what readyQueue makes of a batch's greedy or picked queue.
+type pipeQueue interface {
+	ready() bool
+	init(d *Device, vocab int) error
+	release(d *Device)
+}
+
+// readyQueue makes q on first use: the capture in progress flushed first
+// (its allocations may wait for the device), q released again if it fails.
+func (b *batch) readyQueue(q pipeQueue, what string) error {
+	if q.ready() {
+		return nil
+	}
+	if err := b.flush(); err != nil {
+		return err
+	}
+	if err := q.init(b.be.dev, b.be.cfg.Vocab); err != nil {
+		q.release(b.be.dev)
+		return fmt.Errorf("cuda: %s: %w", what, err)
 	}
 	return nil
+}
+
+// headRow queues the head of a one-token chunk's row into out (Vocab
+// floats on the device): Head's work for that row, the logits left on the
+// device.
+func (be *Backend) headRow(b *batch, out Ptr) error {
+	if err := be.headIn(b); err != nil {
+		return err
+	}
+	return be.linear(b, b.headIn, be.cfg.Embed, 1, linJob{be.out, out, be.cfg.Vocab})
+}
+
+// stopProfiler ends the profiling of the chunk the profiler was armed for
+// (Backend.profileAt) once its work is done.
+func (b *batch) stopProfiler() error {
+	if !b.profiling {
+		return nil
+	}
+	b.profiling = false
+	if err := b.be.dev.SyncStream(b.s); err != nil {
+		return err
+	}
+	return b.be.dev.Profiler(false)
 }
 
 // EmbedGreedy is Embed of one token at pos: the latest HeadGreedy's choice,

@@ -144,14 +144,8 @@ func (be *Backend) EmbedPicked(bi engine.Batch, pos int) error {
 	if q.waiting {
 		return fmt.Errorf("cuda: picked embed: a step already waits for its token")
 	}
-	if !q.ready() {
-		if err := b.flush(); err != nil {
-			return err
-		}
-		if err := q.init(be.dev, be.cfg.Vocab); err != nil {
-			q.release(be.dev)
-			return fmt.Errorf("cuda: picked embed: %w", err)
-		}
+	if err := b.readyQueue(q, "picked embed"); err != nil {
+		return err
 	}
 	if q.timeout = be.pickTimeout; q.timeout <= 0 {
 		q.timeout = pickTimeout
@@ -197,19 +191,10 @@ func (be *Backend) HeadPicked(bi engine.Batch) error {
 		return fmt.Errorf("cuda: picked head: %d heads' logits not taken", q.heads-q.taken)
 	}
 	d := be.dev
-	if !q.ready() {
-		if err := b.flush(); err != nil {
-			return err
-		}
-		if err := q.init(d, be.cfg.Vocab); err != nil {
-			q.release(d)
-			return fmt.Errorf("cuda: picked head: %w", err)
-		}
-	}
-	if err := be.headIn(b); err != nil {
+	if err := b.readyQueue(q, "picked head"); err != nil {
 		return err
 	}
-	if err := be.linear(b, b.headIn, be.cfg.Embed, 1, linJob{be.out, q.logits, be.cfg.Vocab}); err != nil {
+	if err := be.headRow(b, q.logits); err != nil {
 		return err
 	}
 	b.g.shape = append(b.g.shape, 'P')
@@ -224,14 +209,7 @@ func (be *Backend) HeadPicked(bi engine.Batch) error {
 		return err
 	}
 	q.heads++
-	if b.profiling {
-		b.profiling = false
-		if err := d.SyncStream(b.s); err != nil {
-			return err
-		}
-		return d.Profiler(false)
-	}
-	return nil
+	return b.stopProfiler()
 }
 
 // ErrPickTimeout reports a queued step that waited for its token longer
