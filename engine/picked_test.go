@@ -219,22 +219,7 @@ func TestDecodePickedPipelined(t *testing.T) {
 			if pb.p.err != nil {
 				t.Fatal(pb.p.err)
 			}
-			if !slices.Equal(gs.Tokens(), ws.Tokens()) || !slices.Equal(gs.Logits(), ws.Logits()) {
-				t.Fatalf("sessions differ: %d vs %d tokens, logits equal %v", gs.Pos(), ws.Pos(), slices.Equal(gs.Logits(), ws.Logits()))
-			}
-			if gs.Pos() < c.maxContext {
-				// a discarded step's state writes must not show
-				tok := int32(3)
-				if err := gs.Decode(ctx, tok); err != nil {
-					t.Fatal(err)
-				}
-				if err := ws.Decode(ctx, tok); err != nil {
-					t.Fatal(err)
-				}
-				if !slices.Equal(gs.Logits(), ws.Logits()) {
-					t.Errorf("logits differ after one more decode step")
-				}
-			}
+			sameSessions(t, gs, ws, c.maxContext)
 		})
 	}
 }
