@@ -192,7 +192,9 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 					err = s.Decode(ctx, choose(logits))
 				}
 			case sampled:
-				_, err = s.DecodePicked(ctx, o.Gen, func(logits []float32) (int32, bool) { return choose(logits), true })
+				_, err = s.DecodePicked(ctx, o.Gen, engine.FilterFor(o.Sampling), func(l *engine.Logits) (int32, bool) {
+					return sm.SampleLogits(l, o.Sampling), true
+				})
 			default:
 				_, err = s.DecodeGreedy(ctx, o.Gen, func(int32) bool { return true })
 			}

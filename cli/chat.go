@@ -258,8 +258,9 @@ func (c *Chat) Turn(ctx context.Context, text string) (TurnStats, error) {
 	if c.sampler.Options().Temperature <= 0 {
 		n, err = c.sess.DecodeGreedy(ctx, max(0, limit-st.Generated), take)
 	} else {
-		n, err = c.sess.DecodePicked(ctx, max(0, limit-st.Generated), func(logits []float32) (int32, bool) {
-			id := c.sampler.Sample(logits)
+		o := c.sampler.Options()
+		n, err = c.sess.DecodePicked(ctx, max(0, limit-st.Generated), engine.FilterFor(o), func(l *engine.Logits) (int32, bool) {
+			id := c.sampler.SampleLogits(l, o)
 			return id, take(id)
 		})
 	}

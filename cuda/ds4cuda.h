@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 31
+#define DS4C_ABI_VERSION 32
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -329,6 +329,17 @@ int ds4c_get_rows(int type, const void *d_w, int64_t total_rows, int64_t cols, c
  * 8-byte aligned, zero before the first call; each call leaves it zero. */
 #define DS4C_ARGMAX_WORK 16
 int ds4c_argmax(const float *d_x, int64_t n, void *d_work, int32_t *d_out, void *stream);
+/* min-p's candidates of a sampled step's n logits (engine.Candidates): the
+ * greedy choice top (ds4c_argmax into *d_top, with its work area d_work),
+ * then every id whose logit is at least a threshold a margin below
+ * top's logit + temp·ln(min_p) − 1e-3 — a superset of engine.Sampler's
+ * min-p prefilter — and top, in id order. d_out: [0] their count (all of
+ * them, even past cap), [1] top, [2] top's logit (float bits), [3] 0, then
+ * cap ids, then cap logits (4 + 2·cap words). d_counts: DS4C_CAND_CTAS
+ * words of work. temp > 0, min_p > 0. */
+#define DS4C_CAND_CTAS 1024
+int ds4c_pick_candidates(const float *d_x, int64_t n, float temp, float min_p, void *d_work, int32_t *d_top,
+                         int32_t *d_counts, int32_t *d_out, int cap, void *stream);
 /* A token the host gives a queued step (engine.PickPipeliner): one thread
  * waits until the 8-byte word at h_word (pinned host memory, 8-byte
  * aligned) holds seq in its high half, then writes its low half to *d_out.

@@ -54,6 +54,95 @@ __global__ void k_get_rows(int type, const uint8_t *w, int64_t R, int64_t cols, 
     }
 }
 
+// ------------------------------------------------------------ min-p candidates
+// A sampled step's candidates under min-p (engine.Candidates): every id
+// whose logit v passes cand_keep — v ≥ thr, a threshold a margin below the
+// host's cut lt + T·ln(min_p) − 1e-3 (engine.Sampler: its float32 cut is at
+// least that, so these are a superset of the host's prefilter) — and the
+// greedy choice top, in id order. k_cand_count counts each CTA's range;
+// k_cand_write places each range's ids at the sum of the ranges before it.
+constexpr int CAND_T = 256;
+
+__device__ __forceinline__ float cand_threshold(float lt, float temp, float min_p) {
+    if (!(lt > -INFINITY)) return INFINITY; // no logit above −inf: only top
+    double cut = (double)lt + (double)temp * log((double)min_p) - 1e-3;
+    cut -= 1e-4 + 1e-6 * fabs(cut);
+    return __double2float_rd(cut);
+}
+
+__device__ __forceinline__ bool cand_keep(float v, float thr, int64_t i, int32_t top) {
+    return (v >= thr && v > -INFINITY) || i == (int64_t)top;
+}
+
+__global__ void __launch_bounds__(CAND_T) k_cand_count(const float *x, int64_t n, const int32_t *top, float temp,
+                                                      float min_p, int64_t per, int32_t *counts) {
+    pdl_enter();
+    const int64_t lo = (int64_t)blockIdx.x * per, hi = min(n, lo + per);
+    const int32_t tp = *top;
+    const float thr = cand_threshold(x[tp], temp, min_p);
+    int c = 0;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += CAND_T) c += cand_keep(x[i], thr, i, tp) ? 1 : 0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(FULL_MASK, c, o);
+    __shared__ int s_c[CAND_T / 32];
+    if ((threadIdx.x & 31) == 0) s_c[threadIdx.x >> 5] = c;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int t = 0;
+        for (int w = 0; w < CAND_T / 32; w++) t += s_c[w];
+        counts[blockIdx.x] = t;
+    }
+}
+
+// out: [0] the candidates (all of them, even past cap), [1] top, [2] top's
+// logit (bits), [3] 0; then cap ids, then cap logits.
+__global__ void __launch_bounds__(CAND_T) k_cand_write(const float *x, int64_t n, const int32_t *top, float temp,
+                                                      float min_p, int64_t per, const int32_t *counts, int32_t *out,
+                                                      int cap) {
+    pdl_enter();
+    __shared__ int s_off, s_w[CAND_T / 32];
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int32_t tp = *top;
+    const float lt = x[tp];
+    if (tid == 0) {
+        int o = 0;
+        for (int b = 0; b < (int)blockIdx.x; b++) o += counts[b];
+        s_off = o;
+        if (blockIdx.x == 0) {
+            int total = 0;
+            for (int b = 0; b < (int)gridDim.x; b++) total += counts[b];
+            out[0] = total, out[1] = tp, out[2] = __float_as_int(lt), out[3] = 0;
+        }
+    }
+    __syncthreads();
+    int off = s_off;
+    const float thr = cand_threshold(lt, temp, min_p);
+    int32_t *ids = out + 4;
+    float *vals = (float *)(out + 4 + cap);
+    const int64_t lo = (int64_t)blockIdx.x * per, hi = min(n, lo + per);
+    for (int64_t base = lo; base < hi; base += CAND_T) {
+        const int64_t i = base + tid;
+        const float v = i < hi ? x[i] : 0.f;
+        const bool keep = i < hi && cand_keep(v, thr, i, tp);
+        const unsigned m = __ballot_sync(FULL_MASK, keep);
+        if (lane == 0) s_w[w] = __popc(m);
+        __syncthreads();
+        int before = 0, total = 0;
+#pragma unroll
+        for (int k = 0; k < CAND_T / 32; k++) {
+            const int c = s_w[k];
+            before += k < w ? c : 0;
+            total += c;
+        }
+        if (keep) {
+            const int pos = off + before + __popc(m & ((1u << lane) - 1u));
+            if (pos < cap) ids[pos] = (int32_t)i, vals[pos] = v;
+        }
+        off += total;
+        __syncthreads(); // (s_w is the next tile's)
+    }
+}
+
 // ------------------------------------------------------------ host tokens
 // k_wait_token: one thread polls the host's word (mapped pinned memory, read
 // over the bus each time: volatile, never cached) until its high half is seq,
@@ -3138,6 +3227,28 @@ int ds4c_get_rows(int type, const void *d_w, int64_t total_rows, int64_t cols, c
     ds4c_launch(k_get_rows, g, 256, 0, as_stream(stream), type, (const uint8_t *)d_w, total_rows, cols, d_ids, d_dst,
                 dst_stride, copies, copy_stride);
     DS4C_CHECK_LAUNCH("get_rows");
+    return 0;
+}
+
+int ds4c_pick_candidates(const float *d_x, int64_t n, float temp, float min_p, void *d_work, int32_t *d_top,
+                         int32_t *d_counts, int32_t *d_out, int cap, void *stream) {
+    DS4C_READY();
+    if (n <= 0 || n > 0x7fffffffll || cap <= 0 || !(temp > 0.f) || !(min_p > 0.f))
+        return ds4c_err(DS4C_EINVAL, "pick_candidates: %lld logits, cap %d, temperature %g, min_p %g", (long long)n, cap,
+                        (double)temp, (double)min_p);
+    const int rc = ds4c_argmax(d_x, n, d_work, d_top, stream);
+    if (rc) return rc;
+    const int sms = ds4c_sm_count() > 0 ? ds4c_sm_count() : 132;
+    int64_t G = (n + 4 * CAND_T - 1) / (4 * CAND_T);
+    if (G > sms) G = sms;
+    if (G > DS4C_CAND_CTAS) G = DS4C_CAND_CTAS;
+    if (G < 1) G = 1;
+    const int64_t per = (n + G - 1) / G;
+    ds4c_launch(k_cand_count, (unsigned)G, CAND_T, 0, as_stream(stream), d_x, n, d_top, temp, min_p, per, d_counts);
+    DS4C_CHECK_LAUNCH("pick_candidates (count)");
+    ds4c_launch(k_cand_write, (unsigned)G, CAND_T, 0, as_stream(stream), d_x, n, d_top, temp, min_p, per, d_counts,
+                d_out, cap);
+    DS4C_CHECK_LAUNCH("pick_candidates (write)");
     return 0;
 }
 

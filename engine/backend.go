@@ -185,8 +185,9 @@ var ErrPickAhead = errors.New("engine: the step cannot be queued before its toke
 type PickPipeliner interface {
 	// HeadPicked is Head for the one row of a one-token chunk, without
 	// waiting for it: the logits are copied to the host as the step ends,
-	// for PickedLogits.
-	HeadPicked(b Batch) error
+	// for PickedLogits. With a filter the backend may find min-p's
+	// candidates under it on the device and copy only those.
+	HeadPicked(b Batch, f *PickFilter) error
 	// EmbedPicked is Embed of a one-token chunk at pos whose token is not
 	// known yet: the device waits for the next SupplyToken on b. At most one
 	// EmbedPicked on b waits for its token at a time. The step's ops, up to
@@ -201,7 +202,12 @@ type PickPipeliner interface {
 	// time limit.
 	SupplyToken(b Batch, tok int32) error
 	// PickedLogits waits for the oldest HeadPicked on b whose logits it has
-	// not returned yet and returns them (Vocab values, owned by the backend:
-	// valid until the second HeadPicked queued after that one runs).
-	PickedLogits(b Batch) ([]float32, error)
+	// not returned yet and returns them: all of them (Vocab values), or
+	// min-p's candidates under its filter (dense nil). Both are owned by the
+	// backend, valid until the second HeadPicked queued after that one runs.
+	PickedLogits(b Batch) (dense []float32, cand *Candidates, err error)
+	// PickedAll copies all the logits of the HeadPicked whose logits
+	// PickedLogits returned last into dst (Vocab values). It may be called
+	// until a step queued after that one is given its token.
+	PickedAll(b Batch, dst []float32) error
 }

@@ -6,27 +6,30 @@ import (
 )
 
 // DecodePicked decodes up to max tokens, each chosen by pick from the
-// current logits (a sampler's draw, say). pick returns the token and
-// whether to decode it; a refusal ends the run. pick's logits are valid
-// only during the call. It returns how many tokens it decoded. The session
-// ends as if Decode(ctx, tok) had run for each accepted token, so the
-// tokens are those of the loop
+// current logits (a sampler's draw, say: Sampler.SampleLogits). pick
+// returns the token and whether to decode it; a refusal ends the run.
+// pick's logits are valid only during the call. It returns how many tokens
+// it decoded. The session ends as if Decode(ctx, tok) had run for each
+// accepted token, so the tokens are those of the loop
 //
-//	for { tok, ok := pick(s.Logits()); if !ok { break }; s.Decode(ctx, tok) }
+//	for { tok, ok := pick(DenseLogits(s.Logits())); if !ok { break }; s.Decode(ctx, tok) }
 //
-// and pick sees the same logits in the same order. A backend's error
-// leaves the session without logits, holding the tokens whose steps are
-// known to have completed (on a pipelined backend the step queued before
-// the failing one may be left out); Rewind or Prefill go on from there. A
-// picked token outside the vocabulary ends the run with ErrBadToken, the
-// session as it was before that pick (its logits included).
+// and pick sees the same logits in the same order. With a filter (FilterFor
+// the draws' options) a backend may send min-p's candidates instead of all
+// the logits (Logits.Candidates; All fetches the rest when asked). A
+// backend's error leaves the session without logits, holding the tokens
+// whose steps are known to have completed (on a pipelined backend the step
+// queued before the failing one may be left out); Rewind or Prefill go on
+// from there. A picked token outside the vocabulary ends the run with
+// ErrBadToken, the session as it was before that pick (its logits
+// included).
 //
 // On a backend that implements PickPipeliner (and without Options.Trace)
 // each step is queued before its token is chosen, and waits for it on the
 // device: while the device runs step k the host records and queues step
 // k+1, then picks its token from step k's logits. A refused token, or a
 // cancelled ctx, then costs one step of discarded work, as in DecodeGreedy.
-func (s *Session) DecodePicked(ctx context.Context, max int, pick func(logits []float32) (int32, bool)) (int, error) {
+func (s *Session) DecodePicked(ctx context.Context, max int, f *PickFilter, pick func(l *Logits) (int32, bool)) (int, error) {
 	if s.closed {
 		return 0, ErrClosed
 	}
@@ -34,11 +37,11 @@ func (s *Session) DecodePicked(ctx context.Context, max int, pick func(logits []
 	if pp, ok := s.be.(PickPipeliner); ok && s.opts.Trace == nil && max > 1 && s.logitsOK {
 		var done bool
 		var err error
-		if n, done, err = s.pickPipelined(ctx, pp, max, pick); done || err != nil {
+		if n, done, err = s.pickPipelined(ctx, pp, max, f, pick); done || err != nil {
 			return n, err
 		}
 	}
-	return s.stepLoop(ctx, n, max, pick)
+	return s.stepLoop(ctx, n, max, func(logits []float32) (int32, bool) { return pick(DenseLogits(logits)) })
 }
 
 // pickPipelined is DecodePicked on a PickPipeliner. At most two steps are
@@ -48,7 +51,7 @@ func (s *Session) DecodePicked(ctx context.Context, max int, pick func(logits []
 // or an error); when it is not, the caller goes on one step at a time (the
 // context is about to fill or the rings cannot continue), with the
 // session's tokens and logits consistent and no token picked from them yet.
-func (s *Session) pickPipelined(ctx context.Context, pp PickPipeliner, max int, pick func([]float32) (int32, bool)) (n int, done bool, err error) {
+func (s *Session) pickPipelined(ctx context.Context, pp PickPipeliner, max int, f *PickFilter, pick func(*Logits) (int32, bool)) (n int, done bool, err error) {
 	pos := len(s.tokens)
 	if pos+2 > s.opts.MaxContext {
 		return 0, false, nil
@@ -56,7 +59,7 @@ func (s *Session) pickPipelined(ctx context.Context, pp PickPipeliner, max int, 
 	if err := s.ensureContinuable(ctx); err != nil {
 		return 0, true, err
 	}
-	tok, ok := pick(s.logits)
+	tok, ok := pick(DenseLogits(s.logits))
 	if !ok {
 		return 0, true, nil
 	}
@@ -89,7 +92,7 @@ func (s *Session) pickPipelined(ctx context.Context, pp PickPipeliner, max int, 
 		if err := s.blocks(ctx, p, func(Stage, int) {}); err != nil {
 			return err
 		}
-		if err := pp.HeadPicked(s.b); err != nil {
+		if err := pp.HeadPicked(s.b, f); err != nil {
 			return s.opError(p, "head", -1, err)
 		}
 		return nil
@@ -115,20 +118,39 @@ func (s *Session) pickPipelined(ctx context.Context, pp PickPipeliner, max int, 
 				return n, true, err
 			}
 		}
-		lg, err := pp.PickedLogits(s.b)
+		dense, cand, err := pp.PickedLogits(s.b)
 		if err != nil {
 			return n, true, s.opError(pos, "head", -1, err)
 		}
 		s.tokens = append(s.tokens, in)
 		n++
 		pos++
-		// the logits stay the session's until a step is committed after them
-		commit := func() {
-			copy(s.logits, lg)
+		// the step's logits: all of them, or candidates with the rest
+		// fetched into the session's buffer when pick asks for them
+		lg := &Logits{dense: dense, cand: cand}
+		if dense == nil {
+			lg.fetch = func() ([]float32, error) {
+				if err := pp.PickedAll(s.b, s.logits); err != nil {
+					return nil, s.opError(pos-1, "head", -1, err)
+				}
+				return s.logits, nil
+			}
+		}
+		// commit makes them the session's (a step committed after them
+		// replaces them)
+		commit := func() error {
+			if dense != nil {
+				copy(s.logits, dense)
+			} else if lg.All() == nil {
+				return lg.Err()
+			}
 			s.logitsOK = true
+			return nil
 		}
 		if !spec {
-			commit()
+			if err := commit(); err != nil {
+				return n, true, err
+			}
 			if err := ctx.Err(); err != nil {
 				return n, true, err
 			}
@@ -139,14 +161,23 @@ func (s *Session) pickPipelined(ctx context.Context, pp PickPipeliner, max int, 
 		if ctx.Err() == nil {
 			c, ok = pick(lg)
 		}
+		if err := lg.Err(); err != nil {
+			return n, true, err
+		}
 		if ok {
 			if err := s.checkTokens([]int32{c}); err != nil {
-				commit() // the step queued for c is discarded
+				// the step queued for c is discarded
+				if e := commit(); e != nil {
+					return n, true, e
+				}
 				return n, true, err
 			}
 		}
 		if !ok {
-			commit() // the step queued for the refused token is discarded
+			// the step queued for the refused token is discarded
+			if err := commit(); err != nil {
+				return n, true, err
+			}
 			return n, true, ctx.Err()
 		}
 		in = c

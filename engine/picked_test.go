@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"ds4go/engine"
@@ -38,6 +40,12 @@ type pickState struct {
 	// the device does on the GPU
 	failEvery int
 	dropped   int
+	filter    [2]*engine.PickFilter // the filter of the head writing logits[k]
+	lastTaken int
+	fetched   int // PickedAll calls
+	// overflowEvery: every overflowEvery-th PickedLogits of a filtered head
+	// sends neither logits nor candidates (too many candidates; 0: never)
+	overflowEvery int
 }
 
 func newPick(be engine.Backend) pickBackend {
@@ -83,16 +91,34 @@ func (p pickBackend) HCPost(b engine.Batch, l int, sub engine.SubBlock) error {
 	return p.do(func() error { return p.Backend.HCPost(b, l, sub) })
 }
 
-func (p pickBackend) HeadPicked(b engine.Batch) error {
+func (p pickBackend) HeadPicked(b engine.Batch, f *engine.PickFilter) error {
 	if p.p.heads-p.p.taken >= 2 {
 		return errors.New("two heads' logits not taken")
 	}
-	buf := p.p.logits[p.p.heads%2]
+	k := p.p.heads % 2
+	buf := p.p.logits[k]
+	p.p.filter[k] = f
 	p.p.heads++
 	return p.do(func() error {
 		p.p.ran++
 		return p.Head(b, []int{0}, buf)
 	})
+}
+
+// candidates are min-p's candidates of logits under f as a device may send
+// them: a superset of the sampler's prefilter (a margin of 0.25 below its
+// cut), in id order.
+func candidates(logits []float32, f *engine.PickFilter) *engine.Candidates {
+	top := engine.Greedy(logits)
+	c := &engine.Candidates{Filter: *f, Top: top, TopLogit: logits[top]}
+	cut := float64(logits[top]) + float64(f.Temperature)*math.Log(float64(f.MinP)) - 1e-3 - 0.25
+	for i, v := range logits {
+		if float64(v) >= cut || int32(i) == top {
+			c.IDs = append(c.IDs, int32(i))
+			c.Values = append(c.Values, v)
+		}
+	}
+	return c
 }
 
 func (p pickBackend) EmbedPicked(b engine.Batch, pos int) error {
@@ -124,35 +150,55 @@ func (p pickBackend) SupplyToken(b engine.Batch, tok int32) error {
 	return nil
 }
 
-func (p pickBackend) PickedLogits(engine.Batch) ([]float32, error) {
+func (p pickBackend) PickedLogits(engine.Batch) ([]float32, *engine.Candidates, error) {
 	if p.p.taken >= p.p.heads {
-		return nil, errors.New("no HeadPicked to take")
+		return nil, nil, errors.New("no HeadPicked to take")
 	}
 	if p.p.taken >= p.p.ran {
-		return nil, errors.New("the head waits for a token that was not given (a device would hang)")
+		return nil, nil, errors.New("the head waits for a token that was not given (a device would hang)")
 	}
 	if p.p.err != nil {
-		return nil, p.p.err
+		return nil, nil, p.p.err
 	}
-	k := p.p.taken
+	k := p.p.taken % 2
 	p.p.taken++
-	return p.p.logits[k%2], nil
+	p.p.lastTaken = k
+	if f := p.p.filter[k]; f != nil {
+		if p.p.overflowEvery > 0 && p.p.taken%p.p.overflowEvery == 0 {
+			return nil, nil, nil // too many candidates: PickedAll fetches them
+		}
+		return nil, candidates(p.p.logits[k], f), nil
+	}
+	return p.p.logits[k], nil, nil
+}
+
+func (p pickBackend) PickedAll(_ engine.Batch, dst []float32) error {
+	if p.p.taken == 0 {
+		return errors.New("no logits taken")
+	}
+	if p.p.ran > p.p.taken {
+		return errors.New("a later step ran: its head replaced the logits on the device")
+	}
+	p.p.fetched++
+	copy(dst, p.p.logits[p.p.lastTaken])
+	return nil
 }
 
 // pickSampler draws from logits with a seeded sampler, recording what it saw.
 type pickSampler struct {
 	sm      *engine.Sampler
+	o       engine.SamplerOptions
 	offered []int32
-	first   []float32 // the first logit of every call
+	top     []int32 // the greedy choice of every call's logits
 }
 
-func (ps *pickSampler) pick(refuseAt int) func([]float32) (int32, bool) {
-	return func(lg []float32) (int32, bool) {
-		ps.first = append(ps.first, lg[0])
+func (ps *pickSampler) pick(refuseAt int) func(*engine.Logits) (int32, bool) {
+	return func(lg *engine.Logits) (int32, bool) {
+		ps.top = append(ps.top, lg.Greedy())
 		if refuseAt >= 0 && len(ps.offered) >= refuseAt {
 			return 0, false
 		}
-		t := ps.sm.Sample(lg)
+		t := ps.sm.SampleLogits(lg, ps.o)
 		ps.offered = append(ps.offered, t)
 		return t, true
 	}
@@ -173,17 +219,22 @@ func TestDecodePickedPipelined(t *testing.T) {
 		max        int
 		refuseAt   int // tokens drawn before a refusal (−1: none)
 		maxContext int
-		failEvery  int // (pickState.failEvery)
+		failEvery  int  // (pickState.failEvery)
+		minP       bool // draws with min-p: the backend sends candidates
 	}{
-		{"to max", 12, -1, 256, 0},
-		{"one", 1, -1, 256, 0},
-		{"refuse first", 8, 0, 256, 0},
-		{"refuse second", 8, 1, 256, 0},
-		{"refuse later", 20, 9, 256, 0},
-		{"context fills", 30, -1, 47, 0},
-		{"steps dropped", 20, -1, 256, 3},
-		{"every step dropped", 10, -1, 256, 1},
-		{"dropped then refused", 20, 7, 256, 2},
+		{"to max", 12, -1, 256, 0, false},
+		{"to max, candidates", 12, -1, 256, 0, true},
+		{"one", 1, -1, 256, 0, false},
+		{"refuse first", 8, 0, 256, 0, true},
+		{"refuse second", 8, 1, 256, 0, false},
+		{"refuse later", 20, 9, 256, 0, false},
+		{"refuse later, candidates", 20, 9, 256, 0, true},
+		{"context fills", 30, -1, 47, 0, true},
+		{"steps dropped", 20, -1, 256, 3, true},
+		{"every step dropped", 10, -1, 256, 1, false},
+		{"dropped then refused", 20, 7, 256, 2, true},
+		{"candidates overflow", 20, -1, 256, 0, true},
+		{"candidates overflow, steps dropped", 20, -1, 256, 3, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -196,19 +247,29 @@ func TestDecodePickedPipelined(t *testing.T) {
 				if e := s.Prefill(ctx, prompt); e != nil {
 					t.Fatal(e)
 				}
-				ps := &pickSampler{sm: engine.NewSampler(engine.SamplerOptions{Temperature: 1.5, Seed: 7})}
-				n, err := s.DecodePicked(ctx, c.max, ps.pick(c.refuseAt))
+				o := engine.SamplerOptions{Temperature: 1.5, TopP: 0.95, Seed: 7}
+				if c.minP {
+					o.MinP = 0.05
+				}
+				ps := &pickSampler{sm: engine.NewSampler(o), o: o}
+				n, err := s.DecodePicked(ctx, c.max, engine.FilterFor(o), ps.pick(c.refuseAt))
 				return ps, n, err, s
 			}
 			pb := newPick(be)
 			pb.p.failEvery = c.failEvery
+			if strings.HasPrefix(c.name, "candidates overflow") {
+				pb.p.overflowEvery = 4
+			}
 			wp, wn, werr, ws := run(be)
 			gp, gn, gerr, gs := run(pb)
-			if !slices.Equal(gp.offered, wp.offered) || !slices.Equal(gp.first, wp.first) || gn != wn || (gerr == nil) != (werr == nil) {
+			if !slices.Equal(gp.offered, wp.offered) || !slices.Equal(gp.top, wp.top) || gn != wn || (gerr == nil) != (werr == nil) {
 				t.Fatalf("pipelined: drew %v, %d decoded, err %v; plain: %v, %d, %v", gp.offered, gn, gerr, wp.offered, wn, werr)
 			}
 			if c.max > 1 && c.refuseAt != 0 && pb.p.embeds == 0 {
 				t.Errorf("the pipelined path was not taken")
+			}
+			if pb.p.fetched > 1 && pb.p.overflowEvery == 0 {
+				t.Errorf("all the logits fetched %d times: the draws should need only the candidates", pb.p.fetched)
 			}
 			if c.failEvery > 0 && pb.p.dropped == 0 {
 				t.Errorf("no step was dropped")
@@ -260,12 +321,12 @@ func TestDecodePickedErrors(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		drawn := 0
-		n, err := s.DecodePicked(ctx, 50, func(lg []float32) (int32, bool) {
+		n, err := s.DecodePicked(ctx, 50, nil, func(lg *engine.Logits) (int32, bool) {
 			drawn++
 			if drawn == 4 {
 				cancel()
 			}
-			return engine.Greedy(lg), true
+			return lg.Greedy(), true
 		})
 		if !errors.Is(err, context.Canceled) || n < 3 || n > 4 || s.Pos() != len(prompt)+n {
 			t.Fatalf("%T: %d decoded, %d drawn, pos %d, err %v", b, n, drawn, s.Pos(), err)
@@ -273,7 +334,7 @@ func TestDecodePickedErrors(t *testing.T) {
 		check(b, s)
 
 		drawn = 0
-		n, err = s.DecodePicked(context.Background(), 50, func([]float32) (int32, bool) {
+		n, err = s.DecodePicked(context.Background(), 50, nil, func(*engine.Logits) (int32, bool) {
 			drawn++
 			if drawn == 3 {
 				return int32(be.Config().Vocab), true

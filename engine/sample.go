@@ -174,11 +174,42 @@ func (s *Sampler) SampleWith(logits []float32, o SamplerOptions) int32 {
 			}
 		}
 	}
-	if len(s.wt) < len(logits) {
-		s.wt = make([]float64, len(logits))
+	return s.drawKeys(o, top, lt, invT, len(logits))
+}
+
+// sampleCandidates is SampleWith's draw over the logits that c holds (min-p
+// with c's temperature and min-p, no top-k): the prefilter's keys are those
+// SampleWith makes from all the logits, since every logit that passes its
+// cut is a candidate, and they come in the same (id) order.
+func (s *Sampler) sampleCandidates(c *Candidates, o SamplerOptions) int32 {
+	negInf := float32(math.Inf(-1))
+	top := c.Top
+	if !(c.TopLogit > negInf) {
+		return top
+	}
+	lt := float64(c.TopLogit)
+	cut := lt + float64(o.Temperature)*math.Log(float64(o.MinP)) - 1e-3
+	c32 := leastFloat32AtLeast(cut)
+	s.key = s.key[:0]
+	n := int(top) + 1
+	for i, id := range c.IDs {
+		if v := c.Values[i]; (v >= c32 && v > negInf) || id == top {
+			s.key = append(s.key, orderKey(v, id))
+		}
+		n = max(n, int(id)+1)
+	}
+	return s.drawKeys(o, top, lt, 1/float64(o.Temperature), n)
+}
+
+// drawKeys ends a draw: the weights of the candidates s.key (ids below n)
+// at the temperature relative to the best token top (logit lt), min-p's
+// exact test, top-p's nucleus, then the draw.
+func (s *Sampler) drawKeys(o SamplerOptions, top int32, lt, invT float64, n int) int32 {
+	if len(s.wt) < n {
+		s.wt = make([]float64, n)
 	}
 	w := s.wt
-	expWeights(w, s.key, logits, lt, invT)
+	expWeights(w, s.key, lt, invT)
 	// min-p keeps weights ≥ MinP (the best token's weight is 1).
 	if o.MinP > 0 {
 		n := 0
@@ -242,6 +273,15 @@ func orderKey(v float32, id int32) uint64 {
 // keyID is the token id of a rank key.
 func keyID(k uint64) int32 { return int32(uint32(k)) }
 
+// keyValue is the logit of a rank key (orderKey's v; −0 comes back as +0).
+func keyValue(k uint64) float32 {
+	b := ^uint32(k >> 32)
+	if b&0x80000000 != 0 {
+		return math.Float32frombits(b &^ 0x80000000)
+	}
+	return math.Float32frombits(^b)
+}
+
 // partition rearranges keys[lo:hi] around a pivot chosen from the middle:
 // the better keys (smaller), then the pivot, then the rest. It returns the
 // pivot's final index.
@@ -280,14 +320,14 @@ func partition(keys []uint64, lo, hi int) int {
 	return store
 }
 
-// expWeights sets w[id] = exp((logits[id] − lt)·invT) for the ids of keys,
-// on several goroutines for a large vocabulary (each value is computed as
-// it would be alone: the results do not depend on the split).
-func expWeights(w []float64, keys []uint64, logits []float32, lt, invT float64) {
+// expWeights sets w[id] = exp((logit − lt)·invT) for the ids of keys (each
+// logit read back from its key), on several goroutines for a large
+// vocabulary (each value is computed as it would be alone: the results do
+// not depend on the split).
+func expWeights(w []float64, keys []uint64, lt, invT float64) {
 	one := func(lo, hi int) {
 		for _, k := range keys[lo:hi] {
-			id := keyID(k)
-			w[id] = math.Exp((float64(logits[id]) - lt) * invT)
+			w[keyID(k)] = math.Exp((float64(keyValue(k)) - lt) * invT)
 		}
 	}
 	const minChunk = 16384

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"ds4go/engine"
 	"ds4go/tokenizer"
 )
 
@@ -59,13 +60,14 @@ type GreedySession interface {
 
 // PickSession is a Session that decodes tokens chosen by a callback
 // (engine.Session.DecodePicked): pick gets each step's logits (valid during
-// the call) and returns the token and whether to decode it; a refusal ends
-// the run. It returns how many tokens it decoded. The server uses it for
-// sampled requests: on the CUDA backend each step is queued before the
-// host has drawn its token, and waits for it on the device.
+// the call; with a filter, possibly min-p's candidates only) and returns
+// the token and whether to decode it; a refusal ends the run. It returns
+// how many tokens it decoded. The server uses it for sampled requests: on
+// the CUDA backend each step is queued before the host has drawn its
+// token, and waits for it on the device.
 type PickSession interface {
 	Session
-	DecodePicked(ctx context.Context, max int, pick func(logits []float32) (tok int32, ok bool)) (int, error)
+	DecodePicked(ctx context.Context, max int, f *engine.PickFilter, pick func(l *engine.Logits) (tok int32, ok bool)) (int, error)
 }
 
 // ErrContextFull may be returned (wrapped) by Session.Prefill when the

@@ -37,12 +37,26 @@ func newSampler(seed uint64) *sampler {
 // greedy reports whether every token of a request is the greedy choice.
 func (p SamplingParams) greedy() bool { return p.Temperature <= 0 || p.TopK == 1 }
 
-// sample picks the next token. greedy forces temperature 0 (DSML structure).
-func (s *sampler) sample(logits []float32, p SamplingParams, greedy bool) int32 {
-	if greedy || p.greedy() {
-		return engine.Greedy(logits)
-	}
-	return s.s.SampleWith(logits, engine.SamplerOptions{
+// options are p's sampler options.
+func (p SamplingParams) options() engine.SamplerOptions {
+	return engine.SamplerOptions{
 		Temperature: float32(p.Temperature), TopK: max(p.TopK, 0), TopP: float32(p.TopP), MinP: float32(max(p.MinP, 0)),
-	})
+	}
+}
+
+// filter is the filter whose candidates serve p's draws (engine.FilterFor;
+// nil: none does).
+func (p SamplingParams) filter() *engine.PickFilter {
+	if p.greedy() {
+		return nil
+	}
+	return engine.FilterFor(p.options())
+}
+
+// sample picks the next token. greedy forces temperature 0 (DSML structure).
+func (s *sampler) sample(l *engine.Logits, p SamplingParams, greedy bool) int32 {
+	if greedy || p.greedy() {
+		return l.Greedy()
+	}
+	return s.s.SampleLogits(l, p.options())
 }

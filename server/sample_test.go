@@ -1,9 +1,13 @@
 package server
 
-import "testing"
+import (
+	"testing"
+
+	"ds4go/engine"
+)
 
 func TestSampler(t *testing.T) {
-	logits := []float32{1, 5, 4.9, -3, 0}
+	logits := engine.DenseLogits([]float32{1, 5, 4.9, -3, 0})
 	if got := newSampler(1).sample(logits, DefaultSampling(), true); got != 1 {
 		t.Fatalf("greedy: %d", got)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"ds4go/chat/dsml"
+	"ds4go/engine"
 	"ds4go/kvdisk"
 )
 
@@ -606,12 +607,12 @@ func (sc *scheduler) decode(ctx context.Context, j *job, res *genResult, promptL
 		}
 	} else if ps, ok := sess.(PickSession); ok {
 		decodeBy = func(max int) (int, error) {
-			return ps.DecodePicked(ctx, max, func(logits []float32) (int32, bool) {
+			return ps.DecodePicked(ctx, max, r.sampling.filter(), func(l *engine.Logits) (int32, bool) {
 				if !gate() {
 					return 0, false
 				}
 				greedy := parser != nil && r.hasTools && parser.InStructure()
-				t := smp.sample(logits, r.sampling, greedy)
+				t := smp.sample(l, r.sampling, greedy)
 				return t, accept(t)
 			})
 		}
@@ -648,7 +649,7 @@ func (sc *scheduler) decode(ctx context.Context, j *job, res *genResult, promptL
 		}
 		greedy := parser != nil && r.hasTools && parser.InStructure()
 		inReasoning := parser != nil && parser.State() == dsml.StateReasoning
-		t := smp.sample(logits, r.sampling, greedy)
+		t := smp.sample(engine.DenseLogits(logits), r.sampling, greedy)
 		if t == eos {
 			finish = "stop"
 			break

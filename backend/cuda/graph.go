@@ -43,6 +43,7 @@ type graphCounters struct {
 	replays, nodeSets                                  atomic.Int64
 	hostNs, waitNs                                     atomic.Int64
 	greedyHeads, pickedHeads, pickAhead, pickDropped   atomic.Int64
+	pickOverflows                                      atomic.Int64
 }
 
 // GraphStats counts what graph decode did.
@@ -67,6 +68,9 @@ type GraphStats struct {
 	// (EmbedPicked), PickDropped those of them dropped because an op had
 	// to wait for the device (engine.ErrPickAhead; run again after the draw).
 	PickAhead, PickDropped int64
+	// PickOverflows counts the steps with more min-p candidates than
+	// HeadPicked sends (their logits fetched whole).
+	PickOverflows int64
 }
 
 // GraphStats returns the backend's graph-decode counters, over all its
@@ -75,7 +79,7 @@ func (be *Backend) GraphStats() GraphStats {
 	c := &be.gstats
 	return GraphStats{c.captures.Load(), c.updates.Load(), c.instantiates.Load(), c.replays.Load(),
 		c.nodeSets.Load(), c.flushes.Load(), c.segments.Load(), c.hostNs.Load(), c.waitNs.Load(), c.greedyHeads.Load(),
-		c.pickedHeads.Load(), c.pickAhead.Load(), c.pickDropped.Load()}
+		c.pickedHeads.Load(), c.pickAhead.Load(), c.pickDropped.Load(), c.pickOverflows.Load()}
 }
 
 // beginGraph starts recording the chunk's work (one token, graphs on).

@@ -231,6 +231,26 @@ func (d *Device) Argmax(s Stream, x Ptr, n int, work, out Ptr) error {
 	})
 }
 
+// CandidateCTAs is the words of PickCandidates' counts area.
+const CandidateCTAs = 1024
+
+// CandidateWords is the int32 words of PickCandidates' output for cap
+// candidates: a header of 4 (their count, even past cap; the greedy choice;
+// its logit's bits; 0), then cap ids, then cap logits.
+func CandidateWords(cap int) int { return 4 + 2*cap }
+
+// PickCandidates writes min-p's candidates of the n logits at x to out
+// (CandidateWords(cap) words): the greedy choice (Argmax, with its work area
+// work, into the device int32 top), then in id order every id whose logit
+// reaches a threshold a margin below the choice's logit + temp·ln(minP) −
+// 1e-3 (a superset of engine.Sampler's min-p prefilter), and the choice.
+// counts is CandidateCTAs words of work. temp and minP must be positive.
+func (d *Device) PickCandidates(s Stream, x Ptr, n int, temp, minP float32, work, top, counts, out Ptr, cap int) error {
+	return d.l.call("pick_candidates", func() int32 {
+		return d.l.pickCands(uintptr(x), int64(n), temp, minP, uintptr(work), uintptr(top), uintptr(counts), uintptr(out), int32(cap), uintptr(s))
+	})
+}
+
 // WaitToken queues a wait on s for a token the host gives later: one thread
 // polls the 8-byte word at word (pinned host memory from MallocHost, 8-byte
 // aligned) until its high half is seq, then sets *out (a device int32) to

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -36,17 +37,30 @@ var _ engine.PickPipeliner = (*Backend)(nil)
 // its work is discarded. Backend.pickTimeout overrides it (tests).
 const pickTimeout = 30 * time.Second
 
+// pickCandCap bounds the min-p candidates HeadPicked sends (more: the
+// logits are fetched whole, PickedAll). A language model's logits leave a
+// few to a few hundred; flat ones (the synthetic models') ≈ 8 % of the
+// vocabulary.
+const pickCandCap = 16384
+
 // pickQueue is a batch's state for picked decode steps, made on first use.
 type pickQueue struct {
-	logits  Ptr           // the head's logits on the device, [Vocab] f32
-	host    [2][]byte     // pinned: HeadPicked k's logits go to host[k % 2]
-	word    []byte        // pinned: the published token (8 bytes), then the time-out flag (4)
-	ev      [2]Event      // HeadPicked k's download done: ev[k % 2]
-	heads   int           // HeadPicked calls so far
-	taken   int           // … whose logits were returned (or discarded by Embed)
-	seq     uint32        // the latest EmbedPicked's sequence number
-	waiting bool          // an EmbedPicked has not been given its token
-	timeout time.Duration // how long the device waits for a token (pickTimeout)
+	logits  Ptr                   // the head's logits on the device, [Vocab] f32
+	work    Ptr                   // PickCandidates' argmax work area
+	top     Ptr                   // … its greedy choice (int32)
+	counts  Ptr                   // … its counts (CandidateCTAs words)
+	cand    Ptr                   // … its output (CandidateWords(pickCandCap) words)
+	filt    [2]*engine.PickFilter // HeadPicked k's filter: filt[k % 2]
+	last    int                   // the slot PickedLogits returned last
+	copyS   Stream                // PickedAll's copies (made on first use)
+	host    [2][]byte             // pinned: HeadPicked k's logits (or candidates) go to host[k % 2]
+	word    []byte                // pinned: the published token (8 bytes), then the time-out flag (4)
+	ev      [2]Event              // HeadPicked k's download done: ev[k % 2]
+	heads   int                   // HeadPicked calls so far
+	taken   int                   // … whose logits were returned (or discarded by Embed)
+	seq     uint32                // the latest EmbedPicked's sequence number
+	waiting bool                  // an EmbedPicked has not been given its token
+	timeout time.Duration         // how long the device waits for a token (pickTimeout)
 }
 
 func (q *pickQueue) ready() bool { return q.word != nil }
@@ -56,8 +70,23 @@ func (q *pickQueue) init(d *Device, vocab int) error {
 	if q.logits, err = d.Malloc(4 * int64(vocab)); err != nil {
 		return err
 	}
+	if q.work, err = d.Malloc(ArgmaxWork); err != nil {
+		return err
+	}
+	if err := d.Upload(q.work, make([]byte, ArgmaxWork)); err != nil {
+		return err
+	}
+	if q.top, err = d.Malloc(4); err != nil {
+		return err
+	}
+	if q.counts, err = d.Malloc(4 * CandidateCTAs); err != nil {
+		return err
+	}
+	if q.cand, err = d.Malloc(4 * int64(CandidateWords(pickCandCap))); err != nil {
+		return err
+	}
 	for i := range q.host {
-		if q.host[i], err = d.MallocHost(4 * vocab); err != nil {
+		if q.host[i], err = d.MallocHost(4 * max(vocab, CandidateWords(pickCandCap))); err != nil {
 			return err
 		}
 	}
@@ -75,8 +104,10 @@ func (q *pickQueue) init(d *Device, vocab int) error {
 
 // release frees what init allocated (the batch's stream is idle).
 func (q *pickQueue) release(d *Device) {
-	if q.logits != 0 {
-		d.Free(q.logits)
+	for _, p := range []Ptr{q.logits, q.work, q.top, q.counts, q.cand} {
+		if p != 0 {
+			d.Free(p)
+		}
 	}
 	for _, h := range append(q.host[:], q.word) {
 		if h != nil {
@@ -87,6 +118,9 @@ func (q *pickQueue) release(d *Device) {
 		if e != 0 {
 			d.DestroyEvent(e)
 		}
+	}
+	if q.copyS != 0 {
+		d.DestroyStream(q.copyS)
 	}
 	*q = pickQueue{}
 }
@@ -177,8 +211,10 @@ func (be *Backend) SupplyToken(bi engine.Batch, tok int32) error {
 }
 
 // HeadPicked is Head for the one row of a one-token chunk whose logits are
-// downloaded to pinned memory as the step ends (engine.PickPipeliner).
-func (be *Backend) HeadPicked(bi engine.Batch) error {
+// downloaded to pinned memory as the step ends — with a filter, only
+// min-p's candidates under it, found on the device (PickCandidates)
+// (engine.PickPipeliner).
+func (be *Backend) HeadPicked(bi engine.Batch, f *engine.PickFilter) error {
 	b, err := be.batchOf(bi)
 	if err != nil {
 		return err
@@ -197,12 +233,24 @@ func (be *Backend) HeadPicked(bi engine.Batch) error {
 	if err := be.headRow(b, q.logits); err != nil {
 		return err
 	}
-	b.g.shape = append(b.g.shape, 'P')
+	k := q.heads % len(q.host)
+	q.filt[k] = nil
+	src, bytes := q.logits, 4*be.cfg.Vocab
+	if f != nil && f.Temperature > 0 && f.MinP > 0 {
+		if err := d.PickCandidates(b.s, q.logits, be.cfg.Vocab, f.Temperature, f.MinP, q.work, q.top, q.counts, q.cand, pickCandCap); err != nil {
+			return err
+		}
+		fc := *f
+		q.filt[k] = &fc
+		src, bytes = q.cand, 4*CandidateWords(pickCandCap)
+		b.g.shape = append(b.g.shape, 'C')
+	} else {
+		b.g.shape = append(b.g.shape, 'P')
+	}
 	if err := b.finish(); err != nil {
 		return err
 	}
-	k := q.heads % len(q.host)
-	if err := d.DownloadAsync(q.host[k], q.logits, b.s); err != nil {
+	if err := d.DownloadAsync(q.host[k][:bytes], src, b.s); err != nil {
 		return err
 	}
 	if err := d.Record(q.ev[k], b.s); err != nil {
@@ -217,28 +265,83 @@ func (be *Backend) HeadPicked(bi engine.Batch) error {
 var ErrPickTimeout = errors.New("cuda: a queued decode step waited too long for its token")
 
 // PickedLogits waits for the oldest HeadPicked whose logits it has not
-// returned and returns them: pinned memory, valid until the second
-// HeadPicked after it runs (engine.PickPipeliner).
-func (be *Backend) PickedLogits(bi engine.Batch) ([]float32, error) {
+// returned and returns them, or its min-p candidates (none of either when
+// there were more than pickCandCap candidates: PickedAll then fetches the
+// logits): pinned memory, valid until the second HeadPicked after it runs
+// (engine.PickPipeliner).
+func (be *Backend) PickedLogits(bi engine.Batch) ([]float32, *engine.Candidates, error) {
 	b, err := be.batchOf(bi)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	q := &b.pq
 	if q.taken >= q.heads {
-		return nil, fmt.Errorf("cuda: picked logits: none queued")
+		return nil, nil, fmt.Errorf("cuda: picked logits: none queued")
 	}
 	k := q.taken % len(q.host)
 	t0 := time.Now()
 	if err := be.dev.SyncEvent(q.ev[k]); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	be.gstats.waitNs.Add(int64(time.Since(t0)))
 	q.taken++
+	q.last = k
 	if s := atomic.LoadUint32(q.flagPtr()); s != 0 {
 		atomic.StoreUint32(q.flagPtr(), 0)
-		return nil, fmt.Errorf("%w (step %d, %v)", ErrPickTimeout, s, q.timeout)
+		return nil, nil, fmt.Errorf("%w (step %d, %v)", ErrPickTimeout, s, q.timeout)
 	}
 	be.gstats.pickedHeads.Add(1)
-	return unsafe.Slice((*float32)(unsafe.Pointer(&q.host[k][0])), be.cfg.Vocab), nil
+	if f := q.filt[k]; f != nil {
+		w := unsafe.Slice((*int32)(unsafe.Pointer(&q.host[k][0])), CandidateWords(pickCandCap))
+		n, top := int(w[0]), w[1]
+		if n < 1 || top < 0 || int(top) >= be.cfg.Vocab {
+			return nil, nil, fmt.Errorf("cuda: picked candidates: %d, greedy choice %d", n, top)
+		}
+		if n > pickCandCap {
+			be.gstats.pickOverflows.Add(1)
+			return nil, nil, nil
+		}
+		vals := unsafe.Slice((*float32)(unsafe.Pointer(&w[4+pickCandCap])), n)
+		return nil, &engine.Candidates{Filter: *f, Top: top, TopLogit: math.Float32frombits(uint32(w[2])), IDs: w[4 : 4+n], Values: vals}, nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&q.host[k][0])), be.cfg.Vocab), nil, nil
+}
+
+// PickedAll copies the logits of the HeadPicked whose logits PickedLogits
+// returned last into dst: from the device when only candidates came (no
+// step queued after it has run: the next one waits for its token)
+// (engine.PickPipeliner).
+func (be *Backend) PickedAll(bi engine.Batch, dst []float32) error {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return err
+	}
+	q := &b.pq
+	V := be.cfg.Vocab
+	if q.taken == 0 || len(dst) < V {
+		return fmt.Errorf("cuda: picked logits: none taken, or %d values for a vocabulary of %d", len(dst), V)
+	}
+	if q.filt[q.last] == nil { // (they came whole)
+		copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(&q.host[q.last][0])), V))
+		return nil
+	}
+	// Not a plain Download: cudaMemcpy runs on the legacy default stream,
+	// which may wait for the queued step (which waits for this draw). A
+	// stream of its own into the other pinned buffer (the queued step's,
+	// which it fills only after its token).
+	d := be.dev
+	if q.copyS == 0 {
+		if q.copyS, err = d.NewStream(); err != nil {
+			return err
+		}
+	}
+	buf := q.host[1-q.last][:4*V]
+	if err := d.DownloadAsync(buf, q.logits, q.copyS); err != nil {
+		return err
+	}
+	if err := d.SyncStream(q.copyS); err != nil {
+		return err
+	}
+	copy(dst, unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), V))
+	return nil
 }

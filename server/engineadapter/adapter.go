@@ -103,11 +103,11 @@ func (x *session) Prefill(ctx context.Context, toks []int32) error {
 
 // DecodePicked implements server.PickSession: engine.Session.DecodePicked,
 // the token list kept in step as in DecodeGreedy.
-func (x *session) DecodePicked(ctx context.Context, max int, pick func([]float32) (int32, bool)) (int, error) {
+func (x *session) DecodePicked(ctx context.Context, max int, f *engine.PickFilter, pick func(*engine.Logits) (int32, bool)) (int, error) {
 	return x.tracked(func(catchUp func(), took func(int32)) (int, error) {
-		return x.s.DecodePicked(ctx, max, func(logits []float32) (int32, bool) {
+		return x.s.DecodePicked(ctx, max, f, func(l *engine.Logits) (int32, bool) {
 			catchUp()
-			t, ok := pick(logits)
+			t, ok := pick(l)
 			if ok {
 				took(t)
 			}
