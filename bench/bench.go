@@ -179,7 +179,8 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 		if o.Gen > 0 {
 			// (a sampler at temperature 0 draws Greedy's choice)
 			sampled := o.Sampling.Temperature > 0
-			choose := engine.NewSampler(o.Sampling).Sample
+			sm := engine.NewSampler(o.Sampling)
+			choose := sm.Sample
 			t0 = time.Now()
 			var err error
 			switch {
