@@ -62,6 +62,7 @@ int ds4c_opt_mv_pair(void);
 int ds4c_opt_ix_query(void);
 int ds4c_opt_attn_wave(void);
 int ds4c_opt_hc_hoist(void);
+int ds4c_opt_mv_dec_late(void);
 int ds4c_opt_wg_moe(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);
@@ -151,14 +152,15 @@ static __device__ __forceinline__ void prefetch_l2(const void *p, int64_t bytes)
 #endif
 }
 
-// ds4c_launch launches kernel k (arguments converted to its parameter
-// types) with the programmatic-serialization attribute unless the PDL
-// option is off, or logs it when st is being recorded (replay.cu). Launch
-// errors surface through DS4C_CHECK_LAUNCH.
+// ds4c_launch_as launches kernel k (arguments converted to its parameter
+// types) with the programmatic-serialization attribute when early (and the
+// PDL option) is set — k may then be launched before the kernel ahead of it
+// in the stream completes — or logs it when st is being recorded
+// (replay.cu). Launch errors surface through DS4C_CHECK_LAUNCH.
 template <typename... KArgs, typename... Args>
-static inline void ds4c_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                               Args &&...args) {
-    const int pdl = ds4c_opt_pdl() ? 1 : 0;
+static inline void ds4c_launch_as(bool early, void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                  cudaStream_t st, Args &&...args) {
+    const int pdl = early && ds4c_opt_pdl() ? 1 : 0;
     if (ds4c_rec_any()) {
         if (ds4c_rec *r = ds4c_rec_of(st)) {
             // Logged with its arguments converted to the parameter types,
@@ -182,6 +184,14 @@ static inline void ds4c_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     (void)cudaLaunchKernelEx(&cfg, k, static_cast<Args &&>(args)...);
+}
+
+// ds4c_launch is ds4c_launch_as with the early launch (every kernel's
+// default).
+template <typename... KArgs, typename... Args>
+static inline void ds4c_launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                               Args &&...args) {
+    ds4c_launch_as(true, k, grid, block, smem, st, static_cast<Args &&>(args)...);
 }
 
 #define FULL_MASK 0xffffffffu

@@ -1056,7 +1056,10 @@ cudaError_t launch_dec_as(const MVArgs &a, int n_sel, cudaStream_t st) {
             opted = true;
         }
     }
-    ds4c_launch(k_mv_dec<T, UPL, P, MB>, grid, 256, smem, st, a, n_sel, (int)run, (int)wps);
+    // (DS4C_OPT_MV_DEC_LATE: not launched early beside the kernel before it)
+    const int late = ds4c_opt_mv_dec_late();
+    const bool early = !(late >= 2 || (late == 1 && a.w2 != nullptr));
+    ds4c_launch_as(early, k_mv_dec<T, UPL, P, MB>, grid, 256, smem, st, a, n_sel, (int)run, (int)wps);
     return cudaGetLastError();
 }
 

@@ -316,6 +316,7 @@ const (
 	OptIXQuery     = 49 // IndexQuery in one launch (1, default; env DS4_CUDA_IX_QUERY) or as Rope, HadamardFP4 and Scale (0); the same bits
 	OptAttnWave    = 50 // fast single-token split attention: when its chunk splits make more CTAs than the GPU holds at once, as many splits as fit one wave (1, default; env DS4_CUDA_ATTN_WAVE); 0 two waves; fast mode, not the same bits
 	OptHCHoist     = 51 // 1: single-token HCPre with HCPostMix's parts (fast decode) issues its stream loads right after the wait, before adding the parts (the same bits; default; env DS4_CUDA_HC_HOIST); 0: after the gates
+	OptMVDecLate   = 52 // single-token IQ2_XXS / Q2_K products (OptMVDec) launched only when the kernel before them completes, not early beside it, where their CTAs hold every SM's registers while they wait and keep the side stream's shared expert off the GPU: 1 the routed gate/up pair, 2 also the down; 0 (default) early; env DS4_CUDA_MV_DEC_LATE; the same bits
 	OptMVPair      = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits
 	OptHadWarp     = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
 )
