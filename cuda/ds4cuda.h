@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 32
+#define DS4C_ABI_VERSION 33
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -376,6 +376,13 @@ int ds4c_hc_post(float *d_h, const float *d_out, const float *d_post, const floa
 int ds4c_hc_post_mix(float *d_h, const float *d_out, const float *d_post, const float *d_comb, int hc,
                      int64_t D, int fn_type, const void *d_fn, int M, int parts, float *d_part,
                      void *stream);
+/* ds4c_hc_post_mix whose sub-block output is one token's MoE sum, formed
+ * in the kernel as ds4c_moe_combine forms it (the same bits): its K routed
+ * outputs d_ye [K][D] added in ascending expert id of d_sel [K], then
+ * d_ysh [D] (null: none). */
+int ds4c_hc_post_mix_moe(float *d_h, const float *d_ye, const int32_t *d_sel, const float *d_ysh, int K,
+                         const float *d_post, const float *d_comb, int hc, int64_t D, int fn_type,
+                         const void *d_fn, int M, int parts, float *d_part, void *stream);
 int ds4c_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int64_t off,
               const float *d_freqs, int rd, int64_t pos0, int64_t pos_step, int n_tok,
               int inverse, void *stream);
@@ -551,7 +558,7 @@ enum {
     DS4C_OPT_IX_QUERY = 49, /* ds4c_index_query in one launch (1, default; env DS4_CUDA_IX_QUERY) or as ds4c_rope, ds4c_hadamard_fp4 and ds4c_scale (0); the same bits */
     DS4C_OPT_ATTN_WAVE = 50, /* fast single-token attention split over the keys (DS4C_OPT_ATTN_SPLIT): when its splits of whole 32-key chunks make more CTAs than the GPU holds at once, as many splits as fit one wave, of equal runs of keys (1, default; env DS4_CUDA_ATTN_WAVE); 0 the chunk splits in two waves; fast mode only, so not the same bits */
     DS4C_OPT_HC_HOIST = 51, /* 1: single-token hc_pre with k_hc_post_mix's parts (fast decode) issues its stream loads right after the wait for the previous kernel, before adding the parts (the same bits; default; env DS4_CUDA_HC_HOIST); 0: after the gates, as before */
-    DS4C_OPT_MV_DEC_LATE = 52, /* single-token IQ2_XXS / Q2_K products (k_mv_dec, DS4C_OPT_MV_DEC) launched only when the kernel before them completes, not early beside it (programmatic launch) where their CTAs would hold every SM's registers while they wait and keep the side stream's shared expert off the GPU: 1 the routed gate/up pair, 2 also the down; 0 (default) early like every kernel; env DS4_CUDA_MV_DEC_LATE; the same bits */
+    DS4C_OPT_MV_DEC_LATE = 52, /* single-token IQ2_XXS / Q2_K products (k_mv_dec, DS4C_OPT_MV_DEC) launched only when the kernel before them completes, not early beside it (programmatic launch) where their CTAs would hold every SM's registers while they wait and keep the side stream's shared expert off the GPU: 1 the routed gate/up pair, 2 also the down (default); 0 early like every kernel; env DS4_CUDA_MV_DEC_LATE; the same bits */
     DS4C_OPT_MV_PAIR = 48, /* ds4c_matmul_grouped_pair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both tensors in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits */
     DS4C_OPT_HAD_WARP = 42, /* 1: Walsh-Hadamard transforms of rows of 32 … 512 values a warp a row in registers (k_hadamard_w; with the FP4 simulation after it in the same kernel for ds4c_hadamard_fp4; the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory (k_hadamard), k_fp4_sim apart */
 };

@@ -659,6 +659,35 @@ __global__ void k_hc_post(float *h, const float *out, const float *post, const f
     hc_post_at<M>(h + t * hc * D, D, d, out[t * D + d], post + t * hc, comb + t * hc * hc, hc, nv);
 }
 
+// ------------------------------------------------------------ MoE sum helpers
+// moe_rank_order: the CTA's first K threads place the token's experts ids[0
+// … K−1] by rank (ascending id, ties by position) into ord (K ≤ 16; the
+// caller synchronises before reading it).
+__device__ __forceinline__ void moe_rank_order(const int32_t *ids, int K, int *ord) {
+    const int tid = threadIdx.x;
+    if (tid < K) {
+        const int32_t me = ids[tid];
+        int r = 0;
+        for (int j = 0; j < K; j++) r += (ids[j] < me || (ids[j] == me && j < tid)) ? 1 : 0; // a permutation even with repeats
+        ord[r] = tid;
+    }
+}
+
+// moe_sum_at: one token's routed outputs ye[K][D] at d added in rank order
+// (ord), then its shared expert's ysh[d] (if any): k_moe_combine's value.
+__device__ __forceinline__ float moe_sum_at(const float *ye, const int *ord, int K, int64_t D, int64_t d,
+                                            const float *ysh) {
+    float v[16];
+#pragma unroll
+    for (int r = 0; r < 16; r++)
+        if (r < K) v[r] = ye[(int64_t)ord[r] * D + d];
+    float acc = 0.f;
+#pragma unroll
+    for (int r = 0; r < 16; r++)
+        if (r < K) acc = fadd(acc, v[r]);
+    return ysh ? fadd(acc, ysh[d]) : acc;
+}
+
 // ------------------------------------------------------------ hc_post + the next mixes
 // k_hc_post_mix is k_hc_post of one token (the same operations, so the same
 // streams) whose CTA p also sums, over its slice of d (blockDim.x values),
@@ -672,10 +701,18 @@ constexpr int HPM_M = 24;
 // NW warps: the CTA's slice is 32·NW values of d; warp w sums the rows
 // w, w + NW, … of fn (their weights in registers, loaded before the wait)
 // over the slice's 4 × 32·NW new stream values, read from shared memory,
-// and warp M % NW the squares.
-template <int TYPE, int NW>
+// and warp M % NW the squares. MOE: the sub-block output at d is the MoE
+// sum of moe.ye, moe.sel, moe.ysh (k_moe_combine's value), not out[d].
+struct MoESum {
+    const float *ye;    // [K][D]
+    const int32_t *sel; // [K]
+    const float *ysh;   // [D] or null
+    int K;
+};
+
+template <int TYPE, int NW, bool MOE>
 __global__ void __launch_bounds__(32 * NW) k_hc_post_mix(float *h, const float *out, const float *post, const float *comb,
-                                                         int64_t D, const void *fn, int M, float *part) {
+                                                         int64_t D, const void *fn, int M, float *part, MoESum moe) {
     constexpr int HC = 4, RPW = (HPM_M + NW - 1) / NW, VPL = HC * NW; // rows a warp, values a lane and row
     pdl_launch();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -691,10 +728,16 @@ __global__ void __launch_bounds__(32 * NW) k_hc_post_mix(float *h, const float *
     }
     pdl_wait();
     __shared__ float s_h[HC][32 * NW];
+    __shared__ int s_ord[16];
+    if (MOE) {
+        moe_rank_order(moe.sel, moe.K, s_ord);
+        __syncthreads();
+    }
     {
         const int64_t d = d0 + threadIdx.x;
+        const float o = MOE ? moe_sum_at(moe.ye, s_ord, moe.K, D, d, moe.ysh) : out[d];
         float nv[HC];
-        hc_post_at<HC>(h, D, d, out[d], post, comb, HC, nv);
+        hc_post_at<HC>(h, D, d, o, post, comb, HC, nv);
 #pragma unroll
         for (int k = 0; k < HC; k++) s_h[k][threadIdx.x] = nv[k];
     }
@@ -3125,26 +3168,11 @@ __global__ void __launch_bounds__(64) k_moe_combine(const float *ye, const int32
     // them in that order.
     __shared__ int s_ord[16]; // ds4c_moe_combine checks K
     const int t = blockIdx.y, tid = threadIdx.x;
-    const int32_t *ids = sel + (int64_t)t * K;
-    if (tid < K) {
-        const int32_t me = ids[tid];
-        int r = 0;
-        for (int j = 0; j < K; j++) r += (ids[j] < me || (ids[j] == me && j < tid)) ? 1 : 0; // a permutation even with repeats
-        s_ord[r] = tid;
-    }
+    moe_rank_order(sel + (int64_t)t * K, K, s_ord);
     __syncthreads();
     const int64_t d = (int64_t)blockIdx.x * 64 + tid;
     if (d >= D) return;
-    float v[16];
-#pragma unroll
-    for (int r = 0; r < 16; r++)
-        if (r < K) v[r] = ye[((int64_t)t * K + s_ord[r]) * D + d];
-    float acc = 0.f;
-#pragma unroll
-    for (int r = 0; r < 16; r++)
-        if (r < K) acc = fadd(acc, v[r]);
-    const int64_t i = (int64_t)t * D + d;
-    y[i] = ysh ? fadd(acc, ysh[i]) : acc;
+    y[(int64_t)t * D + d] = moe_sum_at(ye + (int64_t)t * K * D, s_ord, K, D, d, ysh ? ysh + (int64_t)t * D : nullptr);
 }
 
 // k_moe_combine4: k_moe_combine for chunks, a thread per 4 dims (float4
@@ -3349,27 +3377,53 @@ int ds4c_hc_post(float *d_h, const float *d_out, const float *d_post, const floa
     return 0;
 }
 
-int ds4c_hc_post_mix(float *d_h, const float *d_out, const float *d_post, const float *d_comb, int hc, int64_t D,
-                     int fn_type, const void *d_fn, int M, int parts, float *d_part, void *stream) {
+// (d_ye null: out is d_out)
+static int hc_post_mix(float *d_h, const float *d_out, const float *d_ye, const int32_t *d_sel, const float *d_ysh,
+                       int K, const float *d_post, const float *d_comb, int hc, int64_t D, int fn_type, const void *d_fn,
+                       int M, int parts, float *d_part, void *stream) {
     DS4C_READY();
+    if (d_ye && (K < 1 || K > 16 || !d_sel)) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d experts (1 … 16)", K);
     if (hc != 4) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d streams (4 only)", hc);
     if (M <= 0 || M > HPM_M) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d mixing rows (at most %d)", M, HPM_M);
     const int64_t slice = parts > 0 && D % parts == 0 ? D / parts : 0; // 32, 64 or 128: one, two or four warps
     if (slice != 32 && slice != 64 && slice != 128)
         return ds4c_err(DS4C_EINVAL, "hc_post_mix: %lld values in %d parts", (long long)D, parts);
-    using K = void (*)(float *, const float *, const float *, const float *, int64_t, const void *, int, float *);
-    static const K ks[3][3] = {
-        {k_hc_post_mix<DS4C_F16, 1>, k_hc_post_mix<DS4C_F16, 2>, k_hc_post_mix<DS4C_F16, 4>},
-        {k_hc_post_mix<DS4C_BF16, 1>, k_hc_post_mix<DS4C_BF16, 2>, k_hc_post_mix<DS4C_BF16, 4>},
-        {k_hc_post_mix<DS4C_F32, 1>, k_hc_post_mix<DS4C_F32, 2>, k_hc_post_mix<DS4C_F32, 4>},
+    using KF = void (*)(float *, const float *, const float *, const float *, int64_t, const void *, int, float *,
+                        MoESum);
+    static const KF ks[2][3][3] = {
+        {
+            {k_hc_post_mix<DS4C_F16, 1, false>, k_hc_post_mix<DS4C_F16, 2, false>, k_hc_post_mix<DS4C_F16, 4, false>},
+            {k_hc_post_mix<DS4C_BF16, 1, false>, k_hc_post_mix<DS4C_BF16, 2, false>, k_hc_post_mix<DS4C_BF16, 4, false>},
+            {k_hc_post_mix<DS4C_F32, 1, false>, k_hc_post_mix<DS4C_F32, 2, false>, k_hc_post_mix<DS4C_F32, 4, false>},
+        },
+        {
+            {k_hc_post_mix<DS4C_F16, 1, true>, k_hc_post_mix<DS4C_F16, 2, true>, k_hc_post_mix<DS4C_F16, 4, true>},
+            {k_hc_post_mix<DS4C_BF16, 1, true>, k_hc_post_mix<DS4C_BF16, 2, true>, k_hc_post_mix<DS4C_BF16, 4, true>},
+            {k_hc_post_mix<DS4C_F32, 1, true>, k_hc_post_mix<DS4C_F32, 2, true>, k_hc_post_mix<DS4C_F32, 4, true>},
+        },
     };
     const int ti = fn_type == DS4C_F16 ? 0 : fn_type == DS4C_BF16 ? 1 : fn_type == DS4C_F32 ? 2 : -1;
     if (ti < 0) return ds4c_err(DS4C_ETYPE, "hc_post_mix: weight type %d", fn_type);
-    const K k = ks[ti][slice == 32 ? 0 : slice == 64 ? 1 : 2];
+    const KF k = ks[d_ye ? 1 : 0][ti][slice == 32 ? 0 : slice == 64 ? 1 : 2];
+    const MoESum moe{d_ye, d_sel, d_ysh, K};
     ds4c_launch(k, (unsigned)parts, (unsigned)slice, 0, as_stream(stream), d_h, d_out, d_post, d_comb, D, d_fn, M,
-                d_part);
+                d_part, moe);
     DS4C_CHECK_LAUNCH("hc_post_mix");
     return 0;
+}
+
+int ds4c_hc_post_mix(float *d_h, const float *d_out, const float *d_post, const float *d_comb, int hc, int64_t D,
+                     int fn_type, const void *d_fn, int M, int parts, float *d_part, void *stream) {
+    return hc_post_mix(d_h, d_out, nullptr, nullptr, nullptr, 0, d_post, d_comb, hc, D, fn_type, d_fn, M, parts, d_part,
+                       stream);
+}
+
+int ds4c_hc_post_mix_moe(float *d_h, const float *d_ye, const int32_t *d_sel, const float *d_ysh, int K,
+                         const float *d_post, const float *d_comb, int hc, int64_t D, int fn_type, const void *d_fn,
+                         int M, int parts, float *d_part, void *stream) {
+    if (!d_ye) return ds4c_err(DS4C_EINVAL, "hc_post_mix_moe: no expert outputs");
+    return hc_post_mix(d_h, nullptr, d_ye, d_sel, d_ysh, K, d_post, d_comb, hc, D, fn_type, d_fn, M, parts, d_part,
+                       stream);
 }
 
 int ds4c_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int64_t off, const float *d_freqs,

@@ -118,7 +118,20 @@ type Backend struct {
 	// nrPair: the query heads' and the KV row's norm and rotation through
 	// NormRopePair (one launch for a decode step's; the same results; off
 	// with DS4_CUDA_NR_PAIR=0, for comparison)
-	nrPair      bool
+	nrPair bool
+	// kvSide: a decode step's KV product runs on the side stream, ahead
+	// of the compressors, beside q_a and q_b, instead of between them on
+	// the main stream, which waits for it (evKV) before the norms; actSide:
+	// a decode step's routed-expert activation is quantized on the side
+	// stream ahead of the shared expert, beside the router, and the routed
+	// products wait for it (evAct). The same results; off with
+	// DS4_CUDA_KV_SIDE=0 and DS4_CUDA_ACT_SIDE=0, for comparison.
+	kvSide, actSide bool
+	// moeFold: a decode step's MoE sum is formed by the HCPost after it
+	// (HCPostMixMoE) instead of a MoECombine launch between them, where
+	// that HCPost forms the next mixes (the same results; off with
+	// DS4_CUDA_MOE_FOLD=0, for comparison)
+	moeFold     bool
 	fingerprint []byte
 	gstats      graphCounters
 
@@ -216,7 +229,9 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		pairs: os.Getenv("DS4_CUDA_PAIRS") != "0", ixSideMax: 8,
 		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ixPar: os.Getenv("DS4_CUDA_IX_PAR") != "0",
 		ixMarkAll: os.Getenv("DS4_CUDA_IX_MARK") == "1",
-		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0"}
+		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0",
+		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") != "0",
+		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0"}
 	switch os.Getenv("DS4_CUDA_IX_SIDE") {
 	case "0":
 		be.ixSideMax = 0

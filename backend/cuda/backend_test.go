@@ -358,6 +358,57 @@ func TestBackendFlashLayers(t *testing.T) {
 	checkAgree(t, "flash layers prefill chunk 16", want, got)
 }
 
+// TestFastDecodeSwitches checks the Go side's decode-step switches of fast
+// mode against the form each replaces, bit for bit: the logits of every
+// token decoded one at a time, on the tiny model and on Flash-shaped layers
+// (whose HCPost forms the next mixes, so moe_fold's MoE sum is formed
+// there): moe_fold, kv_side and act_side.
+func TestFastDecodeSwitches(t *testing.T) {
+	gpu(t)
+	flash := synth.Flash(2)
+	flash.Experts = 16
+	for _, tc := range []struct {
+		name string
+		cfg  model.Config
+		n    int
+	}{
+		{"tiny", quantTiny(), 200},
+		{"flash2", flash, 160},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "flash2" && testing.Short() {
+				t.Skip("short")
+			}
+			w := synthWeights(t, tc.cfg, model.SchemeQ2)
+			be, err := New(w, Options{GraphLayers: -1, Fast: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer be.Close()
+			if parts := HCPostMixParts(tc.cfg.HC, tc.cfg.Embed, be.layers[0].hcFFN.fn); parts == 0 {
+				t.Fatalf("HCPost does not form the next mixes here: moe_fold is not exercised")
+			}
+			toks := testTokens(tc.n, tc.cfg.Vocab)
+			base := allLogits(t, be, 1, toks)
+			for _, sw := range []struct {
+				name string
+				set  func(on bool)
+			}{
+				{"moe_fold", func(on bool) { be.moeFold = on }},
+				{"kv_side", func(on bool) { be.kvSide = on }},
+				{"act_side", func(on bool) { be.actSide = on }},
+			} {
+				sw.set(false)
+				off := allLogits(t, be, 1, toks)
+				sw.set(true)
+				if p, j, ok := firstDiff(base, off); !ok {
+					t.Errorf("%s: logit %d of position %d differs: %v against %v", sw.name, j, p, base[p][j], off[p][j])
+				}
+			}
+		})
+	}
+}
+
 // TestKernelVariants checks each kernel variant that a library option
 // switches (the register-tiled chunk attention and indexer scores and the
 // exact float products with weights in registers, on prefill in chunks
@@ -396,6 +447,7 @@ func TestKernelVariants(t *testing.T) {
 		{"had_warp", OptHadWarp, 1, 1}, {"had_warp", OptHadWarp, 1, 64},
 		{"mv_dec", OptMVDec, DefaultMVDec, 1}, {"mv_f32", OptMVF32, 1, 1}, {"mv_pair", OptMVPair, 1, 1},
 		{"ix_query", OptIXQuery, 1, 1}, {"ix_query", OptIXQuery, 1, 64}, {"hc_hoist", OptHCHoist, 1, 1},
+		{"mv_dec_late", OptMVDecLate, 2, 1},
 	}
 	for _, tc := range []struct {
 		name   string
@@ -441,7 +493,10 @@ func TestKernelVariants(t *testing.T) {
 			// the indexer's query path on the side stream beside q_b;
 			// nr_pair, the query heads' and KV row's norms in one launch;
 			// ix_par, that query path on the third stream beside the
-			// compressors.
+			// compressors; kv_side, a decode step's KV product on the side
+			// stream; act_side, its routed experts' activation quantized on
+			// the side stream; moe_fold, its MoE sum formed by the HCPost
+			// after it.
 			for _, sw := range []struct {
 				name string
 				set  func(on bool)
@@ -451,6 +506,9 @@ func TestKernelVariants(t *testing.T) {
 				{"ix_side", func(on bool) { be.ixSideMax = map[bool]int{false: 0, true: 8}[on] }},
 				{"nr_pair", func(on bool) { be.nrPair = on }},
 				{"ix_par", func(on bool) { be.ixPar = on }},
+				{"kv_side", func(on bool) { be.kvSide = on }},
+				{"act_side", func(on bool) { be.actSide = on }},
+				{"moe_fold", func(on bool) { be.moeFold = on }},
 			} {
 				sw.set(false)
 				off := allLogits(t, be, 1, toks)

@@ -30,6 +30,12 @@ type batch struct {
 	evFork2, evJoin2 Event
 	evSide           Event
 	forked2          bool
+	// evKV and evAct: the side stream's KV product and routed-expert
+	// activation done (Backend.kvSide, actSide), for the main stream
+	evKV, evAct Event
+	// moe: the MoE sum an FFN left for its HCPost to form (Backend.moeFold;
+	// k 0: none, b.out holds the sub-block output)
+	moe moeSum
 
 	tokens Ptr     // [cap] int32
 	pinned []byte  // pinned host staging for the tokens
@@ -147,7 +153,7 @@ func (be *Backend) NewBatch(maxTokens int) (engine.Batch, error) {
 			b.sc.sides = append(b.sc.sides, *p)
 		}
 	}
-	for _, p := range []*Event{&b.evFork, &b.evJoin, &b.evFork2, &b.evJoin2, &b.evSide} {
+	for _, p := range []*Event{&b.evFork, &b.evJoin, &b.evFork2, &b.evJoin2, &b.evSide, &b.evKV, &b.evAct} {
 		if *p, err = be.dev.NewEvent(); err != nil {
 			b.Release()
 			return nil, err
@@ -210,7 +216,7 @@ func (b *batch) Release() {
 			d.DestroyStream(side)
 		}
 	}
-	for _, e := range []Event{b.evFork, b.evJoin, b.evFork2, b.evJoin2, b.evSide} {
+	for _, e := range []Event{b.evFork, b.evJoin, b.evFork2, b.evJoin2, b.evSide, b.evKV, b.evAct} {
 		if e != 0 {
 			d.DestroyEvent(e)
 		}
@@ -237,11 +243,33 @@ func (b *batch) setTokens(tokens []int32) error {
 	return b.be.dev.UploadAsync(b.tokens, b.pinned[:4*len(tokens)], b.s)
 }
 
+// moeSum is a decode step's MoE sum not yet formed: the routed outputs ye
+// [k][D] of the experts sel [k] and the shared expert's ysh [D].
+type moeSum struct {
+	ye, sel, ysh Ptr
+	k            int
+}
+
+// formMoE writes the MoE sum an FFN left pending (b.moe) into b.out.
+func (be *Backend) formMoE(b *batch) error {
+	m := b.moe
+	if m.k == 0 {
+		return nil
+	}
+	b.moe = moeSum{}
+	return be.dev.MoECombine(b.s, m.ye, m.sel, m.ysh, b.out, b.n, m.k, be.cfg.Embed)
+}
+
 // ReadActivation copies an activation of the current chunk (engine.Inspector).
 func (be *Backend) ReadActivation(bi engine.Batch, a engine.Activation, dst []float32) error {
 	b, err := be.batchOf(bi)
 	if err != nil {
 		return err
+	}
+	if a == engine.ActSubOut {
+		if err := be.formMoE(b); err != nil {
+			return err
+		}
 	}
 	D := be.cfg.Embed
 	var src Ptr
@@ -336,6 +364,24 @@ func (b *batch) side2WaitMark() error {
 		return nil
 	}
 	return b.be.dev.StreamWait(b.side2, b.evSide)
+}
+
+// markOn notes the work queued on the side stream so far in event e, for
+// waitMark (nothing when the side stream is the main one).
+func (b *batch) markOn(e Event) error {
+	if b.side == b.s {
+		return nil
+	}
+	return b.be.dev.Record(e, b.side)
+}
+
+// waitMark makes the main stream wait for the side stream's work up to
+// markOn(e), without a join (the side stream goes on).
+func (b *batch) waitMark(e Event) error {
+	if b.side == b.s {
+		return nil
+	}
+	return b.be.dev.StreamWait(b.s, e)
 }
 
 // follow makes stream waiter wait for the work queued on stream s so far,

@@ -274,6 +274,16 @@ func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (mixOut, error) {
 
 // nextMixFn is the mixing weight of the HCPre that follows HCPost(layer,
 // sub): the layer's FFN one, the next layer's attention one, or the head's.
+// postMixParts returns the parts in which HCPost after the sub-block forms
+// the next HCPre's mixing products (HCPostMix: fast mode's decode steps),
+// or 0 where it does not.
+func (be *Backend) postMixParts(b *batch, layer int, sub engine.SubBlock) int {
+	if !be.hcPostMix || be.exact() || b.n != 1 {
+		return 0
+	}
+	return HCPostMixParts(be.cfg.HC, be.cfg.Embed, be.nextMixFn(layer, sub))
+}
+
 func (be *Backend) nextMixFn(layer int, sub engine.SubBlock) *Weight {
 	switch {
 	case sub == engine.AttnSub:
@@ -351,21 +361,40 @@ func (be *Backend) HCPost(bi engine.Batch, layer int, sub engine.SubBlock) error
 		return err
 	}
 	c := &be.cfg
+	// an FFN's MoE sum left to this call (moeFold)
+	moe := b.moe
+	b.moe = moeSum{}
+	if sub != engine.FFNSub {
+		moe = moeSum{}
+	}
 	// Fast mode's decode steps: the next HCPre's mixing products formed
 	// here, in parts, instead of by a product kernel of their own.
 	b.mixFn = nil
 	next := be.nextMixFn(layer, sub)
-	if parts := HCPostMixParts(c.HC, c.Embed, next); parts > 0 && be.hcPostMix && !be.exact() && b.n == 1 {
+	if parts := be.postMixParts(b, layer, sub); parts > 0 {
 		part, err := b.sc.f32("hc.parts", parts*(next.Rows+1))
 		if err != nil {
 			return err
 		}
-		if err := be.dev.HCPostMix(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, next, parts, part); err != nil {
+		if moe.k > 0 {
+			err = be.dev.HCPostMixMoE(b.s, b.h, moe.ye, moe.sel, moe.ysh, moe.k, b.post, b.comb, c.HC, c.Embed, next, parts, part)
+		} else {
+			err = be.dev.HCPostMix(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, next, parts, part)
+		}
+		if err != nil {
 			return err
 		}
 		b.mixFn, b.mixPart, b.mixParts = next, part, parts
-	} else if err := be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n); err != nil {
-		return err
+	} else {
+		if moe.k > 0 { // (not expected: FFN asks postMixParts)
+			b.moe = moe
+			if err := be.formMoE(b); err != nil {
+				return err
+			}
+		}
+		if err := be.dev.HCPost(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, b.n); err != nil {
+			return err
+		}
 	}
 	if sub == engine.FFNSub {
 		return b.segment(layer)
@@ -526,6 +555,11 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	// raw q_a product; qrn is its RMSNorm.
 	qr, qrn, kv := buf("attn.qr", n*QL), buf("attn.qrn", n*QL), buf("attn.kv", n*HD)
 	jobs := []linJob{{L.qa, qr, QL}, {L.kv, kv, HD}}
+	// kvSide: a decode step's KV product on the side stream (below)
+	kvSide := be.kvSide && n == 1 && b.side != b.s
+	if kvSide {
+		jobs = jobs[:1]
+	}
 	var sideJobs []linJob
 	scoring := L.idx != nil && (b.pos+n)/L.ratio > c.IndexerTopK
 	b.markRatio(L.ratio)
@@ -597,10 +631,13 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	// Side stream: the compressors (products, pooling of completed rows,
 	// post-processing), which only the attention and the indexer's scores
 	// read; joined before those.
-	if len(sideJobs)+len(ixJobs) > 0 {
+	if len(sideJobs)+len(ixJobs) > 0 || kvSide {
 		var ws []*Weight
 		for _, j := range append(ixJobs, sideJobs...) {
 			ws = append(ws, j.w)
+		}
+		if kvSide {
+			ws = append(ws, L.kv)
 		}
 		if err := be.reserveActs(b, "side.", n, ws...); err != nil {
 			return err
@@ -631,6 +668,16 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 	if err := be.linear(b, b.x, D, n, jobs...); err != nil {
 		return err
+	}
+	// kvSide: the KV product first on the side stream, marked for the
+	// norms (the main stream goes from q_a straight to q_b)
+	if kvSide {
+		if err := be.linearOn(b, b.side, "side.", b.x, D, n, linJob{L.kv, kv, HD}); err != nil {
+			return err
+		}
+		if err := b.markOn(b.evKV); err != nil {
+			return err
+		}
 	}
 	if len(ixJobs) > 0 { // ixPar: the indexer's compressor first, marked for side2
 		if err := be.linearOn(b, b.side, "side.", b.x, D, n, ixJobs...); err != nil {
@@ -737,6 +784,11 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 	// Per-head query norm and rotation; the KV row's norm, rotation and
 	// FP8 rounding of its non-rotated part.
+	if kvSide {
+		if err := b.waitMark(b.evKV); err != nil {
+			return err
+		}
+	}
 	kvDone := false // (with the queries' by NormRopePair)
 	switch hio {
 	case 2: // in the attention kernel
@@ -997,6 +1049,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	L := &be.layers[layer]
 	n, D, E, K, FF := b.n, c.Embed, c.Experts, c.ExpertsUsed, c.ExpertFF
 	nk := n * K
+	b.moe = moeSum{}
 	if nk > 65535 {
 		return fmt.Errorf("cuda: %d tokens × %d experts exceed 65535 selections", n, K)
 	}
@@ -1023,8 +1076,41 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if err := be.reserveActs(b, "side.", n, L.gateSh, L.downSh); err != nil {
 		return err
 	}
+	// Routed experts: every (token, expert) pair is one selection. Fast
+	// mode multiplies chunks with f16 activations on the wgmma tensor cores
+	// where the library offers it (OptWGMoE, asked per product, with the
+	// activation layout it reads: the default takes both expert types with
+	// permuted rows), else with the weights' own activation type.
+	half, halfDown := HalfNone, HalfNone
+	if !be.exact() {
+		half, halfDown = d.GroupedHalf(L.gateExps.Type, D, nk), d.GroupedHalf(L.downExps.Type, FF, nk)
+	}
+	act, actSel := b.x, f4(D)
+	// actSide: a decode step's quantized activation formed on the side
+	// stream, ahead of the shared expert and beside the router (marked;
+	// its buffer sized before the fork)
+	quantized := half == HalfNone && !isFloatType(L.gateExps.Type)
+	actSide := be.actSide && quantized && n == 1 && b.side != b.s
+	if actSide {
+		at, err := d.ActType(L.gateExps.Type)
+		if err != nil {
+			return err
+		}
+		if _, err := b.sc.get("moe.xact", d.ActBytes(at, D)*int64(n)); err != nil {
+			return err
+		}
+	}
 	if err := b.fork(); err != nil {
 		return err
+	}
+	if actSide {
+		var err error
+		if act, actSel, err = b.quantAct(d, b.side, "moe.xact", L.gateExps, b.x, D, n); err != nil {
+			return err
+		}
+		if err := b.markOn(b.evAct); err != nil {
+			return err
+		}
 	}
 	if err := be.sharedExpert(b, L, shg, shu, ysh); err != nil {
 		return err
@@ -1045,16 +1131,6 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		}
 	}
 
-	// Routed experts: every (token, expert) pair is one selection. Fast
-	// mode multiplies chunks with f16 activations on the wgmma tensor cores
-	// where the library offers it (OptWGMoE, asked per product, with the
-	// activation layout it reads: the default takes both expert types with
-	// permuted rows), else with the weights' own activation type.
-	half, halfDown := HalfNone, HalfNone
-	if !be.exact() {
-		half, halfDown = d.GroupedHalf(L.gateExps.Type, D, nk), d.GroupedHalf(L.downExps.Type, FF, nk)
-	}
-	act, actSel := b.x, f4(D)
 	if half != HalfNone {
 		var err error
 		if act, err = b.sc.get("moe.xh", 2*int64(D)*int64(n)); err != nil {
@@ -1064,7 +1140,11 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 			return err
 		}
 		actSel = 2 * int64(D)
-	} else if !isFloatType(L.gateExps.Type) {
+	} else if actSide {
+		if err := b.waitMark(b.evAct); err != nil {
+			return err
+		}
+	} else if quantized {
 		var err error
 		if act, actSel, err = b.quantAct(d, s, "moe.xact", L.gateExps, b.x, D, n); err != nil {
 			return err
@@ -1102,9 +1182,15 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		return err
 	}
 
-	// The routed and shared experts' sum.
+	// The routed and shared experts' sum: formed by the HCPost after
+	// (moeFold: a decode step whose HCPost forms the next mixes, below),
+	// else here.
 	if err := b.join(); err != nil {
 		return err
+	}
+	if be.moeFold && be.postMixParts(b, layer, engine.FFNSub) > 0 {
+		b.moe = moeSum{ye: ye, sel: sel, ysh: ysh, k: K}
+		return nil
 	}
 	return d.MoECombine(s, ye, sel, ysh, b.out, n, K, D)
 }

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 32
+const abiVersion = 33
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -92,41 +92,42 @@ type lib struct {
 	hcMixesOK     func(t, m int32, k int64, n int32) int32
 	hcMixes       func(t int32, fn uintptr, m int32, k int64, h uintptr, n int32, eps float32, mix uintptr, s uintptr) int32
 
-	getRows     func(t int32, w uintptr, totalRows, cols int64, ids uintptr, n int32, dst uintptr, dstStride int64, copies int32, copyStride int64, s uintptr) int32
-	argmax      func(x uintptr, n int64, work, out, s uintptr) int32
-	waitToken   func(word, flag uintptr, seq uint32, timeoutNs int64, out, s uintptr) int32
-	pickCands   func(x uintptr, n int64, temp, minP float32, work, top, counts, out uintptr, cap int32, s uintptr) int32
-	hcPostMix   func(h, out, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m, parts int32, part, s uintptr) int32
-	rmsnormRef  func(x uintptr, xStride int64, w, y uintptr, yStride, n int64, rows int32, eps float32, s uintptr) int32
-	hcPre       func(mode int32, mix uintptr, m int32, scale, base uintptr, hc, iters int32, hcEps float32, h uintptr, d int64, normw uintptr, normEps float32, x, post, comb, xq uintptr, n int32, s uintptr) int32
-	hcPost      func(h, out, post, comb uintptr, hc int32, d int64, n int32, s uintptr) int32
-	normRope    func(x uintptr, tokStride int64, heads int32, headStride int64, hd int32, w uintptr, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, fp8n, nTok int32, s uintptr) int32
-	rope        func(x uintptr, tokStride int64, heads int32, headStride, off int64, freqs uintptr, rd int32, pos0, posStep int64, nTok, inverse int32, s uintptr) int32
-	fp8Sim      func(x uintptr, stride int64, rows int32, n int64, s uintptr) int32
-	fp4Sim      func(x uintptr, stride int64, rows int32, n int64, s uintptr) int32
-	hadamard    func(x uintptr, stride int64, rows, n int32, scale float32, s uintptr) int32
-	hadamardFP4 func(x uintptr, stride int64, rows, n int32, scale float32, s uintptr) int32
-	indexQuery  func(q, w uintptr, heads, hd, rd int32, freqs uintptr, pos0 int64, n int32, hadScale, wScale float32, s uintptr) int32
-	scaleVec    func(x uintptr, n int64, f float32, s uintptr) int32
-	addAPE      func(dst, ape uintptr, width int64, r int32, pos0 int64, n int32, s uintptr) int32
-	ringWrite   func(ring uintptr, cap, width int64, src uintptr, srcStride, pos0 int64, n int32, s uintptr) int32
-	ringWrite2  func(ringA, ringB uintptr, cap, width int64, srcA, srcB uintptr, srcStride, pos0 int64, n int32, s uintptr) int32
-	compPool    func(kv, sc, kvRing, scRing uintptr, cap, cw, pos0 int64, r, coff int32, w, i0 int64, nrows int32, rows uintptr, s uintptr) int32
-	indexScores func(q, w, rows uintptr, ih, ihd int32, pos0 int64, ratio, n int32, scores uintptr, scStride int64, flags int32, s uintptr) int32
-	topk        func(scores uintptr, stride, rFixed, pos0 int64, ratio, k, allIfFew int32, sel, nsel uintptr, n int32, s uintptr) int32
-	attnWork    func(n, h, hd int32, maxKeys int64, flags int32) int64
-	attnHalfOK  func(n, h, hd, rd, roff, flags int32) int32
-	gluOK       func(typ int32, rows, cols int64, nsel int32) int32
-	matmulGLU   func(typ int32, gate, up uintptr, rows, cols, nmat int64, ids uintptr, nsel int32, act uintptr, actSel int64, actDiv int32, wts uintptr, lim float32, yh uintptr, perm int32, scratch, s uintptr) int32
-	normRopeH   func(x uintptr, tokStride int64, heads int32, headStride int64, hd int32, w uintptr, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, fp8n, nTok int32, xh, s uintptr) int32
-	attention   func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, qEps float32, flags int32, s uintptr) int32
-	router      func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, s uintptr) int32
-	swigluRef   func(g, u, y uintptr, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
-	swigluQ8K   func(g, u, act uintptr, actStride, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
-	normRopeP   func(x1 uintptr, heads1 int32, w1 uintptr, fp8n1 int32, x2 uintptr, heads2 int32, w2 uintptr, fp8n2, hd int32, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, nTok int32, s uintptr) int32
-	matvecF32   func(t int32, w uintptr, rows, cols int64, x, nw uintptr, eps float32, xn, act, y uintptr, flags int32, s uintptr) int32
-	swigluHalf  func(g, u, yh uintptr, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
-	moeCombine  func(ye, sel, ysh, y uintptr, n, k int32, d int64, s uintptr) int32
+	getRows      func(t int32, w uintptr, totalRows, cols int64, ids uintptr, n int32, dst uintptr, dstStride int64, copies int32, copyStride int64, s uintptr) int32
+	argmax       func(x uintptr, n int64, work, out, s uintptr) int32
+	waitToken    func(word, flag uintptr, seq uint32, timeoutNs int64, out, s uintptr) int32
+	pickCands    func(x uintptr, n int64, temp, minP float32, work, top, counts, out uintptr, cap int32, s uintptr) int32
+	hcPostMix    func(h, out, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m, parts int32, part, s uintptr) int32
+	hcPostMixMoE func(h, ye, sel, ysh uintptr, k int32, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m, parts int32, part, s uintptr) int32
+	rmsnormRef   func(x uintptr, xStride int64, w, y uintptr, yStride, n int64, rows int32, eps float32, s uintptr) int32
+	hcPre        func(mode int32, mix uintptr, m int32, scale, base uintptr, hc, iters int32, hcEps float32, h uintptr, d int64, normw uintptr, normEps float32, x, post, comb, xq uintptr, n int32, s uintptr) int32
+	hcPost       func(h, out, post, comb uintptr, hc int32, d int64, n int32, s uintptr) int32
+	normRope     func(x uintptr, tokStride int64, heads int32, headStride int64, hd int32, w uintptr, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, fp8n, nTok int32, s uintptr) int32
+	rope         func(x uintptr, tokStride int64, heads int32, headStride, off int64, freqs uintptr, rd int32, pos0, posStep int64, nTok, inverse int32, s uintptr) int32
+	fp8Sim       func(x uintptr, stride int64, rows int32, n int64, s uintptr) int32
+	fp4Sim       func(x uintptr, stride int64, rows int32, n int64, s uintptr) int32
+	hadamard     func(x uintptr, stride int64, rows, n int32, scale float32, s uintptr) int32
+	hadamardFP4  func(x uintptr, stride int64, rows, n int32, scale float32, s uintptr) int32
+	indexQuery   func(q, w uintptr, heads, hd, rd int32, freqs uintptr, pos0 int64, n int32, hadScale, wScale float32, s uintptr) int32
+	scaleVec     func(x uintptr, n int64, f float32, s uintptr) int32
+	addAPE       func(dst, ape uintptr, width int64, r int32, pos0 int64, n int32, s uintptr) int32
+	ringWrite    func(ring uintptr, cap, width int64, src uintptr, srcStride, pos0 int64, n int32, s uintptr) int32
+	ringWrite2   func(ringA, ringB uintptr, cap, width int64, srcA, srcB uintptr, srcStride, pos0 int64, n int32, s uintptr) int32
+	compPool     func(kv, sc, kvRing, scRing uintptr, cap, cw, pos0 int64, r, coff int32, w, i0 int64, nrows int32, rows uintptr, s uintptr) int32
+	indexScores  func(q, w, rows uintptr, ih, ihd int32, pos0 int64, ratio, n int32, scores uintptr, scStride int64, flags int32, s uintptr) int32
+	topk         func(scores uintptr, stride, rFixed, pos0 int64, ratio, k, allIfFew int32, sel, nsel uintptr, n int32, s uintptr) int32
+	attnWork     func(n, h, hd int32, maxKeys int64, flags int32) int64
+	attnHalfOK   func(n, h, hd, rd, roff, flags int32) int32
+	gluOK        func(typ int32, rows, cols int64, nsel int32) int32
+	matmulGLU    func(typ int32, gate, up uintptr, rows, cols, nmat int64, ids uintptr, nsel int32, act uintptr, actSel int64, actDiv int32, wts uintptr, lim float32, yh uintptr, perm int32, scratch, s uintptr) int32
+	normRopeH    func(x uintptr, tokStride int64, heads int32, headStride int64, hd int32, w uintptr, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, fp8n, nTok int32, xh, s uintptr) int32
+	attention    func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, qEps float32, flags int32, s uintptr) int32
+	router       func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, s uintptr) int32
+	swigluRef    func(g, u, y uintptr, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
+	swigluQ8K    func(g, u, act uintptr, actStride, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
+	normRopeP    func(x1 uintptr, heads1 int32, w1 uintptr, fp8n1 int32, x2 uintptr, heads2 int32, w2 uintptr, fp8n2, hd int32, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, nTok int32, s uintptr) int32
+	matvecF32    func(t int32, w uintptr, rows, cols int64, x, nw uintptr, eps float32, xn, act, y uintptr, flags int32, s uintptr) int32
+	swigluHalf   func(g, u, yh uintptr, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
+	moeCombine   func(ye, sel, ysh, y uintptr, n, k int32, d int64, s uintptr) int32
 
 	rmsnorm   func(x, w, y uintptr, n int64, rows int32, eps float32, s uintptr) int32
 	softmax   func(x, y uintptr, n int64, rows int32, s uintptr) int32
@@ -266,6 +267,7 @@ func load() (*lib, error) {
 		{&l.waitToken, "ds4c_wait_token"},
 		{&l.pickCands, "ds4c_pick_candidates"},
 		{&l.hcPostMix, "ds4c_hc_post_mix"},
+		{&l.hcPostMixMoE, "ds4c_hc_post_mix_moe"},
 		{&l.rmsnormRef, "ds4c_rmsnorm_ref"},
 		{&l.hcPre, "ds4c_hc_pre"},
 		{&l.hcPost, "ds4c_hc_post"},

@@ -364,6 +364,17 @@ func (d *Device) HCPostMix(s Stream, h, out, post, comb Ptr, hc, D int, fn *Weig
 	})
 }
 
+// HCPostMixMoE is HCPostMix whose sub-block output is one token's MoE sum,
+// formed in the kernel as MoECombine forms it (the same bits): its k routed
+// outputs ye [k][D] added in ascending expert id of sel [k], then ysh [D]
+// (0: none).
+func (d *Device) HCPostMixMoE(s Stream, h, ye, sel, ysh Ptr, k int, post, comb Ptr, hc, D int, fn *Weight, parts int, part Ptr) error {
+	return d.l.call("hc_post_mix_moe", func() int32 {
+		return d.l.hcPostMixMoE(uintptr(h), uintptr(ye), uintptr(sel), uintptr(ysh), int32(k), uintptr(post), uintptr(comb), int32(hc), int64(D),
+			int32(fn.Type), uintptr(fn.Ptr), int32(fn.Rows), int32(parts), uintptr(part), uintptr(s))
+	})
+}
+
 // Rope rotates x[t][j][off : off+rd] for t < ntok, j < heads (strides in
 // floats) at position pos0 + t·posStep with the rd/2 frequencies at freqs
 // (inverse: the conjugate rotation).
