@@ -32,7 +32,12 @@ type batch struct {
 	forked2          bool
 	// evKV and evAct: the side stream's KV product and routed-expert
 	// activation done (Backend.kvSide, actSide), for the main stream
+	// (markOn, waitMark); marked: the flushes count when each was
+	// recorded, so that a wait across a flush (which joined the side
+	// stream already, and whose recording held the event) is skipped
 	evKV, evAct Event
+	marked      map[Event]int
+	flushes     int
 	// moe: the MoE sum an FFN left for its HCPost to form (Backend.moeFold;
 	// k 0: none, b.out holds the sub-block output)
 	moe moeSum
@@ -372,6 +377,10 @@ func (b *batch) markOn(e Event) error {
 	if b.side == b.s {
 		return nil
 	}
+	if b.marked == nil {
+		b.marked = map[Event]int{}
+	}
+	b.marked[e] = b.flushes
 	return b.be.dev.Record(e, b.side)
 }
 
@@ -380,6 +389,9 @@ func (b *batch) markOn(e Event) error {
 func (b *batch) waitMark(e Event) error {
 	if b.side == b.s {
 		return nil
+	}
+	if at, ok := b.marked[e]; !ok || at != b.flushes {
+		return nil // (a flush since: the main stream follows that work)
 	}
 	return b.be.dev.StreamWait(b.s, e)
 }

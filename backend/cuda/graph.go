@@ -172,6 +172,7 @@ func (b *batch) flush() error {
 		return err
 	}
 	b.g.capturing = false
+	b.flushes++
 	if err := b.launchCaptured(false); err != nil {
 		return err
 	}
