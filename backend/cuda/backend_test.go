@@ -362,7 +362,10 @@ func TestBackendFlashLayers(t *testing.T) {
 // mode against the form each replaces, bit for bit: the logits of every
 // token decoded one at a time, on the tiny model and on Flash-shaped layers
 // (whose HCPost forms the next mixes, so moe_fold's MoE sum is formed
-// there): moe_fold, kv_side and act_side.
+// there), without graphs and with a graph per token (where a step that
+// completes a compressed row flushes its recording between the side
+// stream's mark and the main stream's wait): moe_fold, kv_side and
+// act_side.
 func TestFastDecodeSwitches(t *testing.T) {
 	gpu(t)
 	flash := synth.Flash(2)
@@ -380,30 +383,33 @@ func TestFastDecodeSwitches(t *testing.T) {
 				t.Skip("short")
 			}
 			w := synthWeights(t, tc.cfg, model.SchemeQ2)
-			be, err := New(w, Options{GraphLayers: -1, Fast: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer be.Close()
-			if parts := HCPostMixParts(tc.cfg.HC, tc.cfg.Embed, be.layers[0].hcFFN.fn); parts == 0 {
-				t.Fatalf("HCPost does not form the next mixes here: moe_fold is not exercised")
-			}
 			toks := testTokens(tc.n, tc.cfg.Vocab)
-			base := allLogits(t, be, 1, toks)
-			for _, sw := range []struct {
-				name string
-				set  func(on bool)
-			}{
-				{"moe_fold", func(on bool) { be.moeFold = on }},
-				{"kv_side", func(on bool) { be.kvSide = on }},
-				{"act_side", func(on bool) { be.actSide = on }},
-			} {
-				sw.set(false)
-				off := allLogits(t, be, 1, toks)
-				sw.set(true)
-				if p, j, ok := firstDiff(base, off); !ok {
-					t.Errorf("%s: logit %d of position %d differs: %v against %v", sw.name, j, p, base[p][j], off[p][j])
+			for _, gl := range []int{-1, 1 << 20} {
+				be, err := New(w, Options{GraphLayers: gl, Fast: true})
+				if err != nil {
+					t.Fatal(err)
 				}
+				if parts := HCPostMixParts(tc.cfg.HC, tc.cfg.Embed, be.layers[0].hcFFN.fn); parts == 0 {
+					be.Close()
+					t.Fatalf("HCPost does not form the next mixes here: moe_fold is not exercised")
+				}
+				base := allLogits(t, be, 1, toks)
+				for _, sw := range []struct {
+					name string
+					set  func(on bool)
+				}{
+					{"moe_fold", func(on bool) { be.moeFold = on }},
+					{"kv_side", func(on bool) { be.kvSide = on }},
+					{"act_side", func(on bool) { be.actSide = on }},
+				} {
+					sw.set(false)
+					off := allLogits(t, be, 1, toks)
+					sw.set(true)
+					if p, j, ok := firstDiff(base, off); !ok {
+						t.Errorf("graph layers %d: %s: logit %d of position %d differs: %v against %v", gl, sw.name, j, p, base[p][j], off[p][j])
+					}
+				}
+				be.Close()
 			}
 		})
 	}
