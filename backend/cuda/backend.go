@@ -124,8 +124,9 @@ type Backend struct {
 	// the main stream, which waits for it (evKV) before the norms; actSide:
 	// a decode step's routed-expert activation is quantized on the side
 	// stream ahead of the shared expert, beside the router, and the routed
-	// products wait for it (evAct). The same results; off with
-	// DS4_CUDA_KV_SIDE=0 and DS4_CUDA_ACT_SIDE=0, for comparison.
+	// products wait for it (evAct). The same results; kvSide is on (off
+	// with DS4_CUDA_KV_SIDE=0), actSide off (on with DS4_CUDA_ACT_SIDE=1:
+	// −1 % at 8k on the H200, cuda/NOTES.md v26).
 	kvSide, actSide bool
 	// moeFold: a decode step's MoE sum is formed by the HCPost after it
 	// (HCPostMixMoE) instead of a MoECombine launch between them, where
@@ -230,7 +231,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ixPar: os.Getenv("DS4_CUDA_IX_PAR") != "0",
 		ixMarkAll: os.Getenv("DS4_CUDA_IX_MARK") == "1",
 		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0",
-		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") != "0",
+		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") == "1",
 		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0"}
 	switch os.Getenv("DS4_CUDA_IX_SIDE") {
 	case "0":

@@ -394,19 +394,20 @@ func TestFastDecodeSwitches(t *testing.T) {
 					t.Fatalf("HCPost does not form the next mixes here: moe_fold is not exercised")
 				}
 				base := allLogits(t, be, 1, toks)
+				// each switch flipped from its default and back
 				for _, sw := range []struct {
 					name string
-					set  func(on bool)
+					v    *bool
 				}{
-					{"moe_fold", func(on bool) { be.moeFold = on }},
-					{"kv_side", func(on bool) { be.kvSide = on }},
-					{"act_side", func(on bool) { be.actSide = on }},
+					{"moe_fold", &be.moeFold},
+					{"kv_side", &be.kvSide},
+					{"act_side", &be.actSide},
 				} {
-					sw.set(false)
-					off := allLogits(t, be, 1, toks)
-					sw.set(true)
-					if p, j, ok := firstDiff(base, off); !ok {
-						t.Errorf("graph layers %d: %s: logit %d of position %d differs: %v against %v", gl, sw.name, j, p, base[p][j], off[p][j])
+					*sw.v = !*sw.v
+					other := allLogits(t, be, 1, toks)
+					*sw.v = !*sw.v
+					if p, j, ok := firstDiff(base, other); !ok {
+						t.Errorf("graph layers %d: %s flipped: logit %d of position %d differs: %v against %v", gl, sw.name, j, p, base[p][j], other[p][j])
 					}
 				}
 				be.Close()
@@ -500,9 +501,7 @@ func TestKernelVariants(t *testing.T) {
 			// nr_pair, the query heads' and KV row's norms in one launch;
 			// ix_par, that query path on the third stream beside the
 			// compressors; kv_side, a decode step's KV product on the side
-			// stream; act_side, its routed experts' activation quantized on
-			// the side stream; moe_fold, its MoE sum formed by the HCPost
-			// after it.
+			// stream (TestFastDecodeSwitches: the fast-mode ones).
 			for _, sw := range []struct {
 				name string
 				set  func(on bool)
@@ -513,8 +512,6 @@ func TestKernelVariants(t *testing.T) {
 				{"nr_pair", func(on bool) { be.nrPair = on }},
 				{"ix_par", func(on bool) { be.ixPar = on }},
 				{"kv_side", func(on bool) { be.kvSide = on }},
-				{"act_side", func(on bool) { be.actSide = on }},
-				{"moe_fold", func(on bool) { be.moeFold = on }},
 			} {
 				sw.set(false)
 				off := allLogits(t, be, 1, toks)
