@@ -272,8 +272,6 @@ func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (mixOut, error) {
 	return mixOut{ptr: out, raw: true}, be.linear(b, b.h, HCD, b.n, linJob{fn, out, fn.Rows})
 }
 
-// nextMixFn is the mixing weight of the HCPre that follows HCPost(layer,
-// sub): the layer's FFN one, the next layer's attention one, or the head's.
 // postMixParts returns the parts in which HCPost after the sub-block forms
 // the next HCPre's mixing products (HCPostMix: fast mode's decode steps),
 // or 0 where it does not.
@@ -284,6 +282,8 @@ func (be *Backend) postMixParts(b *batch, layer int, sub engine.SubBlock) int {
 	return HCPostMixParts(be.cfg.HC, be.cfg.Embed, be.nextMixFn(layer, sub))
 }
 
+// nextMixFn is the mixing weight of the HCPre that follows HCPost(layer,
+// sub): the layer's FFN one, the next layer's attention one, or the head's.
 func (be *Backend) nextMixFn(layer int, sub engine.SubBlock) *Weight {
 	switch {
 	case sub == engine.AttnSub:
