@@ -93,14 +93,7 @@ func TestDecodeGreedyPipelined(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			run := func(b engine.Backend) (offered []int32, n int, err error, s *engine.Session) {
-				s, e := engine.NewSession(b, engine.Options{ChunkSize: 16, MaxContext: c.maxContext})
-				if e != nil {
-					t.Fatal(e)
-				}
-				t.Cleanup(s.Close)
-				if e := s.Prefill(ctx, prompt); e != nil {
-					t.Fatal(e)
-				}
+				s = prefilled(t, b, engine.Options{ChunkSize: 16, MaxContext: c.maxContext}, prompt)
 				n, err = s.DecodeGreedy(ctx, c.max, func(tok int32) bool {
 					offered = append(offered, tok)
 					return c.refuseAt < 0 || len(offered) <= c.refuseAt
@@ -130,14 +123,7 @@ func TestDecodeGreedyCancel(t *testing.T) {
 	prompt := tokens(20, be.Config().Vocab)
 	opts := engine.Options{ChunkSize: 16, MaxContext: 256}
 	for _, b := range []engine.Backend{be, newPipe(be)} {
-		s, err := engine.NewSession(b, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if err := s.Prefill(context.Background(), prompt); err != nil {
-			t.Fatal(err)
-		}
+		s := prefilled(t, b, opts, prompt)
 		ctx, cancel := context.WithCancel(context.Background())
 		offered := 0
 		n, err := s.DecodeGreedy(ctx, 50, func(int32) bool {
@@ -150,18 +136,25 @@ func TestDecodeGreedyCancel(t *testing.T) {
 		if !errors.Is(err, context.Canceled) || n < 3 || n > 4 || s.Pos() != len(prompt)+n {
 			t.Fatalf("%T: %d decoded, %d offered, pos %d, err %v", b, n, offered, s.Pos(), err)
 		}
-		ref, err := engine.NewSession(be, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ref.Close()
-		if err := ref.Prefill(context.Background(), s.Tokens()); err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Equal(s.Logits(), ref.Logits()) {
+		if !slices.Equal(s.Logits(), prefilled(t, be, opts, s.Tokens()).Logits()) {
 			t.Errorf("%T: the logits after the cancel are not those of the session's tokens", b)
 		}
 	}
+}
+
+// prefilled returns a session on b with opts that has prefilled toks
+// (closed when the test ends).
+func prefilled(t *testing.T, b engine.Backend, opts engine.Options, toks []int32) *engine.Session {
+	t.Helper()
+	s, err := engine.NewSession(b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if err := s.Prefill(context.Background(), toks); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // sameSessions fails unless a pipelined session got ends as its one-step

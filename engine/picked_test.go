@@ -239,14 +239,7 @@ func TestDecodePickedPipelined(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			run := func(b engine.Backend) (*pickSampler, int, error, *engine.Session) {
-				s, e := engine.NewSession(b, engine.Options{ChunkSize: 16, MaxContext: c.maxContext})
-				if e != nil {
-					t.Fatal(e)
-				}
-				t.Cleanup(s.Close)
-				if e := s.Prefill(ctx, prompt); e != nil {
-					t.Fatal(e)
-				}
+				s := prefilled(t, b, engine.Options{ChunkSize: 16, MaxContext: c.maxContext}, prompt)
 				o := engine.SamplerOptions{Temperature: 1.5, TopP: 0.95, Seed: 7}
 				if c.minP {
 					o.MinP = 0.05
@@ -298,27 +291,12 @@ func TestDecodePickedErrors(t *testing.T) {
 		if pb, ok := b.(pickBackend); ok && (pb.p.waitPos >= 0 || len(pb.p.queued) > 0) {
 			t.Fatalf("a step still waits for its token")
 		}
-		ref, err := engine.NewSession(be, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ref.Close()
-		if err := ref.Prefill(context.Background(), s.Tokens()); err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Equal(s.Logits(), ref.Logits()) {
+		if !slices.Equal(s.Logits(), prefilled(t, be, opts, s.Tokens()).Logits()) {
 			t.Errorf("%T: the logits are not those of the session's tokens", b)
 		}
 	}
 	for _, b := range []engine.Backend{be, newPick(be)} {
-		s, err := engine.NewSession(b, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if err := s.Prefill(context.Background(), prompt); err != nil {
-			t.Fatal(err)
-		}
+		s := prefilled(t, b, opts, prompt)
 		ctx, cancel := context.WithCancel(context.Background())
 		drawn := 0
 		n, err := s.DecodePicked(ctx, 50, nil, func(lg *engine.Logits) (int32, bool) {

@@ -154,7 +154,7 @@ func (s *Sampler) SampleWith(logits []float32, o SamplerOptions) int32 {
 		// Logits this far below the best cannot reach min-p's weight:
 		// drop them before their exp (the exact test follows). Without
 		// top-k the survivors' keys are made directly, in id order.
-		cut := lt + float64(o.Temperature)*math.Log(float64(o.MinP)) - 1e-3
+		cut := minPCut(lt, o)
 		if topK {
 			n := 0
 			for _, k := range s.key {
@@ -188,8 +188,7 @@ func (s *Sampler) sampleCandidates(c *Candidates, o SamplerOptions) int32 {
 		return top
 	}
 	lt := float64(c.TopLogit)
-	cut := lt + float64(o.Temperature)*math.Log(float64(o.MinP)) - 1e-3
-	c32 := leastFloat32AtLeast(cut)
+	c32 := leastFloat32AtLeast(minPCut(lt, o))
 	s.key = s.key[:0]
 	n := int(top) + 1
 	for i, id := range c.IDs {
@@ -199,6 +198,14 @@ func (s *Sampler) sampleCandidates(c *Candidates, o SamplerOptions) int32 {
 		n = max(n, int(id)+1)
 	}
 	return s.drawKeys(o, top, lt, 1/float64(o.Temperature), n)
+}
+
+// minPCut is the min-p prefilter's cut below the best logit lt: a logit
+// under it cannot reach min-p's weight exp((v − lt)/T) ≥ MinP (a margin
+// of 1e-3 keeps the exact test, which follows, the one that decides). The
+// device's candidates (ds4c_pick_candidates) reach a threshold below it.
+func minPCut(lt float64, o SamplerOptions) float64 {
+	return lt + float64(o.Temperature)*math.Log(float64(o.MinP)) - 1e-3
 }
 
 // drawKeys ends a draw: the weights of the candidates s.key (ids below n)

@@ -163,6 +163,18 @@ func session(t testing.TB, be engine.Backend, chunk int) *engine.Session {
 	return s
 }
 
+// testBackend returns a CUDA backend for w with opts, closed when the test
+// ends.
+func testBackend(t testing.TB, w *model.Weights, opts Options) *Backend {
+	t.Helper()
+	be, err := New(w, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	return be
+}
+
 func allLogits(t testing.TB, be engine.Backend, chunk int, toks []int32) [][]float32 {
 	t.Helper()
 	s := session(t, be, chunk)

@@ -80,11 +80,7 @@ func TestGreedyPipeline(t *testing.T) {
 		prompt := testTokens(40, cfg.Vocab)
 		want := greedy(t, ref, prompt, gen)
 		for _, gl := range []int{1 << 20, 1, -1} {
-			be, err := New(w, Options{GraphLayers: gl})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer be.Close()
+			be := testBackend(t, w, Options{GraphLayers: gl})
 			ctx := context.Background()
 			// to the end
 			s := session(t, be, 64)

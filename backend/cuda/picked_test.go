@@ -73,11 +73,7 @@ func TestPickPipeline(t *testing.T) {
 			{Temperature: 8, MinP: 0.0001, Seed: 14}, // more candidates than sent: the logits fetched whole
 		}
 		for _, gl := range []int{1 << 20, 1, -1} {
-			be, err := New(w, Options{GraphLayers: gl})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer be.Close()
+			be := testBackend(t, w, Options{GraphLayers: gl})
 			ctx := context.Background()
 			cands := 0 // draws from candidates
 			for oi, o := range opts {
@@ -166,11 +162,7 @@ func TestPickPipeline(t *testing.T) {
 func TestPickTimeout(t *testing.T) {
 	gpu(t)
 	eachTinyModel(t, func(t *testing.T, cfg model.Config, w *model.Weights, ref *cpu.Backend) {
-		be, err := New(w, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer be.Close()
+		be := testBackend(t, w, Options{})
 		be.pickTimeout = 50 * time.Millisecond
 		ctx := context.Background()
 		prompt := testTokens(40, cfg.Vocab)
