@@ -63,6 +63,8 @@ int ds4c_opt_ix_query(void);
 int ds4c_opt_attn_wave(void);
 int ds4c_opt_hc_hoist(void);
 int ds4c_opt_mv_dec_late(void);
+int ds4c_opt_mv_fast(void);
+int ds4c_opt_mv_even(void);
 int ds4c_opt_wg_moe(void);
 int ds4c_opt_topk_warp(void);
 int ds4c_opt_router_warp(void);

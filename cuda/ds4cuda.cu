@@ -60,6 +60,8 @@ static int g_opt_mv_pre = 7; // pipelined products: tiles requested before the w
 static int g_opt_mv_pair = 1; // ds4c_matmul_grouped_pair: one selection's Q8_0/Q4_K pair in one k_matvec grid
 static int g_opt_attn_wave = 1; // fast split attention: splits that fit one wave of CTAs (model.cu, k_attn_split's launch)
 static int g_opt_mv_dec_late = 2; // k_mv_dec launched without the early launch: 1 the routed gate/up pair, 2 also the down (matvec.cuh launch_dec_as; cuda/NOTES.md v26)
+static int g_opt_mv_even = 1; // pipelined products: the tile height that evens the CTAs' rows (matvec.cuh launch_pipe)
+static int g_opt_mv_fast = 3; // fast mode's single-token products sum in parallel: 1 the pipelined Q8_0 ones (matvec.cuh k_mv_pipe_q8f), 2 k_mv_dec's (cuda/NOTES.md v27)
 static int g_opt_hc_hoist = 1; // single-token hc_pre with k_hc_post_mix's parts: the stream loads issued right after the wait (model.cu k_hc_pre)
 static int g_opt_ix_query = 1; // ds4c_index_query: rotation, Hadamard/FP4 and weight scale in one launch (k_ix_query)
 static int g_opt_mv_f32 = 1; // ds4c_matvec_f32: the pipelined kernel forms its Q8_0 activation itself (matvec.cuh pipe_act_f32)
@@ -139,6 +141,8 @@ int ds4c_opt_ix_query(void) { return g_opt_ix_query; }
 int ds4c_opt_attn_wave(void) { return g_opt_attn_wave; }
 int ds4c_opt_hc_hoist(void) { return g_opt_hc_hoist; }
 int ds4c_opt_mv_dec_late(void) { return g_opt_mv_dec_late; }
+int ds4c_opt_mv_fast(void) { return g_opt_mv_fast; }
+int ds4c_opt_mv_even(void) { return g_opt_mv_even; }
 
 bool ds4c_stream_busy(cudaStream_t st) {
     if (ds4c_rec_any() && ds4c_rec_of(st)) return true;
@@ -486,6 +490,8 @@ static const struct {
     {DS4C_OPT_ATTN_WAVE, "attn_wave", &g_opt_attn_wave, 0, 1},
     {DS4C_OPT_HC_HOIST, "hc_hoist", &g_opt_hc_hoist, 0, 1},
     {DS4C_OPT_MV_DEC_LATE, "mv_dec_late", &g_opt_mv_dec_late, 0, 2},
+    {DS4C_OPT_MV_FAST, "mv_fast", &g_opt_mv_fast, 0, 3},
+    {DS4C_OPT_MV_EVEN, "mv_even", &g_opt_mv_even, 0, 1},
 };
 
 // env_option sets option key from the environment variable name when it

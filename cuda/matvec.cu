@@ -376,7 +376,7 @@ int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const
         const int64_t ab = (int64_t)ds4c_act_bytes(DS4C_Q8_0, cols);
         MVArgs a = mv_args(d_w, rows, cols, 1, nullptr, false, nullptr, ab, 0, 1, d_y, rows, 0);
         a.late = (flags & DS4C_MM_LATE) != 0;
-        if (pipe_q8_0_f32(a, d_x, d_nw, eps, as_stream(stream), &rc)) return rc;
+        if (pipe_q8_0_f32(a, d_x, d_nw, eps, (flags & DS4C_MM_EXACT) != 0, as_stream(stream), &rc)) return rc;
     }
     // the three steps
     const float *x = d_x;
@@ -419,8 +419,9 @@ int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64
             const bool exact = (flags & DS4C_MM_EXACT) != 0;
             return type == DS4C_Q8_0 ? launch_q8_0(a, 1, 1, exact, st) : launch_q4_k(a, 1, 1, exact, st);
         }
-        const bool took =
-            type == DS4C_IQ2_XXS ? dec_pair_iq2_xxs(a, n_sel, st, &rc) : dec_pair_q2_k(a, n_sel, st, &rc);
+        const bool exact = (flags & DS4C_MM_EXACT) != 0;
+        const bool took = type == DS4C_IQ2_XXS ? dec_pair_iq2_xxs(a, n_sel, exact, st, &rc)
+                                                : dec_pair_q2_k(a, n_sel, exact, st, &rc);
         if (took) return rc;
     }
     int rc = ds4c_matmul_grouped(type, d_w1, rows, cols, n_mat, d_ids, n_sel, d_act, act_sel, act_div, d_y1, y_sel,

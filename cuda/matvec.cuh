@@ -332,6 +332,8 @@ struct TQ2_K {
         }
         r.da = ((const float *)(at + cols))[blk];
     }
+    // (RED false: the lane's own share, as TIQ2_XXS::dot_reg)
+    template <bool RED = true>
     static __device__ __forceinline__ float dot_reg(const Unit &u, const Reg &x, int ui, const uint32_t *) {
         const int o = ui & 1;
         int isum = 0, summs = 0;
@@ -347,10 +349,12 @@ struct TQ2_K {
             isum += (sc & 15) * (dot4_us(p, x.x[k], 0) >> (2 * k));
             summs += x.bs[k] * (sc >> 4);
         }
-        isum += __shfl_xor_sync(FULL_MASK, isum, 1);
-        summs += __shfl_xor_sync(FULL_MASK, summs, 1);
-        isum += __shfl_xor_sync(FULL_MASK, isum, 2);
-        summs += __shfl_xor_sync(FULL_MASK, summs, 2);
+        if (RED) {
+            isum += __shfl_xor_sync(FULL_MASK, isum, 1);
+            summs += __shfl_xor_sync(FULL_MASK, summs, 1);
+            isum += __shfl_xor_sync(FULL_MASK, isum, 2);
+            summs += __shfl_xor_sync(FULL_MASK, summs, 2);
+        }
         const float dall = __fmul_rn(x.da, __low2float(u.dm));
         const float dmin = __fmul_rn(x.da, __high2float(u.dm));
         return __fsub_rn(__fmul_rn(dall, (float)isum), __fmul_rn(dmin, (float)summs));
@@ -609,7 +613,10 @@ struct TIQ2_XXS {
             *(uint4 *)&tab[4 * k] = make_uint4(e, e, e, e);
         }
     }
-    // tab: the tables' words plus the lane
+    // tab: the tables' words plus the lane. RED false (fast mode's
+    // k_mv_dec): the lane's own share of the term, the block's four lanes
+    // not added.
+    template <bool RED = true>
     static __device__ __forceinline__ float dot_reg(const Unit &u, const Reg &x, int, const uint32_t *tab) {
         constexpr uint32_t POS = 0x002b1908u, NEG = 0x00d5e7f8u; // 8, 25, 43 and their negations
         int bsum = 0;
@@ -628,8 +635,10 @@ struct TIQ2_XXS {
             }
             bsum += s * (2 * (int)(aux >> 28) + 1);
         }
-        bsum += __shfl_xor_sync(FULL_MASK, bsum, 1);
-        bsum += __shfl_xor_sync(FULL_MASK, bsum, 2);
+        if (RED) {
+            bsum += __shfl_xor_sync(FULL_MASK, bsum, 1);
+            bsum += __shfl_xor_sync(FULL_MASK, bsum, 2);
+        }
         return __fmul_rn(__fmul_rn(u.d, x.da), (float)bsum);
     }
     static constexpr float FINAL = 0.125f;
@@ -954,9 +963,12 @@ int launch_one(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
 // unrolled by two, so that the buffers keep their registers); the P rows'
 // dots are straight-line code the compiler interleaves. A row's block terms
 // are added in block order (quant.Dot's, k_matvec's exact path): the result
-// is bit-identical to the CPU in both modes. MB: CTAs an SM the registers
-// are capped for.
-template <class T, int UPL, int P, int MB>
+// is bit-identical to the CPU in both modes — unless FAST (fast mode,
+// DS4C_OPT_MV_FAST bit 2): each lane's shares of its units' terms added,
+// then the warp's tree sum (a third fewer instructions a row than the
+// block-order sum of broadcast terms). MB: CTAs an SM the registers are
+// capped for.
+template <class T, int UPL, int P, int MB, bool FAST>
 __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run, int wps) {
     extern __shared__ __align__(16) uint32_t s_tab[]; // T::TAB_WORDS (GRID types)
     mv_pdl_launch(a);
@@ -1000,7 +1012,20 @@ __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run
 #pragma unroll
         for (int p = 0; p < P; p++)
 #pragma unroll
-            for (int j = 0; j < UPL; j++) term[p][j] = T::dot_reg(u[p][j], x[j], lane + 32 * j, s_tab + lane);
+            for (int j = 0; j < UPL; j++)
+                term[p][j] = T::template dot_reg<!FAST>(u[p][j], x[j], lane + 32 * j, s_tab + lane);
+        if constexpr (FAST) {
+#pragma unroll
+            for (int p = 0; p < P; p++) {
+                float sum = term[p][0];
+#pragma unroll
+                for (int j = 1; j < UPL; j++) sum += term[p][j];
+                sum = warp_sum(sum);
+                if (T::FINAL != 1.0f) sum *= T::FINAL;
+                if (lane == 0 && i + p < n) y[i + p] = sum;
+            }
+            return;
+        }
         // block b's term is on lane 4 (b % 8) of unit round b / 8
 #pragma unroll
         for (int p = 0; p < P; p++) {
@@ -1037,7 +1062,7 @@ __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run
 // spills a few bytes in 1 and 3 (its 128 registers at MB 2 hold 2 rows);
 // (2, 3) spilled 228 bytes and measured 16.5 µs against 12.8 (cuda/NOTES.md
 // v20).
-template <class T, int UPL, int P, int MB>
+template <class T, int UPL, int P, int MB, bool FAST>
 cudaError_t launch_dec_as(const MVArgs &a, int n_sel, cudaStream_t st) {
     // runs: the GPU's resident warps over the rows, whole runs per selection
     const int64_t warps = (int64_t)MB * 8 * ds4c_sm_count();
@@ -1051,7 +1076,7 @@ cudaError_t launch_dec_as(const MVArgs &a, int n_sel, cudaStream_t st) {
         static bool opted = false;
         if (!opted) {
             const cudaError_t e =
-                cudaFuncSetAttribute(k_mv_dec<T, UPL, P, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+                cudaFuncSetAttribute(k_mv_dec<T, UPL, P, MB, FAST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (e != cudaSuccess) return e;
             opted = true;
         }
@@ -1059,21 +1084,21 @@ cudaError_t launch_dec_as(const MVArgs &a, int n_sel, cudaStream_t st) {
     // (DS4C_OPT_MV_DEC_LATE: not launched early beside the kernel before it)
     const int late = ds4c_opt_mv_dec_late();
     const bool early = !(late >= 2 || (late == 1 && a.w2 != nullptr));
-    ds4c_launch_as(early, k_mv_dec<T, UPL, P, MB>, grid, 256, smem, st, a, n_sel, (int)run, (int)wps);
+    ds4c_launch_as(early, k_mv_dec<T, UPL, P, MB, FAST>, grid, 256, smem, st, a, n_sel, (int)run, (int)wps);
     return cudaGetLastError();
 }
 
-template <class T, int UPL>
+template <class T, int UPL, bool FAST>
 cudaError_t launch_dec_upl(const MVArgs &a, int n_sel, int opt, cudaStream_t st) {
     switch (opt) {
-    case 1: return launch_dec_as<T, UPL, 1, 3>(a, n_sel, st);
-    case 3: return launch_dec_as<T, UPL, 3, 2>(a, n_sel, st);
-    default: return launch_dec_as<T, UPL, 2, 2>(a, n_sel, st);
+    case 1: return launch_dec_as<T, UPL, 1, 3, FAST>(a, n_sel, st);
+    case 3: return launch_dec_as<T, UPL, 3, 2, FAST>(a, n_sel, st);
+    default: return launch_dec_as<T, UPL, 2, 2, FAST>(a, n_sel, st);
     }
 }
 
 template <class T>
-bool launch_dec(const MVArgs &a, int n_sel, cudaStream_t st, int *rc) {
+bool launch_dec(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc) {
     *rc = 0;
     if constexpr (!has_reg<T>::value) {
         return false;
@@ -1082,9 +1107,10 @@ bool launch_dec(const MVArgs &a, int n_sel, cudaStream_t st, int *rc) {
         if (opt <= 0 || a.cols % (32 * T::VPU) != 0 || a.cols % block_vals<T>() != 0) return false;
         if ((int64_t)n_sel * a.rows > INT32_MAX / 4) return false;
         cudaError_t e;
+        const bool fast = !exact && (ds4c_opt_mv_fast() & 2) != 0;
         switch (a.cols / (32 * T::VPU)) {
-        case 1: e = launch_dec_upl<T, 1>(a, n_sel, opt, st); break;
-        case 2: e = launch_dec_upl<T, 2>(a, n_sel, opt, st); break;
+        case 1: e = fast ? launch_dec_upl<T, 1, true>(a, n_sel, opt, st) : launch_dec_upl<T, 1, false>(a, n_sel, opt, st); break;
+        case 2: e = fast ? launch_dec_upl<T, 2, true>(a, n_sel, opt, st) : launch_dec_upl<T, 2, false>(a, n_sel, opt, st); break;
         default: return false;
         }
         if (e != cudaSuccess) *rc = ds4c_cuda_err(e, "decode matvec");
@@ -1270,6 +1296,63 @@ __device__ __forceinline__ void pipe_act_f32(const PipeArgs &p, uint8_t *s_act) 
     __syncthreads();
 }
 
+// pipe_tile: tile k of the CTA whose tiles begin at t0 — its selection,
+// first row and rows; it returns the selection's matrix (−1: an invalid id).
+__device__ __forceinline__ int64_t pipe_tile(const PipeArgs &p, int t0, int k, int &sel, int &r0, int &nr) {
+    const MVArgs &a = p.a;
+    const int t = t0 + k;
+    sel = t / p.tiles;
+    r0 = (t % p.tiles) * p.rt;
+    nr = min(p.rt, a.rows - r0);
+    const int64_t mat = a.ids ? (int64_t)a.ids[sel] : (a.sel_mat ? sel : 0);
+    return mat >= 0 && mat < a.n_mat ? mat : -1;
+}
+
+// pipe_issue requests tile k (of my, from t0) into stage k mod p.ns: one
+// bulk copy a region by thread 0 completing on the stage's mbarrier (CP 2;
+// an invalid id completes the phase with nothing to copy), or 16-byte
+// cp.async by every thread, one commit group a tile even when empty (CP
+// 0, 1).
+template <class T, int CP>
+__device__ __forceinline__ void pipe_issue(const PipeArgs &p, uint8_t *s_mem, int t0, int my, int k) {
+    const MVArgs &a = p.a;
+    const int tid = threadIdx.x;
+    if (k < my && (CP < 2 || tid == 0)) {
+        int sel, r0, nr;
+        const int64_t mat = pipe_tile(p, t0, k, sel, r0, nr);
+        uint8_t *stg = s_mem + p.stage_off + (k % p.ns) * p.stage;
+        const int64_t grow = mat * a.rows + r0;
+        if (CP == 2) {
+            uint64_t *bar = (uint64_t *)s_mem + k % p.ns;
+            if (mat < 0) {
+                bar_expect(bar, 0); // completes the phase: nothing to copy
+            } else {
+                unsigned bytes = 0;
+#pragma unroll
+                for (int r = 0; r < T::NREG; r++) bytes += (unsigned)(nr * p.bpr[r]);
+                bulk_fence();
+                bar_expect(bar, bytes);
+#pragma unroll
+                for (int r = 0; r < T::NREG; r++)
+                    bulk_copy(stg + p.soff[r], a.w + p.base[r] + grow * p.bpr[r], (unsigned)(nr * p.bpr[r]), bar);
+            }
+        } else if (mat >= 0) {
+#pragma unroll
+            for (int r = 0; r < T::NREG; r++) {
+                const uint8_t *src = a.w + p.base[r] + grow * p.bpr[r];
+                const int n16 = nr * p.bpr[r] / 16;
+                for (int i = tid; i < n16; i += PIPE_THREADS) {
+                    if (CP == 1)
+                        cp_async16_l2(stg + p.soff[r] + 16 * i, src + 16 * i);
+                    else
+                        cp_async16(stg + p.soff[r] + 16 * i, src + 16 * i);
+                }
+            }
+        }
+    }
+    if (CP < 2) cp_async_commit(); // one group per tile, even an empty one
+}
+
 template <class T, int CP>
 __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
     extern __shared__ __align__(16) uint8_t s_mem[];
@@ -1286,51 +1369,8 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
     const int my = (int)((int64_t)(blockIdx.x + 1) * p.total / G) - t0;
     uint8_t *s_act = s_mem + p.act_off;
     int cur_act = -1; // the activation row in s_act
-    // tile k of this CTA: its selection, first row, rows, and matrix (−1: invalid id)
-    auto tile = [&](int k, int &sel, int &r0, int &nr) -> int64_t {
-        const int t = t0 + k;
-        sel = t / p.tiles;
-        r0 = (t % p.tiles) * p.rt;
-        nr = min(p.rt, a.rows - r0);
-        const int64_t mat = a.ids ? (int64_t)a.ids[sel] : (a.sel_mat ? sel : 0);
-        return mat >= 0 && mat < a.n_mat ? mat : -1;
-    };
-    auto issue = [&](int k) { // tile k's bytes into stage k mod p.ns
-        if (k < my && (CP < 2 || tid == 0)) {
-            int sel, r0, nr;
-            const int64_t mat = tile(k, sel, r0, nr);
-            uint8_t *stg = s_mem + p.stage_off + (k % p.ns) * p.stage;
-            const int64_t grow = mat * a.rows + r0;
-            if (CP == 2) {
-                uint64_t *bar = s_bar + k % p.ns;
-                if (mat < 0) {
-                    bar_expect(bar, 0); // completes the phase: nothing to copy
-                } else {
-                    unsigned bytes = 0;
-#pragma unroll
-                    for (int r = 0; r < T::NREG; r++) bytes += (unsigned)(nr * p.bpr[r]);
-                    bulk_fence();
-                    bar_expect(bar, bytes);
-#pragma unroll
-                    for (int r = 0; r < T::NREG; r++)
-                        bulk_copy(stg + p.soff[r], a.w + p.base[r] + grow * p.bpr[r], (unsigned)(nr * p.bpr[r]), bar);
-                }
-            } else if (mat >= 0) {
-#pragma unroll
-                for (int r = 0; r < T::NREG; r++) {
-                    const uint8_t *src = a.w + p.base[r] + grow * p.bpr[r];
-                    const int n16 = nr * p.bpr[r] / 16;
-                    for (int i = tid; i < n16; i += PIPE_THREADS) {
-                        if (CP == 1)
-                            cp_async16_l2(stg + p.soff[r] + 16 * i, src + 16 * i);
-                        else
-                            cp_async16(stg + p.soff[r] + 16 * i, src + 16 * i);
-                    }
-                }
-            }
-        }
-        if (CP < 2) cp_async_commit(); // one group per tile, even an empty one
-    };
+    auto tile = [&](int k, int &sel, int &r0, int &nr) -> int64_t { return pipe_tile(p, t0, k, sel, r0, nr); };
+    auto issue = [&](int k) { pipe_issue<T, CP>(p, s_mem, t0, my, k); };
     if (CP == 2) {
         if (tid == 0)
             for (int s = 0; s < p.ns; s++) bar_init(s_bar + s, 1);
@@ -1349,6 +1389,19 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
         }
     }
     for (int k = pre; k < p.ns - 1; k++) issue(k);
+    auto copy_act = [&](int sel) { // the selection's activation row into shared memory
+        cur_act = sel / a.act_div;
+        const uint8_t *src = a.act + (int64_t)cur_act * a.act_sel;
+        for (int i = tid; i < p.act_bytes / 16; i += PIPE_THREADS) { // (padded: act_at; the tail after the last pad)
+            const int o = 16 * i, q = min(o, a.cols);
+            *(int4 *)(act_at<T::ACT_PAD>(s_act, q) + (o - q)) = ld16(src + o);
+        }
+    };
+    if (my > 0 && cur_act < 0) { // tile 0's row now, its loads beside the tiles in flight
+        int sel, r0, nr;
+        tile(0, sel, r0, nr);
+        copy_act(sel);
+    }
     const float nan = __int_as_float(0x7fc00000);
     // Tile k's terms go to buffer k & 1; its row sums are added while tile
     // k+1 is computed (by the last warp alone when rows are long: p.tw).
@@ -1378,13 +1431,8 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
         int sel, r0, nr;
         const int64_t mat = tile(k, sel, r0, nr);
         const uint8_t *stg = s_mem + p.stage_off + (k % p.ns) * p.stage;
-        if (sel / a.act_div != cur_act) { // the selection's activation row into shared memory
-            cur_act = sel / a.act_div;
-            const uint8_t *src = a.act + (int64_t)cur_act * a.act_sel;
-            for (int i = tid; i < p.act_bytes / 16; i += PIPE_THREADS) { // (padded: act_at; the tail after the last pad)
-                const int o = 16 * i, q = min(o, a.cols);
-                *(int4 *)(act_at<T::ACT_PAD>(s_act, q) + (o - q)) = ld16(src + o);
-            }
+        if (sel / a.act_div != cur_act) { // the next selection's row (tile 0's came before the loop)
+            copy_act(sel);
             __syncthreads();
         }
         float *terms = s_terms + (size_t)(k & 1) * p.rt * p.tstride;
@@ -1426,14 +1474,130 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
     if (CP < 2) cp_async_wait<0>();
 }
 
+// k_mv_pipe_q8f: fast mode's pipelined Q8_0 product (DS4C_OPT_MV_FAST;
+// bulk copies only). The staging is k_mv_pipe's (pipe_tile, pipe_issue,
+// the activation row in shared memory); the arithmetic sums in parallel,
+// not in quant.Dot's block order. A tile's rows are cut into items of
+// Q8F_SEG values (32 blocks), a warp taking items w, w + 8, …: lane l
+// forms the dp4a sums of units l and l + 32 of the item (the warp's loads
+// of a unit round are 512 contiguous bytes), the two lanes of a block add
+// their sums, the even lane scales block l/2 and the odd block 16 + l/2,
+// and the warp's tree sum is the item's partial, stored in its (row,
+// segment) slot. After the tile's barrier one thread a row adds its
+// partials in segment order: the same bits run to run. A warp keeps its
+// segment's activation units and scales in registers while its segment
+// and the selection stay (always, when the segments divide the 8 warps).
+// Per 32 weight bytes this is about a third of k_mv_pipe's instructions,
+// whose terms written and summed in order made it arithmetic-bound (≈ 5 µs
+// a product over its copies alone; cuda/NOTES.md v21, v27).
+constexpr int Q8F_SEG = 1024;
+
+template <int CP>
+__global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
+    extern __shared__ __align__(16) uint8_t s_mem[];
+    const MVArgs &a = p.a;
+    uint64_t *s_bar = (uint64_t *)s_mem;
+    float *s_part = (float *)(s_mem + p.terms_off); // two buffers of [rt][nseg]
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int nseg = a.cols / Q8F_SEG;
+    const int G = gridDim.x;
+    const int t0 = (int)((int64_t)blockIdx.x * p.total / G);
+    const int my = (int)((int64_t)(blockIdx.x + 1) * p.total / G) - t0;
+    uint8_t *s_act = s_mem + p.act_off;
+    int cur_act = -1; // the activation row in s_act
+    if (tid == 0)
+        for (int s = 0; s < p.ns; s++) bar_init(s_bar + s, 1);
+    __syncthreads();
+    mv_pdl_launch(a);
+    const int pre = a.ids ? 0 : min(p.pre, p.ns - 1); // tiles requested before the wait
+    for (int k = 0; k < pre; k++) pipe_issue<TQ8_0, CP>(p, s_mem, t0, my, k);
+    mv_pdl_wait(a);
+    if (p.xf) { // (one selection: the loop below finds its row in place)
+        pipe_act_f32(p, s_act);
+        cur_act = 0;
+    }
+    for (int k = pre; k < p.ns - 1; k++) pipe_issue<TQ8_0, CP>(p, s_mem, t0, my, k);
+    auto copy_act = [&](int sel) { // the selection's activation row into shared memory
+        cur_act = sel / a.act_div;
+        const uint8_t *src = a.act + (int64_t)cur_act * a.act_sel;
+        for (int i = tid; i < p.act_bytes / 16; i += PIPE_THREADS) *(int4 *)(s_act + 16 * i) = ld16(src + 16 * i);
+    };
+    if (my > 0 && cur_act < 0) { // tile 0's row now, its loads beside the tiles in flight
+        int sel, r0, nr;
+        pipe_tile(p, t0, 0, sel, r0, nr);
+        copy_act(sel);
+    }
+    const float nan = __int_as_float(0x7fc00000);
+    // the warp's activation: units lane and lane + 32 of segment xseg, and
+    // the scale of the block this lane scales (blk)
+    const int blk = (lane >> 1) + (lane & 1) * 16;
+    int xseg = -1;
+    int4 x0 = make_int4(0, 0, 0, 0), x1 = x0;
+    float xd = 0.f;
+    int psel = 0, pr0 = 0, pnr = 0;
+    bool pok = false;
+    auto sums = [&](int k) { // rows of tile k (its partials complete)
+        if (tid < pnr) {
+            const float *pt = s_part + ((size_t)(k & 1) * p.rt + tid) * nseg;
+            float sum = pt[0];
+            for (int s = 1; s < nseg; s++) sum += pt[s];
+            a.y[psel * a.y_sel + pr0 + tid] = pok ? sum : nan;
+        }
+    };
+    for (int k = 0; k < my; k++) {
+        bar_wait(s_bar + k % p.ns, (unsigned)(k / p.ns) & 1);
+        __syncthreads(); // everyone's view; tile k−1's partials are stored and its stage is free
+        pipe_issue<TQ8_0, CP>(p, s_mem, t0, my, k + p.ns - 1);
+        int sel, r0, nr;
+        const int64_t mat = pipe_tile(p, t0, k, sel, r0, nr);
+        const uint8_t *stg = s_mem + p.stage_off + (k % p.ns) * p.stage;
+        if (sel / a.act_div != cur_act) { // the next selection's row (tile 0's came before the loop)
+            copy_act(sel);
+            xseg = -1;
+            __syncthreads();
+        }
+        float *part = s_part + (size_t)(k & 1) * p.rt * nseg;
+        if (mat >= 0) {
+            const int items = nr * nseg;
+            for (int it = warp; it < items; it += PIPE_THREADS / 32) {
+                const int row = it / nseg, seg = it - row * nseg;
+                if (seg != xseg) {
+                    xseg = seg;
+                    const uint8_t *xa = s_act + seg * Q8F_SEG;
+                    x0 = *(const int4 *)(xa + 16 * lane);
+                    x1 = *(const int4 *)(xa + 512 + 16 * lane);
+                    xd = ((const float *)(s_act + a.cols))[seg * 32 + blk];
+                }
+                const uint8_t *q = stg + p.soff[0] + (size_t)row * a.cols + seg * Q8F_SEG;
+                const int4 w0 = *(const int4 *)(q + 16 * lane), w1 = *(const int4 *)(q + 512 + 16 * lane);
+                const __half d = ((const __half *)(stg + p.soff[1] + (size_t)row * p.bpr[1]))[seg * 32 + blk];
+                int s0 = dot4(w0, x0, 0), s1 = dot4(w1, x1, 0);
+                s0 += __shfl_xor_sync(FULL_MASK, s0, 1);
+                s1 += __shfl_xor_sync(FULL_MASK, s1, 1);
+                const float v = warp_sum((float)((lane & 1) ? s1 : s0) * (__half2float(d) * xd));
+                if (lane == 0) part[row * nseg + seg] = v;
+            }
+        }
+        if (k > 0) sums(k - 1);
+        psel = sel;
+        pr0 = r0;
+        pnr = nr;
+        pok = mat >= 0;
+    }
+    __syncthreads();
+    if (my > 0) sums(my - 1);
+}
+
 // launch_pipe runs a single-token product as k_mv_pipe when T has a
 // pipelined form, the option is on and the shapes allow it (every region's
 // bytes per row a multiple of 16, units per row a multiple of 32, aligned
 // addresses): it returns whether it took the product, *rc the launch's
 // status. With xf (Q8_0, one selection; ds4c_matvec_f32) the CTAs form the
 // activation from that float row (pipe_act_f32) instead of copying a.act.
+// Not exact (fast mode), Q8_0 products of whole Q8F_SEG segments with bulk
+// copies take k_mv_pipe_q8f when DS4C_OPT_MV_FAST is on.
 template <class T>
-bool launch_pipe(const MVArgs &a, int n_sel, cudaStream_t st, int *rc, const float *xf = nullptr,
+bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc, const float *xf = nullptr,
                  const float *nw = nullptr, float eps = 0.f) {
     *rc = 0;
     if constexpr (T::NREG == 0) {
@@ -1474,16 +1638,43 @@ bool launch_pipe(const MVArgs &a, int n_sel, cudaStream_t st, int *rc, const flo
         const int64_t act_bytes =
             (int64_t)ds4c_act_bytes(std::is_same<T, TQ8_0>::value ? DS4C_Q8_0 : DS4C_Q8_K, a.cols);
         const int64_t act_smem = act_bytes + (a.cols / 64) * T::ACT_PAD; // the copy's bytes, padded
+        const int cp = BULK_COPY ? ds4c_opt_mv_copy() : min(ds4c_opt_mv_copy(), 1);
+        const bool q8f =
+            std::is_same<T, TQ8_0>::value && !exact && cp == 2 && (ds4c_opt_mv_fast() & 1) && a.cols % Q8F_SEG == 0;
+        // the terms of a row: k_mv_pipe's nb + 4 floats, k_mv_pipe_q8f's partials
+        const int64_t row_terms = q8f ? a.cols / Q8F_SEG : nb + 4;
         // rows per tile: the option's bytes per stage (DS4C_OPT_MV_STAGE), or
         // (0) as many as let cps CTAs fit an SM beside their fixed shared memory
         int64_t stage_bytes = ds4c_opt_mv_stage();
         if (stage_bytes == 0) {
-            const int64_t fixed = PIPE_BARS + 2048 + act_smem + 16 + 1024; // 16 bytes of slack, the CTA's reserve
-            const int64_t rows = (smem_sm / cps - fixed) / (p.ns * row_bytes + 2 * (nb + 4) * 4);
+            // (the IQ2 codebook, 16 bytes of slack, the CTA's reserve)
+            const int64_t fixed = PIPE_BARS + (T::GRID ? 2048 : 0) + act_smem + 16 + 1024;
+            const int64_t rows = (smem_sm / cps - fixed) / (p.ns * row_bytes + 2 * row_terms * 4);
             stage_bytes = max((int64_t)1, rows) * row_bytes;
         }
         p.rt = (int)max((int64_t)1, min((int64_t)PIPE_THREADS, stage_bytes / row_bytes));
         p.rt = min(p.rt, a.rows);
+        // A CTA's tiles are a contiguous range and the CTAs' counts differ by
+        // at most one, so the product lasts as long as the CTA with the most
+        // rows: k_mv_pipe_q8f with automatic stages (DS4C_OPT_MV_EVEN) takes
+        // the tile height among 7/8 rt … rt that gives it the fewest (the
+        // tallest on ties) — q_b's 32768 rows on 264 CTAs: 4 tiles of 34
+        // rows (136) against 4 of 32 (128), for an average of 124.1. Not
+        // further down: shorter tiles keep fewer bytes in flight, and that
+        // costs more than the balance gains (wo_b in 8 tiles of 2 rows
+        // against 6 of 3: 19.0 against 14.9 µs; cuda/NOTES.md v27).
+        if (q8f && ds4c_opt_mv_even() && ds4c_opt_mv_stage() == 0) {
+            const int64_t G = (int64_t)cps * ds4c_sm_count();
+            int64_t best = INT64_MAX;
+            for (int rt = p.rt, top = p.rt; rt >= max(1, (7 * top + 7) / 8); rt--) {
+                const int64_t tiles = (a.rows + rt - 1) / rt * n_sel;
+                const int64_t most = (tiles + G - 1) / G * rt;
+                if (most < best) {
+                    best = most;
+                    p.rt = rt;
+                }
+            }
+        }
         int off = 0;
         for (int r = 0; r < T::NREG; r++) {
             p.base[r] = T::base(r, a.R, a.cols);
@@ -1501,7 +1692,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, cudaStream_t st, int *rc, const flo
         p.act_bytes = (int)act_bytes; // a multiple of 16
         p.tstride = (int)nb + 4;
         p.tw = nb >= 64 ? 1 : 0; // long rows: the sums would hold up the next tile
-        p.act_off = p.terms_off + 2 * p.rt * p.tstride * 4;
+        p.act_off = p.terms_off + (int)((2 * p.rt * row_terms * 4 + 15) & ~(int64_t)15);
         p.stage_off = p.act_off + (int)act_smem;
         const int64_t smem = p.stage_off + (int64_t)p.ns * p.stage;
         if (smem > 200 * 1024) return false;
@@ -1509,16 +1700,18 @@ bool launch_pipe(const MVArgs &a, int n_sel, cudaStream_t st, int *rc, const flo
         const int64_t total = (int64_t)p.tiles * n_sel;
         if (total > INT32_MAX / 2) return false;
         p.total = (int)total;
-        const int cp = BULK_COPY ? ds4c_opt_mv_copy() : min(ds4c_opt_mv_copy(), 1);
         void (*k)(PipeArgs) = cp == 2 ? k_mv_pipe<T, 2> : (cp == 1 ? k_mv_pipe<T, 1> : k_mv_pipe<T, 0>);
-        static int64_t set[3] = {0, 0, 0}; // the largest opt-in done for each copy flavour
-        if (smem > 48 * 1024 && smem > set[cp]) {
+        if constexpr (std::is_same<T, TQ8_0>::value)
+            if (q8f) k = k_mv_pipe_q8f<2>;
+        static int64_t set[4] = {0, 0, 0, 0}; // the largest opt-in done for each copy flavour, and k_mv_pipe_q8f
+        const int fl = q8f ? 3 : cp;
+        if (smem > 48 * 1024 && smem > set[fl]) {
             cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (e != cudaSuccess) {
                 *rc = ds4c_cuda_err(e, "pipelined matvec shared memory");
                 return true;
             }
-            set[cp] = smem;
+            set[fl] = smem;
         }
         const int64_t fit = max((int64_t)1, min((int64_t)cps, (int64_t)smem_sm / (smem + 1024))); // CTAs that fit an SM
         const int64_t grid = min(total, fit * ds4c_sm_count());
@@ -1536,8 +1729,8 @@ int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
     if (nt == 1) {
         int rc = 0;
         // (a pair, a.w2, runs as k_matvec: both tensors in one grid)
-        if (!a.w2 && launch_dec<T>(a, n_sel, st, &rc)) return rc;
-        if (!a.w2 && launch_pipe<T>(a, n_sel, st, &rc)) return rc;
+        if (!a.w2 && launch_dec<T>(a, n_sel, exact, st, &rc)) return rc;
+        if (!a.w2 && launch_pipe<T>(a, n_sel, exact, st, &rc)) return rc;
         S = ds4c_opt_splitk();
         RPW = ds4c_opt_rpw();
         const int64_t sms = ds4c_sm_count();
@@ -1569,12 +1762,12 @@ int launch_q4_k(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st)
 int launch_iq2_xxs(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 // The single-token pair (a.w2, a.y2 set): whether k_mv_dec took it, *rc
 // the launch's status (mv_*.cu; types without the register form: false).
-bool dec_pair_q2_k(const MVArgs &a, int n_sel, cudaStream_t st, int *rc);
+bool dec_pair_q2_k(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc);
 // ds4c_matvec_f32's one launch (mv_q8_0.cu): whether the pipelined kernel
 // took a's single Q8_0 product with its activation formed from the float
 // row xf (RMSNorm with nw, eps when nw is set), *rc the launch's status.
-bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps, cudaStream_t st, int *rc);
-bool dec_pair_iq2_xxs(const MVArgs &a, int n_sel, cudaStream_t st, int *rc);
+bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps, bool exact, cudaStream_t st, int *rc);
+bool dec_pair_iq2_xxs(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc);
 int launch_float(int type, const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 
 // Tensor-core products (mm_tc.cu): whether type/cols have one, and the dense

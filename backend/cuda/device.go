@@ -310,13 +310,15 @@ const (
 	OptHCMix       = 41 // 1: fast mode's hyper-connection mixing logits of chunks (HCMixesOK) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there (default; env DS4_CUDA_HC_MIX); 0: the exact-order product and HCPre's scaling, as exact mode
 	OptAttnHalf    = 43 // the form of fast chunks' f16 queries and output through the flash attention kernel (AttentionHalfIO; env DS4_CUDA_ATTN_HALF): 1 NormRopeHalf's f16 queries in, f16 output rows out with the inverse rotation applied; 2 the same with the queries' norm and rotation in the kernel too (DefaultAttnHalf); both give the same bits as the float queries and output; 0 neither
 	OptWGGLU       = 44 // 1: fast chunks' routed gate and up products in one wgmma launch with SwiGLU in its epilogue (GroupedGLUOK, MatMulGroupedGLU: the same bits as the two products and SwiGLUHalf; default; env DS4_CUDA_WG_GLU); 0: apart
-	OptMVDec       = 45 // single-token IQ2_XXS and Q2_K products as k_mv_dec (each warp a run of one selection's rows, the activation in registers, the next rows in flight; bit-identical to the CPU in both modes); the value picks rows at a time and CTAs an SM: 1 (1, 3), 2 (2, 2; DefaultMVDec), 3 (3, 2); env DS4_CUDA_MV_DEC; 0: k_matvec or the pipelined kernel
+	OptMVDec       = 45 // single-token IQ2_XXS and Q2_K products as k_mv_dec (each warp a run of one selection's rows, the activation in registers, the next rows in flight; bit-identical to the CPU in exact mode, and in fast mode unless OptMVFast's bit 2); the value picks rows at a time and CTAs an SM: 1 (1, 3), 2 (2, 2; DefaultMVDec), 3 (3, 2); env DS4_CUDA_MV_DEC; 0: k_matvec or the pipelined kernel
 	OptMVF32       = 46 // 1: MatVecF32's products that the pipelined kernel takes form their Q8_0 activation (after the RMSNorm) inside it, every CTA for itself (one launch for three; the same bits; default; env DS4_CUDA_MV_F32); 0: RMSNorm, quantize and product as three launches
 	OptMVPre       = 47 // the pipelined products without ids: tiles requested before the wait for the previous kernel, capped at OptMVStages − 1 (default 7: all of them; env DS4_CUDA_MV_PRE); the rest after it
 	OptIXQuery     = 49 // IndexQuery in one launch (1, default; env DS4_CUDA_IX_QUERY) or as Rope, HadamardFP4 and Scale (0); the same bits
 	OptAttnWave    = 50 // fast single-token split attention: when its chunk splits make more CTAs than the GPU holds at once, as many splits as fit one wave (1, default; env DS4_CUDA_ATTN_WAVE); 0 two waves; fast mode, not the same bits
 	OptHCHoist     = 51 // 1: single-token HCPre with HCPostMix's parts (fast decode) issues its stream loads right after the wait, before adding the parts (the same bits; default; env DS4_CUDA_HC_HOIST); 0: after the gates
 	OptMVDecLate   = 52 // single-token IQ2_XXS / Q2_K products (OptMVDec) launched only when the kernel before them completes, not early beside it, where their CTAs hold every SM's registers while they wait and keep the side stream's shared expert off the GPU: 1 the routed gate/up pair, 2 also the down (default); 0 early; env DS4_CUDA_MV_DEC_LATE; the same bits
+	OptMVFast      = 53 // fast mode's single-token products summed in parallel, not in quant.Dot's order (the same bits run to run), by bits: 1 the pipelined Q8_0 products (columns a multiple of 1024: warps reduce each row's 1024-value segments, the segments added in order), 2 the IQ2_XXS / Q2_K decode products (OptMVDec: each lane's shares, then the warp's tree sum); default 3 (DefaultMVFast); env DS4_CUDA_MV_FAST; 0: the exact terms in both modes
+	OptMVEven      = 54 // 1: fast mode's pipelined Q8_0 products (OptMVFast bit 1) with automatic stages take the tile height (from the largest that fits down to 7/8 of it) that gives the busiest CTA the fewest rows (default; env DS4_CUDA_MV_EVEN); 0: the largest that fits; the same bits
 	OptMVPair      = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits
 	OptHadWarp     = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
 )
@@ -351,6 +353,10 @@ const DefaultMVPipeMin = 15
 // DefaultMVDec is the library's default of OptMVDec: two rows at a time,
 // two CTAs an SM (cuda/NOTES.md v20).
 const DefaultMVDec = 2
+
+// DefaultMVFast is the library's default of OptMVFast: both kinds of
+// single-token product summed in parallel in fast mode.
+const DefaultMVFast = 3
 
 // SetOption sets a library tuning option (process-wide).
 func (d *Device) SetOption(key, value int) error {

@@ -1,0 +1,205 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"ds4go/quant"
+)
+
+// TestMatVecFastQ8 checks fast mode's pipelined Q8_0 products
+// (OptMVFast: the segments' dp4a sums reduced by warps, not quant.Dot's
+// block order) against quant.MatVec within compare's float32 ulps of the
+// rows' Σ|w·x| — a lost segment, block or scale is an error of the size
+// of the row's own terms — on Flash's shapes: q_b (1024 columns, one
+// segment a row), wo_b (8192: eight), wo_a's eight selections of one
+// matrix each with their own activation rows (4096), a partial last tile,
+// and ids with one out of range (NaN rows). Each is run twice (the same
+// bits: the segments are added in order), again with four stages of
+// shorter tiles and with the tallest tiles (OptMVEven off), the same bits
+// too, and exact mode is checked to
+// keep quant.Dot's bits with the option on. MatVecF32 (the activation
+// formed in the kernel, with q_b's RMSNorm) is compared the same way.
+func TestMatVecFastQ8(t *testing.T) {
+	d := gpu(t)
+	pipeEverywhere(t, d)
+	must(t, d.SetOption(OptMVFast, DefaultMVFast))
+	t.Cleanup(func() { d.SetOption(OptMVFast, DefaultMVFast) })
+	cases := []struct {
+		name       string
+		rows, cols int
+		mats       int
+		ids        []int32 // nil: selections are matrices 0 … nsel − 1 (or the one matrix)
+		nsel       int
+	}{
+		{"q_b", 16384, 1024, 1, nil, 1},
+		{"wo_b", 4096, 8192, 1, nil, 1},
+		{"wo_a", 1024, 4096, 8, nil, 8},
+		{"partial", 300, 2048, 1, nil, 1},
+		{"ids", 300, 1024, 3, []int32{2, 7, 0}, 3},
+	}
+	for ci, c := range cases {
+		mat, dw, ab := randomMats(t, d, quant.Q8_0, c.rows, c.cols, c.mats, uint64(5100+ci))
+		x := gaussian(c.nsel*c.cols, uint64(5200+ci))
+		act := quantizeOnDevice(t, d, quant.Q8_0, x, c.cols, c.nsel)
+		var idp Ptr
+		if c.ids != nil {
+			idp = alloc(t, d, 4*int64(len(c.ids)))
+			must(t, UploadSlice(d, idp, c.ids))
+		}
+		n := c.rows * c.nsel
+		y := alloc(t, d, 4*int64(n))
+		run := func(exact bool) []float32 {
+			poison(t, d, y, n)
+			must(t, d.MatMulEx(0, dw, idp, c.nsel, act, ab, ab, 1, 1, y, int64(c.rows), int64(c.rows), exact))
+			return download(t, d, y, n)
+		}
+		fast := run(false)
+		if k, ok := firstBitDiff(fast, run(false)); !ok {
+			t.Errorf("%s: two fast runs differ at %d: %v, %v", c.name, k, fast[k], run(false)[k])
+		}
+		exact := run(true)
+		for s := 0; s < c.nsel; s++ {
+			m := s
+			if c.ids != nil {
+				m = int(c.ids[s])
+			}
+			got, ex := fast[s*c.rows:(s+1)*c.rows], exact[s*c.rows:(s+1)*c.rows]
+			if m >= c.mats {
+				for r, v := range got {
+					if !math.IsNaN(float64(v)) || !math.IsNaN(float64(ex[r])) {
+						t.Fatalf("%s: selection %d (id %d out of range): row %d = %v (exact %v), want NaN", c.name, s, m, r, v, ex[r])
+					}
+				}
+				continue
+			}
+			want, mag := reference(t, quant.Q8_0, mat(m), c.rows, c.cols, x[s*c.cols:(s+1)*c.cols])
+			compare(t, fmt.Sprintf("%s %dx%d selection %d fast", c.name, c.rows, c.cols, s), got, want, mag, nterms(quant.Q8_0, c.cols))
+			if k, ok := firstBitDiff(ex, want); !ok {
+				t.Errorf("%s selection %d: exact mode with mv_fast on: row %d = %v, want quant.Dot's %v", c.name, s, k, ex[k], want[k])
+			}
+		}
+		// the launch's shape (four stages of shorter tiles; the tallest
+		// tiles that fit) moves rows between CTAs, not the bits
+		for _, o := range []struct{ key, v, def int }{{OptMVStages, 4, 3}, {OptMVEven, 0, 1}} {
+			must(t, d.SetOption(o.key, o.v))
+			got := run(false)
+			must(t, d.SetOption(o.key, o.def))
+			if k, ok := firstBitDiff(got, fast); !ok {
+				t.Errorf("%s: option %d = %d changed row %d: %v against %v", c.name, o.key, o.v, k, got[k], fast[k])
+			}
+		}
+		// the option off: fast mode takes the exact terms
+		must(t, d.SetOption(OptMVFast, 0))
+		if k, ok := firstBitDiff(run(false), exact); !ok {
+			t.Errorf("%s: mv_fast 0 in fast mode differs from exact mode at %d", c.name, k)
+		}
+		must(t, d.SetOption(OptMVFast, DefaultMVFast))
+		d.FreeWeight(dw)
+	}
+
+	t.Run("MatVecF32", func(t *testing.T) {
+		const rows, cols, eps = 16384, 1024, 1e-6
+		mat, dw, ab := randomMats(t, d, quant.Q8_0, rows, cols, 1, 5300)
+		defer d.FreeWeight(dw)
+		x := gaussian(cols, 5301)
+		dx, nw := upload(t, d, x), upload(t, d, gaussian(cols, 5302))
+		xn := alloc(t, d, 4*cols)
+		must(t, d.RMSNormRef(0, dx, cols, nw, xn, cols, cols, 1, eps))
+		want, mag := reference(t, quant.Q8_0, mat(0), rows, cols, download(t, d, xn, cols))
+		y, xn2, act := alloc(t, d, 4*rows), alloc(t, d, 4*cols), alloc(t, d, ab)
+		poison(t, d, y, rows)
+		must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false))
+		compare(t, "MatVecF32 fast", download(t, d, y, rows), want, mag, nterms(quant.Q8_0, cols))
+	})
+}
+
+// TestMatVecDecFast checks fast mode's decode products of the routed
+// experts (k_mv_dec with OptMVFast's bit 2: each lane's shares of its
+// units' terms, then the warp's tree sum) against quant.MatVec within
+// compare's ulps of Σ|w·x|: a decode step's gate and up pair (IQ2_XXS,
+// 4096 columns, one activation for the token's six selections) and its
+// down (Q2_K, 2048 columns, one activation each), with one id out of
+// range (NaN rows). Each is run twice (the same bits), exact mode keeps
+// quant.Dot's bits, and with the bit off fast mode takes exact mode's.
+func TestMatVecDecFast(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptMVFast, DefaultMVFast) })
+	const mats = 16
+	ids := []int32{3, 15, 0, 7, mats, 9} // (mats: out of range)
+	for ci, c := range []struct {
+		typ        quant.Type
+		rows, cols int
+		div        int // selections an activation row
+	}{{quant.IQ2_XXS, 2048, 4096, 6}, {quant.Q2_K, 4096, 2048, 1}} {
+		mat1, dw1, ab := randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(5400+ci))
+		mat2, dw2, _ := randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(5500+ci))
+		nsel, nact := len(ids), len(ids)/c.div
+		x := gaussian(nact*c.cols, uint64(5600+ci))
+		act := quantizeOnDevice(t, d, c.typ, x, c.cols, nact)
+		idp := alloc(t, d, 4*int64(nsel))
+		must(t, UploadSlice(d, idp, ids))
+		n := c.rows * nsel
+		y1, y2 := alloc(t, d, 4*int64(n)), alloc(t, d, 4*int64(n))
+		// the pair (gate and up) when the activation is shared, else one product
+		run := func(exact bool) [2][]float32 {
+			poison(t, d, y1, n)
+			poison(t, d, y2, n)
+			if c.div > 1 {
+				must(t, d.MatMulGroupedPair(0, dw1, dw2, idp, nsel, act, ab, c.div, y1, y2, int64(c.rows), 0, exact))
+				return [2][]float32{download(t, d, y1, n), download(t, d, y2, n)}
+			}
+			must(t, d.MatMulEx(0, dw1, idp, nsel, act, ab, ab, 1, 1, y1, int64(c.rows), int64(c.rows), exact))
+			return [2][]float32{download(t, d, y1, n), nil}
+		}
+		must(t, d.SetOption(OptMVFast, DefaultMVFast))
+		fast, exact := run(false), run(true)
+		again := run(false)
+		for k, mat := range []func(int) []byte{mat1, mat2} {
+			if fast[k] == nil {
+				continue
+			}
+			if i, ok := firstBitDiff(fast[k], again[k]); !ok {
+				t.Errorf("%s tensor %d: two fast runs differ at %d", c.typ, k, i)
+			}
+			for s, e := range ids {
+				got, ex := fast[k][s*c.rows:(s+1)*c.rows], exact[k][s*c.rows:(s+1)*c.rows]
+				if e >= mats {
+					for r, v := range got {
+						if !math.IsNaN(float64(v)) {
+							t.Fatalf("%s tensor %d: id out of range: row %d = %v, want NaN", c.typ, k, r, v)
+						}
+					}
+					continue
+				}
+				a := s / c.div
+				want, mag := reference(t, c.typ, mat(int(e)), c.rows, c.cols, x[a*c.cols:(a+1)*c.cols])
+				compare(t, fmt.Sprintf("%s tensor %d selection %d fast", c.typ, k, s), got, want, mag, nterms(c.typ, c.cols))
+				if i, ok := firstBitDiff(ex, want); !ok {
+					t.Errorf("%s tensor %d selection %d: exact mode row %d = %v, want quant.Dot's %v", c.typ, k, s, i, ex[i], want[i])
+				}
+			}
+		}
+		must(t, d.SetOption(OptMVFast, DefaultMVFast&^2))
+		off := run(false)
+		for k := range off {
+			if i, ok := firstBitDiff(off[k], exact[k]); !ok {
+				t.Errorf("%s tensor %d: OptMVFast without bit 2 differs from exact mode at %d", c.typ, k, i)
+			}
+		}
+		d.FreeWeight(dw1)
+		d.FreeWeight(dw2)
+	}
+}
+
+// firstBitDiff reports whether a and b hold the same bits, and else the
+// first index where they differ.
+func firstBitDiff(a, b []float32) (int, bool) {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i, false
+		}
+	}
+	return 0, len(a) == len(b)
+}
