@@ -26,7 +26,7 @@ func (s *Session) DecodeGreedy(ctx context.Context, max int, emit func(tok int32
 		return 0, ErrClosed
 	}
 	n := 0
-	if gp, ok := s.be.(GreedyPipeliner); ok && s.opts.Trace == nil && max > 1 && s.logitsOK {
+	if gp, ok := s.be.(GreedyPipeliner); ok && s.pipelinable(max) {
 		var done bool
 		var err error
 		if n, done, err = s.greedyPipelined(ctx, gp, max, emit); done || err != nil {
@@ -37,6 +37,14 @@ func (s *Session) DecodeGreedy(ctx context.Context, max int, emit func(tok int32
 		tok := Greedy(logits)
 		return tok, emit(tok)
 	})
+}
+
+// pipelinable reports whether a decode run of max tokens may queue its
+// steps ahead on a pipelining backend (DecodeGreedy, DecodePicked): more
+// than one step, no trace to record each step's work, and the session's
+// logits current.
+func (s *Session) pipelinable(max int) bool {
+	return s.opts.Trace == nil && max > 1 && s.logitsOK
 }
 
 // stepLoop decodes from the n-th token to the max-th one step at a time,

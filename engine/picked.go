@@ -34,7 +34,7 @@ func (s *Session) DecodePicked(ctx context.Context, max int, f *PickFilter, pick
 		return 0, ErrClosed
 	}
 	n := 0
-	if pp, ok := s.be.(PickPipeliner); ok && s.opts.Trace == nil && max > 1 && s.logitsOK {
+	if pp, ok := s.be.(PickPipeliner); ok && s.pipelinable(max) {
 		var done bool
 		var err error
 		if n, done, err = s.pickPipelined(ctx, pp, max, f, pick); done || err != nil {

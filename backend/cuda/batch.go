@@ -237,6 +237,19 @@ func (be *Backend) batchOf(bi engine.Batch) (*batch, error) {
 	return b, nil
 }
 
+// oneTokenBatch is batchOf for the pipelined heads, which take the one row
+// of a one-token chunk (what names the head in the error).
+func (be *Backend) oneTokenBatch(bi engine.Batch, what string) (*batch, error) {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return nil, err
+	}
+	if b.n != 1 {
+		return nil, fmt.Errorf("cuda: %s head of a chunk of %d tokens (one only)", what, b.n)
+	}
+	return b, nil
+}
+
 // setTokens stages the chunk's tokens in pinned memory and copies them to
 // the device on the batch's stream (after the batch's earlier work).
 func (b *batch) setTokens(tokens []int32) error {

@@ -82,12 +82,9 @@ func (q *greedyQueue) release(d *Device) {
 // HeadGreedy is Head for the one row of a one-token chunk that keeps the
 // logits on the device and queues their greedy choice (engine.GreedyPipeliner).
 func (be *Backend) HeadGreedy(bi engine.Batch) error {
-	b, err := be.batchOf(bi)
+	b, err := be.oneTokenBatch(bi, "greedy")
 	if err != nil {
 		return err
-	}
-	if b.n != 1 {
-		return fmt.Errorf("cuda: greedy head of a chunk of %d tokens (one only)", b.n)
 	}
 	q := &b.gq
 	if q.heads-q.taken >= greedySlots {

@@ -215,12 +215,9 @@ func (be *Backend) SupplyToken(bi engine.Batch, tok int32) error {
 // min-p's candidates under it, found on the device (PickCandidates)
 // (engine.PickPipeliner).
 func (be *Backend) HeadPicked(bi engine.Batch, f *engine.PickFilter) error {
-	b, err := be.batchOf(bi)
+	b, err := be.oneTokenBatch(bi, "picked")
 	if err != nil {
 		return err
-	}
-	if b.n != 1 {
-		return fmt.Errorf("cuda: picked head of a chunk of %d tokens (one only)", b.n)
 	}
 	q := &b.pq
 	if q.heads-q.taken >= len(q.host) {
