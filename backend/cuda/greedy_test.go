@@ -141,5 +141,6 @@ func TestGreedyPipeline(t *testing.T) {
 }
 
 func sameBits(a, b []float32) bool {
-	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
+	_, ok := firstBitDiff(a, b)
+	return ok
 }

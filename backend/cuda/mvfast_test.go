@@ -194,12 +194,14 @@ func TestMatVecDecFast(t *testing.T) {
 }
 
 // firstBitDiff reports whether a and b hold the same bits, and else the
-// first index where they differ.
+// first index where they differ (the shorter length when one is a prefix
+// of the other).
 func firstBitDiff(a, b []float32) (int, bool) {
-	for i := range a {
+	n := min(len(a), len(b))
+	for i := range n {
 		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
 			return i, false
 		}
 	}
-	return 0, len(a) == len(b)
+	return n, len(a) == len(b)
 }
