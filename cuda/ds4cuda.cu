@@ -47,7 +47,7 @@ static int g_opt_quant_vec = 1;
 static int g_opt_norm_rope_w = 1;
 static int g_opt_float_tc = 1;
 static int g_opt_attn_tc = 1;
-static int g_opt_attn_split = 1;
+static int g_opt_attn_split = 2;
 static int g_opt_half_mm = 2;   // fast mode: Q8_0 and F16 products of chunks through cuBLAS (3, the hc mixers too, measured no faster: cuda/NOTES.md v15)
 static int g_opt_half_min = 128;
 static int g_opt_attn_flash = 2;
@@ -471,7 +471,7 @@ static const struct {
     {DS4C_OPT_NORM_ROPE_W, "norm_rope_w", &g_opt_norm_rope_w, 0, 1},
     {DS4C_OPT_FLOAT_TC, "float_tc", &g_opt_float_tc, 0, 2},
     {DS4C_OPT_ATTN_TC, "attn_tc", &g_opt_attn_tc, 0, 1},
-    {DS4C_OPT_ATTN_SPLIT, "attn_split", &g_opt_attn_split, 0, 1},
+    {DS4C_OPT_ATTN_SPLIT, "attn_split", &g_opt_attn_split, 0, 3},
     {DS4C_OPT_HALF_MM, "half_mm", &g_opt_half_mm, 0, 3},
     {DS4C_OPT_HALF_MIN, "half_min", &g_opt_half_min, 1, 1 << 20},
     {DS4C_OPT_ATTN_FLASH, "attn_flash", &g_opt_attn_flash, 0, 2},

@@ -2746,6 +2746,7 @@ constexpr int FL_SLD = FL_KT + 4; // floats per partial-score row
 constexpr int FL_PLD = FL_KT + 8; // halves per probability row (80 bytes)
 constexpr int FL_ROWS = 1024;     // key rows found once per CTA (attn_key past them)
 constexpr int FL_RP = 64;         // rotated pairs the f16 output's inverse rotation takes (rd ≤ 2·FL_RP)
+constexpr int FL_SPLIT_MIN = 512; // keys from which fast single tokens take it split over the keys (OptAttnSplit 2)
 // Shared memory, in order: f16 queries [FL_H][FL_QLD]; f16 keys
 // [FL_KT][FL_QLD] (H16: two tiles, double-buffered); the float keys as
 // copied [FL_KT][FL_HD] (not H16); partial scores [4][FL_H][FL_SLD]; f16
@@ -2772,8 +2773,14 @@ static_assert(FL_T == 512 && FL_H == 64 && FL_KT == 32 && FL_HD == 512, "the war
 // stages straight into the key tiles, double-buffered: no float copy and
 // no rounding pass (one barrier a tile fewer, a third less shared-memory
 // traffic). The same f16 values as the rounding pass's, so the same bits.
+//
+// Split over the keys (work not null; fast single tokens, OptAttnSplit 2):
+// CTA (t, head group, blockIdx.z = split) walks keys [split·ks, +ks) only,
+// starts without the sink's term, and writes its unnormalised sums and its
+// (maximum, sum of terms) to work in k_attn_split's layout, for
+// k_attn_combine.
 template <bool H16>
-__global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
+__global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a, float *work, int ks, int nsplit) {
     using L = FlSmem<H16>;
     pdl_enter();
     extern __shared__ __align__(16) uint8_t s_fl[];
@@ -2790,13 +2797,15 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
     if ((orot || a.qnorm) && tid < a.rd / 2) scs[tid] = rope_cs((float)p, a.rfreqs[tid]);
     int64_t nwin;
     const int64_t nk = attn_nkeys(a, t, &nwin);
+    // this CTA's keys [kb, ke)
+    const int64_t kb = work ? (int64_t)blockIdx.z * ks : 0, ke = work ? min(nk, kb + ks) : nk;
     auto key_row = [&](int64_t key) -> const void * {
         if constexpr (H16)
             return attn_key_in(a, a.kvh, a.winh, a.comph, t, p, key, nwin);
         else
             return attn_key(a, t, p, key, nwin);
     };
-    for (int64_t k = tid; k < min(nk, (int64_t)FL_ROWS); k += FL_T) rows[k] = key_row(k);
+    for (int64_t k = kb + tid; k < min(ke, (int64_t)FL_ROWS); k += FL_T) rows[k] = key_row(k);
     __syncthreads();
     // the copy of the key tile from kc (keys past the count: the last key's
     // row again, its score masked): H16 the f16 rows into key tile buf, else
@@ -2806,7 +2815,7 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
 #pragma unroll
         for (int u = 0; u < FL_KT * CH / FL_T; u++) {
             const int f = tid + FL_T * u, k = f / CH, c = f % CH;
-            const int64_t key = min(kc + k, nk - 1);
+            const int64_t key = min(kc + k, ke - 1);
             const uint8_t *row = (const uint8_t *)(key < FL_ROWS ? rows[key] : key_row(key));
             if constexpr (H16)
                 cp_async16(s_fl + L::KH + buf * L::KH_BYTES + (size_t)k * FL_QLD * 2 + 16 * c, row + 16 * c);
@@ -2815,7 +2824,7 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
         }
         cp_async_commit();
     };
-    if (nk > 0) issue(0, 0);
+    if (kb < ke) issue(kb, 0);
     if (a.qnorm) {
         // the query rows' norm and rotation (ds4c_norm_rope_half's
         // operations in its order: warp w takes heads w, w+16, …, lane l
@@ -2867,7 +2876,7 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
     // softmax step: head sh, keys 4·sj … +3 of the tile (8 threads a head,
     // which keep the head's running maximum and sum alike)
     const int sh = tid >> 3, sj = tid & 7;
-    float mrun = a.sinks[h0 + sh], lrun = 1.f;
+    float mrun = work ? -INFINITY : a.sinks[h0 + sh], lrun = work ? 0.f : 1.f;
     // mma steps: head tile mt (heads 16mt … +16), quarter wq (dims 128wq … +128)
     const int mt = w & 3, wq = w >> 2, g = lane >> 2, q4 = lane & 3;
     const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lcol = 8 * (lane >> 4); // ldmatrix: A rows, V's keys
@@ -2875,8 +2884,8 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
     float o[16][4];
 #pragma unroll
     for (int j = 0; j < 16; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-    for (int64_t kc = 0, ti = 0; kc < nk; kc += FL_KT, ti++) {
-        const int m = (int)min((int64_t)FL_KT, nk - kc);
+    for (int64_t kc = kb, ti = 0; kc < ke; kc += FL_KT, ti++) {
+        const int m = (int)min((int64_t)FL_KT, ke - kc);
         const __half *skh = (const __half *)(s_fl + L::KH + (H16 ? (ti & 1) * L::KH_BYTES : 0));
         cp_async_wait<0>();
         __syncthreads(); // the tile is in; the previous tile's products are done with its key tile
@@ -2889,7 +2898,7 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
             }
             __syncthreads(); // the f16 tile is ready, skf free
         }
-        if (kc + FL_KT < nk) issue(kc + FL_KT, (int)((ti + 1) & 1));
+        if (kc + FL_KT < ke) issue(kc + FL_KT, (int)((ti + 1) & 1));
         {
             float c[4][4];
 #pragma unroll
@@ -2966,6 +2975,18 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a) {
                 mma_f16(o[2 * jp + 1], A, B[2], B[3]);
             }
         }
+    }
+    if (work) { // the split's partial sums (k_attn_split's layout)
+        const int n = gridDim.x;
+        float *po = work + (((int64_t)blockIdx.z * n + t) * a.H + h0 + 16 * mt + g) * FL_HD + 128 * wq + 2 * q4;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            *(float2 *)(po + 8 * j) = make_float2(o[j][0], o[j][1]);
+            *(float2 *)(po + 8 * FL_HD + 8 * j) = make_float2(o[j][2], o[j][3]);
+        }
+        float *ml = work + (int64_t)nsplit * n * a.H * FL_HD + (((int64_t)blockIdx.z * n + t) * a.H + h0 + sh) * 2;
+        if (sj == 0) ml[0] = mrun, ml[1] = lrun;
+        return;
     }
     __syncthreads(); // every rescale read
     if (sj == 0) sa[sh] = 1.f / lrun;
@@ -3704,6 +3725,20 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     return 0;
 }
 
+// attn_flash_smem lets k_attn_flash's two forms take their shared memory
+// (once).
+static cudaError_t attn_flash_smem() {
+    static bool set = false;
+    if (set) return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(k_attn_flash<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)FlSmem<false>::BYTES);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_attn_flash<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)FlSmem<true>::BYTES);
+    set = e == cudaSuccess;
+    return e;
+}
+
 // attn_flash_takes: ds4c_attention runs k_attn_flash for these arguments
 // (given 16-byte aligned rows).
 static bool attn_flash_takes(int n, int H, int HD, int flags) {
@@ -3780,6 +3815,28 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         }
         return fuseq ? 0 : quantize();
     };
+    // fast single tokens split over the keys on the tensor cores: the flash
+    // kernel with f16 operands on tiles of FL_KT keys, at most DEC_SPLITS
+    // splits of whole tiles, as many as fit one wave (one CTA an SM), then
+    // k_attn_combine; from FL_SPLIT_MIN keys (its cost hardly grows with the
+    // keys, but starts higher than k_attn_split's: cuda/NOTES.md v28), or
+    // always (option value 3)
+    const int osplit = ds4c_opt_attn_split();
+    if (n < 8 && (flags & DS4C_FAST) && HD == FL_HD && H % FL_H == 0 && rows16 &&
+        (osplit == 3 || (osplit == 2 && max_keys >= FL_SPLIT_MIN)) && !a.qh && !a.outh && !a.qnorm) {
+        DS4C_CHECK(attn_flash_smem());
+        const int64_t groups = (int64_t)n * (H / FL_H), tiles = (max_keys + FL_KT - 1) / FL_KT;
+        const int64_t fits = min((int64_t)DEC_SPLITS, max((int64_t)1, (int64_t)ds4c_sm_count() / groups));
+        const int ks = (int)((tiles + fits - 1) / fits * FL_KT), nsplit = (int)((max_keys + ks - 1) / ks);
+        ds4c_launch(k_attn_flash<false>, dim3((unsigned)n, (unsigned)(H / FL_H), (unsigned)nsplit), FL_T,
+                    FlSmem<false>::BYTES, st, a, d_work, ks, nsplit);
+        DS4C_CHECK_LAUNCH("attention (flash split)");
+        if (fuse) a.rfreqs = d_rfreqs;
+        if (fuseq) a.qact = (uint8_t *)d_qact;
+        ds4c_launch(k_attn_combine, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, 0, st, a, d_work, nsplit);
+        DS4C_CHECK_LAUNCH("attention (flash split combine)");
+        return unfused();
+    }
     if (n < 8 && (flags & DS4C_FAST) && HD == DEC_HD && ds4c_opt_attn_split()) {
         // fast single tokens, split over the keys: at most DEC_SPLITS splits
         // of a whole number of DEC_KC-key chunks
@@ -3817,14 +3874,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     }
     // fast chunks of Flash's shape: one kernel, f16 operands (k_attn_flash)
     if (flash && rows16) {
-        static bool fl_set = false;
-        if (!fl_set) {
-            DS4C_CHECK(cudaFuncSetAttribute(k_attn_flash<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)FlSmem<false>::BYTES));
-            DS4C_CHECK(cudaFuncSetAttribute(k_attn_flash<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)FlSmem<true>::BYTES));
-            fl_set = true;
-        }
+        DS4C_CHECK(attn_flash_smem());
         const dim3 fg((unsigned)n, (unsigned)(H / FL_H));
         // (the f16 copies need stream-ordered scratch: not while the stream
         // is being recorded or captured)
@@ -3840,14 +3890,14 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
             if (!rc && nwin) rc = ds4c_to_half(d_win, HD, HD, (int)nwin, (void *)a.winh, stream);
             if (!rc && ncomp) rc = ds4c_to_half(d_comp, HD, HD, (int)ncomp, (void *)a.comph, stream);
             if (!rc) {
-                ds4c_launch(k_attn_flash<true>, fg, FL_T, FlSmem<true>::BYTES, st, a);
+                ds4c_launch(k_attn_flash<true>, fg, FL_T, FlSmem<true>::BYTES, st, a, (float *)nullptr, 0, 0);
                 const cudaError_t e = cudaGetLastError();
                 if (e != cudaSuccess) rc = ds4c_cuda_err(e, "attention (flash, f16 rows)");
             }
             cudaFreeAsync(hb, st);
             if (rc) return rc;
         } else {
-            ds4c_launch(k_attn_flash<false>, fg, FL_T, FlSmem<false>::BYTES, st, a);
+            ds4c_launch(k_attn_flash<false>, fg, FL_T, FlSmem<false>::BYTES, st, a, (float *)nullptr, 0, 0);
             DS4C_CHECK_LAUNCH("attention (flash)");
         }
         if (oh) return 0; // rotated and rounded in the kernel

@@ -45,7 +45,7 @@ func TestAttnSplitLayers(t *testing.T) {
 		engine.StageBlockOut: engine.ActStreams}
 	run := func(o Options, split int) map[point][][]float32 {
 		got := map[point][][]float32{}
-		withOption(t, w, o, OptAttnSplit, split, 1, func(be *Backend) {
+		withOption(t, w, o, OptAttnSplit, split, DefaultAttnSplit, func(be *Backend) {
 			var terr error
 			s, err := engine.NewSession(be, engine.Options{ChunkSize: 1, MaxContext: 4096, Trace: func(ev engine.TraceEvent) {
 				wd, ok := widths[ev.Stage]

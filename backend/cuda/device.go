@@ -300,7 +300,7 @@ const (
 	OptNormRopeW   = 31 // 1: the fused query/KV norm and rotation of chunks with a warp per row, the row in registers (default; env DS4_CUDA_NORM_ROPE_W); 0: a CTA per row staged in shared memory
 	OptFloatTC     = 32 // 1: fast-mode products of 16-bit weights and 16+ tokens on the tensor cores, TF32 mma with each input split into two TF32 terms, when their tiles fill the GPU (default; env DS4_CUDA_FLOAT_TC); 2: whenever they can (tests); 0: never (the exact tiled kernels). Exact mode never uses it
 	OptAttnTC      = 33 // 1: fast-mode chunk attention and indexer dots on the tensor cores, TF32 mma with operands split into two TF32 terms (default; env DS4_CUDA_ATTN_TC); 0: fast mode keeps the exact-order tiled scores and sums the weighted output with fused multiply-adds. Exact mode never uses it
-	OptAttnSplit   = 34 // 1: fast-mode attention of fewer than 8 tokens split over the keys, flash decoding, for head dim 512 (default; env DS4_CUDA_ATTN_SPLIT); 0: one pass over every key per (token, head), as exact mode. Exact mode never uses it
+	OptAttnSplit   = 34 // 1: fast-mode attention of fewer than 8 tokens split over the keys, flash decoding, for head dim 512 (env DS4_CUDA_ATTN_SPLIT); 2: from 512 keys the same split on the tensor cores, f16 operands (k_attn_flash per split, 64 heads a CTA), else as 1 (DefaultAttnSplit); 3: that kernel at any number of keys; 0: one pass over every key per (token, head), as exact mode. Exact mode never uses it
 	OptHalfMM      = 35 // fast-mode products of chunks through cuBLAS, f16 operands and f32 sums (MatMulHalf; env DS4_CUDA_HALF_MM): 1 Q8_0 weights; 2 Q8_0 and F16 weights (DefaultHalfMM); 3 also the hyper-connection mixers, F16 weights with float inputs on the TF32 tensor cores; 0 never. Exact mode never uses it
 	OptHalfMin     = 36 // tokens from which MatMulHalf takes a product (default 128; env DS4_CUDA_HALF_MIN)
 	OptAttnFlash   = 37 // 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores, for head dim 512 and heads in groups of 64, the key rows rounded to f16 in the kernel (env DS4_CUDA_ATTN_FLASH); 2: the same kernel fed f16 copies of the key rows made before it (same bits; DefaultAttnFlash); 0: scores, softmax and weighted sum as three kernels (OptAttnTC). Exact mode never uses it
@@ -353,6 +353,12 @@ const DefaultMVPipeMin = 15
 // DefaultMVDec is the library's default of OptMVDec: two rows at a time,
 // two CTAs an SM (cuda/NOTES.md v20).
 const DefaultMVDec = 2
+
+// DefaultAttnSplit is the library's default of OptAttnSplit: fast single
+// tokens' attention split over the keys, on the tensor cores from 512 keys
+// (a ratio-4 layer's 640: 12.2 µs against 14.7 for k_attn_split; below,
+// k_attn_split is the faster; cuda/NOTES.md v28).
+const DefaultAttnSplit = 2
 
 // DefaultMVFast is the library's default of OptMVFast: both kinds of
 // single-token product summed in parallel in fast mode.

@@ -119,10 +119,11 @@ func TestOpLatency(t *testing.T) {
 			report(fmt.Sprintf("attention ctx=%d ratio=%d attn_ecache=0", ctx, ratio), OptAttnECache, 0, func(int) error {
 				return d.Attention(s, a)
 			})
-			// fast mode: split over the keys (OptAttnSplit 1), then one pass (0)
+			// fast mode: split over the keys (OptAttnSplit 2 on the tensor
+			// cores, 1), then one pass (0)
 			fa := *a
 			fa.Fast = true
-			for v := 1; v >= 0; v-- {
+			for v := 2; v >= 0; v-- {
 				report(fmt.Sprintf("attention ctx=%d ratio=%d fast attn_split=%d", ctx, ratio, v), OptAttnSplit, v, func(int) error {
 					return d.Attention(s, &fa)
 				})
