@@ -1353,6 +1353,51 @@ __device__ __forceinline__ void pipe_issue(const PipeArgs &p, uint8_t *s_mem, in
     if (CP < 2) cp_async_commit(); // one group per tile, even an empty one
 }
 
+// pipe_start is a pipelined product's start, k_mv_pipe's and
+// k_mv_pipe_q8f's: the stages' barriers (bulk copies), the early launch of
+// the next kernel, the tiles requested before and after the wait for the
+// previous one (whose results the activation is), the IQ2 codebook into
+// s_grid (T::GRID), the activation row formed from p.xf (Q8_0) or, for
+// tile 0, copied by copy_act(sel) — its loads beside the tiles in flight.
+// cur_act is the activation row in shared memory afterwards (-1: none).
+template <class T, int CP, class CopyAct>
+__device__ __forceinline__ void pipe_start(const PipeArgs &p, uint8_t *s_mem, int t0, int my, uint64_t *s_grid,
+                                           int &cur_act, CopyAct &&copy_act) {
+    const MVArgs &a = p.a;
+    const int tid = threadIdx.x;
+    if (CP == 2) {
+        if (tid == 0)
+            for (int s = 0; s < p.ns; s++) bar_init((uint64_t *)s_mem + s, 1);
+        __syncthreads();
+    }
+    mv_pdl_launch(a);
+    const int pre = a.ids ? 0 : min(p.pre, p.ns - 1); // tiles requested before the wait
+    for (int k = 0; k < pre; k++) pipe_issue<T, CP>(p, s_mem, t0, my, k);
+    mv_pdl_wait(a);
+    if (T::GRID)
+        for (int i = tid; i < 256; i += PIPE_THREADS) s_grid[i] = iq2xxs_grid[i];
+    cur_act = -1;
+    if constexpr (std::is_same<T, TQ8_0>::value) {
+        if (p.xf) { // (one selection: the loop finds its row in place)
+            pipe_act_f32(p, s_mem + p.act_off);
+            cur_act = 0;
+        }
+    }
+    for (int k = pre; k < p.ns - 1; k++) pipe_issue<T, CP>(p, s_mem, t0, my, k);
+    if (my > 0 && cur_act < 0) {
+        int sel, r0, nr;
+        pipe_tile(p, t0, 0, sel, r0, nr);
+        copy_act(sel);
+    }
+}
+
+// PipePrev is the tile whose row sums a pipelined product adds while it
+// computes the next one.
+struct PipePrev {
+    int sel = 0, r0 = 0, nr = 0;
+    bool ok = false;
+};
+
 template <class T, int CP>
 __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
     extern __shared__ __align__(16) uint8_t s_mem[];
@@ -1368,27 +1413,9 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
     const int t0 = (int)((int64_t)blockIdx.x * p.total / G);
     const int my = (int)((int64_t)(blockIdx.x + 1) * p.total / G) - t0;
     uint8_t *s_act = s_mem + p.act_off;
-    int cur_act = -1; // the activation row in s_act
+    int cur_act; // the activation row in s_act
     auto tile = [&](int k, int &sel, int &r0, int &nr) -> int64_t { return pipe_tile(p, t0, k, sel, r0, nr); };
     auto issue = [&](int k) { pipe_issue<T, CP>(p, s_mem, t0, my, k); };
-    if (CP == 2) {
-        if (tid == 0)
-            for (int s = 0; s < p.ns; s++) bar_init(s_bar + s, 1);
-        __syncthreads();
-    }
-    mv_pdl_launch(a);
-    const int pre = a.ids ? 0 : min(p.pre, p.ns - 1); // tiles requested before the wait
-    for (int k = 0; k < pre; k++) issue(k);
-    mv_pdl_wait(a);
-    if (T::GRID)
-        for (int i = tid; i < 256; i += PIPE_THREADS) s_grid[i] = iq2xxs_grid[i];
-    if constexpr (std::is_same<T, TQ8_0>::value) {
-        if (p.xf) { // (one selection: the loop below finds its row in place)
-            pipe_act_f32(p, s_act);
-            cur_act = 0;
-        }
-    }
-    for (int k = pre; k < p.ns - 1; k++) issue(k);
     auto copy_act = [&](int sel) { // the selection's activation row into shared memory
         cur_act = sel / a.act_div;
         const uint8_t *src = a.act + (int64_t)cur_act * a.act_sel;
@@ -1397,24 +1424,19 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
             *(int4 *)(act_at<T::ACT_PAD>(s_act, q) + (o - q)) = ld16(src + o);
         }
     };
-    if (my > 0 && cur_act < 0) { // tile 0's row now, its loads beside the tiles in flight
-        int sel, r0, nr;
-        tile(0, sel, r0, nr);
-        copy_act(sel);
-    }
+    pipe_start<T, CP>(p, s_mem, t0, my, s_grid, cur_act, copy_act);
     const float nan = __int_as_float(0x7fc00000);
     // Tile k's terms go to buffer k & 1; its row sums are added while tile
     // k+1 is computed (by the last warp alone when rows are long: p.tw).
     const int cw = PIPE_THREADS / 32 - p.tw; // warps that form terms
-    int psel = 0, pr0 = 0, pnr = 0;
-    bool pok = false;
+    PipePrev prev;
     auto sums = [&](int k) { // row sums of tile k (its terms complete)
         const int i = p.tw ? (warp == cw ? lane : PIPE_THREADS) : tid;
-        if (i < pnr) {
+        if (i < prev.nr) {
             const float *tm = s_terms + (size_t)(k & 1) * p.rt * p.tstride + (size_t)i * p.tstride;
             float sum = p.timing ? tm[0] : ordered_sum(tm, nb);
             if (T::FINAL != 1.0f) sum = __fmul_rn(T::FINAL, sum);
-            a.y[psel * a.y_sel + pr0 + i] = pok ? sum : nan;
+            a.y[prev.sel * a.y_sel + prev.r0 + i] = prev.ok ? sum : nan;
         }
     };
     for (int k = 0; k < my; k++) {
@@ -1464,10 +1486,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
             }
         }
         if (k > 0) sums(k - 1);
-        psel = sel;
-        pr0 = r0;
-        pnr = nr;
-        pok = mat >= 0;
+        prev = {sel, r0, nr, mat >= 0};
     }
     __syncthreads();
     if (my > 0) sums(my - 1);
@@ -1504,29 +1523,14 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     const int t0 = (int)((int64_t)blockIdx.x * p.total / G);
     const int my = (int)((int64_t)(blockIdx.x + 1) * p.total / G) - t0;
     uint8_t *s_act = s_mem + p.act_off;
-    int cur_act = -1; // the activation row in s_act
-    if (tid == 0)
-        for (int s = 0; s < p.ns; s++) bar_init(s_bar + s, 1);
-    __syncthreads();
-    mv_pdl_launch(a);
-    const int pre = a.ids ? 0 : min(p.pre, p.ns - 1); // tiles requested before the wait
-    for (int k = 0; k < pre; k++) pipe_issue<TQ8_0, CP>(p, s_mem, t0, my, k);
-    mv_pdl_wait(a);
-    if (p.xf) { // (one selection: the loop below finds its row in place)
-        pipe_act_f32(p, s_act);
-        cur_act = 0;
-    }
-    for (int k = pre; k < p.ns - 1; k++) pipe_issue<TQ8_0, CP>(p, s_mem, t0, my, k);
+    int cur_act; // the activation row in s_act
     auto copy_act = [&](int sel) { // the selection's activation row into shared memory
         cur_act = sel / a.act_div;
         const uint8_t *src = a.act + (int64_t)cur_act * a.act_sel;
         for (int i = tid; i < p.act_bytes / 16; i += PIPE_THREADS) *(int4 *)(s_act + 16 * i) = ld16(src + 16 * i);
     };
-    if (my > 0 && cur_act < 0) { // tile 0's row now, its loads beside the tiles in flight
-        int sel, r0, nr;
-        pipe_tile(p, t0, 0, sel, r0, nr);
-        copy_act(sel);
-    }
+    static_assert(CP == 2, "k_mv_pipe_q8f: bulk copies only");
+    pipe_start<TQ8_0, CP>(p, s_mem, t0, my, nullptr, cur_act, copy_act);
     const float nan = __int_as_float(0x7fc00000);
     // the warp's activation: units lane and lane + 32 of segment xseg, and
     // the scale of the block this lane scales (blk)
@@ -1534,14 +1538,13 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     int xseg = -1;
     int4 x0 = make_int4(0, 0, 0, 0), x1 = x0;
     float xd = 0.f;
-    int psel = 0, pr0 = 0, pnr = 0;
-    bool pok = false;
+    PipePrev prev;
     auto sums = [&](int k) { // rows of tile k (its partials complete)
-        if (tid < pnr) {
+        if (tid < prev.nr) {
             const float *pt = s_part + ((size_t)(k & 1) * p.rt + tid) * nseg;
             float sum = pt[0];
             for (int s = 1; s < nseg; s++) sum += pt[s];
-            a.y[psel * a.y_sel + pr0 + tid] = pok ? sum : nan;
+            a.y[prev.sel * a.y_sel + prev.r0 + tid] = prev.ok ? sum : nan;
         }
     };
     for (int k = 0; k < my; k++) {
@@ -1579,10 +1582,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             }
         }
         if (k > 0) sums(k - 1);
-        psel = sel;
-        pr0 = r0;
-        pnr = nr;
-        pok = mat >= 0;
+        prev = {sel, r0, nr, mat >= 0};
     }
     __syncthreads();
     if (my > 0) sums(my - 1);

@@ -2867,10 +2867,20 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a, float *work,
             *(uint2 *)(sq + hh * FL_QLD + 4 * c) = __ldg((const uint2 *)(qt + (int64_t)hh * FL_HD) + c);
         }
     } else {
-        const float *qt = a.q + ((int64_t)t * a.H + h0) * FL_HD;
-        for (int i = tid; i < FL_H * FL_HD / 4; i += FL_T) {
-            const int hh = i / (FL_HD / 4), c = i % (FL_HD / 4);
-            *(uint2 *)(sq + hh * FL_QLD + 4 * c) = half4_bits(__ldg((const float4 *)(qt + (int64_t)hh * FL_HD) + c));
+        // float query rows, QU loads in flight a thread (one round trip a
+        // batch: a single token's split CTAs each read all 64 heads')
+        const float4 *qt = (const float4 *)(a.q + ((int64_t)t * a.H + h0) * FL_HD);
+        constexpr int NQ = FL_H * FL_HD / 4, QU = 8;
+        for (int i0 = tid; i0 < NQ; i0 += QU * FL_T) {
+            float4 v[QU];
+#pragma unroll
+            for (int u = 0; u < QU; u++)
+                if (i0 + u * FL_T < NQ) v[u] = __ldg(qt + i0 + u * FL_T);
+#pragma unroll
+            for (int u = 0; u < QU; u++) {
+                const int i = i0 + u * FL_T, hh = i / (FL_HD / 4), c = i % (FL_HD / 4);
+                if (i < NQ) *(uint2 *)(sq + hh * FL_QLD + 4 * c) = half4_bits(v[u]);
+            }
         }
     }
     // softmax step: head sh, keys 4·sj … +3 of the tile (8 threads a head,
