@@ -3825,6 +3825,16 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         }
         return fuseq ? 0 : quantize();
     };
+    // after a split kernel: k_attn_combine adds the nsplit splits' sums
+    // (the rotation and the Q8_0 activation in it where they fuse), then
+    // the parts it did not fuse
+    auto combine = [&](int nsplit) -> int {
+        if (fuse) a.rfreqs = d_rfreqs;
+        if (fuseq) a.qact = (uint8_t *)d_qact;
+        ds4c_launch(k_attn_combine, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, 0, st, a, d_work, nsplit);
+        DS4C_CHECK_LAUNCH("attention (split combine)");
+        return unfused();
+    };
     // fast single tokens split over the keys on the tensor cores: the flash
     // kernel with f16 operands on tiles of FL_KT keys, at most DEC_SPLITS
     // splits of whole tiles, as many as fit one wave (one CTA an SM), then
@@ -3841,11 +3851,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         ds4c_launch(k_attn_flash<false>, dim3((unsigned)n, (unsigned)(H / FL_H), (unsigned)nsplit), FL_T,
                     FlSmem<false>::BYTES, st, a, d_work, ks, nsplit);
         DS4C_CHECK_LAUNCH("attention (flash split)");
-        if (fuse) a.rfreqs = d_rfreqs;
-        if (fuseq) a.qact = (uint8_t *)d_qact;
-        ds4c_launch(k_attn_combine, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, 0, st, a, d_work, nsplit);
-        DS4C_CHECK_LAUNCH("attention (flash split combine)");
-        return unfused();
+        return combine(nsplit);
     }
     if (n < 8 && (flags & DS4C_FAST) && HD == DEC_HD && ds4c_opt_attn_split()) {
         // fast single tokens, split over the keys: at most DEC_SPLITS splits
@@ -3876,11 +3882,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         ds4c_launch(k_attn_split, dim3((unsigned)nsplit, (unsigned)n, nblk(H, DEC_H)), DEC_T, DEC_SMEM, st, a, d_work, ks,
                     nsplit);
         DS4C_CHECK_LAUNCH("attention (split)");
-        if (fuse) a.rfreqs = d_rfreqs;
-        if (fuseq) a.qact = (uint8_t *)d_qact;
-        ds4c_launch(k_attn_combine, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, 0, st, a, d_work, nsplit);
-        DS4C_CHECK_LAUNCH("attention (split combine)");
-        return unfused();
+        return combine(nsplit);
     }
     // fast chunks of Flash's shape: one kernel, f16 operands (k_attn_flash)
     if (flash && rows16) {
