@@ -33,7 +33,7 @@ static int g_opt_mv_copy = 2; // their copies: cp.async, with the L2 hint, bulk
 static int g_opt_mv_stage = 0;  // their bytes per stage (0: what fits)
 static int g_opt_mv_stages = 3; // their stages
 static int g_opt_mv_timing = 0; // timing experiments only (wrong results)
-static int g_opt_ix_tile = 1;
+static int g_opt_ix_tile = 2; // single-query indexer scores: 1 k_index_tile, 2 fast mode's on the tensor cores (model.cu k_index_tile_tc; cuda/NOTES.md v29)
 static int g_opt_topk_warp = 1;
 static int g_opt_router_warp = 1;
 static int g_opt_attn_ecache = 1;
@@ -456,7 +456,7 @@ static const struct {
     {DS4C_OPT_MV_STAGES, "mv_stages", &g_opt_mv_stages, 3, 8},
     {DS4C_OPT_MV_PIPE_MIN, "mv_pipe_min", &g_opt_mv_pipe_min, 0, 1 << 20},
     {DS4C_OPT_MV_TIMING, "mv_timing", &g_opt_mv_timing, 0, 2},
-    {DS4C_OPT_IX_TILE, "ix_tile", &g_opt_ix_tile, 0, 1},
+    {DS4C_OPT_IX_TILE, "ix_tile", &g_opt_ix_tile, 0, 2},
     {DS4C_OPT_TOPK_WARP, "topk_warp", &g_opt_topk_warp, 0, 2},
     {DS4C_OPT_ROUTER_WARP, "router_warp", &g_opt_router_warp, 0, 1},
     {DS4C_OPT_ATTN_ECACHE, "attn_ecache", &g_opt_attn_ecache, 0, 1},

@@ -458,6 +458,14 @@ int ds4c_attention_half_ok(int n, int H, int HD, int rd, int roff, int flags);
 int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, int IH, int IHD,
                       int64_t pos0, int ratio, int n, float *d_scores, int64_t sc_stride,
                       int flags, void *stream);
+/* Top-k of each token's scores: the min(K, R) best (ties: lower index)
+ * into d_sel [n][K], best first, and their count into d_nsel [n] (may be
+ * NULL); R is R_fixed, or (pos0+t+1)/ratio. all_if_few holds flags:
+ * DS4C_TOPK_ALL, with R ≤ K all rows in order; DS4C_TOPK_ANY, the same
+ * picks in any order (the single-CTA radix kernel, DS4C_OPT_TOPK_WARP,
+ * then skips its sort: keys above the K-th in index order, then the ties
+ * that make the cut). */
+enum { DS4C_TOPK_ALL = 1, DS4C_TOPK_ANY = 2 };
 int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio,
               int K, int all_if_few, int32_t *d_sel, int32_t *d_nsel, int n, void *stream);
 /* Sparse attention with sinks of n query tokens into d_out [n][H][HD]. With
@@ -527,7 +535,7 @@ enum {
     DS4C_OPT_MV_STAGES = 16, /* stages of the pipelined products (3..8, default 3; env DS4_CUDA_MV_STAGES) */
     DS4C_OPT_MV_PIPE_MIN = 17, /* MiB of weights from which a single-token product is pipelined (default 15; 0: every one that can be; env DS4_CUDA_MV_PIPE_MIN) */
     DS4C_OPT_MV_TIMING = 18, /* timing experiments only, WRONG RESULTS: the pipelined products skip their arithmetic (1) or their ordered sums (2); env DS4_CUDA_MV_TIMING */
-    DS4C_OPT_IX_TILE = 19, /* 1: single-query indexer scores with a row per lane and 8 heads per warp, staging loads in flight together (default); 0: a (row, head) dot per thread */
+    DS4C_OPT_IX_TILE = 19, /* 1: single-query indexer scores with a row per lane and 8 heads per warp, staging loads in flight together; 2 (default): the same, and in fast mode (Flash's 64 heads of 128) the dots on the tensor cores (TF32 mma, float sums: exact products of FP4 values, the sums in another order); 0: a (row, head) dot per thread */
     DS4C_OPT_TOPK_WARP = 20, /* 1: radix top-k with warp scans and a bitonic sort in registers and shuffles, 512 threads when K <= 512 (default); 2: the same with 1024 threads; 0: block-wide scans and sort */
     DS4C_OPT_ROUTER_WARP = 21, /* 1: the router picks its experts by K rounds of a warp maximum (default); 0: by ranking every expert against all */
     DS4C_OPT_ATTN_ECACHE = 22, /* 1: single-token attention keeps its exponentials in shared memory for the output pass (default); 0: computes them again */

@@ -1630,6 +1630,95 @@ __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile(const float *q, c
     if (tid < nr) scores[t * sc_stride + i0 + tid] = index_weighted(sd + tid * (IH + 1), sw, IH);
 }
 
+// k_index_tile_tc: fast mode's k_index_tile (one query; Flash's IF_IH
+// heads of IF_HD) with the dots on the tensor cores (mma m16n8k8, TF32
+// operands, float sums). A CTA stages IXT_ROWS rows and the query as
+// k_index_tile does (all loads in flight at once; the query's rows padded
+// too, so that the B fragments are conflict-free); warp w takes rows
+// 16 (w & 1) … + 15 and heads 16 (w >> 1) … + 15; each lane adds
+// relu(dot)·w over its heads, the quad's lanes and then the four head
+// groups (through shared memory) give the row's score. The model's
+// queries and rows are FP4 values (e2m1 × a power of two: two significant
+// bits), exact in TF32, so each product is exact and only the order of the
+// sums differs from k_index_tile's (ncu: 80 % of that kernel's
+// instructions were its float dots).
+constexpr int IXC_LD = IF_HD + 4, IXC_U = 12;
+constexpr size_t IXC_SMEM = ((size_t)(IF_IH + IXT_ROWS) * IXC_LD + IF_IH + 4 * IXT_ROWS) * sizeof(float);
+static_assert(IXT_WARPS == 8 && IXT_ROWS == 32 && IF_IH == 64, "k_index_tile_tc: 2 row tiles × 4 head groups");
+
+__global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile_tc(const float *q, const float *w, const float *rows,
+                                                                  int64_t pos0, int ratio, float *scores,
+                                                                  int64_t sc_stride) {
+    pdl_enter();
+    extern __shared__ float4 s_ixc4[];
+    float *sq = (float *)s_ixc4;        // [IF_IH][IXC_LD]
+    float *sk = sq + IF_IH * IXC_LD;    // [IXT_ROWS][IXC_LD]
+    float *sw = sk + IXT_ROWS * IXC_LD; // [IF_IH]
+    float *sp = sw + IF_IH;             // [4][IXT_ROWS]: the head groups' sums
+    constexpr int NT = IXT_WARPS * 32, V4 = IF_HD / 4, NQ = IF_IH * V4;
+    const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t R = (pos0 + t + 1) / ratio;
+    const int64_t i0 = (int64_t)blockIdx.x * IXT_ROWS;
+    if (i0 >= R) return;
+    const int nr = (int)min((int64_t)IXT_ROWS, R - i0);
+    const float4 *qt = (const float4 *)(q + (int64_t)t * IF_IH * IF_HD);
+    const float4 *kt = (const float4 *)(rows + i0 * IF_HD);
+    const int nall = NQ + nr * V4;
+    for (int b = 0; b < nall; b += IXC_U * NT) {
+        float4 v[IXC_U];
+#pragma unroll
+        for (int u = 0; u < IXC_U; u++) {
+            const int i = b + u * NT + tid;
+            if (i < NQ)
+                v[u] = qt[i];
+            else if (i < nall)
+                v[u] = kt[i - NQ];
+        }
+#pragma unroll
+        for (int u = 0; u < IXC_U; u++) {
+            const int i = b + u * NT + tid;
+            if (i < nall) {
+                const int j = i < NQ ? i : i - NQ;
+                *(float4 *)((i < NQ ? sq : sk) + (j / V4) * IXC_LD + 4 * (j % V4)) = v[u];
+            }
+        }
+    }
+    if (tid < IF_IH) sw[tid] = w[(int64_t)t * IF_IH + tid];
+    __syncthreads();
+    // (rows past nr: stale values; their sums are never stored)
+    const int g = lane >> 2, tq = lane & 3, mt = warp & 1, hg = warp >> 1;
+    const float *ka = sk + (16 * mt + g) * IXC_LD + tq;
+    const float *qb = sq + (16 * hg + g) * IXC_LD + tq;
+    float c[2][4] = {};
+#pragma unroll
+    for (int k0 = 0; k0 < IF_HD; k0 += 8) {
+        const uint32_t a[4] = {__float_as_uint(ka[k0]), __float_as_uint(ka[8 * IXC_LD + k0]),
+                               __float_as_uint(ka[k0 + 4]), __float_as_uint(ka[8 * IXC_LD + k0 + 4])};
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+            mma_tf32(c[nt], a, __float_as_uint(qb[8 * nt * IXC_LD + k0]), __float_as_uint(qb[8 * nt * IXC_LD + k0 + 4]));
+    }
+    float v0 = 0.f, v1 = 0.f; // rows 16 mt + g and 16 mt + g + 8
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++) {
+        const int h = 16 * hg + 8 * nt + 2 * tq;
+        v0 += fmaxf(c[nt][0], 0.f) * sw[h] + fmaxf(c[nt][1], 0.f) * sw[h + 1];
+        v1 += fmaxf(c[nt][2], 0.f) * sw[h] + fmaxf(c[nt][3], 0.f) * sw[h + 1];
+    }
+    v0 += __shfl_xor_sync(FULL_MASK, v0, 1);
+    v1 += __shfl_xor_sync(FULL_MASK, v1, 1);
+    v0 += __shfl_xor_sync(FULL_MASK, v0, 2);
+    v1 += __shfl_xor_sync(FULL_MASK, v1, 2);
+    if (tq == 0) {
+        sp[hg * IXT_ROWS + 16 * mt + g] = v0;
+        sp[hg * IXT_ROWS + 16 * mt + g + 8] = v1;
+    }
+    __syncthreads();
+    if (tid < nr)
+        scores[t * sc_stride + i0 + tid] =
+            (sp[tid] + sp[IXT_ROWS + tid]) + (sp[2 * IXT_ROWS + tid] + sp[3 * IXT_ROWS + tid]);
+}
+
 // ------------------------------------------------------------ top-k
 // topk_count is token t's number of candidate rows: R_fixed, or the
 // (pos0+t+1)/ratio compressed rows its position has completed.
@@ -1637,12 +1726,14 @@ __device__ __forceinline__ int64_t topk_count(int64_t R_fixed, int64_t pos0, int
     return R_fixed > 0 ? R_fixed : (pos0 + t + 1) / ratio;
 }
 
-// topk_all_rows handles the case of R ≤ K with all_if_few: every row, in
+// The top-k kernels' all_if_few holds ds4c_topk's flags (DS4C_TOPK_ALL,
+// DS4C_TOPK_ANY).
+// topk_all_rows handles the case of R ≤ K with DS4C_TOPK_ALL: every row, in
 // order (this thread writes rows i0, i0+step, …; the thread of i0 == 0 the
 // count). It reports whether it did, so that the caller returns.
 __device__ __forceinline__ bool topk_all_rows(int64_t R, int K, int all_if_few, int t, int64_t i0, int64_t step,
                                               int32_t *sel, int32_t *nsel) {
-    if (R > K || !all_if_few) return false;
+    if (R > K || !(all_if_few & DS4C_TOPK_ALL)) return false;
     for (int64_t i = i0; i < R; i += step) sel[(int64_t)t * K + i] = (int32_t)i;
     if (i0 == 0 && nsel) nsel[t] = (int32_t)R;
     return true;
@@ -1918,6 +2009,10 @@ __global__ void __launch_bounds__(NT) k_topk_warp(const float *scores, int64_t s
     each([&](int64_t i, uint32_t k, bool ok) {
         topk_compact<NT / 32>(i, k, ok, T, need_eq, n_gt, s_x[0], s_wcnt, s_base, tid, lane, warp);
     });
+    if (all_if_few & DS4C_TOPK_ANY) { // the picks as compacted (the sort was half the instructions)
+        if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(s_x[0][tid] & 0xffffffffu));
+        return;
+    }
     // 3. bitonic sort of the first P slots, descending (keys are distinct:
     // the index is in the low half)
     int P = 1;
@@ -3674,6 +3769,18 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         set = smem;
     }
     const size_t tsmem = ixt_smem(IH, IHD);
+    const bool al16 = (((uintptr_t)d_q | (uintptr_t)d_rows) & 15) == 0;
+    if (n == 1 && (flags & DS4C_FAST) && IH == IF_IH && IHD == IF_HD && al16 && ds4c_opt_ix_tile() == 2) {
+        static bool cset = false;
+        if (!cset) {
+            DS4C_CHECK(cudaFuncSetAttribute(k_index_tile_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IXC_SMEM));
+            cset = true;
+        }
+        ds4c_launch(k_index_tile_tc, dim3(nblk(maxR, IXT_ROWS), 1), IXT_WARPS * 32, IXC_SMEM, as_stream(stream), d_q,
+                    d_w, d_rows, pos0, ratio, d_scores, sc_stride);
+        DS4C_CHECK_LAUNCH("index_scores (tensor cores)");
+        return 0;
+    }
     if (n == 1 && IH % IXT_HPW == 0 && tsmem <= 200 * 1024 && ds4c_opt_ix_tile()) {
         static size_t tset = 0;
         if (tsmem > 48 * 1024 && tsmem > tset) {
@@ -3685,7 +3792,6 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         DS4C_CHECK_LAUNCH("index_scores");
         return 0;
     }
-    const bool al16 = (((uintptr_t)d_q | (uintptr_t)d_rows) & 15) == 0;
     if (n >= 8 && (flags & DS4C_FAST) && IH == IF_IH && IHD == IF_HD && al16 && ds4c_opt_ix_flash()) {
         static bool fset = false;
         if (!fset) {

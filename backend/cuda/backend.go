@@ -110,6 +110,10 @@ type Backend struct {
 	// (the scores read no other of its writes; DS4_CUDA_IX_MARK=1, for
 	// comparison)
 	ixMarkAll bool
+	// topkAny: fast mode's indexer picks come in any order (TopKAnyOrder:
+	// the top-k skips its sort; the attention adds them in any order; off
+	// with DS4_CUDA_TOPK_ANY=0, for comparison)
+	topkAny bool
 	// hcPostMix: fast mode's decode steps form the next HCPre's mixing
 	// products in HCPost (HCPostMix) instead of a product kernel between
 	// them (off with DS4_CUDA_HC_POST_MIX=0, for comparison; float sums in
@@ -229,7 +233,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0",
 		pairs: os.Getenv("DS4_CUDA_PAIRS") != "0", ixSideMax: 8,
 		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ixPar: os.Getenv("DS4_CUDA_IX_PAR") != "0",
-		ixMarkAll: os.Getenv("DS4_CUDA_IX_MARK") == "1",
+		ixMarkAll: os.Getenv("DS4_CUDA_IX_MARK") == "1", topkAny: os.Getenv("DS4_CUDA_TOPK_ANY") != "0",
 		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0",
 		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") == "1",
 		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0"}

@@ -1143,17 +1143,22 @@ func groupedIDs(t testing.TB, d *Device, nsel, mats int, seed1, seed2 uint64) (i
 // TestTopK checks the indexer's top-k (radix select + bitonic sort beyond K
 // rows, all rows in order below) against a sort by (score desc, index asc),
 // on scores with many ties, both zeros and both infinities, per token row
-// counts from (pos0+t+1)/ratio.
+// counts from (pos0+t+1)/ratio; with TopKAnyOrder, the same picks as a set.
 func TestTopK(t *testing.T) {
 	d := gpu(t)
 	for _, warp := range []int{1, 2, 0} { // k_topk_warp<512> (the default), k_topk_warp<1024>, k_topk_radix
 		must(t, d.SetOption(OptTopKWarp, warp))
-		testTopK(t, d)
+		testTopK(t, d, false)
+		testTopK(t, d, true)
 	}
 	must(t, d.SetOption(OptTopKWarp, 1))
 }
 
-func testTopK(t *testing.T, d *Device) {
+func testTopK(t *testing.T, d *Device, anyOrder bool) {
+	flags := TopKAllIfFew
+	if anyOrder {
+		flags |= TopKAnyOrder
+	}
 	for _, c := range []struct{ k, pos0, ratio, n int }{
 		{4, 0, 4, 40}, {512, 1900, 4, 8}, {512, 20000, 4, 3}, {64, 0, 1, 300}, {512, 8191, 4, 1}, {512, 32700, 4, 1},
 		{1024, 8000, 2, 2}, {3, 40, 1, 2},
@@ -1176,7 +1181,7 @@ func testTopK(t *testing.T, d *Device) {
 		sp := upload(t, d, scores)
 		sel := alloc(t, d, int64(4*c.n*c.k))
 		nsel := alloc(t, d, int64(4*c.n))
-		must(t, d.TopK(0, sp, int64(maxR), 0, c.pos0, c.ratio, c.k, true, sel, nsel, c.n))
+		must(t, d.TopK(0, sp, int64(maxR), 0, c.pos0, c.ratio, c.k, flags, sel, nsel, c.n))
 		gotSel := make([]int32, c.n*c.k)
 		gotN := make([]int32, c.n)
 		must(t, DownloadSlice(d, gotSel, sel))
@@ -1194,10 +1199,17 @@ func testTopK(t *testing.T, d *Device) {
 			if int(gotN[tok]) != len(idx) {
 				t.Fatalf("k=%d pos0=%d token %d: nsel %d, want %d", c.k, c.pos0, tok, gotN[tok], len(idx))
 			}
-			if got := gotSel[tok*c.k : tok*c.k+len(idx)]; !slices.Equal(got, idx) {
+			got := gotSel[tok*c.k : tok*c.k+len(idx)]
+			if anyOrder { // the same set: both in index order
+				got = slices.Clone(got)
+				slices.Sort(got)
+				idx = slices.Clone(idx)
+				slices.Sort(idx)
+			}
+			if !slices.Equal(got, idx) {
 				for i := range idx {
 					if got[i] != idx[i] {
-						t.Fatalf("k=%d pos0=%d token %d (R=%d): pick %d is %d (%v), want %d (%v)", c.k, c.pos0, tok, R, i, got[i], row[got[i]], idx[i], row[idx[i]])
+						t.Fatalf("k=%d pos0=%d token %d (R=%d, any order %v): pick %d is %d (%v), want %d (%v)", c.k, c.pos0, tok, R, anyOrder, i, got[i], row[got[i]], idx[i], row[idx[i]])
 					}
 				}
 			}
@@ -1227,8 +1239,9 @@ func bestFirst(scores []float32) []int32 {
 // TestIndexScores checks the indexer's scores, Σ_h relu(q_h·k_i)·w_h, against
 // the CPU backend's order (dot_ref's four running sums, the heads added in
 // order) bit for bit: the tiled single-query kernel, the general one and the
-// chunk kernel; and the chunk kernel's fast form (dots on the tensor cores)
-// within 2^-18 of Σ_h |w_h|·Σ_i |q_hi·k_i|.
+// chunk kernel; and the fast forms (dots on the tensor cores: the chunk
+// kernel's, the single query's) within 2^-18 of Σ_h |w_h|·Σ_i |q_hi·k_i|
+// (FP4 inputs; gaussian ones through f16 or TF32 operands: 2^-9).
 func TestIndexScores(t *testing.T) {
 	d := gpu(t)
 	const IH, IHD, ratio = 64, 128, 4
@@ -1243,7 +1256,10 @@ func TestIndexScores(t *testing.T) {
 	}{{8200, 1, 1, false, 1, false}, {8200, 1, 0, false, 1, false}, {8200, 3, 1, false, 1, false}, {101, 1, 1, false, 1, false},
 		{3, 1, 1, false, 1, false}, {300, 40, 1, false, 1, false}, {300, 40, 1, true, 0, false}, {1000, 70, 1, true, 0, false},
 		{300, 40, 1, true, 1, false}, {1000, 70, 1, true, 1, false}, {300, 40, 1, true, 1, true}, {1000, 71, 1, true, 1, true},
-		{1000, 71, 1, true, 0, true}} {
+		{1000, 71, 1, true, 0, true},
+		// one query, fast: the tensor cores (ix_tile 2; TF32 operands, so
+		// gaussian values take the f16 bound, FP4 ones are exact)
+		{8200, 1, 2, true, 1, true}, {8200, 1, 2, true, 1, false}, {101, 1, 2, true, 1, true}, {3, 1, 2, true, 1, true}} {
 		must(t, d.SetOption(OptIXTile, c.tile))
 		must(t, d.SetOption(OptIXFlash, c.flash))
 		maxR := (c.pos0 + c.n) / ratio
@@ -1300,13 +1316,13 @@ func TestIndexScores(t *testing.T) {
 			}
 		}
 		if c.fast {
-			t.Logf("pos0 %d, %d tokens, fast, ix_flash %d, fp4 %v: largest error %.3g of the magnitude (bound %.3g)", c.pos0, c.n, c.flash, c.fp4, worst, bound)
+			t.Logf("pos0 %d, %d tokens, fast, ix_tile %d, ix_flash %d, fp4 %v: largest error %.3g of the magnitude (bound %.3g)", c.pos0, c.n, c.tile, c.flash, c.fp4, worst, bound)
 		}
 		for _, p := range []Ptr{scores, qp, wp, rp} {
 			d.Free(p)
 		}
 	}
-	must(t, d.SetOption(OptIXTile, 1))
+	must(t, d.SetOption(OptIXTile, DefaultIXTile))
 }
 
 // dotRef is a·b with four running sums over i mod 4, each product rounded

@@ -1025,7 +1025,7 @@ func (be *Backend) indexPick(b *batch, s Stream, L *dlayer, tabs []*dtable, iq, 
 	ratio := L.ratio
 	if !scoring {
 		// No token sees more than K rows: each picks all it sees.
-		return sel, nsel, d.TopK(s, 0, 0, 0, b.pos, ratio, K, true, sel, nsel, n)
+		return sel, nsel, d.TopK(s, 0, 0, 0, b.pos, ratio, K, TopKAllIfFew, sel, nsel, n)
 	}
 	maxRows := (b.pos + n) / ratio
 	scores, err := b.sc.f32("idx.scores", n*maxRows)
@@ -1035,7 +1035,13 @@ func (be *Backend) indexPick(b *batch, s Stream, L *dlayer, tabs []*dtable, iq, 
 	if err := d.IndexScores(s, iq, iw, rows.p, IH, IHD, b.pos, ratio, n, scores, int64(maxRows), !be.exact()); err != nil {
 		return 0, 0, err
 	}
-	return sel, nsel, d.TopK(s, scores, int64(maxRows), 0, b.pos, ratio, K, true, sel, nsel, n)
+	// fast mode: the picks in any order (the attention adds them in any
+	// order; the sort was half the top-k's instructions)
+	flags := TopKAllIfFew
+	if !be.exact() && be.topkAny {
+		flags |= TopKAnyOrder
+	}
+	return sel, nsel, d.TopK(s, scores, int64(maxRows), 0, b.pos, ratio, K, flags, sel, nsel, n)
 }
 
 // FFN runs the MoE sub-block on b.x into b.out.

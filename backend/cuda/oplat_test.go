@@ -24,10 +24,16 @@ func TestOpLatency(t *testing.T) {
 	gt := newGraphTimer(t, d)
 	s := gt.s
 	const n = 50
+	// (the options whose default is not 1, restored to it)
+	defaults := map[int]int{OptAttnSplit: DefaultAttnSplit, OptIXTile: DefaultIXTile}
 	report := func(name string, opt, val int, launch func(int) error) {
 		if opt > 0 {
 			must(t, d.SetOption(opt, val))
-			defer d.SetOption(opt, 1)
+			def, ok := defaults[opt]
+			if !ok {
+				def = 1
+			}
+			defer d.SetOption(opt, def)
 		}
 		us := gt.time(n, launch)
 		line := fmt.Sprintf("op latency %-40s %8.2f µs", name, us)
@@ -89,11 +95,17 @@ func TestOpLatency(t *testing.T) {
 				return d.IndexScores(s, q, w, rows, IH, IHD, ctx-1, 4, 1, scores, int64(R), false)
 			})
 		}
+		report(fmt.Sprintf("index scores R=%d ix_tile=2 fast", R), OptIXTile, 2, func(int) error {
+			return d.IndexScores(s, q, w, rows, IH, IHD, ctx-1, 4, 1, scores, int64(R), true)
+		})
 		for _, v := range []int{1, 2, 0} {
 			report(fmt.Sprintf("top-k %d of %d topk_warp=%d", TopK, R, v), OptTopKWarp, v, func(int) error {
-				return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, true, isel, insel, 1)
+				return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, TopKAllIfFew, isel, insel, 1)
 			})
 		}
+		report(fmt.Sprintf("top-k %d of %d topk_warp=1 any order", TopK, R), OptTopKWarp, 1, func(int) error {
+			return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, TopKAllIfFew|TopKAnyOrder, isel, insel, 1)
+		})
 
 		// Attention of one query, 64 heads of 512: the 128-key window and
 		// the 512 picks of a ratio-4 layer; the window and R/32 rows of a
