@@ -76,9 +76,17 @@ func TestOpLatency(t *testing.T) {
 	normW := upload(t, d, gaussian(D, 16))
 	x, post, comb := alloc(t, d, 4*D), alloc(t, d, 4*HC), alloc(t, d, 4*HC*HC)
 	xq := alloc(t, d, d.ActBytes(quant.Q8_0, D))
-	report("hc_pre", 0, 0, func(int) error {
-		return d.HCPre(s, &HCPreArgs{Mix: mix, RawMix: true, M: M, Scale: scale, Base: base, HC: HC, Iters: 20, HCEps: 1e-6,
-			H: h, D: D, NormW: normW, NormEps: 1e-6, X: x, Post: post, Comb: comb, XQ: xq, N: 1})
+	for _, v := range []int{1, 0} {
+		report(fmt.Sprintf("hc_pre hc_two=%d", v), OptHCTwo, v, func(int) error {
+			return d.HCPre(s, &HCPreArgs{Mix: mix, RawMix: true, M: M, Scale: scale, Base: base, HC: HC, Iters: 20, HCEps: 1e-6,
+				H: h, D: D, NormW: normW, NormEps: 1e-6, X: x, Post: post, Comb: comb, XQ: xq, N: 1})
+		})
+	}
+	// the head's form: x alone (no Sinkhorn split, no post): against the
+	// above, what the split costs hc_pre beside x (cuda/NOTES.md v29)
+	report("hc_pre, x alone (the head's form)", 0, 0, func(int) error {
+		return d.HCPre(s, &HCPreArgs{Head: true, Mix: mix, RawMix: true, M: HC, Scale: scale, Base: base, HC: HC, Iters: 20, HCEps: 1e-6,
+			H: h, D: D, NormW: normW, NormEps: 1e-6, X: x, XQ: xq, N: 1})
 	})
 
 	// Indexer scores and top-k at ratio 4 (64 heads of 128, 512 picks).
