@@ -183,7 +183,14 @@ enum {
      * dequantized to f16 with its scales, f32 sums; not bit-identical to
      * anything). DS4C_ETYPE, nothing queued, unless ds4c_grouped_half_ok. */
     DS4C_MM_HALF = 4,
+    /* ds4c_matvec_f32 only: where the pipelined kernel takes the product,
+     * one CTA an SM with stages that leave DS4C_MV_ROOM_KIB of each SM's
+     * shared memory free, so that kernels queued on other streams run
+     * beside it (a scoring decode step's q_b beside the indexer's path);
+     * the same results. */
+    DS4C_MM_ROOM = 8,
 };
+#define DS4C_MV_ROOM_KIB 72
 int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat,
                    const int32_t *d_ids, int n_sel, const void *d_act, int64_t act_tok,
                    int64_t act_sel, int act_div, int n_tok, float *d_y, int64_t y_tok,

@@ -376,7 +376,9 @@ int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const
         const int64_t ab = (int64_t)ds4c_act_bytes(DS4C_Q8_0, cols);
         MVArgs a = mv_args(d_w, rows, cols, 1, nullptr, false, nullptr, ab, 0, 1, d_y, rows, 0);
         a.late = (flags & DS4C_MM_LATE) != 0;
-        if (pipe_q8_0_f32(a, d_x, d_nw, eps, (flags & DS4C_MM_EXACT) != 0, as_stream(stream), &rc)) return rc;
+        if (pipe_q8_0_f32(a, d_x, d_nw, eps, (flags & DS4C_MM_EXACT) != 0, (flags & DS4C_MM_ROOM) != 0,
+                          as_stream(stream), &rc))
+            return rc;
     }
     // the three steps
     const float *x = d_x;
@@ -385,7 +387,8 @@ int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const
         x = d_xn;
     }
     if ((rc = ds4c_quantize(DS4C_Q8_0, x, cols, d_act, cols, 1, stream))) return rc;
-    return ds4c_matmul_ex(type, d_w, rows, cols, 1, nullptr, 1, d_act, 0, 0, 1, 1, d_y, 0, 0, flags, stream);
+    return ds4c_matmul_ex(type, d_w, rows, cols, 1, nullptr, 1, d_act, 0, 0, 1, 1, d_y, 0, 0, flags & ~DS4C_MM_ROOM,
+                          stream);
 }
 
 int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64_t rows, int64_t cols, int64_t n_mat,

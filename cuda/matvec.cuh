@@ -1598,7 +1598,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
 // copies take k_mv_pipe_q8f when DS4C_OPT_MV_FAST is on.
 template <class T>
 bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc, const float *xf = nullptr,
-                 const float *nw = nullptr, float eps = 0.f) {
+                 const float *nw = nullptr, float eps = 0.f, bool room = false) {
     *rc = 0;
     if constexpr (T::NREG == 0) {
         return false;
@@ -1646,10 +1646,13 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // rows per tile: the option's bytes per stage (DS4C_OPT_MV_STAGE), or
         // (0) as many as let cps CTAs fit an SM beside their fixed shared memory
         int64_t stage_bytes = ds4c_opt_mv_stage();
+        // room (DS4C_MM_ROOM): one CTA an SM, DS4C_MV_ROOM_KIB of it left free
+        const int per = room ? 1 : cps;
         if (stage_bytes == 0) {
             // (the IQ2 codebook, 16 bytes of slack, the CTA's reserve)
             const int64_t fixed = PIPE_BARS + (T::GRID ? 2048 : 0) + act_smem + 16 + 1024;
-            const int64_t rows = (smem_sm / cps - fixed) / (p.ns * row_bytes + 2 * row_terms * 4);
+            const int64_t budget = room ? smem_sm - DS4C_MV_ROOM_KIB * 1024 : smem_sm / cps;
+            const int64_t rows = (budget - fixed) / (p.ns * row_bytes + 2 * row_terms * 4);
             stage_bytes = max((int64_t)1, rows) * row_bytes;
         }
         p.rt = (int)max((int64_t)1, min((int64_t)PIPE_THREADS, stage_bytes / row_bytes));
@@ -1664,7 +1667,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // costs more than the balance gains (wo_b in 8 tiles of 2 rows
         // against 6 of 3: 19.0 against 14.9 µs; cuda/NOTES.md v27).
         if (q8f && ds4c_opt_mv_even() && ds4c_opt_mv_stage() == 0) {
-            const int64_t G = (int64_t)cps * ds4c_sm_count();
+            const int64_t G = (int64_t)per * ds4c_sm_count();
             int64_t best = INT64_MAX;
             for (int rt = p.rt, top = p.rt; rt >= max(1, (7 * top + 7) / 8); rt--) {
                 const int64_t tiles = (a.rows + rt - 1) / rt * n_sel;
@@ -1713,7 +1716,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
             }
             set[fl] = smem;
         }
-        const int64_t fit = max((int64_t)1, min((int64_t)cps, (int64_t)smem_sm / (smem + 1024))); // CTAs that fit an SM
+        const int64_t fit = max((int64_t)1, min((int64_t)per, (int64_t)smem_sm / (smem + 1024))); // CTAs that fit an SM
         const int64_t grid = min(total, fit * ds4c_sm_count());
         ds4c_launch(k, (unsigned)grid, PIPE_THREADS, (size_t)smem, st, p);
         cudaError_t e = cudaGetLastError();
@@ -1765,8 +1768,10 @@ int launch_iq2_xxs(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t 
 bool dec_pair_q2_k(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc);
 // ds4c_matvec_f32's one launch (mv_q8_0.cu): whether the pipelined kernel
 // took a's single Q8_0 product with its activation formed from the float
-// row xf (RMSNorm with nw, eps when nw is set), *rc the launch's status.
-bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps, bool exact, cudaStream_t st, int *rc);
+// row xf (RMSNorm with nw, eps when nw is set; room: DS4C_MM_ROOM), *rc the
+// launch's status.
+bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps, bool exact, bool room, cudaStream_t st,
+                   int *rc);
 bool dec_pair_iq2_xxs(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc);
 int launch_float(int type, const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 

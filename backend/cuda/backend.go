@@ -114,6 +114,12 @@ type Backend struct {
 	// the top-k skips its sort; the attention adds them in any order; off
 	// with DS4_CUDA_TOPK_ANY=0, for comparison)
 	topkAny bool
+	// qbRoom: a scoring decode step's q_b runs one CTA an SM and leaves
+	// part of each SM's shared memory free (MatVecF32's room), so that the
+	// indexer's path (side2: its query product, scores and top-k) runs
+	// beside it instead of after it (off with DS4_CUDA_QB_ROOM=0, for
+	// comparison; the same results)
+	qbRoom bool
 	// hcPostMix: fast mode's decode steps form the next HCPre's mixing
 	// products in HCPost (HCPostMix) instead of a product kernel between
 	// them (off with DS4_CUDA_HC_POST_MIX=0, for comparison; float sums in
@@ -234,6 +240,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		pairs: os.Getenv("DS4_CUDA_PAIRS") != "0", ixSideMax: 8,
 		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ixPar: os.Getenv("DS4_CUDA_IX_PAR") != "0",
 		ixMarkAll: os.Getenv("DS4_CUDA_IX_MARK") == "1", topkAny: os.Getenv("DS4_CUDA_TOPK_ANY") != "0",
+		qbRoom:    os.Getenv("DS4_CUDA_QB_ROOM") != "0",
 		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0",
 		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") == "1",
 		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0"}

@@ -656,8 +656,9 @@ func TestMatVecPair(t *testing.T) {
 // TestMatVecF32 checks MatVecF32 (one token's Q8_0 product with the float
 // row's RMSNorm and quantization formed inside the pipelined kernel) bit
 // for bit against RMSNormRef, Quantize and MatMulEx, with OptMVF32 on and
-// off: q_b's shape with its norm, wo_b's without, and a product below the
-// pipeline's threshold (the three steps either way); x stays unchanged.
+// off and with room (one CTA an SM, DS4C_MM_ROOM): q_b's shape with its
+// norm, wo_b's without, and a product below the pipeline's threshold (the
+// three steps either way); x stays unchanged.
 func TestMatVecF32(t *testing.T) {
 	d := gpu(t)
 	t.Cleanup(func() { d.SetOption(OptMVF32, 1) })
@@ -687,13 +688,15 @@ func TestMatVecF32(t *testing.T) {
 		want := download(t, d, ref, c.rows)
 		for _, on := range []int{1, 0} {
 			must(t, d.SetOption(OptMVF32, on))
-			y, xn2, act2 := alloc(t, d, 4*int64(c.rows)), alloc(t, d, 4*int64(c.cols)), alloc(t, d, ab)
-			poison(t, d, y, c.rows)
-			must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act2, y, true))
-			got := download(t, d, y, c.rows)
-			for r := range want {
-				if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
-					t.Fatalf("%dx%d norm %v mv_f32 %d: row %d = %v, want %v", c.rows, c.cols, c.norm, on, r, got[r], want[r])
+			for _, room := range []bool{false, true} {
+				y, xn2, act2 := alloc(t, d, 4*int64(c.rows)), alloc(t, d, 4*int64(c.cols)), alloc(t, d, ab)
+				poison(t, d, y, c.rows)
+				must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act2, y, true, room))
+				got := download(t, d, y, c.rows)
+				for r := range want {
+					if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
+						t.Fatalf("%dx%d norm %v mv_f32 %d room %v: row %d = %v, want %v", c.rows, c.cols, c.norm, on, room, r, got[r], want[r])
+					}
 				}
 			}
 		}

@@ -44,7 +44,7 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 	isX := be.isInput(b, x, ldx)
 	if len(jobs) == 1 && !(isX && b.xq8 != 0) {
 		// (x's Q8_0 rows, when HCPre formed them, are used as they are)
-		if ok, err := be.matVecF32(b, s, tag, jobs[0].w, x, 0, 0, jobs[0].y, n); ok {
+		if ok, err := be.matVecF32(b, s, tag, jobs[0].w, x, 0, 0, jobs[0].y, n, false); ok {
 			return err
 		}
 	}
@@ -120,7 +120,7 @@ func (be *Backend) inputAct(b *batch, s Stream, tag string, at quant.Type, x Ptr
 // where that kernel takes the product — its fallback's activation in the
 // scratch buffer tag + "Q8_0". ok reports whether w and n allowed it (else
 // nothing was queued).
-func (be *Backend) matVecF32(b *batch, s Stream, tag string, w *Weight, x, nw, xn, y Ptr, n int) (ok bool, err error) {
+func (be *Backend) matVecF32(b *batch, s Stream, tag string, w *Weight, x, nw, xn, y Ptr, n int, room bool) (ok bool, err error) {
 	if n != 1 || w.Type != quant.Q8_0 || w.Mats != 1 {
 		return false, nil
 	}
@@ -128,7 +128,7 @@ func (be *Backend) matVecF32(b *batch, s Stream, tag string, w *Weight, x, nw, x
 	if err != nil {
 		return true, err
 	}
-	return true, be.dev.MatVecF32(s, w, x, nw, be.cfg.NormEps, xn, act, y, be.exact())
+	return true, be.dev.MatVecF32(s, w, x, nw, be.cfg.NormEps, xn, act, y, be.exact(), room)
 }
 
 // quantAct quantizes n rows of cols floats at x (cols apart) on stream s
@@ -768,9 +768,11 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 	// a decode step's norm, quantization and q_b in one launch where the
 	// pipelined kernel takes q_b (matVecF32)
+	// (a scoring decode step: q_b leaves room on each SM for the indexer's
+	// path on side2 to run beside it, qbRoom)
 	fused := false
 	if len(qjobs) == 1 {
-		if fused, err = be.matVecF32(b, s, "act.", L.qb, qr, L.qNorm, qrn, q, n); err != nil {
+		if fused, err = be.matVecF32(b, s, "act.", L.qb, qr, L.qNorm, qrn, q, n, ixSide && be.qbRoom); err != nil {
 			return err
 		}
 	}

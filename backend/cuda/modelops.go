@@ -30,14 +30,20 @@ func (d *Device) MatMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTo
 // CTAs form act(x) themselves, one launch; otherwise RMSNormRef writes xn
 // (w.Cols floats; unused without nw), Quantize writes act
 // (ActBytes(Q8_0, w.Cols) bytes) and MatMulEx runs. The same bits either
-// way; x is not written.
-func (d *Device) MatVecF32(s Stream, w *Weight, x, nw Ptr, eps float32, xn, act, y Ptr, exact bool) error {
+// way; x is not written. room: the pipelined kernel runs one CTA an SM and
+// leaves part of each SM's shared memory free (DS4C_MM_ROOM), for kernels
+// queued beside it on other streams; the same results.
+func (d *Device) MatVecF32(s Stream, w *Weight, x, nw Ptr, eps float32, xn, act, y Ptr, exact, room bool) error {
 	if w.Mats != 1 {
 		return fmt.Errorf("cuda: MatVecF32: %d matrices", w.Mats)
 	}
+	flags := mmFlags(exact)
+	if room {
+		flags |= mmRoom
+	}
 	return d.l.call("matvec_f32", func() int32 {
 		return d.l.matvecF32(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), uintptr(x), uintptr(nw), eps,
-			uintptr(xn), uintptr(act), uintptr(y), mmFlags(exact), uintptr(s))
+			uintptr(xn), uintptr(act), uintptr(y), flags, uintptr(s))
 	})
 }
 
@@ -55,6 +61,7 @@ const (
 	mmExact int32 = 1
 	mmLate  int32 = 2
 	mmHalf  int32 = 4
+	mmRoom  int32 = 8
 )
 
 // mmFlags is DS4C_MM_EXACT when exact.

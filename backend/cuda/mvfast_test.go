@@ -110,8 +110,15 @@ func TestMatVecFastQ8(t *testing.T) {
 		want, mag := reference(t, quant.Q8_0, mat(0), rows, cols, download(t, d, xn, cols))
 		y, xn2, act := alloc(t, d, 4*rows), alloc(t, d, 4*cols), alloc(t, d, ab)
 		poison(t, d, y, rows)
-		must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false))
-		compare(t, "MatVecF32 fast", download(t, d, y, rows), want, mag, nterms(quant.Q8_0, cols))
+		must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false, false))
+		got := download(t, d, y, rows)
+		compare(t, "MatVecF32 fast", got, want, mag, nterms(quant.Q8_0, cols))
+		// with room (one CTA an SM, taller tiles): the same bits
+		poison(t, d, y, rows)
+		must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false, true))
+		if i, ok := firstBitDiff(download(t, d, y, rows), got); !ok {
+			t.Errorf("MatVecF32 fast with room differs at row %d", i)
+		}
 	})
 }
 
