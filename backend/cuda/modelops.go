@@ -531,7 +531,8 @@ const (
 )
 
 // TopK picks, per token t < n, the min(k, R) best scores (ties: lower
-// index) best first into sel[t][…] and the count into nsel[t] (nsel may be
+// index) best first (TopKAnyOrder: in any order) into sel[t][…] and the
+// count into nsel[t] (nsel may be
 // 0); R is rFixed, or (pos0+t+1)/ratio when rFixed is 0. flags: TopKAllIfFew,
 // TopKAnyOrder.
 func (d *Device) TopK(s Stream, scores Ptr, stride int64, rFixed, pos0, ratio, k int, flags int, sel, nsel Ptr, n int) error {
