@@ -1562,6 +1562,36 @@ __host__ __device__ constexpr size_t ixt_smem(int IH, int IHD) {
     return ((size_t)IH * IHD + (size_t)IXT_ROWS * (IHD + 4) + (size_t)IXT_ROWS * (IH + 1) + IH) * sizeof(float);
 }
 
+// ixt_stage stages one query's rows and nr compressed rows for the tiled
+// scores kernels (k_index_tile, k_index_tile_tc): the nq float4s at qt, then
+// the nr·v4 at kt, U loads a thread in flight before their stores; query
+// float4 j goes to sq + (j / v4)·qld + 4 (j % v4), row float4 j to sk + (j
+// / v4)·kld + 4 (j % v4) (padded rows: bank-conflict-free reads).
+template <int U, int NT>
+__device__ __forceinline__ void ixt_stage(const float4 *qt, const float4 *kt, int nq, int nr, int v4, float *sq, int qld,
+                                          float *sk, int kld, int tid) {
+    const int nall = nq + nr * v4;
+    for (int b = 0; b < nall; b += U * NT) {
+        float4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = b + u * NT + tid;
+            if (i < nq)
+                v[u] = qt[i];
+            else if (i < nall)
+                v[u] = kt[i - nq];
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = b + u * NT + tid;
+            if (i < nall) {
+                const int j = i < nq ? i : i - nq;
+                *(float4 *)((i < nq ? sq : sk) + (j / v4) * (i < nq ? qld : kld) + 4 * (j % v4)) = v[u];
+            }
+        }
+    }
+}
+
 __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile(const float *q, const float *w, const float *rows, int IH,
                                                                int IHD, int64_t pos0, int ratio, float *scores,
                                                                int64_t sc_stride) {
@@ -1580,28 +1610,7 @@ __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile(const float *q, c
     const int nr = (int)min((int64_t)IXT_ROWS, R - i0);
     const float4 *qt = (const float4 *)(q + (int64_t)t * IH * IHD);
     const float4 *kt = (const float4 *)(rows + i0 * IHD);
-    const int nq = IH * v4, nall = nq + nr * v4;
-    for (int b = 0; b < nall; b += 8 * NT) {
-        float4 v[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++) {
-            const int i = b + u * NT + tid;
-            if (i < nq)
-                v[u] = qt[i];
-            else if (i < nall)
-                v[u] = kt[i - nq];
-        }
-#pragma unroll
-        for (int u = 0; u < 8; u++) {
-            const int i = b + u * NT + tid;
-            if (i < nq) {
-                ((float4 *)sq)[i] = v[u];
-            } else if (i < nall) {
-                const int j = i - nq;
-                *(float4 *)&sk[(j / v4) * ld + 4 * (j % v4)] = v[u];
-            }
-        }
-    }
+    ixt_stage<8, NT>(qt, kt, IH * v4, nr, v4, sq, IHD, sk, ld, tid);
     for (int h = tid; h < IH; h += NT) sw[h] = w[(int64_t)t * IH + h];
     __syncthreads();
     const float *kr = sk + lane * ld; // lanes past nr read stale rows; their dots are never stored
@@ -1663,26 +1672,7 @@ __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile_tc(const float *q
     const int nr = (int)min((int64_t)IXT_ROWS, R - i0);
     const float4 *qt = (const float4 *)(q + (int64_t)t * IF_IH * IF_HD);
     const float4 *kt = (const float4 *)(rows + i0 * IF_HD);
-    const int nall = NQ + nr * V4;
-    for (int b = 0; b < nall; b += IXC_U * NT) {
-        float4 v[IXC_U];
-#pragma unroll
-        for (int u = 0; u < IXC_U; u++) {
-            const int i = b + u * NT + tid;
-            if (i < NQ)
-                v[u] = qt[i];
-            else if (i < nall)
-                v[u] = kt[i - NQ];
-        }
-#pragma unroll
-        for (int u = 0; u < IXC_U; u++) {
-            const int i = b + u * NT + tid;
-            if (i < nall) {
-                const int j = i < NQ ? i : i - NQ;
-                *(float4 *)((i < NQ ? sq : sk) + (j / V4) * IXC_LD + 4 * (j % V4)) = v[u];
-            }
-        }
-    }
+    ixt_stage<IXC_U, NT>(qt, kt, NQ, nr, V4, sq, IXC_LD, sk, IXC_LD, tid);
     if (tid < IF_IH) sw[tid] = w[(int64_t)t * IF_IH + tid];
     __syncthreads();
     // (rows past nr: stale values; their sums are never stored)
