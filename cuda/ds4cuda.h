@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 33
+#define DS4C_ABI_VERSION 34
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -492,9 +492,19 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
  * keeps its scores on chip): the scores [n][H][max_keys], or for fewer than
  * 8 tokens in fast mode the split form's partial sums when larger. */
 int64_t ds4c_attention_work(int n, int H, int HD, int64_t max_keys, int flags);
+/* ds4c_router: each token's K experts (d_sel [n][K]) and weights (d_w)
+ * from its E router logits: s = sqrt(softplus(logit)); the experts from
+ * d_tid2eid[token] (hash layers) or the top K of s + d_bias; the weights
+ * s[e], normalised to sum 1 when norm, times wscale. d_x not null: the
+ * token's input rows d_x [n][cols] (cols a multiple of 256, 16-byte
+ * aligned) are also quantized to Q8_K activation rows d_act (act_stride
+ * bytes apart) by the CTA's other warps, as ds4c_quantize forms them (the
+ * same bytes), so that the routed products need no launch of their own
+ * for it. */
 int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t *d_tid2eid,
                 const int32_t *d_tokens, int K, int norm, float wscale, int32_t *d_sel,
-                float *d_w, int n, void *stream);
+                float *d_w, int n, const float *d_x, int64_t cols, void *d_act, int64_t act_stride,
+                void *stream);
 int ds4c_swiglu_ref(const float *d_g, const float *d_u, float *d_y, int64_t n, int rows, float lim,
                     const float *d_w, void *stream);
 /* ds4c_swiglu_q8k: ds4c_swiglu_ref's rows quantized straight into Q8_K

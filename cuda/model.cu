@@ -3118,13 +3118,35 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a, float *work,
 // ------------------------------------------------------------ router
 // One CTA per token: s = sqrt(softplus(logit)); experts from tid2eid (hash
 // layers) or the top-K of s + bias; weights s[e], normalised, scaled.
+// x not null: warps 1 … of the CTA also quantize the token's input row
+// (cols values at x + t·cols) to Q8_K blocks at act + t·act_stride
+// (k_quant_q8_k_w's operations, q8_k_warp), the first RQ_PRE blocks of each
+// loaded before the scores and quantized while warp 0 picks the experts.
+constexpr int RQ_PRE = 3;
 __global__ void k_router(const float *logits, int E, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
-                         int K, int norm, float wscale, int32_t *sel, float *wts, int warp_pick) {
+                         int K, int norm, float wscale, int32_t *sel, float *wts, int warp_pick, const float *x,
+                         int64_t cols, uint8_t *act, int64_t act_stride) {
     pdl_enter();
     extern __shared__ float s_r[]; // s[E], biased[E], ids[K]
     float *s = s_r, *biased = s_r + E;
     int32_t *s_ids = (int32_t *)(s_r + 2 * E);
     const int t = blockIdx.x;
+    // the activation's blocks: warp w ≥ 1 takes blocks w − 1, w − 1 + qw, …
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, qw = (int)(blockDim.x >> 5) - 1;
+    const int nb = x ? (int)(cols / 256) : 0;
+    const float *xt = x ? x + (int64_t)t * cols : nullptr;
+    float qv[RQ_PRE][8];
+    auto qload = [&](int b, float(&v)[8]) {
+        const float4 a = __ldg((const float4 *)(xt + b * 256 + lane * 8)), c = __ldg((const float4 *)(xt + b * 256 + lane * 8) + 1);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+    };
+    if (warp >= 1) {
+#pragma unroll
+        for (int j = 0; j < RQ_PRE; j++) {
+            const int b = warp - 1 + j * qw;
+            if (b < nb) qload(b, qv[j]);
+        }
+    }
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         float v = logits[(int64_t)t * E + e];
         s[e] = (float)sqrt((double)softplus_ref(v));
@@ -3176,6 +3198,19 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
             }
             for (; j < E && rank < K; j++) rank += before(biased[j], j);
             if (rank < K) s_ids[rank] = e;
+        }
+    }
+    if (warp >= 1 && nb > 0) {
+        uint8_t *at = act + (int64_t)t * act_stride;
+#pragma unroll
+        for (int j = 0; j < RQ_PRE; j++) {
+            const int b = warp - 1 + j * qw;
+            if (b < nb) q8_k_warp(qv[j], lane, at, b, nb);
+        }
+        for (int b = warp - 1 + RQ_PRE * qw; b < nb; b += qw) {
+            float v[8];
+            qload(b, v);
+            q8_k_warp(v, lane, at, b, nb);
         }
     }
     __syncthreads();
@@ -4072,12 +4107,18 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
 }
 
 int ds4c_router(const float *d_logits, int E, const float *d_bias, const int32_t *d_tid2eid, const int32_t *d_tokens,
-                int K, int norm, float wscale, int32_t *d_sel, float *d_w, int n, void *stream) {
+                int K, int norm, float wscale, int32_t *d_sel, float *d_w, int n, const float *d_x, int64_t cols,
+                void *d_act, int64_t act_stride, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
     if (K > E) return ds4c_err(DS4C_EINVAL, "router: %d of %d experts", K, E);
+    if (d_x && (cols <= 0 || cols % 256 != 0 || cols / 256 > 1 << 20 || (((uintptr_t)d_x) & 15) != 0 || !d_act ||
+                ((uintptr_t)d_act & 7) != 0 || act_stride % 8 != 0))
+        return ds4c_err(DS4C_EINVAL, "router: activation rows of %lld values (a multiple of 256, aligned)",
+                        (long long)cols);
     ds4c_launch(k_router, n, 256, 2 * E * sizeof(float) + K * sizeof(int32_t), as_stream(stream), d_logits, E, d_bias,
-                d_tid2eid, d_tokens, K, norm, wscale, d_sel, d_w, (E <= 1024 && ds4c_opt_router_warp()) ? 1 : 0);
+                d_tid2eid, d_tokens, K, norm, wscale, d_sel, d_w, (E <= 1024 && ds4c_opt_router_warp()) ? 1 : 0, d_x,
+                d_x ? cols : 0, (uint8_t *)d_act, act_stride);
     DS4C_CHECK_LAUNCH("router");
     return 0;
 }

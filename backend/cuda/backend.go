@@ -125,6 +125,10 @@ type Backend struct {
 	// them (off with DS4_CUDA_HC_POST_MIX=0, for comparison; float sums in
 	// another order)
 	hcPostMix bool
+	// routerAct: a decode step's routed-expert Q8_K activation is formed by
+	// the router's launch (RouterQ8K) instead of a quantize launch after it
+	// (the same bytes; off with DS4_CUDA_ROUTER_ACT=0, for comparison)
+	routerAct bool
 	// nrPair: the query heads' and the KV row's norm and rotation through
 	// NormRopePair (one launch for a decode step's; the same results; off
 	// with DS4_CUDA_NR_PAIR=0, for comparison)
@@ -242,6 +246,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		ixMarkAll: os.Getenv("DS4_CUDA_IX_MARK") == "1", topkAny: os.Getenv("DS4_CUDA_TOPK_ANY") != "0",
 		qbRoom:    os.Getenv("DS4_CUDA_QB_ROOM") != "0",
 		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0",
+		routerAct: os.Getenv("DS4_CUDA_ROUTER_ACT") != "0",
 		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") == "1",
 		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0"}
 	switch os.Getenv("DS4_CUDA_IX_SIDE") {

@@ -376,8 +376,8 @@ func TestBackendFlashLayers(t *testing.T) {
 // (whose HCPost forms the next mixes, so moe_fold's MoE sum is formed
 // there), without graphs and with a graph per token (where a step that
 // completes a compressed row flushes its recording between the side
-// stream's mark and the main stream's wait): moe_fold, kv_side and
-// act_side.
+// stream's mark and the main stream's wait): moe_fold, kv_side,
+// act_side and router_act.
 func TestFastDecodeSwitches(t *testing.T) {
 	gpu(t)
 	flash := synth.Flash(2)
@@ -414,6 +414,7 @@ func TestFastDecodeSwitches(t *testing.T) {
 					{"moe_fold", &be.moeFold},
 					{"kv_side", &be.kvSide},
 					{"act_side", &be.actSide},
+					{"router_act", &be.routerAct},
 				} {
 					*sw.v = !*sw.v
 					other := allLogits(t, be, 1, toks)

@@ -1343,7 +1343,10 @@ func dotRef(a, b []float32) float32 {
 // TestRouter checks the learned router's picks (the K best of
 // sqrt(softplus(logit)) + bias, ties to the lower expert id, best first)
 // against a Go ranking, on scores with many ties, for both pickers; their
-// weights must agree bit for bit.
+// weights must agree bit for bit. RouterQ8K must pick the same experts
+// with the same weights and form the Q8_K rows Quantize forms, byte for
+// byte, for rows of 4096 (16 blocks: the pre-loaded ones and the loop after
+// them) and 7168 values.
 func TestRouter(t *testing.T) {
 	d := gpu(t)
 	const E, K, n = 256, 6, 5
@@ -1388,6 +1391,50 @@ func TestRouter(t *testing.T) {
 		}
 	}
 	must(t, d.SetOption(OptRouterWarp, 1))
+	for _, cols := range []int{4096, 7168} {
+		x := gaussian(n*cols, uint64(cols))
+		xp := upload(t, d, x)
+		ab := d.ActBytes(quant.Q8_K, cols)
+		want, got := alloc(t, d, ab*n), alloc(t, d, ab*n)
+		must(t, d.Quantize(0, quant.Q8_K, xp, cols, want, cols, n))
+		sel2, wts2 := alloc(t, d, 4*n*K), alloc(t, d, 4*n*K)
+		must(t, d.RouterQ8K(0, lp, E, bp, 0, 0, K, true, 1.5, sel2, wts2, n, xp, cols, got, ab))
+		wb, gb := make([]byte, ab*n), make([]byte, ab*n)
+		must(t, DownloadSlice(d, wb, want))
+		must(t, DownloadSlice(d, gb, got))
+		if i := firstByteDiff(wb, gb); i >= 0 {
+			t.Fatalf("RouterQ8K, rows of %d: activation byte %d is %d, Quantize's %d", cols, i, gb[i], wb[i])
+		}
+		ids, ids2 := make([]int32, n*K), make([]int32, n*K)
+		must(t, DownloadSlice(d, ids, sel))
+		must(t, DownloadSlice(d, ids2, sel2))
+		w2 := download(t, d, wts2, n*K)
+		if !slices.Equal(ids, ids2) {
+			t.Fatalf("RouterQ8K: experts %v, Router's %v", ids2, ids)
+		}
+		for i := range w2 {
+			if math.Float32bits(w2[i]) != math.Float32bits(first[i]) {
+				t.Fatalf("RouterQ8K: weight %d is %v, Router's %v", i, w2[i], first[i])
+			}
+		}
+		for _, p := range []Ptr{xp, want, got, sel2, wts2} {
+			d.Free(p)
+		}
+	}
+}
+
+// firstByteDiff returns the first index where a and b differ (-1: none; the
+// shorter's length where one is a prefix of the other).
+func firstByteDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
 }
 
 // TestMoECombine checks the expert sum against the CPU's order (each

@@ -1108,6 +1108,23 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 			return err
 		}
 	}
+	// routerQ: the Q8_K activation formed by the router's launch
+	// (RouterQ8K) instead of a quantize launch after it
+	var xact Ptr
+	var xab int64
+	routerQ := be.routerAct && quantized && !actSide && half == HalfNone && D%256 == 0
+	if routerQ {
+		at, err := d.ActType(L.gateExps.Type)
+		if err != nil {
+			return err
+		}
+		if routerQ = at == quant.Q8_K; routerQ {
+			xab = d.ActBytes(at, D)
+			if xact, err = b.sc.get("moe.xact", xab*int64(n)); err != nil {
+				return err
+			}
+		}
+	}
 	if err := b.fork(); err != nil {
 		return err
 	}
@@ -1130,7 +1147,12 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if L.hash {
 		tid = L.tid2eid
 	}
-	if err := d.Router(s, lg, E, L.bias, tid, b.tokens, K, c.ExpertWeightsNorm, c.ExpertWeightsScale, sel, wts, n); err != nil {
+	if routerQ {
+		err = d.RouterQ8K(s, lg, E, L.bias, tid, b.tokens, K, c.ExpertWeightsNorm, c.ExpertWeightsScale, sel, wts, n, b.x, D, xact, xab)
+	} else {
+		err = d.Router(s, lg, E, L.bias, tid, b.tokens, K, c.ExpertWeightsNorm, c.ExpertWeightsScale, sel, wts, n)
+	}
+	if err != nil {
 		return err
 	}
 	if be.moeStats && n >= 8 {
@@ -1152,6 +1174,8 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		if err := b.waitMark(b.evAct); err != nil {
 			return err
 		}
+	} else if routerQ {
+		act, actSel = xact, xab
 	} else if quantized {
 		var err error
 		if act, actSel, err = b.quantAct(d, s, "moe.xact", L.gateExps, b.x, D, n); err != nil {

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 33
+const abiVersion = 34
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -121,7 +121,7 @@ type lib struct {
 	matmulGLU    func(typ int32, gate, up uintptr, rows, cols, nmat int64, ids uintptr, nsel int32, act uintptr, actSel int64, actDiv int32, wts uintptr, lim float32, yh uintptr, perm int32, scratch, s uintptr) int32
 	normRopeH    func(x uintptr, tokStride int64, heads int32, headStride int64, hd int32, w uintptr, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, fp8n, nTok int32, xh, s uintptr) int32
 	attention    func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, qEps float32, flags int32, s uintptr) int32
-	router       func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, s uintptr) int32
+	router       func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, x uintptr, cols int64, act uintptr, actStride int64, s uintptr) int32
 	swigluRef    func(g, u, y uintptr, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
 	swigluQ8K    func(g, u, act uintptr, actStride, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
 	normRopeP    func(x1 uintptr, heads1 int32, w1 uintptr, fp8n1 int32, x2 uintptr, heads2 int32, w2 uintptr, fp8n2, hd int32, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, nTok int32, s uintptr) int32

@@ -651,13 +651,22 @@ func (d *Device) Attention(s Stream, a *AttentionArgs) error {
 
 // Router turns router logits [n][e] into k experts and weights per token.
 func (d *Device) Router(s Stream, logits Ptr, e int, bias, tid2eid, tokens Ptr, k int, norm bool, wscale float32, sel, w Ptr, n int) error {
+	return d.RouterQ8K(s, logits, e, bias, tid2eid, tokens, k, norm, wscale, sel, w, n, 0, 0, 0, 0)
+}
+
+// RouterQ8K is Router that also quantizes the tokens' input rows x [n][cols]
+// (cols a multiple of 256, 16-byte aligned) to Q8_K activation rows act
+// (actStride bytes apart), the bytes Quantize would form, in the same launch
+// (x 0: none).
+func (d *Device) RouterQ8K(s Stream, logits Ptr, e int, bias, tid2eid, tokens Ptr, k int, norm bool, wscale float32, sel, w Ptr, n int,
+	x Ptr, cols int, act Ptr, actStride int64) error {
 	nv := int32(0)
 	if norm {
 		nv = 1
 	}
 	return d.l.call("router", func() int32 {
 		return d.l.router(uintptr(logits), int32(e), uintptr(bias), uintptr(tid2eid), uintptr(tokens), int32(k), nv, wscale,
-			uintptr(sel), uintptr(w), int32(n), uintptr(s))
+			uintptr(sel), uintptr(w), int32(n), uintptr(x), int64(cols), uintptr(act), actStride, uintptr(s))
 	})
 }
 

@@ -89,6 +89,20 @@ func TestOpLatency(t *testing.T) {
 			H: h, D: D, NormW: normW, NormEps: 1e-6, X: x, XQ: xq, N: 1})
 	})
 
+	// the router with the routed experts' Q8_K activation against the
+	// router and the quantize launch
+	xab := d.ActBytes(quant.Q8_K, D)
+	xact := alloc(t, d, xab)
+	report("router + quantize Q8_K (two launches)", 0, 0, func(int) error {
+		if err := d.Router(s, logits, E, bias, 0, 0, K, true, 1.5, sel, wts, 1); err != nil {
+			return err
+		}
+		return d.Quantize(s, quant.Q8_K, x, D, xact, D, 1)
+	})
+	report("router with the Q8_K activation", 0, 0, func(int) error {
+		return d.RouterQ8K(s, logits, E, bias, 0, 0, K, true, 1.5, sel, wts, 1, x, D, xact, xab)
+	})
+
 	// Indexer scores and top-k at ratio 4 (64 heads of 128, 512 picks).
 	const IH, IHD, TopK = 64, 128, 512
 	for _, ctx := range []int{8192, 32768} {
