@@ -263,6 +263,13 @@ static __device__ __forceinline__ int2 pack8(const int (&q)[8]) {
     return r;
 }
 
+// load8 reads 8 floats (16-byte aligned) into v (matvec.cu's quantizers,
+// model.cu's k_router).
+static __device__ __forceinline__ void load8(const float *p, float (&v)[8]) {
+    const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
 // q8_k_warp quantizes one 256-value Q8_K block held by a warp (lane i has
 // values 8i … 8i + 7 in v) into activation row a (nb blocks), block b:
 // quant.Activation.Set's operations (the first index of the largest

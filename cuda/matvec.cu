@@ -113,12 +113,6 @@ __global__ void __launch_bounds__(256) k_quant_q8_k(const float *x, int64_t x_st
     if (tid == 0) ((float *)(a + cols))[b] = d;
 }
 
-// load8 reads 8 floats (16-byte aligned) into v.
-__device__ __forceinline__ void load8(const float *p, float (&v)[8]) {
-    const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-
 // k_quant_q8_0_v: k_quant_q8_0's operations with 8 values a lane (4 lanes a
 // block, 64 blocks a CTA, the blocks of all tokens flattened): 16-byte
 // loads, two shuffles for the block's largest magnitude, one 8-byte store.

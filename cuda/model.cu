@@ -3136,10 +3136,7 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
     const int nb = x ? (int)(cols / 256) : 0;
     const float *xt = x ? x + (int64_t)t * cols : nullptr;
     float qv[RQ_PRE][8];
-    auto qload = [&](int b, float(&v)[8]) {
-        const float4 a = __ldg((const float4 *)(xt + b * 256 + lane * 8)), c = __ldg((const float4 *)(xt + b * 256 + lane * 8) + 1);
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
-    };
+    auto qload = [&](int b, float(&v)[8]) { load8(xt + b * 256 + lane * 8, v); };
     if (warp >= 1) {
 #pragma unroll
         for (int j = 0; j < RQ_PRE; j++) {
