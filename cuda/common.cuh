@@ -340,6 +340,23 @@ static __device__ __forceinline__ int4 ldw16(const void *p, int flavour) {
 
 static __device__ __forceinline__ int4 ld16(const void *p) { return __ldg((const int4 *)p); }
 
+// silu_ref: x · sigmoid(x) through a double-precision exponential (the
+// CPU's operations).
+static __device__ __forceinline__ float silu_ref(float x) { return (float)((double)x / (1.0 + exp(-(double)x))); }
+
+// swiglu_val: y[r][i] = w_r · (silu(g) · u) with, when lim > 0, u clamped
+// to ±lim and g to ≤ lim (w null: no weight). model.cu's SwiGLU kernels and
+// k_mv_dec's activation prologue (matvec.cuh) share it.
+static __device__ __forceinline__ float swiglu_val(float gv, float uv, float lim, const float *w, int64_t row) {
+    if (lim > 0.f) {
+        uv = fminf(fmaxf(uv, -lim), lim);
+        gv = fminf(gv, lim);
+    }
+    float v = __fmul_rn(silu_ref(gv), uv);
+    if (w) v = __fmul_rn(w[row], v);
+    return v;
+}
+
 // Ampere-style asynchronous copies global → shared, 16 bytes a thread:
 // issued, committed as a group per thread, and waited for until at most N
 // of the thread's groups are still in flight (then __syncthreads makes
@@ -474,6 +491,15 @@ static __device__ __forceinline__ float swiglu_fast(float g, float u, float lim)
         g = fminf(g, lim);
     }
     return g / (1.f + __expf(-g)) * u;
+}
+
+// swiglu_as: swiglu_val, or with fast set fast mode's value (swiglu_fast
+// times the row's weight): k_swiglu_q8k's and k_mv_dec's activation
+// prologue's (matvec.cuh mv_glu_act) one choice.
+static __device__ __forceinline__ float swiglu_as(bool fast, float gv, float uv, float lim, const float *w, int64_t row) {
+    if (!fast) return swiglu_val(gv, uv, lim, w, row);
+    const float v = swiglu_fast(gv, uv, lim);
+    return w ? v * w[row] : v;
 }
 
 // perm32_pos: the position under DS4C_HALF_PERM32 of value v (< 32) of a

@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 34
+#define DS4C_ABI_VERSION 35
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -234,6 +234,19 @@ int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const
 int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64_t rows, int64_t cols, int64_t n_mat,
                              const int32_t *d_ids, int n_sel, const void *d_act, int64_t act_sel, int act_div,
                              float *d_y1, float *d_y2, int64_t y_sel, const void *d_scratch, int flags, void *stream);
+/* ds4c_matmul_grouped_swiglu: ds4c_matmul_grouped (act_div 1) of the Q8_K
+ * activation rows of SwiGLU(g, u) (n_sel rows of cols floats each at d_g
+ * and d_u, cols a multiple of 256; ds4c_swiglu_q8k's values with lim and
+ * the selections' weights d_wts, its fast form unless flags has
+ * DS4C_MM_EXACT): a routed down product after its gate and up. Where the product runs as one single-token k_mv_dec launch (IQ2_XXS,
+ * Q2_K; DS4C_OPT_MV_DEC) its CTAs form the activation rows they read
+ * themselves, in shared memory: one launch, d_act unused; otherwise
+ * ds4c_swiglu_q8k into d_act (ds4c_act_bytes(DS4C_Q8_K, cols) bytes a row,
+ * 16-byte aligned) and ds4c_matmul_grouped. The same bits either way. */
+int ds4c_matmul_grouped_swiglu(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat,
+                               const int32_t *d_ids, int n_sel, const float *d_g, const float *d_u, float lim,
+                               const float *d_wts, void *d_act, float *d_y, int64_t y_sel, const void *d_scratch,
+                               int flags, void *stream);
 /* ds4c_grouped_half_ok: nonzero when ds4c_matmul_grouped takes f16
  * activations (DS4C_MM_HALF) for weights of type with rows of cols values
  * and n_sel selections: DS4C_OPT_WG_MOE on and offering the type (value
@@ -510,9 +523,12 @@ int ds4c_swiglu_ref(const float *d_g, const float *d_u, float *d_y, int64_t n, i
 /* ds4c_swiglu_q8k: ds4c_swiglu_ref's rows quantized straight into Q8_K
  * activation rows act_stride bytes apart (the bytes ds4c_swiglu_ref and
  * ds4c_quantize would write); n a multiple of 256, d_g and d_u 16-byte,
- * d_act and act_stride 8-byte aligned. */
+ * d_act and act_stride 8-byte aligned. flags DS4C_SWIGLU_FAST: fast mode's
+ * values instead (silu in float with the fast exponential, as
+ * ds4c_swiglu_half's, then the row's weight), within a few float ulps. */
+#define DS4C_SWIGLU_FAST 1
 int ds4c_swiglu_q8k(const float *d_g, const float *d_u, void *d_act, int64_t act_stride, int64_t n, int rows, float lim,
-                    const float *d_w, void *stream);
+                    const float *d_w, int flags, void *stream);
 /* ds4c_swiglu_half: ds4c_swiglu_ref's values (fast mode: silu in float
  * with the fast exponential, within a few float ulps) rounded to f16 (as
  * ds4c_to_half) into rows of n at d_yh, permuted as ds4c_to_half_ex's when

@@ -417,8 +417,8 @@ int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64
             return type == DS4C_Q8_0 ? launch_q8_0(a, 1, 1, exact, st) : launch_q4_k(a, 1, 1, exact, st);
         }
         const bool exact = (flags & DS4C_MM_EXACT) != 0;
-        const bool took = type == DS4C_IQ2_XXS ? dec_pair_iq2_xxs(a, n_sel, exact, st, &rc)
-                                                : dec_pair_q2_k(a, n_sel, exact, st, &rc);
+        const bool took = type == DS4C_IQ2_XXS ? dec_iq2_xxs(a, n_sel, exact, st, &rc)
+                                                : dec_q2_k(a, n_sel, exact, st, &rc);
         if (took) return rc;
     }
     int rc = ds4c_matmul_grouped(type, d_w1, rows, cols, n_mat, d_ids, n_sel, d_act, act_sel, act_div, d_y1, y_sel,
@@ -426,6 +426,45 @@ int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64
     if (rc) return rc;
     return ds4c_matmul_grouped(type, d_w2, rows, cols, n_mat, d_ids, n_sel, d_act, act_sel, act_div, d_y2, y_sel,
                                d_scratch, flags, stream);
+}
+
+int ds4c_matmul_grouped_swiglu(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat,
+                               const int32_t *d_ids, int n_sel, const float *d_g, const float *d_u, float lim,
+                               const float *d_wts, void *d_act, float *d_y, int64_t y_sel, const void *d_scratch,
+                               int flags, void *stream) {
+    DS4C_READY();
+    if (n_sel <= 0) return 0;
+    if (ds4c_act_type(type) != DS4C_Q8_K || cols <= 0 || cols % 256 != 0 || (flags & DS4C_MM_HALF) != 0 ||
+        (((uintptr_t)d_g | (uintptr_t)d_u) & 15) != 0 || ((uintptr_t)d_act & 15) != 0)
+        return ds4c_err(DS4C_EINVAL, "grouped SwiGLU product: type %d, %lld columns (Q8_K activations, a multiple of "
+                                     "256, 16-byte aligned rows)",
+                        type, (long long)cols);
+    const int64_t ab = (int64_t)ds4c_act_bytes(DS4C_Q8_K, cols);
+    // k_mv_dec forms the activation itself where ds4c_matmul_grouped would
+    // run one single-token launch of it (ds4c_matmul_grouped_pair's test)
+    const bool single = !tc_supported(type, cols) || n_sel < ds4c_opt_tc_min_sel();
+    if (single && (type == DS4C_IQ2_XXS || type == DS4C_Q2_K) && n_sel <= 65535) {
+        int rc = check_shape(type, rows, cols, n_mat);
+        if (rc) return rc;
+        MVArgs a = mv_args(d_w, rows, cols, n_mat, d_ids, d_ids == nullptr && n_sel > 1, nullptr, ab, ab, 1, d_y,
+                           rows, y_sel);
+        a.late = (flags & DS4C_MM_LATE) != 0;
+        a.glu_g = d_g;
+        a.glu_u = d_u;
+        a.glu_w = d_wts;
+        a.glu_stride = cols;
+        a.glu_lim = lim;
+        const bool exact = (flags & DS4C_MM_EXACT) != 0;
+        a.glu_fast = exact ? 0 : 1;
+        cudaStream_t st = as_stream(stream);
+        const bool took = type == DS4C_IQ2_XXS ? dec_iq2_xxs(a, n_sel, exact, st, &rc) : dec_q2_k(a, n_sel, exact, st, &rc);
+        if (took) return rc;
+    }
+    int rc = ds4c_swiglu_q8k(d_g, d_u, d_act, ab, cols, n_sel, lim, d_wts,
+                             (flags & DS4C_MM_EXACT) ? 0 : DS4C_SWIGLU_FAST, stream);
+    if (rc) return rc;
+    return ds4c_matmul_grouped(type, d_w, rows, cols, n_mat, d_ids, n_sel, d_act, ab, 1, d_y, y_sel, d_scratch, flags,
+                               stream);
 }
 
 int ds4c_matmul(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const void *d_act,

@@ -64,6 +64,16 @@ struct MVArgs {
     // y2; null otherwise
     const uint8_t *w2;
     float *y2;
+    // k_mv_dec only: the activation formed by the CTAs themselves after
+    // their wait, in shared memory, instead of read from act (null
+    // otherwise): selection s's is the Q8_K row (act_sel bytes) of
+    // SwiGLU(glu_g[s], glu_u[s]) (rows of cols floats, glu_stride apart;
+    // swiglu_as with glu_lim and the weights glu_w), the bytes
+    // k_swiglu_q8k writes (ds4c_matmul_grouped_swiglu).
+    const float *glu_g, *glu_u, *glu_w;
+    int64_t glu_stride;
+    float glu_lim;
+    int glu_fast; // swiglu_as's fast form (DS4C_SWIGLU_FAST)
 };
 
 // The programmatic-launch halves of a product kernel (pdl_launch,
@@ -108,6 +118,10 @@ inline MVArgs mv_args(const void *d_w, int64_t rows, int64_t cols, int64_t n_mat
     a.late = 0;
     a.w2 = nullptr;
     a.y2 = nullptr;
+    a.glu_g = a.glu_u = a.glu_w = nullptr;
+    a.glu_stride = 0;
+    a.glu_lim = 0.f;
+    a.glu_fast = 0;
     return a;
 }
 
@@ -321,13 +335,15 @@ struct TQ2_K {
         int bs[4];
         float da;
     };
+    // (GEN: at is a generic pointer, possibly to shared memory)
+    template <bool GEN = false>
     static __device__ __forceinline__ void act_reg(Reg &r, const uint8_t *at, int cols, int ui) {
         const int blk = ui >> 2, m = ui & 3, h = m >> 1, o = m & 1;
         const int64_t aq = (int64_t)blk * 256 + 128 * h + 16 * o;
         const int16_t *bs = (const int16_t *)(at + cols + 4 * (cols / 256)) + (int64_t)blk * 16 + 8 * h + o;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            r.x[k] = ld16(at + aq + 32 * k);
+            r.x[k] = GEN ? *(const int4 *)(at + aq + 32 * k) : ld16(at + aq + 32 * k);
             r.bs[k] = bs[2 * k];
         }
         r.da = ((const float *)(at + cols))[blk];
@@ -578,9 +594,14 @@ struct TIQ2_XXS {
         int4 x[4];
         float da;
     };
+    // (GEN: at is a generic pointer, possibly to shared memory)
+    template <bool GEN = false>
     static __device__ __forceinline__ void act_reg(Reg &r, const uint8_t *at, int cols, int ui) {
 #pragma unroll
-        for (int k = 0; k < 4; k++) r.x[k] = ld16(at + (int64_t)ui * 64 + 16 * k);
+        for (int k = 0; k < 4; k++) {
+            const uint8_t *p = at + (int64_t)ui * 64 + 16 * k;
+            r.x[k] = GEN ? *(const int4 *)p : ld16(p);
+        }
         r.da = ((const float *)(at + cols))[ui >> 2];
     }
     static __device__ __forceinline__ uint32_t tab_entry(int i) {
@@ -968,6 +989,27 @@ int launch_one(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
 // then the warp's tree sum (a third fewer instructions a row than the
 // block-order sum of broadcast terms). MB: CTAs an SM the registers are
 // capped for.
+// mv_glu_act: a k_mv_dec CTA's activation rows when it forms them
+// (MVArgs.glu_g): those of selections s_lo … s_hi into s_act (act_sel
+// bytes each), a warp a 256-value block: k_swiglu_q8k's operations, so its
+// bytes.
+__device__ __forceinline__ void mv_glu_act(const MVArgs &a, uint8_t *s_act, int s_lo, int s_hi) {
+    const int nb = a.cols >> 8, lane = threadIdx.x & 31;
+    const int blocks = (s_hi - s_lo + 1) * nb;
+    for (int gb = threadIdx.x >> 5; gb < blocks; gb += blockDim.x >> 5) {
+        const int rs = gb / nb, b = gb - rs * nb, r = s_lo + rs;
+        const int64_t o = (int64_t)r * a.glu_stride + b * 256 + lane * 8;
+        const float4 g0 = __ldg((const float4 *)(a.glu_g + o)), g1 = __ldg((const float4 *)(a.glu_g + o) + 1);
+        const float4 u0 = __ldg((const float4 *)(a.glu_u + o)), u1 = __ldg((const float4 *)(a.glu_u + o) + 1);
+        const float gs[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+        const float us[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+        float v[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = swiglu_as(a.glu_fast != 0, gs[i], us[i], a.glu_lim, a.glu_w, r);
+        q8_k_warp(v, lane, s_act + (int64_t)rs * a.act_sel, b, nb);
+    }
+}
+
 template <class T, int UPL, int P, int MB, bool FAST>
 __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run, int wps) {
     extern __shared__ __align__(16) uint32_t s_tab[]; // T::TAB_WORDS (GRID types)
@@ -982,17 +1024,15 @@ __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run
     // a pair's second tensor: selections n_sel … 2 n_sel − 1
     const bool second = a.w2 != nullptr && sel >= n_sel;
     if (second) sel -= n_sel;
-    if (sel >= n_sel || r0 >= a.rows) return;
-    const int n = min(run, a.rows - r0); // the warp's rows r0 … r0 + n − 1
+    // (warps without rows return only after the CTA's activation prologue)
+    const bool live = sel < n_sel && r0 < a.rows;
+    const int n = live ? min(run, a.rows - r0) : 1; // the warp's rows r0 … r0 + n − 1
     MVArgs aw = a; // (aw.w: the tensor the warp reads)
     if (second) aw.w = a.w2;
     float *y = (second ? a.y2 : a.y) + sel * a.y_sel + r0;
     int64_t mat = a.sel_mat ? sel : 0;
-    if (a.ids) mat = a.ids[sel];
-    if (mat < 0 || mat >= a.n_mat) {
-        for (int i = lane; i < n; i += 32) y[i] = __int_as_float(0x7fc00000);
-        return;
-    }
+    if (live && a.ids) mat = a.ids[sel];
+    const bool ok = live && mat >= 0 && mat < a.n_mat;
     static_assert(32 * T::VPU == 8 * block_vals<T>(), "a round of 32 units is 8 blocks");
     const int64_t grow0 = mat * a.rows + r0;
     using U = typename T::Unit;
@@ -1039,11 +1079,31 @@ __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run
         }
     };
     U ua[P][UPL], ub[P][UPL];
-    load(ua, 0);
-    {
+    if (ok) load(ua, 0);
+    if (a.glu_g) {
+        // the activation formed here (MVArgs.glu_g), the first rows'
+        // weights already on their way
+        uint8_t *s_act;
+        if constexpr (T::GRID)
+            s_act = (uint8_t *)(s_tab + T::TAB_WORDS);
+        else
+            s_act = (uint8_t *)s_tab;
+        const int s_lo = (int)(blockIdx.x * 8 / wps);
+        mv_glu_act(a, s_act, s_lo, min(n_sel - 1, (int)((blockIdx.x * 8 + 7) / wps)));
+        __syncthreads();
+        if (!live) return;
+        const uint8_t *at = s_act + (int64_t)(sel - s_lo) * a.act_sel;
+#pragma unroll
+        for (int j = 0; j < UPL; j++) T::template act_reg<true>(x[j], at, a.cols, lane + 32 * j);
+    } else {
+        if (!live) return;
         const uint8_t *at = a.act + (int64_t)(sel / a.act_div) * a.act_sel;
 #pragma unroll
         for (int j = 0; j < UPL; j++) T::act_reg(x[j], at, a.cols, lane + 32 * j);
+    }
+    if (!ok) {
+        for (int i = lane; i < n; i += 32) y[i] = __int_as_float(0x7fc00000);
+        return;
     }
     for (int i = 0; i < n; i += 2 * P) {
         if (i + P < n) load(ub, i + P);
@@ -1071,15 +1131,16 @@ cudaError_t launch_dec_as(const MVArgs &a, int n_sel, cudaStream_t st) {
     const int64_t wps = (a.rows + run - 1) / run;
     const unsigned grid = (unsigned)((n_sel * (a.w2 ? 2 : 1) * wps + 7) / 8);
     size_t smem = 0;
-    if constexpr (T::GRID) {
-        smem = T::TAB_WORDS * 4; // 48 KiB beside fill_tabs' static 1.5: past the default limit
-        static bool opted = false;
-        if (!opted) {
-            const cudaError_t e =
-                cudaFuncSetAttribute(k_mv_dec<T, UPL, P, MB, FAST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            if (e != cudaSuccess) return e;
-            opted = true;
-        }
+    if constexpr (T::GRID) smem = T::TAB_WORDS * 4; // 48 KiB beside fill_tabs' static 1.5: past the default limit
+    // (a.glu_g: the activation rows of the selections a CTA's 8 warps
+    // take, at most ⌊7 / wps⌋ + 2)
+    if (a.glu_g) smem += (size_t)min((int64_t)n_sel, 7 / wps + 2) * (size_t)a.act_sel;
+    static size_t opted = 0; // the largest opt-in done (GRID: always needed, beside the static tables)
+    if (smem > opted) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(k_mv_dec<T, UPL, P, MB, FAST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        opted = smem;
     }
     // (DS4C_OPT_MV_DEC_LATE: not launched early beside the kernel before it)
     const int late = ds4c_opt_mv_dec_late();
@@ -1763,16 +1824,17 @@ int launch_q8_0(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st)
 int launch_q2_k(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 int launch_q4_k(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 int launch_iq2_xxs(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
-// The single-token pair (a.w2, a.y2 set): whether k_mv_dec took it, *rc
-// the launch's status (mv_*.cu; types without the register form: false).
-bool dec_pair_q2_k(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc);
+// A single-token product as k_mv_dec (the pair a.w2, a.y2, or the
+// activation formed from a.glu_g): whether it took it, *rc the launch's
+// status (mv_*.cu; types without the register form: false).
+bool dec_q2_k(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc);
+bool dec_iq2_xxs(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc);
 // ds4c_matvec_f32's one launch (mv_q8_0.cu): whether the pipelined kernel
 // took a's single Q8_0 product with its activation formed from the float
 // row xf (RMSNorm with nw, eps when nw is set; room: DS4C_MM_ROOM), *rc the
 // launch's status.
 bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps, bool exact, bool room, cudaStream_t st,
                    int *rc);
-bool dec_pair_iq2_xxs(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc);
 int launch_float(int type, const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 
 // Tensor-core products (mm_tc.cu): whether type/cols have one, and the dense

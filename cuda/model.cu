@@ -20,7 +20,6 @@ namespace {
 
 // ------------------------------------------------------------ scalar math
 __device__ __forceinline__ float sigmoid_ref(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
-__device__ __forceinline__ float silu_ref(float x) { return (float)((double)x / (1.0 + exp(-(double)x))); }
 __device__ __forceinline__ float softplus_ref(float x) { return x > 20.f ? x : (float)log1p(exp((double)x)); }
 __device__ __forceinline__ float exp_ref(float x) { return (float)exp((double)x); }
 __device__ __forceinline__ float fmul(float a, float b) { return __fmul_rn(a, b); }
@@ -3226,17 +3225,7 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
 }
 
 // ------------------------------------------------------------ SwiGLU
-// y[r][i] = w_r · (silu(g) · u) with, when lim > 0, u clamped to ±lim and g
-// to ≤ lim (w null: no weight).
-__device__ __forceinline__ float swiglu_val(float gv, float uv, float lim, const float *w, int64_t row) {
-    if (lim > 0.f) {
-        uv = fminf(fmaxf(uv, -lim), lim);
-        gv = fminf(gv, lim);
-    }
-    float v = fmul(silu_ref(gv), uv);
-    if (w) v = fmul(w[row], v);
-    return v;
-}
+// (swiglu_val, silu_ref: common.cuh)
 
 __global__ void k_swiglu_ref(const float *g, const float *u, float *y, int64_t n, int rows, float lim,
                              const float *w) {
@@ -3251,7 +3240,7 @@ __global__ void k_swiglu_ref(const float *g, const float *u, float *y, int64_t n
 // q8_k_warp): a warp a 256-value block, 8 values a lane; n a multiple of
 // 256, g and u 16-byte aligned. The same bytes as the two kernels.
 __global__ void __launch_bounds__(256) k_swiglu_q8k(const float *g, const float *u, uint8_t *act, int64_t act_stride,
-                                                    int64_t n, int rows, float lim, const float *w) {
+                                                    int64_t n, int rows, float lim, const float *w, int fast) {
     pdl_enter();
     const int nb = (int)(n / 256);
     const int64_t gb = blockIdx.x * 8 + (threadIdx.x >> 5);
@@ -3266,7 +3255,7 @@ __global__ void __launch_bounds__(256) k_swiglu_q8k(const float *g, const float 
     const float us[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
     float v[8];
 #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = swiglu_val(gs[i], us[i], lim, w, r);
+    for (int i = 0; i < 8; i++) v[i] = swiglu_as(fast != 0, gs[i], us[i], lim, w, r);
     q8_k_warp(v, lane, act + r * act_stride, b, nb);
 }
 
@@ -4130,7 +4119,7 @@ int ds4c_swiglu_ref(const float *d_g, const float *d_u, float *d_y, int64_t n, i
 }
 
 int ds4c_swiglu_q8k(const float *d_g, const float *d_u, void *d_act, int64_t act_stride, int64_t n, int rows, float lim,
-                    const float *d_w, void *stream) {
+                    const float *d_w, int flags, void *stream) {
     DS4C_READY();
     if (n <= 0 || rows < 0 || n % 256 != 0 || (((uintptr_t)d_g | (uintptr_t)d_u) & 15) != 0 ||
         ((uintptr_t)d_act & 7) != 0 || act_stride % 8 != 0)
@@ -4138,7 +4127,7 @@ int ds4c_swiglu_q8k(const float *d_g, const float *d_u, void *d_act, int64_t act
     if (rows == 0) return 0;
     const int64_t blocks = n / 256 * rows;
     ds4c_launch(k_swiglu_q8k, (unsigned)((blocks + 7) / 8), 256, 0, as_stream(stream), d_g, d_u, (uint8_t *)d_act,
-                act_stride, n, rows, lim, d_w);
+                act_stride, n, rows, lim, d_w, (flags & DS4C_SWIGLU_FAST) ? 1 : 0);
     DS4C_CHECK_LAUNCH("swiglu_q8k");
     return 0;
 }

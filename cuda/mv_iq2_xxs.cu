@@ -4,7 +4,7 @@
 namespace ds4mv {
 
 int launch_iq2_xxs(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st) { return launch_type<TIQ2_XXS>(a, n_sel, nt, exact, st); }
-bool dec_pair_iq2_xxs(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc) {
+bool dec_iq2_xxs(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc) {
     return launch_dec<TIQ2_XXS>(a, n_sel, exact, st, rc);
 }
 

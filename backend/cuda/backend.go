@@ -129,6 +129,11 @@ type Backend struct {
 	// the router's launch (RouterQ8K) instead of a quantize launch after it
 	// (the same bytes; off with DS4_CUDA_ROUTER_ACT=0, for comparison)
 	routerAct bool
+	// downGLU: a decode step's routed down product forms its Q8_K
+	// activation from the gate and up outputs itself (MatMulGroupedSwiGLU)
+	// instead of a SwiGLU launch before it (the same bytes; off with
+	// DS4_CUDA_DOWN_GLU=0, for comparison)
+	downGLU bool
 	// nrPair: the query heads' and the KV row's norm and rotation through
 	// NormRopePair (one launch for a decode step's; the same results; off
 	// with DS4_CUDA_NR_PAIR=0, for comparison)
@@ -247,6 +252,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		qbRoom:    os.Getenv("DS4_CUDA_QB_ROOM") != "0",
 		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0",
 		routerAct: os.Getenv("DS4_CUDA_ROUTER_ACT") != "0",
+		downGLU:   os.Getenv("DS4_CUDA_DOWN_GLU") != "0",
 		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") == "1",
 		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0"}
 	switch os.Getenv("DS4_CUDA_IX_SIDE") {

@@ -415,6 +415,7 @@ func TestFastDecodeSwitches(t *testing.T) {
 					{"kv_side", &be.kvSide},
 					{"act_side", &be.actSide},
 					{"router_act", &be.routerAct},
+					{"down_glu", &be.downGLU},
 				} {
 					*sw.v = !*sw.v
 					other := allLogits(t, be, 1, toks)

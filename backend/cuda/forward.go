@@ -1207,11 +1207,20 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 			return err
 		}
 		act2Sel = 2 * int64(FF)
-	} else if err := be.gateUp(b, L, half, act, actSel, sel, nk, wts, halfDown, grp, &act2, &act2Sel); err != nil {
+	} else if glu, err := be.gateUp(b, L, half, act, actSel, sel, nk, wts, halfDown, grp, &act2, &act2Sel); err != nil {
 		return err
+	} else if glu.g != 0 {
+		// the down product forms its activation from the gate and up
+		// outputs (act2: the activation rows where it cannot)
+		if err := d.MatMulGroupedSwiGLU(s, L.downExps, sel, nk, glu.g, glu.u, L.clamp, wts, act2, ye, int64(D), grp, be.exact()); err != nil {
+			return err
+		}
+		act2 = 0
 	}
-	if err := be.grouped(b, halfDown, L.downExps, sel, nk, act2, act2Sel, 1, ye, int64(D), grp); err != nil {
-		return err
+	if act2 != 0 {
+		if err := be.grouped(b, halfDown, L.downExps, sel, nk, act2, act2Sel, 1, ye, int64(D), grp); err != nil {
+			return err
+		}
 	}
 
 	// The routed and shared experts' sum: formed by the HCPost after
@@ -1236,33 +1245,39 @@ func (be *Backend) grouped(b *batch, half HalfLayout, w *Weight, sel Ptr, nk int
 	return be.dev.MatMulGrouped(b.s, w, sel, nk, act, actSel, actDiv, y, ySel, grp, be.exact())
 }
 
+// gluRows are the routed gate and up outputs whose SwiGLU the down product
+// forms itself (MatMulGroupedSwiGLU); g zero: none.
+type gluRows struct{ g, u Ptr }
+
 // gateUp runs the routed experts' gate and up products apart (grouped or,
 // half set, MatMulGroupedHalf) and their SwiGLU: into the down product's
 // f16 rows when halfDown is set, else in place into the gate's floats (and
 // their activation for quantized down weights); it sets *act2 and *act2Sel
-// to the down product's input.
-func (be *Backend) gateUp(b *batch, L *dlayer, half HalfLayout, act Ptr, actSel int64, sel Ptr, nk int, wts Ptr, halfDown HalfLayout, grp Ptr, act2 *Ptr, act2Sel *int64) error {
+// to the down product's input. With downGLU and a Q8_K down activation it
+// runs no SwiGLU: it returns the gate and up rows for
+// MatMulGroupedSwiGLU, *act2 the activation rows that call may write.
+func (be *Backend) gateUp(b *batch, L *dlayer, half HalfLayout, act Ptr, actSel int64, sel Ptr, nk int, wts Ptr, halfDown HalfLayout, grp Ptr, act2 *Ptr, act2Sel *int64) (gluRows, error) {
 	d, s := be.dev, b.s
 	c := &be.cfg
 	K, FF := c.ExpertsUsed, c.ExpertFF
 	ge, err := b.sc.get("moe.ge", 4*int64(nk)*int64(FF))
 	if err != nil {
-		return err
+		return gluRows{}, err
 	}
 	ue, err := b.sc.get("moe.ue", 4*int64(nk)*int64(FF))
 	if err != nil {
-		return err
+		return gluRows{}, err
 	}
 	if half == HalfNone && be.pairs { // one launch where the library can
 		if err := d.MatMulGroupedPair(s, L.gateExps, L.upExps, sel, nk, act, actSel, K, ge, ue, int64(FF), grp, be.exact()); err != nil {
-			return err
+			return gluRows{}, err
 		}
 	} else {
 		if err := be.grouped(b, half, L.gateExps, sel, nk, act, actSel, K, ge, int64(FF), grp); err != nil {
-			return err
+			return gluRows{}, err
 		}
 		if err := be.grouped(b, half, L.upExps, sel, nk, act, actSel, K, ue, int64(FF), grp); err != nil {
-			return err
+			return gluRows{}, err
 		}
 	}
 	*act2, *act2Sel = ge, 4*int64(FF)
@@ -1270,28 +1285,31 @@ func (be *Backend) gateUp(b *batch, L *dlayer, half HalfLayout, act Ptr, actSel 
 		// SwiGLU straight to the down product's f16 rows
 		gh, err := b.sc.get("moe.gh", 2*int64(FF)*int64(nk))
 		if err != nil {
-			return err
+			return gluRows{}, err
 		}
 		*act2, *act2Sel = gh, 2*int64(FF)
-		return d.SwiGLUHalf(s, ge, ue, gh, FF, nk, L.clamp, wts, halfDown)
+		return gluRows{}, d.SwiGLUHalf(s, ge, ue, gh, FF, nk, L.clamp, wts, halfDown)
 	}
 	if at, _ := d.ActType(L.downExps.Type); at == quant.Q8_K && FF%256 == 0 {
 		// SwiGLU straight to the down product's activation rows
 		ab := d.ActBytes(at, FF)
 		p, err := b.sc.get("moe.gact", ab*int64(nk))
 		if err != nil {
-			return err
+			return gluRows{}, err
 		}
 		*act2, *act2Sel = p, ab
-		return d.SwiGLUQ8K(s, ge, ue, p, ab, FF, nk, L.clamp, wts)
+		if be.downGLU {
+			return gluRows{g: ge, u: ue}, nil
+		}
+		return gluRows{}, d.SwiGLUQ8K(s, ge, ue, p, ab, FF, nk, L.clamp, wts, !be.exact())
 	}
 	if err := d.SwiGLURef(s, ge, ue, ge, FF, nk, L.clamp, wts); err != nil {
-		return err
+		return gluRows{}, err
 	}
 	if !isFloatType(L.downExps.Type) {
 		*act2, *act2Sel, err = b.quantAct(d, s, "moe.gact", L.downExps, ge, FF, nk)
 	}
-	return err
+	return gluRows{}, err
 }
 
 // logRouting logs the routing of a chunk's nk selections sel (device int32)

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 34
+const abiVersion = 35
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -87,6 +87,7 @@ type lib struct {
 	groupBytes    func(nSel int32, nMat int64) uint64
 	group         func(ids uintptr, nSel int32, nMat int64, scratch, s uintptr) int32
 	matmulGroup   func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32
+	matmulSwiGLU  func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, g, u uintptr, lim float32, wts, act, y uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32
 	matmulPair    func(t int32, w1, w2 uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actSel int64, actDiv int32, y1, y2 uintptr, ySel int64, scratch uintptr, flags int32, s uintptr) int32
 	groupedHalfOK func(t int32, cols int64, nSel int32) int32
 	hcMixesOK     func(t, m int32, k int64, n int32) int32
@@ -123,7 +124,7 @@ type lib struct {
 	attention    func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, qEps float32, flags int32, s uintptr) int32
 	router       func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, x uintptr, cols int64, act uintptr, actStride int64, s uintptr) int32
 	swigluRef    func(g, u, y uintptr, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
-	swigluQ8K    func(g, u, act uintptr, actStride, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
+	swigluQ8K    func(g, u, act uintptr, actStride, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
 	normRopeP    func(x1 uintptr, heads1 int32, w1 uintptr, fp8n1 int32, x2 uintptr, heads2 int32, w2 uintptr, fp8n2, hd int32, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, nTok int32, s uintptr) int32
 	matvecF32    func(t int32, w uintptr, rows, cols int64, x, nw uintptr, eps float32, xn, act, y uintptr, flags int32, s uintptr) int32
 	swigluHalf   func(g, u, yh uintptr, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
@@ -259,6 +260,7 @@ func load() (*lib, error) {
 		{&l.group, "ds4c_group"},
 		{&l.matmulGroup, "ds4c_matmul_grouped"},
 		{&l.matmulPair, "ds4c_matmul_grouped_pair"},
+		{&l.matmulSwiGLU, "ds4c_matmul_grouped_swiglu"},
 		{&l.groupedHalfOK, "ds4c_grouped_half_ok"},
 		{&l.hcMixesOK, "ds4c_hc_mixes_ok"},
 		{&l.hcMixes, "ds4c_hc_mixes"},

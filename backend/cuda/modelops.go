@@ -108,6 +108,22 @@ func (d *Device) MatMulGrouped(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, 
 	})
 }
 
+// MatMulGroupedSwiGLU is MatMulGrouped (actDiv 1) of the Q8_K activation
+// rows of SwiGLU(g, u) (nsel rows of w.Cols floats at g and u, as
+// SwiGLUQ8K with lim and the selections' weights wts, its fast form unless
+// exact): a routed down product after its gate and up. Where the product
+// runs as one launch of the decode kernel (IQ2_XXS, Q2_K; OptMVDec) its
+// CTAs form the activation themselves and act is not written; otherwise
+// SwiGLUQ8K into act (ActBytes(Q8_K, w.Cols) a row) and MatMulGrouped.
+// The same bits either way.
+func (d *Device) MatMulGroupedSwiGLU(s Stream, w *Weight, ids Ptr, nsel int, g, u Ptr, lim float32, wts, act, y Ptr, ySel int64, scratch Ptr, exact bool) error {
+	flags := mmFlags(exact)
+	return d.l.call("matmul_grouped_swiglu", func() int32 {
+		return d.l.matmulSwiGLU(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), uintptr(ids), int32(nsel),
+			uintptr(g), uintptr(u), lim, uintptr(wts), uintptr(act), uintptr(y), ySel, uintptr(scratch), flags, uintptr(s))
+	})
+}
+
 // MatMulGroupedPair is MatMulGrouped through two tensors of the same type
 // and shape with the same ids, activations and scratch (a routed gate and
 // up), outputs at y1 and y2: one launch where both run as single-token
@@ -680,10 +696,16 @@ func (d *Device) SwiGLURef(s Stream, g, u, y Ptr, n, rows int, lim float32, w Pt
 
 // SwiGLUQ8K writes SwiGLURef's rows (n values, a multiple of 256)
 // quantized to Q8_K activation rows actStride bytes apart: the bytes that
-// SwiGLURef followed by Quantize would give, in one launch.
-func (d *Device) SwiGLUQ8K(s Stream, g, u, act Ptr, actStride int64, n, rows int, lim float32, w Ptr) error {
+// SwiGLURef followed by Quantize would give, in one launch; with fast, fast
+// mode's values instead (silu in float with the fast exponential, as
+// SwiGLUHalf's, within a few float ulps).
+func (d *Device) SwiGLUQ8K(s Stream, g, u, act Ptr, actStride int64, n, rows int, lim float32, w Ptr, fast bool) error {
+	var flags int32
+	if fast {
+		flags = 1
+	}
 	return d.l.call("swiglu_q8k", func() int32 {
-		return d.l.swigluQ8K(uintptr(g), uintptr(u), uintptr(act), actStride, int64(n), int32(rows), lim, uintptr(w), uintptr(s))
+		return d.l.swigluQ8K(uintptr(g), uintptr(u), uintptr(act), actStride, int64(n), int32(rows), lim, uintptr(w), flags, uintptr(s))
 	})
 }
 

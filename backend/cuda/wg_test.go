@@ -278,7 +278,7 @@ func TestSwiGLUHalf(t *testing.T) {
 // TestSwiGLUQ8K checks SwiGLUQ8K byte for byte against SwiGLURef followed
 // by Quantize to Q8_K, with and without the clamp and the per-row weights,
 // on rows with a tie for the largest magnitude, an all-zero block and
-// magnitudes past the clamp.
+// magnitudes past the clamp; its fast form within one quant step.
 func TestSwiGLUQ8K(t *testing.T) {
 	d := gpu(t)
 	const n, rows = 2048, 7
@@ -297,7 +297,7 @@ func TestSwiGLUQ8K(t *testing.T) {
 			must(t, d.SwiGLURef(0, dg, du, ref, n, rows, lim, w))
 			must(t, d.Quantize(0, quant.Q8_K, ref, n, want, n, rows))
 			must(t, d.MemsetAsync(got, 0x5a, ab*rows, 0))
-			must(t, d.SwiGLUQ8K(0, dg, du, got, ab, n, rows, lim, w))
+			must(t, d.SwiGLUQ8K(0, dg, du, got, ab, n, rows, lim, w, false))
 			a, b := make([]byte, ab*rows), make([]byte, ab*rows)
 			must(t, d.Synchronize())
 			must(t, d.Download(a, want))
@@ -308,10 +308,94 @@ func TestSwiGLUQ8K(t *testing.T) {
 					break
 				}
 			}
+			// fast mode's values: the same scales within float rounding,
+			// each quant the same or one step away
+			must(t, d.SwiGLUQ8K(0, dg, du, got, ab, n, rows, lim, w, true))
+			must(t, d.Synchronize())
+			must(t, d.Download(b, got))
+			nb := n / 256
+			for r := 0; r < rows; r++ {
+				ra, rb := a[int64(r)*ab:int64(r+1)*ab], b[int64(r)*ab:int64(r+1)*ab]
+				for k := 0; k < nb; k++ {
+					da := math.Float32frombits(binary.LittleEndian.Uint32(ra[n+4*k:]))
+					db := math.Float32frombits(binary.LittleEndian.Uint32(rb[n+4*k:]))
+					if math.Abs(float64(da-db)) > 1e-5*math.Abs(float64(da)) {
+						t.Errorf("fast, clamp %g, weights %v: row %d block %d scale %g, exact %g", lim, w != 0, r, k, db, da)
+					}
+				}
+				for i := 0; i < n; i++ {
+					if q := int(int8(ra[i])) - int(int8(rb[i])); q < -1 || q > 1 {
+						t.Fatalf("fast, clamp %g, weights %v: row %d value %d quant %d, exact %d", lim, w != 0, r, i, int8(rb[i]), int8(ra[i]))
+					}
+				}
+			}
 		}
 	}
-	if err := d.SwiGLUQ8K(0, dg, du, got, ab, 200, 1, 0, 0); err == nil {
+	if err := d.SwiGLUQ8K(0, dg, du, got, ab, 200, 1, 0, 0, false); err == nil {
 		t.Errorf("SwiGLUQ8K with 200 values a row: no error")
+	}
+}
+
+// TestMatMulGroupedSwiGLU checks MatMulGroupedSwiGLU (a routed down
+// product that forms its Q8_K activation from the gate and up rows) bit
+// for bit against SwiGLUQ8K then MatMulGrouped, in both modes, with and
+// without the clamp: decode's few selections (k_mv_dec's prologue, the
+// activation buffer left unwritten) with rows that put a CTA's warps in one
+// or two selections and in up to four, with OptMVDec off (the two
+// launches), and a chunk's many selections (the tensor-core call); one id
+// out of range (NaN rows).
+func TestMatMulGroupedSwiGLU(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptMVDec, DefaultMVDec) })
+	const mats = 9
+	for ci, c := range []struct {
+		typ        quant.Type
+		rows, cols int
+	}{{quant.Q2_K, 4096, 2048}, {quant.IQ2_XXS, 4096, 2048}, {quant.Q2_K, 3, 4096}, {quant.IQ2_XXS, 5, 2048}} {
+		_, dw, ab := randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(3700+ci))
+		for _, nsel := range []int{6, 1, 40} {
+			_, idp, grp := groupedIDs(t, d, nsel, mats, uint64(ci), uint64(nsel))
+			g, u := swigluInputs(nsel*c.cols, uint64(3800+ci))
+			dg, du, dwt := upload(t, d, g), upload(t, d, u), upload(t, d, gaussian(nsel, uint64(3900+ci)))
+			ref, act := alloc(t, d, ab*int64(nsel)), alloc(t, d, ab*int64(nsel))
+			ys := int64(c.rows + 3)
+			want, got := alloc(t, d, 4*ys*int64(nsel)), alloc(t, d, 4*ys*int64(nsel))
+			for _, dec := range []int{DefaultMVDec, 0} {
+				must(t, d.SetOption(OptMVDec, dec))
+				for _, exact := range []bool{true, false} {
+					for _, lim := range []float32{0, 7} {
+						name := fmt.Sprintf("%s %dx%d nsel %d mv_dec %d exact %v clamp %g", c.typ, c.rows, c.cols, nsel, dec, exact, lim)
+						must(t, d.SwiGLUQ8K(0, dg, du, ref, ab, c.cols, nsel, lim, dwt, !exact))
+						poison(t, d, want, int(ys)*nsel)
+						poison(t, d, got, int(ys)*nsel)
+						must(t, d.MatMulGrouped(0, dw, idp, nsel, ref, ab, 1, want, ys, grp, exact))
+						must(t, d.MemsetAsync(act, 0x5a, ab*int64(nsel), 0))
+						must(t, d.MatMulGroupedSwiGLU(0, dw, idp, nsel, dg, du, lim, dwt, act, got, ys, grp, exact))
+						a, b := download(t, d, want, int(ys)*nsel), download(t, d, got, int(ys)*nsel)
+						for i := range a {
+							if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+								t.Fatalf("%s: selection %d row %d: got %v, want %v", name, int64(i)/ys, int64(i)%ys, b[i], a[i])
+							}
+						}
+						// the activation is formed in the product's CTAs
+						// exactly where k_mv_dec takes it
+						raw := make([]byte, ab*int64(nsel))
+						must(t, d.Download(raw, act))
+						untouched := true
+						for _, v := range raw {
+							untouched = untouched && v == 0x5a
+						}
+						if fused := dec != 0 && nsel < 32; untouched != fused {
+							t.Errorf("%s: activation buffer untouched %v, want %v", name, untouched, fused)
+						}
+					}
+				}
+			}
+		}
+		d.FreeWeight(dw)
+	}
+	if err := d.MatMulGroupedSwiGLU(0, &Weight{Type: quant.Q8_0, Rows: 8, Cols: 1024, Mats: 1}, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, true); err == nil {
+		t.Errorf("MatMulGroupedSwiGLU of Q8_0 weights (Q8_0 activations): no error")
 	}
 }
 
