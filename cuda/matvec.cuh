@@ -489,6 +489,13 @@ __device__ __forceinline__ int prmt(uint32_t a, uint32_t b, uint32_t s) {
     return (int)d;
 }
 
+// lds32: the 32-bit word at shared-memory address a.
+__device__ __forceinline__ uint32_t lds32(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+
 // Negate the bytes of g (magnitudes below 128) where m is 0xff: ~g + 1 in
 // each such byte; no byte carries into the next.
 __device__ __forceinline__ int apply_signs(uint32_t g, uint32_t m) {
@@ -640,6 +647,12 @@ struct TIQ2_XXS {
     template <bool RED = true>
     static __device__ __forceinline__ float dot_reg(const Unit &u, const Reg &x, int, const uint32_t *tab) {
         constexpr uint32_t POS = 0x002b1908u, NEG = 0x00d5e7f8u; // 8, 25, 43 and their negations
+        // the tables' shared-memory addresses: entry e of the lane's copies
+        // at tb + 128 e (the codebook), tb + 0x8000 + 128 e (the signs);
+        // the codebook's byte g taken by a byte permute and scaled by one
+        // multiply-add, the sign fields masked in place where they sit at
+        // bit 7 (fewer instructions a lookup than the word index 32 e + lane)
+        const uint32_t tb = (uint32_t)__cvta_generic_to_shared(tab);
         int bsum = 0;
 #pragma unroll
         for (int sb = 0; sb < 2; sb++) {
@@ -650,7 +663,9 @@ struct TIQ2_XXS {
             int s = 0;
 #pragma unroll
             for (int g = 0; g < 4; g++) {
-                const uint32_t sel = tab[32 * ((idx >> (8 * g)) & 0xff)] | tab[32 * (256 + ((aux >> (7 * g)) & 127))];
+                const uint32_t ga = (uint32_t)prmt(idx, 0u, 0x4440u + g) * 128u + tb;
+                const uint32_t sf = g == 0 ? (aux & 127u) * 128u : (g == 1 ? aux & 0x3f80u : (aux >> (7 * g - 7)) & 0x3f80u);
+                const uint32_t sel = lds32(ga) | lds32(tb + 0x8000u + sf);
                 s = __dp4a(prmt(POS, NEG, sel), xs[2 * g], s);
                 s = __dp4a(prmt(POS, NEG, sel >> 16), xs[2 * g + 1], s);
             }
