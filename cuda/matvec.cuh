@@ -987,23 +987,6 @@ int launch_one(const MVArgs &a, int n_sel, cudaStream_t st, int pieces = 1) {
 }
 
 // ---------------------------------------------------------------- decode products
-// k_mv_dec: one token's product of n_sel selections (DS4C_OPT_MV_DEC) for
-// the types with a register form of the activation (T::Reg: IQ2_XXS, Q2_K).
-// k_matvec gives each warp a few rows and every unit of every row reads its
-// 64 activation bytes again through L1, lanes 64 bytes apart: four times the
-// weights' own traffic and scattered (v9: L1/TEX 74 % busy, DRAM 14 %). Here
-// each warp takes a contiguous run of rows of one selection (wps warps a
-// selection); a lane holds the activation of its UPL units (ui = lane +
-// 32 j) in registers for the whole run; the run goes P rows at a time, the
-// next P rows' weights loaded while the current ones are computed (the loop
-// unrolled by two, so that the buffers keep their registers); the P rows'
-// dots are straight-line code the compiler interleaves. A row's block terms
-// are added in block order (quant.Dot's, k_matvec's exact path): the result
-// is bit-identical to the CPU in both modes — unless FAST (fast mode,
-// DS4C_OPT_MV_FAST bit 2): each lane's shares of its units' terms added,
-// then the warp's tree sum (a third fewer instructions a row than the
-// block-order sum of broadcast terms). MB: CTAs an SM the registers are
-// capped for.
 // mv_glu_act: a k_mv_dec CTA's activation rows when it forms them
 // (MVArgs.glu_g): those of selections s_lo … s_hi into s_act (act_sel
 // bytes each), a warp a 256-value block: k_swiglu_q8k's operations, so its
@@ -1025,6 +1008,25 @@ __device__ __forceinline__ void mv_glu_act(const MVArgs &a, uint8_t *s_act, int 
     }
 }
 
+// k_mv_dec: one token's product of n_sel selections (DS4C_OPT_MV_DEC) for
+// the types with a register form of the activation (T::Reg: IQ2_XXS, Q2_K).
+// k_matvec gives each warp a few rows and every unit of every row reads its
+// 64 activation bytes again through L1, lanes 64 bytes apart: four times the
+// weights' own traffic and scattered (v9: L1/TEX 74 % busy, DRAM 14 %). Here
+// each warp takes a contiguous run of rows of one selection (wps warps a
+// selection); a lane holds the activation of its UPL units (ui = lane +
+// 32 j) in registers for the whole run; the run goes P rows at a time, the
+// next P rows' weights loaded while the current ones are computed (the loop
+// unrolled by two, so that the buffers keep their registers); the P rows'
+// dots are straight-line code the compiler interleaves. A row's block terms
+// are added in block order (quant.Dot's, k_matvec's exact path): the result
+// is bit-identical to the CPU in both modes — unless FAST (fast mode,
+// DS4C_OPT_MV_FAST bit 2): each lane's shares of its units' terms added,
+// then the warp's tree sum (a third fewer instructions a row than the
+// block-order sum of broadcast terms). MB: CTAs an SM the registers are
+// capped for. With a.glu_g (ds4c_matmul_grouped_swiglu) the CTA forms the
+// activation rows of its warps' selections in shared memory after its
+// wait (mv_glu_act), the warps' first rows' weights already requested.
 template <class T, int UPL, int P, int MB, bool FAST>
 __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run, int wps) {
     extern __shared__ __align__(16) uint32_t s_tab[]; // T::TAB_WORDS (GRID types)
