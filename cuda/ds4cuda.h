@@ -238,8 +238,9 @@ int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64
  * activation rows of SwiGLU(g, u) (n_sel rows of cols floats each at d_g
  * and d_u, cols a multiple of 256; ds4c_swiglu_q8k's values with lim and
  * the selections' weights d_wts, its fast form unless flags has
- * DS4C_MM_EXACT): a routed down product after its gate and up. Where the product runs as one single-token k_mv_dec launch (IQ2_XXS,
- * Q2_K; DS4C_OPT_MV_DEC) its CTAs form the activation rows they read
+ * DS4C_MM_EXACT): a routed down product after its gate and up. Where the
+ * product runs as one single-token k_mv_dec launch (IQ2_XXS, Q2_K;
+ * DS4C_OPT_MV_DEC) its CTAs form the activation rows they read
  * themselves, in shared memory: one launch, d_act unused; otherwise
  * ds4c_swiglu_q8k into d_act (ds4c_act_bytes(DS4C_Q8_K, cols) bytes a row,
  * 16-byte aligned) and ds4c_matmul_grouped. The same bits either way. */

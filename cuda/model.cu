@@ -3238,7 +3238,8 @@ __global__ void k_swiglu_ref(const float *g, const float *u, float *y, int64_t n
 // k_swiglu_q8k: k_swiglu_ref's values quantized straight into Q8_K
 // activation rows (act_stride bytes apart; k_quant_q8_k_w's operations,
 // q8_k_warp): a warp a 256-value block, 8 values a lane; n a multiple of
-// 256, g and u 16-byte aligned. The same bytes as the two kernels.
+// 256, g and u 16-byte aligned. The same bytes as the two kernels; with
+// fast, swiglu_as's fast values (DS4C_SWIGLU_FAST).
 __global__ void __launch_bounds__(256) k_swiglu_q8k(const float *g, const float *u, uint8_t *act, int64_t act_stride,
                                                     int64_t n, int rows, float lim, const float *w, int fast) {
     pdl_enter();
