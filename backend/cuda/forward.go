@@ -1196,6 +1196,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		return fmt.Errorf("cuda: layer %d: gate and up experts of different types", layer)
 	}
 	var act2 Ptr
+	var glu gluRows
 	act2Sel := f4(FF)
 	if half == HalfPerm32 && halfDown != HalfNone && d.GroupedGLUOK(L.gateExps.Type, FF, D, nk) {
 		// gate, up and SwiGLU in one launch, straight to the down
@@ -1207,20 +1208,17 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 			return err
 		}
 		act2Sel = 2 * int64(FF)
-	} else if glu, err := be.gateUp(b, L, half, act, actSel, sel, nk, wts, halfDown, grp, &act2, &act2Sel); err != nil {
+	} else if glu, err = be.gateUp(b, L, half, act, actSel, sel, nk, wts, halfDown, grp, &act2, &act2Sel); err != nil {
 		return err
-	} else if glu.g != 0 {
+	}
+	if glu.g != 0 {
 		// the down product forms its activation from the gate and up
 		// outputs (act2: the activation rows where it cannot)
 		if err := d.MatMulGroupedSwiGLU(s, L.downExps, sel, nk, glu.g, glu.u, L.clamp, wts, act2, ye, int64(D), grp, be.exact()); err != nil {
 			return err
 		}
-		act2 = 0
-	}
-	if act2 != 0 {
-		if err := be.grouped(b, halfDown, L.downExps, sel, nk, act2, act2Sel, 1, ye, int64(D), grp); err != nil {
-			return err
-		}
+	} else if err := be.grouped(b, halfDown, L.downExps, sel, nk, act2, act2Sel, 1, ye, int64(D), grp); err != nil {
+		return err
 	}
 
 	// The routed and shared experts' sum: formed by the HCPost after

@@ -64,6 +64,9 @@ const (
 	mmRoom  int32 = 8
 )
 
+// swigluFast is ds4c_swiglu_q8k's DS4C_SWIGLU_FAST flag.
+const swigluFast int32 = 1
+
 // mmFlags is DS4C_MM_EXACT when exact.
 func mmFlags(exact bool) int32 {
 	if exact {
@@ -548,9 +551,8 @@ const (
 
 // TopK picks, per token t < n, the min(k, R) best scores (ties: lower
 // index) best first (TopKAnyOrder: in any order) into sel[t][…] and the
-// count into nsel[t] (nsel may be
-// 0); R is rFixed, or (pos0+t+1)/ratio when rFixed is 0. flags: TopKAllIfFew,
-// TopKAnyOrder.
+// count into nsel[t] (nsel may be 0); R is rFixed, or (pos0+t+1)/ratio
+// when rFixed is 0. flags: TopKAllIfFew, TopKAnyOrder.
 func (d *Device) TopK(s Stream, scores Ptr, stride int64, rFixed, pos0, ratio, k int, flags int, sel, nsel Ptr, n int) error {
 	return d.l.call("topk", func() int32 {
 		return d.l.topk(uintptr(scores), stride, int64(rFixed), int64(pos0), int32(ratio), int32(k), int32(flags), uintptr(sel), uintptr(nsel), int32(n), uintptr(s))
@@ -702,7 +704,7 @@ func (d *Device) SwiGLURef(s Stream, g, u, y Ptr, n, rows int, lim float32, w Pt
 func (d *Device) SwiGLUQ8K(s Stream, g, u, act Ptr, actStride int64, n, rows int, lim float32, w Ptr, fast bool) error {
 	var flags int32
 	if fast {
-		flags = 1
+		flags = swigluFast
 	}
 	return d.l.call("swiglu_q8k", func() int32 {
 		return d.l.swigluQ8K(uintptr(g), uintptr(u), uintptr(act), actStride, int64(n), int32(rows), lim, uintptr(w), flags, uintptr(s))
