@@ -302,11 +302,8 @@ func TestSwiGLUQ8K(t *testing.T) {
 			must(t, d.Synchronize())
 			must(t, d.Download(a, want))
 			must(t, d.Download(b, got))
-			for i := range a {
-				if a[i] != b[i] {
-					t.Errorf("clamp %g, weights %v: byte %d (row %d) = %#x, want %#x", lim, w != 0, i, int64(i)/ab, b[i], a[i])
-					break
-				}
+			if i := firstByteDiff(a, b); i >= 0 {
+				t.Errorf("clamp %g, weights %v: byte %d (row %d) = %#x, want %#x", lim, w != 0, i, int64(i)/ab, b[i], a[i])
 			}
 			// fast mode's values: the same scales within float rounding,
 			// each quant the same or one step away
@@ -372,10 +369,8 @@ func TestMatMulGroupedSwiGLU(t *testing.T) {
 						must(t, d.MemsetAsync(act, 0x5a, ab*int64(nsel), 0))
 						must(t, d.MatMulGroupedSwiGLU(0, dw, idp, nsel, dg, du, lim, dwt, act, got, ys, grp, exact))
 						a, b := download(t, d, want, int(ys)*nsel), download(t, d, got, int(ys)*nsel)
-						for i := range a {
-							if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-								t.Fatalf("%s: selection %d row %d: got %v, want %v", name, int64(i)/ys, int64(i)%ys, b[i], a[i])
-							}
+						if i, same := firstBitDiff(a, b); !same {
+							t.Fatalf("%s: selection %d row %d: got %v, want %v", name, int64(i)/ys, int64(i)%ys, b[i], a[i])
 						}
 						// the activation is formed in the product's CTAs
 						// exactly where k_mv_dec takes it
