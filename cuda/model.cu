@@ -2685,8 +2685,12 @@ constexpr int DEC_KV = DEC_KC * DEC_HD / 4 / DEC_T;               // float4 key 
 constexpr size_t DEC_SMEM = ((size_t)(DEC_H + DEC_KC) * DEC_LD + DEC_KC * DEC_H + DEC_H) * sizeof(float);
 static_assert(DEC_HPT == 4 && DEC_KC == 32 && DEC_KV * DEC_T * 4 == DEC_KC * DEC_HD, "the thread layout");
 
-__global__ void __launch_bounds__(DEC_T) k_attn_split(AttnArgs a, float *work, int ks, int nsplit) {
-    pdl_enter();
+// attn_split_run is k_attn_split's work after the wait: the split of
+// blockIdx.x over keys [blockIdx.x·ks, +ks) of token blockIdx.y (of
+// gridDim.y) for heads blockIdx.z·DEC_H … +DEC_H, into work (nsplit splits).
+// An empty split (past the token's keys) loads nothing and writes zero sums
+// with the maximum −∞.
+__device__ __forceinline__ void attn_split_run(const AttnArgs &a, float *work, int ks, int nsplit) {
     extern __shared__ __align__(16) float s_dec[];
     float *sq = s_dec, *sk = sq + DEC_H * DEC_LD, *sp = sk + DEC_KC * DEC_LD, *salpha = sp + DEC_KC * DEC_H;
     __shared__ const float *s_krow[DEC_KC];
@@ -2700,10 +2704,12 @@ __global__ void __launch_bounds__(DEC_T) k_attn_split(AttnArgs a, float *work, i
     auto rows = [&](int64_t kc) {
         if (tid < DEC_KC) s_krow[tid] = attn_key(a, t, p, min(kc + tid, ke - 1), nwin);
     };
-    if (kb < ke) rows(kb);
-    for (int i = tid; i < DEC_H * DEC_HD / 4; i += DEC_T) {
-        const int hh = i / (DEC_HD / 4), c = i % (DEC_HD / 4), h = min(h0 + hh, a.H - 1);
-        *(float4 *)&sq[hh * DEC_LD + 4 * c] = __ldg((const float4 *)(a.q + ((int64_t)t * a.H + h) * DEC_HD) + c);
+    if (kb < ke) {
+        rows(kb);
+        for (int i = tid; i < DEC_H * DEC_HD / 4; i += DEC_T) {
+            const int hh = i / (DEC_HD / 4), c = i % (DEC_HD / 4), h = min(h0 + hh, a.H - 1);
+            *(float4 *)&sq[hh * DEC_LD + 4 * c] = __ldg((const float4 *)(a.q + ((int64_t)t * a.H + h) * DEC_HD) + c);
+        }
     }
     // weighted sum: dims 4·dg … +3 of heads DEC_HPT·hg … +DEC_HPT
     const int dg = tid % (DEC_HD / 4), hg = tid / (DEC_HD / 4);
@@ -2772,21 +2778,29 @@ __global__ void __launch_bounds__(DEC_T) k_attn_split(AttnArgs a, float *work, i
     if (lane == 0 && h0 + w < a.H) ml[0] = mrun, ml[1] = lrun;
 }
 
+__global__ void __launch_bounds__(DEC_T) k_attn_split(AttnArgs a, float *work, int ks, int nsplit) {
+    pdl_enter();
+    attn_split_run(a, work, ks, nsplit);
+}
+
 // k_attn_combine: k_attn_po's CTA (AP_D dims × AP_H heads of one token,
 // warp w: head, lane: dim) adds k_attn_split's nsplit partial sums, each
 // scaled by exp(its maximum − the overall one), and divides by the sink's
 // exp(sink − maximum) plus the splits' scaled sums; then attn_out_store.
 // Lane s holds split s's and s + 32's (maximum, sum) pairs and factors, so
 // the sums' loads wait on one round trip and the factors go by shuffles.
+// attn_combine_at is that for one warp: head h (of a.H: past them the warp
+// only joins the shuffles), dims d0 … d0 + 31 (lane: d0 + lane < a.HD) of
+// token t of n. It reads the partial sums at L2 (ld.global.cg), so that
+// k_attn_split_cl's clusters may call it on their other CTAs' sums after a
+// cluster barrier.
 static_assert(DEC_SPLITS <= 64, "two splits a lane");
-__global__ void __launch_bounds__(AP_T) k_attn_combine(AttnArgs a, const float *work, int nsplit) {
-    pdl_enter();
-    const int t = blockIdx.y, n = gridDim.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
-    const int h = blockIdx.z * AP_H + w, d0 = blockIdx.x * AP_D;
+__device__ __forceinline__ void attn_combine_at(const AttnArgs &a, const float *work, int nsplit, int t, int n, int h,
+                                                int d0, int lane) {
     const bool hok = h < a.H;
     const int hc = hok ? h : 0;
     const float2 *ml = (const float2 *)(work + (int64_t)nsplit * n * a.H * a.HD);
-    auto mls = [&](int s) { return ml[((int64_t)s * n + t) * a.H + hc]; };
+    auto mls = [&](int s) { return __ldcg(ml + ((int64_t)s * n + t) * a.H + hc); };
     const float2 z = make_float2(-INFINITY, 0.f);
     const float2 p0 = lane < nsplit ? mls(lane) : z, p1 = lane + 32 < nsplit ? mls(lane + 32) : z;
     const float sink = a.sinks[hc];
@@ -2797,8 +2811,46 @@ __global__ void __launch_bounds__(AP_T) k_attn_combine(AttnArgs a, const float *
     const float *po = work + ((int64_t)t * a.H + hc) * a.HD + d0 + lane;
     const int64_t sstride = (int64_t)n * a.H * a.HD;
 #pragma unroll 8
-    for (int s = 0; s < nsplit; s++) acc = fmaf(po[s * sstride], __shfl_sync(FULL_MASK, s < 32 ? e0 : e1, s & 31), acc);
+    for (int s = 0; s < nsplit; s++)
+        acc = fmaf(__ldcg(po + s * sstride), __shfl_sync(FULL_MASK, s < 32 ? e0 : e1, s & 31), acc);
     attn_out_store(a, t, h, hok, d0, lane, acc / den);
+}
+
+__global__ void __launch_bounds__(AP_T) k_attn_combine(AttnArgs a, const float *work, int nsplit) {
+    pdl_enter();
+    const int w = threadIdx.x >> 5;
+    attn_combine_at(a, work, nsplit, blockIdx.y, gridDim.y, blockIdx.z * AP_H + w, blockIdx.x * AP_D,
+                    threadIdx.x & 31);
+}
+
+// cluster_sync_all: every thread of the cluster's CTAs arrives (releasing
+// its earlier writes, global memory's included, at cluster scope) and waits
+// for all of them (acquiring theirs). Every thread calls it.
+static __device__ __forceinline__ void cluster_sync_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// k_attn_split_cl is k_attn_split with its combine in the same launch
+// (DS4C_OPT_ATTN_CLUSTER): the DEC_CL splits of a (token, head group)
+// form one thread-block cluster; after their partial sums are stored and a
+// cluster barrier, the cluster's 8·DEC_CL warps take the group's (head,
+// 32-dim block) units in turn and do k_attn_combine's operations on them
+// (attn_combine_at, then attn_out_store: the rotation and the Q8_0
+// activation where ds4c_attention fuses them). Runs of keys shorter than
+// DEC_CL splits leave the last splits empty (maximum −∞, zero sums: their
+// factor is 0 and adds nothing), so with the same ks the output has the
+// same bits as the two launches.
+constexpr int DEC_CL = 8, DEC_CL_CHUNKS = 2;
+__global__ void __cluster_dims__(DEC_CL, 1, 1) __launch_bounds__(DEC_T) k_attn_split_cl(AttnArgs a, float *work, int ks) {
+    pdl_enter();
+    attn_split_run(a, work, ks, DEC_CL);
+    cluster_sync_all();
+    constexpr int NW = DEC_T / 32, UH = DEC_HD / 32; // warps a CTA, units a head
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int u = blockIdx.x * NW + w; u < DEC_H * UH; u += DEC_CL * NW)
+        attn_combine_at(a, work, DEC_CL, blockIdx.y, gridDim.y, blockIdx.z * DEC_H + u / UH, (u % UH) * 32, lane);
 }
 
 // ------------------------------------------------------------ fast chunk attention, flash form
@@ -3992,6 +4044,23 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         // fit one wave, of equal runs of keys (the last chunk of a run
         // partial; DS4C_OPT_ATTN_WAVE)
         const int64_t groups = (int64_t)n * nblk(H, DEC_H), slots = (int64_t)dec_fit * ds4c_sm_count();
+        // the splits of a head group as one cluster that combines them in
+        // the same launch (DS4C_OPT_ATTN_CLUSTER): DEC_CL splits of whole
+        // chunks, up to DEC_CL_CHUNKS chunks each, while the clusters' CTAs
+        // fit one wave; the rotation and activation as k_attn_combine's
+        if (ds4c_opt_attn_cluster() && chunks <= (int64_t)DEC_CL * DEC_CL_CHUNKS && groups * DEC_CL <= slots) {
+            static bool cl_smem = false;
+            if (!cl_smem) {
+                DS4C_CHECK(cudaFuncSetAttribute(k_attn_split_cl, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DEC_SMEM));
+                cl_smem = true;
+            }
+            if (fuse) a.rfreqs = d_rfreqs;
+            if (fuseq) a.qact = (uint8_t *)d_qact;
+            const int ksc = (int)((chunks + DEC_CL - 1) / DEC_CL * DEC_KC);
+            ds4c_launch(k_attn_split_cl, dim3(DEC_CL, (unsigned)n, nblk(H, DEC_H)), DEC_T, DEC_SMEM, st, a, d_work, ksc);
+            DS4C_CHECK_LAUNCH("attention (split, cluster)");
+            return unfused();
+        }
         if (ds4c_opt_attn_wave() && (int64_t)nsplit * groups > slots) {
             const int64_t fits = min((int64_t)DEC_SPLITS, max((int64_t)1, slots / groups)); // (fewer than before)
             ks = (int)((max_keys + fits - 1) / fits);

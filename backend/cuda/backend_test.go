@@ -565,11 +565,19 @@ func TestKernelVariants(t *testing.T) {
 		// (these layers' keys stay below 512: value 3 puts every split on
 		// the tensor cores, f16 operands, held as the chunks' flash kernel)
 		tc := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 3))
+		// the split's combine as its own launch (OptAttnCluster 0) instead
+		// of in the clusters' (past 256 keys the clusters' splits are
+		// longer, so not the same bits): held to the same bound
+		sep := agree(exact, optionLogits(t, w, Options{GraphLayers: -1, Fast: true}, OptAttnCluster, 0, DefaultAttnCluster, 1, toks))
 		t.Logf("fast, one pass, against exact: %v", one)
+		t.Logf("fast, split, combine launched apart, against exact: %v", sep)
 		t.Logf("fast, split, against exact: %v", split)
 		t.Logf("fast, split on the tensor cores, against exact: %v", tc)
 		if split.median > 1e-3 || split.top1 < 0.99 {
 			t.Errorf("attn_split: median %g (one pass: %g), top-1 agreement %g: outside median 1e-3, top-1 0.99", split.median, one.median, split.top1)
+		}
+		if sep.median > 1e-3 || sep.top1 < 0.99 {
+			t.Errorf("attn_cluster 0: median %g, top-1 agreement %g: outside median 1e-3, top-1 0.99", sep.median, sep.top1)
 		}
 		if tc.median > 5e-3 || tc.top1 < 0.98 {
 			t.Errorf("attn_split 3: median %g, top-1 agreement %g: outside median 5e-3, top-1 0.98", tc.median, tc.top1)

@@ -319,6 +319,7 @@ const (
 	OptMVDecLate   = 52 // single-token IQ2_XXS / Q2_K products (OptMVDec) launched only when the kernel before them completes, not early beside it, where their CTAs hold every SM's registers while they wait and keep the side stream's shared expert off the GPU: 1 the routed gate/up pair, 2 also the down (default); 0 early; env DS4_CUDA_MV_DEC_LATE; the same bits
 	OptMVFast      = 53 // fast mode's single-token products summed in parallel, not in quant.Dot's order (the same bits run to run), by bits: 1 the pipelined Q8_0 products (columns a multiple of 1024: warps reduce each row's 1024-value segments, the segments added in order), 2 the IQ2_XXS / Q2_K decode products (OptMVDec: each lane's shares, then the warp's tree sum); default 3 (DefaultMVFast); env DS4_CUDA_MV_FAST; 0: the exact terms in both modes
 	OptMVEven      = 54 // 1: fast mode's pipelined Q8_0 products (OptMVFast bit 1) with automatic stages take the tile height (from the largest that fits down to 7/8 of it) that gives the busiest CTA the fewest rows (default; env DS4_CUDA_MV_EVEN); 0: the largest that fits; the same bits
+	OptAttnCluster = 55 // 1: fast single-token attention split over the keys (OptAttnSplit; the fp32 split kernel, up to 512 keys) combined in the same launch by thread-block clusters of 8 splits, one launch fewer on a layer's chain (the same bits as the two launches up to 256 keys; DefaultAttnCluster; env DS4_CUDA_ATTN_CLUSTER); 0: the split kernel, then the combine
 	OptMVPair      = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits
 	OptHadWarp     = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
 )
@@ -359,6 +360,10 @@ const DefaultMVDec = 2
 // (a ratio-4 layer's 640: 12.2 µs against 14.7 for k_attn_split; below,
 // k_attn_split is the faster; cuda/NOTES.md v28).
 const DefaultAttnSplit = 2
+
+// DefaultAttnCluster is the library's default of OptAttnCluster: the fp32
+// split kernel combines its splits in its own launch (cuda/NOTES.md v32).
+const DefaultAttnCluster = 1
 
 // DefaultIXTile is the library's default of OptIXTile: the tiled
 // single-query scores, on the tensor cores in fast mode (cuda/NOTES.md v29).

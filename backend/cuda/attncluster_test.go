@@ -1,0 +1,130 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"ds4go/quant"
+)
+
+// TestAttentionCluster holds fast single tokens' split attention with its
+// combine in the same launch (OptAttnCluster: k_attn_split_cl's clusters of
+// 8 splits) to the split kernel followed by the combine launch
+// (OptAttnCluster 0), on Flash's shape (64 heads of 512, window 128), with
+// the inverse rotation and the Q8_0 activation fused and without:
+//   - up to 256 keys the clusters take the same 32-key chunks and their
+//     empty splits add nothing, so the output and the activation are the
+//     same bits;
+//   - at 440 keys (two chunks a split instead of one) the splits differ, so
+//     within the bound TestAttentionFast holds the split form to;
+//   - at 640 keys the flash kernel takes the split (OptAttnSplit 2), which
+//     the option leaves alone: the same bits.
+//
+// One and two tokens (two: 16 clusters, 128 CTAs).
+func TestAttentionCluster(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() {
+		d.SetOption(OptAttnCluster, DefaultAttnCluster)
+		d.SetOption(OptAttnSplit, DefaultAttnSplit)
+	})
+	must(t, d.SetOption(OptAttnSplit, DefaultAttnSplit))
+	const H, HD, W = 64, 512, 128
+	const rd, roff, qseg = 64, HD - 64, 4096
+	freqs := make([]float32, rd/2)
+	for i := range freqs {
+		freqs[i] = 0.013 * float32(i+1)
+	}
+	freqp := tempUpload(t, d, freqs)
+	defer d.Free(freqp)
+	qrow := d.ActBytes(quant.Q8_0, qseg)
+	for _, c := range []struct {
+		pos0, ratio, K int
+		same           bool    // the same bits expected
+		bound          float64 // else the largest row error allowed
+	}{
+		{700, 128, 0, true, 0},       // 128 + 5 keys
+		{700, 4, 64, true, 0},        // 192 keys
+		{16380, 128, 0, true, 0},     // 128 + 128 keys
+		{40000, 128, 0, false, 1e-4}, // 128 + 312 keys: 2 chunks a split
+		{12000, 4, 512, true, 0},     // 640 keys: the flash kernel
+	} {
+		for _, nt := range []int{1, 2} {
+			nComp := (c.pos0 + nt) / c.ratio
+			q, kv := tempUpload(t, d, gaussian(nt*H*HD, 31)), tempUpload(t, d, gaussian(nt*HD, 32))
+			win := tempUpload(t, d, gaussian(2*W*HD, 33))
+			comp := tempUpload(t, d, gaussian(nComp*HD, 34))
+			sinks := tempUpload(t, d, gaussian(H, 35))
+			K := max(c.K, 1)
+			sel := make([]int32, nt*K)
+			nsel := make([]int32, nt)
+			r := rand.New(rand.NewPCG(36, 36))
+			for tok := range nt {
+				R := (c.pos0 + tok + 1) / 4
+				nsel[tok] = int32(min(c.K, R))
+				for k := range int(nsel[tok]) {
+					sel[tok*K+k] = int32(r.IntN(R))
+				}
+			}
+			selp, nselp := tempAlloc(t, d, int64(4*len(sel))), tempAlloc(t, d, int64(4*nt))
+			must(t, UploadSlice(d, selp, sel))
+			must(t, UploadSlice(d, nselp, nsel))
+			maxKeys := W + c.K
+			if c.ratio == 128 {
+				maxKeys = W + nComp
+			}
+			work := tempAlloc(t, d, int64(4*AttentionWork(nt, H, HD, maxKeys)))
+			run := func(cluster int, fused bool) (out []float32, act []byte) {
+				must(t, d.SetOption(OptAttnCluster, cluster))
+				o := tempAlloc(t, d, int64(4*nt*H*HD))
+				poison(t, d, o, nt*H*HD)
+				poison(t, d, work, AttentionWork(nt, H, HD, maxKeys))
+				a := &AttentionArgs{Q: q, KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: c.ratio, Sel: selp, NSel: nselp,
+					K: K, Sinks: sinks, Out: o, Pos0: c.pos0, N: nt, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys,
+					Work: work, Fast: true}
+				rows := nt * H * HD / qseg
+				var qa Ptr
+				if fused {
+					qa = tempAlloc(t, d, int64(rows)*qrow)
+					a.RopeFreqs, a.RopeDim, a.RopeOff, a.QAct, a.QSeg = freqp, rd, roff, qa, qseg
+				}
+				must(t, d.Attention(0, a))
+				out = download(t, d, o, nt*H*HD)
+				d.Free(o)
+				if fused {
+					act = make([]byte, int64(rows)*qrow)
+					must(t, DownloadSlice(d, act, qa))
+					d.Free(qa)
+				}
+				return out, act
+			}
+			for _, fused := range []bool{false, true} {
+				label := fmt.Sprintf("pos0 %d, ratio %d, %d keys, %d tokens, fused %v", c.pos0, c.ratio, maxKeys, nt, fused)
+				ref, refAct := run(0, fused)
+				got, gotAct := run(DefaultAttnCluster, fused)
+				if c.same {
+					if i, ok := firstBitDiff(ref, got); !ok {
+						t.Fatalf("%s: output value %d (head %d): %v, the two launches %v", label, i, i/HD, got[i], ref[i])
+					}
+					if i := firstByteDiff(refAct, gotAct); i >= 0 {
+						t.Fatalf("%s: activation byte %d differs", label, i)
+					}
+					continue
+				}
+				worst := 0.0
+				for row := 0; row < nt*H; row++ {
+					e := rowErr(ref[row*HD:(row+1)*HD], got[row*HD:(row+1)*HD])
+					if !(e <= c.bound) {
+						t.Fatalf("%s: token %d head %d: error %g of the row's largest magnitude (bound %g)", label, row/H, row%H, e, c.bound)
+					}
+					worst = max(worst, e)
+				}
+				t.Logf("%s: largest row error against the two launches %.3g", label, worst)
+			}
+			d.Free(work)
+			for _, p := range []Ptr{q, kv, win, comp, sinks, selp, nselp} {
+				d.Free(p)
+			}
+		}
+	}
+}
