@@ -37,7 +37,6 @@ func TestAttentionCluster(t *testing.T) {
 	}
 	freqp := tempUpload(t, d, freqs)
 	defer d.Free(freqp)
-	qrow := d.ActBytes(quant.Q8_0, qseg)
 	for _, c := range []struct {
 		pos0, ratio, K int
 		same           bool    // the same bits expected
@@ -76,27 +75,11 @@ func TestAttentionCluster(t *testing.T) {
 			work := tempAlloc(t, d, int64(4*AttentionWork(nt, H, HD, maxKeys)))
 			run := func(cluster int, fused bool) (out []float32, act []byte) {
 				must(t, d.SetOption(OptAttnCluster, cluster))
-				o := tempAlloc(t, d, int64(4*nt*H*HD))
-				poison(t, d, o, nt*H*HD)
 				poison(t, d, work, AttentionWork(nt, H, HD, maxKeys))
 				a := &AttentionArgs{Q: q, KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: c.ratio, Sel: selp, NSel: nselp,
-					K: K, Sinks: sinks, Out: o, Pos0: c.pos0, N: nt, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys,
+					K: K, Sinks: sinks, Pos0: c.pos0, N: nt, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys,
 					Work: work, Fast: true}
-				rows := nt * H * HD / qseg
-				var qa Ptr
-				if fused {
-					qa = tempAlloc(t, d, int64(rows)*qrow)
-					a.RopeFreqs, a.RopeDim, a.RopeOff, a.QAct, a.QSeg = freqp, rd, roff, qa, qseg
-				}
-				must(t, d.Attention(0, a))
-				out = download(t, d, o, nt*H*HD)
-				d.Free(o)
-				if fused {
-					act = make([]byte, int64(rows)*qrow)
-					must(t, DownloadSlice(d, act, qa))
-					d.Free(qa)
-				}
-				return out, act
+				return attentionOut(t, d, a, fused, freqp, rd, roff, qseg)
 			}
 			for _, fused := range []bool{false, true} {
 				label := fmt.Sprintf("pos0 %d, ratio %d, %d keys, %d tokens, fused %v", c.pos0, c.ratio, maxKeys, nt, fused)
@@ -127,4 +110,32 @@ func TestAttentionCluster(t *testing.T) {
 			}
 		}
 	}
+}
+
+// attentionOut runs a into a fresh output (poisoned first) and, fused,
+// with the inverse rotation of dims roff … roff+rd (freqs) and the Q8_0
+// activation in rows of qseg values: it returns the output and the
+// activation's bytes (nil unfused).
+func attentionOut(t *testing.T, d *Device, a *AttentionArgs, fused bool, freqs Ptr, rd, roff, qseg int) ([]float32, []byte) {
+	t.Helper()
+	n := a.N * a.H * a.HD
+	o := tempAlloc(t, d, int64(4*n))
+	defer d.Free(o)
+	poison(t, d, o, n)
+	a.Out = o
+	rows, qrow := n/qseg, d.ActBytes(quant.Q8_0, qseg)
+	var qa Ptr
+	if fused {
+		qa = tempAlloc(t, d, int64(rows)*qrow)
+		defer d.Free(qa)
+		a.RopeFreqs, a.RopeDim, a.RopeOff, a.QAct, a.QSeg = freqs, rd, roff, qa, qseg
+	}
+	must(t, d.Attention(0, a))
+	out := download(t, d, o, n)
+	var act []byte
+	if fused {
+		act = make([]byte, int64(rows)*qrow)
+		must(t, DownloadSlice(d, act, qa))
+	}
+	return out, act
 }
