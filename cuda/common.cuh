@@ -62,6 +62,7 @@ int ds4c_opt_mv_pair(void);
 int ds4c_opt_ix_query(void);
 int ds4c_opt_attn_wave(void);
 int ds4c_opt_attn_cluster(void);
+int ds4c_opt_comp_emit(void);
 int ds4c_opt_hc_hoist(void);
 int ds4c_opt_mv_dec_late(void);
 int ds4c_opt_mv_fast(void);

@@ -59,6 +59,7 @@ static int g_opt_attn_half = 2; // fast chunks: queries normalised and rotated i
 static int g_opt_mv_pre = 7; // pipelined products: tiles requested before the wait (matvec.cuh k_mv_pipe; capped at stages − 1)
 static int g_opt_mv_pair = 1; // ds4c_matmul_grouped_pair: one selection's Q8_0/Q4_K pair in one k_matvec grid
 static int g_opt_attn_cluster = 1; // fast split attention combined in its launch by clusters (model.cu, k_attn_split_cl)
+static int g_opt_comp_emit = 1;    // a decode step's compressed row in one launch (model.cu, k_comp_emit)
 static int g_opt_attn_wave = 1; // fast split attention: splits that fit one wave of CTAs (model.cu, k_attn_split's launch)
 static int g_opt_mv_dec_late = 2; // k_mv_dec launched without the early launch: 1 the routed gate/up pair, 2 also the down (matvec.cuh launch_dec_as; cuda/NOTES.md v26)
 static int g_opt_mv_even = 1; // pipelined products: the tile height that evens the CTAs' rows (matvec.cuh launch_pipe)
@@ -141,6 +142,7 @@ int ds4c_opt_mv_pair(void) { return g_opt_mv_pair; }
 int ds4c_opt_ix_query(void) { return g_opt_ix_query; }
 int ds4c_opt_attn_wave(void) { return g_opt_attn_wave; }
 int ds4c_opt_attn_cluster(void) { return g_opt_attn_cluster; }
+int ds4c_opt_comp_emit(void) { return g_opt_comp_emit; }
 int ds4c_opt_hc_hoist(void) { return g_opt_hc_hoist; }
 int ds4c_opt_mv_dec_late(void) { return g_opt_mv_dec_late; }
 int ds4c_opt_mv_fast(void) { return g_opt_mv_fast; }
@@ -495,6 +497,7 @@ static const struct {
     {DS4C_OPT_MV_FAST, "mv_fast", &g_opt_mv_fast, 0, 3},
     {DS4C_OPT_MV_EVEN, "mv_even", &g_opt_mv_even, 0, 1},
     {DS4C_OPT_ATTN_CLUSTER, "attn_cluster", &g_opt_attn_cluster, 0, 1},
+    {DS4C_OPT_COMP_EMIT, "comp_emit", &g_opt_comp_emit, 0, 1},
 };
 
 // env_option sets option key from the environment variable name when it

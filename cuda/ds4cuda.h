@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 35
+#define DS4C_ABI_VERSION 36
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -454,6 +454,21 @@ int ds4c_ring_write2(float *d_ring_a, float *d_ring_b, int64_t cap, int64_t widt
 int ds4c_comp_pool(const float *d_kv, const float *d_sc, const float *d_kv_ring,
                    const float *d_sc_ring, int64_t cap, int64_t cw, int64_t pos0, int r, int coff,
                    int64_t w, int64_t i0, int nrows, float *d_rows, void *stream);
+/* ds4c_comp_emit: a compressor's step after its entries' APE bias: the
+ * rows i0 … i0+nrows−1 that complete (nrows may be 0) pooled as
+ * ds4c_comp_pool (into d_rows, w floats apart), RMS-normalised with d_norm
+ * (ds4c_rmsnorm_ref), their last rd values rotated at position i·r
+ * (ds4c_rope), then post 1: the first fp8_n values through FP8
+ * (ds4c_fp8_sim), post 2: ds4c_hadamard_fp4 of the w values with
+ * had_scale, post 0: nothing; then the chunk's n entries (d_kv, d_sc: cw =
+ * coff·w floats apart) written into the frontier rings (ds4c_ring_write).
+ * With DS4C_OPT_COMP_EMIT one row, equal capacities, w ≤ 1024 and (post 2)
+ * w = 128 take one launch (k_comp_emit); else those entry points' kernels.
+ * The same bits either way. */
+int ds4c_comp_emit(const float *d_kv, const float *d_sc, float *d_kv_ring, float *d_sc_ring, int64_t kv_cap,
+                   int64_t sc_cap, int64_t cw, int64_t pos0, int n, int r, int coff, int64_t w, int64_t i0, int nrows,
+                   float *d_rows, const float *d_norm, float eps, const float *d_freqs, int rd, int post, int fp8_n,
+                   float had_scale, void *stream);
 /* flags of ds4c_index_scores and ds4c_attention: DS4C_FAST lets them take
  * the fast-mode kernels — for chunks (8 or more tokens) dots and weighted
  * sums on the tensor cores (TF32 mma, each operand split into two TF32
@@ -604,6 +619,7 @@ enum {
     DS4C_OPT_MV_FAST = 53, /* fast mode's single-token products summed in parallel, not in quant.Dot's block order (the same bits run to run), by bits: 1 the pipelined Q8_0 products (columns a multiple of 1024, bulk copies) as k_mv_pipe_q8f, k_mv_pipe's staging with the dp4a sums of a row's 1024-value segments reduced by warps and the segments added in order; 2 k_mv_dec (IQ2_XXS, Q2_K) adds each lane's shares of its units' terms, then the warp's tree sum; default 3; env DS4_CUDA_MV_FAST; 0: the exact terms in both modes */
     DS4C_OPT_MV_EVEN = 54, /* 1: fast mode's pipelined Q8_0 products (DS4C_OPT_MV_FAST bit 1) with automatic stages take the tile height, among the largest that fits and down to 7/8 of it, that gives the CTA with the most tiles the fewest rows (default; env DS4_CUDA_MV_EVEN); 0: the largest that fits; the same bits */
     DS4C_OPT_ATTN_CLUSTER = 55, /* 1: fast single-token attention split over the keys by k_attn_split (DS4C_OPT_ATTN_SPLIT; up to 512 keys) combined in the same launch: the splits of a head group form one thread-block cluster of 8 CTAs (splits of whole 32-key chunks, the last ones empty where the keys are fewer) that, after a cluster barrier, does k_attn_combine's operations itself (one launch fewer on a layer's chain; the same bits as the two launches up to 256 keys; default; env DS4_CUDA_ATTN_CLUSTER); 0: k_attn_split, then k_attn_combine */
+    DS4C_OPT_COMP_EMIT = 56, /* 1: a decode step's compressed row (ds4c_comp_emit: one row, equal ring capacities) pooled, normalised, rotated, post-processed and stored, and the step's entries written into the rings, in one launch (k_comp_emit; the same bits; default; env DS4_CUDA_COMP_EMIT); 0: ds4c_comp_pool, ds4c_rmsnorm_ref, ds4c_rope, the post-processing and the ring writes apart */
     DS4C_OPT_MV_PAIR = 48, /* ds4c_matmul_grouped_pair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both tensors in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits */
     DS4C_OPT_HAD_WARP = 42, /* 1: Walsh-Hadamard transforms of rows of 32 … 512 values a warp a row in registers (k_hadamard_w; with the FP4 simulation after it in the same kernel for ds4c_hadamard_fp4; the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory (k_hadamard), k_fp4_sim apart */
 };

@@ -1208,6 +1208,134 @@ __global__ void k_comp_pool(Entries e, int r, int coff, int64_t w, int64_t i0, i
     rows[(i - i0) * w + c] = acc;
 }
 
+// k_comp_emit: one compressed row of a decode step in one launch
+// (ds4c_comp_emit, DS4C_OPT_COMP_EMIT), a CTA of CE_THREADS: k_comp_pool's
+// pooling of row i, k_rmsnorm_ref's normalisation (its sum of squares
+// taken by the first 256 threads in its order: the same bits), k_rope's
+// rotation of the last rd values at position i·r, the post-processing
+// (post 1: fp8_block of the first fp8_n values, k_fp8_sim's; post 2:
+// had_regs<4, true> of the row's 128 values by warp 0, k_hadamard_w's with
+// the FP4 simulation), the row stored at out, and then (kv_ring set) the
+// chunk's n entries copied into the frontier rings as k_ring_write does —
+// after every read of the rings. The pooling is a chain of dependent
+// latencies (k_comp_pool: ≈ 8.4 µs for one row alone, one thread a channel
+// going three times over its entries, each address with a 64-bit modulo),
+// so here, when a row has at most CE_NE entries (ratio 4), CE_NE lanes take
+// a channel, lane k entry k: one load of its score and value, the maximum
+// by shuffles (any order gives the same exponentials: x − (±0) is x), one
+// exponential and one division a lane, and the sums, which k_comp_pool adds
+// in entry order, added in that order from shuffles. More entries (ratio
+// 128): a thread a channel, k_comp_pool's loops. The entries' addresses
+// are computed once a CTA.
+constexpr int CE_THREADS = 1024, CE_MAXW = 1024, CE_NE = 8, CE_MAXE = 256, CE_NORM = 256;
+__global__ void __launch_bounds__(CE_THREADS) k_comp_emit(Entries e, int r, int coff, int w, int64_t i, float *out,
+                                                          const float *nw, float eps, const float *freqs, int rd,
+                                                          int post, int fp8_n, float had_scale, float *kv_ring,
+                                                          float *sc_ring, int n) {
+    pdl_enter();
+    __shared__ float s_row[CE_MAXW];
+    __shared__ const float *s_kvp[CE_MAXE], *s_scp[CE_MAXE];
+    const int tid = threadIdx.x;
+    const int64_t first = i * r;
+    const bool prev = coff == 2 && i > 0;
+    const int ne = prev ? 2 * r : r; // entries q0 … q0 + ne − 1
+    const int64_t q0 = prev ? first - r : first;
+    for (int k = tid; k < ne; k += CE_THREADS) {
+        const int64_t q = q0 + k;
+        s_kvp[k] = e.kvp(q);
+        s_scp[k] = e.scp(q);
+    }
+    __syncthreads();
+    // entry k's channel: c for the block before (prev, k < r), else f
+    const int lo = prev ? r : 0, fo = coff == 2 ? w : 0;
+    if (ne <= CE_NE) {
+        constexpr int CPP = CE_THREADS / CE_NE; // channels a pass
+        const int k = tid % CE_NE, base = (tid & 31) - k;
+        const bool live = k < ne;
+#pragma unroll 2
+        for (int c0 = 0; c0 < w; c0 += CPP) {
+            const int c = c0 + tid / CE_NE; // (w % CPP == 0: whole warps)
+            const int col = k < lo ? c : fo + c;
+            const float sv = live ? s_scp[k][col] : 0.f, kv = live ? s_kvp[k][col] : 0.f;
+            float mx = live ? sv : -INFINITY;
+#pragma unroll
+            for (int o = 1; o < CE_NE; o <<= 1) {
+                const float y = __shfl_xor_sync(FULL_MASK, mx, o);
+                mx = y > mx ? y : mx;
+            }
+            const float ex = live ? exp_ref(fsub(sv, mx)) : 0.f;
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < CE_NE; j++) {
+                const float y = __shfl_sync(FULL_MASK, ex, base + j);
+                if (j < ne) sum = fadd(sum, y);
+            }
+            const float term = live ? fmul(kv, __fdiv_rn(ex, sum)) : 0.f;
+            float acc = 0.f;
+#pragma unroll
+            for (int j = 0; j < CE_NE; j++) {
+                const float y = __shfl_sync(FULL_MASK, term, base + j);
+                if (j < ne) acc = fadd(acc, y);
+            }
+            if (k == 0) s_row[c] = acc;
+        }
+    } else {
+        for (int c = tid; c < w; c += CE_THREADS) {
+            const int f = fo + c;
+            auto col = [&](int k) { return k < lo ? c : f; };
+            float mx = 0.f;
+            for (int k = 0; k < ne; k++) {
+                const float v = s_scp[k][col(k)];
+                if (k == 0 || v > mx) mx = v;
+            }
+            float sum = 0.f;
+            for (int k = 0; k < ne; k++) sum = fadd(sum, exp_ref(fsub(s_scp[k][col(k)], mx)));
+            float acc = 0.f;
+            for (int k = 0; k < ne; k++)
+                acc = fadd(acc, fmul(s_kvp[k][col(k)], __fdiv_rn(exp_ref(fsub(s_scp[k][col(k)], mx)), sum)));
+            s_row[c] = acc;
+        }
+    }
+    __syncthreads(); // the row is pooled; every read of the rings is done
+    // k_rmsnorm_ref's sum of squares: its 256 threads' strided sums, then
+    // block_sum_d (the other warps add zeros after the first eight)
+    double ss = 0;
+    if (tid < CE_NORM)
+        for (int c = tid; c < w; c += CE_NORM) ss += (double)s_row[c] * (double)s_row[c];
+    ss = block_sum_d(ss);
+    const float rs = rms_from_sumsq(ss, w, eps);
+    for (int c = tid; c < w; c += CE_THREADS) {
+        const float v = fmul(s_row[c], rs);
+        s_row[c] = nw ? fmul(nw[c], v) : v;
+    }
+    __syncthreads();
+    const float fp = (float)first;
+    for (int p = tid; p < rd / 2; p += CE_THREADS) rope_pair(s_row + (w - rd) + 2 * p, fp, freqs[p], 0);
+    __syncthreads();
+    const int warp = tid >> 5, lane = tid & 31;
+    if (post == 1) {
+        for (int b = warp; b < fp8_n / 64; b += CE_THREADS / 32) fp8_block(s_row + 64 * b, lane);
+    } else if (post == 2 && warp == 0) {
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = s_row[4 * lane + k];
+        had_regs<4, true>(v, lane, had_scale);
+#pragma unroll
+        for (int k = 0; k < 4; k++) s_row[4 * lane + k] = v[k];
+    }
+    __syncthreads();
+    for (int c = tid; c < w; c += CE_THREADS) out[c] = s_row[c];
+    if (kv_ring) { // (k_ring_write's copy of both rings)
+        const int64_t cap = e.cap, cw = e.cw, pos0 = e.pos0;
+        const int64_t f0 = n > cap ? n - cap : 0;
+        for (int64_t x = tid; x < (n - f0) * cw; x += CE_THREADS) {
+            const int64_t t = f0 + x / cw, c = x % cw, slot = ((pos0 + t) % cap) * cw + c;
+            kv_ring[slot] = e.kv[t * cw + c];
+            sc_ring[slot] = e.sc[t * cw + c];
+        }
+    }
+}
+
 // ------------------------------------------------------------ indexer scores
 // scores[t][i] = Σ_h relu(q_t,h · k_i)·w_t,h for i < (pos0+t+1)/ratio, the
 // dots in dot_ref's order and the heads added in order. One CTA per (token,
@@ -3817,6 +3945,41 @@ int ds4c_comp_pool(const float *d_kv, const float *d_sc, const float *d_kv_ring,
     ds4c_launch(k_comp_pool, nblk(w * nrows, 128), 128, 0, as_stream(stream), e, r, coff, w, i0, nrows, d_rows);
     DS4C_CHECK_LAUNCH("comp_pool");
     return 0;
+}
+
+int ds4c_comp_emit(const float *d_kv, const float *d_sc, float *d_kv_ring, float *d_sc_ring, int64_t kv_cap,
+                   int64_t sc_cap, int64_t cw, int64_t pos0, int n, int r, int coff, int64_t w, int64_t i0, int nrows,
+                   float *d_rows, const float *d_norm, float eps, const float *d_freqs, int rd, int post, int fp8_n,
+                   float had_scale, void *stream) {
+    DS4C_READY();
+    if (n <= 0) return 0;
+    if (r <= 0 || (coff != 1 && coff != 2) || w <= 0 || cw != coff * w || rd < 0 || rd > w || rd % 2 || post < 0 ||
+        post > 2 || (post == 1 && (fp8_n < 0 || fp8_n > w || fp8_n % 64)) || (post == 2 && w % 32))
+        return ds4c_err(DS4C_EINVAL, "comp_emit: ratio %d, coff %d, width %lld of %lld, rope %d, post %d (%d)", r, coff,
+                        (long long)w, (long long)cw, rd, post, fp8_n);
+    const int64_t ne = (coff == 2 && i0 > 0 ? 2 : 1) * (int64_t)r;
+    if (ds4c_opt_comp_emit() && nrows == 1 && kv_cap == sc_cap && w <= CE_MAXW && ne <= CE_MAXE &&
+        (ne > CE_NE || w % (CE_THREADS / CE_NE) == 0) && (post != 2 || w == 128)) {
+        Entries e{d_kv, d_sc, d_kv_ring, d_sc_ring, kv_cap, cw, pos0};
+        ds4c_launch(k_comp_emit, 1, CE_THREADS, 0, as_stream(stream), e, r, coff, (int)w, i0, d_rows, d_norm, eps,
+                    d_freqs, rd, post, fp8_n, had_scale, d_kv_ring, d_sc_ring, n);
+        DS4C_CHECK_LAUNCH("comp_emit");
+        return 0;
+    }
+    int rc = 0;
+    if (nrows > 0) {
+        rc = ds4c_comp_pool(d_kv, d_sc, d_kv_ring, d_sc_ring, kv_cap, cw, pos0, r, coff, w, i0, nrows, d_rows, stream);
+        if (rc == 0) rc = ds4c_rmsnorm_ref(d_rows, w, d_norm, d_rows, w, w, nrows, eps, stream);
+        if (rc == 0) rc = ds4c_rope(d_rows, w, 1, w, w - rd, d_freqs, rd, i0 * r, r, nrows, 0, stream);
+        if (rc == 0 && post == 1 && fp8_n > 0) rc = ds4c_fp8_sim(d_rows, w, nrows, fp8_n, stream);
+        if (rc == 0 && post == 2) rc = ds4c_hadamard_fp4(d_rows, w, nrows, (int)w, had_scale, stream);
+        if (rc) return rc;
+    }
+    if (kv_cap != sc_cap) {
+        rc = ds4c_ring_write(d_kv_ring, kv_cap, cw, d_kv, cw, pos0, n, stream);
+        return rc ? rc : ds4c_ring_write(d_sc_ring, sc_cap, cw, d_sc, cw, pos0, n, stream);
+    }
+    return ds4c_ring_write2(d_kv_ring, d_sc_ring, kv_cap, cw, d_kv, d_sc, cw, pos0, n, stream);
 }
 
 int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, int IH, int IHD, int64_t pos0,

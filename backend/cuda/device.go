@@ -320,6 +320,7 @@ const (
 	OptMVFast      = 53 // fast mode's single-token products summed in parallel, not in quant.Dot's order (the same bits run to run), by bits: 1 the pipelined Q8_0 products (columns a multiple of 1024: warps reduce each row's 1024-value segments, the segments added in order), 2 the IQ2_XXS / Q2_K decode products (OptMVDec: each lane's shares, then the warp's tree sum); default 3 (DefaultMVFast); env DS4_CUDA_MV_FAST; 0: the exact terms in both modes
 	OptMVEven      = 54 // 1: fast mode's pipelined Q8_0 products (OptMVFast bit 1) with automatic stages take the tile height (from the largest that fits down to 7/8 of it) that gives the busiest CTA the fewest rows (default; env DS4_CUDA_MV_EVEN); 0: the largest that fits; the same bits
 	OptAttnCluster = 55 // 1: fast single-token attention split over the keys (OptAttnSplit; the fp32 split kernel, up to 512 keys) combined in the same launch by thread-block clusters of 8 splits, one launch fewer on a layer's chain (the same bits as the two launches up to 256 keys; DefaultAttnCluster; env DS4_CUDA_ATTN_CLUSTER); 0: the split kernel, then the combine
+	OptCompEmit    = 56 // 1: a decode step's compressed row (CompEmit: one row, equal ring capacities) pooled, normalised, rotated, post-processed and stored, and the step's entries written into the rings, in one launch (the same bits; DefaultCompEmit; env DS4_CUDA_COMP_EMIT); 0: the pooling, RMSNorm, rotation, post-processing and ring writes as their own kernels
 	OptMVPair      = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits
 	OptHadWarp     = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
 )
@@ -364,6 +365,10 @@ const DefaultAttnSplit = 2
 // DefaultAttnCluster is the library's default of OptAttnCluster: the fp32
 // split kernel combines its splits in its own launch (cuda/NOTES.md v32).
 const DefaultAttnCluster = 1
+
+// DefaultCompEmit is the library's default of OptCompEmit: a decode step's
+// compressed row in one launch (cuda/NOTES.md v33).
+const DefaultCompEmit = 1
 
 // DefaultIXTile is the library's default of OptIXTile: the tiled
 // single-query scores, on the tensor cores in fast mode (cuda/NOTES.md v29).

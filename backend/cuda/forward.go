@@ -717,7 +717,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		}
 		if L.comp != nil {
 			if err := be.compress(b, b.side, st, L, L.comp, ckv, csc, tabs[engine.PartCompKV], tabs[engine.PartCompScore], tabs[engine.PartComp],
-				func(rows Ptr, nrows int) error { return d.FP8Sim(b.side, rows, int64(HD), nrows, nope) }); err != nil {
+				CompPostFP8, nope, 0); err != nil {
 				return err
 			}
 		}
@@ -930,61 +930,49 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 // compress adds the chunk's entries (kv, sc: n rows of coff·width values,
 // sc without the ape bias) to a compressor and emits every row whose block
 // completes: pooled, RMS-normed, rotated at the block's first position and
-// post-processed.
+// post-processed (post, fp8n, hadScale: CompEmitArgs'), in one launch
+// where a decode step completes one row (CompEmit).
 func (be *Backend) compress(b *batch, s Stream, st *state, L *dlayer, cp *dcomp, kv, sc Ptr, kvT, scT, rows *dtable,
-	post func(rows Ptr, nrows int) error) error {
+	post CompPost, fp8n int, hadScale float32) error {
 	c := &be.cfg
 	d := be.dev
 	r, cw, w := cp.ratio, cp.coff*cp.width, cp.width
-	rd := c.RopeDim
 	if err := d.AddAPE(s, sc, cp.ape, cw, r, b.pos, b.n); err != nil {
 		return err
 	}
 	i0, i1 := b.rowsDone(r)
 	b.mark(i1 > i0)
-	if i1 > i0 {
-		if !rows.ring && i1 > rows.alloc {
-			// Growing the table synchronises the device.
-			if err := b.flush(); err != nil {
+	if i1 == i0 { // only the rings
+		if kvT.cap != scT.cap {
+			if err := d.RingWrite(s, kvT.p, kvT.cap, cw, kv, int64(cw), b.pos, b.n); err != nil {
 				return err
 			}
+			return d.RingWrite(s, scT.p, scT.cap, cw, sc, int64(cw), b.pos, b.n)
 		}
-		if err := st.ensureRows(rows, i1); err != nil {
-			return err
-		}
-		out := rows.entry(i0)
-		if err := d.CompPool(s, &CompPoolArgs{
-			KV: kv, SC: sc, KVRing: kvT.p, SCRing: scT.p, Cap: kvT.cap, CW: cw, Pos0: b.pos,
-			R: r, Coff: cp.coff, W: w, I0: i0, NRows: i1 - i0, Rows: out,
-		}); err != nil {
-			return err
-		}
-		nr := i1 - i0
-		if err := d.RMSNormRef(s, out, int64(w), cp.norm, out, int64(w), w, nr, c.NormEps); err != nil {
-			return err
-		}
-		if err := d.Rope(s, out, int64(w), 1, int64(w), int64(w-rd), L.freqs, rd, int64(i0*r), int64(r), nr, false); err != nil {
-			return err
-		}
-		if err := post(out, nr); err != nil {
+		return d.RingWrite2(s, kvT.p, scT.p, kvT.cap, cw, kv, sc, int64(cw), b.pos, b.n)
+	}
+	if !rows.ring && i1 > rows.alloc {
+		// Growing the table synchronises the device.
+		if err := b.flush(); err != nil {
 			return err
 		}
 	}
-	if kvT.cap != scT.cap {
-		if err := d.RingWrite(s, kvT.p, kvT.cap, cw, kv, int64(cw), b.pos, b.n); err != nil {
-			return err
-		}
-		return d.RingWrite(s, scT.p, scT.cap, cw, sc, int64(cw), b.pos, b.n)
+	if err := st.ensureRows(rows, i1); err != nil {
+		return err
 	}
-	return d.RingWrite2(s, kvT.p, scT.p, kvT.cap, cw, kv, sc, int64(cw), b.pos, b.n)
+	return d.CompEmit(s, &CompEmitArgs{
+		KV: kv, SC: sc, KVRing: kvT.p, SCRing: scT.p, KVCap: kvT.cap, SCCap: scT.cap, CW: cw, Pos0: b.pos, N: b.n,
+		R: r, Coff: cp.coff, W: w, I0: i0, NRows: i1 - i0, Rows: rows.entry(i0), Norm: cp.norm, Eps: c.NormEps,
+		Freqs: L.freqs, RD: c.RopeDim, Post: post, FP8N: fp8n, HadScale: hadScale,
+	})
 }
 
 // indexRows runs the indexer's compressor of a ratio-4 layer on stream s
 // (its completed rows Hadamard-rotated and FP4-rounded).
 func (be *Backend) indexRows(b *batch, s Stream, st *state, L *dlayer, tabs []*dtable, ikv, isc Ptr) error {
-	d, ix, IHD := be.dev, L.idx, be.cfg.IndexerHeadDim
+	ix := L.idx
 	return be.compress(b, s, st, L, &ix.comp, ikv, isc, tabs[engine.PartIndexKV], tabs[engine.PartIndexScore], tabs[engine.PartIndex],
-		func(p Ptr, nrows int) error { return d.HadamardFP4(s, p, int64(IHD), nrows, IHD, ix.hadScale) })
+		CompPostHadamardFP4, 0, ix.hadScale)
 }
 
 // index picks the compressed rows of a ratio-4 layer each token attends

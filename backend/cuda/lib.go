@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 35
+const abiVersion = 36
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -114,6 +114,7 @@ type lib struct {
 	ringWrite    func(ring uintptr, cap, width int64, src uintptr, srcStride, pos0 int64, n int32, s uintptr) int32
 	ringWrite2   func(ringA, ringB uintptr, cap, width int64, srcA, srcB uintptr, srcStride, pos0 int64, n int32, s uintptr) int32
 	compPool     func(kv, sc, kvRing, scRing uintptr, cap, cw, pos0 int64, r, coff int32, w, i0 int64, nrows int32, rows uintptr, s uintptr) int32
+	compEmit     func(kv, sc, kvRing, scRing uintptr, kvCap, scCap, cw, pos0 int64, n, r, coff int32, w, i0 int64, nrows int32, rows, norm uintptr, eps float32, freqs uintptr, rd, post, fp8n int32, hadScale float32, s uintptr) int32
 	indexScores  func(q, w, rows uintptr, ih, ihd int32, pos0 int64, ratio, n int32, scores uintptr, scStride int64, flags int32, s uintptr) int32
 	topk         func(scores uintptr, stride, rFixed, pos0 int64, ratio, k, allIfFew int32, sel, nsel uintptr, n int32, s uintptr) int32
 	attnWork     func(n, h, hd int32, maxKeys int64, flags int32) int64
@@ -285,6 +286,7 @@ func load() (*lib, error) {
 		{&l.ringWrite, "ds4c_ring_write"},
 		{&l.ringWrite2, "ds4c_ring_write2"},
 		{&l.compPool, "ds4c_comp_pool"},
+		{&l.compEmit, "ds4c_comp_emit"},
 		{&l.indexScores, "ds4c_index_scores"},
 		{&l.topk, "ds4c_topk"},
 		{&l.attention, "ds4c_attention"},

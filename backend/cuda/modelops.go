@@ -528,6 +528,49 @@ func (d *Device) CompPool(s Stream, a *CompPoolArgs) error {
 	})
 }
 
+// CompEmitArgs are the arguments of CompEmit.
+type CompEmitArgs struct {
+	KV, SC         Ptr // this chunk's entries, [N][CW] (SC with the APE bias)
+	KVRing, SCRing Ptr // frontier rings, [KVCap][CW] and [SCCap][CW]
+	KVCap, SCCap   int
+	CW             int // entry width: Coff·W
+	Pos0, N        int // the chunk's first position and its entries
+	R, Coff, W     int
+	I0, NRows      int // the rows that complete (NRows may be 0)
+	Rows           Ptr // output: NRows rows of W
+	Norm           Ptr // the rows' RMSNorm weights
+	Eps            float32
+	Freqs          Ptr // rotation frequencies of the last RD values
+	RD             int
+	Post           CompPost
+	FP8N           int     // CompPostFP8: the values rounded through FP8 (a multiple of 64)
+	HadScale       float32 // CompPostHadamardFP4: the transform's scale
+}
+
+// CompPost is the post-processing of a compressor's emitted rows.
+type CompPost int32
+
+// The post-processing of CompEmit's rows.
+const (
+	CompPostNone        CompPost = 0 // as pooled, normalised and rotated
+	CompPostFP8         CompPost = 1 // the first FP8N values through FP8 (FP8Sim): the attention's compressor
+	CompPostHadamardFP4 CompPost = 2 // HadamardFP4 of the whole row: the indexer's compressor
+)
+
+// CompEmit is a compressor's step after its entries' APE bias (AddAPE):
+// the rows I0 … I0+NRows−1 that complete pooled (CompPool), RMS-normalised
+// (RMSNormRef), their last RD values rotated at position i·R (Rope) and
+// post-processed, then the chunk's N entries written into the rings
+// (RingWrite2). A decode step's single row takes one launch where the
+// library's OptCompEmit allows it; the same bits either way.
+func (d *Device) CompEmit(s Stream, a *CompEmitArgs) error {
+	return d.l.call("comp_emit", func() int32 {
+		return d.l.compEmit(uintptr(a.KV), uintptr(a.SC), uintptr(a.KVRing), uintptr(a.SCRing), int64(a.KVCap), int64(a.SCCap),
+			int64(a.CW), int64(a.Pos0), int32(a.N), int32(a.R), int32(a.Coff), int64(a.W), int64(a.I0), int32(a.NRows),
+			uintptr(a.Rows), uintptr(a.Norm), a.Eps, uintptr(a.Freqs), int32(a.RD), int32(a.Post), int32(a.FP8N), a.HadScale, uintptr(s))
+	})
+}
+
 // IndexScores scores the indexer rows for each of n tokens. fast lets
 // chunks of 8 or more tokens take the dots on the tensor cores (ds4cuda.h's
 // DS4C_FAST: ≈ 2^-21 of Σ|q·k| from backend/cpu's order).

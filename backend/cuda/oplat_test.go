@@ -168,4 +168,47 @@ func TestOpLatency(t *testing.T) {
 			d.Free(p)
 		}
 	}
+
+	// A decode step's compressed row (CompEmit) at ratio 4: the
+	// attention's compressor (512 values, FP8) and the indexer's (128,
+	// Hadamard and FP4), in one launch and apart; then the pooling alone.
+	{
+		const r, coff, cap, rd, pos0 = 4, 2, 8, 64, 8191
+		freqs := make([]float32, rd/2)
+		for i := range freqs {
+			freqs[i] = float32(i+1) / rd
+		}
+		freqp := upload(t, d, freqs)
+		for _, c := range []struct {
+			w    int
+			post CompPost
+			fp8n int
+		}{{512, CompPostFP8, 448}, {128, CompPostHadamardFP4, 0}} {
+			cw := coff * c.w
+			kv, sc := upload(t, d, gaussian(cw, 51)), upload(t, d, gaussian(cw, 52))
+			kvr, scr := upload(t, d, gaussian(cap*cw, 53)), upload(t, d, gaussian(cap*cw, 54))
+			norm, rowp := upload(t, d, gaussian(c.w, 55)), alloc(t, d, int64(4*c.w))
+			a := &CompEmitArgs{KV: kv, SC: sc, KVRing: kvr, SCRing: scr, KVCap: cap, SCCap: cap, CW: cw, Pos0: pos0, N: 1,
+				R: r, Coff: coff, W: c.w, I0: pos0 / r, NRows: 1, Rows: rowp, Norm: norm, Eps: 1e-6, Freqs: freqp, RD: rd,
+				Post: c.post, FP8N: c.fp8n, HadScale: 0.088}
+			for v := 1; v >= 0; v-- {
+				report(fmt.Sprintf("comp_emit width %d comp_emit=%d", c.w, v), OptCompEmit, v, func(int) error {
+					return d.CompEmit(s, a)
+				})
+			}
+			report(fmt.Sprintf("comp_pool width %d", c.w), 0, 0, func(int) error {
+				return d.CompPool(s, &CompPoolArgs{KV: kv, SC: sc, KVRing: kvr, SCRing: scr, Cap: cap, CW: cw, Pos0: pos0,
+					R: r, Coff: coff, W: c.w, I0: pos0 / r, NRows: 1, Rows: rowp})
+			})
+			report(fmt.Sprintf("rmsnorm_ref width %d", c.w), 0, 0, func(int) error {
+				return d.RMSNormRef(s, rowp, int64(c.w), norm, rowp, int64(c.w), c.w, 1, 1e-6)
+			})
+			report(fmt.Sprintf("rope width %d", c.w), 0, 0, func(int) error {
+				return d.Rope(s, rowp, int64(c.w), 1, int64(c.w), int64(c.w-rd), freqp, rd, pos0-3, r, 1, false)
+			})
+			report(fmt.Sprintf("ring_write2 width %d", cw), 0, 0, func(int) error {
+				return d.RingWrite2(s, kvr, scr, cap, cw, kv, sc, int64(cw), pos0, 1)
+			})
+		}
+	}
 }
