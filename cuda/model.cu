@@ -291,15 +291,17 @@ __device__ void hc_split(const float *m, const float *scale, const float *base, 
 // The same split for hc² ≤ 32 in warp 0's registers: lane j·hc+k holds
 // comb[j][k]; a row or column sum gathers its values by shuffles in index
 // order and adds them as the serial loop does (no shared memory, no
-// barriers: the latency-bound critical path of hc_pre in decode).
+// barriers: the latency-bound critical path of hc_pre in decode). sc2 is
+// scale[2], bl the lane's base[2·hc + lane] (the caller may load them
+// before its wait for the previous kernel).
 template <int HC>
-__device__ void hc_split_warp(const float *m, const float *scale, const float *base, int hc_rt, int iters,
-                              float hc_eps, float *comb_out) {
+__device__ void hc_split_warp(const float *m, float sc2, float bl, int hc_rt, int iters, float hc_eps,
+                              float *comb_out) {
     const int hc = HC ? HC : hc_rt; // HC > 0: the loops below unroll
     const int lane = threadIdx.x & 31, nn = hc * hc;
     const bool on = lane < nn;
     const int j = on ? lane / hc : 0, k = on ? lane - (lane / hc) * hc : 0;
-    float v = on ? fadd(fmul(m[2 * hc + lane], scale[2]), base[2 * hc + lane]) : 0.f;
+    float v = on ? fadd(fmul(m[2 * hc + lane], sc2), bl) : 0.f;
     float mx = 0.f; // row softmax: max, exp, sum, then + eps
 #pragma unroll
     for (int q = 0; q < hc; q++) {
@@ -413,8 +415,11 @@ __device__ const float *hc_pre_mix(bool raw, bool early, const float *m, int M, 
 // x-forming CTA issues its stream loads right after the wait, so that they
 // are in flight while the parts are added and the gates computed (G = 2:
 // the loads' 32 registers fit the 128 of a 512-thread CTA; DS4C_OPT_HC_HOIST).
+// The gates' scales and biases and (vector path) the norm weights are
+// loaded before the wait: the kernels before do not write them, and after
+// it each was a round trip of its own on the chain.
 template <int HC, int G = 4, bool H = false> // HC > 0: compiled for hc == HC (the loops over streams unroll); 0: any hc
-__global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, const float *base, int hc_rt, int iters,
+__global__ void __launch_bounds__(512) k_hc_pre(int mode, const float *mix, int M, const float *scale, const float *base, int hc_rt, int iters,
                          float hc_eps, const float *h, int64_t D, const float *normw, float norm_eps, float *x,
                          float *post_out, float *comb_out, uint8_t *xq, int64_t xq_stride) {
     pdl_launch();
@@ -449,6 +454,20 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
                 hv[i][j] = g0 >= 0 && g < ng ? ((const float4 *)(ht + j * D))[g] : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     };
+    // the weights this CTA reads (scale: 1 value for the head, 3 else;
+    // base: M = 2·hc + hc² values, hc for the head), before the wait
+    const bool head = (mode & 1) != 0, splits = !head && (!two || blockIdx.y == 1);
+    const int lane = tid & 31;
+    const float sc0 = scale[0], sc1 = head ? 0.f : scale[1], sc2 = splits ? scale[2] : 0.f;
+    const float bpre = tid < hc ? base[tid] : 0.f, bpost = !head && tid < hc ? base[hc + tid] : 0.f;
+    const float bcomb = splits && lane < nn ? base[2 * hc + lane] : 0.f;
+    float4 nwr[HP_G];
+#pragma unroll
+    for (int i = 0; i < HP_G; i++) {
+        const int64_t g = g0 + i * step;
+        nwr[i] = vec && !(two && blockIdx.y == 1) && g0 >= 0 && g < ng ? ((const float4 *)normw)[g]
+                                                                    : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     bool loaded = false;
     if constexpr (H) {
         if (vec && parts > 0 && !(two && blockIdx.y == 1)) {
@@ -462,10 +481,9 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     mode &= 1;
     const bool warp_split = mode == 0 && nn <= 32 && blockDim.x > 32;
     if (two && blockIdx.y == 1) {
-        if (tid < hc)
-            post_out[(int64_t)t * hc + tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + tid], scale[1]), base[hc + tid])));
+        if (tid < hc) post_out[(int64_t)t * hc + tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + tid], sc1), bpost)));
         if (warp_split) {
-            if (tid < 32) hc_split_warp<HC>(m, scale, base, hc, iters, hc_eps, comb_out + (int64_t)t * nn);
+            if (tid < 32) hc_split_warp<HC>(m, sc2, bcomb, hc, iters, hc_eps, comb_out + (int64_t)t * nn);
         } else {
             hc_split(m, scale, base, hc, iters, hc_eps, s_comb, comb_out + (int64_t)t * nn);
         }
@@ -474,14 +492,13 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
     // pre (and post) first: x needs only pre, so with a one-warp split the
     // other warps form x while warp 0 runs the Sinkhorn iterations
     if (tid < hc) {
-        s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], scale[0]), base[tid])), hc_eps);
-        if (mode == 0 && !two)
-            post_out[(int64_t)t * hc + tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + tid], scale[1]), base[hc + tid])));
+        s_pre[tid] = fadd(sigmoid_ref(fadd(fmul(m[tid], sc0), bpre)), hc_eps);
+        if (mode == 0 && !two) post_out[(int64_t)t * hc + tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + tid], sc1), bpost)));
     }
     __syncthreads();
     if (mode == 0 && !two) {
         if (warp_split) {
-            if (tid < 32) hc_split_warp<HC>(m, scale, base, hc, iters, hc_eps, comb_out + (int64_t)t * nn);
+            if (tid < 32) hc_split_warp<HC>(m, sc2, bcomb, hc, iters, hc_eps, comb_out + (int64_t)t * nn);
         } else {
             hc_split(m, scale, base, hc, iters, hc_eps, s_comb, comb_out + (int64_t)t * nn);
         }
@@ -518,7 +535,7 @@ __global__ void k_hc_pre(int mode, const float *mix, int M, const float *scale, 
         for (int i = 0; i < HP_G; i++) {
             const int64_t g = g0 + i * step;
             if (g0 < 0 || g >= ng) continue;
-            const float4 nw = ((const float4 *)normw)[g];
+            const float4 nw = nwr[i];
             float4 o;
             o.x = fmul(nw.x, fmul(xr[i].x, r));
             o.y = fmul(nw.y, fmul(xr[i].y, r));
@@ -577,7 +594,9 @@ __global__ void __launch_bounds__(HPC_T) k_hc_pre_chunk(int mode, const float *m
             post_out[(int64_t)t * HC + tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[HC + tid], scale[1]), base[HC + tid])));
     }
     __syncthreads();
-    if (mode == 0 && tid < 32) hc_split_warp<HC>(m, scale, base, HC, iters, hc_eps, comb_out + (int64_t)t * HC * HC);
+    if (mode == 0 && tid < 32)
+        hc_split_warp<HC>(m, scale[2], tid < HC * HC ? base[2 * HC + tid] : 0.f, HC, iters, hc_eps,
+                          comb_out + (int64_t)t * HC * HC);
     float4 *xt = (float4 *)(x + (int64_t)t * D);
     double ss = 0;
 #pragma unroll 2
@@ -1226,13 +1245,16 @@ __global__ void k_comp_pool(Entries e, int r, int coff, int64_t w, int64_t i0, i
 // exponential and one division a lane, and the sums, which k_comp_pool adds
 // in entry order, added in that order from shuffles. More entries (ratio
 // 128): a thread a channel, k_comp_pool's loops. The entries' addresses
-// are computed once a CTA.
+// are computed once a CTA, and the norm weights and rotation frequencies
+// loaded (a thread each: w ≤ CE_THREADS), before the wait for the kernel
+// before.
 constexpr int CE_THREADS = 1024, CE_MAXW = 1024, CE_NE = 8, CE_MAXE = 256, CE_NORM = 256;
+static_assert(CE_MAXW <= CE_THREADS, "k_comp_emit: a thread a channel after the pooling");
 __global__ void __launch_bounds__(CE_THREADS) k_comp_emit(Entries e, int r, int coff, int w, int64_t i, float *out,
                                                           const float *nw, float eps, const float *freqs, int rd,
                                                           int post, int fp8_n, float had_scale, float *kv_ring,
                                                           float *sc_ring, int n) {
-    pdl_enter();
+    pdl_launch();
     __shared__ float s_row[CE_MAXW];
     __shared__ const float *s_kvp[CE_MAXE], *s_scp[CE_MAXE];
     const int tid = threadIdx.x;
@@ -1245,6 +1267,8 @@ __global__ void __launch_bounds__(CE_THREADS) k_comp_emit(Entries e, int r, int 
         s_kvp[k] = e.kvp(q);
         s_scp[k] = e.scp(q);
     }
+    const float nwc = nw && tid < w ? nw[tid] : 1.f, fq = tid < rd / 2 ? freqs[tid] : 0.f;
+    pdl_wait();
     __syncthreads();
     // entry k's channel: c for the block before (prev, k < r), else f
     const int lo = prev ? r : 0, fo = coff == 2 ? w : 0;
@@ -1304,13 +1328,12 @@ __global__ void __launch_bounds__(CE_THREADS) k_comp_emit(Entries e, int r, int 
         for (int c = tid; c < w; c += CE_NORM) ss += (double)s_row[c] * (double)s_row[c];
     ss = block_sum_d(ss);
     const float rs = rms_from_sumsq(ss, w, eps);
-    for (int c = tid; c < w; c += CE_THREADS) {
-        const float v = fmul(s_row[c], rs);
-        s_row[c] = nw ? fmul(nw[c], v) : v;
+    if (tid < w) { // (channel tid: w ≤ CE_THREADS)
+        const float v = fmul(s_row[tid], rs);
+        s_row[tid] = nw ? fmul(nwc, v) : v;
     }
     __syncthreads();
-    const float fp = (float)first;
-    for (int p = tid; p < rd / 2; p += CE_THREADS) rope_pair(s_row + (w - rd) + 2 * p, fp, freqs[p], 0);
+    if (tid < rd / 2) rope_pair(s_row + (w - rd) + 2 * tid, (float)first, fq, 0);
     __syncthreads();
     const int warp = tid >> 5, lane = tid & 31;
     if (post == 1) {
