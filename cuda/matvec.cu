@@ -393,8 +393,7 @@ int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64
     // (ds4c_matmul_grouped would run each as ds4c_matmul_ex: the forms below
     // only where that would be one single-token launch each)
     const bool aligned = (((uintptr_t)d_act | (uint64_t)act_sel) & 15) == 0;
-    const bool single =
-        (flags & DS4C_MM_HALF) == 0 && (!tc_supported(type, cols) || n_sel < ds4c_opt_tc_min_sel() || !aligned);
+    const bool single = (flags & DS4C_MM_HALF) == 0 && grouped_single(type, cols, n_sel, aligned);
     // Two forms take both tensors in one grid (MVArgs.w2/y2), each with the
     // rows' work, and so the bits, of its two separate launches:
     // k_mv_dec's types (a decode step's routed gate and up), and one
@@ -442,7 +441,7 @@ int ds4c_matmul_grouped_swiglu(int type, const void *d_w, int64_t rows, int64_t 
     const int64_t ab = (int64_t)ds4c_act_bytes(DS4C_Q8_K, cols);
     // k_mv_dec forms the activation itself where ds4c_matmul_grouped would
     // run one single-token launch of it (ds4c_matmul_grouped_pair's test)
-    const bool single = !tc_supported(type, cols) || n_sel < ds4c_opt_tc_min_sel();
+    const bool single = grouped_single(type, cols, n_sel, true);
     if (single && (type == DS4C_IQ2_XXS || type == DS4C_Q2_K) && n_sel <= 65535) {
         int rc = check_shape(type, rows, cols, n_mat);
         if (rc) return rc;

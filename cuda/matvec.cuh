@@ -1859,4 +1859,14 @@ int launch_float(int type, const MVArgs &a, int n_sel, int nt, bool exact, cudaS
 bool tc_supported(int type, int64_t cols);
 int tc_dense(int type, const MVArgs &a, int n_sel, int n_tok, cudaStream_t st);
 
+// grouped_single: whether ds4c_matmul_grouped runs a product of n_sel
+// selections (not DS4C_MM_HALF) as ds4c_matmul_ex, single-token launches:
+// no tensor-core form for type and cols, fewer selections than
+// DS4C_OPT_TC_MIN_SEL, or activation rows not 16-byte aligned (aligned
+// false). ds4c_matmul_grouped_pair and ds4c_matmul_grouped_swiglu take
+// their fused single-token forms exactly where it holds.
+inline bool grouped_single(int type, int64_t cols, int n_sel, bool aligned) {
+    return !tc_supported(type, cols) || n_sel < ds4c_opt_tc_min_sel() || !aligned;
+}
+
 } // namespace ds4mv

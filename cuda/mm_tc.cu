@@ -1060,7 +1060,7 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
     if (half && (!ds4c_grouped_half_ok(type, cols, n_sel) || !aligned))
         return ds4c_err(DS4C_ETYPE, "grouped matmul: no f16 product for type %d, %lld columns, %d selections%s", type,
                         (long long)cols, n_sel, aligned ? "" : " (activations not 16-byte aligned)");
-    if (!half && (!tc_supported(type, cols) || n_sel < ds4c_opt_tc_min_sel() || !aligned))
+    if (!half && grouped_single(type, cols, n_sel, aligned))
         return ds4c_matmul_ex(type, d_w, rows, cols, n_mat, d_ids, n_sel, d_act, 0, act_sel, act_div, 1, d_y, 0,
                               y_sel, flags, stream);
     if (rows <= 0 || rows > 0x7fffffff || cols <= 0 || cols > 0x7fffffff || n_mat <= 0 || act_div <= 0)

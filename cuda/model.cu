@@ -1712,6 +1712,18 @@ __host__ __device__ constexpr size_t ixt_smem(int IH, int IHD) {
     return ((size_t)IH * IHD + (size_t)IXT_ROWS * (IHD + 4) + (size_t)IXT_ROWS * (IH + 1) + IH) * sizeof(float);
 }
 
+// ixt_tile gives the tiled scores kernels' CTA (block blockIdx.x of token
+// blockIdx.y's R = (pos0 + t + 1) / ratio rows) its first row i0 and its
+// row count nr (IXT_ROWS, fewer at the end); false when the block starts
+// past R (the CTA has nothing to score).
+__device__ __forceinline__ bool ixt_tile(int64_t pos0, int ratio, int64_t &i0, int &nr) {
+    const int64_t R = (pos0 + blockIdx.y + 1) / ratio;
+    i0 = (int64_t)blockIdx.x * IXT_ROWS;
+    if (i0 >= R) return false;
+    nr = (int)min((int64_t)IXT_ROWS, R - i0);
+    return true;
+}
+
 // ixt_stage stages one query's rows and nr compressed rows for the tiled
 // scores kernels (k_index_tile, k_index_tile_tc): the nq float4s at qt, then
 // the nr·v4 at kt, U loads a thread in flight before their stores; query
@@ -1754,10 +1766,9 @@ __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile(const float *q, c
     float *sw = sd + (size_t)IXT_ROWS * (IH + 1); // [IH]
     const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     constexpr int NT = IXT_WARPS * 32;
-    const int64_t R = (pos0 + t + 1) / ratio;
-    const int64_t i0 = (int64_t)blockIdx.x * IXT_ROWS;
-    if (i0 >= R) return;
-    const int nr = (int)min((int64_t)IXT_ROWS, R - i0);
+    int64_t i0;
+    int nr;
+    if (!ixt_tile(pos0, ratio, i0, nr)) return;
     const float4 *qt = (const float4 *)(q + (int64_t)t * IH * IHD);
     const float4 *kt = (const float4 *)(rows + i0 * IHD);
     ixt_stage<8, NT>(qt, kt, IH * v4, nr, v4, sq, IHD, sk, ld, tid);
@@ -1816,10 +1827,9 @@ __global__ void __launch_bounds__(IXT_WARPS * 32) k_index_tile_tc(const float *q
     float *sp = sw + IF_IH;             // [4][IXT_ROWS]: the head groups' sums
     constexpr int NT = IXT_WARPS * 32, V4 = IF_HD / 4, NQ = IF_IH * V4;
     const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t R = (pos0 + t + 1) / ratio;
-    const int64_t i0 = (int64_t)blockIdx.x * IXT_ROWS;
-    if (i0 >= R) return;
-    const int nr = (int)min((int64_t)IXT_ROWS, R - i0);
+    int64_t i0;
+    int nr;
+    if (!ixt_tile(pos0, ratio, i0, nr)) return;
     const float4 *qt = (const float4 *)(q + (int64_t)t * IF_IH * IF_HD);
     const float4 *kt = (const float4 *)(rows + i0 * IF_HD);
     ixt_stage<IXC_U, NT>(qt, kt, NQ, nr, V4, sq, IXC_LD, sk, IXC_LD, tid);
