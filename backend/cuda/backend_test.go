@@ -340,13 +340,8 @@ func TestBackendMatchesCPU(t *testing.T) {
 // and 16 experts, against the CPU, for a short prompt.
 func TestBackendFlashLayers(t *testing.T) {
 	gpu(t)
-	if testing.Short() {
-		t.Skip("short")
-	}
-	c := synth.Flash(4)
-	c.Experts = 16
 	start := time.Now()
-	w := synthWeights(t, c, model.SchemeQ2)
+	c, w := flashLayers4(t)
 	t.Logf("built %v in %v", w, time.Since(start))
 	ref, err := cpu.New(w, cpu.Options{})
 	if err != nil {
@@ -368,6 +363,19 @@ func TestBackendFlashLayers(t *testing.T) {
 	got := allLogits(t, be, 16, toks)
 	t.Logf("prefill of %d tokens: cpu %v, cuda %v", len(toks), tCPU, time.Since(start))
 	checkAgree(t, "flash layers prefill chunk 16", want, got)
+}
+
+// flashLayers4 is Flash cut to four layers (ratios 0, 0, 4, 128; the
+// fourth routed by the learned router) with 16 experts, and its q2 weights;
+// the test skips in short mode.
+func flashLayers4(t *testing.T) (model.Config, *model.Weights) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("short")
+	}
+	c := synth.Flash(4)
+	c.Experts = 16
+	return c, synthWeights(t, c, model.SchemeQ2)
 }
 
 // TestFastDecodeSwitches checks the Go side's decode-step switches of fast

@@ -1,11 +1,6 @@
 package cuda
 
-import (
-	"testing"
-
-	"ds4go/model"
-	"ds4go/synth"
-)
+import "testing"
 
 // TestFastDecodeOptions decodes one token at a time in fast mode through
 // four Flash-shaped layers (ratios 0, 0, 4, 128: 136 tokens complete rows
@@ -14,12 +9,7 @@ import (
 // (OptCompEmit: a compressor's emitted row in one launch).
 func TestFastDecodeOptions(t *testing.T) {
 	gpu(t)
-	if testing.Short() {
-		t.Skip("short")
-	}
-	flash := synth.Flash(4)
-	flash.Experts = 16
-	w := synthWeights(t, flash, model.SchemeQ2)
+	flash, w := flashLayers4(t)
 	toks := testTokens(136, flash.Vocab)
 	for _, gl := range []int{-1, 0} {
 		for _, o := range []struct {
