@@ -13,6 +13,7 @@
 // sums of squares are reduced in a different order (then rounded to float).
 // Speed comes later (cuda/NOTES.md).
 #include <math.h>
+#include <stdio.h>
 
 #include "common.cuh"
 
@@ -364,31 +365,105 @@ __device__ double hc_sumsq(const float *hr, int64_t nh, bool vec) {
     return block_sum_d(ss);
 }
 
+// DS4_PHASE_PROBE (a build flag for measurement, off in every shipped
+// build): thread 0 of CTA 0 of k_hc_pre (site 0; its x-forming CTA) and
+// k_router (site 1) stamps clock64 at its phases (PHASE_MARK(i), i < 12)
+// and adds the deltas between consecutive marks to device sums; every
+// 4096th call of a site prints the running means (cycles from the previous
+// mark set, to marks 1 … 11; 11 is the end) and the ns a cycle
+// (%globaltimer over the same span). cuda/NOTES.md v34 reads them.
+#ifdef DS4_PHASE_PROBE
+__device__ unsigned long long g_phase_sum[2][12], g_phase_n[2], g_phase_ns[2], g_phase_cyc[2];
+static __shared__ long long s_phase[12];
+static __shared__ unsigned long long s_phase_gt;
+#define PHASE_ON (threadIdx.x == 0 && blockIdx.y == 0 && blockIdx.x == 0)
+#define PHASE_MARK(i)                                                                                                  \
+    do {                                                                                                               \
+        if (PHASE_ON) s_phase[i] = clock64();                                                                          \
+    } while (0)
+__device__ __forceinline__ unsigned long long phase_gt() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ void phase_begin() {
+    if (PHASE_ON) {
+        for (int i = 0; i < 12; i++) s_phase[i] = 0;
+        s_phase[0] = clock64();
+        s_phase_gt = phase_gt();
+    }
+}
+__device__ void phase_end(int site) {
+    if (!PHASE_ON) return;
+    s_phase[11] = clock64();
+    const unsigned long long gt = phase_gt() - s_phase_gt;
+    long long prev = s_phase[0];
+    for (int i = 1; i < 12; i++) {
+        if (s_phase[i] == 0) continue;
+        atomicAdd(&g_phase_sum[site][i], (unsigned long long)(s_phase[i] - prev));
+        prev = s_phase[i];
+    }
+    atomicAdd(&g_phase_ns[site], gt);
+    atomicAdd(&g_phase_cyc[site], (unsigned long long)(s_phase[11] - s_phase[0]));
+    const unsigned long long n = atomicAdd(&g_phase_n[site], 1ull) + 1;
+    if (n % 4096 == 0) {
+        const double k = 1.0 / (double)n;
+        const unsigned long long *q = g_phase_sum[site];
+        printf("phase probe site %d n=%llu cycles to marks 1-11: %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f; "
+               "ns/cycle %.4f\n",
+               site, n, q[1] * k, q[2] * k, q[3] * k, q[4] * k, q[5] * k, q[6] * k, q[7] * k, q[8] * k, q[9] * k,
+               q[10] * k, q[11] * k, (double)g_phase_ns[site] / (double)g_phase_cyc[site]);
+    }
+}
+#else
+#define PHASE_MARK(i) ((void)0)
+__device__ __forceinline__ void phase_begin() {}
+__device__ __forceinline__ void phase_end(int) {}
+#endif
+
 // hc_pre_mix is the opening k_hc_pre and k_hc_pre_chunk share: the PDL wait
 // and, when raw (mode bit 1: raw mixing logits), the streams' sum of
 // squares — before the wait when early (bit 2: the streams are complete at
 // launch) — and the M logits at m scaled by rsqrt(mean(h²) + eps) into
 // s_mix. It returns the logits to read (m itself unless raw); every thread
-// calls it.
+// calls it (waited: the caller has waited already, so it does not wait again).
 __device__ const float *hc_pre_mix(bool raw, bool early, const float *m, int M, const float *hr, int64_t nh, bool vec,
-                                   float norm_eps, float *s_mix, int parts = 0) {
+                                   float norm_eps, float *s_mix, int parts = 0, bool waited = false) {
     if (parts > 0) { // m: k_hc_post_mix's parts [parts][M + 1]
-        pdl_wait();
-        // a warp a value: its lanes load the parts at once, then a fixed
-        // shuffle tree (a loop of dependent loads cost ≈ 5 µs)
+        if (!waited) pdl_wait();
+        PHASE_MARK(3);
+        // a warp a value, two at a time (values i and i + nw: Flash's 25
+        // values in one round of 16 warps): its lanes load the parts of
+        // both at once, then a fixed shuffle tree each (a loop of dependent
+        // loads cost ≈ 5 µs; a second round of loads, ≈ one L2 latency)
         const int lane = threadIdx.x & 31, nw = (int)(blockDim.x >> 5);
-        for (int i = (int)(threadIdx.x >> 5); i <= M; i += nw) {
-            float v = 0.f;
-            for (int p = lane; p < parts; p += 32) v += m[p * (M + 1) + i];
+        for (int i = (int)(threadIdx.x >> 5); i <= M; i += 2 * nw) {
+            const int i2 = i + nw;
+            const bool pair = i2 <= M;
+            float v = 0.f, v2 = 0.f;
+#pragma unroll 4
+            for (int p = lane; p < parts; p += 32) {
+                v += m[p * (M + 1) + i];
+                if (pair) v2 += m[p * (M + 1) + i2];
+            }
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-            if (lane == 0) s_mix[i] = v;
+            for (int o = 16; o > 0; o >>= 1) {
+                v += __shfl_xor_sync(FULL_MASK, v, o);
+                v2 += __shfl_xor_sync(FULL_MASK, v2, o);
+            }
+            if (lane == 0) {
+                s_mix[i] = v;
+                if (pair) s_mix[i2] = v2;
+            }
         }
         __syncthreads();
+        PHASE_MARK(4);
         const float r = rms_from_sumsq((double)s_mix[M], nh, norm_eps);
+        PHASE_MARK(5);
         __syncthreads();
         for (int i = threadIdx.x; i < M; i += blockDim.x) s_mix[i] = fmul(s_mix[i], r);
         __syncthreads();
+        PHASE_MARK(6);
         return s_mix;
     }
     double hss = 0;
@@ -422,6 +497,7 @@ template <int HC, int G = 4, bool H = false> // HC > 0: compiled for hc == HC (t
 __global__ void __launch_bounds__(512) k_hc_pre(int mode, const float *mix, int M, const float *scale, const float *base, int hc_rt, int iters,
                          float hc_eps, const float *h, int64_t D, const float *normw, float norm_eps, float *x,
                          float *post_out, float *comb_out, uint8_t *xq, int64_t xq_stride) {
+    phase_begin();
     pdl_launch();
     const int parts = mode >> 16; // the logits are k_hc_post_mix's parts
     const bool early = (mode & 6) == 6;
@@ -471,13 +547,15 @@ __global__ void __launch_bounds__(512) k_hc_pre(int mode, const float *mix, int 
     bool loaded = false;
     if constexpr (H) {
         if (vec && parts > 0 && !(two && blockIdx.y == 1)) {
-            pdl_wait(); // (hc_pre_mix waits again: no cost)
+            pdl_wait(); // (hc_pre_mix does not wait again)
+            PHASE_MARK(1);
             load_streams();
+            PHASE_MARK(2);
             loaded = true;
         }
     }
     // the streams' sum of squares and the scaled logits (mode bit 1)
-    m = hc_pre_mix(mode & 2, early, m, M, ht, (int64_t)hc * D, vec, norm_eps, s_mix, parts);
+    m = hc_pre_mix(mode & 2, early, m, M, ht, (int64_t)hc * D, vec, norm_eps, s_mix, parts, loaded);
     mode &= 1;
     const bool warp_split = mode == 0 && nn <= 32 && blockDim.x > 32;
     if (two && blockIdx.y == 1) {
@@ -496,6 +574,7 @@ __global__ void __launch_bounds__(512) k_hc_pre(int mode, const float *mix, int 
         if (mode == 0 && !two) post_out[(int64_t)t * hc + tid] = fmul(2.f, sigmoid_ref(fadd(fmul(m[hc + tid], sc1), bpost)));
     }
     __syncthreads();
+    PHASE_MARK(7);
     if (mode == 0 && !two) {
         if (warp_split) {
             if (tid < 32) hc_split_warp<HC>(m, sc2, bcomb, hc, iters, hc_eps, comb_out + (int64_t)t * nn);
@@ -529,8 +608,11 @@ __global__ void __launch_bounds__(512) k_hc_pre(int mode, const float *mix, int 
             }
             xr[i] = sx;
         }
+        PHASE_MARK(8);
         ss = block_sum_d(ss);
+        PHASE_MARK(9);
         const float r = rms_from_sumsq(ss, D, norm_eps);
+        PHASE_MARK(10);
 #pragma unroll
         for (int i = 0; i < HP_G; i++) {
             const int64_t g = g0 + i * step;
@@ -544,6 +626,7 @@ __global__ void __launch_bounds__(512) k_hc_pre(int mode, const float *mix, int 
             ((float4 *)xt)[g] = o;
             if (xq) hc_x_q8_0(o, g, xq + (int64_t)t * xq_stride, D);
         }
+        phase_end(0);
         return;
     }
 #pragma unroll 4
@@ -3335,10 +3418,13 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a, float *work,
 // (k_quant_q8_k_w's operations, q8_k_warp), the first RQ_PRE blocks of each
 // loaded before the scores and quantized while warp 0 picks the experts.
 constexpr int RQ_PRE = 3;
+constexpr int RP_U = 8; // experts a lane holds in the register pick (E = 256)
 __global__ void k_router(const float *logits, int E, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
                          int K, int norm, float wscale, int32_t *sel, float *wts, int warp_pick, const float *x,
                          int64_t cols, uint8_t *act, int64_t act_stride) {
+    phase_begin();
     pdl_enter();
+    PHASE_MARK(1);
     extern __shared__ float s_r[]; // s[E], biased[E], ids[K]
     float *s = s_r, *biased = s_r + E;
     int32_t *s_ids = (int32_t *)(s_r + 2 * E);
@@ -3361,7 +3447,9 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
         s[e] = (float)sqrt((double)softplus_ref(v));
         biased[e] = bias ? fadd(s[e], bias[e]) : s[e];
     }
+    PHASE_MARK(2);
     __syncthreads();
+    PHASE_MARK(3);
     if (tid2eid) {
         const int64_t tok = tokens[t];
         for (int i = threadIdx.x; i < K; i += blockDim.x) s_ids[i] = tid2eid[tok * K + i];
@@ -3370,7 +3458,38 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
         // keys, the winners of earlier rounds left out: the same experts in
         // the same order as the ranking below, without its serial scans
         // (lane l looks at experts l, l+32, …; E ≤ 1024).
-        if (threadIdx.x < 32) {
+        if (threadIdx.x < 32 && E == 32 * RP_U) {
+            // E = 32·RP_U (Flash's 256): the lane's experts lane + 32u as
+            // 64-bit ranks in registers (key << 4 | 8 | 7 − u: the greater,
+            // the better, ties to the lower u, so the lower id; 0 once
+            // taken), the lane's best by a max tree, and each round two warp
+            // reductions (redux.sync) instead of five 64-bit shuffle steps:
+            // the greatest key, then the lowest id among the lanes whose
+            // best it is
+            const int lane = threadIdx.x;
+            unsigned long long rk[RP_U];
+#pragma unroll
+            for (int u = 0; u < RP_U; u++)
+                rk[u] = (unsigned long long)topk_key(biased[lane + 32 * u]) << 4 | 8u | (unsigned)(RP_U - 1 - u);
+            for (int r = 0; r < K; r++) {
+                unsigned long long t[RP_U];
+#pragma unroll
+                for (int u = 0; u < RP_U; u++) t[u] = rk[u];
+#pragma unroll
+                for (int h = RP_U / 2; h > 0; h >>= 1)
+#pragma unroll
+                    for (int u = 0; u < h; u++) t[u] = t[u] > t[u + h] ? t[u] : t[u + h];
+                const uint32_t bk = (uint32_t)(t[0] >> 4);
+                const uint32_t mk = __reduce_max_sync(FULL_MASK, bk);
+                const uint32_t bid = (uint32_t)lane + 32u * (uint32_t)(RP_U - 1 - (int)(t[0] & 7));
+                const uint32_t w = __reduce_min_sync(FULL_MASK, t[0] != 0 && bk == mk ? bid : 0xffffffffu);
+#pragma unroll
+                for (int u = 0; u < RP_U; u++) // (the winner's rank taken: a select per u, no local memory)
+                    if (w == (uint32_t)lane + 32u * (uint32_t)u) rk[u] = 0;
+                if (lane == 0) s_ids[r] = (int)w;
+            }
+            PHASE_MARK(4);
+        } else if (threadIdx.x < 32) {
             const int lane = threadIdx.x;
             unsigned taken = 0;
             for (int r = 0; r < K; r++) {
@@ -3388,6 +3507,7 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
                 if ((w & 31) == lane) taken |= 1u << (w >> 5);
                 if (lane == 0) s_ids[r] = w;
             }
+            PHASE_MARK(4);
         }
     } else {
         // rank of e: the experts before it (greater biased score, or equal
@@ -3422,10 +3542,32 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
             q8_k_warp(v, lane, at, b, nb);
         }
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int32_t *ids = sel + (int64_t)t * K;
-        float *w = wts + (int64_t)t * K;
+    // the weights: warp 0 alone where it picked the experts itself (the
+    // quantizing warps go on), lane i taking pick i (its score gathered
+    // into the sum by shuffles, added in pick order as the serial loop
+    // adds them); else after the whole CTA, by thread 0
+    const bool warp_tail = !tid2eid && warp_pick && K <= 32;
+    if (warp_tail) {
+        __syncwarp();
+    } else {
+        __syncthreads();
+    }
+    PHASE_MARK(5);
+    int32_t *ids = sel + (int64_t)t * K;
+    float *w = wts + (int64_t)t * K;
+    if (warp_tail) {
+        if (warp == 0) {
+            const int id = lane < K ? s_ids[lane] : 0;
+            const float v = lane < K ? s[id] : 0.f;
+            float sum = 0.f;
+#pragma unroll 8
+            for (int i = 0; i < K; i++) sum = fadd(sum, __shfl_sync(FULL_MASK, v, i));
+            if (lane < K) {
+                w[lane] = fmul(norm ? __fdiv_rn(v, sum) : v, wscale);
+                ids[lane] = id;
+            }
+        }
+    } else if (threadIdx.x == 0) {
         float sum = 0.f;
         for (int i = 0; i < K; i++) sum = fadd(sum, s[s_ids[i]]);
         for (int i = 0; i < K; i++) {
@@ -3435,6 +3577,7 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
             ids[i] = s_ids[i];
         }
     }
+    phase_end(1);
 }
 
 // ------------------------------------------------------------ SwiGLU

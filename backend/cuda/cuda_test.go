@@ -1350,76 +1350,80 @@ func dotRef(a, b []float32) float32 {
 // them) and 7168 values.
 func TestRouter(t *testing.T) {
 	d := gpu(t)
-	const E, K, n = 256, 6, 5
-	r := rand.New(rand.NewPCG(11, 12))
-	logits := make([]float32, n*E)
-	for i := range logits {
-		logits[i] = float32(r.IntN(17)-8) / 4
-	}
-	bias := make([]float32, E)
-	for i := range bias {
-		bias[i] = float32(r.IntN(3)) / 8
-	}
-	lp, bp := upload(t, d, logits), upload(t, d, bias)
-	sel, wts := alloc(t, d, 4*n*K), alloc(t, d, 4*n*K)
-	var first []float32
-	for _, v := range []int{1, 0} {
-		must(t, d.SetOption(OptRouterWarp, v))
-		must(t, d.Router(0, lp, E, bp, 0, 0, K, true, 1.5, sel, wts, n))
-		ids := make([]int32, n*K)
-		must(t, DownloadSlice(d, ids, sel))
-		w := download(t, d, wts, n*K)
-		for tok := 0; tok < n; tok++ {
-			biased := make([]float32, E)
-			for e := range biased {
-				x := float64(logits[tok*E+e])
-				sp := float32(math.Log1p(math.Exp(x)))
-				biased[e] = float32(math.Sqrt(float64(sp))) + bias[e]
-			}
-			want := bestFirst(biased)
-			if got := ids[tok*K : (tok+1)*K]; !slices.Equal(got, want[:K]) {
-				t.Fatalf("router_warp %d, token %d: experts %v, want %v", v, tok, got, want[:K])
-			}
+	const K, n = 6, 5
+	// 256 experts (Flash's: the warp picker's register form) and 96 (its
+	// general loop)
+	for _, E := range []int{256, 96} {
+		r := rand.New(rand.NewPCG(11, uint64(E)))
+		logits := make([]float32, n*E)
+		for i := range logits {
+			logits[i] = float32(r.IntN(17)-8) / 4
 		}
-		if first == nil {
-			first = w
-		} else {
-			for i := range w {
-				if math.Float32bits(w[i]) != math.Float32bits(first[i]) {
-					t.Fatalf("weight %d: %v with the ranking, %v with the warp picker", i, w[i], first[i])
+		bias := make([]float32, E)
+		for i := range bias {
+			bias[i] = float32(r.IntN(3)) / 8
+		}
+		lp, bp := upload(t, d, logits), upload(t, d, bias)
+		sel, wts := alloc(t, d, 4*n*K), alloc(t, d, 4*n*K)
+		var first []float32
+		for _, v := range []int{1, 0} {
+			must(t, d.SetOption(OptRouterWarp, v))
+			must(t, d.Router(0, lp, E, bp, 0, 0, K, true, 1.5, sel, wts, n))
+			ids := make([]int32, n*K)
+			must(t, DownloadSlice(d, ids, sel))
+			w := download(t, d, wts, n*K)
+			for tok := 0; tok < n; tok++ {
+				biased := make([]float32, E)
+				for e := range biased {
+					x := float64(logits[tok*E+e])
+					sp := float32(math.Log1p(math.Exp(x)))
+					biased[e] = float32(math.Sqrt(float64(sp))) + bias[e]
+				}
+				want := bestFirst(biased)
+				if got := ids[tok*K : (tok+1)*K]; !slices.Equal(got, want[:K]) {
+					t.Fatalf("%d experts, router_warp %d, token %d: experts %v, want %v", E, v, tok, got, want[:K])
+				}
+			}
+			if first == nil {
+				first = w
+			} else {
+				for i := range w {
+					if math.Float32bits(w[i]) != math.Float32bits(first[i]) {
+						t.Fatalf("weight %d: %v with the ranking, %v with the warp picker", i, w[i], first[i])
+					}
 				}
 			}
 		}
-	}
-	must(t, d.SetOption(OptRouterWarp, 1))
-	for _, cols := range []int{4096, 7168} {
-		x := gaussian(n*cols, uint64(cols))
-		xp := upload(t, d, x)
-		ab := d.ActBytes(quant.Q8_K, cols)
-		want, got := alloc(t, d, ab*n), alloc(t, d, ab*n)
-		must(t, d.Quantize(0, quant.Q8_K, xp, cols, want, cols, n))
-		sel2, wts2 := alloc(t, d, 4*n*K), alloc(t, d, 4*n*K)
-		must(t, d.RouterQ8K(0, lp, E, bp, 0, 0, K, true, 1.5, sel2, wts2, n, xp, cols, got, ab))
-		wb, gb := make([]byte, ab*n), make([]byte, ab*n)
-		must(t, DownloadSlice(d, wb, want))
-		must(t, DownloadSlice(d, gb, got))
-		if i := firstByteDiff(wb, gb); i >= 0 {
-			t.Fatalf("RouterQ8K, rows of %d: activation byte %d is %d, Quantize's %d", cols, i, gb[i], wb[i])
-		}
-		ids, ids2 := make([]int32, n*K), make([]int32, n*K)
-		must(t, DownloadSlice(d, ids, sel))
-		must(t, DownloadSlice(d, ids2, sel2))
-		w2 := download(t, d, wts2, n*K)
-		if !slices.Equal(ids, ids2) {
-			t.Fatalf("RouterQ8K: experts %v, Router's %v", ids2, ids)
-		}
-		for i := range w2 {
-			if math.Float32bits(w2[i]) != math.Float32bits(first[i]) {
-				t.Fatalf("RouterQ8K: weight %d is %v, Router's %v", i, w2[i], first[i])
+		must(t, d.SetOption(OptRouterWarp, 1))
+		for _, cols := range []int{4096, 7168} {
+			x := gaussian(n*cols, uint64(cols))
+			xp := upload(t, d, x)
+			ab := d.ActBytes(quant.Q8_K, cols)
+			want, got := alloc(t, d, ab*n), alloc(t, d, ab*n)
+			must(t, d.Quantize(0, quant.Q8_K, xp, cols, want, cols, n))
+			sel2, wts2 := alloc(t, d, 4*n*K), alloc(t, d, 4*n*K)
+			must(t, d.RouterQ8K(0, lp, E, bp, 0, 0, K, true, 1.5, sel2, wts2, n, xp, cols, got, ab))
+			wb, gb := make([]byte, ab*n), make([]byte, ab*n)
+			must(t, DownloadSlice(d, wb, want))
+			must(t, DownloadSlice(d, gb, got))
+			if i := firstByteDiff(wb, gb); i >= 0 {
+				t.Fatalf("RouterQ8K, rows of %d: activation byte %d is %d, Quantize's %d", cols, i, gb[i], wb[i])
 			}
-		}
-		for _, p := range []Ptr{xp, want, got, sel2, wts2} {
-			d.Free(p)
+			ids, ids2 := make([]int32, n*K), make([]int32, n*K)
+			must(t, DownloadSlice(d, ids, sel))
+			must(t, DownloadSlice(d, ids2, sel2))
+			w2 := download(t, d, wts2, n*K)
+			if !slices.Equal(ids, ids2) {
+				t.Fatalf("RouterQ8K: experts %v, Router's %v", ids2, ids)
+			}
+			for i := range w2 {
+				if math.Float32bits(w2[i]) != math.Float32bits(first[i]) {
+					t.Fatalf("RouterQ8K: weight %d is %v, Router's %v", i, w2[i], first[i])
+				}
+			}
+			for _, p := range []Ptr{xp, want, got, sel2, wts2} {
+				d.Free(p)
+			}
 		}
 	}
 }

@@ -6,7 +6,9 @@
 # 9.0 exactly; the library checks the device before it launches them).
 # Prints "BUILD FAILED: <object>" with the compiler's output, or
 # "LINK FAILED", and exits non-zero on failure. device.sh, smoke.sh and
-# bench-h200.sh call it.
+# bench-h200.sh call it. NVFLAGS adds compiler flags to every file, e.g.
+# NVFLAGS=-DDS4_PHASE_PROBE for the phase probe of k_hc_pre and k_router
+# (model.cu; never in a shipped build).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p build
@@ -18,7 +20,7 @@ for f in cuda/*.cu; do
     arch=(-arch=sm_90)
     [ "$(basename "$f")" = mm_wg.cu ] && arch=(-gencode arch=compute_90a,code=sm_90a)
     rm -f "$o"
-    nvcc -O3 "${arch[@]}" -Xcompiler -fPIC -Xptxas -v -c "$f" -o "$o" 2>"$o.ptxas" &
+    nvcc -O3 ${NVFLAGS:-} "${arch[@]}" -Xcompiler -fPIC -Xptxas -v -c "$f" -o "$o" 2>"$o.ptxas" &
 done
 wait
 for o in "${objs[@]}"; do
