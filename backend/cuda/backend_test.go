@@ -759,8 +759,8 @@ func firstDiff(a, b [][]float32) (int, int, bool) {
 }
 
 // pipeEverywhere makes every single-token product that has a pipelined form
-// use it, whatever its size (small ones keep k_matvec by default), until the
-// test ends.
+// use it, whatever its size (the default since v34; set here so that the
+// tests keep that coverage whatever the default), until the test ends.
 func pipeEverywhere(t *testing.T, d *Device) {
 	t.Helper()
 	if err := d.SetOption(OptMVPipeMin, 0); err != nil {

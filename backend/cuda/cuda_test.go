@@ -882,12 +882,19 @@ func TestMatMulExact(t *testing.T) {
 		{quant.F16, 4096, 2048, 1}, // 8 rows per CTA
 	}
 	// IQ2_XXS and Q2_K single tokens: k_mv_dec (the default), then the
-	// kernels it replaces (k_matvec, the pipeline)
+	// kernels it replaces (k_matvec, the pipeline); Q8_0 and Q4_K single
+	// tokens pipelined (the default), then on k_matvec (a pipeline
+	// threshold past every size)
 	t.Cleanup(func() { d.SetOption(OptMVDec, DefaultMVDec) })
-	for _, dec := range []int{DefaultMVDec, 0} {
+	for _, v := range []struct{ dec, pipeMin int }{{DefaultMVDec, 0}, {0, 0}, {DefaultMVDec, 1 << 20}} {
+		dec := v.dec
 		must(t, d.SetOption(OptMVDec, dec))
+		must(t, d.SetOption(OptMVPipeMin, v.pipeMin))
 		for ci, c := range cases {
 			if dec == 0 && c.typ != quant.Q2_K && c.typ != quant.IQ2_XXS {
+				continue
+			}
+			if v.pipeMin > 0 && c.typ != quant.Q8_0 && c.typ != quant.Q4_K {
 				continue
 			}
 			mat, dw, ab := randomMats(t, d, c.typ, c.rows, c.cols, c.mats, uint64(1100+ci))
@@ -914,7 +921,7 @@ func TestMatMulExact(t *testing.T) {
 					}
 				}
 				if bad > 0 {
-					t.Errorf("%s %dx%d nt=%d mv_dec %d: %d values not bit-identical", c.typ, c.rows, c.cols, nt, dec, bad)
+					t.Errorf("%s %dx%d nt=%d mv_dec %d, pipeline from %d MiB: %d values not bit-identical", c.typ, c.rows, c.cols, nt, dec, v.pipeMin, bad)
 				}
 				if nt == 1 { // matrix 0 without ids (the single-token kernels that load weights before the wait)
 					poison(t, d, y, c.rows)

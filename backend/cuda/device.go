@@ -347,10 +347,12 @@ const DefaultHalfMM = 2
 // kernel, 1095 with the copies; cuda/NOTES.md v16).
 const DefaultAttnFlash = 2
 
-// DefaultMVPipeMin is the library's default of OptMVPipeMin: products from
-// 15 MiB are pipelined (cuda/NOTES.md v9; the routed experts' Q2_K down,
-// 15.75 MiB, runs as k_mv_dec since v20 unless OptMVDec is 0).
-const DefaultMVPipeMin = 15
+// DefaultMVPipeMin is the library's default of OptMVPipeMin: every
+// single-token product with a pipelined form takes it (since v34: q_a, the
+// KV and the shared expert's products too, their first tiles requested
+// before the wait for the kernel before them; cuda/NOTES.md v9 set 15 MiB
+// when the pipeline could not start early).
+const DefaultMVPipeMin = 0
 
 // DefaultMVDec is the library's default of OptMVDec: two rows at a time,
 // two CTAs an SM (cuda/NOTES.md v20).
