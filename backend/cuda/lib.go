@@ -148,8 +148,8 @@ var (
 // $DS4_CUDA_LIB (a file, or a directory holding the library; when set,
 // Load uses it or fails), the directory of the running executable,
 // ./build/ and the build/ directories of the parents of the working
-// directory (so that tests run from a package
-// directory find the repository's build/).
+// directory (so that tests run from a package directory find the
+// repository's build/).
 func SearchPaths() []string {
 	var paths []string
 	if p := os.Getenv("DS4_CUDA_LIB"); p != "" {
