@@ -47,8 +47,8 @@ func TestSearchPaths(t *testing.T) {
 		t.Fatalf("DS4_CUDA_LIB=%s (a directory): first path %v", dir, p)
 	}
 	t.Setenv("DS4_CUDA_LIB", "/x/y.so")
-	if p := SearchPaths(); p[0] != "/x/y.so" {
-		t.Fatalf("DS4_CUDA_LIB file: first path %v", p)
+	if p := SearchPaths(); len(p) != 1 || p[0] != "/x/y.so" {
+		t.Fatalf("DS4_CUDA_LIB file: paths %v, want that file alone", p)
 	}
 }
 

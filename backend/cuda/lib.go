@@ -144,20 +144,21 @@ var (
 	loadErr  error
 )
 
-// SearchPaths returns the places Load looks for libds4cuda.so, in order:
-// $DS4_CUDA_LIB (a file, or a directory holding the library; when set,
-// Load uses it or fails), the directory of the running executable,
-// ./build/ and the build/ directories of the parents of the working
-// directory (so that tests run from a package directory find the
-// repository's build/).
+// SearchPaths returns the places Load looks for libds4cuda.so, in order.
+// With $DS4_CUDA_LIB set, that is the one place (a file, or a directory
+// holding the library): a library further down the list would otherwise
+// run in place of a missing named one, unnoticed. Else the directory of
+// the running executable, ./build/ and the build/ directories of the
+// parents of the working directory (so that tests run from a package
+// directory find the repository's build/).
 func SearchPaths() []string {
-	var paths []string
 	if p := os.Getenv("DS4_CUDA_LIB"); p != "" {
 		if st, err := os.Stat(p); err == nil && st.IsDir() {
 			p = filepath.Join(p, LibName)
 		}
-		paths = append(paths, p)
+		return []string{p}
 	}
+	var paths []string
 	if exe, err := os.Executable(); err == nil {
 		paths = append(paths, filepath.Join(filepath.Dir(exe), LibName))
 	}
@@ -187,13 +188,6 @@ func load() (*lib, error) {
 		return nil, fmt.Errorf("cuda: %s is only built for linux (GOOS=%s)", LibName, runtime.GOOS)
 	}
 	paths := SearchPaths()
-	// a library named by DS4_CUDA_LIB must be there: another one found
-	// further down the list would run in its place unnoticed
-	if env := os.Getenv("DS4_CUDA_LIB"); env != "" {
-		if st, err := os.Stat(paths[0]); err != nil || st.IsDir() {
-			return nil, fmt.Errorf("%w: DS4_CUDA_LIB=%s names no library file (%s)", ErrNotFound, env, paths[0])
-		}
-	}
 	var path string
 	for _, p := range paths {
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
