@@ -3472,17 +3472,17 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
             for (int u = 0; u < RP_U; u++)
                 rk[u] = (unsigned long long)topk_key(biased[lane + 32 * u]) << 4 | 8u | (unsigned)(RP_U - 1 - u);
             for (int r = 0; r < K; r++) {
-                unsigned long long t[RP_U];
+                unsigned long long tree[RP_U]; // the lane's max tree over its ranks
 #pragma unroll
-                for (int u = 0; u < RP_U; u++) t[u] = rk[u];
+                for (int u = 0; u < RP_U; u++) tree[u] = rk[u];
 #pragma unroll
                 for (int h = RP_U / 2; h > 0; h >>= 1)
 #pragma unroll
-                    for (int u = 0; u < h; u++) t[u] = t[u] > t[u + h] ? t[u] : t[u + h];
-                const uint32_t bk = (uint32_t)(t[0] >> 4);
+                    for (int u = 0; u < h; u++) tree[u] = tree[u] > tree[u + h] ? tree[u] : tree[u + h];
+                const uint32_t bk = (uint32_t)(tree[0] >> 4);
                 const uint32_t mk = __reduce_max_sync(FULL_MASK, bk);
-                const uint32_t bid = (uint32_t)lane + 32u * (uint32_t)(RP_U - 1 - (int)(t[0] & 7));
-                const uint32_t w = __reduce_min_sync(FULL_MASK, t[0] != 0 && bk == mk ? bid : 0xffffffffu);
+                const uint32_t bid = (uint32_t)lane + 32u * (uint32_t)(RP_U - 1 - (int)(tree[0] & 7));
+                const uint32_t w = __reduce_min_sync(FULL_MASK, tree[0] != 0 && bk == mk ? bid : 0xffffffffu);
 #pragma unroll
                 for (int u = 0; u < RP_U; u++) // (the winner's rank taken: a select per u, no local memory)
                     if (w == (uint32_t)lane + 32u * (uint32_t)u) rk[u] = 0;
