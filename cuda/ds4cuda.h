@@ -212,7 +212,12 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
                         int n_sel, const void *d_act, int64_t act_sel, int act_div, float *d_y, int64_t y_sel,
                         const void *d_scratch, int flags, void *stream);
 /* ds4c_matvec_f32: one token's product y = W . act(x) of a single Q8_0
- * matrix W (rows x cols, cols a multiple of 32) with the float row d_x:
+ * or F16 matrix W (rows x cols, cols a multiple of 32) with the float row
+ * d_x. F16: act(x) is RMSNorm(x) with weights d_nw and eps when d_nw is
+ * set (ds4c_rmsnorm_ref's operations), else x, and d_act is unused; in
+ * fast mode with d_nw set k_mv_f16_norm takes it in one launch
+ * (DS4C_OPT_MV_F32 bit 2), else ds4c_rmsnorm_ref into d_xn and
+ * ds4c_matmul_ex. Q8_0:
  * act(x) is the Q8_0 activation (as ds4c_quantize writes it) of
  * RMSNorm(x) with weights d_nw and eps (ds4c_rmsnorm_ref's operations)
  * when d_nw is set, else of x. Where the pipelined kernel takes the
@@ -610,7 +615,7 @@ enum {
     DS4C_OPT_ATTN_HALF = 43, /* ds4c_attention_half_ok's answer for fast chunks of the flash kernel (env DS4_CUDA_ATTN_HALF): 1 f16 queries (DS4C_ATTN_QH) and f16 output (DS4C_ATTN_OH), which the kernel rotates and rounds itself; 2 the same with the queries' norm and rotation in the kernel too (DS4C_ATTN_QN; default); both give the same bits as the float queries and output; 0: none */
     DS4C_OPT_WG_GLU = 44, /* 1: ds4c_grouped_glu_ok accepts fast chunks' routed gate and up products for one launch with SwiGLU in its epilogue (ds4c_matmul_grouped_glu; the same bits as the two products and ds4c_swiglu_half; default; env DS4_CUDA_WG_GLU); 0: it refuses them */
     DS4C_OPT_MV_DEC = 45, /* single-token IQ2_XXS and Q2_K products (rows a whole number of 32-unit rounds: 4096 or 2048 columns) as k_mv_dec: each warp a contiguous run of one selection's rows, its lanes' activation in registers, the next rows' weights in flight, IQ2_XXS through lane-private codebook and sign tables, block terms added in block order (bit-identical to the CPU in both modes); the value picks rows at a time and CTAs an SM: 1 (1, 3), 2 (2, 2; default), 3 (3, 2); env DS4_CUDA_MV_DEC; 0: k_matvec or the pipelined kernel, as before */
-    DS4C_OPT_MV_F32 = 46, /* 1: ds4c_matvec_f32's products that the pipelined kernel takes form their Q8_0 activation (after the RMSNorm) in that kernel, every CTA for itself, after its wait (one launch for three; the same bits; default; env DS4_CUDA_MV_F32); 0: RMSNorm, quantize and product as three launches */
+    DS4C_OPT_MV_F32 = 46, /* ds4c_matvec_f32 in one launch, by bits (default 3; env DS4_CUDA_MV_F32): 1 the Q8_0 products that the pipelined kernel takes form their Q8_0 activation (after the RMSNorm) in that kernel, every CTA for itself, after its wait (one launch for three; the same bits); 2 fast mode's F16 products of 1024, 2048 or 4096 columns with d_nw set as k_mv_f16_norm: each warp's row loaded into registers before the wait, every CTA normalising the row itself after it (one launch for two; the same bits as k_rmsnorm_ref and k_matvec's one-row-a-warp launch); a bit off: RMSNorm, (quantize) and product as separate launches */
     DS4C_OPT_MV_PRE = 47, /* the pipelined products (k_mv_pipe) without ids: tiles requested before the wait for the previous kernel, capped at the stages less one (default 7: all of them; env DS4_CUDA_MV_PRE); the rest after it (and after the activation formed by DS4C_OPT_MV_F32) */
     DS4C_OPT_IX_QUERY = 49, /* ds4c_index_query in one launch (1, default; env DS4_CUDA_IX_QUERY) or as ds4c_rope, ds4c_hadamard_fp4 and ds4c_scale (0); the same bits */
     DS4C_OPT_ATTN_WAVE = 50, /* fast single-token attention split over the keys (DS4C_OPT_ATTN_SPLIT): when its splits of whole 32-key chunks make more CTAs than the GPU holds at once, as many splits as fit one wave, of equal runs of keys (1, default; env DS4_CUDA_ATTN_WAVE); 0 the chunk splits in two waves; fast mode only, so not the same bits */

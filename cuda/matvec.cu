@@ -362,11 +362,26 @@ int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_
 int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const float *d_x, const float *d_nw,
                     float eps, float *d_xn, void *d_act, float *d_y, int flags, void *stream) {
     DS4C_READY();
-    if (type != DS4C_Q8_0) return ds4c_err(DS4C_ETYPE, "matvec_f32: weight type %d (Q8_0 only)", type);
+    if (type != DS4C_Q8_0 && type != DS4C_F16)
+        return ds4c_err(DS4C_ETYPE, "matvec_f32: weight type %d (Q8_0 or F16)", type);
     int rc = check_shape(type, rows, cols, 1);
     if (rc) return rc;
     if (cols % 32 != 0) return ds4c_err(DS4C_EINVAL, "matvec_f32: %lld columns", (long long)cols);
-    if (ds4c_opt_mv_f32()) {
+    if (type == DS4C_F16) { // the float row is the activation: RMSNorm, then the product
+        if ((flags & DS4C_MM_EXACT) == 0 && (ds4c_opt_mv_f32() & 2)) {
+            MVArgs a = mv_args(d_w, rows, cols, 1, nullptr, false, nullptr, 4 * cols, 0, 1, d_y, rows, 0);
+            a.late = (flags & DS4C_MM_LATE) != 0;
+            if (f16_norm(a, d_x, d_nw, eps, as_stream(stream), &rc)) return rc;
+        }
+        const float *x = d_x;
+        if (d_nw) {
+            if ((rc = ds4c_rmsnorm_ref(d_x, cols, d_nw, d_xn, cols, cols, 1, eps, stream))) return rc;
+            x = d_xn;
+        }
+        return ds4c_matmul_ex(type, d_w, rows, cols, 1, nullptr, 1, x, 0, 0, 1, 1, d_y, 0, 0, flags & ~DS4C_MM_ROOM,
+                              stream);
+    }
+    if (ds4c_opt_mv_f32() & 1) {
         const int64_t ab = (int64_t)ds4c_act_bytes(DS4C_Q8_0, cols);
         MVArgs a = mv_args(d_w, rows, cols, 1, nullptr, false, nullptr, ab, 0, 1, d_y, rows, 0);
         a.late = (flags & DS4C_MM_LATE) != 0;

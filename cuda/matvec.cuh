@@ -1852,6 +1852,11 @@ bool dec_iq2_xxs(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
 // launch's status.
 bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps, bool exact, bool room, cudaStream_t st,
                    int *rc);
+// ds4c_matvec_f32's fused launch for an F16 matrix (mv_float.cu; fast mode,
+// nw set, 1024, 2048 or 4096 columns, 16-byte aligned): whether
+// k_mv_f16_norm took a's product of the float row xf after RMSNorm with nw
+// and eps, *rc the launch's status.
+bool f16_norm(const MVArgs &a, const float *xf, const float *nw, float eps, cudaStream_t st, int *rc);
 int launch_float(int type, const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 
 // Tensor-core products (mm_tc.cu): whether type/cols have one, and the dense

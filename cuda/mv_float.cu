@@ -151,6 +151,81 @@ static int launch_float_tc(const MVArgs &a, int n_sel, int nt, cudaStream_t st) 
     return 0;
 }
 
+// k_mv_f16_norm: fast mode's product of one token's float row x, after
+// RMSNorm with weights nw, by a single F16 matrix (ds4c_matvec_f32 with F16
+// weights: the indexer's query product from q_a's row, which otherwise
+// waits for a k_rmsnorm_ref launch of its own). A warp a row, 8 rows a CTA;
+// lane l holds halves 8 (l + 32 j) … + 7 of its row (NU 16-byte units),
+// loaded before the wait for the previous kernel (weights are never written
+// by it). After the wait every CTA takes the row's sum of squares in
+// k_rmsnorm_ref's order (thread t adds values t, t + 256, …; block_sum_d)
+// and each lane normalises its own values with that kernel's two roundings;
+// then the lane's fmaf chain over its units in order and the warp's tree
+// sum: k_matvec<TF16, 1, 1, 1>'s operations on ds4c_rmsnorm_ref's output
+// (the launch that rows of 4224 and more get), so the same bits as the two
+// launches there. wl: the weight-load flavour (ldw16); late: DS4C_MM_LATE.
+template <int NU>
+__global__ void __launch_bounds__(256) k_mv_f16_norm(const uint8_t *w, int rows, int cols, const float *x,
+                                                     const float *nw, float eps, float *y, int wl, int late) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int row = blockIdx.x * 8 + warp;
+    if (!late) pdl_launch();
+    int4 wq[NU];
+    if (row < rows) {
+        const uint8_t *wr = w + (int64_t)row * cols * 2;
+#pragma unroll
+        for (int j = 0; j < NU; j++) wq[j] = ldw16(wr + 16 * (lane + 32 * j), wl);
+    }
+    pdl_wait();
+    if (late) pdl_launch();
+    double ss = 0;
+    for (int i = tid; i < cols; i += 256) ss += (double)x[i] * (double)x[i];
+    ss = block_sum_d(ss);
+    const float r = rms_from_sumsq(ss, cols, eps);
+    if (row >= rows) return;
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < NU; j++) {
+        const int c = 8 * (lane + 32 * j);
+        float4 a = __ldg((const float4 *)(x + c)), b = __ldg((const float4 *)(x + c) + 1);
+        const float4 wa = __ldg((const float4 *)(nw + c)), wb = __ldg((const float4 *)(nw + c) + 1);
+        a = make_float4(__fmul_rn(wa.x, __fmul_rn(a.x, r)), __fmul_rn(wa.y, __fmul_rn(a.y, r)),
+                        __fmul_rn(wa.z, __fmul_rn(a.z, r)), __fmul_rn(wa.w, __fmul_rn(a.w, r)));
+        b = make_float4(__fmul_rn(wb.x, __fmul_rn(b.x, r)), __fmul_rn(wb.y, __fmul_rn(b.y, r)),
+                        __fmul_rn(wb.z, __fmul_rn(b.z, r)), __fmul_rn(wb.w, __fmul_rn(b.w, r)));
+        const __half2 *h = (const __half2 *)&wq[j];
+        const float2 w0 = __half22float2(h[0]), w1 = __half22float2(h[1]);
+        const float2 w2 = __half22float2(h[2]), w3 = __half22float2(h[3]);
+        acc = fmaf(w0.x, a.x, acc);
+        acc = fmaf(w0.y, a.y, acc);
+        acc = fmaf(w1.x, a.z, acc);
+        acc = fmaf(w1.y, a.w, acc);
+        acc = fmaf(w2.x, b.x, acc);
+        acc = fmaf(w2.y, b.y, acc);
+        acc = fmaf(w3.x, b.z, acc);
+        acc = fmaf(w3.y, b.w, acc);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) y[row] = acc;
+}
+
+bool f16_norm(const MVArgs &a, const float *xf, const float *nw, float eps, cudaStream_t st, int *rc) {
+    *rc = 0;
+    if (!nw || a.rows > INT32_MAX - 8 || (((uintptr_t)a.w | (uintptr_t)xf | (uintptr_t)nw) & 15) != 0) return false;
+    void (*k)(const uint8_t *, int, int, const float *, const float *, float, float *, int, int) = nullptr;
+    switch (a.cols) { // (the units a lane holds in registers)
+    case 1024: k = k_mv_f16_norm<4>; break;
+    case 2048: k = k_mv_f16_norm<8>; break;
+    case 4096: k = k_mv_f16_norm<16>; break;
+    default: return false;
+    }
+    ds4c_launch(k, (unsigned)((a.rows + 7) / 8), 256, 0, st, a.w, (int)a.rows, (int)a.cols, xf, nw, eps, a.y, a.wl,
+                a.late);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) *rc = ds4c_cuda_err(e, "matvec_f32 (F16, normalised)");
+    return true;
+}
+
 int launch_float(int type, const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st) {
     if (exact) {
         switch (type) {

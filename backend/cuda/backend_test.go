@@ -474,7 +474,7 @@ func TestKernelVariants(t *testing.T) {
 		{"quant_vec", OptQuantVec, 1, 64},
 		{"norm_rope_w", OptNormRopeW, 1, 64}, {"hc_chunk", OptHCChunk, 1, 64},
 		{"had_warp", OptHadWarp, 1, 1}, {"had_warp", OptHadWarp, 1, 64},
-		{"mv_dec", OptMVDec, DefaultMVDec, 1}, {"mv_f32", OptMVF32, 1, 1}, {"mv_pair", OptMVPair, 1, 1},
+		{"mv_dec", OptMVDec, DefaultMVDec, 1}, {"mv_f32", OptMVF32, DefaultMVF32, 1}, {"mv_pair", OptMVPair, 1, 1},
 		{"ix_query", OptIXQuery, 1, 1}, {"ix_query", OptIXQuery, 1, 64}, {"hc_hoist", OptHCHoist, 1, 1},
 		{"mv_dec_late", OptMVDecLate, 2, 1},
 	}

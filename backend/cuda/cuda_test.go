@@ -662,7 +662,7 @@ func TestMatVecPair(t *testing.T) {
 // three steps either way); x stays unchanged.
 func TestMatVecF32(t *testing.T) {
 	d := gpu(t)
-	t.Cleanup(func() { d.SetOption(OptMVF32, 1) })
+	t.Cleanup(func() { d.SetOption(OptMVF32, DefaultMVF32) })
 	const eps = 1e-6
 	for ci, c := range []struct {
 		rows, cols int

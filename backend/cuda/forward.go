@@ -698,8 +698,12 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 	// ixHead queues the indexer query's own norm of q_a's row (the main
 	// stream's may be inside q_b's launch, below) and its product on
-	// stream xs.
+	// stream xs: a decode step's F16 product through MatVecF32, which in
+	// fast mode normalises the row in the product's own launch.
 	ixHead := func(xs Stream, tag string) error {
+		if w := ixJob.w; n == 1 && w != nil && w.Type == quant.F16 && w.Mats == 1 {
+			return d.MatVecF32(xs, w, qr, L.qNorm, c.NormEps, ixqr, 0, ixJob.y, be.exact(), false)
+		}
 		if err := d.RMSNormRef(xs, qr, int64(QL), L.qNorm, ixqr, int64(QL), QL, n, c.NormEps); err != nil {
 			return err
 		}

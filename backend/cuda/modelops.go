@@ -23,8 +23,12 @@ func (d *Device) MatMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTo
 	return d.matMulEx(s, w, ids, nsel, act, actTok, actSel, actDiv, ntok, y, yTok, ySel, mmFlags(exact))
 }
 
-// MatVecF32 is one token's product y = w · act(x) of a single Q8_0 matrix
-// with the float row x (w.Cols values, a multiple of 32): act(x) is the
+// MatVecF32 is one token's product y = w · act(x) of a single Q8_0 or F16
+// matrix with the float row x (w.Cols values, a multiple of 32). F16: act(x)
+// is RMSNormRef(x) with weights nw and eps when nw is set, else x, and act
+// is unused; in fast mode with nw set one launch normalises and multiplies
+// (OptMVF32 bit 2; xn not written), else RMSNormRef writes xn and MatMulEx
+// runs; the same bits either way. Q8_0: act(x) is the
 // Q8_0 activation of RMSNormRef(x) with weights nw and eps when nw is set,
 // else of x. Where the pipelined kernel takes the product (OptMVF32) its
 // CTAs form act(x) themselves, one launch; otherwise RMSNormRef writes xn

@@ -200,6 +200,71 @@ func TestMatVecDecFast(t *testing.T) {
 	}
 }
 
+// TestMatVecF32Half checks MatVecF32 with F16 weights (the indexer's query
+// product from q_a's row): fast mode with a norm takes k_mv_f16_norm
+// (OptMVF32 bit 2) — one launch, xn left as it was — and gives the bits of
+// RMSNormRef then MatMulEx on Flash's shape (8192 × 1024, where k_matvec
+// takes a row a warp); other shapes (4096 and 2048 columns, a partial
+// CTA) are held to compare's ulps of Σ|w·x| against quant.MatVec of the
+// normalised row. With the bit off, in exact mode and without a norm it
+// runs the separate launches (xn written; exact mode quant.Dot's bits).
+func TestMatVecF32Half(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptMVF32, DefaultMVF32) })
+	if DefaultMVF32&2 == 0 {
+		t.Fatal("DefaultMVF32 leaves the fused F16 form off")
+	}
+	const eps = 1e-6
+	for ci, c := range []struct {
+		rows, cols int
+		same       bool // the two launches' bits (k_matvec's row-a-warp launch)
+	}{{8192, 1024, true}, {300, 4096, false}, {1000, 2048, false}} {
+		mat, dw, _ := randomMats(t, d, quant.F16, c.rows, c.cols, 1, uint64(5900+ci))
+		x := gaussian(c.cols, uint64(6000+ci))
+		dx, nw := upload(t, d, x), upload(t, d, gaussian(c.cols, uint64(6100+ci)))
+		xn := alloc(t, d, 4*int64(c.cols))
+		must(t, d.RMSNormRef(0, dx, int64(c.cols), nw, xn, int64(c.cols), c.cols, 1, eps))
+		xnh := download(t, d, xn, c.cols)
+		want, mag := reference(t, quant.F16, mat(0), c.rows, c.cols, xnh)
+		y, xn2 := alloc(t, d, 4*int64(c.rows)), alloc(t, d, 4*int64(c.cols))
+		run := func(opt int, exact bool, norm Ptr) ([]float32, bool) {
+			must(t, d.SetOption(OptMVF32, opt))
+			poison(t, d, y, c.rows)
+			poison(t, d, xn2, c.cols)
+			must(t, d.MatVecF32(0, dw, dx, norm, eps, xn2, 0, y, exact, false))
+			return download(t, d, y, c.rows), math.IsNaN(float64(download(t, d, xn2, 1)[0]))
+		}
+		name := fmt.Sprintf("%dx%d", c.rows, c.cols)
+		fused, untouched := run(DefaultMVF32, false, nw)
+		if !untouched {
+			t.Errorf("%s: fast mode with the norm wrote xn: not the one-launch form", name)
+		}
+		compare(t, name+" fused", fused, want, mag, nterms(quant.F16, c.cols))
+		two, untouched := run(DefaultMVF32&^2, false, nw)
+		if untouched {
+			t.Errorf("%s: OptMVF32 without bit 2 did not write xn", name)
+		}
+		if i, ok := firstBitDiff(fused, two); c.same && !ok {
+			t.Errorf("%s: fused row %d = %v, the two launches give %v", name, i, fused[i], two[i])
+		}
+		compare(t, name+" two launches", two, want, mag, nterms(quant.F16, c.cols))
+		ex, _ := run(DefaultMVF32, true, nw)
+		if i, ok := firstBitDiff(ex, want); !ok {
+			t.Errorf("%s: exact mode row %d = %v, want quant.Dot's %v", name, i, ex[i], want[i])
+		}
+		// without a norm: x itself is the activation
+		plain, _ := run(DefaultMVF32, false, 0)
+		wantx, magx := reference(t, quant.F16, mat(0), c.rows, c.cols, x)
+		compare(t, name+" without a norm", plain, wantx, magx, nterms(quant.F16, c.cols))
+		for i, v := range download(t, d, dx, c.cols) {
+			if math.Float32bits(v) != math.Float32bits(x[i]) {
+				t.Fatalf("%s: x[%d] changed to %v", name, i, v)
+			}
+		}
+		d.FreeWeight(dw)
+	}
+}
+
 // firstBitDiff reports whether a and b hold the same bits, and else the
 // first index where they differ (the shorter length when one is a prefix
 // of the other).
