@@ -410,10 +410,12 @@ int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64
     const bool aligned = (((uintptr_t)d_act | (uint64_t)act_sel) & 15) == 0;
     const bool single = (flags & DS4C_MM_HALF) == 0 && grouped_single(type, cols, n_sel, aligned);
     // Two forms take both tensors in one grid (MVArgs.w2/y2), each with the
-    // rows' work, and so the bits, of its two separate launches:
+    // rows' work, and so the bits, of two separate launches of its kernel:
     // k_mv_dec's types (a decode step's routed gate and up), and one
     // selection of one Q8_0/Q4_K matrix through k_matvec (a shared expert's
-    // gate and up; DS4C_OPT_MV_PAIR).
+    // gate and up; DS4C_OPT_MV_PAIR). In fast mode a lone Q8_0 product runs
+    // pipelined (k_mv_pipe_q8f, another order), so there the pair's bits
+    // are k_matvec's, not those of the option off (TestMatVecPair).
     const bool dec = (type == DS4C_IQ2_XXS || type == DS4C_Q2_K) && n_sel <= 65535;
     const bool one = (type == DS4C_Q8_0 || type == DS4C_Q4_K) && n_sel == 1 && !d_ids && n_mat == 1 &&
                      ds4c_opt_mv_pair();

@@ -608,11 +608,12 @@ func TestMatMulGroupedPair(t *testing.T) {
 
 // TestMatVecPair checks MatMulGroupedPair of one selection of one matrix
 // (a shared expert's gate and up in one k_matvec grid, OptMVPair) bit for
-// bit: against the CPU's products in exact mode, and against two MatMulEx
-// launches in fast mode, with the option on and off.
+// bit: against the CPU's products in exact mode, and in fast mode against
+// two MatMulEx launches that run as the pair does (option on: k_matvec,
+// OptMVPipeMin raised; off: the default launches).
 func TestMatVecPair(t *testing.T) {
 	d := gpu(t)
-	t.Cleanup(func() { d.SetOption(OptMVPair, 1) })
+	t.Cleanup(func() { d.SetOption(OptMVPair, 1); d.SetOption(OptMVPipeMin, DefaultMVPipeMin) })
 	for ci, c := range []struct {
 		typ        quant.Type
 		rows, cols int
@@ -624,10 +625,17 @@ func TestMatVecPair(t *testing.T) {
 		y1, y2 := alloc(t, d, 4*int64(c.rows)), alloc(t, d, 4*int64(c.rows))
 		r1, r2 := alloc(t, d, 4*int64(c.rows)), alloc(t, d, 4*int64(c.rows))
 		for _, exact := range []bool{true, false} {
-			// the separate launches (fast mode's reference)
-			must(t, d.MatMulEx(0, dw1, 0, 1, act, 0, 0, 1, 1, r1, 0, 0, exact))
-			must(t, d.MatMulEx(0, dw2, 0, 1, act, 0, 0, 1, 1, r2, 0, 0, exact))
 			for _, on := range []int{1, 0} {
+				// fast mode's reference, the separate launches: on k_matvec
+				// where the pair is one k_matvec grid (alone, a Q8_0
+				// product goes pipelined, which adds in another order),
+				// else as they are
+				if on == 1 {
+					must(t, d.SetOption(OptMVPipeMin, 1<<20))
+				}
+				must(t, d.MatMulEx(0, dw1, 0, 1, act, 0, 0, 1, 1, r1, 0, 0, exact))
+				must(t, d.MatMulEx(0, dw2, 0, 1, act, 0, 0, 1, 1, r2, 0, 0, exact))
+				must(t, d.SetOption(OptMVPipeMin, DefaultMVPipeMin))
 				must(t, d.SetOption(OptMVPair, on))
 				poison(t, d, y1, c.rows)
 				poison(t, d, y2, c.rows)
