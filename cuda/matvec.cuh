@@ -1597,6 +1597,10 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     float *s_part = (float *)(s_mem + p.terms_off); // two buffers of [rt][nseg]
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int nseg = a.cols / Q8F_SEG;
+    // an item's row and segment by a shift and a mask where nseg is a power
+    // of two (Flash's 1, 4 and 8), not a division (≈ 20 instructions an
+    // item of ≈ 50: the loop is issue-bound, cuda/NOTES.md v35)
+    const int nsh = (nseg & (nseg - 1)) == 0 ? __ffs(nseg) - 1 : -1;
     const int G = gridDim.x;
     const int t0 = (int)((int64_t)blockIdx.x * p.total / G);
     const int my = (int)((int64_t)(blockIdx.x + 1) * p.total / G) - t0;
@@ -1641,7 +1645,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
         if (mat >= 0) {
             const int items = nr * nseg;
             for (int it = warp; it < items; it += PIPE_THREADS / 32) {
-                const int row = it / nseg, seg = it - row * nseg;
+                const int row = nsh >= 0 ? it >> nsh : it / nseg, seg = it - row * nseg;
                 if (seg != xseg) {
                     xseg = seg;
                     const uint8_t *xa = s_act + seg * Q8F_SEG;
