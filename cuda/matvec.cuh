@@ -684,6 +684,24 @@ struct TIQ2_XXS {
 };
 
 // ---------------------------------------------------------------- F16, F32
+// fma8_half adds the products of the 8 halves of w with a (values 0-3) and
+// b (4-7) to s, one fmaf after another in value order: TF16's dot, and so
+// k_mv_f16_norm's (mv_float.cu), which keeps its bits.
+__device__ __forceinline__ float fma8_half(int4 w, float4 a, float4 b, float s) {
+    const __half2 *h = (const __half2 *)&w;
+    const float2 w0 = __half22float2(h[0]), w1 = __half22float2(h[1]);
+    const float2 w2 = __half22float2(h[2]), w3 = __half22float2(h[3]);
+    s = fmaf(w0.x, a.x, s);
+    s = fmaf(w0.y, a.y, s);
+    s = fmaf(w1.x, a.z, s);
+    s = fmaf(w1.y, a.w, s);
+    s = fmaf(w2.x, b.x, s);
+    s = fmaf(w2.y, b.y, s);
+    s = fmaf(w3.x, b.z, s);
+    s = fmaf(w3.y, b.w, s);
+    return s;
+}
+
 struct TF16 {
     static constexpr int VPU = 8;
     static constexpr int U = 1;
@@ -707,23 +725,10 @@ struct TF16 {
                                                int64_t act_tok, int, float *acc, int, const uint64_t *, float *,
                                                int) {
         if (!valid) return;
-        const __half2 *h = (const __half2 *)&u.q;
-        float2 w0 = __half22float2(h[0]), w1 = __half22float2(h[1]);
-        float2 w2 = __half22float2(h[2]), w3 = __half22float2(h[3]);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             const float4 *x = (const float4 *)(act + t * act_tok) + 2 * (int64_t)ui;
-            float4 a = __ldg(x), b = __ldg(x + 1);
-            float s = acc[t];
-            s = fmaf(w0.x, a.x, s);
-            s = fmaf(w0.y, a.y, s);
-            s = fmaf(w1.x, a.z, s);
-            s = fmaf(w1.y, a.w, s);
-            s = fmaf(w2.x, b.x, s);
-            s = fmaf(w2.y, b.y, s);
-            s = fmaf(w3.x, b.z, s);
-            s = fmaf(w3.y, b.w, s);
-            acc[t] = s;
+            acc[t] = fma8_half(u.q, __ldg(x), __ldg(x + 1), acc[t]);
         }
     }
     static constexpr float FINAL = 1.0f;

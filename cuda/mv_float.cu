@@ -193,17 +193,7 @@ __global__ void __launch_bounds__(256) k_mv_f16_norm(const uint8_t *w, int rows,
                         __fmul_rn(wa.z, __fmul_rn(a.z, r)), __fmul_rn(wa.w, __fmul_rn(a.w, r)));
         b = make_float4(__fmul_rn(wb.x, __fmul_rn(b.x, r)), __fmul_rn(wb.y, __fmul_rn(b.y, r)),
                         __fmul_rn(wb.z, __fmul_rn(b.z, r)), __fmul_rn(wb.w, __fmul_rn(b.w, r)));
-        const __half2 *h = (const __half2 *)&wq[j];
-        const float2 w0 = __half22float2(h[0]), w1 = __half22float2(h[1]);
-        const float2 w2 = __half22float2(h[2]), w3 = __half22float2(h[3]);
-        acc = fmaf(w0.x, a.x, acc);
-        acc = fmaf(w0.y, a.y, acc);
-        acc = fmaf(w1.x, a.z, acc);
-        acc = fmaf(w1.y, a.w, acc);
-        acc = fmaf(w2.x, b.x, acc);
-        acc = fmaf(w2.y, b.y, acc);
-        acc = fmaf(w3.x, b.z, acc);
-        acc = fmaf(w3.y, b.w, acc);
+        acc = fma8_half(wq[j], a, b, acc);
     }
     acc = warp_sum(acc);
     if (lane == 0) y[row] = acc;
