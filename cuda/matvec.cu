@@ -367,36 +367,34 @@ int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const
     int rc = check_shape(type, rows, cols, 1);
     if (rc) return rc;
     if (cols % 32 != 0) return ds4c_err(DS4C_EINVAL, "matvec_f32: %lld columns", (long long)cols);
-    if (type == DS4C_F16) { // the float row is the activation: RMSNorm, then the product
-        if ((flags & DS4C_MM_EXACT) == 0 && (ds4c_opt_mv_f32() & 2)) {
-            MVArgs a = mv_args(d_w, rows, cols, 1, nullptr, false, nullptr, 4 * cols, 0, 1, d_y, rows, 0);
-            a.late = (flags & DS4C_MM_LATE) != 0;
-            if (f16_norm(a, d_x, d_nw, eps, as_stream(stream), &rc)) return rc;
-        }
-        const float *x = d_x;
-        if (d_nw) {
-            if ((rc = ds4c_rmsnorm_ref(d_x, cols, d_nw, d_xn, cols, cols, 1, eps, stream))) return rc;
-            x = d_xn;
-        }
-        return ds4c_matmul_ex(type, d_w, rows, cols, 1, nullptr, 1, x, 0, 0, 1, 1, d_y, 0, 0, flags & ~DS4C_MM_ROOM,
-                              stream);
-    }
-    if (ds4c_opt_mv_f32() & 1) {
-        const int64_t ab = (int64_t)ds4c_act_bytes(DS4C_Q8_0, cols);
+    // One launch where a fused kernel takes the product: F16 weights in fast
+    // mode normalise the row themselves (k_mv_f16_norm, bit 2), Q8_0 weights
+    // form their activation in the pipelined kernel (pipe_act_f32, bit 1).
+    const bool f16 = type == DS4C_F16;
+    const bool exact = (flags & DS4C_MM_EXACT) != 0;
+    const int opt = ds4c_opt_mv_f32();
+    if (f16 ? (!exact && (opt & 2)) : (opt & 1)) {
+        const int64_t ab = f16 ? 4 * cols : (int64_t)ds4c_act_bytes(DS4C_Q8_0, cols);
         MVArgs a = mv_args(d_w, rows, cols, 1, nullptr, false, nullptr, ab, 0, 1, d_y, rows, 0);
         a.late = (flags & DS4C_MM_LATE) != 0;
-        if (pipe_q8_0_f32(a, d_x, d_nw, eps, (flags & DS4C_MM_EXACT) != 0, (flags & DS4C_MM_ROOM) != 0,
-                          as_stream(stream), &rc))
-            return rc;
+        const bool took = f16 ? f16_norm(a, d_x, d_nw, eps, as_stream(stream), &rc)
+                              : pipe_q8_0_f32(a, d_x, d_nw, eps, exact, (flags & DS4C_MM_ROOM) != 0,
+                                              as_stream(stream), &rc);
+        if (took) return rc;
     }
-    // the three steps
+    // the separate steps: RMSNorm, the Q8_0 quantization (the float row is
+    // an F16 product's activation as it is), the product
     const float *x = d_x;
     if (d_nw) {
         if ((rc = ds4c_rmsnorm_ref(d_x, cols, d_nw, d_xn, cols, cols, 1, eps, stream))) return rc;
         x = d_xn;
     }
-    if ((rc = ds4c_quantize(DS4C_Q8_0, x, cols, d_act, cols, 1, stream))) return rc;
-    return ds4c_matmul_ex(type, d_w, rows, cols, 1, nullptr, 1, d_act, 0, 0, 1, 1, d_y, 0, 0, flags & ~DS4C_MM_ROOM,
+    const void *act = x;
+    if (!f16) {
+        if ((rc = ds4c_quantize(DS4C_Q8_0, x, cols, d_act, cols, 1, stream))) return rc;
+        act = d_act;
+    }
+    return ds4c_matmul_ex(type, d_w, rows, cols, 1, nullptr, 1, act, 0, 0, 1, 1, d_y, 0, 0, flags & ~DS4C_MM_ROOM,
                           stream);
 }
 
@@ -416,6 +414,7 @@ int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64
     // gate and up; DS4C_OPT_MV_PAIR). In fast mode a lone Q8_0 product runs
     // pipelined (k_mv_pipe_q8f, another order), so there the pair's bits
     // are k_matvec's, not those of the option off (TestMatVecPair).
+    const bool exact = (flags & DS4C_MM_EXACT) != 0;
     const bool dec = (type == DS4C_IQ2_XXS || type == DS4C_Q2_K) && n_sel <= 65535;
     const bool one = (type == DS4C_Q8_0 || type == DS4C_Q4_K) && n_sel == 1 && !d_ids && n_mat == 1 &&
                      ds4c_opt_mv_pair();
@@ -429,10 +428,8 @@ int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64
         a.y2 = d_y2;
         cudaStream_t st = as_stream(stream);
         if (one) {
-            const bool exact = (flags & DS4C_MM_EXACT) != 0;
             return type == DS4C_Q8_0 ? launch_q8_0(a, 1, 1, exact, st) : launch_q4_k(a, 1, 1, exact, st);
         }
-        const bool exact = (flags & DS4C_MM_EXACT) != 0;
         const bool took = type == DS4C_IQ2_XXS ? dec_iq2_xxs(a, n_sel, exact, st, &rc)
                                                 : dec_q2_k(a, n_sel, exact, st, &rc);
         if (took) return rc;

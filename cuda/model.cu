@@ -3418,7 +3418,41 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a, float *work,
 // (k_quant_q8_k_w's operations, q8_k_warp), the first RQ_PRE blocks of each
 // loaded before the scores and quantized while warp 0 picks the experts.
 constexpr int RQ_PRE = 3;
-constexpr int RP_U = 8; // experts a lane holds in the register pick (E = 256)
+// router_pick_regs is warp 0's pick where E = 32·U: the lane's experts
+// lane + 32u as 64-bit ranks in registers (key << (UB + 1) | 1 << UB |
+// U − 1 − u, UB the bits of U − 1: the greater, the better, ties to the
+// lower u, so the lower id; 0 once taken), the lane's best by a max tree,
+// and each round two warp reductions (redux.sync) instead of five 64-bit
+// shuffle steps: the greatest key, then the lowest id among the lanes
+// whose best it is. The same experts in the same order as the ranking.
+template <int U>
+__device__ __forceinline__ void router_pick_regs(const float *biased, int K, int32_t *s_ids) {
+    constexpr int UB = U <= 2 ? 1 : (U <= 4 ? 2 : (U <= 8 ? 3 : (U <= 16 ? 4 : 5)));
+    constexpr int P2 = 1 << UB; // U rounded up to a power of two (the tree's width)
+    const int lane = threadIdx.x & 31;
+    unsigned long long rk[U];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        rk[u] = (unsigned long long)topk_key(biased[lane + 32 * u]) << (UB + 1) | (1u << UB) | (unsigned)(U - 1 - u);
+    for (int r = 0; r < K; r++) {
+        unsigned long long tree[P2]; // the lane's max tree over its ranks (0 past U)
+#pragma unroll
+        for (int u = 0; u < P2; u++) tree[u] = u < U ? rk[u] : 0ull;
+#pragma unroll
+        for (int h = P2 / 2; h > 0; h >>= 1)
+#pragma unroll
+            for (int u = 0; u < h; u++) tree[u] = tree[u] > tree[u + h] ? tree[u] : tree[u + h];
+        const uint32_t bk = (uint32_t)(tree[0] >> (UB + 1));
+        const uint32_t mk = __reduce_max_sync(FULL_MASK, bk);
+        const uint32_t bid = (uint32_t)lane + 32u * (uint32_t)(U - 1 - (int)(tree[0] & (P2 - 1)));
+        const uint32_t w = __reduce_min_sync(FULL_MASK, tree[0] != 0 && bk == mk ? bid : 0xffffffffu);
+#pragma unroll
+        for (int u = 0; u < U; u++) // (the winner's rank taken: a select per u, no local memory)
+            if (w == (uint32_t)lane + 32u * (uint32_t)u) rk[u] = 0;
+        if (lane == 0) s_ids[r] = (int)w;
+    }
+}
+
 __global__ void k_router(const float *logits, int E, const float *bias, const int32_t *tid2eid, const int32_t *tokens,
                          int K, int norm, float wscale, int32_t *sel, float *wts, int warp_pick, const float *x,
                          int64_t cols, uint8_t *act, int64_t act_stride) {
@@ -3458,35 +3492,12 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
         // keys, the winners of earlier rounds left out: the same experts in
         // the same order as the ranking below, without its serial scans
         // (lane l looks at experts l, l+32, …; E ≤ 1024).
-        if (threadIdx.x < 32 && E == 32 * RP_U) {
-            // E = 32·RP_U (Flash's 256): the lane's experts lane + 32u as
-            // 64-bit ranks in registers (key << 4 | 8 | 7 − u: the greater,
-            // the better, ties to the lower u, so the lower id; 0 once
-            // taken), the lane's best by a max tree, and each round two warp
-            // reductions (redux.sync) instead of five 64-bit shuffle steps:
-            // the greatest key, then the lowest id among the lanes whose
-            // best it is
-            const int lane = threadIdx.x;
-            unsigned long long rk[RP_U];
-#pragma unroll
-            for (int u = 0; u < RP_U; u++)
-                rk[u] = (unsigned long long)topk_key(biased[lane + 32 * u]) << 4 | 8u | (unsigned)(RP_U - 1 - u);
-            for (int r = 0; r < K; r++) {
-                unsigned long long tree[RP_U]; // the lane's max tree over its ranks
-#pragma unroll
-                for (int u = 0; u < RP_U; u++) tree[u] = rk[u];
-#pragma unroll
-                for (int h = RP_U / 2; h > 0; h >>= 1)
-#pragma unroll
-                    for (int u = 0; u < h; u++) tree[u] = tree[u] > tree[u + h] ? tree[u] : tree[u + h];
-                const uint32_t bk = (uint32_t)(tree[0] >> 4);
-                const uint32_t mk = __reduce_max_sync(FULL_MASK, bk);
-                const uint32_t bid = (uint32_t)lane + 32u * (uint32_t)(RP_U - 1 - (int)(tree[0] & 7));
-                const uint32_t w = __reduce_min_sync(FULL_MASK, tree[0] != 0 && bk == mk ? bid : 0xffffffffu);
-#pragma unroll
-                for (int u = 0; u < RP_U; u++) // (the winner's rank taken: a select per u, no local memory)
-                    if (w == (uint32_t)lane + 32u * (uint32_t)u) rk[u] = 0;
-                if (lane == 0) s_ids[r] = (int)w;
+        if (threadIdx.x < 32 && (E == 128 || E == 256 || E == 384 || E == 512)) {
+            switch (E / 32) { // (Flash's 256; the other widths of the family's configurations)
+            case 4: router_pick_regs<4>(biased, K, s_ids); break;
+            case 8: router_pick_regs<8>(biased, K, s_ids); break;
+            case 12: router_pick_regs<12>(biased, K, s_ids); break;
+            default: router_pick_regs<16>(biased, K, s_ids); break;
             }
             PHASE_MARK(4);
         } else if (threadIdx.x < 32) {
@@ -3542,12 +3553,11 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
             q8_k_warp(v, lane, at, b, nb);
         }
     }
-    // the weights: warp 0 alone where it picked the experts itself (the
-    // quantizing warps go on), lane i taking pick i (its score gathered
-    // into the sum by shuffles, added in pick order as the serial loop
-    // adds them); else after the whole CTA, by thread 0
-    const bool warp_tail = !tid2eid && warp_pick && K <= 32;
-    if (warp_tail) {
+    // the weights, by warp 0: after its own pick without waiting for the
+    // CTA (the quantizing warps go on), else after the whole CTA's; K ≤ 32:
+    // lane i takes pick i (its score gathered into the sum by shuffles,
+    // added in pick order as the serial loop adds them), else thread 0
+    if (!tid2eid && warp_pick) {
         __syncwarp();
     } else {
         __syncthreads();
@@ -3555,7 +3565,7 @@ __global__ void k_router(const float *logits, int E, const float *bias, const in
     PHASE_MARK(5);
     int32_t *ids = sel + (int64_t)t * K;
     float *w = wts + (int64_t)t * K;
-    if (warp_tail) {
+    if (K <= 32) {
         if (warp == 0) {
             const int id = lane < K ? s_ids[lane] : 0;
             const float v = lane < K ? s[id] : 0.f;
@@ -4387,12 +4397,24 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         // the same launch (DS4C_OPT_ATTN_CLUSTER): DEC_CL splits of whole
         // chunks, up to DEC_CL_CHUNKS chunks each, while the clusters' CTAs
         // fit one wave; the rotation and activation as k_attn_combine's
-        if (ds4c_opt_attn_cluster() && chunks <= (int64_t)DEC_CL * DEC_CL_CHUNKS && groups * DEC_CL <= slots) {
-            static bool cl_smem = false;
-            if (!cl_smem) {
-                DS4C_CHECK(cudaFuncSetAttribute(k_attn_split_cl, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DEC_SMEM));
-                cl_smem = true;
+        // (cl_fit: whether a GPC holds one such cluster at all — where it
+        // cannot, or the query fails, k_attn_split and its combine run)
+        static int cl_fit = -1;
+        if (cl_fit < 0 && ds4c_opt_attn_cluster()) {
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_split_cl, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DEC_SMEM));
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(DEC_CL, 1, 1);
+            cfg.blockDim = dim3(DEC_T, 1, 1);
+            cfg.dynamicSmemBytes = DEC_SMEM;
+            int nc = 0;
+            if (cudaOccupancyMaxActiveClusters(&nc, k_attn_split_cl, &cfg) != cudaSuccess) {
+                (void)cudaGetLastError();
+                nc = 0;
             }
+            cl_fit = nc > 0 ? 1 : 0;
+        }
+        if (ds4c_opt_attn_cluster() && cl_fit > 0 && chunks <= (int64_t)DEC_CL * DEC_CL_CHUNKS &&
+            groups * DEC_CL <= slots) {
             if (fuse) a.rfreqs = d_rfreqs;
             if (fuseq) a.qact = (uint8_t *)d_qact;
             const int ksc = (int)((chunks + DEC_CL - 1) / DEC_CL * DEC_KC);

@@ -1366,9 +1366,10 @@ func dotRef(a, b []float32) float32 {
 func TestRouter(t *testing.T) {
 	d := gpu(t)
 	const K, n = 6, 5
-	// 256 experts (Flash's: the warp picker's register form) and 96 (its
+	// 256 experts (Flash's), 128, 384 and 512 (the warp picker's register
+	// form, router_pick_regs, at 4, 12 and 16 experts a lane) and 96 (its
 	// general loop)
-	for _, E := range []int{256, 96} {
+	for _, E := range []int{256, 128, 384, 512, 96} {
 		r := rand.New(rand.NewPCG(11, uint64(E)))
 		logits := make([]float32, n*E)
 		for i := range logits {
