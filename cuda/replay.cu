@@ -23,7 +23,10 @@
 // the results are bit-identical to plain launches.
 #include <atomic>
 #include <cstring>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <new>
 #include <vector>
 
@@ -224,6 +227,51 @@ int build(ds4c_rec *r, RGraph *G, Log &L) {
     return 0;
 }
 
+// Why the replays set nodes (DS4_CUDA_REC_WHY=1, a measuring aid): per
+// kernel and reason — its launch shape, or the indices of the arguments
+// whose bytes changed — the nodes set, printed to stderr every 20000 sets
+// (the process may end without running exit handlers).
+struct WhyTable {
+    std::mutex mu;
+    std::vector<std::pair<std::string, long>> rows;
+    long total = 0;
+};
+WhyTable *why_table() {
+    static WhyTable *t = getenv("DS4_CUDA_REC_WHY") && atoi(getenv("DS4_CUDA_REC_WHY")) ? new WhyTable : nullptr;
+    return t;
+}
+void why_note(const Log &O, const Op &a, const Log &L, const Op &b) {
+    WhyTable *t = why_table();
+    if (!t) return;
+    const char *name = nullptr;
+    if (cudaFuncGetName(&name, b.fn) != cudaSuccess || !name) {
+        (void)cudaGetLastError();
+        name = "?";
+    }
+    std::string key = name;
+    if (!same_dim(a.grid, b.grid) || !same_dim(a.block, b.block) || a.smem != b.smem) key += " [launch shape]";
+    std::string args;
+    for (uint32_t i = 0; i < b.nargs; i++) {
+        const uint32_t o0 = L.offs[b.aoff + i], o1 = i + 1 < b.nargs ? L.offs[b.aoff + i + 1] : b.len;
+        if (memcmp(O.blob.data() + a.off + o0, L.blob.data() + b.off + o0, o1 - o0) != 0)
+            args += (args.empty() ? "" : ",") + std::to_string(i);
+    }
+    if (!args.empty()) key += " args " + args;
+    std::lock_guard<std::mutex> lk(t->mu);
+    bool found = false;
+    for (auto &r : t->rows)
+        if (r.first == key) {
+            r.second++;
+            found = true;
+            break;
+        }
+    if (!found) t->rows.emplace_back(key, 1);
+    if (++t->total % 20000 == 0) {
+        fprintf(stderr, "rec why: %ld node sets\n", t->total);
+        for (auto &r : t->rows) fprintf(stderr, "rec why: %8ld  %s\n", r.second, r.first.c_str());
+    }
+}
+
 // update sets in G's executable graph the kernel parameters that differ
 // between G's log and L (same structure); returns the nodes set, or -1
 // when the structure differs or a set failed.
@@ -237,12 +285,16 @@ int update(RGraph *G, Log &L) {
             return -1;
     }
     int set = 0;
+    // (DS4_CUDA_REC_SETALL=1, a measuring aid: every kernel node set, changed
+    // or not — what a node set costs against a graph with any set node)
+    static const bool set_all = getenv("DS4_CUDA_REC_SETALL") && atoi(getenv("DS4_CUDA_REC_SETALL"));
     for (size_t i = 0; i < L.ops.size(); i++) {
         const Op &a = O.ops[i], &b = L.ops[i];
         if (b.kind != OP_KERNEL) continue;
-        if (same_dim(a.grid, b.grid) && same_dim(a.block, b.block) && a.smem == b.smem &&
+        if (!set_all && same_dim(a.grid, b.grid) && same_dim(a.block, b.block) && a.smem == b.smem &&
             (b.len == 0 || memcmp(O.blob.data() + a.off, L.blob.data() + b.off, b.len) == 0))
             continue;
+        why_note(O, a, L, b);
         void *p[MAX_ARGS];
         arg_ptrs(L, b, p);
         cudaKernelNodeParams kp = {};
