@@ -4,7 +4,7 @@ scripts/cuda/ncu-oplat.sh writes them (ncu --page source --print-source sass
 --csv: sass-<kernel>.csv): the stall reasons over all samples, the executed
 instruction mix by opcode, and the instructions with the most samples, each
 with its main reasons and, where its wait is on a scoreboard, the load that
-feeds it (the last earlier instruction writing one of its source registers)
+feeds it (the last earlier load writing one of its source registers)
 and how many loads were issued in between. A long-scoreboard wait right
 after its own load, with no other load in between, is a load whose consumer
 holds the next loads back (cuda/NOTES.md v36: the block scale converted
