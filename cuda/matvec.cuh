@@ -190,9 +190,12 @@ struct TQ8_0 {
         const uint8_t *q;
         const __half *d;
     };
+    // d: the block scale as loaded, converted where the term is formed (a
+    // conversion in load would wait for the scale's load before the next
+    // unit's loads are issued: one memory latency a unit)
     struct Unit {
         int4 q;
-        float d;
+        __half d;
     };
     static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
         r.q = a.w + grow * a.cols;
@@ -212,7 +215,7 @@ struct TQ8_0 {
     }
     static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
         u.q = ldw16(r.q + (int64_t)ui * 16, wl);
-        u.d = __half2float(r.d[ui >> 1]);
+        u.d = r.d[ui >> 1];
     }
     template <int NT, bool EX, bool SA = false>
     static __device__ __forceinline__ void dot(const Unit &u, int ui, bool valid, const uint8_t *act,
@@ -226,7 +229,7 @@ struct TQ8_0 {
             s += __shfl_xor_sync(FULL_MASK, s, 1);
             if (valid && (lane & 1) == 0) {
                 float da = ((const float *)(at + cols))[ui >> 1];
-                emit<EX>(acc, terms, nb, t, ui >> 1, __fmul_rn((float)s, __fmul_rn(u.d, da)));
+                emit<EX>(acc, terms, nb, t, ui >> 1, __fmul_rn((float)s, __fmul_rn(__half2float(u.d), da)));
             }
         }
     }
@@ -512,7 +515,7 @@ struct TIQ2_XXS {
     };
     struct Unit {
         int4 q;
-        float d;
+        __half d; // (converted at use: TQ8_0::Unit)
     };
     static __device__ __forceinline__ void row(Row &r, const MVArgs &a, int64_t grow) {
         int64_t nb = a.R * (a.cols / 256);
@@ -532,7 +535,7 @@ struct TIQ2_XXS {
     }
     static __device__ __forceinline__ void load(Unit &u, const Row &r, int ui, int wl) {
         u.q = ldw16(r.qs + (int64_t)ui * 16, wl);
-        u.d = __half2float(r.d[ui >> 2]);
+        u.d = r.d[ui >> 2];
     }
     template <int NT, bool EX, bool SA = false>
     static __device__ __forceinline__ void dot(const Unit &u, int ui, bool valid, const uint8_t *act,
@@ -581,7 +584,7 @@ struct TIQ2_XXS {
             bsum += __shfl_xor_sync(FULL_MASK, bsum, 2);
             if (valid && m == 0) {
                 float da = ((const float *)act_tail<PAD>(at, cols))[blk];
-                emit<EX>(acc, terms, nb, t, blk, __fmul_rn(__fmul_rn(u.d, da), (float)bsum));
+                emit<EX>(acc, terms, nb, t, blk, __fmul_rn(__fmul_rn(__half2float(u.d), da), (float)bsum));
             }
         }
     }
@@ -675,7 +678,7 @@ struct TIQ2_XXS {
             bsum += __shfl_xor_sync(FULL_MASK, bsum, 1);
             bsum += __shfl_xor_sync(FULL_MASK, bsum, 2);
         }
-        return __fmul_rn(__fmul_rn(u.d, x.da), (float)bsum);
+        return __fmul_rn(__fmul_rn(__half2float(u.d), x.da), (float)bsum);
     }
     static constexpr float FINAL = 0.125f;
     static constexpr int ACT_PAD = 16; // (act_at) lanes 64 bytes apart would share banks

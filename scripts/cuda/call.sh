@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One device call for a kernel change, everything optional but the build:
+# build libds4cuda.so from the tree (and any variant libraries), run chosen
+# CUDA tests, an interleaved A/B of full-size decode at 8k, and ncu of
+# chosen kernels with their per-instruction stall summary. Binaries come
+# from scripts/cuda/build-smoke.sh plus ds4-bench and ds4-gguf in
+# dev-out/final (carried):
+#   run(kind="nvidia-h200", needs_h200=true, carry=["dev-out/final"],
+#       command="TESTS='TestMatVecDecFast' AB='DS4_CUDA_LIB=/tmp/lib-wl1.so' LIBS='wl1:-DDS4_WL_CONST=1' bash scripts/cuda/call.sh")
+# Environment:
+#   LIBS   ';'-separated NAME:NVFLAGS; each builds the tree's cuda/ with
+#          those compiler flags into /tmp/lib-NAME.so (beside the main build)
+#   BASE   a directory holding another cuda/ tree (e.g. dev-out/final/base-cuda,
+#          from `git archive REF cuda | tar -x -C dev-out/final/base-cuda --strip-components=1`),
+#          built into /tmp/lib-base.so
+#   TESTS  a -test.run regex for the CUDA test binary (TT: its timeout,
+#          default 300s; TENV: environment assignments for it)
+#   SMOKE=1  scripts/cuda/smoke.sh first (the whole correctness check)
+#   AB     variants for scripts/cuda/ab-layers.sh on the full-size q2 synth
+#          (quoted words, e.g. AB='"DS4_CUDA_LIB=/tmp/lib-base.so" DS4_CUDA_X=0');
+#          ROUNDS (default 2), GEN (256), WARMUP (4096), ARGS (--fast)
+#   NCU    ';'-separated kernel regexes for scripts/cuda/ncu-oplat.sh run
+#          on NCU_TEST (default TestMatVecDecFast); sass-stalls.py summarises
+#          each SASS CSV into $OUT/stalls.txt
+# Everything lands in $OUT (at most 8 files come back): log.txt holds the
+# summary lines.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-dev-out/call}; mkdir -p "$OUT"
+F=dev-out/final
+exec > >(tee "$OUT/log.txt") 2>&1
+t0=$(date +%s)
+el() { echo "[$(( $(date +%s) - t0 )) s]"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+# the model, generated while the libraries build
+synth=
+if [ -n "${AB:-}" ]; then
+    BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
+    synth=$!
+fi
+# variant libraries: copies of the tree's cuda/ (or BASE) built with their flags
+build_variant() { # name dir flags
+    local d=/tmp/v-$1
+    rm -rf "$d"; mkdir -p "$d/scripts/cuda"; cp -r "$2" "$d/cuda"; cp scripts/cuda/build-lib.sh "$d/scripts/cuda/"
+    NVFLAGS="$3" bash "$d/scripts/cuda/build-lib.sh" >"/tmp/build-$1.log" 2>&1 && cp "$d/build/libds4cuda.so" "/tmp/lib-$1.so"
+    echo "variant $1 ($3): $(tail -1 /tmp/build-$1.log)"
+}
+pids=()
+IFS=';' read -ra LS <<<"${LIBS:-}"
+for l in "${LS[@]}"; do [ -n "$l" ] && { build_variant "${l%%:*}" cuda "${l#*:}" & pids+=($!); }; done
+[ -n "${BASE:-}" ] && { build_variant base "$BASE" "" & pids+=($!); }
+bash scripts/cuda/build-lib.sh >/tmp/build-main.log 2>&1; echo "main: $(tail -1 /tmp/build-main.log)"
+for p in "${pids[@]}"; do wait "$p"; done
+if [ ! -s build/libds4cuda.so ]; then cat /tmp/build-main.log | head -40; exit 1; fi
+grep -h "spill" build/*.o.ptxas | grep -v " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c | head -5
+export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1
+el
+if [ -n "${SMOKE:-}" ]; then
+    OUT=/tmp/smoke LIB_BUILT=1 bash scripts/cuda/smoke.sh >"$OUT/smoke.txt" 2>&1
+    cp /tmp/smoke/cuda-tests.log "$OUT/smoke-tests.log"
+    tail -14 "$OUT/smoke.txt"; el
+fi
+if [ -n "${TESTS:-}" ]; then
+    env ${TENV:-} $F/cuda.test -test.v -test.timeout "${TT:-300s}" -test.run "$TESTS" >"$OUT/tests.log" 2>&1
+    echo "tests: exit $?"; grep -E "^(--- )?FAIL|^ok|^PASS|panic|differs" "$OUT/tests.log" | head -20; el
+fi
+if [ -n "${NCU:-}" ]; then
+    OUT=/tmp/ncu TEST=${NCU_TEST:-TestMatVecDecFast} KERNELS="$NCU" bash scripts/cuda/ncu-oplat.sh >/tmp/ncu.log 2>&1
+    grep -E "^== ncu|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy" /tmp/ncu/ncu-oplat.txt | head -40
+    for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
+    gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
+fi
+if [ -n "${AB:-}" ]; then
+    wait "$synth"; cat /tmp/synth.txt
+    eval "set -- $AB"
+    LAYERS=43 MODEL=/dev/shm/flash-q2.gguf ROUNDS=${ROUNDS:-2} GEN=${GEN:-256} WARMUP=${WARMUP:-4096} ARGS=${ARGS:---fast} \
+        AB_OUT=/tmp/ab bash scripts/cuda/ab-layers.sh "$@" | grep -v "^== "
+    tar -czf "$OUT/ab.tgz" -C /tmp ab; el
+fi
