@@ -242,6 +242,13 @@ static __device__ __forceinline__ float rms_from_sumsq(double ss, int64_t n, flo
     return (float)(1.0 / sqrt((double)__fadd_rn(ms, eps)));
 }
 
+// rms_scale4: four values of an RMSNorm, w · (x · r) with each product
+// rounded (the CPU's order): hc_pre's x and k_mv_f16_norm's activation.
+static __device__ __forceinline__ float4 rms_scale4(float4 w, float4 x, float r) {
+    return make_float4(__fmul_rn(w.x, __fmul_rn(x.x, r)), __fmul_rn(w.y, __fmul_rn(x.y, r)),
+                       __fmul_rn(w.z, __fmul_rn(x.z, r)), __fmul_rn(w.w, __fmul_rn(x.w, r)));
+}
+
 // Sum of a double over the block (blockDim.x a multiple of 32, at most 1024):
 // a xor-shuffle tree in each warp, then the warp totals in warp order.
 static __device__ double block_sum_d(double v) {

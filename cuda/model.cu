@@ -617,12 +617,7 @@ __global__ void __launch_bounds__(512) k_hc_pre(int mode, const float *mix, int 
         for (int i = 0; i < HP_G; i++) {
             const int64_t g = g0 + i * step;
             if (g0 < 0 || g >= ng) continue;
-            const float4 nw = nwr[i];
-            float4 o;
-            o.x = fmul(nw.x, fmul(xr[i].x, r));
-            o.y = fmul(nw.y, fmul(xr[i].y, r));
-            o.z = fmul(nw.z, fmul(xr[i].z, r));
-            o.w = fmul(nw.w, fmul(xr[i].w, r));
+            const float4 o = rms_scale4(nwr[i], xr[i], r);
             ((float4 *)xt)[g] = o;
             if (xq) hc_x_q8_0(o, g, xq + (int64_t)t * xq_stride, D);
         }
@@ -705,12 +700,7 @@ __global__ void __launch_bounds__(HPC_T) k_hc_pre_chunk(int mode, const float *m
     ss = block_sum_d(ss);
     const float r = rms_from_sumsq(ss, D, norm_eps);
     for (int64_t g = tid; g < ng; g += HPC_T) { // (each thread reads back the groups it wrote)
-        const float4 sx = xt[g], nw = ((const float4 *)normw)[g];
-        float4 o;
-        o.x = fmul(nw.x, fmul(sx.x, r));
-        o.y = fmul(nw.y, fmul(sx.y, r));
-        o.z = fmul(nw.z, fmul(sx.z, r));
-        o.w = fmul(nw.w, fmul(sx.w, r));
+        const float4 o = rms_scale4(((const float4 *)normw)[g], xt[g], r);
         xt[g] = o;
         if (xq) {
             if (xhalf)
@@ -1241,6 +1231,22 @@ __global__ void k_add_ape(float *dst, const float *ape, int64_t width, int r, in
     dst[i] = fadd(dst[i], ape[((pos0 + t) % r) * width + c]);
 }
 
+// ring_copy_at: element x of a ring write of n rows at positions pos0 …
+// pos0 + n − 1 (width cw; only the last min(n, cap) rows land, earlier
+// ones would be overwritten): *slot its index in the ring (row (pos0 + t)
+// mod cap), *from its index in the source (row t, stride ss). x runs over
+// ring_copy_len(n, cap, cw) elements. k_ring_write and k_comp_emit's ring
+// copy share it.
+__device__ __forceinline__ int64_t ring_copy_len(int64_t n, int64_t cap, int64_t cw) {
+    return (n > cap ? cap : n) * cw;
+}
+__device__ __forceinline__ void ring_copy_at(int64_t x, int64_t n, int64_t cap, int64_t cw, int64_t ss, int64_t pos0,
+                                             int64_t *slot, int64_t *from) {
+    const int64_t t = (n > cap ? n - cap : 0) + x / cw, c = x % cw;
+    *slot = ((pos0 + t) % cap) * cw + c;
+    *from = t * ss + c;
+}
+
 // ring[(pos0 + t) mod cap] = src[t] for the last min(n, cap) rows; grid y
 // = 2 writes ring_b from src_b too (a compressor's two rings in one launch).
 __global__ void k_ring_write(float *ring, float *ring_b, int64_t cap, int64_t width, const float *src,
@@ -1250,11 +1256,11 @@ __global__ void k_ring_write(float *ring, float *ring_b, int64_t cap, int64_t wi
         ring = ring_b;
         src = src_b;
     }
-    const int64_t first = n > cap ? n - cap : 0;
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= (n - first) * width) return;
-    const int64_t t = first + i / width, c = i % width;
-    ring[((pos0 + t) % cap) * width + c] = src[t * src_stride + c];
+    if (i >= ring_copy_len(n, cap, width)) return;
+    int64_t slot, from;
+    ring_copy_at(i, n, cap, width, src_stride, pos0, &slot, &from);
+    ring[slot] = src[from];
 }
 
 // ------------------------------------------------------------ compressor pooling
@@ -1432,12 +1438,11 @@ __global__ void __launch_bounds__(CE_THREADS) k_comp_emit(Entries e, int r, int 
     __syncthreads();
     for (int c = tid; c < w; c += CE_THREADS) out[c] = s_row[c];
     if (kv_ring) { // (k_ring_write's copy of both rings)
-        const int64_t cap = e.cap, cw = e.cw, pos0 = e.pos0;
-        const int64_t f0 = n > cap ? n - cap : 0;
-        for (int64_t x = tid; x < (n - f0) * cw; x += CE_THREADS) {
-            const int64_t t = f0 + x / cw, c = x % cw, slot = ((pos0 + t) % cap) * cw + c;
-            kv_ring[slot] = e.kv[t * cw + c];
-            sc_ring[slot] = e.sc[t * cw + c];
+        for (int64_t x = tid; x < ring_copy_len(n, e.cap, e.cw); x += CE_THREADS) {
+            int64_t slot, from;
+            ring_copy_at(x, n, e.cap, e.cw, e.cw, e.pos0, &slot, &from);
+            kv_ring[slot] = e.kv[from];
+            sc_ring[slot] = e.sc[from];
         }
     }
 }

@@ -189,10 +189,8 @@ __global__ void __launch_bounds__(256) k_mv_f16_norm(const uint8_t *w, int rows,
         const int c = 8 * (lane + 32 * j);
         float4 a = __ldg((const float4 *)(x + c)), b = __ldg((const float4 *)(x + c) + 1);
         const float4 wa = __ldg((const float4 *)(nw + c)), wb = __ldg((const float4 *)(nw + c) + 1);
-        a = make_float4(__fmul_rn(wa.x, __fmul_rn(a.x, r)), __fmul_rn(wa.y, __fmul_rn(a.y, r)),
-                        __fmul_rn(wa.z, __fmul_rn(a.z, r)), __fmul_rn(wa.w, __fmul_rn(a.w, r)));
-        b = make_float4(__fmul_rn(wb.x, __fmul_rn(b.x, r)), __fmul_rn(wb.y, __fmul_rn(b.y, r)),
-                        __fmul_rn(wb.z, __fmul_rn(b.z, r)), __fmul_rn(wb.w, __fmul_rn(b.w, r)));
+        a = rms_scale4(wa, a, r);
+        b = rms_scale4(wb, b, r);
         acc = fma8_half(wq[j], a, b, acc);
     }
     acc = warp_sum(acc);
