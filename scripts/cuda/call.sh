@@ -21,7 +21,12 @@
 #          ROUNDS (default 2), GEN (256), WARMUP (4096), ARGS (--fast)
 #   NCU    ';'-separated kernel regexes for scripts/cuda/ncu-oplat.sh run
 #          on NCU_TEST (default TestMatVecDecFast); sass-stalls.py summarises
-#          each SASS CSV into $OUT/stalls.txt
+#          each SASS CSV into $OUT/stalls.txt; an entry TEST@regex names its test
+#   KT=1   scripts/cuda/ktrace.sh: the kernels of full-size fast decode tokens
+#          at 8k as they run, into $OUT/ktrace.txt (KT_AB: an environment
+#          assignment traced once more, into ktrace-ab.txt); KT_LAYERS: the
+#          layers listed kernel by kernel (ktrace-layer.py, default "20 21")
+#          into ktrace-layers.txt, the raw CSV as ktrace.csv.gz
 # Everything lands in $OUT (at most 8 files come back): log.txt holds the
 # summary lines.
 set -uo pipefail
@@ -34,7 +39,7 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
 synth=
-if [ -n "${AB:-}" ]; then
+if [ -n "${AB:-}${KT:-}" ]; then
     BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
     synth=$!
 fi
@@ -65,13 +70,30 @@ if [ -n "${TESTS:-}" ]; then
     echo "tests: exit $?"; grep -E "^(--- )?FAIL|^ok|^PASS|panic|differs" "$OUT/tests.log" | head -20; el
 fi
 if [ -n "${NCU:-}" ]; then
-    OUT=/tmp/ncu TEST=${NCU_TEST:-TestMatVecDecFast} KERNELS="$NCU" bash scripts/cuda/ncu-oplat.sh >/tmp/ncu.log 2>&1
-    grep -E "^== ncu|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy" /tmp/ncu/ncu-oplat.txt | head -40
+    IFS=';' read -ra NS <<<"$NCU"
+    for e in "${NS[@]}"; do # TEST@regex or regex
+        t=${NCU_TEST:-TestMatVecDecFast} k=$e
+        [[ $e == *@* ]] && { t=${e%%@*}; k=${e#*@}; }
+        echo "== ncu $t: $k"
+        OUT=/tmp/ncu TEST=$t KERNELS="$k" bash scripts/cuda/ncu-oplat.sh >>/tmp/ncu.log 2>&1
+    done
+    grep -E "^  [a-z_ ]*void|^  k_|^  ds4|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy" /tmp/ncu/ncu-oplat.txt | head -40
     for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
+if [ -n "${AB:-}${KT:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${KT:-}" ]; then
+    OUT=/tmp/kt BENCH_ARGS="--fast --warmup 4096" bash scripts/cuda/ktrace.sh >/tmp/kt.log 2>&1; cp /tmp/kt/ktrace.txt "$OUT/"
+    head -30 "$OUT/ktrace.txt"
+    for l in ${KT_LAYERS:-20 21}; do echo "== layer $l"; python3 scripts/cuda/ktrace-layer.py /tmp/ktrace.csv "$l"; done >"$OUT/ktrace-layers.txt" 2>&1
+    gzip -c /tmp/ktrace.csv >"$OUT/ktrace.csv.gz"
+    if [ -n "${KT_AB:-}" ]; then
+        env $KT_AB OUT=/tmp/kt2 BENCH_ARGS="--fast --warmup 4096" bash scripts/cuda/ktrace.sh >/tmp/kt2.log 2>&1; cp /tmp/kt2/ktrace.txt "$OUT/ktrace-ab.txt"
+        head -30 "$OUT/ktrace-ab.txt"
+    fi
+    el
+fi
 if [ -n "${AB:-}" ]; then
-    wait "$synth"; cat /tmp/synth.txt
     eval "set -- $AB"
     LAYERS=43 MODEL=/dev/shm/flash-q2.gguf ROUNDS=${ROUNDS:-2} GEN=${GEN:-256} WARMUP=${WARMUP:-4096} ARGS=${ARGS:---fast} \
         AB_OUT=/tmp/ab bash scripts/cuda/ab-layers.sh "$@" | grep -v "^== "
