@@ -457,7 +457,7 @@ static const struct {
     {DS4C_OPT_WLOAD, "wload", &g_opt_wload, 0, 2},
     {DS4C_OPT_MV_PIPE, "mv_pipe", &g_opt_mv_pipe, 0, 4},
     {DS4C_OPT_MV_COPY, "mv_copy", &g_opt_mv_copy, 0, 2},
-    {DS4C_OPT_MV_STAGES, "mv_stages", &g_opt_mv_stages, 3, 8},
+    {DS4C_OPT_MV_STAGES, "mv_stages", &g_opt_mv_stages, 2, 8},
     {DS4C_OPT_MV_PIPE_MIN, "mv_pipe_min", &g_opt_mv_pipe_min, 0, 1 << 20},
     {DS4C_OPT_MV_TIMING, "mv_timing", &g_opt_mv_timing, 0, 2},
     {DS4C_OPT_IX_TILE, "ix_tile", &g_opt_ix_tile, 0, 2},

@@ -586,7 +586,7 @@ enum {
     DS4C_OPT_MV_PIPE = 13, /* single-token Q8_0/Q2_K/IQ2_XXS products stream weights through a shared-memory pipeline with this many CTAs per SM (1..4, default 2; env DS4_CUDA_MV_PIPE); 0: one load round per CTA */
     DS4C_OPT_MV_COPY = 14, /* the pipelined products' copies: 0 cp.async, 1 cp.async with L2 256-byte fetches, 2 bulk copies (default; env DS4_CUDA_MV_COPY) */
     DS4C_OPT_MV_STAGE = 15, /* weight bytes per stage of the pipelined products (0, the default: the most that lets DS4C_OPT_MV_PIPE CTAs fit an SM; env DS4_CUDA_MV_STAGE) */
-    DS4C_OPT_MV_STAGES = 16, /* stages of the pipelined products (3..8, default 3; env DS4_CUDA_MV_STAGES) */
+    DS4C_OPT_MV_STAGES = 16, /* stages of the pipelined products (2..8, default 3; env DS4_CUDA_MV_STAGES) */
     DS4C_OPT_MV_PIPE_MIN = 17, /* MiB of weights from which a single-token product is pipelined (default 0: every one that can be, its first tiles requested before the wait for the previous kernel; env DS4_CUDA_MV_PIPE_MIN) */
     DS4C_OPT_MV_TIMING = 18, /* timing experiments only, WRONG RESULTS: the pipelined products skip their arithmetic (1) or their ordered sums (2); env DS4_CUDA_MV_TIMING */
     DS4C_OPT_IX_TILE = 19, /* 1: single-query indexer scores with a row per lane and 8 heads per warp, staging loads in flight together; 2 (default): the same, and in fast mode (Flash's 64 heads of 128) the dots on the tensor cores (TF32 mma, float sums: exact products of FP4 values, the sums in another order); 0: a (row, head) dot per thread */

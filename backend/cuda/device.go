@@ -282,7 +282,7 @@ const (
 	OptMVPipe      = 13 // 1..4: single-token Q8_0/Q2_K/IQ2_XXS products stream their weights through a shared-memory pipeline, this many CTAs per SM (default 2; env DS4_CUDA_MV_PIPE); 0: one load round per CTA
 	OptMVCopy      = 14 // the pipelined products' copies: 0 cp.async, 1 cp.async with L2 256-byte fetches, 2 bulk copies (default; env DS4_CUDA_MV_COPY)
 	OptMVStage     = 15 // weight bytes per stage of the pipelined products (0, the default: the most that lets OptMVPipe CTAs fit an SM; env DS4_CUDA_MV_STAGE)
-	OptMVStages    = 16 // stages of the pipelined products (3..8, default 3; env DS4_CUDA_MV_STAGES)
+	OptMVStages    = 16 // stages of the pipelined products (2..8, default 3; env DS4_CUDA_MV_STAGES)
 	OptMVPipeMin   = 17 // MiB of weights from which a single-token product is pipelined (default DefaultMVPipeMin; 0: every one that can be; env DS4_CUDA_MV_PIPE_MIN)
 	OptMVTiming    = 18 // timing experiments only, wrong results: pipelined products skip their arithmetic (1) or ordered sums (2)
 	OptIXTile      = 19 // 1: single-query indexer scores with a row per lane and 8 heads per warp; 2 (default): the same, and in fast mode (64 heads of 128) the dots on the tensor cores (TF32, float sums); 0: a (row, head) dot per thread

@@ -80,9 +80,10 @@ func TestMatVecFastQ8(t *testing.T) {
 				t.Errorf("%s selection %d: exact mode with mv_fast on: row %d = %v, want quant.Dot's %v", c.name, s, k, ex[k], want[k])
 			}
 		}
-		// the launch's shape (four stages of shorter tiles; the tallest
-		// tiles that fit) moves rows between CTAs, not the bits
-		for _, o := range []struct{ key, v, def int }{{OptMVStages, 4, 3}, {OptMVEven, 0, 1}} {
+		// the launch's shape (two stages of taller tiles, four of shorter
+		// ones; the tallest tiles that fit) moves rows between CTAs, not
+		// the bits
+		for _, o := range []struct{ key, v, def int }{{OptMVStages, 2, 3}, {OptMVStages, 4, 3}, {OptMVEven, 0, 1}} {
 			must(t, d.SetOption(o.key, o.v))
 			got := run(false)
 			must(t, d.SetOption(o.key, o.def))

@@ -22,6 +22,9 @@
 #   NCU    ';'-separated kernel regexes for scripts/cuda/ncu-oplat.sh run
 #          on NCU_TEST (default TestMatVecDecFast); sass-stalls.py summarises
 #          each SASS CSV into $OUT/stalls.txt; an entry TEST@regex names its test
+#   TABLE=s  ds4-bench --fast across 2k-32k (128 tokens a frontier, s seconds
+#          at most) into table.csv/.svg; TABLE2=s the same sampled with
+#          ds4-server's defaults (--temp 1) into table-sampled.csv/.svg
 #   KT=1   scripts/cuda/ktrace.sh: the kernels of full-size fast decode tokens
 #          at 8k as they run, into $OUT/ktrace.txt (KT_AB: an environment
 #          assignment traced once more, into ktrace-ab.txt); KT_LAYERS: the
@@ -39,7 +42,7 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
 synth=
-if [ -n "${AB:-}${KT:-}" ]; then
+if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}" ]; then
     BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
     synth=$!
 fi
@@ -81,7 +84,15 @@ if [ -n "${NCU:-}" ]; then
     for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
-if [ -n "${AB:-}${KT:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+table() { # name seconds flags…
+    local n=$1 s=$2; shift 2
+    timeout $((s + 30)) $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --fast --frontiers 2048,4096,8192,16384,32768 \
+        --gen 128 --time-limit "${s}s" --csv "$OUT/$n.csv" --plot "$OUT/$n.svg" "$@" >"/tmp/$n.log" 2>&1
+    echo "$n: exit $?"; cat "$OUT/$n.csv"; el
+}
+[ -n "${TABLE:-}" ] && table table "$TABLE"
+[ -n "${TABLE2:-}" ] && table table-sampled "$TABLE2" --temp 1
 if [ -n "${KT:-}" ]; then
     OUT=/tmp/kt BENCH_ARGS="--fast --warmup 4096" bash scripts/cuda/ktrace.sh >/tmp/kt.log 2>&1; cp /tmp/kt/ktrace.txt "$OUT/"
     head -30 "$OUT/ktrace.txt"
