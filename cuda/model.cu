@@ -366,14 +366,15 @@ __device__ double hc_sumsq(const float *hr, int64_t nh, bool vec) {
 }
 
 // DS4_PHASE_PROBE (a build flag for measurement, off in every shipped
-// build): thread 0 of CTA 0 of k_hc_pre (site 0; its x-forming CTA) and
-// k_router (site 1) stamps clock64 at its phases (PHASE_MARK(i), i < 12)
-// and adds the deltas between consecutive marks to device sums; every
-// 4096th call of a site prints the running means (cycles from the previous
-// mark set, to marks 1 … 11; 11 is the end) and the ns a cycle
-// (%globaltimer over the same span). cuda/NOTES.md v34 reads them.
+// build): thread 0 of CTA 0 of k_hc_pre (site 0; its x-forming CTA),
+// k_router (site 1) and k_attn_split_cl (site 2: the first split of each
+// head group) stamps clock64 at its phases (PHASE_MARK(i), i < 12) and
+// adds the deltas between consecutive marks to device sums; every 4096th
+// call of a site prints the running means (cycles from the previous mark
+// set, to marks 1 … 11; 11 is the end) and the ns a cycle (%globaltimer
+// over the same span). cuda/NOTES.md v34 and v37 read them.
 #ifdef DS4_PHASE_PROBE
-__device__ unsigned long long g_phase_sum[2][12], g_phase_n[2], g_phase_ns[2], g_phase_cyc[2];
+__device__ unsigned long long g_phase_sum[3][12], g_phase_n[3], g_phase_ns[3], g_phase_cyc[3];
 static __shared__ long long s_phase[12];
 static __shared__ unsigned long long s_phase_gt;
 #define PHASE_ON (threadIdx.x == 0 && blockIdx.y == 0 && blockIdx.x == 0)
@@ -2985,6 +2986,7 @@ __device__ __forceinline__ void attn_split_run(const AttnArgs &a, float *work, i
             *(float4 *)&sk[(i / (DEC_HD / 4)) * DEC_LD + 4 * (i % (DEC_HD / 4))] = kv[u];
         }
         __syncthreads();
+        if (kc == kb) PHASE_MARK(2);
         // the score as exact mode's (k_attn_scores: dot_ref's four running
         // sums, each product rounded), so that both fast single-token forms
         // start from exact mode's scores (with fused multiply-adds here the
@@ -2998,6 +3000,7 @@ __device__ __forceinline__ void attn_split_run(const AttnArgs &a, float *work, i
         sp[lane * DEC_H + w] = e;
         if (lane == 0) salpha[w] = alpha;
         __syncthreads();
+        if (kc == kb) PHASE_MARK(3);
         const float4 al = *(const float4 *)&salpha[DEC_HPT * hg];
         const float als[DEC_HPT] = {al.x, al.y, al.z, al.w};
 #pragma unroll
@@ -3017,6 +3020,7 @@ __device__ __forceinline__ void attn_split_run(const AttnArgs &a, float *work, i
             }
         }
     }
+    PHASE_MARK(4);
     float *po = work + ((int64_t)split * n + t) * a.H * DEC_HD;
 #pragma unroll
     for (int i = 0; i < DEC_HPT; i++) {
@@ -3093,13 +3097,18 @@ static __device__ __forceinline__ void cluster_sync_all() {
 // same bits as the two launches.
 constexpr int DEC_CL = 8, DEC_CL_CHUNKS = 2;
 __global__ void __cluster_dims__(DEC_CL, 1, 1) __launch_bounds__(DEC_T) k_attn_split_cl(AttnArgs a, float *work, int ks) {
+    phase_begin();
     pdl_enter();
+    PHASE_MARK(1);
     attn_split_run(a, work, ks, DEC_CL);
+    PHASE_MARK(5);
     cluster_sync_all();
+    PHASE_MARK(6);
     constexpr int NW = DEC_T / 32, UH = DEC_HD / 32; // warps a CTA, units a head
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int u = blockIdx.x * NW + w; u < DEC_H * UH; u += DEC_CL * NW)
         attn_combine_at(a, work, DEC_CL, blockIdx.y, gridDim.y, blockIdx.z * DEC_H + u / UH, (u % UH) * 32, lane);
+    phase_end(2);
 }
 
 // ------------------------------------------------------------ fast chunk attention, flash form
