@@ -6,7 +6,9 @@
 # from scripts/cuda/build-smoke.sh plus ds4-bench and ds4-gguf in
 # dev-out/final (carried):
 #   run(kind="nvidia-h200", needs_h200=true, carry=["dev-out/final"],
-#       command="TESTS='TestMatVecDecFast' AB='DS4_CUDA_LIB=/tmp/lib-wl1.so' LIBS='wl1:-DDS4_WL_CONST=1' bash scripts/cuda/call.sh")
+#       command="TESTS='TestMatVecDecFast' AB='DS4_CUDA_LIB=/tmp/lib-probe.so' LIBS='probe:-DDS4_PHASE_PROBE' bash scripts/cuda/call.sh")
+# (the phase probe's lines, printed on ds4-bench's stdout, are gathered into
+# $OUT/probe.txt)
 # Environment:
 #   LIBS   ';'-separated NAME:NVFLAGS; each builds the tree's cuda/ with
 #          those compiler flags into /tmp/lib-NAME.so (beside the main build)
@@ -108,5 +110,7 @@ if [ -n "${AB:-}" ]; then
     eval "set -- $AB"
     LAYERS=43 MODEL=/dev/shm/flash-q2.gguf ROUNDS=${ROUNDS:-2} GEN=${GEN:-256} WARMUP=${WARMUP:-4096} ARGS=${ARGS:---fast} \
         AB_OUT=/tmp/ab bash scripts/cuda/ab-layers.sh "$@" | grep -v "^== "
+    grep -h "phase probe" /tmp/ab/*.csv 2>/dev/null | tail -20 >"$OUT/probe.txt"
+    [ -s "$OUT/probe.txt" ] && cat "$OUT/probe.txt" || rm -f "$OUT/probe.txt"
     tar -czf "$OUT/ab.tgz" -C /tmp ab; el
 fi
