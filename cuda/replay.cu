@@ -68,6 +68,12 @@ struct Log {
 
 bool same_dim(dim3 a, dim3 b) { return a.x == b.x && a.y == b.y && a.z == b.z; }
 
+// same_launch: the two kernel ops have the same grid, block and dynamic
+// shared memory (a node set needs nothing else when their arguments agree).
+bool same_launch(const Op &a, const Op &b) {
+    return same_dim(a.grid, b.grid) && same_dim(a.block, b.block) && a.smem == b.smem;
+}
+
 // same_structure: the two ops become the same graph node, up to kernel
 // launch configuration and argument values.
 bool same_structure(const Op &a, const Op &b) {
@@ -249,7 +255,7 @@ void why_note(const Log &O, const Op &a, const Log &L, const Op &b) {
         name = "?";
     }
     std::string key = name;
-    if (!same_dim(a.grid, b.grid) || !same_dim(a.block, b.block) || a.smem != b.smem) key += " [launch shape]";
+    if (!same_launch(a, b)) key += " [launch shape]";
     std::string args;
     for (uint32_t i = 0; i < b.nargs; i++) {
         const uint32_t o0 = L.offs[b.aoff + i], o1 = i + 1 < b.nargs ? L.offs[b.aoff + i + 1] : b.len;
@@ -291,7 +297,7 @@ int update(RGraph *G, Log &L) {
     for (size_t i = 0; i < L.ops.size(); i++) {
         const Op &a = O.ops[i], &b = L.ops[i];
         if (b.kind != OP_KERNEL) continue;
-        if (!set_all && same_dim(a.grid, b.grid) && same_dim(a.block, b.block) && a.smem == b.smem &&
+        if (!set_all && same_launch(a, b) &&
             (b.len == 0 || memcmp(O.blob.data() + a.off, L.blob.data() + b.off, b.len) == 0))
             continue;
         why_note(O, a, L, b);
