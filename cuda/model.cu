@@ -891,6 +891,14 @@ __global__ void k_rope(float *x, int64_t tok_stride, int heads, int64_t head_str
     rope_pair(x + t * tok_stride + j * head_stride + off + 2 * p, (float)(pos0 + t * pos_step), freqs[p], inverse);
 }
 
+// k_rope_table writes rope_cs(pos, freqs[j]) for the rd/2 pairs j into cs:
+// the (cosine, sine) that k_rope, k_norm_rope and the attention's inverse
+// rotation compute per pair, once for a position (ds4c_rope_table).
+__global__ void k_rope_table(const float *freqs, int rd, int64_t pos, float2 *cs) {
+    pdl_enter();
+    for (int j = threadIdx.x; j < rd / 2; j += blockDim.x) cs[j] = rope_cs((float)pos, freqs[j]);
+}
+
 // ------------------------------------------------------------ FP8 / FP4 / Hadamard
 __device__ __forceinline__ float pow2_ceil(float v) {
     int e;
@@ -936,9 +944,12 @@ __device__ __forceinline__ void fp8_block(float *blk, int lane) {
 // and its first fp8_n values rounded through FP8 — the same device code as
 // the three kernels, on the row staged in shared memory.
 // norm_rope_row is that work on the row xr at position fp, staged in s_row
-// (hd floats of shared memory).
+// (hd floats of shared memory); cs, when set, holds ds4c_rope_table's
+// (cosine, sine) of each pair at fp, read instead of computed; xr2, when
+// set, receives the row too.
 __device__ __forceinline__ void norm_rope_row(float *xr, float *s_row, int hd, const float *w, float eps, int64_t off,
-                                              const float *freqs, int rd, float fp, int fp8_n) {
+                                              const float *freqs, int rd, float fp, int fp8_n,
+                                              const float2 *cs = nullptr, float *xr2 = nullptr) {
     const int tid = threadIdx.x;
     double ss = 0;
     for (int i = tid; i < hd; i += blockDim.x) {
@@ -953,10 +964,20 @@ __device__ __forceinline__ void norm_rope_row(float *xr, float *s_row, int hd, c
         s_row[i] = w ? fmul(w[i], v) : v;
     }
     __syncthreads();
-    for (int p = tid; p < rd / 2; p += blockDim.x) rope_pair(s_row + off + 2 * p, fp, freqs[p], 0);
+    for (int p = tid; p < rd / 2; p += blockDim.x) {
+        if (cs) { // (ds4c_rope_table's rope_cs(fp, freqs[p]): the same bits)
+            const float2 c = __ldg(cs + p);
+            rope_pair_cs(s_row + off + 2 * p, c.x, c.y, 0);
+        } else {
+            rope_pair(s_row + off + 2 * p, fp, freqs[p], 0);
+        }
+    }
     for (int b = tid >> 5; b < fp8_n / 64; b += blockDim.x >> 5) fp8_block(s_row + 64 * b, tid & 31);
     __syncthreads();
-    for (int i = tid; i < hd; i += blockDim.x) xr[i] = s_row[i];
+    for (int i = tid; i < hd; i += blockDim.x) {
+        xr[i] = s_row[i];
+        if (xr2) xr2[i] = s_row[i];
+    }
 }
 
 __global__ void k_norm_rope(float *x, int64_t tok_stride, int heads, int64_t head_stride, int hd, const float *w,
@@ -970,21 +991,22 @@ __global__ void k_norm_rope(float *x, int64_t tok_stride, int heads, int64_t hea
 // k_norm_rope_pair: k_norm_rope of two tensors of rows of hd values in one
 // launch (the query heads and the KV row of a decode step): the first
 // n_tok * heads1 CTAs take x1's rows, the rest x2's, each with its own
-// weights and FP8 count.
+// weights and FP8 count; cs (one token only): the rotation's table;
+// ring2 (one token only): x2's rows are also written there.
 __global__ void k_norm_rope_pair(float *x1, int heads1, const float *w1, int fp8_n1, float *x2, int heads2,
                                  const float *w2, int fp8_n2, int hd, float eps, int64_t off, const float *freqs,
-                                 int rd, int64_t pos0, int n_tok) {
+                                 int rd, int64_t pos0, int n_tok, const float2 *cs, float *ring2) {
     pdl_enter();
     extern __shared__ float s_row[];
     const int n1 = n_tok * heads1;
     if ((int)blockIdx.x < n1) {
         const int t = blockIdx.x / heads1, h = blockIdx.x % heads1;
         norm_rope_row(x1 + ((int64_t)t * heads1 + h) * hd, s_row, hd, w1, eps, off, freqs, rd, (float)(pos0 + t),
-                      fp8_n1);
+                      fp8_n1, cs);
     } else {
         const int b = blockIdx.x - n1, t = b / heads2, h = b % heads2;
         norm_rope_row(x2 + ((int64_t)t * heads2 + h) * hd, s_row, hd, w2, eps, off, freqs, rd, (float)(pos0 + t),
-                      fp8_n2);
+                      fp8_n2, cs, ring2 ? ring2 + (int64_t)h * hd : nullptr);
     }
 }
 
@@ -2319,6 +2341,9 @@ struct AttnArgs {
     // norm (no weight, qeps) and rotation (rfreqs), which the kernel applies
     int qnorm;
     float qeps;
+    // one token: the inverse rotation's (cosine, sine) per pair at its
+    // position (ds4c_rope_table), read by attn_out_store instead of computed
+    const float2 *rcs;
 };
 
 // attn_key_in is key k's row for token t (position p) among the rows kv,
@@ -2791,7 +2816,10 @@ constexpr int AP_ECAP = 2048;
 // inverse rotation when a.rfreqs is set (as k_rope: lane pairs (even, odd)
 // hold a rotated pair), the store, and the Q8_0 activation when a.qact is
 // set (the warp's 32 dims are one Q8_0 block: HD % 32 == 0, qseg % 32 == 0).
-__device__ __forceinline__ void attn_out_store(const AttnArgs &a, int t, int h, bool hok, int d0, int lane, float acc) {
+// cs, when set: the pair's (cosine, sine) from a.rcs, loaded by the caller
+// ahead (attn_combine_at); else a.rcs is read here when set.
+__device__ __forceinline__ void attn_out_store(const AttnArgs &a, int t, int h, bool hok, int d0, int lane, float acc,
+                                               const float2 *cs = nullptr) {
     if (a.rfreqs) {
         const float other = __shfl_xor_sync(FULL_MASK, acc, 1);
         const int d = d0 + lane;
@@ -2800,7 +2828,12 @@ __device__ __forceinline__ void attn_out_store(const AttnArgs &a, int t, int h, 
             float pr[2];
             pr[e] = acc;
             pr[e ^ 1] = other;
-            rope_pair(pr, (float)(a.pos0 + t), a.rfreqs[(d - a.roff) / 2], 1);
+            if (cs) // (rope_cs of the same position and frequency: the same bits)
+                rope_pair_cs(pr, cs->x, cs->y, 1);
+            else if (a.rcs)
+                rope_pair_cs(pr, __ldg(a.rcs + (d - a.roff) / 2).x, __ldg(a.rcs + (d - a.roff) / 2).y, 1);
+            else
+                rope_pair(pr, (float)(a.pos0 + t), a.rfreqs[(d - a.roff) / 2], 1);
             acc = pr[e];
         }
     }
@@ -3052,6 +3085,10 @@ __device__ __forceinline__ void attn_combine_at(const AttnArgs &a, const float *
                                                 int d0, int lane) {
     const bool hok = h < a.H;
     const int hc = hok ? h : 0;
+    // the inverse rotation's table entry, loaded with the first round trip
+    const int dr = d0 + lane - a.roff;
+    const bool rot = a.rcs && a.rfreqs && dr >= 0 && dr < a.rd;
+    const float2 cs = rot ? __ldg(a.rcs + dr / 2) : make_float2(0.f, 0.f);
     const float2 *ml = (const float2 *)(work + (int64_t)nsplit * n * a.H * a.HD);
     auto mls = [&](int s) { return __ldcg(ml + ((int64_t)s * n + t) * a.H + hc); };
     const float2 z = make_float2(-INFINITY, 0.f);
@@ -3066,7 +3103,7 @@ __device__ __forceinline__ void attn_combine_at(const AttnArgs &a, const float *
 #pragma unroll 8
     for (int s = 0; s < nsplit; s++)
         acc = fmaf(__ldcg(po + s * sstride), __shfl_sync(FULL_MASK, s < 32 ? e0 : e1, s & 31), acc);
-    attn_out_store(a, t, h, hok, d0, lane, acc / den);
+    attn_out_store(a, t, h, hok, d0, lane, acc / den, rot ? &cs : nullptr);
 }
 
 __global__ void __launch_bounds__(AP_T) k_attn_combine(AttnArgs a, const float *work, int nsplit) {
@@ -3967,26 +4004,41 @@ int ds4c_fp8_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream) 
 
 int ds4c_norm_rope_pair(float *d_x1, int heads1, const float *d_w1, int fp8_n1, float *d_x2, int heads2,
                         const float *d_w2, int fp8_n2, int hd, float eps, int64_t off, const float *d_freqs, int rd,
-                        int64_t pos0, int n_tok, void *stream) {
+                        int64_t pos0, int n_tok, const float *d_cs, float *d_ring2, void *stream) {
     DS4C_READY();
     if (n_tok <= 0) return 0;
+    if ((d_cs || d_ring2) && n_tok != 1)
+        return ds4c_err(DS4C_EINVAL, "norm_rope_pair: a rotation table or a second row for %d tokens", n_tok);
     const bool ok = heads1 > 0 && heads2 > 0 && fp8_n1 % 64 == 0 && fp8_n2 % 64 == 0 && fp8_n1 <= off &&
                     fp8_n2 <= off && off + rd <= hd && rd % 2 == 0 && (fp8_n1 == 0 || heads1 == 1) &&
                     (fp8_n2 == 0 || heads2 == 1);
     if (!ok)
         return ds4c_err(DS4C_EINVAL, "norm_rope_pair: %d and %d heads, fp8 %d and %d, rope %lld+%d of %d", heads1,
                         heads2, fp8_n1, fp8_n2, (long long)off, rd, hd);
-    if (!ds4c_opt_norm_rope() || n_tok >= 8) { // the kernels of each tensor
+    if (!ds4c_opt_norm_rope() || n_tok >= 8) { // the kernels of each tensor (which compute the rotation)
         int rc = ds4c_norm_rope(d_x1, (int64_t)heads1 * hd, heads1, hd, hd, d_w1, eps, off, d_freqs, rd, pos0, fp8_n1,
                                 n_tok, stream);
-        if (rc) return rc;
-        return ds4c_norm_rope(d_x2, (int64_t)heads2 * hd, heads2, hd, hd, d_w2, eps, off, d_freqs, rd, pos0, fp8_n2,
-                              n_tok, stream);
+        if (!rc)
+            rc = ds4c_norm_rope(d_x2, (int64_t)heads2 * hd, heads2, hd, hd, d_w2, eps, off, d_freqs, rd, pos0, fp8_n2,
+                                n_tok, stream);
+        if (!rc && d_ring2) // (the second copy of x2's rows: a ring of one slot)
+            rc = ds4c_ring_write(d_ring2, 1, (int64_t)heads2 * hd, d_x2, (int64_t)heads2 * hd, 0, 1, stream);
+        return rc;
     }
     ds4c_launch(k_norm_rope_pair, (unsigned)(n_tok * (heads1 + heads2)), 256, (size_t)hd * sizeof(float),
                 as_stream(stream), d_x1, heads1, d_w1, fp8_n1, d_x2, heads2, d_w2, fp8_n2, hd, eps, off, d_freqs, rd,
-                pos0, n_tok);
+                pos0, n_tok, (const float2 *)d_cs, d_ring2);
     DS4C_CHECK_LAUNCH("norm_rope_pair");
+    return 0;
+}
+
+int ds4c_rope_table(const float *d_freqs, int rd, int64_t pos, float *d_cs, void *stream) {
+    DS4C_READY();
+    if (rd <= 0 || rd % 2 || !d_freqs || !d_cs)
+        return ds4c_err(DS4C_EINVAL, "rope_table: %d rotated dims", rd);
+    ds4c_launch(k_rope_table, 1, 32 * (unsigned)min(32, (rd / 2 + 31) / 32), 0, as_stream(stream), d_freqs, rd, pos,
+                (float2 *)d_cs);
+    DS4C_CHECK_LAUNCH("rope_table");
     return 0;
 }
 
@@ -4306,10 +4358,11 @@ int64_t ds4c_attention_work(int n, int H, int HD, int64_t max_keys, int flags) {
 int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap, const float *d_comp,
                    int ratio, const int32_t *d_sel, const int32_t *d_nsel, int K, const float *d_sinks, float *d_out,
                    int64_t pos0, int n, int H, int HD, int W, float scale, int64_t max_keys, float *d_work,
-                   const float *d_rfreqs, int rd, int roff, void *d_qact, int64_t q_seg, float q_eps, int flags,
-                   void *stream) {
+                   const float *d_rfreqs, int rd, int roff, void *d_qact, int64_t q_seg, float q_eps,
+                   const float *d_rcs, int flags, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
+    if (d_rcs && n != 1) return ds4c_err(DS4C_EINVAL, "attention: a rotation table for %d tokens", n);
     if (HD % 4) return ds4c_err(DS4C_EINVAL, "attention: head dim %d not a multiple of 4", HD);
     if (n > 65535 || max_keys <= 0) return ds4c_err(DS4C_EINVAL, "attention: %d tokens, %lld keys", n, (long long)max_keys);
     if (d_rfreqs && (rd <= 0 || rd % 2 || roff < 0 || roff + rd > HD))
@@ -4327,6 +4380,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     a.outh = oh ? (__half *)d_out : nullptr;
     if (oh || qn) a.rfreqs = d_rfreqs; // (the flash kernel's own rotations)
     a.qnorm = qn, a.qeps = q_eps;
+    a.rcs = (const float2 *)d_rcs;
     // the Q8_0 activation after the output kernels (not fused)
     auto quantize = [&]() -> int {
         if (!d_qact) return 0;

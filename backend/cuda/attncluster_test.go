@@ -24,10 +24,7 @@ import (
 // One and two tokens (two: 16 clusters, 128 CTAs).
 func TestAttentionCluster(t *testing.T) {
 	d := gpu(t)
-	t.Cleanup(func() {
-		d.SetOption(OptAttnCluster, DefaultAttnCluster)
-		d.SetOption(OptAttnSplit, DefaultAttnSplit)
-	})
+	restoreAttnOptions(t, d)
 	must(t, d.SetOption(OptAttnSplit, DefaultAttnSplit))
 	const H, HD, W = 64, 512, 128
 	const rd, roff, qseg = 64, HD - 64, 4096
@@ -138,4 +135,13 @@ func attentionOut(t *testing.T, d *Device, a *AttentionArgs, fused bool, freqs P
 		must(t, DownloadSlice(d, act, qa))
 	}
 	return out, act
+}
+
+// restoreAttnOptions sets the attention options a test changes back to
+// their defaults when it ends.
+func restoreAttnOptions(t *testing.T, d *Device) {
+	t.Cleanup(func() {
+		d.SetOption(OptAttnCluster, DefaultAttnCluster)
+		d.SetOption(OptAttnSplit, DefaultAttnSplit)
+	})
 }

@@ -138,6 +138,17 @@ type Backend struct {
 	// NormRopePair (one launch for a decode step's; the same results; off
 	// with DS4_CUDA_NR_PAIR=0, for comparison)
 	nrPair bool
+	// ropeTable: a decode step's rotation (cosine, sine) per pair is
+	// computed once a layer on the side stream (RopeTable, before the KV
+	// product) and read by the norms and the attention's inverse rotation
+	// instead of computed in each (the same values; off with
+	// DS4_CUDA_ROPE_TABLE=0, for comparison)
+	ropeTable bool
+	// ringNorm: a decode step's KV row goes into the window ring from
+	// NormRopePair's launch (its slot holds none of the step's window keys)
+	// instead of a RingWrite after the output projection, on the layer's
+	// chain (the same state; off with DS4_CUDA_RING_NORM=0, for comparison)
+	ringNorm bool
 	// kvSide: a decode step's KV product runs on the side stream, ahead
 	// of the compressors, beside q_a and q_b, instead of between them on
 	// the main stream, which waits for it (evKV) before the norms; actSide:
@@ -247,7 +258,9 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt, hcEarly: os.Getenv("DS4_CUDA_HC_EARLY") != "0",
 		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0",
 		pairs: os.Getenv("DS4_CUDA_PAIRS") != "0", ixSideMax: 8,
-		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ixPar: os.Getenv("DS4_CUDA_IX_PAR") != "0",
+		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ropeTable: os.Getenv("DS4_CUDA_ROPE_TABLE") != "0",
+		ringNorm:  os.Getenv("DS4_CUDA_RING_NORM") != "0",
+		ixPar:     os.Getenv("DS4_CUDA_IX_PAR") != "0",
 		ixMarkAll: os.Getenv("DS4_CUDA_IX_MARK") == "1", topkAny: os.Getenv("DS4_CUDA_TOPK_ANY") != "0",
 		qbRoom:    os.Getenv("DS4_CUDA_QB_ROOM") != "0",
 		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0",

@@ -385,7 +385,7 @@ func flashLayers4(t *testing.T) (model.Config, *model.Weights) {
 // there), without graphs and with a graph per token (where a step that
 // completes a compressed row flushes its recording between the side
 // stream's mark and the main stream's wait): moe_fold, kv_side,
-// act_side and router_act.
+// act_side, router_act, down_glu, rope_table and ring_norm.
 func TestFastDecodeSwitches(t *testing.T) {
 	gpu(t)
 	flash := synth.Flash(2)
@@ -424,6 +424,8 @@ func TestFastDecodeSwitches(t *testing.T) {
 					{"act_side", &be.actSide},
 					{"router_act", &be.routerAct},
 					{"down_glu", &be.downGLU},
+					{"rope_table", &be.ropeTable},
+					{"ring_norm", &be.ringNorm},
 				} {
 					*sw.v = !*sw.v
 					other := allLogits(t, be, 1, toks)

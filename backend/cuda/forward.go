@@ -670,8 +670,20 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		return err
 	}
 	// kvSide: the KV product first on the side stream, marked for the
-	// norms (the main stream goes from q_a straight to q_b)
+	// norms (the main stream goes from q_a straight to q_b); ropeTab: the
+	// rotation's table at the step's position before it, for the norms and
+	// the attention's inverse rotation (their per-pair trigonometry, ≈ 1.7
+	// µs of float64 sine and cosine, off the layer's chain)
+	var ropeTab Ptr
 	if kvSide {
+		if be.ropeTable {
+			if ropeTab, err = b.sc.f32("attn.rope", rd); err != nil {
+				return err
+			}
+			if err := d.RopeTable(b.side, L.freqs, rd, int64(b.pos), ropeTab); err != nil {
+				return err
+			}
+		}
 		if err := be.linearOn(b, b.side, "side.", b.x, D, n, linJob{L.kv, kv, HD}); err != nil {
 			return err
 		}
@@ -795,7 +807,8 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			return err
 		}
 	}
-	kvDone := false // (with the queries' by NormRopePair)
+	kvDone := false   // (with the queries' by NormRopePair)
+	var ringDone bool // a decode step's KV row written into the window ring by NormRopePair (Backend.ringNorm)
 	switch hio {
 	case 2: // in the attention kernel
 	case 1:
@@ -805,7 +818,11 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	default:
 		if be.nrPair {
 			// both in one launch (decode steps)
-			if err := d.NormRopePair(s, q, H, 0, 0, kv, 1, L.kvNorm, nope, HD, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), n); err != nil {
+			var ring2 Ptr
+			if n == 1 && be.ringNorm {
+				ring2, ringDone = tabs[engine.PartWindow].entry(b.pos), true
+			}
+			if err := d.NormRopePairTable(s, q, H, 0, 0, kv, 1, L.kvNorm, nope, HD, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), n, ropeTab, ring2); err != nil {
 				return err
 			}
 			kvDone = true
@@ -871,7 +888,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		Sinks: L.sinks, Out: o, Pos0: b.pos, N: n, H: H, HD: HD, W: c.Window,
 		Scale: float32(1 / math.Sqrt(float64(HD))), MaxKeys: maxKeys, Work: work,
 		RopeFreqs: L.freqs, RopeDim: rd, RopeOff: nope, // the inverse rotation of the output
-		Fast: !be.exact(),
+		Fast: !be.exact(), RopeTable: ropeTab,
 	}
 	switch hio {
 	case 1:
@@ -927,7 +944,12 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		}
 	}
 
-	// The chunk's KV rows enter the window ring.
+	// The chunk's KV rows enter the window ring (ringDone: a decode step's
+	// row went in with its norm, before the attention: the token's slot
+	// holds none of its window keys, the ring holding at least its window).
+	if ringDone {
+		return nil
+	}
 	return d.RingWrite(s, win.p, win.cap, HD, kv, int64(HD), b.pos, n)
 }
 

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 36
+const abiVersion = 37
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -122,11 +122,12 @@ type lib struct {
 	gluOK        func(typ int32, rows, cols int64, nsel int32) int32
 	matmulGLU    func(typ int32, gate, up uintptr, rows, cols, nmat int64, ids uintptr, nsel int32, act uintptr, actSel int64, actDiv int32, wts uintptr, lim float32, yh uintptr, perm int32, scratch, s uintptr) int32
 	normRopeH    func(x uintptr, tokStride int64, heads int32, headStride int64, hd int32, w uintptr, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, fp8n, nTok int32, xh, s uintptr) int32
-	attention    func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, qEps float32, flags int32, s uintptr) int32
+	attention    func(q, kv, win uintptr, wcap int64, comp uintptr, ratio int32, sel, nsel uintptr, k int32, sinks, out uintptr, pos0 int64, n, h, hd, w int32, scale float32, maxKeys int64, work, rfreqs uintptr, rd, roff int32, qact uintptr, qseg int64, qEps float32, rcs uintptr, flags int32, s uintptr) int32
 	router       func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, x uintptr, cols int64, act uintptr, actStride int64, s uintptr) int32
 	swigluRef    func(g, u, y uintptr, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
 	swigluQ8K    func(g, u, act uintptr, actStride, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
-	normRopeP    func(x1 uintptr, heads1 int32, w1 uintptr, fp8n1 int32, x2 uintptr, heads2 int32, w2 uintptr, fp8n2, hd int32, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, nTok int32, s uintptr) int32
+	ropeTable    func(freqs uintptr, rd int32, pos int64, cs uintptr, s uintptr) int32
+	normRopeP    func(x1 uintptr, heads1 int32, w1 uintptr, fp8n1 int32, x2 uintptr, heads2 int32, w2 uintptr, fp8n2, hd int32, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, nTok int32, cs, ring2 uintptr, s uintptr) int32
 	matvecF32    func(t int32, w uintptr, rows, cols int64, x, nw uintptr, eps float32, xn, act, y uintptr, flags int32, s uintptr) int32
 	swigluHalf   func(g, u, yh uintptr, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
 	moeCombine   func(ye, sel, ysh, y uintptr, n, k int32, d int64, s uintptr) int32
@@ -302,6 +303,7 @@ func load() (*lib, error) {
 		{&l.swigluQ8K, "ds4c_swiglu_q8k"},
 		{&l.matvecF32, "ds4c_matvec_f32"},
 		{&l.normRopeP, "ds4c_norm_rope_pair"},
+		{&l.ropeTable, "ds4c_rope_table"},
 		{&l.swigluHalf, "ds4c_swiglu_half"},
 		{&l.moeCombine, "ds4c_moe_combine"},
 		{&l.rmsnorm, "ds4c_rmsnorm"},

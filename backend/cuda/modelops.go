@@ -434,9 +434,27 @@ func (d *Device) NormRope(s Stream, x Ptr, heads int, headStride int64, hd int, 
 // that share eps, off and the rotation: one launch for fewer than 8 tokens
 // (a decode step's query heads and KV row), else two. The same bits.
 func (d *Device) NormRopePair(s Stream, x1 Ptr, heads1 int, w1 Ptr, fp8n1 int, x2 Ptr, heads2 int, w2 Ptr, fp8n2 int, hd int, eps float32, off int64, freqs Ptr, rd int, pos0 int64, ntok int) error {
+	return d.NormRopePairTable(s, x1, heads1, w1, fp8n1, x2, heads2, w2, fp8n2, hd, eps, off, freqs, rd, pos0, ntok, 0, 0)
+}
+
+// NormRopePairTable is NormRopePair for one token that, with cs set, reads
+// the rotation's (cosine, sine) of each pair from RopeTable's table for
+// freqs, rd and pos0 instead of computing them (the same values), and with
+// ring2 set also writes x2's normed rows there (heads2 rows of hd: a decode
+// step's KV row into its window-ring slot, as RingWrite would).
+func (d *Device) NormRopePairTable(s Stream, x1 Ptr, heads1 int, w1 Ptr, fp8n1 int, x2 Ptr, heads2 int, w2 Ptr, fp8n2 int, hd int, eps float32, off int64, freqs Ptr, rd int, pos0 int64, ntok int, cs, ring2 Ptr) error {
 	return d.l.call("norm_rope_pair", func() int32 {
-		return d.l.normRopeP(uintptr(x1), int32(heads1), uintptr(w1), int32(fp8n1), uintptr(x2), int32(heads2), uintptr(w2), int32(fp8n2), int32(hd), eps, off, uintptr(freqs), int32(rd), pos0, int32(ntok), uintptr(s))
+		return d.l.normRopeP(uintptr(x1), int32(heads1), uintptr(w1), int32(fp8n1), uintptr(x2), int32(heads2), uintptr(w2), int32(fp8n2), int32(hd), eps, off, uintptr(freqs), int32(rd), pos0, int32(ntok), uintptr(cs), uintptr(ring2), uintptr(s))
 	})
+}
+
+// RopeTable writes the rotation's (cosine, sine) of each of the rd/2
+// pairs of freqs at position pos into cs (rd floats): the values Rope,
+// NormRope and Attention's inverse rotation compute per pair, for the
+// calls that take a table (NormRopePairTable, AttentionArgs.RopeTable) —
+// so that a decode step computes them once, off the layer's chain.
+func (d *Device) RopeTable(s Stream, freqs Ptr, rd int, pos int64, cs Ptr) error {
+	return d.l.call("rope_table", func() int32 { return d.l.ropeTable(uintptr(freqs), int32(rd), pos, uintptr(cs), uintptr(s)) })
 }
 
 // NormRopeHalf is NormRope (the chunk form: hd a multiple of 128 up to
@@ -646,6 +664,10 @@ type AttentionArgs struct {
 	// AttentionHalfIO names.
 	QHalf, QNorm, OutHalf bool
 	QEps                  float32
+	// RopeTable (one token only): RopeTable's table for RopeFreqs, RopeDim
+	// and Pos0, which the inverse rotation reads instead of computing its
+	// (cosine, sine) per pair: the same values.
+	RopeTable Ptr
 }
 
 // AttentionHalfIO is the form of f16 queries and output that Attention
@@ -710,7 +732,7 @@ func (d *Device) Attention(s Stream, a *AttentionArgs) error {
 		return d.l.attention(uintptr(a.Q), uintptr(a.KV), uintptr(a.Win), int64(a.WCap), uintptr(a.Comp), int32(a.Ratio),
 			uintptr(a.Sel), uintptr(a.NSel), int32(a.K), uintptr(a.Sinks), uintptr(a.Out), int64(a.Pos0), int32(a.N),
 			int32(a.H), int32(a.HD), int32(a.W), a.Scale, int64(a.MaxKeys), uintptr(a.Work),
-			uintptr(a.RopeFreqs), int32(a.RopeDim), int32(a.RopeOff), uintptr(a.QAct), int64(a.QSeg), a.QEps, a.flags(), uintptr(s))
+			uintptr(a.RopeFreqs), int32(a.RopeDim), int32(a.RopeOff), uintptr(a.QAct), int64(a.QSeg), a.QEps, uintptr(a.RopeTable), a.flags(), uintptr(s))
 	})
 }
 
