@@ -16,10 +16,10 @@ import (
 // segment a row), wo_b (8192: eight), wo_a's eight selections of one
 // matrix each with their own activation rows (4096), a partial last tile,
 // and ids with one out of range (NaN rows). Each is run twice (the same
-// bits: the segments are added in order), again with four stages of
-// shorter tiles and with the tallest tiles (OptMVEven off), the same bits
-// too, and exact mode is checked to
-// keep quant.Dot's bits with the option on. MatVecF32 (the activation
+// bits: the segments are added in order), again with two stages of
+// taller tiles, four of shorter ones and the tallest tiles (OptMVEven
+// off), the same bits too, and exact mode is checked to keep quant.Dot's
+// bits with the option on. MatVecF32 (the activation
 // formed in the kernel, with q_b's RMSNorm) is compared the same way.
 func TestMatVecFastQ8(t *testing.T) {
 	d := gpu(t)
