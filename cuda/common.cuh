@@ -59,6 +59,8 @@ int ds4c_opt_mv_dec(void);
 int ds4c_opt_mv_f32(void);
 int ds4c_opt_mv_pre(void);
 int ds4c_opt_mv_pair(void);
+int ds4c_opt_mv_ilp(void);
+int ds4c_opt_mv_sumw(void);
 int ds4c_opt_ix_query(void);
 int ds4c_opt_attn_wave(void);
 int ds4c_opt_attn_cluster(void);

@@ -57,6 +57,8 @@ static int g_opt_had_warp = 1; // Hadamard transforms a warp a row (model.cu k_h
 static int g_opt_hc_mix = 1; // fast chunks' mixing logits in one pass on the TF32 tensor cores (hc_mix.cu)
 static int g_opt_attn_half = 2; // fast chunks: queries normalised and rotated in k_attn_flash, its output f16 and rotated back there
 static int g_opt_mv_pre = 7; // pipelined products: tiles requested before the wait (matvec.cuh k_mv_pipe; capped at stages − 1)
+static int g_opt_mv_ilp = 4; // fast pipelined Q8_0 products: items a warp forms at once (matvec.cuh q8f_items; cuda/NOTES.md v40)
+static int g_opt_mv_sumw = 1; // fast pipelined Q8_0 products: the row sums on the last warp (matvec.cuh k_mv_pipe_q8f; cuda/NOTES.md v40)
 static int g_opt_mv_pair = 1; // ds4c_matmul_grouped_pair: one selection's Q8_0/Q4_K pair in one k_matvec grid
 static int g_opt_attn_cluster = 1; // fast split attention combined in its launch by clusters (model.cu, k_attn_split_cl)
 static int g_opt_comp_emit = 1;    // a decode step's compressed row in one launch (model.cu, k_comp_emit)
@@ -139,6 +141,8 @@ int ds4c_opt_mv_dec(void) { return g_opt_mv_dec; }
 int ds4c_opt_mv_f32(void) { return g_opt_mv_f32; }
 int ds4c_opt_mv_pre(void) { return g_opt_mv_pre; }
 int ds4c_opt_mv_pair(void) { return g_opt_mv_pair; }
+int ds4c_opt_mv_sumw(void) { return g_opt_mv_sumw; }
+int ds4c_opt_mv_ilp(void) { return g_opt_mv_ilp; }
 int ds4c_opt_ix_query(void) { return g_opt_ix_query; }
 int ds4c_opt_attn_wave(void) { return g_opt_attn_wave; }
 int ds4c_opt_attn_cluster(void) { return g_opt_attn_cluster; }
@@ -498,6 +502,8 @@ static const struct {
     {DS4C_OPT_MV_EVEN, "mv_even", &g_opt_mv_even, 0, 1},
     {DS4C_OPT_ATTN_CLUSTER, "attn_cluster", &g_opt_attn_cluster, 0, 1},
     {DS4C_OPT_COMP_EMIT, "comp_emit", &g_opt_comp_emit, 0, 1},
+    {DS4C_OPT_MV_ILP, "mv_ilp", &g_opt_mv_ilp, 1, 4},
+    {DS4C_OPT_MV_SUMW, "mv_sumw", &g_opt_mv_sumw, 0, 1},
 };
 
 // env_option sets option key from the environment variable name when it

@@ -1263,6 +1263,32 @@ int launch_chunks(const MVArgs &a, int n_sel, int nt, int S, int RPW, cudaStream
 }
 
 // ---------------------------------------------------------------- pipelined single-token products
+// DS4_MV_PROBE (a build flag for measurement, off in every shipped build):
+// every thread of k_mv_pipe_q8f stamps clock64 at its phases — entry, the
+// wait for the previous kernel done, the start done (the activation
+// formed, the tiles after the wait requested), and per tile: its bytes
+// landed, the CTA's barrier passed, the next copies requested, its items
+// formed, the previous tile's row sums stored — then the exit; thread 0
+// adds its deltas to per-site device sums, and lane 0 of the last warp its
+// items and barrier waits (site by shape: 0 q_b's 1024 columns, 1 wo_b's
+// 8192, 2 wo_a's 4096 × 8 selections, 3 the other 4096-column ones, 4 2048
+// columns; the head's rows none). Every 1024th call of a site, CTA 0
+// prints the means in µs at 1.98 GHz: a CTA's entry → wait, start, tail,
+// wait → exit and the share that arrived after the wait was satisfied
+// (less than 600 cycles from entry to its end); a tile's stall, barrier,
+// requests, items and row sums; the last warp's items and barrier.
+// cuda/NOTES.md v40 reads them.
+#ifdef DS4_MV_PROBE
+} // namespace ds4mv
+#include <cstdio>
+namespace ds4mv {
+static __device__ unsigned long long g_mvp_sum[5][16], g_mvp_n[5];
+__device__ __forceinline__ unsigned long long mvp_now() { return (unsigned long long)clock64(); }
+#define MVP(x) x
+#else
+#define MVP(x)
+#endif
+
 // k_mv_pipe: one token's product with weights streamed through shared
 // memory. Each CTA stays resident for the whole product and walks its own
 // contiguous range of tiles (RT consecutive rows of one selection's matrix;
@@ -1310,6 +1336,8 @@ struct PipeArgs {
     const float *nw;
     float eps;
     int pre; // tiles requested before the wait for the previous kernel (DS4C_OPT_MV_PRE; products without ids)
+    int ilp; // k_mv_pipe_q8f: items a warp forms at once (q8f_items; 1: one after another)
+    int sumw; // k_mv_pipe_q8f: the last warp adds the row sums (DS4C_OPT_MV_SUMW; segments dividing the warps)
 };
 
 // pipe_act_f32 writes the Q8_0 activation row of RMSNorm(p.xf) (p.nw set)
@@ -1448,7 +1476,7 @@ __device__ __forceinline__ void pipe_issue(const PipeArgs &p, uint8_t *s_mem, in
 // cur_act is the activation row in shared memory afterwards (-1: none).
 template <class T, int CP, class CopyAct>
 __device__ __forceinline__ void pipe_start(const PipeArgs &p, uint8_t *s_mem, int t0, int my, uint64_t *s_grid,
-                                           int &cur_act, CopyAct &&copy_act) {
+                                           int &cur_act, CopyAct &&copy_act, unsigned long long *probe = nullptr) {
     const MVArgs &a = p.a;
     const int tid = threadIdx.x;
     if (CP == 2) {
@@ -1460,6 +1488,7 @@ __device__ __forceinline__ void pipe_start(const PipeArgs &p, uint8_t *s_mem, in
     const int pre = a.ids ? 0 : min(p.pre, p.ns - 1); // tiles requested before the wait
     for (int k = 0; k < pre; k++) pipe_issue<T, CP>(p, s_mem, t0, my, k);
     mv_pdl_wait(a);
+    MVP(if (probe) *probe = mvp_now();)
     if (T::GRID)
         for (int i = tid; i < 256; i += PIPE_THREADS) s_grid[i] = iq2xxs_grid[i];
     cur_act = -1;
@@ -1597,6 +1626,54 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
 // a product over its copies alone; cuda/NOTES.md v21, v27).
 constexpr int Q8F_SEG = 1024;
 
+// q8f_items forms a tile's items as k_mv_pipe_q8f's loop does, U of the
+// warp's items at once (items it, it + 8, …, it + 8(U − 1)): their loads,
+// dp4a sums and tree sums interleaved, so that a warp waits on one chain
+// of shared-memory loads and shuffles for U items instead of U chains one
+// after another (DS4C_OPT_MV_ILP). Every item's operations and order are
+// the loop's: the same bits. The warp's segment is fixed (the segments
+// divide the 8 warps: item it's segment is it mod nseg = warp mod nseg);
+// qs and ds point at that segment's lane quants and block scale of row 0
+// of the tile (rows cols bytes and dstride halves apart).
+template <int U>
+__device__ __forceinline__ void q8f_items(int items, int nsh, int warp, int lane, const uint8_t *qs, const __half *ds,
+                                          int cols, int dstride, int4 x0, int4 x1, float xd, float *part) {
+    const int nseg = 1 << nsh, seg = warp & (nseg - 1);
+    for (int it0 = warp; it0 < items; it0 += 8 * U) {
+        int4 w0[U], w1[U];
+        __half d[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            const int row = (it0 + 8 * j) >> nsh;
+            if (it0 + 8 * j < items) { // (uniform over the warp)
+                const uint8_t *q = qs + (size_t)row * cols;
+                w0[j] = *(const int4 *)q;
+                w1[j] = *(const int4 *)(q + 512);
+                d[j] = ds[(size_t)row * dstride];
+            } else {
+                w0[j] = w1[j] = make_int4(0, 0, 0, 0);
+                d[j] = __float2half(0.f);
+            }
+        }
+        float v[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            int s0 = dot4(w0[j], x0, 0), s1 = dot4(w1[j], x1, 0);
+            s0 += __shfl_xor_sync(FULL_MASK, s0, 1);
+            s1 += __shfl_xor_sync(FULL_MASK, s1, 1);
+            v[j] = (float)((lane & 1) ? s1 : s0) * (__half2float(d[j]) * xd);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) // warp_sum's tree, the U items' steps interleaved
+#pragma unroll
+            for (int j = 0; j < U; j++) v[j] += __shfl_xor_sync(FULL_MASK, v[j], o);
+        if (lane == 0)
+#pragma unroll
+            for (int j = 0; j < U; j++)
+                if (it0 + 8 * j < items) part[((it0 + 8 * j) >> nsh) * nseg + seg] = v[j];
+    }
+}
+
 template <int CP>
 __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     extern __shared__ __align__(16) uint8_t s_mem[];
@@ -1620,7 +1697,22 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
         for (int i = tid; i < p.act_bytes / 16; i += PIPE_THREADS) *(int4 *)(s_act + 16 * i) = ld16(src + 16 * i);
     };
     static_assert(CP == 2, "k_mv_pipe_q8f: bulk copies only");
+#ifdef DS4_MV_PROBE
+    const int site = a.cols == 1024 ? 0
+                     : a.cols == 8192 ? 1
+                     : a.cols == 4096 && p.total * p.rt >= 8192 && a.rows <= 8192 ? 2
+                     : a.cols == 4096 && a.rows <= 1024 ? 3
+                     : a.cols == 2048 ? 4 : -1;
+    unsigned long long mv_t[16] = {0}, t_wait = 0;
+    const unsigned long long t_entry = mvp_now();
+    unsigned long long t_last = 0;
+#endif
+#ifdef DS4_MV_PROBE
+    pipe_start<TQ8_0, CP>(p, s_mem, t0, my, nullptr, cur_act, copy_act, &t_wait);
+#else
     pipe_start<TQ8_0, CP>(p, s_mem, t0, my, nullptr, cur_act, copy_act);
+#endif
+    MVP(t_last = mvp_now(); mv_t[0] = t_wait - t_entry; mv_t[1] = t_last - t_wait;)
     const float nan = __int_as_float(0x7fc00000);
     // the warp's activation: units lane and lane + 32 of segment xseg, and
     // the scale of the block this lane scales (blk)
@@ -1629,7 +1721,40 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     int4 x0 = make_int4(0, 0, 0, 0), x1 = x0;
     float xd = 0.f;
     PipePrev prev;
+    // the row sums of a tile: thread i of warp 0 row i, its partials one
+    // load each; or (p.sumw, segments dividing the warps) lanes of the last
+    // warp, which does not request copies, each row's partials in one or
+    // two vector loads (DS4C_OPT_MV_SUMW); the same adds in segment order
     auto sums = [&](int k) { // rows of tile k (its partials complete)
+        if (p.sumw) {
+            if (warp != PIPE_THREADS / 32 - 1) return;
+            for (int i = lane; i < prev.nr; i += 32) {
+                const float *pt = s_part + ((size_t)(k & 1) * p.rt + i) * nseg;
+                float sum;
+                if (nseg >= 4) {
+                    const float4 u = *(const float4 *)pt;
+                    sum = u.x;
+                    sum += u.y;
+                    sum += u.z;
+                    sum += u.w;
+                    if (nseg == 8) {
+                        const float4 v = *(const float4 *)(pt + 4);
+                        sum += v.x;
+                        sum += v.y;
+                        sum += v.z;
+                        sum += v.w;
+                    }
+                } else if (nseg == 2) {
+                    const float2 u = *(const float2 *)pt;
+                    sum = u.x;
+                    sum += u.y;
+                } else {
+                    sum = pt[0];
+                }
+                a.y[prev.sel * a.y_sel + prev.r0 + i] = prev.ok ? sum : nan;
+            }
+            return;
+        }
         if (tid < prev.nr) {
             const float *pt = s_part + ((size_t)(k & 1) * p.rt + tid) * nseg;
             float sum = pt[0];
@@ -1639,7 +1764,17 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     };
     for (int k = 0; k < my; k++) {
         bar_wait(s_bar + k % p.ns, (unsigned)(k / p.ns) & 1);
+        MVP({
+            const unsigned long long t = mvp_now();
+            mv_t[2] += t - t_last;
+            t_last = t;
+        })
         __syncthreads(); // everyone's view; tile k−1's partials are stored and its stage is free
+        MVP({
+            const unsigned long long t = mvp_now();
+            mv_t[3] += t - t_last;
+            t_last = t;
+        })
         pipe_issue<TQ8_0, CP>(p, s_mem, t0, my, k + p.ns - 1);
         int sel, r0, nr;
         const int64_t mat = pipe_tile(p, t0, k, sel, r0, nr);
@@ -1650,7 +1785,31 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             __syncthreads();
         }
         float *part = s_part + (size_t)(k & 1) * p.rt * nseg;
-        if (mat >= 0) {
+        MVP({
+            const unsigned long long t = mvp_now();
+            mv_t[4] += t - t_last;
+            t_last = t;
+        })
+        if (mat >= 0 && p.ilp > 1) {
+            // the warp's segment is fixed (nseg divides the warps); ilp items at once
+            const int seg = warp & (nseg - 1);
+            if (seg != xseg) {
+                xseg = seg;
+                const uint8_t *xa = s_act + seg * Q8F_SEG;
+                x0 = *(const int4 *)(xa + 16 * lane);
+                x1 = *(const int4 *)(xa + 512 + 16 * lane);
+                xd = ((const float *)(s_act + a.cols))[seg * 32 + blk];
+            }
+            const uint8_t *qs = stg + p.soff[0] + seg * Q8F_SEG + 16 * lane;
+            const __half *ds = (const __half *)(stg + p.soff[1]) + seg * 32 + blk;
+            const int items = nr * nseg, dstride = p.bpr[1] / 2;
+            if (p.ilp >= 4)
+                q8f_items<4>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0, x1, xd, part);
+            else if (p.ilp == 3)
+                q8f_items<3>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0, x1, xd, part);
+            else
+                q8f_items<2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0, x1, xd, part);
+        } else if (mat >= 0) {
             const int items = nr * nseg;
             for (int it = warp; it < items; it += PIPE_THREADS / 32) {
                 const int row = nsh >= 0 ? it >> nsh : it / nseg, seg = it - row * nseg;
@@ -1671,11 +1830,51 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
                 if (lane == 0) part[row * nseg + seg] = v;
             }
         }
+        MVP({
+            const unsigned long long t = mvp_now();
+            mv_t[5] += t - t_last;
+            t_last = t;
+        })
         if (k > 0) sums(k - 1);
         prev = {sel, r0, nr, mat >= 0};
+        MVP({
+            const unsigned long long t = mvp_now();
+            mv_t[6] += t - t_last;
+            t_last = t;
+        })
     }
     __syncthreads();
     if (my > 0) sums(my - 1);
+#ifdef DS4_MV_PROBE
+    if (tid == 32 * (PIPE_THREADS / 32 - 1) && site >= 0) { // the last warp's items, barrier and tile waits
+        atomicAdd(&g_mvp_sum[site][12], mv_t[5]);
+        atomicAdd(&g_mvp_sum[site][13], mv_t[3]);
+        atomicAdd(&g_mvp_sum[site][14], mv_t[2]);
+        atomicAdd(&g_mvp_sum[site][15], mv_t[6]);
+    }
+    if (tid == 0 && site >= 0) {
+        const unsigned long long t_end = mvp_now();
+        mv_t[7] = t_end - t_last;
+        mv_t[8] = t_wait - t_entry < 600 ? 1 : 0;
+        mv_t[9] = t_end - t_wait;
+        mv_t[10] = 1;
+        mv_t[11] = (unsigned long long)my;
+        for (int i = 0; i < 12; i++) atomicAdd(&g_mvp_sum[site][i], mv_t[i]);
+        if (blockIdx.x == 0) {
+            const unsigned long long n = atomicAdd(&g_mvp_n[site], 1ull) + 1;
+            if (n % 1024 == 0) {
+                const unsigned long long *q = g_mvp_sum[site];
+                const double c = 1.0 / (double)q[10], u = c / 1980.0, ut = 1.0 / (double)q[11] / 1980.0;
+                printf("mv probe site %d calls %llu (ctas/call %.1f, tiles/cta %.2f) µs a CTA: entry-wait %.2f start %.2f "
+                       "tail %.2f wait-exit %.2f late %.2f | µs a tile: stall %.3f sync %.3f issue %.3f items %.3f "
+                       "sums %.3f | last warp: items %.3f sync %.3f stall %.3f sums %.3f\n",
+                       site, n, (double)q[10] / (double)n, q[11] * c, q[0] * u, q[1] * u, q[7] * u, q[9] * u, q[8] * c,
+                       q[2] * ut, q[3] * ut, q[4] * ut, q[5] * ut, q[6] * ut, q[12] * ut, q[13] * ut, q[14] * ut,
+                       q[15] * ut);
+            }
+        }
+    }
+#endif
 }
 
 // launch_pipe runs a single-token product as k_mv_pipe when T has a
@@ -1702,6 +1901,10 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         PipeArgs p = {};
         p.a = a;
         p.pre = ds4c_opt_mv_pre();
+        // (q8f_items: the segments of 1024 columns divide the CTA's 8 warps)
+        const int64_t nseg8 = a.cols / Q8F_SEG;
+        p.ilp = nseg8 >= 1 && 8 % nseg8 == 0 ? ds4c_opt_mv_ilp() : 1;
+        p.sumw = nseg8 >= 1 && 8 % nseg8 == 0 ? ds4c_opt_mv_sumw() : 0;
         if (xf) {
             if (!std::is_same<T, TQ8_0>::value || n_sel != 1 || a.cols % 32 != 0 ||
                 (((uintptr_t)xf | (uintptr_t)nw) & 15) != 0)

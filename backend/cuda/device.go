@@ -321,6 +321,8 @@ const (
 	OptMVEven      = 54 // 1: fast mode's pipelined Q8_0 products (OptMVFast bit 1) with automatic stages take the tile height (from the largest that fits down to 7/8 of it) that gives the busiest CTA the fewest rows (default; env DS4_CUDA_MV_EVEN); 0: the largest that fits; the same bits
 	OptAttnCluster = 55 // 1: fast single-token attention split over the keys (OptAttnSplit; the fp32 split kernel, up to 512 keys) combined in the same launch by thread-block clusters of 8 splits, one launch fewer on a layer's chain (the same bits as the two launches up to 256 keys; DefaultAttnCluster; env DS4_CUDA_ATTN_CLUSTER); 0: the split kernel, then the combine
 	OptCompEmit    = 56 // 1: a decode step's compressed row (CompEmit: one row, equal ring capacities) pooled, normalised, rotated, post-processed and stored, and the step's entries written into the rings, in one launch (the same bits; DefaultCompEmit; env DS4_CUDA_COMP_EMIT); 0: the pooling, RMSNorm, rotation, post-processing and ring writes as their own kernels
+	OptMVILP       = 57 // fast mode's pipelined Q8_0 products whose 1024-column segments divide the CTA's 8 warps: items (a row's segment of a tile) a warp forms at once, their loads, dp4a sums and tree sums interleaved (1 to 4, default DefaultMVILP; env DS4_CUDA_MV_ILP; the same bits); 1: one item after another
+	OptMVSumW      = 58 // 1: fast mode's pipelined Q8_0 products whose 1024-column segments divide the CTA's 8 warps add a tile's row sums on the last warp (no copies to request), each row's partials in one or two vector loads (default, DefaultMVSumW; env DS4_CUDA_MV_SUMW; the same bits); 0: warp 0's threads, a load a partial
 	OptMVPair      = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits in exact mode (in fast mode a lone Q8_0 product runs pipelined, which adds in another order)
 	OptHadWarp     = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
 )
@@ -378,6 +380,14 @@ const DefaultIXTile = 2
 
 // DefaultMVF32 is the library's default of OptMVF32: both fused forms.
 const DefaultMVF32 = 3
+
+// DefaultMVILP is the library's default of OptMVILP: four items a warp at
+// once.
+const DefaultMVILP = 4
+
+// DefaultMVSumW is the library's default of OptMVSumW: the row sums on
+// the last warp.
+const DefaultMVSumW = 1
 
 // DefaultMVFast is the library's default of OptMVFast: both kinds of
 // single-token product summed in parallel in fast mode.

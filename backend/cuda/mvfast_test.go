@@ -81,9 +81,12 @@ func TestMatVecFastQ8(t *testing.T) {
 			}
 		}
 		// the launch's shape (two stages of taller tiles, four of shorter
-		// ones; the tallest tiles that fit) moves rows between CTAs, not
-		// the bits
-		for _, o := range []struct{ key, v, def int }{{OptMVStages, 2, 3}, {OptMVStages, 4, 3}, {OptMVEven, 0, 1}} {
+		// ones; the tallest tiles that fit) moves rows between CTAs, and
+		// the items a warp forms at once and the warp that adds the row
+		// sums reorder instructions, not the bits
+		for _, o := range []struct{ key, v, def int }{{OptMVStages, 2, 3}, {OptMVStages, 4, 3}, {OptMVEven, 0, 1},
+			{OptMVILP, 1, DefaultMVILP}, {OptMVILP, 2, DefaultMVILP}, {OptMVILP, 3, DefaultMVILP},
+			{OptMVSumW, 1 - DefaultMVSumW, DefaultMVSumW}} {
 			must(t, d.SetOption(o.key, o.v))
 			got := run(false)
 			must(t, d.SetOption(o.key, o.def))

@@ -110,7 +110,7 @@ if [ -n "${AB:-}" ]; then
     eval "set -- $AB"
     LAYERS=43 MODEL=/dev/shm/flash-q2.gguf ROUNDS=${ROUNDS:-2} GEN=${GEN:-256} WARMUP=${WARMUP:-4096} ARGS=${ARGS:---fast} \
         AB_OUT=/tmp/ab bash scripts/cuda/ab-layers.sh "$@" | grep -v "^== "
-    grep -h "phase probe" /tmp/ab/*.csv 2>/dev/null | tail -20 >"$OUT/probe.txt"
+    grep -hE "phase probe|mv probe" /tmp/ab/*.csv 2>/dev/null | tail -30 >"$OUT/probe.txt"
     [ -s "$OUT/probe.txt" ] && cat "$OUT/probe.txt" || rm -f "$OUT/probe.txt"
     tar -czf "$OUT/ab.tgz" -C /tmp ab; el
 fi
