@@ -1444,7 +1444,9 @@ __device__ __forceinline__ void pipe_issue(const PipeArgs &p, uint8_t *s_mem, in
                 unsigned bytes = 0;
 #pragma unroll
                 for (int r = 0; r < T::NREG; r++) bytes += (unsigned)(nr * p.bpr[r]);
+#ifndef DS4_MV_NOFENCE // (a build flag for measurement only: cuda/NOTES.md v40's next lead)
                 bulk_fence();
+#endif
                 bar_expect(bar, bytes);
 #pragma unroll
                 for (int r = 0; r < T::NREG; r++)
@@ -1720,6 +1722,14 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     int xseg = -1;
     int4 x0 = make_int4(0, 0, 0, 0), x1 = x0;
     float xd = 0.f;
+    auto load_x = [&](int seg) { // the warp's activation units of segment seg, unless it holds them
+        if (seg == xseg) return;
+        xseg = seg;
+        const uint8_t *xa = s_act + seg * Q8F_SEG;
+        x0 = *(const int4 *)(xa + 16 * lane);
+        x1 = *(const int4 *)(xa + 512 + 16 * lane);
+        xd = ((const float *)(s_act + a.cols))[seg * 32 + blk];
+    };
     PipePrev prev;
     // the row sums of a tile: thread i of warp 0 row i, its partials one
     // load each; or (p.sumw, segments dividing the warps) lanes of the last
@@ -1793,13 +1803,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
         if (mat >= 0 && p.ilp > 1) {
             // the warp's segment is fixed (nseg divides the warps); ilp items at once
             const int seg = warp & (nseg - 1);
-            if (seg != xseg) {
-                xseg = seg;
-                const uint8_t *xa = s_act + seg * Q8F_SEG;
-                x0 = *(const int4 *)(xa + 16 * lane);
-                x1 = *(const int4 *)(xa + 512 + 16 * lane);
-                xd = ((const float *)(s_act + a.cols))[seg * 32 + blk];
-            }
+            load_x(seg);
             const uint8_t *qs = stg + p.soff[0] + seg * Q8F_SEG + 16 * lane;
             const __half *ds = (const __half *)(stg + p.soff[1]) + seg * 32 + blk;
             const int items = nr * nseg, dstride = p.bpr[1] / 2;
@@ -1813,13 +1817,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             const int items = nr * nseg;
             for (int it = warp; it < items; it += PIPE_THREADS / 32) {
                 const int row = nsh >= 0 ? it >> nsh : it / nseg, seg = it - row * nseg;
-                if (seg != xseg) {
-                    xseg = seg;
-                    const uint8_t *xa = s_act + seg * Q8F_SEG;
-                    x0 = *(const int4 *)(xa + 16 * lane);
-                    x1 = *(const int4 *)(xa + 512 + 16 * lane);
-                    xd = ((const float *)(s_act + a.cols))[seg * 32 + blk];
-                }
+                load_x(seg);
                 const uint8_t *q = stg + p.soff[0] + (size_t)row * a.cols + seg * Q8F_SEG;
                 const int4 w0 = *(const int4 *)(q + 16 * lane), w1 = *(const int4 *)(q + 512 + 16 * lane);
                 const __half d = ((const __half *)(stg + p.soff[1] + (size_t)row * p.bpr[1]))[seg * 32 + blk];
