@@ -1270,14 +1270,14 @@ int launch_chunks(const MVArgs &a, int n_sel, int nt, int S, int RPW, cudaStream
 // landed, the CTA's barrier passed, the next copies requested, its items
 // formed, the previous tile's row sums stored — then the exit; thread 0
 // adds its deltas to per-site device sums, and lane 0 of the last warp its
-// items and barrier waits (site by shape: 0 q_b's 1024 columns, 1 wo_b's
+// items, barrier, bytes waits and row sums (site by shape: 0 q_b's 1024 columns, 1 wo_b's
 // 8192, 2 wo_a's 4096 × 8 selections, 3 the other 4096-column ones, 4 2048
 // columns; the head's rows none). Every 1024th call of a site, CTA 0
 // prints the means in µs at 1.98 GHz: a CTA's entry → wait, start, tail,
 // wait → exit and the share that arrived after the wait was satisfied
 // (less than 600 cycles from entry to its end); a tile's stall, barrier,
-// requests, items and row sums; the last warp's items and barrier.
-// cuda/NOTES.md v40 reads them.
+// requests, items and row sums; the last warp's items, barrier, bytes
+// wait and row sums. cuda/NOTES.md v40 reads them.
 #ifdef DS4_MV_PROBE
 } // namespace ds4mv
 #include <cstdio>
