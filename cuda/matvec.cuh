@@ -1899,10 +1899,12 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         PipeArgs p = {};
         p.a = a;
         p.pre = ds4c_opt_mv_pre();
-        // (q8f_items: the segments of 1024 columns divide the CTA's 8 warps)
+        // (q8f_items and the last warp's sums: the segments of 1024 columns
+        // divide the CTA's 8 warps)
         const int64_t nseg8 = a.cols / Q8F_SEG;
-        p.ilp = nseg8 >= 1 && 8 % nseg8 == 0 ? ds4c_opt_mv_ilp() : 1;
-        p.sumw = nseg8 >= 1 && 8 % nseg8 == 0 ? ds4c_opt_mv_sumw() : 0;
+        const bool seg_warps = nseg8 >= 1 && 8 % nseg8 == 0;
+        p.ilp = seg_warps ? ds4c_opt_mv_ilp() : 1;
+        p.sumw = seg_warps ? ds4c_opt_mv_sumw() : 0;
         if (xf) {
             if (!std::is_same<T, TQ8_0>::value || n_sel != 1 || a.cols % 32 != 0 ||
                 (((uintptr_t)xf | (uintptr_t)nw) & 15) != 0)

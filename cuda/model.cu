@@ -2828,12 +2828,12 @@ __device__ __forceinline__ void attn_out_store(const AttnArgs &a, int t, int h, 
             float pr[2];
             pr[e] = acc;
             pr[e ^ 1] = other;
-            if (cs) // (rope_cs of the same position and frequency: the same bits)
-                rope_pair_cs(pr, cs->x, cs->y, 1);
-            else if (a.rcs)
-                rope_pair_cs(pr, __ldg(a.rcs + (d - a.roff) / 2).x, __ldg(a.rcs + (d - a.roff) / 2).y, 1);
-            else
+            if (cs || a.rcs) { // (rope_cs of the same position and frequency: the same bits)
+                const float2 c = cs ? *cs : __ldg(a.rcs + (d - a.roff) / 2);
+                rope_pair_cs(pr, c.x, c.y, 1);
+            } else {
                 rope_pair(pr, (float)(a.pos0 + t), a.rfreqs[(d - a.roff) / 2], 1);
+            }
             acc = pr[e];
         }
     }
