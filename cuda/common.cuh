@@ -141,6 +141,12 @@ static __device__ __forceinline__ void pdl_enter() {
     pdl_wait();
 }
 
+// prefetch_l1 brings the line holding p into this SM's L1 (one thread's
+// prefetch.global.L1: no register waits on it).
+static __device__ __forceinline__ void prefetch_l1(const void *p) {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+
 // prefetch_l2 asks the copy engine of the SM to bring bytes at p into L2
 // (one thread's instruction; Hopper's bulk prefetch, no-op before). Kernels
 // call it on their weights between pdl_launch and pdl_wait: weights are

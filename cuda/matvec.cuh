@@ -1410,6 +1410,12 @@ __device__ __forceinline__ void pipe_act_f32(const PipeArgs &p, uint8_t *s_act) 
     __syncthreads();
 }
 
+// pipe_mat returns selection sel's matrix (−1: an invalid id).
+__device__ __forceinline__ int64_t pipe_mat(const MVArgs &a, int sel) {
+    const int64_t mat = a.ids ? (int64_t)a.ids[sel] : (a.sel_mat ? sel : 0);
+    return mat >= 0 && mat < a.n_mat ? mat : -1;
+}
+
 // pipe_tile: tile k of the CTA whose tiles begin at t0 — its selection,
 // first row and rows; it returns the selection's matrix (−1: an invalid id).
 __device__ __forceinline__ int64_t pipe_tile(const PipeArgs &p, int t0, int k, int &sel, int &r0, int &nr) {
@@ -1418,8 +1424,7 @@ __device__ __forceinline__ int64_t pipe_tile(const PipeArgs &p, int t0, int k, i
     sel = t / p.tiles;
     r0 = (t % p.tiles) * p.rt;
     nr = min(p.rt, a.rows - r0);
-    const int64_t mat = a.ids ? (int64_t)a.ids[sel] : (a.sel_mat ? sel : 0);
-    return mat >= 0 && mat < a.n_mat ? mat : -1;
+    return pipe_mat(a, sel);
 }
 
 // pipe_issue requests tile k (of my, from t0) into stage k mod p.ns: one
@@ -1489,6 +1494,11 @@ __device__ __forceinline__ void pipe_start(const PipeArgs &p, uint8_t *s_mem, in
     mv_pdl_launch(a);
     const int pre = a.ids ? 0 : min(p.pre, p.ns - 1); // tiles requested before the wait
     for (int k = 0; k < pre; k++) pipe_issue<T, CP>(p, s_mem, t0, my, k);
+    // the RMSNorm weights (never written by the kernel before) into L1
+    // before the wait: pipe_act_f32's second pass then waits on no L2
+    // round trip of its own (cuda/NOTES.md v41)
+    if (std::is_same<T, TQ8_0>::value && p.xf && p.nw)
+        for (int i = tid * 32; i < a.cols; i += PIPE_THREADS * 32) prefetch_l1(p.nw + i);
     mv_pdl_wait(a);
     MVP(if (probe) *probe = mvp_now();)
     if (T::GRID)
@@ -1696,7 +1706,20 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     auto copy_act = [&](int sel) { // the selection's activation row into shared memory
         cur_act = sel / a.act_div;
         const uint8_t *src = a.act + (int64_t)cur_act * a.act_sel;
-        for (int i = tid; i < p.act_bytes / 16; i += PIPE_THREADS) *(int4 *)(s_act + 16 * i) = ld16(src + 16 * i);
+        // a thread's loads (up to 4 of 16 bytes a pass) all issued before
+        // its stores: one L2 round trip for rows up to 16 KB, where a load
+        // a pass waited on each before the next (wo_a's 4.6 KB: two;
+        // cuda/NOTES.md v41)
+        const int n16 = p.act_bytes / 16;
+        for (int i0 = tid; i0 < n16; i0 += 4 * PIPE_THREADS) {
+            int4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (i0 + j * PIPE_THREADS < n16) v[j] = ld16(src + 16 * (i0 + j * PIPE_THREADS));
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (i0 + j * PIPE_THREADS < n16) *(int4 *)(s_act + 16 * (i0 + j * PIPE_THREADS)) = v[j];
+        }
     };
     static_assert(CP == 2, "k_mv_pipe_q8f: bulk copies only");
 #ifdef DS4_MV_PROBE
@@ -1731,6 +1754,10 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
         xd = ((const float *)(s_act + a.cols))[seg * 32 + blk];
     };
     PipePrev prev;
+    // tile t0 + k's selection and index within it, advanced a tile at a
+    // time (pipe_tile's division and modulo once, not every tile; the
+    // selection's activation row looked up only when the selection changes)
+    int w_sel = t0 / p.tiles, w_ti = t0 - w_sel * p.tiles, last_sel = -1;
     // the row sums of a tile: thread i of warp 0 row i, its partials one
     // load each; or (p.sumw, segments dividing the warps) lanes of the last
     // warp, which does not request copies, each row's partials in one or
@@ -1786,10 +1813,16 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             t_last = t;
         })
         pipe_issue<TQ8_0, CP>(p, s_mem, t0, my, k + p.ns - 1);
-        int sel, r0, nr;
-        const int64_t mat = pipe_tile(p, t0, k, sel, r0, nr);
+        const int sel = w_sel, r0 = w_ti * p.rt, nr = min(p.rt, a.rows - r0);
+        const int64_t mat = pipe_mat(a, sel);
+        if (++w_ti == p.tiles) {
+            w_ti = 0;
+            w_sel++;
+        }
+        const bool sel_new = sel != last_sel;
+        last_sel = sel;
         const uint8_t *stg = s_mem + p.stage_off + (k % p.ns) * p.stage;
-        if (sel / a.act_div != cur_act) { // the next selection's row (tile 0's came before the loop)
+        if (sel_new && sel / a.act_div != cur_act) { // the next selection's row (tile 0's came before the loop)
             copy_act(sel);
             xseg = -1;
             __syncthreads();
