@@ -164,6 +164,27 @@ static __device__ __forceinline__ void prefetch_l2(const void *p, int64_t bytes)
 #endif
 }
 
+// DS4_SMEM_MAX (a build flag for measurement, off in every shipped build):
+// every kernel, at its first launch (direct or into a recorded graph), asks
+// for the largest shared-memory carveout, so that an SM need not drain to
+// change its L1/shared split before a pipelined product's CTAs may join it
+// (cuda/NOTES.md v41: wo_a's CTAs then became resident during the attention,
+// and decode did not change).
+#ifdef DS4_SMEM_MAX
+#include <mutex>
+#include <unordered_set>
+static inline void ds4c_carveout(const void *fn) {
+    static std::mutex mu;
+    static std::unordered_set<const void *> done;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!done.insert(fn).second) return;
+    (void)cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    (void)cudaGetLastError();
+}
+#else
+static inline void ds4c_carveout(const void *) {}
+#endif
+
 // ds4c_launch_as launches kernel k (arguments converted to its parameter
 // types) with the programmatic-serialization attribute when early (and the
 // PDL option) is set — k may then be launched before the kernel ahead of it
@@ -185,6 +206,7 @@ static inline void ds4c_launch_as(bool early, void (*k)(KArgs...), dim3 grid, di
             return;
         }
     }
+    ds4c_carveout((const void *)k);
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = pdl;

@@ -1275,14 +1275,16 @@ int launch_chunks(const MVArgs &a, int n_sel, int nt, int S, int RPW, cudaStream
 // columns; the head's rows none). Every 1024th call of a site, CTA 0
 // prints the means in µs at 1.98 GHz: a CTA's entry → wait, start, tail,
 // wait → exit and the share that arrived after the wait was satisfied
-// (less than 600 cycles from entry to its end); a tile's stall, barrier,
+// (less than 600 cycles from entry to its end), and on a second line the
+// shares of CTAs by entry → wait (< 0.3, 1, 3, 6, 10 µs, more: how long
+// before the kernel ahead completed they became resident); a tile's stall, barrier,
 // requests, items and row sums; the last warp's items, barrier, bytes
 // wait and row sums. cuda/NOTES.md v40 reads them.
 #ifdef DS4_MV_PROBE
 } // namespace ds4mv
 #include <cstdio>
 namespace ds4mv {
-static __device__ unsigned long long g_mvp_sum[5][16], g_mvp_n[5];
+static __device__ unsigned long long g_mvp_sum[5][16], g_mvp_n[5], g_mvp_hist[5][6];
 __device__ __forceinline__ unsigned long long mvp_now() { return (unsigned long long)clock64(); }
 #define MVP(x) x
 #else
@@ -1891,6 +1893,11 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
         mv_t[10] = 1;
         mv_t[11] = (unsigned long long)my;
         for (int i = 0; i < 12; i++) atomicAdd(&g_mvp_sum[site][i], mv_t[i]);
+        { // the CTAs' entry → wait in buckets (µs at 1.98 GHz: < 0.3, 1, 3, 6, 10, more)
+            const unsigned long long ew = t_wait - t_entry;
+            const int b = ew < 594 ? 0 : ew < 1980 ? 1 : ew < 5940 ? 2 : ew < 11880 ? 3 : ew < 19800 ? 4 : 5;
+            atomicAdd(&g_mvp_hist[site][b], 1ull);
+        }
         if (blockIdx.x == 0) {
             const unsigned long long n = atomicAdd(&g_mvp_n[site], 1ull) + 1;
             if (n % 1024 == 0) {
@@ -1902,6 +1909,10 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
                        site, n, (double)q[10] / (double)n, q[11] * c, q[0] * u, q[1] * u, q[7] * u, q[9] * u, q[8] * c,
                        q[2] * ut, q[3] * ut, q[4] * ut, q[5] * ut, q[6] * ut, q[12] * ut, q[13] * ut, q[14] * ut,
                        q[15] * ut);
+                const unsigned long long *hb = g_mvp_hist[site];
+                printf("mv probe site %d entry-wait shares of CTAs: <0.3 µs %.3f, <1 %.3f, <3 %.3f, <6 %.3f, <10 %.3f, "
+                       "more %.3f\n",
+                       site, hb[0] * c, hb[1] * c, hb[2] * c, hb[3] * c, hb[4] * c, hb[5] * c);
             }
         }
     }

@@ -159,6 +159,7 @@ int issue(ds4c_rec *r, const Log &L, std::vector<cudaGraphNode_t> *nodes) {
         case OP_KERNEL: {
             void *p[MAX_ARGS];
             arg_ptrs(L, op, p);
+            ds4c_carveout(op.fn);
             cudaLaunchAttribute attr[1];
             attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
             attr[0].val.programmaticStreamSerializationAllowed = op.pdl;
