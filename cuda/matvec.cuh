@@ -1279,7 +1279,7 @@ int launch_chunks(const MVArgs &a, int n_sel, int nt, int S, int RPW, cudaStream
 // shares of CTAs by entry → wait (< 0.3, 1, 3, 6, 10 µs, more: how long
 // before the kernel ahead completed they became resident); a tile's stall, barrier,
 // requests, items and row sums; the last warp's items, barrier, bytes
-// wait and row sums. cuda/NOTES.md v40 reads them.
+// wait and row sums. cuda/NOTES.md v40 and v41 read them.
 #ifdef DS4_MV_PROBE
 } // namespace ds4mv
 #include <cstdio>
