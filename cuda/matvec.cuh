@@ -1277,14 +1277,16 @@ int launch_chunks(const MVArgs &a, int n_sel, int nt, int S, int RPW, cudaStream
 // wait → exit and the share that arrived after the wait was satisfied
 // (less than 600 cycles from entry to its end), and on a second line the
 // shares of CTAs by entry → wait (< 0.3, 1, 3, 6, 10 µs, more: how long
-// before the kernel ahead completed they became resident); a tile's stall, barrier,
+// before the kernel ahead completed they became resident), on a third
+// their shares by wait → exit (< 4, 6, 8, 10, 12, 16 µs, more: the tail
+// the product's end waits for); a tile's stall, barrier,
 // requests, items and row sums; the last warp's items, barrier, bytes
 // wait and row sums. cuda/NOTES.md v40 and v41 read them.
 #ifdef DS4_MV_PROBE
 } // namespace ds4mv
 #include <cstdio>
 namespace ds4mv {
-static __device__ unsigned long long g_mvp_sum[5][16], g_mvp_n[5], g_mvp_hist[5][6];
+static __device__ unsigned long long g_mvp_sum[5][16], g_mvp_n[5], g_mvp_hist[5][6], g_mvp_exit[5][7];
 __device__ __forceinline__ unsigned long long mvp_now() { return (unsigned long long)clock64(); }
 #define MVP(x) x
 #else
@@ -1897,6 +1899,16 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             const unsigned long long ew = t_wait - t_entry;
             const int b = ew < 594 ? 0 : ew < 1980 ? 1 : ew < 5940 ? 2 : ew < 11880 ? 3 : ew < 19800 ? 4 : 5;
             atomicAdd(&g_mvp_hist[site][b], 1ull);
+            // … and by wait → exit (< 4, 6, 8, 10, 12, 16 µs, more): the tail a product waits for
+            const unsigned long long we = t_end - t_wait;
+            const int e = we < 7920    ? 0
+                          : we < 11880 ? 1
+                          : we < 15840 ? 2
+                          : we < 19800 ? 3
+                          : we < 23760 ? 4
+                          : we < 31680 ? 5
+                                       : 6;
+            atomicAdd(&g_mvp_exit[site][e], 1ull);
         }
         if (blockIdx.x == 0) {
             const unsigned long long n = atomicAdd(&g_mvp_n[site], 1ull) + 1;
@@ -1913,6 +1925,10 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
                 printf("mv probe site %d entry-wait shares of CTAs: <0.3 µs %.3f, <1 %.3f, <3 %.3f, <6 %.3f, <10 %.3f, "
                        "more %.3f\n",
                        site, hb[0] * c, hb[1] * c, hb[2] * c, hb[3] * c, hb[4] * c, hb[5] * c);
+                const unsigned long long *he = g_mvp_exit[site];
+                printf("mv probe site %d wait-exit shares of CTAs: <4 µs %.3f, <6 %.3f, <8 %.3f, <10 %.3f, <12 %.3f, "
+                       "<16 %.3f, more %.3f\n",
+                       site, he[0] * c, he[1] * c, he[2] * c, he[3] * c, he[4] * c, he[5] * c, he[6] * c);
             }
         }
     }
