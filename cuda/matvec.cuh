@@ -1288,6 +1288,14 @@ int launch_chunks(const MVArgs &a, int n_sel, int nt, int S, int RPW, cudaStream
 namespace ds4mv {
 static __device__ unsigned long long g_mvp_sum[5][16], g_mvp_n[5], g_mvp_hist[5][6], g_mvp_exit[5][7];
 __device__ __forceinline__ unsigned long long mvp_now() { return (unsigned long long)clock64(); }
+// mvp_bucket is the index of the first of the N edges (cycles) that v is
+// below, N when none: a probe histogram's bucket.
+template <int N>
+__device__ __forceinline__ int mvp_bucket(unsigned long long v, const unsigned (&edges)[N]) {
+    int b = 0;
+    while (b < N && v >= edges[b]) b++;
+    return b;
+}
 #define MVP(x) x
 #else
 #define MVP(x)
@@ -1895,20 +1903,11 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
         mv_t[10] = 1;
         mv_t[11] = (unsigned long long)my;
         for (int i = 0; i < 12; i++) atomicAdd(&g_mvp_sum[site][i], mv_t[i]);
-        { // the CTAs' entry → wait in buckets (µs at 1.98 GHz: < 0.3, 1, 3, 6, 10, more)
-            const unsigned long long ew = t_wait - t_entry;
-            const int b = ew < 594 ? 0 : ew < 1980 ? 1 : ew < 5940 ? 2 : ew < 11880 ? 3 : ew < 19800 ? 4 : 5;
-            atomicAdd(&g_mvp_hist[site][b], 1ull);
-            // … and by wait → exit (< 4, 6, 8, 10, 12, 16 µs, more): the tail a product waits for
-            const unsigned long long we = t_end - t_wait;
-            const int e = we < 7920    ? 0
-                          : we < 11880 ? 1
-                          : we < 15840 ? 2
-                          : we < 19800 ? 3
-                          : we < 23760 ? 4
-                          : we < 31680 ? 5
-                                       : 6;
-            atomicAdd(&g_mvp_exit[site][e], 1ull);
+        { // the CTAs' entry → wait in buckets (µs at 1.98 GHz: < 0.3, 1, 3, 6, 10, more), and their
+          // wait → exit (< 4, 6, 8, 10, 12, 16 µs, more: the tail a product waits for)
+            const unsigned ew[5] = {594, 1980, 5940, 11880, 19800}, we[6] = {7920, 11880, 15840, 19800, 23760, 31680};
+            atomicAdd(&g_mvp_hist[site][mvp_bucket(t_wait - t_entry, ew)], 1ull);
+            atomicAdd(&g_mvp_exit[site][mvp_bucket(t_end - t_wait, we)], 1ull);
         }
         if (blockIdx.x == 0) {
             const unsigned long long n = atomicAdd(&g_mvp_n[site], 1ull) + 1;
