@@ -44,6 +44,7 @@ type graphCounters struct {
 	hostNs, waitNs                                     atomic.Int64
 	greedyHeads, pickedHeads, pickAhead, pickDropped   atomic.Int64
 	pickOverflows                                      atomic.Int64
+	rebuilds                                           atomic.Int64
 }
 
 // GraphStats counts what graph decode did.
@@ -71,6 +72,13 @@ type GraphStats struct {
 	// PickOverflows counts the steps with more min-p candidates than
 	// HeadPicked sends (their logits fetched whole).
 	PickOverflows int64
+	// Rebuilds counts the recorded segments whose shape had a graph
+	// already but whose work differed in structure (kernels, order,
+	// streams, events), so that it was built again: in steady decode a
+	// per-step choice missing from the shape (batch.mark) rebuilds graphs
+	// every step, correct but slow (cuda/NOTES.md v42: 2815 builds in 128
+	// tokens, −20 %).
+	Rebuilds int64
 }
 
 // GraphStats returns the backend's graph-decode counters, over all its
@@ -79,7 +87,7 @@ func (be *Backend) GraphStats() GraphStats {
 	c := &be.gstats
 	return GraphStats{c.captures.Load(), c.updates.Load(), c.instantiates.Load(), c.replays.Load(),
 		c.nodeSets.Load(), c.flushes.Load(), c.segments.Load(), c.hostNs.Load(), c.waitNs.Load(), c.greedyHeads.Load(),
-		c.pickedHeads.Load(), c.pickAhead.Load(), c.pickDropped.Load(), c.pickOverflows.Load()}
+		c.pickedHeads.Load(), c.pickAhead.Load(), c.pickDropped.Load(), c.pickOverflows.Load(), c.rebuilds.Load()}
 }
 
 // beginGraph starts recording the chunk's work (one token, graphs on).
@@ -238,6 +246,7 @@ func (b *batch) launchRecorded(key string) error {
 		b.g.rgraphs = map[string]RGraph{}
 	}
 	g := b.g.rgraphs[key]
+	had := g != 0
 	st, err := b.be.dev.RecordLaunch(b.g.rec, &g)
 	if g != 0 {
 		b.g.rgraphs[key] = g
@@ -248,6 +257,9 @@ func (b *batch) launchRecorded(key string) error {
 	c := &b.be.gstats
 	if st.Built {
 		c.instantiates.Add(1)
+		if had {
+			c.rebuilds.Add(1)
+		}
 	} else {
 		c.replays.Add(1)
 		c.nodeSets.Add(int64(st.Updated))
