@@ -388,18 +388,23 @@ func flashLayers4(t *testing.T) (model.Config, *model.Weights) {
 // act_side, router_act, down_glu, rope_table and ring_norm.
 func TestFastDecodeSwitches(t *testing.T) {
 	gpu(t)
-	flash := synth.Flash(2)
+	// four layers: a ratio-4 layer whose indexer scores (a top-k of 32)
+	// past its 32nd compressed row, and a ratio-128 one that completes a
+	// row at token 128 (the switches compared where the compressors, the
+	// indexer's path on side2 and the flushes at completing steps run)
+	flash := synth.Flash(4)
 	flash.Experts = 16
+	flash.IndexerTopK = 32
 	for _, tc := range []struct {
 		name string
 		cfg  model.Config
 		n    int
 	}{
 		{"tiny", quantTiny(), 200},
-		{"flash2", flash, 160},
+		{"flash4", flash, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "flash2" && testing.Short() {
+			if tc.name == "flash4" && testing.Short() {
 				t.Skip("short")
 			}
 			w := synthWeights(t, tc.cfg, model.SchemeQ2)
