@@ -1350,6 +1350,13 @@ struct PipeArgs {
     int pre; // tiles requested before the wait for the previous kernel (DS4C_OPT_MV_PRE; products without ids)
     int ilp; // k_mv_pipe_q8f: items a warp forms at once (q8f_items; 1: one after another)
     int sumw; // k_mv_pipe_q8f: the last warp adds the row sums (DS4C_OPT_MV_SUMW; segments dividing the warps)
+    // k_mv_pipe_q8f (ds4c_matmul_q8out): each CTA's tiles are one whole
+    // block of 32 rows of one selection, and the CTA also writes that
+    // block of y as the Q8_0 activation yq of the row of yq_n values
+    // y[0 … yq_n) (quants, then the float scales; ds4c_quantize's bytes);
+    // null: y only
+    uint8_t *yq;
+    int yq_n;
 };
 
 // pipe_act_f32 writes the Q8_0 activation row of RMSNorm(p.xf) (p.nw set)
@@ -1701,6 +1708,7 @@ __device__ __forceinline__ void q8f_items(int items, int nsh, int warp, int lane
 template <int CP>
 __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     extern __shared__ __align__(16) uint8_t s_mem[];
+    __shared__ float s_yq[32]; // p.yq: the CTA's block of y
     const MVArgs &a = p.a;
     uint64_t *s_bar = (uint64_t *)s_mem;
     float *s_part = (float *)(s_mem + p.terms_off); // two buffers of [rt][nseg]
@@ -1801,6 +1809,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
                     sum = pt[0];
                 }
                 a.y[prev.sel * a.y_sel + prev.r0 + i] = prev.ok ? sum : nan;
+                if (p.yq) s_yq[(prev.r0 & 31) + i] = prev.ok ? sum : nan;
             }
             return;
         }
@@ -1809,6 +1818,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             float sum = pt[0];
             for (int s = 1; s < nseg; s++) sum += pt[s];
             a.y[prev.sel * a.y_sel + prev.r0 + tid] = prev.ok ? sum : nan;
+            if (p.yq) s_yq[(prev.r0 & 31) + tid] = prev.ok ? sum : nan;
         }
     };
     for (int k = 0; k < my; k++) {
@@ -1888,6 +1898,15 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     }
     __syncthreads();
     if (my > 0) sums(my - 1);
+    if (p.yq && my > 0) {
+        // the CTA's block of 32 rows as the next product's Q8_0 activation
+        // (q8_0_warp: pipe_act_f32's and ds4c_quantize's operations)
+        __syncthreads();
+        if (warp == 0) {
+            const int blk = (t0 / p.tiles * a.rows + (t0 % p.tiles) * p.rt) >> 5;
+            q8_0_warp(s_yq[lane], lane, (int8_t *)p.yq + blk * 32, (float *)(p.yq + p.yq_n) + blk);
+        }
+    }
 #ifdef DS4_MV_PROBE
     if (tid == 32 * (PIPE_THREADS / 32 - 1) && site >= 0) { // the last warp's items, barrier and tile waits
         atomicAdd(&g_mvp_sum[site][12], mv_t[5]);
@@ -1944,7 +1963,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
 // copies take k_mv_pipe_q8f when DS4C_OPT_MV_FAST is on.
 template <class T>
 bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc, const float *xf = nullptr,
-                 const float *nw = nullptr, float eps = 0.f, bool room = false) {
+                 const float *nw = nullptr, float eps = 0.f, bool room = false, uint8_t *yq = nullptr) {
     *rc = 0;
     if constexpr (T::NREG == 0) {
         return false;
@@ -1993,6 +2012,11 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const int cp = BULK_COPY ? ds4c_opt_mv_copy() : min(ds4c_opt_mv_copy(), 1);
         const bool q8f =
             std::is_same<T, TQ8_0>::value && !exact && cp == 2 && (ds4c_opt_mv_fast() & 1) && a.cols % Q8F_SEG == 0;
+        // yq (ds4c_matmul_q8out): k_mv_pipe_q8f only, y one row of whole
+        // blocks of 32 values (selections rows apart), no ids
+        if (yq && (!q8f || xf || a.ids || a.rows % 32 != 0 || (n_sel > 1 && a.y_sel != a.rows) ||
+                   ((uintptr_t)yq & 15) != 0))
+            return false;
         // the terms of a row: k_mv_pipe's nb + 4 floats, k_mv_pipe_q8f's partials
         const int64_t row_terms = q8f ? a.cols / Q8F_SEG : nb + 4;
         // rows per tile: the option's bytes per stage (DS4C_OPT_MV_STAGE), or
@@ -2009,6 +2033,11 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         }
         p.rt = (int)max((int64_t)1, min((int64_t)PIPE_THREADS, stage_bytes / row_bytes));
         p.rt = min(p.rt, a.rows);
+        if (yq) { // tiles that divide a block of 32 rows: the largest power of two that fits
+            int rt = 1;
+            while (rt < 32 && 2 * rt <= p.rt) rt *= 2;
+            p.rt = rt;
+        }
         // A CTA's tiles are a contiguous range and the CTAs' counts differ by
         // at most one, so the product lasts as long as the CTA with the most
         // rows: k_mv_pipe_q8f with automatic stages (DS4C_OPT_MV_EVEN) takes
@@ -2018,7 +2047,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // further down: shorter tiles keep fewer bytes in flight, and that
         // costs more than the balance gains (wo_b in 8 tiles of 2 rows
         // against 6 of 3: 19.0 against 14.9 µs; cuda/NOTES.md v27).
-        if (q8f && ds4c_opt_mv_even() && ds4c_opt_mv_stage() == 0) {
+        if (q8f && !yq && ds4c_opt_mv_even() && ds4c_opt_mv_stage() == 0) {
             const int64_t G = (int64_t)per * ds4c_sm_count();
             int64_t best = INT64_MAX;
             for (int rt = p.rt, top = p.rt; rt >= max(1, (7 * top + 7) / 8); rt--) {
@@ -2069,7 +2098,12 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
             set[fl] = smem;
         }
         const int64_t fit = max((int64_t)1, min((int64_t)per, (int64_t)smem_sm / (smem + 1024))); // CTAs that fit an SM
-        const int64_t grid = min(total, fit * ds4c_sm_count());
+        // (yq: a CTA a block of 32 rows, t0 = blockIdx.x · 32/rt)
+        const int64_t grid = yq ? total / (32 / p.rt) : min(total, fit * ds4c_sm_count());
+        if (yq) {
+            p.yq = yq;
+            p.yq_n = n_sel * a.rows;
+        }
         ds4c_launch(k, (unsigned)grid, PIPE_THREADS, (size_t)smem, st, p);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) *rc = ds4c_cuda_err(e, "pipelined matvec");
@@ -2126,6 +2160,11 @@ bool dec_iq2_xxs(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
 // launch's status.
 bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps, bool exact, bool room, cudaStream_t st,
                    int *rc);
+// ds4c_matmul_q8out's one launch (mv_q8_0.cu; fast mode): whether
+// k_mv_pipe_q8f took a's single-token product of n_sel selections (no ids)
+// with each CTA writing its block of y's Q8_0 activation to yq as well, *rc
+// the launch's status.
+bool pipe_q8_0_q8out(const MVArgs &a, int n_sel, uint8_t *yq, cudaStream_t st, int *rc);
 // ds4c_matvec_f32's fused launch for an F16 matrix (mv_float.cu; fast mode,
 // nw set, 1024, 2048 or 4096 columns, 16-byte aligned): whether
 // k_mv_f16_norm took a's product of the float row xf after RMSNorm with nw

@@ -162,7 +162,12 @@ type Backend struct {
 	// (HCPostMixMoE) instead of a MoECombine launch between them, where
 	// that HCPost forms the next mixes (the same results; off with
 	// DS4_CUDA_MOE_FOLD=0, for comparison)
-	moeFold     bool
+	moeFold bool
+	// woQ8: a fast decode step's wo_a quantizes its output for wo_b in its
+	// own launch (MatMulQ8Out: each CTA one block of 32 rows), and wo_b
+	// copies that Q8_0 row instead of every CTA reading wo_a's floats and
+	// quantizing them (the same bits; off with DS4_CUDA_WO_Q8=0)
+	woQ8        bool
 	fingerprint []byte
 	gstats      graphCounters
 
@@ -267,7 +272,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		routerAct: os.Getenv("DS4_CUDA_ROUTER_ACT") != "0",
 		downGLU:   os.Getenv("DS4_CUDA_DOWN_GLU") != "0",
 		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") == "1",
-		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0"}
+		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0", woQ8: os.Getenv("DS4_CUDA_WO_Q8") != "0"}
 	switch os.Getenv("DS4_CUDA_IX_SIDE") {
 	case "0":
 		be.ixSideMax = 0

@@ -385,7 +385,7 @@ func flashLayers4(t *testing.T) (model.Config, *model.Weights) {
 // there), without graphs and with a graph per token (where a step that
 // completes a compressed row flushes its recording between the side
 // stream's mark and the main stream's wait): moe_fold, kv_side,
-// act_side, router_act, down_glu, rope_table and ring_norm.
+// act_side, router_act, down_glu, rope_table, ring_norm and wo_q8.
 func TestFastDecodeSwitches(t *testing.T) {
 	gpu(t)
 	// four layers: a ratio-4 layer whose indexer scores (a top-k of 32)
@@ -431,6 +431,7 @@ func TestFastDecodeSwitches(t *testing.T) {
 					{"down_glu", &be.downGLU},
 					{"rope_table", &be.ropeTable},
 					{"ring_norm", &be.ringNorm},
+					{"wo_q8", &be.woQ8},
 				} {
 					*sw.v = !*sw.v
 					other := allLogits(t, be, 1, toks)

@@ -932,15 +932,36 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		if err != nil {
 			return err
 		}
-		if halfOA {
+		if n == 1 && !halfOA && be.woQ8 && !be.exact() && at == quant.Q8_0 && L.outA.Type == quant.Q8_0 &&
+			L.outB.Type == quant.Q8_0 && L.outB.Cols == G*OL && OL%32 == 0 {
+			// wo_a's CTAs quantize their blocks of its output for wo_b
+			// (MatMulQ8Out), which then copies that row instead of reading
+			// wo_a's floats and quantizing them in every CTA
+			qb := d.ActBytes(quant.Q8_0, G*OL)
+			oq, err := b.sc.get("attn.oa.q8", qb)
+			if err != nil {
+				return err
+			}
+			if err := d.MatMulQ8Out(s, L.outA, G, act, actSel, 1, oa, oq, false); err != nil {
+				return err
+			}
+			if err := d.MatMulEx(s, L.outB, 0, 1, oq, qb, 0, 1, 1, b.out, int64(D), 0, false); err != nil {
+				return err
+			}
+		} else if halfOA {
 			if err := d.MatMulHalf(s, L.outA, G, oh, quant.F16, int64(H*HD), int64(seg), n, oa, int64(G*OL), int64(OL)); err != nil {
 				return err
 			}
-		} else if err := d.MatMulEx(s, L.outA, 0, G, act, actTok, actSel, 1, n, oa, int64(G*OL), int64(OL), be.exact()); err != nil {
-			return err
-		}
-		if err := be.linear(b, oa, G*OL, n, linJob{L.outB, b.out, D}); err != nil {
-			return err
+			if err := be.linear(b, oa, G*OL, n, linJob{L.outB, b.out, D}); err != nil {
+				return err
+			}
+		} else {
+			if err := d.MatMulEx(s, L.outA, 0, G, act, actTok, actSel, 1, n, oa, int64(G*OL), int64(OL), be.exact()); err != nil {
+				return err
+			}
+			if err := be.linear(b, oa, G*OL, n, linJob{L.outB, b.out, D}); err != nil {
+				return err
+			}
 		}
 	}
 

@@ -281,3 +281,62 @@ func firstBitDiff(a, b []float32) (int, bool) {
 	}
 	return n, len(a) == len(b)
 }
+
+// TestMatMulQ8Out checks MatMulQ8Out (a product that also writes its
+// output's Q8_0 activation; a decode step's wo_a for wo_b) against the two
+// steps it replaces, MatMulEx then Quantize, bit for bit — y and the
+// activation's bytes — in fast mode where the pipelined kernel takes it
+// (each CTA one block of 32 rows: wo_a's eight selections, one matrix of
+// 4096 rows, tiles shorter than a block), where it does not (columns not
+// whole 1024-value segments) and in exact mode; and that rows that are not
+// whole blocks are refused.
+func TestMatMulQ8Out(t *testing.T) {
+	d := gpu(t)
+	pipeEverywhere(t, d)
+	cases := []struct {
+		name             string
+		rows, cols, mats int
+		nsel             int
+	}{
+		{"wo_a", 1024, 4096, 8, 8},
+		{"one", 4096, 8192, 1, 1},
+		{"short tiles", 96, 16384, 2, 2},
+		{"unpipelined", 256, 2080, 3, 3},
+	}
+	for ci, c := range cases {
+		_, dw, ab := randomMats(t, d, quant.Q8_0, c.rows, c.cols, c.mats, uint64(5300+ci))
+		x := gaussian(c.nsel*c.cols, uint64(5400+ci))
+		act := quantizeOnDevice(t, d, quant.Q8_0, x, c.cols, c.nsel)
+		n := c.rows * c.nsel
+		qb := d.ActBytes(quant.Q8_0, n)
+		y, yq := alloc(t, d, 4*int64(n)), alloc(t, d, qb)
+		yRef, yqRef := alloc(t, d, 4*int64(n)), alloc(t, d, qb)
+		for _, exact := range []bool{false, true} {
+			poison(t, d, y, n)
+			must(t, d.MemsetAsync(yq, 0x5a, qb, 0))
+			must(t, d.MatMulQ8Out(0, dw, c.nsel, act, ab, 1, y, yq, exact))
+			must(t, d.MatMulEx(0, dw, 0, c.nsel, act, ab, ab, 1, 1, yRef, int64(n), int64(c.rows), exact))
+			must(t, d.Quantize(0, quant.Q8_0, yRef, n, yqRef, n, 1))
+			got, want := download(t, d, y, n), download(t, d, yRef, n)
+			if k, ok := firstBitDiff(got, want); !ok {
+				t.Errorf("%s exact=%v: y[%d] = %v, MatMulEx's %v", c.name, exact, k, got[k], want[k])
+			}
+			// (the quants and the scales; not the row's padding to 16 bytes,
+			// which neither writes)
+			gq, wq := make([]byte, qb), make([]byte, qb)
+			must(t, d.Download(gq, yq))
+			must(t, d.Download(wq, yqRef))
+			for i := range n + n/32*4 {
+				if gq[i] != wq[i] {
+					t.Errorf("%s exact=%v: activation byte %d of %d = %#x, Quantize's %#x", c.name, exact, i, qb, gq[i], wq[i])
+					break
+				}
+			}
+		}
+	}
+	_, dw, ab := randomMats(t, d, quant.Q8_0, 48, 1024, 1, 5399)
+	buf := alloc(t, d, 4*48+d.ActBytes(quant.Q8_0, 48))
+	if err := d.MatMulQ8Out(0, dw, 1, buf, ab, 1, buf, buf, false); err == nil {
+		t.Errorf("48 rows (not whole blocks of 32): no error")
+	}
+}
