@@ -1778,6 +1778,12 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     // time (pipe_tile's division and modulo once, not every tile; the
     // selection's activation row looked up only when the selection changes)
     int w_sel = t0 / p.tiles, w_ti = t0 - w_sel * p.tiles, last_sel = -1;
+    // put stores row i of the tile in prev: y, and (p.yq) the CTA's block
+    auto put = [&](int i, float sum) {
+        const float v = prev.ok ? sum : nan;
+        a.y[prev.sel * a.y_sel + prev.r0 + i] = v;
+        if (p.yq) s_yq[(prev.r0 & 31) + i] = v;
+    };
     // the row sums of a tile: thread i of warp 0 row i, its partials one
     // load each; or (p.sumw, segments dividing the warps) lanes of the last
     // warp, which does not request copies, each row's partials in one or
@@ -1808,8 +1814,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
                 } else {
                     sum = pt[0];
                 }
-                a.y[prev.sel * a.y_sel + prev.r0 + i] = prev.ok ? sum : nan;
-                if (p.yq) s_yq[(prev.r0 & 31) + i] = prev.ok ? sum : nan;
+                put(i, sum);
             }
             return;
         }
@@ -1817,8 +1822,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             const float *pt = s_part + ((size_t)(k & 1) * p.rt + tid) * nseg;
             float sum = pt[0];
             for (int s = 1; s < nseg; s++) sum += pt[s];
-            a.y[prev.sel * a.y_sel + prev.r0 + tid] = prev.ok ? sum : nan;
-            if (p.yq) s_yq[(prev.r0 & 31) + tid] = prev.ok ? sum : nan;
+            put(tid, sum);
         }
     };
     for (int k = 0; k < my; k++) {

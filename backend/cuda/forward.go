@@ -948,15 +948,12 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			if err := d.MatMulEx(s, L.outB, 0, 1, oq, qb, 0, 1, 1, b.out, int64(D), 0, false); err != nil {
 				return err
 			}
-		} else if halfOA {
-			if err := d.MatMulHalf(s, L.outA, G, oh, quant.F16, int64(H*HD), int64(seg), n, oa, int64(G*OL), int64(OL)); err != nil {
-				return err
-			}
-			if err := be.linear(b, oa, G*OL, n, linJob{L.outB, b.out, D}); err != nil {
-				return err
-			}
 		} else {
-			if err := d.MatMulEx(s, L.outA, 0, G, act, actTok, actSel, 1, n, oa, int64(G*OL), int64(OL), be.exact()); err != nil {
+			if halfOA {
+				if err := d.MatMulHalf(s, L.outA, G, oh, quant.F16, int64(H*HD), int64(seg), n, oa, int64(G*OL), int64(OL)); err != nil {
+					return err
+				}
+			} else if err := d.MatMulEx(s, L.outA, 0, G, act, actTok, actSel, 1, n, oa, int64(G*OL), int64(OL), be.exact()); err != nil {
 				return err
 			}
 			if err := be.linear(b, oa, G*OL, n, linJob{L.outB, b.out, D}); err != nil {

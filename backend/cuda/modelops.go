@@ -97,9 +97,6 @@ func (d *Device) matMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTo
 // of 32 rows and quantizes it (one launch); else MatMulEx, then Quantize.
 // The same bits either way.
 func (d *Device) MatMulQ8Out(s Stream, w *Weight, nsel int, act Ptr, actSel int64, actDiv int, y, yq Ptr, exact bool) error {
-	if nsel > 1 && nsel > w.Mats {
-		return fmt.Errorf("cuda: MatMulQ8Out: %d selections of %d matrices", nsel, w.Mats)
-	}
 	return d.l.call("matmul_q8out", func() int32 {
 		return d.l.matmulQ8Out(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), int32(nsel),
 			uintptr(act), actSel, int32(actDiv), uintptr(y), uintptr(yq), mmFlags(exact), uintptr(s))
