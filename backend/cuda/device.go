@@ -3,6 +3,7 @@ package cuda
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"sync"
 	"unsafe"
 )
@@ -501,6 +502,97 @@ func (d *Device) DestroyRGraph(g RGraph) error {
 // ceiling for benchmarks); out must hold 16·SMs bytes.
 func (d *Device) BenchRead(src Ptr, n int64, out Ptr, s Stream) error {
 	return d.l.call("bench_read", func() int32 { return d.l.benchRead(uintptr(src), uint64(n), uintptr(out), uintptr(s)) })
+}
+
+// ChainOp is one product of ChainQ8 (ds4cuda.h's ds4c_chain_op): the
+// Q8_0 matrix W (device layout) of Rows × Cols, its Q8_0 activation Act,
+// and the outputs Y (Rows floats) and YQ (Y's Q8_0 activation,
+// ActBytes(Q8_0, Rows) bytes).
+type ChainOp struct {
+	W, Act, Y, YQ Ptr
+	Rows, Cols    int64
+}
+
+// ChainFlags selects ChainQ8's forms (ds4c_chain_q8's flags).
+type ChainFlags int32
+
+const (
+	// ChainSerial makes the weights' producer wait for op i−1's last block
+	// before op i's first copies, as a kernel boundary would.
+	ChainSerial ChainFlags = 1
+	// ChainWide runs 16 consumer warps a CTA instead of 8.
+	ChainWide ChainFlags = 2
+	// ChainILP has each consumer warp form 2 (wide) or 4 of its items at once.
+	ChainILP ChainFlags = 4
+	// ChainNoMath consumes the stages without forming their items (timing
+	// only: the outputs are wrong).
+	ChainNoMath ChainFlags = 8
+	// ChainSegDep has each consumer warp wait only for the 1024 rows of op
+	// i−1 that its segment of the activation is (read from L2 into its
+	// registers), not for the whole op.
+	ChainSegDep ChainFlags = 16
+	// ChainNoWait has no op wait for the one before (timing only: the
+	// outputs are wrong).
+	ChainNoWait ChainFlags = 32
+	// ChainSleep polls the counters with a 128 ns sleep between loads.
+	ChainSleep ChainFlags = 64
+	// ChainProbe writes eight clock64 sums a CTA after the counters (at
+	// word (10·len(ops)+1) &^ 1 of count, uint64 each): consumer warp 0's
+	// waits for the stages' bytes, its waits for the ops' inputs, its
+	// items, the producer's waits for free stages, warp 0's waits for a
+	// free partials buffer, the finisher warp's fences, and a probe
+	// thread's cycles and count of dependent L2 loads (ld.global.cg of one
+	// word) while the chain runs.
+	ChainProbe ChainFlags = 128
+	// ChainIdle leaves CTA 0 without blocks (an SM that streams nothing,
+	// whose L2 latency ChainProbe then measures beside the others').
+	ChainIdle ChainFlags = 4096
+)
+
+// ChainStep is the flags of a step of us µs between two of ChainQ8's ops
+// (one thread spins once op i−1 is complete, op i waits for it): a
+// latency-bound stand-in for the kernels between a decode step's products.
+func ChainStep(us int) ChainFlags { return ChainFlags(us << 13) }
+
+// ChainCountBytes is the size of ChainQ8's count buffer for ops: ten
+// counters an op, the probe's sums (64 bytes a multiprocessor), and the
+// flagged words of ChainFence(3).
+func (d *Device) ChainCountBytes(ops []ChainOp) int64 {
+	n := int64(len(ops))
+	b := 4*((10*n+1)&^1) + 64*int64(d.Info().SMs)
+	for _, o := range ops {
+		b += 8 * (o.Rows/4 + o.Rows/32)
+	}
+	return b
+}
+
+// ChainFence is the flags of how ChainQ8 publishes a finished block before
+// counting it: 0 __threadfence by every lane of the warp, 1
+// fence.acq_rel.gpu by every lane, 2 a release reduction by lane 0 after
+// the warp's barrier, 3 no fence and no counters: each 4 quants or scale
+// of the block's Q8_0 activation stored beside a flag in one 8-byte word
+// (NCCL's LL protocol), which the next op's warps poll (not with
+// ChainSerial or steps).
+func ChainFence(mode int) ChainFlags { return ChainFlags(mode&3) << 8 }
+
+// ChainTile is the flags of ChainQ8's stages of 32768 >> shift weights
+// (shift 0..2: 34, 17 or 8.5 KB with their scales).
+func ChainTile(shift int) ChainFlags { return ChainFlags(shift&3) << 10 }
+
+// ChainQ8 runs ops as one persistent launch, op i's activation op i−1's YQ
+// (a measurement of the persistent decode kernel's premise; nothing in the
+// model calls it): each op's Y and YQ are MatMulQ8Out's bits in fast mode,
+// whatever the flags. stages (2..16) is the shared-memory stages a CTA
+// (34 KB each unless ChainTile). count must hold 40·len(ops) bytes (with ChainProbe 64·SMs + 8 more).
+func (d *Device) ChainQ8(ops []ChainOp, count Ptr, stages int, flags ChainFlags, s Stream) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	return d.l.call("chain_q8", func() int32 {
+		rc := d.l.chainQ8(uintptr(unsafe.Pointer(&ops[0])), int32(len(ops)), uintptr(count), int32(stages), int32(flags), uintptr(s))
+		runtime.KeepAlive(ops)
+		return rc
+	})
 }
 
 // Profiler starts (on) or stops the CUDA profiler's collection, for

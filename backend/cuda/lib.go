@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 38
+const abiVersion = 39
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -138,6 +138,7 @@ type lib struct {
 	swiglu    func(g, u, y uintptr, n int64, clamp float32, s uintptr) int32
 	setOption func(key, value int32) int32
 	benchRead func(src uintptr, n uint64, out uintptr, s uintptr) int32
+	chainQ8   func(ops uintptr, n int32, count uintptr, stages, flags int32, s uintptr) int32
 }
 
 var (
@@ -313,6 +314,7 @@ func load() (*lib, error) {
 		{&l.swiglu, "ds4c_swiglu"},
 		{&l.setOption, "ds4c_set_option"},
 		{&l.benchRead, "ds4c_bench_read"},
+		{&l.chainQ8, "ds4c_chain_q8"},
 	}
 	bySym := make(map[string]uintptr, len(syms))
 	for _, s := range syms {
