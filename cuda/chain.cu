@@ -35,6 +35,7 @@
 //   warps of the other CTAs time dependent L2 loads instead.
 // The entry zeroes the counters (and the flagged words) first.
 #include "common.cuh"
+#include "matvec.cuh"
 
 namespace {
 
@@ -141,13 +142,6 @@ __device__ __forceinline__ void ch_publish(unsigned *c, unsigned *c2, int mode, 
 // so no fence orders it (the entry zeroes the words before each launch)
 __device__ __forceinline__ void ch_ll_put(unsigned long long *w, unsigned v) {
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(w), "l"((unsigned long long)v | (1ull << 32)) : "memory");
-}
-
-__device__ __forceinline__ int ch_dot4(int4 w, int4 x) {
-    int acc = __dp4a(w.x, x.x, 0);
-    acc = __dp4a(w.y, x.y, acc);
-    acc = __dp4a(w.z, x.z, acc);
-    return __dp4a(w.w, x.w, acc);
 }
 
 // ch_blocks: CTA b's output blocks [b0, b1) of op o
@@ -382,17 +376,7 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
                         w1[j] = *(const int4 *)(q + 512 + 16 * lane);
                         d[j] = ((const __half *)(stg + tile + (size_t)row * (cols / 16)))[seg * 32 + blk_l];
                     }
-#pragma unroll
-                    for (int j = 0; j < U; j++) {
-                        int s0 = ch_dot4(w0[j], xr0), s1 = ch_dot4(w1[j], xr1);
-                        s0 += __shfl_xor_sync(FULL_MASK, s0, 1);
-                        s1 += __shfl_xor_sync(FULL_MASK, s1, 1);
-                        v[j] = (float)((lane & 1) ? s1 : s0) * (__half2float(d[j]) * xdr);
-                    }
-#pragma unroll
-                    for (int off = 16; off > 0; off >>= 1) // warp_sum's tree, the items' steps interleaved
-#pragma unroll
-                        for (int j = 0; j < U; j++) v[j] += __shfl_xor_sync(FULL_MASK, v[j], off);
+                    ds4mv::q8f_sums<U>(w0, w1, d, xr0, xr1, xdr, lane, v); // (k_mv_pipe_q8f's operations)
                     if (lane == 0)
 #pragma unroll
                         for (int j = 0; j < U; j++) {

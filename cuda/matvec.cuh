@@ -1657,6 +1657,28 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
 // a product over its copies alone; cuda/NOTES.md v21, v27).
 constexpr int Q8F_SEG = 1024;
 
+// q8f_sums forms U items' partials from their units (lane l: units l and
+// l + 32 of the item's segment, w0/w1, and the scale d of the block it
+// scales) and the warp's activation units x0/x1 and scale xd: the dp4a
+// sums, the pair's add, the even lane scaling block l/2 and the odd
+// 16 + l/2, and warp_sum's tree with the U items' steps interleaved — the
+// operations of k_mv_pipe_q8f's items (ds4c_chain_q8's too: chain.cu).
+template <int U>
+__device__ __forceinline__ void q8f_sums(const int4 (&w0)[U], const int4 (&w1)[U], const __half (&d)[U], int4 x0,
+                                         int4 x1, float xd, int lane, float (&v)[U]) {
+#pragma unroll
+    for (int j = 0; j < U; j++) {
+        int s0 = dot4(w0[j], x0, 0), s1 = dot4(w1[j], x1, 0);
+        s0 += __shfl_xor_sync(FULL_MASK, s0, 1);
+        s1 += __shfl_xor_sync(FULL_MASK, s1, 1);
+        v[j] = (float)((lane & 1) ? s1 : s0) * (__half2float(d[j]) * xd);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) // warp_sum's tree, the U items' steps interleaved
+#pragma unroll
+        for (int j = 0; j < U; j++) v[j] += __shfl_xor_sync(FULL_MASK, v[j], o);
+}
+
 // q8f_items forms a tile's items as k_mv_pipe_q8f's loop does, U of the
 // warp's items at once (items it, it + 8, …, it + 8(U − 1)): their loads,
 // dp4a sums and tree sums interleaved, so that a warp waits on one chain
@@ -1687,17 +1709,7 @@ __device__ __forceinline__ void q8f_items(int items, int nsh, int warp, int lane
             }
         }
         float v[U];
-#pragma unroll
-        for (int j = 0; j < U; j++) {
-            int s0 = dot4(w0[j], x0, 0), s1 = dot4(w1[j], x1, 0);
-            s0 += __shfl_xor_sync(FULL_MASK, s0, 1);
-            s1 += __shfl_xor_sync(FULL_MASK, s1, 1);
-            v[j] = (float)((lane & 1) ? s1 : s0) * (__half2float(d[j]) * xd);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) // warp_sum's tree, the U items' steps interleaved
-#pragma unroll
-            for (int j = 0; j < U; j++) v[j] += __shfl_xor_sync(FULL_MASK, v[j], o);
+        q8f_sums<U>(w0, w1, d, x0, x1, xd, lane, v);
         if (lane == 0)
 #pragma unroll
             for (int j = 0; j < U; j++)
