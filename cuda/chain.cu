@@ -15,7 +15,8 @@
 //   requests each with two bulk copies on the stage's full barrier as soon
 //   as all consumer warps have released it (its empty barrier): it never
 //   waits for an activation (CH_SERIAL: it waits, as a kernel boundary
-//   would, for op i−1 before op i's first stage).
+//   would, for op i−1 before op i's first stage; CH_HOLD: for its own
+//   finisher to have published the CTA's last block of op i−1).
 // - Before op i (i > 0) each consumer warp's lane 0 polls op i−1's counter
 //   (CH_SEGDEP: the counter of the 1024 rows its segment reads; with steps,
 //   the step's), then the warp loads its activation units from L2 into
@@ -43,7 +44,7 @@ constexpr int CH_MAX_OPS = 24;
 constexpr int CH_TILE = 32768; // weights a stage at most (flags >> CH_TILE_SHIFT & 3 halves it: 32768 >> that)
 constexpr int CH_MAX_COLS = 8192;
 constexpr int CH_MAX_STAGES = 16;
-constexpr int CH_BARS = 8 * (2 * CH_MAX_STAGES + 4); // the stages' full and empty barriers, the partials' two pairs
+constexpr int CH_BARS = 8 * (2 * CH_MAX_STAGES + 5); // the stages' full and empty barriers, the partials' two pairs, hold
 constexpr int CH_PART = 512;                          // the partials: two buffers of [32 rows][8 segments]
 constexpr int CH_STAGES_OFF = CH_PART + 2 * 32 * 8 * 4;
 static_assert(CH_BARS <= CH_PART, "chain.cu: barriers overlap the partials");
@@ -58,7 +59,8 @@ constexpr int CH_PROBE = 128; // flags: clock64 sums a CTA (ch_probe)
 constexpr int CH_FENCE_SHIFT = 8; // flags >> 8 & 3: how a block is published (ch_publish)
 constexpr int CH_TILE_SHIFT = 10; // flags >> 10 & 3: a stage of 32768 >> that weights (their quants, then f16 scales)
 constexpr int CH_IDLE = 4096;      // flags: CTA 0 owns no blocks (an SM that streams nothing, for CH_PROBE's latencies)
-constexpr int CH_STEP_SHIFT = 13; // flags >> 13: a step of that many µs between two ops
+constexpr int CH_HOLD = 8192;      // flags: a CTA requests op i's stages only after publishing its own last block of the op before
+constexpr int CH_STEP_SHIFT = 14; // flags >> 14: a step of that many µs between two ops
 constexpr int CH_SEGS = CH_MAX_COLS / 1024; // segment counters an op
 
 struct ChainOp { // ds4c_chain_op
@@ -165,6 +167,7 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
     extern __shared__ __align__(128) uint8_t s_mem[];
     uint64_t *full = (uint64_t *)s_mem, *empty = full + CH_MAX_STAGES;
     uint64_t *pfull = empty + CH_MAX_STAGES, *pempty = pfull + 2; // the partials' two buffers
+    uint64_t *hold = pempty + 2; // CH_HOLD: the finisher published the CTA's last block of an op
     float *s_part = (float *)(s_mem + CH_PART);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int ns = p.ns, tile = CH_TILE >> ((p.flags >> CH_TILE_SHIFT) & 3), sbytes = tile + tile / 16;
@@ -178,6 +181,7 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
             bar_init(pfull + k, CW);
             bar_init(pempty + k, 1);
         }
+        bar_init(hold, 1);
     }
     __syncthreads();
     if (warp == CW + 2) { // the step thread (CTA 0, lane 0), or the L2 latency probe's
@@ -223,13 +227,17 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
     if (warp == CW) { // the producer
         if (lane != 0) return;
         unsigned long long t_empty = 0;
-        int it = 0;
+        int it = 0, nop = 0;
         for (int i = 0; i < p.n_ops; i++) {
             const ChainOp &o = p.op[i];
             int b0, b1;
             ch_blocks(o, p.flags, b0, b1);
             if (b1 == b0) continue;
             if ((p.flags & CH_SERIAL) && i > 0) ch_wait_op(p, i);
+            // (CH_HOLD: the publish's fence then waits for no bytes of this
+            // op in flight on the SM)
+            if ((p.flags & CH_HOLD) && nop > 0) bar_wait(hold, (unsigned)(nop - 1) & 1);
+            nop++;
             const int tr = tile / (int)o.cols;
             const uint8_t *sc = o.w + o.rows * o.cols; // the scales' region
             for (int r0 = b0 * 32; r0 < b1 * 32; r0 += tr, it++) {
@@ -284,6 +292,7 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
                                (p.flags >> CH_FENCE_SHIFT) & 3, lane);
                 }
                 if (probe) t_fence += clock64() - t0;
+                if (b == b1 - 1 && lane == 0) ch_arrive(hold);
             }
         }
         if (probe && lane == 0) ch_probe(p)[5] = t_fence;

@@ -617,7 +617,9 @@ int ds4c_bench_read(const void *d_src, uint64_t bytes, int *d_out, void *stream)
  * or as flagged 8-byte words read without counters (3: after the probe's
  * sums, rows/4 + rows/32 words an op; not with flags 1 or steps);
  * flags >> 10 & 3: stages of 32768 >> that weights (8192 at least);
- * 4096 CTA 0 owns no blocks; flags >> 13: a step of that many µs between two ops (one thread spins once
+ * 4096 CTA 0 owns no blocks; 8192 a CTA requests op i's weights only
+ * after publishing its last block of op i-1; flags >> 14: a step of that
+ * many µs between two ops (one thread spins once
  * op i-1 is complete; op i waits for it), a latency-bound stand-in. */
 typedef struct {
     const void *w;   /* Q8_0 matrix in the device layout */

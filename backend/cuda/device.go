@@ -547,12 +547,16 @@ const (
 	// ChainIdle leaves CTA 0 without blocks (an SM that streams nothing,
 	// whose L2 latency ChainProbe then measures beside the others').
 	ChainIdle ChainFlags = 4096
+	// ChainHold has a CTA request op i's weights only after it has
+	// published its own last block of op i−1 (so that the publish's fence
+	// waits for no weight bytes in flight on the SM).
+	ChainHold ChainFlags = 8192
 )
 
 // ChainStep is the flags of a step of us µs between two of ChainQ8's ops
 // (one thread spins once op i−1 is complete, op i waits for it): a
 // latency-bound stand-in for the kernels between a decode step's products.
-func ChainStep(us int) ChainFlags { return ChainFlags(us << 13) }
+func ChainStep(us int) ChainFlags { return ChainFlags(us << 14) }
 
 // ChainCountBytes is the size of ChainQ8's count buffer for ops: ten
 // counters an op, the probe's sums (64 bytes a multiprocessor), and the
