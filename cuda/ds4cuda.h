@@ -598,29 +598,33 @@ int ds4c_bench_read(const void *d_src, uint64_t bytes, int *d_out, void *stream)
  * premise, cuda/NOTES.md v44; nothing in the model calls it): one
  * cooperative launch, one CTA a multiprocessor, each owning whole blocks of
  * 32 rows of every op; a producer warp streams every op's weights through
- * `stages` shared-memory stages (2..16, as many as fit) of 34 KB without
- * waiting for the activations (flags & 1: it waits for op i-1's last block
- * before op i's first stage, as a kernel boundary would). Op i computes
- * y = W x for its Q8_0 activation act (ds4c_act_bytes(Q8_0, cols) bytes)
- * into y and yq (y's Q8_0 activation of `rows` values): the bits of
- * ds4c_matmul_q8out in fast mode. rows: whole blocks of 32; cols 1024,
- * 2048, 4096 or 8192 and op i-1's rows; at most 24 ops. d_count holds ten
- * unsigned counters an op (zeroed here first), then (rounded to 8 bytes)
- * 64 bytes a multiprocessor, then 8 (rows/4 + rows/32) bytes an op. flags: 1 the producer waits
- * as above; 2 16 consumer warps (else 8); 4 a warp's items formed 2 or 4
- * at once; 8 (timing only, wrong results) no arithmetic; 16 a warp waits
- * only for the 1024 rows of op i-1 its segment reads, not the whole op; 32
- * (timing only) no waits at all; 64 the counters polled with a sleep;
- * 128 clock64 sums a CTA after the counters (8 uint64 a CTA, from word
- * (10 n_ops + 1) & ~1); flags >> 8 & 3: a block published after
- * __threadfence (0), fence.acq_rel.gpu (1), by a release reduction (2),
- * or as flagged 8-byte words read without counters (3: after the probe's
- * sums, rows/4 + rows/32 words an op; not with flags 1 or steps);
- * flags >> 10 & 3: stages of 32768 >> that weights (8192 at least);
- * 4096 CTA 0 owns no blocks; 8192 a CTA requests op i's weights only
- * after publishing its last block of op i-1; flags >> 14: a step of that
- * many µs between two ops (one thread spins once
- * op i-1 is complete; op i waits for it), a latency-bound stand-in. */
+ * `stages` shared-memory stages (2..16, as many as fit) without waiting for
+ * the activations. Op i computes y = W x for its Q8_0 activation act
+ * (ds4c_act_bytes(Q8_0, cols) bytes) into y and yq (y's Q8_0 activation of
+ * `rows` values): the bits of ds4c_matmul_q8out in fast mode, whatever the
+ * flags. rows: whole blocks of 32; cols 1024, 2048, 4096 or 8192 and op
+ * i-1's rows; at most 24 ops. d_count holds ten unsigned counters an op
+ * (zeroed here first), then (from word (10 n_ops + 1) & ~1) 64 bytes a
+ * multiprocessor, then 8 (rows/4 + rows/32) bytes an op.
+ * flags (the forms of cuda/NOTES.md v44):
+ *   1     the producer waits for op i-1's last block before op i's first
+ *         stage, as a kernel boundary would;
+ *   2     16 consumer warps (else 8);
+ *   4     a warp's items formed 2 (16 warps) or 4 (8 warps) at once;
+ *   8     (timing only, wrong results) no arithmetic;
+ *   16    a warp waits only for the 1024 rows of op i-1 its segment reads;
+ *   32    (timing only, wrong results) no waits at all;
+ *   64    the counters (flagged words) polled with a sleep;
+ *   128   clock64 sums, 8 uint64 a CTA, after the counters;
+ *   >> 8 & 3   a block published after __threadfence (0),
+ *         fence.acq_rel.gpu (1), by a release reduction (2), or as flagged
+ *         8-byte words read without counters (3: not with 1 or steps);
+ *   >> 10 & 3  stages of 32768 >> that weights (8192 at least);
+ *   4096  CTA 0 owns no blocks;
+ *   8192  a CTA requests op i's weights only after publishing its last
+ *         block of op i-1;
+ *   >> 14 a step of that many µs between two ops (one thread spins once op
+ *         i-1 is complete; op i waits for it), a latency-bound stand-in. */
 typedef struct {
     const void *w;   /* Q8_0 matrix in the device layout */
     const void *act; /* its Q8_0 activation row (16-byte aligned) */

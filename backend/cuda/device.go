@@ -534,7 +534,8 @@ const (
 	// ChainNoWait has no op wait for the one before (timing only: the
 	// outputs are wrong).
 	ChainNoWait ChainFlags = 32
-	// ChainSleep polls the counters with a 128 ns sleep between loads.
+	// ChainSleep polls the counters (ChainFence(3): the flagged words)
+	// with a 128 (256) ns sleep between loads.
 	ChainSleep ChainFlags = 64
 	// ChainProbe writes eight clock64 sums a CTA after the counters (at
 	// word (10·len(ops)+1) &^ 1 of count, uint64 each): consumer warp 0's
@@ -587,7 +588,8 @@ func ChainTile(shift int) ChainFlags { return ChainFlags(shift&3) << 10 }
 // (a measurement of the persistent decode kernel's premise; nothing in the
 // model calls it): each op's Y and YQ are MatMulQ8Out's bits in fast mode,
 // whatever the flags. stages (2..16) is the shared-memory stages a CTA
-// (34 KB each unless ChainTile). count must hold 40·len(ops) bytes (with ChainProbe 64·SMs + 8 more).
+// (34 KB each unless ChainTile); count must hold ChainCountBytes(ops)
+// bytes.
 func (d *Device) ChainQ8(ops []ChainOp, count Ptr, stages int, flags ChainFlags, s Stream) error {
 	if len(ops) == 0 {
 		return nil
