@@ -210,7 +210,13 @@ func TestChainQ8Timing(t *testing.T) {
 				return d.ChainQ8(ops, cnt, st, ChainWide|ChainILP|ChainSerial|ChainStep(us), g.s)
 			})
 			h := g.time(1, func(int) error { return d.ChainQ8(ops, cnt, st, ChainWide|ChainILP|ChainHold|ChainStep(us), g.s) })
-			t.Logf("steps of %2d µs, stages %d: %6.2f µs an op and step streamed across, %6.2f serial (%5.2f hidden of a step), %6.2f held to each CTA's publish", us, st, a/float64(n), b/float64(n), (b-a)/float64(n-1), h/float64(n))
+			// the step on an SM that streams nothing (CTA 0 without blocks)
+			i := g.time(1, func(int) error { return d.ChainQ8(ops, cnt, st, ChainWide|ChainILP|ChainIdle|ChainStep(us), g.s) })
+			hi := g.time(1, func(int) error {
+				return d.ChainQ8(ops, cnt, st, ChainWide|ChainILP|ChainHold|ChainIdle|ChainStep(us), g.s)
+			})
+			t.Logf("steps of %2d µs, stages %d: %6.2f µs an op and step streamed across, %6.2f serial (%5.2f hidden of a step), %6.2f held to each CTA's publish; the step's SM streaming nothing: %6.2f, %6.2f held",
+				us, st, a/float64(n), b/float64(n), (b-a)/float64(n-1), h/float64(n), i/float64(n), hi/float64(n))
 		}
 	}
 	// the same bytes read once (one launch over a buffer of the chain's size)
