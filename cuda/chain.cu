@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
         }
         if (blockIdx.x != 0 || !(p.flags >> CH_STEP_SHIFT)) return;
         // the steps between the ops (a latency-bound stand-in: one thread
-        // waits for op i−1, then spins flags >> 8 µs at 1.98 GHz)
+        // waits for op i−1, then spins flags >> CH_STEP_SHIFT µs at 1.98 GHz)
         const long long cyc = (long long)(p.flags >> CH_STEP_SHIFT) * 1980;
         for (int i = 1; i < p.n_ops; i++) {
             ch_wait_count(p.count + i - 1, (unsigned)(p.op[i - 1].rows / 32), p.flags);
