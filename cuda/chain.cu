@@ -100,13 +100,23 @@ __device__ __forceinline__ unsigned *ch_step_ctr(const ChainArgs &p, int i) {
     return p.count + (1 + CH_SEGS) * p.n_ops + i;
 }
 
+// ch_probe_word: the word of the count buffer where the probe's sums begin
+// (after ten counters an op, rounded to 8 bytes); the flagged words follow
+// them (8 uint64 a multiprocessor later). ChainCountBytes mirrors it.
+__host__ __device__ constexpr int ch_probe_word(int n_ops) { return ((2 + CH_SEGS) * n_ops + 1) & ~1; }
+
 // ch_probe: where CTA b's clock64 sums go (CH_PROBE), 8 of them after the
 // counters: consumer warp 0's waits for the stages' bytes, its waits for
 // the ops' inputs (with the activation's loads), its items, the producer's
 // waits for free stages, warp 0's waits for a free partials buffer, the
 // finisher's fences, and the latency probe's cycles and loads
 __device__ __forceinline__ unsigned long long *ch_probe(const ChainArgs &p) {
-    return (unsigned long long *)(p.count + (((2 + CH_SEGS) * p.n_ops + 1) & ~1)) + 8 * blockIdx.x;
+    return (unsigned long long *)(p.count + ch_probe_word(p.n_ops)) + 8 * blockIdx.x;
+}
+
+// ch_wait_done waits until op i has stored all its blocks
+__device__ __forceinline__ void ch_wait_done(const ChainArgs &p, int i) {
+    ch_wait_count(p.count + i, (unsigned)(p.op[i].rows / 32), p.flags);
 }
 
 // ch_wait_op waits until op i's input is ready: op i−1 complete, or the
@@ -115,7 +125,7 @@ __device__ __forceinline__ void ch_wait_op(const ChainArgs &p, int i) {
     if (p.flags >> CH_STEP_SHIFT)
         ch_wait_count(ch_step_ctr(p, i - 1), 1, p.flags);
     else
-        ch_wait_count(p.count + i - 1, (unsigned)(p.op[i - 1].rows / 32), p.flags);
+        ch_wait_done(p, i - 1);
 }
 
 // ch_publish makes the warp's stores visible, then adds one to c (and to
@@ -190,7 +200,7 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
             // dependent ld.global.cg of one word (an L2 hit) until the last
             // op is complete: cycles and loads into ch_probe's [6], [7]
             const unsigned z = (unsigned)p.n_ops >> 20; // 0, unknown to the compiler
-            const unsigned *base = p.count + (((2 + CH_SEGS) * p.n_ops + 1) & ~1) - 1;
+            const unsigned *base = p.count + ch_probe_word(p.n_ops) - 1;
             const unsigned *last = p.count + p.n_ops - 1;
             const unsigned target = (unsigned)(p.op[p.n_ops - 1].rows / 32);
             unsigned long long cyc = 0, n = 0;
@@ -216,7 +226,7 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
         // waits for op i−1, then spins flags >> CH_STEP_SHIFT µs at 1.98 GHz)
         const long long cyc = (long long)(p.flags >> CH_STEP_SHIFT) * 1980;
         for (int i = 1; i < p.n_ops; i++) {
-            ch_wait_count(p.count + i - 1, (unsigned)(p.op[i - 1].rows / 32), p.flags);
+            ch_wait_done(p, i - 1);
             const long long t0 = clock64();
             while (clock64() - t0 < cyc) {
             }
@@ -275,10 +285,8 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
                 o.y[b * 32 + lane] = sum;
                 const long long t0 = probe ? clock64() : 0;
                 if (((p.flags >> CH_FENCE_SHIFT) & 3) == 3) { // flagged words, no fence, no counters
-                    const float amax = warp_max(fabsf(sum)), dq = q8_0_scale(amax);
-                    const int q = q8_0_round(sum, q8_0_inv(amax));
-                    ((int8_t *)o.yq)[b * 32 + lane] = (int8_t)q;
-                    if (lane == 0) ((float *)(o.yq + o.rows))[b] = dq;
+                    float dq;
+                    const int q = q8_0_warp(sum, lane, (int8_t *)o.yq + b * 32, (float *)(o.yq + o.rows) + b, &dq);
                     unsigned w = (unsigned)q & 0xffu;
                     w |= ((unsigned)__shfl_down_sync(FULL_MASK, q, 1) & 0xffu) << 8;
                     w |= ((unsigned)__shfl_down_sync(FULL_MASK, q, 2) & 0xffu) << 16;
@@ -450,7 +458,7 @@ int ds4c_chain_q8(const ds4c_chain_op *h_ops, int n_ops, unsigned *d_count, int 
     cudaStream_t st = as_stream(stream);
     DS4C_CHECK(cudaMemsetAsync(d_count, 0, sizeof(unsigned) * (2 + CH_SEGS) * n_ops, st));
     // the flagged words (fence mode 3) after the counters and the probe's sums
-    p.ll = (unsigned long long *)(d_count + (((2 + CH_SEGS) * n_ops + 1) & ~1)) + 8 * ds4c_sm_count();
+    p.ll = (unsigned long long *)(d_count + ch_probe_word(n_ops)) + 8 * ds4c_sm_count();
     if (((flags >> CH_FENCE_SHIFT) & 3) == 3) DS4C_CHECK(cudaMemsetAsync(p.ll, 0, 8 * ll_words, st));
     const int smem = CH_STAGES_OFF + stages * sbytes;
     const bool wide = (flags & CH_WIDE) != 0, ilp = (flags & CH_ILP) != 0;

@@ -257,11 +257,16 @@ static __device__ __forceinline__ int q8_0_round(float v, float inv) {
 
 // q8_0_warp quantizes one Q8_0 activation block held by a whole warp (lane i
 // has value i): the lane's int8 goes to q[lane], lane 0 writes the block's
-// scale to *d (k_quant_q8_0, k_attn_po's fused output).
-static __device__ __forceinline__ void q8_0_warp(float v, int lane, int8_t *q, float *d) {
+// scale to *d (k_quant_q8_0, k_attn_po's fused output). It returns the
+// lane's quant and sets *scale to the block's scale on every lane, for a
+// caller that also stores them elsewhere (ds4c_chain_q8's flagged words).
+static __device__ __forceinline__ int q8_0_warp(float v, int lane, int8_t *q, float *d, float *scale = nullptr) {
     const float amax = warp_max(fabsf(v));
-    q[lane] = (int8_t)q8_0_round(v, q8_0_inv(amax));
+    const int r = q8_0_round(v, q8_0_inv(amax));
+    q[lane] = (int8_t)r;
     if (lane == 0) *d = q8_0_scale(amax);
+    if (scale) *scale = q8_0_scale(amax);
+    return r;
 }
 
 // rsqrt(mean(x²) + eps) as the reference: the sum of squares in double, the

@@ -560,8 +560,9 @@ const (
 func ChainStep(us int) ChainFlags { return ChainFlags(us << 14) }
 
 // ChainCountBytes is the size of ChainQ8's count buffer for ops: ten
-// counters an op, the probe's sums (64 bytes a multiprocessor), and the
-// flagged words of ChainFence(3).
+// counters an op (rounded to 8 bytes: chain.cu's ch_probe_word), the
+// probe's sums (64 bytes a multiprocessor), and the flagged words of
+// ChainFence(3).
 func (d *Device) ChainCountBytes(ops []ChainOp) int64 {
 	n := int64(len(ops))
 	b := 4*((10*n+1)&^1) + 64*int64(d.Info().SMs)
