@@ -55,6 +55,10 @@ type Options struct {
 	// ChunkElems bounds the f32 values one job decodes at once (memory per
 	// worker is a few times this); 4M when ≤ 0.
 	ChunkElems int64
+	// MTP also converts the checkpoint's multi-token-prediction block
+	// (mtp.0.*, model.MTPTensors) into the output, which then carries the
+	// draft head of speculative decoding.
+	MTP bool
 	// Log receives progress lines; nil discards them.
 	Log func(format string, args ...any)
 }
@@ -91,7 +95,11 @@ func Convert(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	p, err := ck.Plan(&cfg, o.Scheme)
+	specs := model.ExpectedTensors(&cfg)
+	if o.MTP {
+		specs = append(specs, model.MTPTensors(&cfg)...)
+	}
+	p, err := ck.PlanTensors(&cfg, specs, o.Scheme)
 	if err != nil {
 		return err
 	}
@@ -254,9 +262,15 @@ func (t PlannedTensor) HFNames() []string {
 // checking names, shapes and dtypes, and picks each one's storage type.
 // Every problem is reported in the one error.
 func (ck *HFCheckpoint) Plan(c *model.Config, scheme model.Scheme) (*Plan, error) {
+	return ck.PlanTensors(c, model.ExpectedTensors(c), scheme)
+}
+
+// PlanTensors is Plan for the given tensors (ExpectedTensors, with or
+// without MTPTensors).
+func (ck *HFCheckpoint) PlanTensors(c *model.Config, specs []model.TensorSpec, scheme model.Scheme) (*Plan, error) {
 	p := &Plan{ck: ck}
 	var errs []string
-	for _, sp := range model.ExpectedTensors(c) {
+	for _, sp := range specs {
 		src, err := ck.source(c, sp)
 		if err != nil {
 			errs = append(errs, strings.TrimPrefix(err.Error(), "convert: "))

@@ -98,8 +98,17 @@ func (r *rawSafetensors) ints(t *testing.T, name string) ([]int64, []int64) {
 
 func convertGolden(t *testing.T, c string, scheme model.Scheme) (string, *gguf.File, *model.Weights) {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), c+"-"+scheme.Name+".gguf")
-	if err := ConvertDir(context.Background(), goldenDir(c), out, scheme); err != nil {
+	return convertGoldenOpts(t, c, Options{Scheme: scheme})
+}
+
+// convertGoldenOpts converts a golden checkpoint with o's scheme and MTP
+// choice (no tokenizer) and loads the result.
+func convertGoldenOpts(t *testing.T, c string, o Options) (string, *gguf.File, *model.Weights) {
+	t.Helper()
+	o.InputDir, o.Tokenizer = goldenDir(c), TokenizerNone
+	o.Output = filepath.Join(t.TempDir(), c+"-"+o.Scheme.Name+".gguf")
+	out := o.Output
+	if err := Convert(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
 	f, err := gguf.Open(out)
@@ -135,58 +144,7 @@ func TestGoldenF32(t *testing.T) {
 				t.Errorf("scheme %q, want f32", w.Scheme)
 			}
 			src := readRawSafetensors(t, filepath.Join(goldenDir(c), "model.safetensors"))
-			used := map[string]int{}
-			for i := range f.Tensors {
-				ti := &f.Tensors[i]
-				if ti.Type == quant.I32 {
-					hf, _ := HFName(ti.Name)
-					used[hf]++
-					want, shape := src.ints(t, hf)
-					if !slices.Equal(reversed(ti.Dims), shape) {
-						t.Fatalf("%s dims %v vs source %v", ti.Name, ti.Dims, shape)
-					}
-					b := f.TensorData(ti)
-					for k, v := range want {
-						if got := int32(binary.LittleEndian.Uint32(b[4*k:])); int64(got) != v {
-							t.Fatalf("%s[%d] = %d, want %d", ti.Name, k, got, v)
-						}
-					}
-					continue
-				}
-				if ti.Type != quant.F32 {
-					t.Fatalf("%s: type %v in an f32 conversion", ti.Name, ti.Type)
-				}
-				got := f32Data(t, f, ti)
-				var names []string
-				if hf, ok := HFName(ti.Name); ok {
-					names = []string{hf}
-				} else if hfs, ok := ExpertHFNames(ti.Name, int(ti.Dims[2])); ok {
-					names = hfs
-				} else {
-					t.Fatalf("%s: no source name", ti.Name)
-				}
-				pos := 0
-				for _, hf := range names {
-					used[hf]++
-					want, shape := src.floats(t, hf)
-					wantDims := ti.Dims
-					if len(names) > 1 {
-						wantDims = ti.Dims[:2]
-					}
-					if !slices.Equal(reversed(wantDims), shape) {
-						t.Fatalf("%s dims %v vs source %s %v", ti.Name, ti.Dims, hf, shape)
-					}
-					for k, v := range want {
-						if math.Float32bits(got[pos+k]) != math.Float32bits(v) {
-							t.Fatalf("%s (from %s) element %d = %v, want %v", ti.Name, hf, k, got[pos+k], v)
-						}
-					}
-					pos += len(want)
-				}
-				if pos != len(got) {
-					t.Fatalf("%s: %d elements, sources had %d", ti.Name, len(got), pos)
-				}
-			}
+			used := checkAgainstSource(t, f, src)
 			for name := range src.hdr {
 				switch n := used[name]; {
 				case strings.HasPrefix(name, "mtp."):
@@ -198,6 +156,90 @@ func TestGoldenF32(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkAgainstSource checks every element of every tensor of f against the
+// checkpoint tensors it comes from, and returns how often each was used.
+func checkAgainstSource(t *testing.T, f *gguf.File, src *rawSafetensors) map[string]int {
+	t.Helper()
+	used := map[string]int{}
+	for i := range f.Tensors {
+		ti := &f.Tensors[i]
+		if ti.Type == quant.I32 {
+			hf, _ := HFName(ti.Name)
+			used[hf]++
+			want, shape := src.ints(t, hf)
+			if !slices.Equal(reversed(ti.Dims), shape) {
+				t.Fatalf("%s dims %v vs source %v", ti.Name, ti.Dims, shape)
+			}
+			b := f.TensorData(ti)
+			for k, v := range want {
+				if got := int32(binary.LittleEndian.Uint32(b[4*k:])); int64(got) != v {
+					t.Fatalf("%s[%d] = %d, want %d", ti.Name, k, got, v)
+				}
+			}
+			continue
+		}
+		if ti.Type != quant.F32 {
+			t.Fatalf("%s: type %v in an f32 conversion", ti.Name, ti.Type)
+		}
+		got := f32Data(t, f, ti)
+		var names []string
+		if hf, ok := HFName(ti.Name); ok {
+			names = []string{hf}
+		} else if hfs, ok := ExpertHFNames(ti.Name, int(ti.Dims[2])); ok {
+			names = hfs
+		} else {
+			t.Fatalf("%s: no source name", ti.Name)
+		}
+		pos := 0
+		for _, hf := range names {
+			used[hf]++
+			want, shape := src.floats(t, hf)
+			wantDims := ti.Dims
+			if len(names) > 1 {
+				wantDims = ti.Dims[:2]
+			}
+			if !slices.Equal(reversed(wantDims), shape) {
+				t.Fatalf("%s dims %v vs source %s %v", ti.Name, ti.Dims, hf, shape)
+			}
+			for k, v := range want {
+				if math.Float32bits(got[pos+k]) != math.Float32bits(v) {
+					t.Fatalf("%s (from %s) element %d = %v, want %v", ti.Name, hf, k, got[pos+k], v)
+				}
+			}
+			pos += len(want)
+		}
+		if pos != len(got) {
+			t.Fatalf("%s: %d elements, sources had %d", ti.Name, len(got), pos)
+		}
+	}
+	return used
+}
+
+// TestGoldenMTP converts flash4's checkpoint with its MTP block: every
+// element matches the source, every source tensor (the MTP block's too) is
+// used exactly once, and model.Load binds the block.
+func TestGoldenMTP(t *testing.T) {
+	const c = "flash4_w128_k512"
+	_, f, w := convertGoldenOpts(t, c, Options{Scheme: model.SchemeF32, MTP: true})
+	if w.MTP == nil || w.MTP.Block.Index != w.Config.Layers || w.MTP.EProj == nil {
+		t.Fatalf("MTP block not bound: %+v", w.MTP)
+	}
+	src := readRawSafetensors(t, filepath.Join(goldenDir(c), "model.safetensors"))
+	used := checkAgainstSource(t, f, src)
+	mtp := 0
+	for name := range src.hdr {
+		if n := used[name]; n != 1 {
+			t.Errorf("source %s used %d times, want once", name, n)
+		}
+		if strings.HasPrefix(name, "mtp.") {
+			mtp++
+		}
+	}
+	if mtp != 53 {
+		t.Errorf("%d MTP source tensors, want 53", mtp)
 	}
 }
 

@@ -253,27 +253,57 @@ func splitLayer(name string) (int, string, bool) {
 	return l, rest, true
 }
 
+// mtpMap names the MTP block's own tensors (mtp.0.<key>) in the
+// checkpoint (mtp.0.<value>); its transformer block's tensors map as a
+// layer's do (layerMap, expertMap), with the mtp.0. prefix.
+var mtpMap = map[string]string{
+	"e_proj.weight":        "e_proj.weight",
+	"h_proj.weight":        "h_proj.weight",
+	"enorm.weight":         "enorm.weight",
+	"hnorm.weight":         "hnorm.weight",
+	"norm.weight":          "norm.weight",
+	"hc_head_fn.weight":    "hc_head_fn",
+	"hc_head_base.weight":  "hc_head_base",
+	"hc_head_scale.weight": "hc_head_scale",
+}
+
+// blockOf splits a block tensor's GGUF name into the checkpoint prefix of
+// its block ("layers.N." or "mtp.0.") and the rest of the name.
+func blockOf(name string) (string, string, bool) {
+	if rest, ok := strings.CutPrefix(name, model.MTPPrefix); ok {
+		return model.MTPPrefix, rest, true
+	}
+	l, rest, ok := splitLayer(name)
+	if !ok {
+		return "", "", false
+	}
+	return fmt.Sprintf("layers.%d.", l), rest, true
+}
+
 // HFName returns the checkpoint tensor a (non-expert) GGUF tensor comes from.
 func HFName(ggufName string) (string, bool) {
 	if n, ok := topMap[ggufName]; ok {
 		return n, true
 	}
-	l, rest, ok := splitLayer(ggufName)
+	p, rest, ok := blockOf(ggufName)
 	if !ok {
 		return "", false
 	}
 	n, ok := layerMap[rest]
+	if !ok && p == model.MTPPrefix {
+		n, ok = mtpMap[rest]
+	}
 	if !ok {
 		return "", false
 	}
-	return fmt.Sprintf("layers.%d.%s", l, n), true
+	return p + n, true
 }
 
 // ExpertHFNames returns, for a stacked routed-expert GGUF tensor
 // (blk.N.ffn_{gate,up,down}_exps.weight), the per-expert checkpoint tensors
 // in stacking order: layers.N.ffn.experts.E.{w1,w3,w2}.weight, E = 0..n-1.
 func ExpertHFNames(ggufName string, n int) ([]string, bool) {
-	l, rest, ok := splitLayer(ggufName)
+	p, rest, ok := blockOf(ggufName)
 	if !ok {
 		return nil, false
 	}
@@ -283,7 +313,7 @@ func ExpertHFNames(ggufName string, n int) ([]string, bool) {
 	}
 	out := make([]string, n)
 	for e := range out {
-		out[e] = fmt.Sprintf("layers.%d.ffn.experts.%d.%s.weight", l, e, w)
+		out[e] = fmt.Sprintf("%sffn.experts.%d.%s.weight", p, e, w)
 	}
 	return out, true
 }

@@ -170,6 +170,40 @@ type GreedyPipeliner interface {
 	GreedyLogits(b Batch, back int, dst []float32) error
 }
 
+// Drafter is implemented by backends whose weights may carry the model's
+// multi-token-prediction (MTP) block (model.MTP), the draft head of
+// speculative decoding. The block runs through the layer ops with layer
+// index Config().Layers on a batch of its own and a State allocated with
+// an MTP layout (StateLayout.MTP):
+//
+//	StageMTP(mb, b, …)         after a main chunk's layers, before its Head
+//	MTPEmbed(mb, pos, tokens)
+//	HCPre(mb, L, AttnSub); Attention(mb, mst, L); HCPost(mb, L, AttnSub)
+//	HCPre(mb, L, FFNSub);  FFN(mb, L);            HCPost(mb, L, FFNSub)
+//	MTPHead(mb, rows, logits)                     (only when drafting)
+//
+// Row t of an MTP chunk at pos is the block's input at position pos+t: the
+// main model's output streams at pos+t (staged) and the token at pos+t+1;
+// its logits predict the token at pos+t+2.
+type Drafter interface {
+	// HasMTP reports whether the weights carry an MTP block; without one
+	// the other methods fail.
+	HasMTP() bool
+	// StageMTP appends rows [first, first+n) of the main batch src's
+	// streams, as they are after the last layer, to mb's staged rows, which
+	// MTPEmbed consumes oldest first. A batch stages at most its capacity.
+	StageMTP(mb, src Batch, first, n int) error
+	// DropStagedMTP forgets mb's staged rows after the first keep.
+	DropStagedMTP(mb Batch, keep int) error
+	// MTPEmbed starts an MTP chunk on mb at positions pos, pos+1, …: row t
+	// is e_proj(enorm(embed(tokens[t]))) added to h_proj(hnorm(·)) of each
+	// stream of the t-th oldest staged row; those rows are consumed.
+	MTPEmbed(mb Batch, pos int, tokens []int32) error
+	// MTPHead is Head with the MTP block's hyper-connection head and norm
+	// (and the model's vocabulary projection).
+	MTPHead(mb Batch, rows []int, logits []float32) error
+}
+
 // ErrPickAhead is returned (wrapped) by a PickPipeliner's ops on a step
 // queued with EmbedPicked that cannot run before its token is known.
 var ErrPickAhead = errors.New("engine: the step cannot be queued before its token is known")

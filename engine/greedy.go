@@ -21,9 +21,17 @@ import (
 // step of discarded work: it wrote the KV state of a position the session
 // does not hold, which the next token there overwrites (the Backend
 // contract addresses all state by position).
+//
+// With Options.Draft it decodes speculatively
+// instead, one pass for the token and the MTP block's draft of the next
+// (decodeSpeculative): the same tokens, up to two a pass. Stats counts the
+// drafts and those accepted.
 func (s *Session) DecodeGreedy(ctx context.Context, max int, emit func(tok int32) bool) (int, error) {
 	if s.closed {
 		return 0, ErrClosed
+	}
+	if s.mtp != nil {
+		return s.decodeSpeculative(ctx, max, emit)
 	}
 	n := 0
 	if gp, ok := s.be.(GreedyPipeliner); ok && s.pipelinable(max) {

@@ -69,6 +69,22 @@ type StateLayout struct {
 	Config     *model.Config
 	MaxContext int // positions the state can hold
 	Slack      int // extra ring capacity for cheap rewinds
+	// MTP makes this the layout of an MTP block's state (Drafter): block
+	// Config.Layers alone, a window ring (the block is uncompressed).
+	MTP bool
+}
+
+// Blocks returns the block indices the layout's state holds: the layers,
+// or the MTP block alone.
+func (l *StateLayout) Blocks() []int {
+	if l.MTP {
+		return []int{l.Config.Layers}
+	}
+	bs := make([]int, l.Config.Layers)
+	for i := range bs {
+		bs[i] = i
+	}
+	return bs
 }
 
 // NewStateLayout returns the layout for a context of maxContext positions

@@ -289,6 +289,7 @@ func (s *Session) ReadPayload(r io.Reader, n int64) error {
 	for i := range s.logits {
 		s.logits[i] = math.Float32frombits(le.Uint32(logitsRaw[4*i:]))
 	}
+	s.forgetStaged()
 	s.tokens = append(s.tokens, tokens...)
 	s.ret = ret
 	s.logitsOK = true

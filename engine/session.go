@@ -46,6 +46,12 @@ type Options struct {
 	// reader for the chunk's activations (needs a backend that implements
 	// Inspector). For tests and debugging; it slows the pass down.
 	Trace func(TraceEvent)
+	// Draft runs the model's MTP block beside the forward pass, and
+	// DecodeGreedy then decodes speculatively: each step verifies the
+	// block's draft of the token after next in the same pass (see
+	// DecodeGreedy). Needs a backend that implements Drafter, with an MTP
+	// block in its weights.
+	Draft bool
 }
 
 // Stage identifies the point of the forward pass a TraceEvent reports.
@@ -80,6 +86,9 @@ type Stats struct {
 	Rederived int
 	// Rederivations counts those re-prefills.
 	Rederivations int
+	// Drafted counts the MTP drafts verified by speculative decoding, and
+	// Accepted those the model's greedy choice confirmed.
+	Drafted, Accepted int
 }
 
 // Session is one sequence being processed by a model: its tokens, its KV
@@ -101,6 +110,8 @@ type Session struct {
 	buf      []float32 // scratch: Head output
 	stats    Stats
 	closed   bool
+	runEnd   int     // position after the tokens of the current run
+	mtp      *drafts // nil unless Options.Draft
 }
 
 // NewSession starts an empty session on a backend.
@@ -137,8 +148,15 @@ func NewSession(be Backend, opts Options) (*Session, error) {
 		st.Release()
 		return nil, fmt.Errorf("engine: %s backend: new batch: %w", be.Name(), err)
 	}
-	return &Session{be: be, cfg: cfg, opts: opts, layout: layout, st: st, b: b,
-		ret: newRetention(layout), logits: make([]float32, cfg.Vocab)}, nil
+	s := &Session{be: be, cfg: cfg, opts: opts, layout: layout, st: st, b: b,
+		ret: newRetention(layout), logits: make([]float32, cfg.Vocab)}
+	if opts.Draft {
+		if s.mtp, err = newDrafts(be, layout); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Close releases the session's backend memory.
@@ -149,6 +167,9 @@ func (s *Session) Close() {
 	s.closed = true
 	s.st.Release()
 	s.b.Release()
+	if s.mtp != nil {
+		s.mtp.release()
+	}
 }
 
 // Backend returns the session's backend.
@@ -236,6 +257,7 @@ func (s *Session) Rewind(ctx context.Context, n int) error {
 		return nil
 	}
 	s.logitsOK = false
+	s.forgetStaged()
 	if n == 0 {
 		s.tokens = s.tokens[:0]
 		return nil
@@ -249,6 +271,7 @@ func (s *Session) Rewind(ctx context.Context, n int) error {
 func (s *Session) Reset() {
 	s.tokens = s.tokens[:0]
 	s.logitsOK = false
+	s.forgetStaged()
 }
 
 func (s *Session) checkTokens(tokens []int32) error {
@@ -271,6 +294,7 @@ func (s *Session) run(ctx context.Context, tokens []int32, from int, fn func(int
 	if err := s.checkTokens(tokens); err != nil {
 		return err
 	}
+	s.runEnd = len(s.tokens) + len(tokens)
 	if err := s.ensureContinuable(ctx); err != nil {
 		return err
 	}
@@ -279,6 +303,9 @@ func (s *Session) run(ctx context.Context, tokens []int32, from int, fn func(int
 			return err
 		}
 		if err := s.chunk(ctx, tokens[off:min(off+s.opts.ChunkSize, len(tokens))], from, fn); err != nil {
+			return err
+		}
+		if err := s.advanceMTP(ctx); err != nil {
 			return err
 		}
 	}
@@ -322,6 +349,9 @@ func (s *Session) chunk(ctx context.Context, toks []int32, from int, fn func(int
 	}
 	trace(StageEmbed, -1)
 	if err := s.blocks(ctx, pos, trace); err != nil {
+		return err
+	}
+	if err := s.stageMTP(pos, n); err != nil {
 		return err
 	}
 	// Head rows: those fn reports (positions ≥ from), and always the last
@@ -369,8 +399,14 @@ func (s *Session) chunk(ctx context.Context, toks []int32, from int, fn func(int
 
 // blocks runs every layer's two sub-blocks on the chunk embedded at pos.
 func (s *Session) blocks(ctx context.Context, pos int, trace func(Stage, int)) error {
-	be, b, st := s.be, s.b, s.st
-	for l := 0; l < s.cfg.Layers; l++ {
+	return s.runBlocks(ctx, s.b, s.st, 0, s.cfg.Layers, pos, trace)
+}
+
+// runBlocks runs blocks [from, to) on batch b with state st (the layers,
+// or the MTP block alone).
+func (s *Session) runBlocks(ctx context.Context, b Batch, st State, from, to, pos int, trace func(Stage, int)) error {
+	be := s.be
+	for l := from; l < to; l++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}

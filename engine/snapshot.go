@@ -331,6 +331,7 @@ func (s *Session) Restore(data []byte) error {
 	if err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
 	}
+	s.forgetStaged()
 	s.tokens = append(s.tokens[:0], tokens...)
 	s.ret = ret
 	s.logitsOK = logits != nil

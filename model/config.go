@@ -120,8 +120,15 @@ func FlashRatios(n int) []int {
 	return r
 }
 
-// Ratio returns the compression ratio of layer l.
-func (c *Config) Ratio(l int) int { return c.CompressRatios[l] }
+// Ratio returns the compression ratio of block l: a layer's, or for the
+// MTP block (l = Layers) its entry after the layers' (0 when the list has
+// none).
+func (c *Config) Ratio(l int) int {
+	if l < len(c.CompressRatios) {
+		return c.CompressRatios[l]
+	}
+	return RatioNone
+}
 
 // IsHashLayer reports whether layer l routes experts by token id.
 func (c *Config) IsHashLayer(l int) bool { return l < c.HashLayers }
@@ -135,8 +142,10 @@ func (c *Config) HCMixes() int { return 2*c.HC + c.HC*c.HC }
 
 // CompressorWidth is the width of a layer's attention compressor projections:
 // ratio-4 layers pool overlapping windows and project to twice the head width.
-func (c *Config) CompressorWidth(l int) int {
-	if c.Ratio(l) == RatioIndexed {
+func (c *Config) CompressorWidth(l int) int { return c.compressorWidth(c.Ratio(l)) }
+
+func (c *Config) compressorWidth(ratio int) int {
+	if ratio == RatioIndexed {
 		return 2 * c.HeadDim
 	}
 	return c.HeadDim

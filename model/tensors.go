@@ -159,71 +159,81 @@ func LayerPrefix(l int) string { return fmt.Sprintf("blk.%d.", l) }
 // (attention then feed-forward), then the output head. This table is the one
 // definition of the layout that validation, binding and synthesis share.
 func ExpectedTensors(c *Config) []TensorSpec {
-	E, V := uint64(c.Embed), uint64(c.Vocab)
-	HD, H := uint64(c.HeadDim), uint64(c.Heads)
-	HC, mixes := uint64(c.HC), uint64(c.HCMixes())
-	NE, FF := uint64(c.Experts), uint64(c.ExpertFF)
-	G, OL, QL := uint64(c.OGroups), uint64(c.OLoraRank), uint64(c.QLoraRank)
-	IH, IHD := uint64(c.IndexerHeads), uint64(c.IndexerHeadDim)
-
+	E, V, HC := uint64(c.Embed), uint64(c.Vocab), uint64(c.HC)
 	var specs []TensorSpec
 	add := func(layer int, name string, slot func(*Weights, int) **Tensor, role Role, dims ...uint64) {
 		specs = append(specs, TensorSpec{Name: name, Dims: dims, Role: role, Layer: layer, slot: slot})
 	}
 	add(-1, "token_embd.weight", func(w *Weights, _ int) **Tensor { return &w.TokenEmbd }, RoleSmall, E, V)
 	for l := 0; l < c.Layers; l++ {
-		p := LayerPrefix(l)
-		ratio := uint64(c.Ratio(l))
-		add(l, p+"hc_attn_fn.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].HCAttnFn }, RoleSmall, E*HC, mixes)
-		add(l, p+"hc_attn_scale.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].HCAttnScale }, RoleVector, 3)
-		add(l, p+"hc_attn_base.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].HCAttnBase }, RoleVector, mixes)
-		add(l, p+"attn_norm.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].AttnNorm }, RoleVector, E)
-		add(l, p+"attn_q_a.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].QA }, RoleDense, E, QL)
-		add(l, p+"attn_q_a_norm.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].QANorm }, RoleVector, QL)
-		add(l, p+"attn_q_b.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].QB }, RoleDense, QL, H*HD)
-		add(l, p+"attn_kv.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].KV }, RoleDense, E, HD)
-		add(l, p+"attn_kv_a_norm.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].KVNorm }, RoleVector, HD)
-		add(l, p+"attn_sinks.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Sinks }, RoleVector, H)
-		add(l, p+"attn_output_a.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].OutA }, RoleDense, HD*(H/G), G*OL)
-		add(l, p+"attn_output_b.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].OutB }, RoleDense, G*OL, E)
-		if ratio != 0 {
-			w := uint64(c.CompressorWidth(l))
-			add(l, p+"attn_compressor_ape.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Compressor.APE }, RoleSmall, w, ratio)
-			add(l, p+"attn_compressor_kv.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Compressor.KV }, RoleSmall, E, w)
-			add(l, p+"attn_compressor_gate.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Compressor.Gate }, RoleSmall, E, w)
-			add(l, p+"attn_compressor_norm.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Compressor.Norm }, RoleVector, HD)
-		}
-		if ratio == RatioIndexed {
-			add(l, p+"indexer.attn_q_b.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Indexer.QB }, RoleSmall, QL, IH*IHD)
-			add(l, p+"indexer.proj.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Indexer.Proj }, RoleSmall, E, IH)
-			add(l, p+"indexer_compressor_ape.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Indexer.Compressor.APE }, RoleSmall, 2*IHD, ratio)
-			add(l, p+"indexer_compressor_kv.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Indexer.Compressor.KV }, RoleSmall, E, 2*IHD)
-			add(l, p+"indexer_compressor_gate.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Indexer.Compressor.Gate }, RoleSmall, E, 2*IHD)
-			add(l, p+"indexer_compressor_norm.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Indexer.Compressor.Norm }, RoleVector, IHD)
-		}
-		add(l, p+"hc_ffn_fn.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].HCFFNFn }, RoleSmall, E*HC, mixes)
-		add(l, p+"hc_ffn_scale.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].HCFFNScale }, RoleVector, 3)
-		add(l, p+"hc_ffn_base.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].HCFFNBase }, RoleVector, mixes)
-		add(l, p+"ffn_norm.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].FFNNorm }, RoleVector, E)
-		add(l, p+"ffn_gate_inp.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].GateInp }, RoleSmall, E, NE)
-		if c.IsHashLayer(l) {
-			add(l, p+"ffn_gate_tid2eid.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].Tid2Eid }, RoleTokenMap, uint64(c.ExpertsUsed), V)
-		} else {
-			add(l, p+"exp_probs_b.bias", func(w *Weights, l int) **Tensor { return &w.Layers[l].ExpProbsBias }, RoleVector, NE)
-			specs[len(specs)-1].Optional = true
-		}
-		add(l, p+"ffn_gate_exps.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].GateExps }, RoleExpertGateUp, E, FF, NE)
-		add(l, p+"ffn_up_exps.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].UpExps }, RoleExpertGateUp, E, FF, NE)
-		add(l, p+"ffn_down_exps.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].DownExps }, RoleExpertDown, FF, E, NE)
-		add(l, p+"ffn_gate_shexp.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].GateShexp }, RoleDense, E, FF)
-		add(l, p+"ffn_up_shexp.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].UpShexp }, RoleDense, E, FF)
-		add(l, p+"ffn_down_shexp.weight", func(w *Weights, l int) **Tensor { return &w.Layers[l].DownShexp }, RoleDense, FF, E)
+		specs = append(specs, blockTensors(c, l, LayerPrefix(l), c.Ratio(l), c.IsHashLayer(l))...)
 	}
 	add(-1, "output_hc_base.weight", func(w *Weights, _ int) **Tensor { return &w.OutputHCBase }, RoleVector, HC)
 	add(-1, "output_hc_fn.weight", func(w *Weights, _ int) **Tensor { return &w.OutputHCFn }, RoleSmall, E*HC, HC)
 	add(-1, "output_hc_scale.weight", func(w *Weights, _ int) **Tensor { return &w.OutputHCScal }, RoleVector, 1)
 	add(-1, "output_norm.weight", func(w *Weights, _ int) **Tensor { return &w.OutputNorm }, RoleVector, E)
 	add(-1, "output.weight", func(w *Weights, _ int) **Tensor { return &w.Output }, RoleDense, E, V)
+	return specs
+}
+
+// blockTensors returns the tensors of one transformer block named with
+// prefix p ("blk.N." or the MTP block's "mtp.0."), bound to block l.
+func blockTensors(c *Config, l int, p string, r int, hash bool) []TensorSpec {
+	ratio := uint64(r)
+	E, V := uint64(c.Embed), uint64(c.Vocab)
+	HD, H := uint64(c.HeadDim), uint64(c.Heads)
+	HC, mixes := uint64(c.HC), uint64(c.HCMixes())
+	NE, FF := uint64(c.Experts), uint64(c.ExpertFF)
+	G, OL, QL := uint64(c.OGroups), uint64(c.OLoraRank), uint64(c.QLoraRank)
+	IH, IHD := uint64(c.IndexerHeads), uint64(c.IndexerHeadDim)
+	var specs []TensorSpec
+	add := func(layer int, name string, slot func(*Weights, int) **Tensor, role Role, dims ...uint64) {
+		specs = append(specs, TensorSpec{Name: name, Dims: dims, Role: role, Layer: layer, slot: slot})
+	}
+	add(l, p+"hc_attn_fn.weight", func(w *Weights, l int) **Tensor { return &w.block(l).HCAttnFn }, RoleSmall, E*HC, mixes)
+	add(l, p+"hc_attn_scale.weight", func(w *Weights, l int) **Tensor { return &w.block(l).HCAttnScale }, RoleVector, 3)
+	add(l, p+"hc_attn_base.weight", func(w *Weights, l int) **Tensor { return &w.block(l).HCAttnBase }, RoleVector, mixes)
+	add(l, p+"attn_norm.weight", func(w *Weights, l int) **Tensor { return &w.block(l).AttnNorm }, RoleVector, E)
+	add(l, p+"attn_q_a.weight", func(w *Weights, l int) **Tensor { return &w.block(l).QA }, RoleDense, E, QL)
+	add(l, p+"attn_q_a_norm.weight", func(w *Weights, l int) **Tensor { return &w.block(l).QANorm }, RoleVector, QL)
+	add(l, p+"attn_q_b.weight", func(w *Weights, l int) **Tensor { return &w.block(l).QB }, RoleDense, QL, H*HD)
+	add(l, p+"attn_kv.weight", func(w *Weights, l int) **Tensor { return &w.block(l).KV }, RoleDense, E, HD)
+	add(l, p+"attn_kv_a_norm.weight", func(w *Weights, l int) **Tensor { return &w.block(l).KVNorm }, RoleVector, HD)
+	add(l, p+"attn_sinks.weight", func(w *Weights, l int) **Tensor { return &w.block(l).Sinks }, RoleVector, H)
+	add(l, p+"attn_output_a.weight", func(w *Weights, l int) **Tensor { return &w.block(l).OutA }, RoleDense, HD*(H/G), G*OL)
+	add(l, p+"attn_output_b.weight", func(w *Weights, l int) **Tensor { return &w.block(l).OutB }, RoleDense, G*OL, E)
+	if ratio != 0 {
+		w := uint64(c.compressorWidth(r))
+		add(l, p+"attn_compressor_ape.weight", func(w *Weights, l int) **Tensor { return &w.block(l).Compressor.APE }, RoleSmall, w, ratio)
+		add(l, p+"attn_compressor_kv.weight", func(w *Weights, l int) **Tensor { return &w.block(l).Compressor.KV }, RoleSmall, E, w)
+		add(l, p+"attn_compressor_gate.weight", func(w *Weights, l int) **Tensor { return &w.block(l).Compressor.Gate }, RoleSmall, E, w)
+		add(l, p+"attn_compressor_norm.weight", func(w *Weights, l int) **Tensor { return &w.block(l).Compressor.Norm }, RoleVector, HD)
+	}
+	if ratio == RatioIndexed {
+		add(l, p+"indexer.attn_q_b.weight", func(w *Weights, l int) **Tensor { return &w.block(l).Indexer.QB }, RoleSmall, QL, IH*IHD)
+		add(l, p+"indexer.proj.weight", func(w *Weights, l int) **Tensor { return &w.block(l).Indexer.Proj }, RoleSmall, E, IH)
+		add(l, p+"indexer_compressor_ape.weight", func(w *Weights, l int) **Tensor { return &w.block(l).Indexer.Compressor.APE }, RoleSmall, 2*IHD, ratio)
+		add(l, p+"indexer_compressor_kv.weight", func(w *Weights, l int) **Tensor { return &w.block(l).Indexer.Compressor.KV }, RoleSmall, E, 2*IHD)
+		add(l, p+"indexer_compressor_gate.weight", func(w *Weights, l int) **Tensor { return &w.block(l).Indexer.Compressor.Gate }, RoleSmall, E, 2*IHD)
+		add(l, p+"indexer_compressor_norm.weight", func(w *Weights, l int) **Tensor { return &w.block(l).Indexer.Compressor.Norm }, RoleVector, IHD)
+	}
+	add(l, p+"hc_ffn_fn.weight", func(w *Weights, l int) **Tensor { return &w.block(l).HCFFNFn }, RoleSmall, E*HC, mixes)
+	add(l, p+"hc_ffn_scale.weight", func(w *Weights, l int) **Tensor { return &w.block(l).HCFFNScale }, RoleVector, 3)
+	add(l, p+"hc_ffn_base.weight", func(w *Weights, l int) **Tensor { return &w.block(l).HCFFNBase }, RoleVector, mixes)
+	add(l, p+"ffn_norm.weight", func(w *Weights, l int) **Tensor { return &w.block(l).FFNNorm }, RoleVector, E)
+	add(l, p+"ffn_gate_inp.weight", func(w *Weights, l int) **Tensor { return &w.block(l).GateInp }, RoleSmall, E, NE)
+	if hash {
+		add(l, p+"ffn_gate_tid2eid.weight", func(w *Weights, l int) **Tensor { return &w.block(l).Tid2Eid }, RoleTokenMap, uint64(c.ExpertsUsed), V)
+	} else {
+		add(l, p+"exp_probs_b.bias", func(w *Weights, l int) **Tensor { return &w.block(l).ExpProbsBias }, RoleVector, NE)
+		specs[len(specs)-1].Optional = true
+	}
+	add(l, p+"ffn_gate_exps.weight", func(w *Weights, l int) **Tensor { return &w.block(l).GateExps }, RoleExpertGateUp, E, FF, NE)
+	add(l, p+"ffn_up_exps.weight", func(w *Weights, l int) **Tensor { return &w.block(l).UpExps }, RoleExpertGateUp, E, FF, NE)
+	add(l, p+"ffn_down_exps.weight", func(w *Weights, l int) **Tensor { return &w.block(l).DownExps }, RoleExpertDown, FF, E, NE)
+	add(l, p+"ffn_gate_shexp.weight", func(w *Weights, l int) **Tensor { return &w.block(l).GateShexp }, RoleDense, E, FF)
+	add(l, p+"ffn_up_shexp.weight", func(w *Weights, l int) **Tensor { return &w.block(l).UpShexp }, RoleDense, E, FF)
+	add(l, p+"ffn_down_shexp.weight", func(w *Weights, l int) **Tensor { return &w.block(l).DownShexp }, RoleDense, FF, E)
 	return specs
 }
 
@@ -247,13 +257,32 @@ func (e *LayoutError) Error() string {
 // ValidateTensors checks every tensor of f against ExpectedTensors(c): that
 // each expected tensor is present with the right shape and an allowed type,
 // that gate and up experts share a type, and that nothing unexpected is in the
-// file. It returns a *LayoutError listing all problems, or nil.
+// file. A file may also carry an MTP block (mtp.0.*, MTPTensors), whole. It
+// returns a *LayoutError listing all problems, or nil.
 func ValidateTensors(c *Config, f *gguf.File) error {
+	specs := ExpectedTensors(c)
+	blocks := make([]int, c.Layers)
+	for l := range blocks {
+		blocks[l] = l
+	}
+	if HasMTP(f) {
+		if err := c.checkMTP(); err != nil {
+			return &LayoutError{Problems: []string{err.Error()}}
+		}
+		specs = append(specs, MTPTensors(c)...)
+		blocks = append(blocks, c.Layers)
+	}
+	return validateSpecs(c, f, specs, blocks, false)
+}
+
+// validateSpecs checks f's tensor table against specs (blocks: the block
+// indices whose expert types must agree); mtpFile names the file in the
+// messages as a separate MTP file.
+func validateSpecs(c *Config, f *gguf.File, specs []TensorSpec, blocks []int, mtpFile bool) error {
 	var errs []string
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	expected := ExpectedTensors(c)
-	known := make(map[string]bool, len(expected))
-	for _, sp := range expected {
+	known := make(map[string]bool, len(specs))
+	for _, sp := range specs {
 		known[sp.Name] = true
 		t, ok := f.Tensor(sp.Name)
 		if !ok {
@@ -269,11 +298,15 @@ func ValidateTensors(c *Config, f *gguf.File) error {
 			bad("%s: type %v, want one of %v", sp.Name, t.Type, allowed)
 		}
 	}
-	for l := 0; l < c.Layers; l++ {
-		g, ok1 := f.Tensor(LayerPrefix(l) + "ffn_gate_exps.weight")
-		u, ok2 := f.Tensor(LayerPrefix(l) + "ffn_up_exps.weight")
+	for _, l := range blocks {
+		p := LayerPrefix(l)
+		if l == c.Layers {
+			p = MTPPrefix
+		}
+		g, ok1 := f.Tensor(p + "ffn_gate_exps.weight")
+		u, ok2 := f.Tensor(p + "ffn_up_exps.weight")
 		if ok1 && ok2 && g.Type != u.Type {
-			bad("%sffn_gate_exps/ffn_up_exps: types %v and %v differ", LayerPrefix(l), g.Type, u.Type)
+			bad("%sffn_gate_exps/ffn_up_exps: types %v and %v differ", p, g.Type, u.Type)
 		}
 	}
 	for i := range f.Tensors {
@@ -282,6 +315,9 @@ func ValidateTensors(c *Config, f *gguf.File) error {
 		}
 	}
 	if len(errs) > 0 {
+		if mtpFile {
+			errs = prefixEach("MTP file: ", errs)
+		}
 		return &LayoutError{Problems: errs}
 	}
 	return nil

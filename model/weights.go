@@ -93,6 +93,10 @@ type Weights struct {
 	OutputHCScal *Tensor
 	OutputNorm   *Tensor
 	Output       *Tensor
+
+	// MTP is the multi-token-prediction block, when the file carries one
+	// or a separate MTP file was loaded (LoadMTP); nil otherwise.
+	MTP *MTP
 }
 
 // TensorSource hands out tensors by name; *gguf.File implements it through
@@ -129,6 +133,11 @@ func Load(f *gguf.File) (*Weights, error) {
 	}
 	if err := CheckTokenMaps(w); err != nil {
 		return nil, err
+	}
+	if HasMTP(f) {
+		if err := BindMTP(w, GGUFSource{f}); err != nil {
+			return nil, err
+		}
 	}
 	return w, nil
 }

@@ -71,10 +71,24 @@ type Options struct {
 	// file: a sparse file whose tensor data reads as zeros, for trying tools
 	// on full-size layouts without the time or the disk space.
 	HeaderOnly bool
+	// MTP chooses whether the file carries the multi-token-prediction block
+	// (model.MTPTensors): not at all (the zero value), beside the model's
+	// tensors, or alone (a separate MTP file like ds4's, for --mtp).
+	MTP MTPMode
 	// Progress, if set, is called after each chunk with the tensor bytes
 	// written so far and their total. Calls are serialised.
 	Progress func(done, total uint64)
 }
+
+// MTPMode says whether a synthetic file carries an MTP block.
+type MTPMode uint8
+
+// MTP modes of Options.MTP.
+const (
+	MTPNone    MTPMode = iota // the model's tensors only
+	MTPInclude                // the model's tensors and the MTP block
+	MTPOnly                   // the MTP block only (a separate MTP file)
+)
 
 // Metadata keys this package adds besides the model's.
 const (
@@ -257,7 +271,20 @@ func newPlan(opts *Options) (*plan, error) {
 	} else if len(vocab.Tokens) != cfg.Vocab {
 		return nil, fmt.Errorf("synth: vocabulary has %d tokens, Config.Vocab is %d", len(vocab.Tokens), cfg.Vocab)
 	}
-	specs := model.ExpectedTensors(&cfg)
+	var specs []model.TensorSpec
+	switch opts.MTP {
+	case MTPNone:
+		specs = model.ExpectedTensors(&cfg)
+	case MTPInclude:
+		specs = append(model.ExpectedTensors(&cfg), model.MTPTensors(&cfg)...)
+	case MTPOnly:
+		specs = model.MTPTensors(&cfg)
+	default:
+		return nil, fmt.Errorf("synth: MTP mode %d", opts.MTP)
+	}
+	if opts.MTP != MTPNone && cfg.MTPRatio() != model.RatioNone {
+		return nil, fmt.Errorf("synth: the MTP block must be uncompressed (compress_ratios[%d] = %d)", cfg.Layers, cfg.MTPRatio())
+	}
 	typed, err := opts.Scheme.Typed(specs)
 	if err != nil {
 		return nil, fmt.Errorf("synth: %w", err)

@@ -55,8 +55,19 @@ type Backend struct {
 	hcHeadFn    *mat
 	hcHeadBase  []float32
 	hcHeadScale float32
+	mtp         *mtpWeights // nil without an MTP block
 
 	fingerprint []byte
+}
+
+// mtpWeights are the MTP block's input projections and head; the block
+// itself is layers[Config.Layers].
+type mtpWeights struct {
+	eProj, hProj       *mat
+	enorm, hnorm, norm []float32
+	hcHeadFn           *mat
+	hcHeadBase         []float32
+	hcHeadScale        float32
 }
 
 // hcWeights are one sub-block's hyper-connection mixing weights.
@@ -234,92 +245,24 @@ func (be *Backend) prepare() error {
 		return cp, err
 	}
 
-	H, HD, QL := c.Heads, c.HeadDim, c.QLoraRank
-	E, FF := c.Experts, c.ExpertFF
-	be.layers = make([]layer, c.Layers)
+	be.layers = make([]layer, c.Layers, c.Layers+1)
 	for l := range be.layers {
-		wl, L := &w.Layers[l], &be.layers[l]
-		L.index, L.ratio, L.hash = l, c.Ratio(l), c.IsHashLayer(l)
-		L.freqs = engine.RopeFrequencies(c, l)
-		L.clamp = c.SwigluClamp[l]
-		steps := []struct {
-			what string
-			do   func() error
-		}{
-			{"hc_attn", func() (e error) { L.hcAttn, e = hc(wl.HCAttnFn, wl.HCAttnScale, wl.HCAttnBase); return }},
-			{"hc_ffn", func() (e error) { L.hcFFN, e = hc(wl.HCFFNFn, wl.HCFFNScale, wl.HCFFNBase); return }},
-			{"attn_norm", func() (e error) { L.attnNorm, e = vec(wl.AttnNorm, D); return }},
-			{"ffn_norm", func() (e error) { L.ffnNorm, e = vec(wl.FFNNorm, D); return }},
-			{"attn_q_a", func() (e error) { L.qa, e = newMat(wl.QA, QL, D); return }},
-			{"attn_q_a_norm", func() (e error) { L.qNorm, e = vec(wl.QANorm, QL); return }},
-			{"attn_q_b", func() (e error) { L.qb, e = newMat(wl.QB, H*HD, QL); return }},
-			{"attn_kv", func() (e error) { L.kv, e = newMat(wl.KV, HD, D); return }},
-			{"attn_kv_a_norm", func() (e error) { L.kvNorm, e = vec(wl.KVNorm, HD); return }},
-			{"attn_sinks", func() (e error) { L.sinks, e = vec(wl.Sinks, H); return }},
-			{"attn_output_a", func() (e error) { L.outA, e = newMat(wl.OutA, c.OGroups*c.OLoraRank, H*HD/c.OGroups); return }},
-			{"attn_output_b", func() (e error) { L.outB, e = newMat(wl.OutB, D, c.OGroups*c.OLoraRank); return }},
-			{"ffn_gate_inp", func() (e error) { L.gate, e = newMat(wl.GateInp, E, D); return }},
-			{"ffn_gate_exps", func() (e error) { L.gateExps, e = newMat(wl.GateExps, E*FF, D); return }},
-			{"ffn_up_exps", func() (e error) { L.upExps, e = newMat(wl.UpExps, E*FF, D); return }},
-			{"ffn_down_exps", func() (e error) { L.downExps, e = newMat(wl.DownExps, E*D, FF); return }},
-			{"ffn_gate_shexp", func() (e error) { L.gateSh, e = newMat(wl.GateShexp, FF, D); return }},
-			{"ffn_up_shexp", func() (e error) { L.upSh, e = newMat(wl.UpShexp, FF, D); return }},
-			{"ffn_down_shexp", func() (e error) { L.downSh, e = newMat(wl.DownShexp, D, FF); return }},
+		if err := be.prepareLayer(&be.layers[l], &w.Layers[l], hc, comp); err != nil {
+			return err
 		}
-		for _, s := range steps {
-			if err := s.do(); err != nil {
-				return fmt.Errorf("cpu: layer %d %s: %w", l, s.what, err)
-			}
+	}
+	if w.MTP != nil {
+		be.layers = append(be.layers, layer{})
+		if err := be.prepareLayer(&be.layers[c.Layers], &w.MTP.Block, hc, comp); err != nil {
+			return err
 		}
-		if L.ratio != model.RatioNone {
-			if wl.Compressor == nil {
-				return fmt.Errorf("cpu: layer %d: no compressor", l)
-			}
-			cp, err := comp(wl.Compressor, L.ratio, HD)
-			if err != nil {
-				return fmt.Errorf("cpu: layer %d attention compressor: %w", l, err)
-			}
-			L.comp = &cp
-		}
-		if L.ratio == model.RatioIndexed {
-			if wl.Indexer == nil {
-				return fmt.Errorf("cpu: layer %d: no indexer", l)
-			}
-			ix := &indexer{}
-			IH, IHD := c.IndexerHeads, c.IndexerHeadDim
-			if ix.qb, err = newMat(wl.Indexer.QB, IH*IHD, QL); err != nil {
-				return fmt.Errorf("cpu: layer %d indexer q_b: %w", l, err)
-			}
-			if ix.proj, err = newMat(wl.Indexer.Proj, IH, D); err != nil {
-				return fmt.Errorf("cpu: layer %d indexer proj: %w", l, err)
-			}
-			if ix.comp, err = comp(&wl.Indexer.Compressor, L.ratio, IHD); err != nil {
-				return fmt.Errorf("cpu: layer %d indexer compressor: %w", l, err)
-			}
-			L.idx = ix
-		}
-		if L.hash {
-			t := wl.Tid2Eid
-			if t == nil || t.Type != quant.I32 || t.RowLen() != c.ExpertsUsed || t.Rows() != c.Vocab {
-				return fmt.Errorf("cpu: layer %d: tid2eid must be I32 [%d][%d]", l, c.Vocab, c.ExpertsUsed)
-			}
-			L.tid2eid = make([]int32, c.Vocab*c.ExpertsUsed)
-			for i := range L.tid2eid {
-				e := int32(binary.LittleEndian.Uint32(t.Data[4*i:]))
-				if e < 0 || int(e) >= E {
-					return fmt.Errorf("cpu: layer %d: tid2eid[%d] = %d is not an expert", l, i, e)
-				}
-				L.tid2eid[i] = e
-			}
-		} else if wl.ExpProbsBias != nil {
-			if L.bias, err = vec(wl.ExpProbsBias, E); err != nil {
-				return fmt.Errorf("cpu: layer %d exp_probs_b: %w", l, err)
-			}
+		if be.mtp, err = prepareMTP(c, w.MTP); err != nil {
+			return err
 		}
 	}
 	h := sha256.New()
 	h.Write([]byte(w.Scheme))
-	for _, v := range [][]float32{be.outNorm, be.hcHeadBase, be.layers[0].sinks, be.layers[len(be.layers)-1].attnNorm} {
+	for _, v := range [][]float32{be.outNorm, be.hcHeadBase, be.layers[0].sinks, be.layers[c.Layers-1].attnNorm} {
 		for _, x := range v {
 			h.Write(binary.LittleEndian.AppendUint32(nil, math.Float32bits(x)))
 		}
@@ -327,4 +270,126 @@ func (be *Backend) prepare() error {
 	h.Write(be.embd.row(0))
 	be.fingerprint = h.Sum(nil)
 	return nil
+}
+
+type (
+	hcPrep   func(fn, scale, base *model.Tensor) (hcWeights, error)
+	compPrep func(cw *model.Compressor, ratio, width int) (compressor, error)
+)
+
+// prepareLayer prepares block wl (a layer or the MTP block) into L.
+func (be *Backend) prepareLayer(L *layer, wl *model.Layer, hc hcPrep, comp compPrep) error {
+	c := &be.cfg
+	D, H, HD, QL := c.Embed, c.Heads, c.HeadDim, c.QLoraRank
+	E, FF := c.Experts, c.ExpertFF
+	var err error
+	l := wl.Index
+	L.index, L.ratio, L.hash = l, c.Ratio(l), c.IsHashLayer(l)
+	L.freqs = engine.RopeFrequencies(c, l)
+	L.clamp = c.Clamp(l)
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"hc_attn", func() (e error) { L.hcAttn, e = hc(wl.HCAttnFn, wl.HCAttnScale, wl.HCAttnBase); return }},
+		{"hc_ffn", func() (e error) { L.hcFFN, e = hc(wl.HCFFNFn, wl.HCFFNScale, wl.HCFFNBase); return }},
+		{"attn_norm", func() (e error) { L.attnNorm, e = vec(wl.AttnNorm, D); return }},
+		{"ffn_norm", func() (e error) { L.ffnNorm, e = vec(wl.FFNNorm, D); return }},
+		{"attn_q_a", func() (e error) { L.qa, e = newMat(wl.QA, QL, D); return }},
+		{"attn_q_a_norm", func() (e error) { L.qNorm, e = vec(wl.QANorm, QL); return }},
+		{"attn_q_b", func() (e error) { L.qb, e = newMat(wl.QB, H*HD, QL); return }},
+		{"attn_kv", func() (e error) { L.kv, e = newMat(wl.KV, HD, D); return }},
+		{"attn_kv_a_norm", func() (e error) { L.kvNorm, e = vec(wl.KVNorm, HD); return }},
+		{"attn_sinks", func() (e error) { L.sinks, e = vec(wl.Sinks, H); return }},
+		{"attn_output_a", func() (e error) { L.outA, e = newMat(wl.OutA, c.OGroups*c.OLoraRank, H*HD/c.OGroups); return }},
+		{"attn_output_b", func() (e error) { L.outB, e = newMat(wl.OutB, D, c.OGroups*c.OLoraRank); return }},
+		{"ffn_gate_inp", func() (e error) { L.gate, e = newMat(wl.GateInp, E, D); return }},
+		{"ffn_gate_exps", func() (e error) { L.gateExps, e = newMat(wl.GateExps, E*FF, D); return }},
+		{"ffn_up_exps", func() (e error) { L.upExps, e = newMat(wl.UpExps, E*FF, D); return }},
+		{"ffn_down_exps", func() (e error) { L.downExps, e = newMat(wl.DownExps, E*D, FF); return }},
+		{"ffn_gate_shexp", func() (e error) { L.gateSh, e = newMat(wl.GateShexp, FF, D); return }},
+		{"ffn_up_shexp", func() (e error) { L.upSh, e = newMat(wl.UpShexp, FF, D); return }},
+		{"ffn_down_shexp", func() (e error) { L.downSh, e = newMat(wl.DownShexp, D, FF); return }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			return fmt.Errorf("cpu: layer %d %s: %w", l, s.what, err)
+		}
+	}
+	if L.ratio != model.RatioNone {
+		if wl.Compressor == nil {
+			return fmt.Errorf("cpu: layer %d: no compressor", l)
+		}
+		cp, err := comp(wl.Compressor, L.ratio, HD)
+		if err != nil {
+			return fmt.Errorf("cpu: layer %d attention compressor: %w", l, err)
+		}
+		L.comp = &cp
+	}
+	if L.ratio == model.RatioIndexed {
+		if wl.Indexer == nil {
+			return fmt.Errorf("cpu: layer %d: no indexer", l)
+		}
+		ix := &indexer{}
+		IH, IHD := c.IndexerHeads, c.IndexerHeadDim
+		if ix.qb, err = newMat(wl.Indexer.QB, IH*IHD, QL); err != nil {
+			return fmt.Errorf("cpu: layer %d indexer q_b: %w", l, err)
+		}
+		if ix.proj, err = newMat(wl.Indexer.Proj, IH, D); err != nil {
+			return fmt.Errorf("cpu: layer %d indexer proj: %w", l, err)
+		}
+		if ix.comp, err = comp(&wl.Indexer.Compressor, L.ratio, IHD); err != nil {
+			return fmt.Errorf("cpu: layer %d indexer compressor: %w", l, err)
+		}
+		L.idx = ix
+	}
+	if L.hash {
+		t := wl.Tid2Eid
+		if t == nil || t.Type != quant.I32 || t.RowLen() != c.ExpertsUsed || t.Rows() != c.Vocab {
+			return fmt.Errorf("cpu: layer %d: tid2eid must be I32 [%d][%d]", l, c.Vocab, c.ExpertsUsed)
+		}
+		L.tid2eid = make([]int32, c.Vocab*c.ExpertsUsed)
+		for i := range L.tid2eid {
+			e := int32(binary.LittleEndian.Uint32(t.Data[4*i:]))
+			if e < 0 || int(e) >= E {
+				return fmt.Errorf("cpu: layer %d: tid2eid[%d] = %d is not an expert", l, i, e)
+			}
+			L.tid2eid[i] = e
+		}
+	} else if wl.ExpProbsBias != nil {
+		if L.bias, err = vec(wl.ExpProbsBias, E); err != nil {
+			return fmt.Errorf("cpu: layer %d exp_probs_b: %w", l, err)
+		}
+	}
+	return nil
+}
+
+// prepareMTP prepares the MTP block's input projections and head.
+func prepareMTP(c *model.Config, m *model.MTP) (*mtpWeights, error) {
+	D, HC := c.Embed, c.HC
+	p := &mtpWeights{}
+	var err error
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"e_proj", func() (e error) { p.eProj, e = newMat(m.EProj, D, D); return }},
+		{"h_proj", func() (e error) { p.hProj, e = newMat(m.HProj, D, D); return }},
+		{"enorm", func() (e error) { p.enorm, e = vec(m.ENorm, D); return }},
+		{"hnorm", func() (e error) { p.hnorm, e = vec(m.HNorm, D); return }},
+		{"norm", func() (e error) { p.norm, e = vec(m.Norm, D); return }},
+		{"hc_head_fn", func() (e error) { p.hcHeadFn, e = newMat(m.HCHeadFn, HC, HC*D); return }},
+		{"hc_head_base", func() (e error) { p.hcHeadBase, e = vec(m.HCHeadBase, HC); return }},
+	}
+	for _, s := range steps {
+		if err = s.do(); err != nil {
+			return nil, fmt.Errorf("cpu: MTP %s: %w", s.what, err)
+		}
+	}
+	sc, err := vec(m.HCHeadScale, 1)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: MTP hc_head_scale: %w", err)
+	}
+	p.hcHeadScale = sc[0]
+	return p, nil
 }

@@ -23,6 +23,11 @@ type batch struct {
 	comb   []float32 // [cap][HC·HC] hc_post combination matrix, comb[j·HC+k]
 	headIn []float32 // [cap][Embed] head input
 
+	// MTP batches only (engine.Drafter): main-model streams waiting for
+	// MTPEmbed, oldest first, [cap][HC·Embed].
+	staged  []float32
+	nStaged int
+
 	sc scratch
 }
 

@@ -192,19 +192,25 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 	if err != nil {
 		return err
 	}
+	return be.head(b, rows, logits, be.hcHeadFn, be.hcHeadScale, be.hcHeadBase, be.outNorm)
+}
+
+// head is Head with the given hyper-connection head and final norm (the
+// model's, or the MTP block's).
+func (be *Backend) head(b *batch, rows []int, logits []float32, fn *mat, scale float32, base, norm []float32) error {
 	c := &be.cfg
 	D, HC, V := c.Embed, c.HC, c.Vocab
 	if len(logits) < len(rows)*V {
 		return fmt.Errorf("cpu: head: %d rows need %d logits, got %d", len(rows), len(rows)*V, len(logits))
 	}
 	mx := b.sc.f32("head.mixes", b.n*HC)
-	be.mixes(b, be.hcHeadFn, mx)
+	be.mixes(b, fn, mx)
 	pre := make([]float32, HC)
 	for t := 0; t < b.n; t++ {
 		x := b.headIn[t*D : (t+1)*D]
 		h := b.h[t*HC*D : (t+1)*HC*D]
 		for j := range pre {
-			pre[j] = sigmoid(mx[t*HC+j]*be.hcHeadScale+be.hcHeadBase[j]) + c.HCEps
+			pre[j] = sigmoid(mx[t*HC+j]*scale+base[j]) + c.HCEps
 		}
 		for d := range x {
 			var s float32
@@ -213,7 +219,7 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 			}
 			x[d] = s
 		}
-		rmsNorm(x, x, be.outNorm, c.NormEps)
+		rmsNorm(x, x, norm, c.NormEps)
 	}
 	in := b.sc.f32("head.in", len(rows)*D)
 	for i, r := range rows {

@@ -44,8 +44,11 @@ func (be *Backend) NewState(layout *engine.StateLayout) (engine.State, error) {
 	if layout.Config.Layers != be.cfg.Layers {
 		return nil, fmt.Errorf("cpu: state layout for %d layers, model has %d", layout.Config.Layers, be.cfg.Layers)
 	}
-	st := &state{be: be, layout: layout, layers: make([][]*table, be.cfg.Layers)}
-	for l := range st.layers {
+	if layout.MTP && be.mtp == nil {
+		return nil, fmt.Errorf("cpu: an MTP state for a model without an MTP block")
+	}
+	st := &state{be: be, layout: layout, layers: make([][]*table, be.cfg.Layers+1)}
+	for _, l := range layout.Blocks() {
 		st.layers[l] = make([]*table, engine.PartIndexScore+1)
 		for _, p := range layout.Parts(l) {
 			t := &table{width: layout.Width(l, p), cap: layout.Capacity(l, p), ring: p.ByPosition()}

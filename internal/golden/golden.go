@@ -49,6 +49,9 @@ type Case struct {
 	Dir string
 	// Tokens are the token runs by name ("short", "long", ...).
 	Tokens map[string][]int32
+	// MTP reports that the checkpoint carries an MTP block
+	// (inference_config.json's n_mtp_layers), which Convert converts too.
+	MTP bool
 }
 
 // Open opens a case by name (a folder of testdata/golden).
@@ -65,15 +68,27 @@ func Open(name string) (*Case, error) {
 	if err := json.Unmarshal(b, &c.Tokens); err != nil {
 		return nil, fmt.Errorf("golden %s: tokens.json: %w", name, err)
 	}
+	b, err = os.ReadFile(filepath.Join(c.Dir, "inference_config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("golden %s: %w", name, err)
+	}
+	var args struct {
+		MTPLayers int `json:"n_mtp_layers"`
+	}
+	if err := json.Unmarshal(b, &args); err != nil {
+		return nil, fmt.Errorf("golden %s: inference_config.json: %w", name, err)
+	}
+	c.MTP = args.MTPLayers > 0
 	return c, nil
 }
 
 // Convert writes the case's checkpoint as an F32 GGUF at out (what
-// `ds4-gguf convert` does), with a byte-level vocabulary of the model's size
+// `ds4-gguf convert` does; with its MTP block when it has one), with a byte-level vocabulary of the model's size
 // added (the official layout carries no tokenizer; loaders want one). The
 // weights are the checkpoint's.
 func (c *Case) Convert(ctx context.Context, out string) error {
-	if err := convert.ConvertDir(ctx, c.Dir, out, model.SchemeF32); err != nil {
+	o := convert.Options{InputDir: c.Dir, Output: out, Scheme: model.SchemeF32, Tokenizer: convert.TokenizerNone, MTP: c.MTP}
+	if err := convert.Convert(ctx, o); err != nil {
 		return fmt.Errorf("golden %s: convert: %w", c.Name, err)
 	}
 	f, err := gguf.Open(out)

@@ -1,0 +1,236 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+)
+
+// Speculative decoding with the model's MTP block (Options.Draft).
+//
+// The MTP block at position i reads the main model's output streams h_i
+// and the token t_{i+1}, and its logits predict t_{i+2}; its attention is a
+// sliding window over its own KV rows. The session keeps the block in step
+// with the forward pass: every chunk stages its rows' h (those the next
+// draft's window can reach: positions ≥ the run's end − Window), and once
+// the token after a staged row is known the row goes through the block,
+// which writes its KV row. Only the last row, whose next token is not
+// chosen yet, stays staged.
+//
+// DecodeGreedy then decodes two tokens per pass when the draft holds: with
+// t the greedy choice at position P and h_{P−1} staged, the block drafts d
+// (for position P+1), and one two-token chunk [t, d] at P, P+1 gives the
+// logits after t and after d. t is committed as always; d is committed when
+// it is the greedy choice after t, and the logits after d are then the next
+// ones. Otherwise the chunk's second position is dropped: every part of the
+// KV state is addressed by position (Backend), so the next token at P+1
+// overwrites what d wrote there. The tokens are those plain greedy decoding
+// gives, on a backend whose two-token chunks compute what one-token steps
+// do (backend/cpu: bit for bit).
+
+// drafts is a session's MTP block state.
+type drafts struct {
+	be     Drafter
+	base   Backend
+	b      Batch // the block's chunk, with the staged rows
+	st     State // the block's KV state (a window ring)
+	next   int   // position of the oldest staged row
+	staged int   // staged rows: positions next … next+staged−1
+	logits []float32
+	// override replaces the block's greedy draft for position pos (tests:
+	// drafts the model accepts, which random weights never make).
+	override func(pos int, draft int32) int32
+}
+
+func newDrafts(be Backend, layout *StateLayout) (*drafts, error) {
+	d, ok := be.(Drafter)
+	if !ok || !d.HasMTP() {
+		return nil, fmt.Errorf("engine: %s backend: drafting needs a model with an MTP block (model.MTP)", be.Name())
+	}
+	ml := *layout
+	ml.MTP = true
+	st, err := be.NewState(&ml)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %s backend: MTP state: %w", be.Name(), err)
+	}
+	// A run stages at most Window rows after the one left from before.
+	b, err := be.NewBatch(layout.Config.Window + 2)
+	if err != nil {
+		st.Release()
+		return nil, fmt.Errorf("engine: %s backend: MTP batch: %w", be.Name(), err)
+	}
+	return &drafts{be: d, base: be, b: b, st: st, logits: make([]float32, layout.Config.Vocab)}, nil
+}
+
+func (m *drafts) release() {
+	m.b.Release()
+	m.st.Release()
+}
+
+// forgetStaged drops the staged rows (the sequence changed under them).
+func (s *Session) forgetStaged() {
+	if s.mtp != nil {
+		s.mtp.staged = 0
+	}
+}
+
+// stageMTP stages the rows of the chunk at pos (n tokens) that the next
+// draft's window reaches, after the layers and before the head.
+func (s *Session) stageMTP(pos, n int) error {
+	m := s.mtp
+	if m == nil {
+		return nil
+	}
+	first := max(pos, s.runEnd-s.cfg.Window)
+	if first >= pos+n {
+		return nil
+	}
+	if m.staged > 0 && m.next+m.staged != first {
+		m.staged = 0 // not contiguous: the older rows are of no use
+	}
+	if m.staged == 0 {
+		if err := m.be.DropStagedMTP(m.b, 0); err != nil {
+			return s.opError(pos, "MTP stage", -1, err)
+		}
+		m.next = first
+	}
+	if err := m.be.StageMTP(m.b, s.b, first-pos, pos+n-first); err != nil {
+		return s.opError(pos, "MTP stage", -1, err)
+	}
+	m.staged += pos + n - first
+	return nil
+}
+
+// advanceMTP runs the block over the staged rows whose next token is known
+// (all but a last one at the session's final position).
+func (s *Session) advanceMTP(ctx context.Context) error {
+	m := s.mtp
+	if m == nil || m.staged == 0 {
+		return nil
+	}
+	k := min(m.staged, len(s.tokens)-1-m.next)
+	if k <= 0 {
+		return nil
+	}
+	return s.runMTP(ctx, s.tokens[m.next+1:m.next+1+k], -1)
+}
+
+// runMTP runs the block over the oldest len(toks) staged rows with their
+// next tokens toks, and when head ≥ 0 computes the logits of chunk row head
+// into m.logits.
+func (s *Session) runMTP(ctx context.Context, toks []int32, head int) error {
+	m := s.mtp
+	pos := m.next
+	if err := m.be.MTPEmbed(m.b, pos, toks); err != nil {
+		return s.opError(pos, "MTP embed", -1, err)
+	}
+	L := s.cfg.Layers
+	if err := s.runBlocks(ctx, m.b, m.st, L, L+1, pos, func(Stage, int) {}); err != nil {
+		return err
+	}
+	m.next += len(toks)
+	m.staged -= len(toks)
+	if head >= 0 {
+		if err := m.be.MTPHead(m.b, []int{head}, m.logits); err != nil {
+			return s.opError(pos+head, "MTP head", -1, err)
+		}
+	}
+	return nil
+}
+
+// canDraft reports whether the block can draft after the token chosen at
+// the session's position: the rows up to the last position are staged.
+func (s *Session) canDraft() bool {
+	m := s.mtp
+	return m != nil && m.staged > 0 && m.next+m.staged == len(s.tokens)
+}
+
+// draft runs the block over the staged rows, the last with tok (the token
+// chosen for the session's position), and returns its greedy draft of the
+// token after tok.
+func (s *Session) draft(ctx context.Context, tok int32) (int32, error) {
+	m := s.mtp
+	toks := append(append(make([]int32, 0, m.staged), s.tokens[m.next+1:]...), tok)
+	if err := s.runMTP(ctx, toks, len(toks)-1); err != nil {
+		return 0, err
+	}
+	d := Greedy(m.logits)
+	if m.override != nil {
+		d = m.override(len(s.tokens)+1, d)
+	}
+	return d, nil
+}
+
+// decodeSpeculative is DecodeGreedy with drafts (Options.Draft).
+func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int32) bool) (int, error) {
+	n := 0
+	row0 := make([]float32, s.cfg.Vocab)
+	for n < max {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		if !s.logitsOK {
+			return n, ErrNoLogits
+		}
+		tok := Greedy(s.logits)
+		if !emit(tok) {
+			return n, nil
+		}
+		P := len(s.tokens)
+		if n+2 > max || P+2 > s.opts.MaxContext || !s.canDraft() {
+			if err := s.Decode(ctx, tok); err != nil {
+				return n, err
+			}
+			n++
+			continue
+		}
+		d, err := s.draft(ctx, tok)
+		if err != nil {
+			s.logitsOK = false
+			return n, err
+		}
+		if err := s.verify(ctx, tok, d, row0); err != nil {
+			s.logitsOK = false
+			return n, err
+		}
+		n++
+		s.stats.Drafted++
+		if Greedy(row0) == d {
+			s.stats.Accepted++
+			if emit(d) {
+				n++
+				continue
+			}
+		}
+		// Keep t only: its logits, its staged row.
+		s.tokens = s.tokens[:P+1]
+		copy(s.logits, row0)
+		s.mtp.staged = 1
+		if err := s.mtp.be.DropStagedMTP(s.mtp.b, 1); err != nil {
+			s.logitsOK = false
+			return n, s.opError(P, "MTP stage", -1, err)
+		}
+		if Greedy(row0) == d {
+			return n, nil // emit refused the confirmed draft
+		}
+	}
+	return n, nil
+}
+
+// verify runs the chunk [tok, d] at the session's position, leaving the
+// logits after tok in row0 and those after d as the session's.
+func (s *Session) verify(ctx context.Context, tok, d int32, row0 []float32) error {
+	toks := []int32{tok, d}
+	if err := s.checkTokens(toks); err != nil {
+		return err
+	}
+	P := len(s.tokens)
+	s.runEnd = P + 2
+	if err := s.ensureContinuable(ctx); err != nil {
+		return err
+	}
+	return s.chunk(ctx, toks, P, func(pos int, l []float32) {
+		if pos == P {
+			copy(row0, l)
+		}
+	})
+}
