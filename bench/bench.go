@@ -34,6 +34,12 @@ type Row struct {
 	GenS          float64 // seconds for them
 	GenTPS        float64 // GenTokens / GenS
 	KVBytes       int64   // KV/state bytes the session holds at the frontier (StateLayout, f32)
+
+	// With Options.Accept (not in the CSV): the plain greedy run's speed,
+	// and the speculative run's drafts and accepted drafts (GenTPS is the
+	// speculative run's speed).
+	PlainGenTPS       float64
+	Drafted, Accepted int
 }
 
 // Header is the CSV header line's fields.
@@ -65,6 +71,11 @@ type Options struct {
 	// the way before DecodeGreedy and DecodePicked, which on a GPU backend
 	// queue each step before the host has read the token before it.
 	HostGreedy bool
+	// Accept, for a session made with engine.Options.Draft and Accept's
+	// Accept as its ForceAccept, times speculative decoding at Accept's
+	// rate: at each frontier a plain greedy run (speculation off, timed as
+	// Row.PlainGenTPS), then a speculative one (Row.GenTPS).
+	Accept *Acceptance
 	// Progress, if set, is called after each row (for logs).
 	Progress func(Row)
 }
@@ -196,13 +207,17 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 				_, err = s.DecodePicked(ctx, o.Gen, engine.FilterFor(o.Sampling), func(l *engine.Logits) (int32, bool) {
 					return sm.SampleLogits(l, o.Sampling), true
 				})
+			case o.Accept != nil:
+				err = o.Accept.run(ctx, s, f, o.Gen, &r)
 			default:
 				_, err = s.DecodeGreedy(ctx, o.Gen, func(int32) bool { return true })
 			}
 			if err != nil {
 				return rows, fmt.Errorf("bench: decode at %d: %w", s.Pos(), err)
 			}
-			r.GenS = time.Since(t0).Seconds()
+			if o.Accept == nil {
+				r.GenS = time.Since(t0).Seconds()
+			}
 			r.GenTokens = o.Gen
 			r.GenTPS = rate(r.GenTokens, r.GenS)
 			if err := s.Rewind(ctx, f); err != nil {
@@ -271,4 +286,51 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// Acceptance times speculative decoding at a chosen acceptance rate: the
+// session commits each draft with that probability (engine.Options.
+// ForceAccept), whatever the model's choice, so that random weights —
+// whose drafts the model never confirms — show the speed a trained MTP
+// block of that acceptance gives (a pass costs the same whichever token it
+// commits; the tokens are not greedy decoding's).
+type Acceptance struct {
+	rate float64
+	rng  *rand.Rand
+}
+
+// NewAcceptance returns an acceptance of probability rate (in [0, 1]),
+// drawn from a generator seeded with seed.
+func NewAcceptance(rate float64, seed uint64) (*Acceptance, error) {
+	if !(rate >= 0 && rate <= 1) {
+		return nil, fmt.Errorf("bench: draft acceptance rate %g must be in [0, 1]", rate)
+	}
+	return &Acceptance{rate: rate, rng: rand.New(rand.NewPCG(seed, seed^0x51afd7ed558ccd))}, nil
+}
+
+// Accept is an engine.Options.ForceAccept.
+func (a *Acceptance) Accept(int) bool { return a.rng.Float64() < a.rate }
+
+// run decodes gen tokens at frontier f twice: plainly (speculation off),
+// then, rewound, speculatively at the acceptance rate, and fills r.
+func (a *Acceptance) run(ctx context.Context, s *engine.Session, f, gen int, r *Row) error {
+	if !s.SetSpeculate(false) {
+		return errors.New("bench: a forced acceptance needs a session with drafting (engine.Options.Draft)")
+	}
+	t0 := time.Now()
+	if _, err := s.DecodeGreedy(ctx, gen, func(int32) bool { return true }); err != nil {
+		return err
+	}
+	r.PlainGenTPS = rate(gen, time.Since(t0).Seconds())
+	if err := s.Rewind(ctx, f); err != nil {
+		return fmt.Errorf("rewind to %d: %w", f, err)
+	}
+	s.SetSpeculate(true)
+	st0 := s.Stats()
+	t0 = time.Now()
+	_, err := s.DecodeGreedy(ctx, gen, func(int32) bool { return true })
+	r.GenS = time.Since(t0).Seconds()
+	st := s.Stats()
+	r.Drafted, r.Accepted = st.Drafted-st0.Drafted, st.Accepted-st0.Accepted
+	return err
 }

@@ -36,9 +36,7 @@ type drafts struct {
 	next   int   // position of the oldest staged row
 	staged int   // staged rows: positions next … next+staged−1
 	logits []float32
-	// override replaces the block's greedy draft for position pos (tests:
-	// drafts the model accepts, which random weights never make).
-	override func(pos int, draft int32) int32
+	off    bool // SetSpeculate(false): DecodeGreedy decodes one token a pass
 }
 
 func newDrafts(be Backend, layout *StateLayout) (*drafts, error) {
@@ -154,10 +152,22 @@ func (s *Session) draft(ctx context.Context, tok int32) (int32, error) {
 		return 0, err
 	}
 	d := Greedy(m.logits)
-	if m.override != nil {
-		d = m.override(len(s.tokens)+1, d)
+	if f := s.opts.DraftOverride; f != nil {
+		d = f(len(s.tokens)+1, d)
 	}
 	return d, nil
+}
+
+// SetSpeculate turns speculative decoding off (DecodeGreedy then decodes
+// one token a pass, on the backend's pipelined path where it has one) or
+// back on, for a session with Options.Draft; it reports whether the session
+// drafts at all. The MTP block stays in step with the prompts either way.
+func (s *Session) SetSpeculate(on bool) bool {
+	if s.mtp == nil {
+		return false
+	}
+	s.mtp.off = !on
+	return true
 }
 
 // decodeSpeculative is DecodeGreedy with drafts (Options.Draft).
@@ -194,7 +204,8 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 		}
 		n++
 		s.stats.Drafted++
-		if Greedy(row0) == d {
+		ok := Greedy(row0) == d || (s.opts.ForceAccept != nil && s.opts.ForceAccept(P+1))
+		if ok {
 			s.stats.Accepted++
 			if emit(d) {
 				n++
@@ -209,7 +220,7 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 			s.logitsOK = false
 			return n, s.opError(P, "MTP stage", -1, err)
 		}
-		if Greedy(row0) == d {
+		if ok {
 			return n, nil // emit refused the confirmed draft
 		}
 	}

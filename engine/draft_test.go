@@ -109,19 +109,20 @@ func TestDraftSameTokens(t *testing.T) {
 	}
 	for _, mode := range []string{"model", "oracle", "alternate"} {
 		t.Run(mode, func(t *testing.T) {
-			s := newSess(t, be, engine.Options{ChunkSize: 7, Draft: true})
 			// The oracle knows plain decoding's next token at every
 			// position of every step (recorded per step below).
 			var truth map[int]int32
+			o := engine.Options{ChunkSize: 7, Draft: true}
 			switch mode {
 			case "oracle", "alternate":
-				engine.SetDraftOverride(s, func(pos int, d int32) int32 {
+				o.DraftOverride = func(pos int, d int32) int32 {
 					if tok, ok := truth[pos]; ok && (mode == "oracle" || pos%2 == 0) {
 						return tok
 					}
 					return (d + 1) % 512 // surely wrong unless the model agrees
-				})
+				}
 			}
+			s := newSess(t, be, o)
 			for i, st := range steps {
 				// Plain decoding's tokens of this step, by position.
 				truth = map[int]int32{}
@@ -182,11 +183,11 @@ func TestDraftRefusedToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := greedyRun(t, plain, 6)
-	s := newSess(t, be, engine.Options{Draft: true})
+	s := newSess(t, be, engine.Options{Draft: true,
+		DraftOverride: func(pos int, d int32) int32 { return want[pos-len(prompt)] }})
 	if err := s.Prefill(ctx, prompt); err != nil {
 		t.Fatal(err)
 	}
-	engine.SetDraftOverride(s, func(pos int, d int32) int32 { return want[pos-len(prompt)] })
 	var got []int32
 	n, err := s.DecodeGreedy(ctx, 10, func(tok int32) bool {
 		if len(got) == 4 {
@@ -216,5 +217,57 @@ func TestDraftNeedsMTP(t *testing.T) {
 	_, err := engine.NewSession(tinyBackend(t, nil), engine.Options{Draft: true})
 	if err == nil || !strings.Contains(err.Error(), "MTP block") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestDraftForceAccept: committed drafts the model did not choose (a
+// benchmark's forced acceptance) leave the session as a plain session fed
+// the same tokens: its logits bit for bit; speculation can be turned off
+// and on.
+func TestDraftForceAccept(t *testing.T) {
+	be := mtpBackend(t)
+	ctx := context.Background()
+	prompt := tokens(30, 512)
+	const X = 77
+	s := newSess(t, be, engine.Options{ChunkSize: 8, Draft: true,
+		DraftOverride: func(int, int32) int32 { return X },
+		ForceAccept:   func(pos int) bool { return pos%3 != 0 }})
+	if err := s.Prefill(ctx, prompt); err != nil {
+		t.Fatal(err)
+	}
+	var got []int32
+	if _, err := s.DecodeGreedy(ctx, 40, func(tok int32) bool { got = append(got, tok); return true }); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Accepted == 0 || st.Accepted == st.Drafted {
+		t.Fatalf("%d of %d drafts committed", st.Accepted, st.Drafted)
+	}
+	xs := 0
+	for _, tok := range got {
+		if tok == X {
+			xs++
+		}
+	}
+	if xs < st.Accepted {
+		t.Fatalf("%d committed drafts but %d tokens %d in %v", st.Accepted, xs, X, got)
+	}
+	plain := newSess(t, be, engine.Options{ChunkSize: 5})
+	if err := plain.Prefill(ctx, s.Tokens()); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(plain.Logits(), s.Logits()) {
+		t.Fatal("logits differ from a plain session fed the same tokens")
+	}
+	// Off: one token a pass, no drafts.
+	if !s.SetSpeculate(false) {
+		t.Fatal("SetSpeculate on a drafting session")
+	}
+	want := greedyRun(t, plain, 10)
+	if got := greedyRun(t, s, 10); !slices.Equal(got, want) || s.Stats().Drafted != st.Drafted {
+		t.Fatalf("speculation off: %v (%d drafts), want %v", got, s.Stats().Drafted-st.Drafted, want)
+	}
+	if newSess(t, be, engine.Options{}).SetSpeculate(true) {
+		t.Error("SetSpeculate reports drafting on a session without Draft")
 	}
 }

@@ -30,7 +30,7 @@ func (s *Session) DecodeGreedy(ctx context.Context, max int, emit func(tok int32
 	if s.closed {
 		return 0, ErrClosed
 	}
-	if s.mtp != nil {
+	if s.mtp != nil && !s.mtp.off {
 		return s.decodeSpeculative(ctx, max, emit)
 	}
 	n := 0

@@ -52,6 +52,17 @@ type Options struct {
 	// DecodeGreedy). Needs a backend that implements Drafter, with an MTP
 	// block in its weights.
 	Draft bool
+	// DraftOverride, with Draft, replaces each of the block's greedy drafts
+	// (of the token at pos) with its result. Benchmarks use it to measure
+	// speculative decoding at a chosen acceptance rate on random weights,
+	// whose drafts the model never accepts; tests, to reach every path.
+	DraftOverride func(pos int, draft int32) int32
+	// ForceAccept, with Draft, commits the draft of the token at pos when
+	// it returns true, whatever the model's greedy choice there: the tokens
+	// are then not greedy decoding's. Benchmarks use it to time a chosen
+	// acceptance rate on random weights (a pass costs the same whichever
+	// token it commits).
+	ForceAccept func(pos int) bool
 }
 
 // Stage identifies the point of the forward pass a TraceEvent reports.

@@ -57,6 +57,11 @@ type Options struct {
 	// NoDemoFallback makes a missing default model an error instead of
 	// falling back to the demo model.
 	NoDemoFallback bool
+	// MTPPath is a separate MTP file (ds4's DeepSeek-V4-Flash-MTP GGUF, or
+	// `ds4-gguf synth --mtp-only`) whose block is bound to the model
+	// (model.LoadMTP): the draft head of speculative decoding. A model file
+	// may also carry the block itself.
+	MTPPath string
 	// Backend is BackendCPU, BackendCUDA or BackendNone.
 	Backend string
 	// Threads is the CPU backend's worker count (all cores when ≤ 0).
@@ -81,6 +86,7 @@ var ErrNoModel = errors.New("no model: " + GetModelHint)
 // Model is an opened model. Close releases the backend and the mapping.
 type Model struct {
 	File      *gguf.File
+	MTPFile   *gguf.File // Options.MTPPath's file, or nil
 	Weights   *model.Weights
 	Config    model.Config
 	Tokenizer *tokenizer.Tokenizer
@@ -116,7 +122,15 @@ func (m *Model) Close() {
 		m.File.Close()
 		m.File = nil
 	}
+	if m.MTPFile != nil {
+		m.MTPFile.Close()
+		m.MTPFile = nil
+	}
 }
+
+// HasMTP reports whether the model has an MTP block (its own or
+// Options.MTPPath's).
+func (m *Model) HasMTP() bool { return m.Weights != nil && m.Weights.MTP != nil }
 
 // Resolve returns the path Open would use ("" for the demo model).
 func Resolve(o Options) (string, error) {
@@ -171,6 +185,14 @@ func Open(o Options) (*Model, error) {
 		return fail(err)
 	}
 	m.Config = m.Weights.Config
+	if o.MTPPath != "" {
+		if m.MTPFile, err = gguf.Open(o.MTPPath); err != nil {
+			return fail(fmt.Errorf("MTP file: %w", err))
+		}
+		if err := model.LoadMTP(m.Weights, m.MTPFile); err != nil {
+			return fail(fmt.Errorf("MTP file %s: %w", o.MTPPath, err))
+		}
+	}
 	v, err := model.VocabFromGGUF(m.File, m.Config.Vocab)
 	if err != nil {
 		return fail(err)

@@ -73,9 +73,9 @@ type Backend struct {
 
 	layers []dlayer
 
-	embd, out, hcHeadFn *Weight
-	outNorm, hcHeadBase Ptr
-	hcHeadScale         Ptr // one float
+	embd, out *Weight
+	head      dhead // the hyper-connection head and final norm
+	mtp       *dmtp // the MTP block (nil without one)
 
 	weights []*Weight
 	vecs    []Ptr
@@ -423,16 +423,16 @@ func (be *Backend) prepare(w *model.Weights) error {
 		return wrap("output", err)
 	}
 	var outNorm, headBase, sinks0, normLast []float32
-	if be.outNorm, outNorm, err = be.vec(w.OutputNorm, D); err != nil {
+	if be.head.norm, outNorm, err = be.vec(w.OutputNorm, D); err != nil {
 		return wrap("output_norm", err)
 	}
-	if be.hcHeadFn, err = be.mat(w.OutputHCFn, 1, HC, HC*D); err != nil {
+	if be.head.fn, err = be.mat(w.OutputHCFn, 1, HC, HC*D); err != nil {
 		return wrap("output_hc_fn", err)
 	}
-	if be.hcHeadBase, headBase, err = be.vec(w.OutputHCBase, HC); err != nil {
+	if be.head.base, headBase, err = be.vec(w.OutputHCBase, HC); err != nil {
 		return wrap("output_hc_base", err)
 	}
-	if be.hcHeadScale, _, err = be.vec(w.OutputHCScal, 1); err != nil {
+	if be.head.scale, _, err = be.vec(w.OutputHCScal, 1); err != nil {
 		return wrap("output_hc_scale", err)
 	}
 	hc := func(fn, scale, base *model.Tensor) (dhc, error) {
@@ -465,104 +465,22 @@ func (be *Backend) prepare(w *model.Weights) error {
 		cp.norm, _, err = be.vec(cw.Norm, width)
 		return cp, err
 	}
-	H, HD, QL := c.Heads, c.HeadDim, c.QLoraRank
-	E, FF := c.Experts, c.ExpertFF
 	be.layers = make([]dlayer, c.Layers)
 	for l := range be.layers {
-		wl, L := &w.Layers[l], &be.layers[l]
-		L.index, L.ratio, L.hash = l, c.Ratio(l), c.IsHashLayer(l)
-		L.clamp = c.SwigluClamp[l]
-		if L.freqs, err = be.upF32(engine.RopeFrequencies(c, l)); err != nil {
+		attnNorm, sinks, err := be.prepareLayer(&be.layers[l], &w.Layers[l], hc, comp)
+		if err != nil {
 			return err
 		}
-		var attnNorm []float32
-		steps := []struct {
-			what string
-			do   func() error
-		}{
-			{"hc_attn", func() (e error) { L.hcAttn, e = hc(wl.HCAttnFn, wl.HCAttnScale, wl.HCAttnBase); return }},
-			{"hc_ffn", func() (e error) { L.hcFFN, e = hc(wl.HCFFNFn, wl.HCFFNScale, wl.HCFFNBase); return }},
-			{"attn_norm", func() (e error) { L.attnNorm, attnNorm, e = be.vec(wl.AttnNorm, D); return }},
-			{"ffn_norm", func() (e error) { L.ffnNorm, _, e = be.vec(wl.FFNNorm, D); return }},
-			{"attn_q_a", func() (e error) { L.qa, e = be.mat(wl.QA, 1, QL, D); return }},
-			{"attn_q_a_norm", func() (e error) { L.qNorm, _, e = be.vec(wl.QANorm, QL); return }},
-			{"attn_q_b", func() (e error) { L.qb, e = be.mat(wl.QB, 1, H*HD, QL); return }},
-			{"attn_kv", func() (e error) { L.kv, e = be.mat(wl.KV, 1, HD, D); return }},
-			{"attn_kv_a_norm", func() (e error) { L.kvNorm, _, e = be.vec(wl.KVNorm, HD); return }},
-			{"attn_sinks", func() (e error) {
-				var v []float32
-				L.sinks, v, e = be.vec(wl.Sinks, H)
-				if l == 0 {
-					sinks0 = v
-				}
-				return
-			}},
-			{"attn_output_a", func() (e error) { L.outA, e = be.mat(wl.OutA, c.OGroups, c.OLoraRank, H*HD/c.OGroups); return }},
-			{"attn_output_b", func() (e error) { L.outB, e = be.mat(wl.OutB, 1, D, c.OGroups*c.OLoraRank); return }},
-			{"ffn_gate_inp", func() (e error) { L.gate, e = be.mat(wl.GateInp, 1, E, D); return }},
-			{"ffn_gate_exps", func() (e error) { L.gateExps, e = be.mat(wl.GateExps, E, FF, D); return }},
-			{"ffn_up_exps", func() (e error) { L.upExps, e = be.mat(wl.UpExps, E, FF, D); return }},
-			{"ffn_down_exps", func() (e error) { L.downExps, e = be.mat(wl.DownExps, E, D, FF); return }},
-			{"ffn_gate_shexp", func() (e error) { L.gateSh, e = be.mat(wl.GateShexp, 1, FF, D); return }},
-			{"ffn_up_shexp", func() (e error) { L.upSh, e = be.mat(wl.UpShexp, 1, FF, D); return }},
-			{"ffn_down_shexp", func() (e error) { L.downSh, e = be.mat(wl.DownShexp, 1, D, FF); return }},
-		}
-		for _, s := range steps {
-			if err := s.do(); err != nil {
-				return fmt.Errorf("cuda: layer %d %s: %w", l, s.what, err)
-			}
+		if l == 0 {
+			sinks0 = sinks
 		}
 		if l == len(be.layers)-1 {
 			normLast = attnNorm
 		}
-		if L.ratio != model.RatioNone {
-			if wl.Compressor == nil {
-				return fmt.Errorf("cuda: layer %d: no compressor", l)
-			}
-			cp, err := comp(wl.Compressor, L.ratio, HD)
-			if err != nil {
-				return fmt.Errorf("cuda: layer %d attention compressor: %w", l, err)
-			}
-			L.comp = &cp
-		}
-		if L.ratio == model.RatioIndexed {
-			if wl.Indexer == nil {
-				return fmt.Errorf("cuda: layer %d: no indexer", l)
-			}
-			ix := &dindexer{}
-			IH, IHD := c.IndexerHeads, c.IndexerHeadDim
-			ix.hadScale = float32(math.Pow(float64(IHD), -0.5))
-			if ix.qb, err = be.mat(wl.Indexer.QB, 1, IH*IHD, QL); err != nil {
-				return fmt.Errorf("cuda: layer %d indexer q_b: %w", l, err)
-			}
-			if ix.proj, err = be.mat(wl.Indexer.Proj, 1, IH, D); err != nil {
-				return fmt.Errorf("cuda: layer %d indexer proj: %w", l, err)
-			}
-			if ix.comp, err = comp(&wl.Indexer.Compressor, L.ratio, IHD); err != nil {
-				return fmt.Errorf("cuda: layer %d indexer compressor: %w", l, err)
-			}
-			L.idx = ix
-		}
-		if L.hash {
-			t := wl.Tid2Eid
-			if t == nil || t.Type != quant.I32 || t.RowLen() != c.ExpertsUsed || t.Rows() != c.Vocab {
-				return fmt.Errorf("cuda: layer %d: tid2eid must be I32 [%d][%d]", l, c.Vocab, c.ExpertsUsed)
-			}
-			ids := make([]int32, c.Vocab*c.ExpertsUsed)
-			for i := range ids {
-				e := int32(binary.LittleEndian.Uint32(t.Data[4*i:]))
-				if e < 0 || int(e) >= E {
-					return fmt.Errorf("cuda: layer %d: tid2eid[%d] = %d is not an expert", l, i, e)
-				}
-				ids[i] = e
-			}
-			if L.tid2eid, err = be.upI32(ids); err != nil {
-				return err
-			}
-		} else if wl.ExpProbsBias != nil {
-			if L.bias, _, err = be.vec(wl.ExpProbsBias, E); err != nil {
-				return fmt.Errorf("cuda: layer %d exp_probs_b: %w", l, err)
-			}
+	}
+	if w.MTP != nil {
+		if err := be.prepareMTP(w.MTP, hc, comp); err != nil {
+			return err
 		}
 	}
 	if err := be.dev.Synchronize(); err != nil {
@@ -579,6 +497,104 @@ func (be *Backend) prepare(w *model.Weights) error {
 	h.Write(w.TokenEmbd.Row(0))
 	be.fingerprint = h.Sum(nil)
 	return nil
+}
+
+type (
+	hcPrep   func(fn, scale, base *model.Tensor) (dhc, error)
+	compPrep func(cw *model.Compressor, ratio, width int) (dcomp, error)
+)
+
+// prepareLayer uploads block wl (a layer or the MTP block) into L and
+// returns its attention norm and sinks (for the fingerprint).
+func (be *Backend) prepareLayer(L *dlayer, wl *model.Layer, hc hcPrep, comp compPrep) (attnNorm, sinks []float32, err error) {
+	c := &be.cfg
+	D, H, HD, QL := c.Embed, c.Heads, c.HeadDim, c.QLoraRank
+	E, FF := c.Experts, c.ExpertFF
+	l := wl.Index
+	L.index, L.ratio, L.hash = l, c.Ratio(l), c.IsHashLayer(l)
+	L.clamp = c.Clamp(l)
+	if L.freqs, err = be.upF32(engine.RopeFrequencies(c, l)); err != nil {
+		return nil, nil, err
+	}
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"hc_attn", func() (e error) { L.hcAttn, e = hc(wl.HCAttnFn, wl.HCAttnScale, wl.HCAttnBase); return }},
+		{"hc_ffn", func() (e error) { L.hcFFN, e = hc(wl.HCFFNFn, wl.HCFFNScale, wl.HCFFNBase); return }},
+		{"attn_norm", func() (e error) { L.attnNorm, attnNorm, e = be.vec(wl.AttnNorm, D); return }},
+		{"ffn_norm", func() (e error) { L.ffnNorm, _, e = be.vec(wl.FFNNorm, D); return }},
+		{"attn_q_a", func() (e error) { L.qa, e = be.mat(wl.QA, 1, QL, D); return }},
+		{"attn_q_a_norm", func() (e error) { L.qNorm, _, e = be.vec(wl.QANorm, QL); return }},
+		{"attn_q_b", func() (e error) { L.qb, e = be.mat(wl.QB, 1, H*HD, QL); return }},
+		{"attn_kv", func() (e error) { L.kv, e = be.mat(wl.KV, 1, HD, D); return }},
+		{"attn_kv_a_norm", func() (e error) { L.kvNorm, _, e = be.vec(wl.KVNorm, HD); return }},
+		{"attn_sinks", func() (e error) { L.sinks, sinks, e = be.vec(wl.Sinks, H); return }},
+		{"attn_output_a", func() (e error) { L.outA, e = be.mat(wl.OutA, c.OGroups, c.OLoraRank, H*HD/c.OGroups); return }},
+		{"attn_output_b", func() (e error) { L.outB, e = be.mat(wl.OutB, 1, D, c.OGroups*c.OLoraRank); return }},
+		{"ffn_gate_inp", func() (e error) { L.gate, e = be.mat(wl.GateInp, 1, E, D); return }},
+		{"ffn_gate_exps", func() (e error) { L.gateExps, e = be.mat(wl.GateExps, E, FF, D); return }},
+		{"ffn_up_exps", func() (e error) { L.upExps, e = be.mat(wl.UpExps, E, FF, D); return }},
+		{"ffn_down_exps", func() (e error) { L.downExps, e = be.mat(wl.DownExps, E, D, FF); return }},
+		{"ffn_gate_shexp", func() (e error) { L.gateSh, e = be.mat(wl.GateShexp, 1, FF, D); return }},
+		{"ffn_up_shexp", func() (e error) { L.upSh, e = be.mat(wl.UpShexp, 1, FF, D); return }},
+		{"ffn_down_shexp", func() (e error) { L.downSh, e = be.mat(wl.DownShexp, 1, D, FF); return }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			return nil, nil, fmt.Errorf("cuda: layer %d %s: %w", l, s.what, err)
+		}
+	}
+	if L.ratio != model.RatioNone {
+		if wl.Compressor == nil {
+			return nil, nil, fmt.Errorf("cuda: layer %d: no compressor", l)
+		}
+		cp, err := comp(wl.Compressor, L.ratio, HD)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cuda: layer %d attention compressor: %w", l, err)
+		}
+		L.comp = &cp
+	}
+	if L.ratio == model.RatioIndexed {
+		if wl.Indexer == nil {
+			return nil, nil, fmt.Errorf("cuda: layer %d: no indexer", l)
+		}
+		ix := &dindexer{}
+		IH, IHD := c.IndexerHeads, c.IndexerHeadDim
+		ix.hadScale = float32(math.Pow(float64(IHD), -0.5))
+		if ix.qb, err = be.mat(wl.Indexer.QB, 1, IH*IHD, QL); err != nil {
+			return nil, nil, fmt.Errorf("cuda: layer %d indexer q_b: %w", l, err)
+		}
+		if ix.proj, err = be.mat(wl.Indexer.Proj, 1, IH, D); err != nil {
+			return nil, nil, fmt.Errorf("cuda: layer %d indexer proj: %w", l, err)
+		}
+		if ix.comp, err = comp(&wl.Indexer.Compressor, L.ratio, IHD); err != nil {
+			return nil, nil, fmt.Errorf("cuda: layer %d indexer compressor: %w", l, err)
+		}
+		L.idx = ix
+	}
+	if L.hash {
+		t := wl.Tid2Eid
+		if t == nil || t.Type != quant.I32 || t.RowLen() != c.ExpertsUsed || t.Rows() != c.Vocab {
+			return nil, nil, fmt.Errorf("cuda: layer %d: tid2eid must be I32 [%d][%d]", l, c.Vocab, c.ExpertsUsed)
+		}
+		ids := make([]int32, c.Vocab*c.ExpertsUsed)
+		for i := range ids {
+			e := int32(binary.LittleEndian.Uint32(t.Data[4*i:]))
+			if e < 0 || int(e) >= E {
+				return nil, nil, fmt.Errorf("cuda: layer %d: tid2eid[%d] = %d is not an expert", l, i, e)
+			}
+			ids[i] = e
+		}
+		if L.tid2eid, err = be.upI32(ids); err != nil {
+			return nil, nil, err
+		}
+	} else if wl.ExpProbsBias != nil {
+		if L.bias, _, err = be.vec(wl.ExpProbsBias, E); err != nil {
+			return nil, nil, fmt.Errorf("cuda: layer %d exp_probs_b: %w", l, err)
+		}
+	}
+	return attnNorm, sinks, nil
 }
 
 var _ engine.Backend = (*Backend)(nil)

@@ -10,11 +10,12 @@ import (
 // batch holds the device activations of one chunk of up to cap tokens, all
 // f32, token-major, and the stream its work runs on.
 type batch struct {
-	be  *Backend
-	cap int
-	n   int // tokens of the current chunk
-	pos int // position of the first token
-	s   Stream
+	be    *Backend
+	stage *stageBuf // an MTP batch's staged rows (engine.Drafter), or nil
+	cap   int
+	n     int // tokens of the current chunk
+	pos   int // position of the first token
+	s     Stream
 
 	// side is a second stream for work independent of the main stream's
 	// (the shared expert beside the routed ones): fork makes it wait for
@@ -205,6 +206,9 @@ func (b *batch) Release() {
 		d.Free(p)
 	}
 	b.sc.free()
+	if b.stage != nil {
+		b.stage.release(d)
+	}
 	b.gq.release(d)
 	b.pq.release(d)
 	if b.pinned != nil {

@@ -218,7 +218,7 @@ func (be *Backend) embedFrom(b *batch, pos, n int, tokens []int32, picked bool) 
 			return err
 		}
 	}
-	if n == 1 && be.opts.GraphLayers > 0 {
+	if n <= graphMaxTokens && be.opts.GraphLayers > 0 {
 		if err := b.beginGraph(); err != nil {
 			return err
 		}
@@ -287,11 +287,13 @@ func (be *Backend) postMixParts(b *batch, layer int, sub engine.SubBlock) int {
 func (be *Backend) nextMixFn(layer int, sub engine.SubBlock) *Weight {
 	switch {
 	case sub == engine.AttnSub:
-		return be.layers[layer].hcFFN.fn
+		return be.layer(layer).hcFFN.fn
 	case layer+1 < len(be.layers):
 		return be.layers[layer+1].hcAttn.fn
+	case layer == len(be.layers):
+		return be.mtp.head.fn // the MTP block's FFN: its head
 	}
-	return be.hcHeadFn
+	return be.head.fn
 }
 
 func (L *dlayer) hcOf(sub engine.SubBlock) (*dhc, Ptr) {
@@ -308,7 +310,7 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 		return err
 	}
 	c := &be.cfg
-	L := &be.layers[layer]
+	L := be.layer(layer)
 	hw, normW := L.hcOf(sub)
 	M := c.HCMixes()
 	mx, err := b.sc.f32("hc.mixes", b.n*M)
@@ -409,6 +411,13 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 	if err != nil {
 		return err
 	}
+	return be.headRows(b, rows, logits, &be.head)
+}
+
+// headRows is Head with the hyper-connection head and final norm hw (the
+// model's, or the MTP block's).
+func (be *Backend) headRows(b *batch, rows []int, logits []float32, hw *dhead) error {
+	var err error
 	d := be.dev
 	D, V := be.cfg.Embed, be.cfg.Vocab
 	if len(logits) < len(rows)*V {
@@ -419,7 +428,7 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 			return fmt.Errorf("cuda: head rows %v: not ascending rows of the chunk of %d", rows, b.n)
 		}
 	}
-	if err := be.headIn(b); err != nil {
+	if err := be.headIn(b, hw); err != nil {
 		return err
 	}
 	if len(rows) == 0 {
@@ -504,19 +513,19 @@ func (be *Backend) Head(bi engine.Batch, rows []int, logits []float32) error {
 
 // headIn forms the head's input of every chunk row (the hyper-connection
 // head and the final norm) into b.headIn.
-func (be *Backend) headIn(b *batch) error {
+func (be *Backend) headIn(b *batch, hw *dhead) error {
 	c := &be.cfg
 	mx, err := b.sc.f32("head.mixes", b.n*c.HC)
 	if err != nil {
 		return err
 	}
-	mo, err := be.mixes(b, be.hcHeadFn, mx)
+	mo, err := be.mixes(b, hw.fn, mx)
 	if err != nil {
 		return err
 	}
 	return be.dev.HCPre(b.s, &HCPreArgs{
-		Head: true, Mix: mo.ptr, RawMix: mo.raw, M: c.HC, Scale: be.hcHeadScale, Base: be.hcHeadBase, HC: c.HC, HCEps: c.HCEps,
-		H: b.h, D: c.Embed, NormW: be.outNorm, NormEps: c.NormEps, X: b.headIn, N: b.n, HDone: mo.late, Parts: mo.parts,
+		Head: true, Mix: mo.ptr, RawMix: mo.raw, M: c.HC, Scale: hw.scale, Base: hw.base, HC: c.HC, HCEps: c.HCEps,
+		H: b.h, D: c.Embed, NormW: hw.norm, NormEps: c.NormEps, X: b.headIn, N: b.n, HDone: mo.late, Parts: mo.parts,
 	})
 }
 
@@ -536,7 +545,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 	c := &be.cfg
 	d, s := be.dev, b.s
-	L := &be.layers[layer]
+	L := be.layer(layer)
 	tabs := st.layers[layer]
 	n, D, H, HD, QL, rd := b.n, c.Embed, c.Heads, c.HeadDim, c.QLoraRank, c.RopeDim
 	nope := HD - rd
@@ -1090,7 +1099,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	}
 	c := &be.cfg
 	d, s := be.dev, b.s
-	L := &be.layers[layer]
+	L := be.layer(layer)
 	n, D, E, K, FF := b.n, c.Embed, c.Experts, c.ExpertsUsed, c.ExpertFF
 	nk := n * K
 	b.moe = moeSum{}

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Graph decode. The work of a one-token chunk, Embed to Head, runs as CUDA
-// graphs (one per Options.GraphLayers layers) instead of kernel by kernel:
+// Graph decode. The work of a one-token chunk (or a two-token pass of
+// speculative decoding), Embed to Head, runs as CUDA graphs (one per Options.GraphLayers layers) instead of kernel by kernel:
 // the GPU runs the ≈ 45 kernels of a layer back to back while the host
 // records the next layer.
 //
@@ -90,7 +90,12 @@ func (be *Backend) GraphStats() GraphStats {
 		c.pickedHeads.Load(), c.pickAhead.Load(), c.pickDropped.Load(), c.pickOverflows.Load(), c.rebuilds.Load()}
 }
 
-// beginGraph starts recording the chunk's work (one token, graphs on).
+// graphMaxTokens is the largest chunk whose work runs as graphs: a decode
+// step, or speculative decoding's pass of a token and its draft.
+const graphMaxTokens = 2
+
+// beginGraph starts recording the chunk's work (at most graphMaxTokens
+// tokens, graphs on).
 func (b *batch) beginGraph() error {
 	if err := b.startSegment(); err != nil {
 		return err
@@ -120,6 +125,9 @@ func (b *batch) startSegment() error {
 	}
 	b.g.capturing = true
 	b.g.shape = b.g.shape[:0]
+	if b.n > 1 {
+		b.g.shape = append(b.g.shape, 'n', byte(b.n)) // the token count is the kernels' structure too
+	}
 	b.g.began = time.Now()
 	return nil
 }

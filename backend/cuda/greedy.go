@@ -146,7 +146,7 @@ func (b *batch) readyQueue(q pipeQueue, what string) error {
 // floats on the device): Head's work for that row, the logits left on the
 // device.
 func (be *Backend) headRow(b *batch, out Ptr) error {
-	if err := be.headIn(b); err != nil {
+	if err := be.headIn(b, &be.head); err != nil {
 		return err
 	}
 	return be.linear(b, b.headIn, be.cfg.Embed, 1, linJob{be.out, out, be.cfg.Vocab})

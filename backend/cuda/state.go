@@ -37,8 +37,11 @@ func (be *Backend) NewState(layout *engine.StateLayout) (engine.State, error) {
 	if layout.Config.Layers != be.cfg.Layers {
 		return nil, fmt.Errorf("cuda: state layout for %d layers, model has %d", layout.Config.Layers, be.cfg.Layers)
 	}
-	st := &state{be: be, layout: layout, layers: make([][]*dtable, be.cfg.Layers)}
-	for l := range st.layers {
+	if layout.MTP && be.mtp == nil {
+		return nil, fmt.Errorf("cuda: an MTP state for a model without an MTP block")
+	}
+	st := &state{be: be, layout: layout, layers: make([][]*dtable, be.cfg.Layers+1)}
+	for _, l := range layout.Blocks() {
 		st.layers[l] = make([]*dtable, engine.PartIndexScore+1)
 		for _, p := range layout.Parts(l) {
 			t := &dtable{width: layout.Width(l, p), cap: layout.Capacity(l, p), ring: p.ByPosition()}

@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,6 +62,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sampleSeed := fs.Uint64("sample-seed", 1, "with --temp: the sampler's seed")
 	limit := fs.Duration("time-limit", 0, "stop this long after the start (loading included), keeping the frontiers completed (0: none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run (after loading) to this file")
+	mtp := fs.String("mtp", "", "speculative greedy decoding with an MTP block: a separate MTP `FILE`, or \"model\" for the model file's own block")
+	accept := fs.String("accept", "", "with --mtp: time speculative decoding with the drafts committed at these `RATES` (comma-separated, 0-1; one run each) whatever the model's choice, against a plain greedy run: the speed a trained MTP block of that acceptance gives (random weights' drafts are never right; the tokens are then not greedy decoding's)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -111,12 +114,36 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	// Model and backend.
 	t0 := time.Now()
-	m, err := loader.Open(loader.Options{Path: *modelPath, Backend: strings.ToLower(*backend), Threads: *threads,
+	var rates []float64
+	for _, f := range strings.Split(*accept, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		r, err := strconv.ParseFloat(f, 64)
+		if err != nil || !(r >= 0 && r <= 1) {
+			return fail(fmt.Errorf("--accept: %q is not a rate in [0, 1]", f))
+		}
+		rates = append(rates, r)
+	}
+	if len(rates) > 0 && *mtp == "" {
+		return fail(errors.New("--accept needs --mtp"))
+	}
+	if *mtp != "" && *temp > 0 {
+		return fail(errors.New("--mtp speculates on greedy decoding only (no --temp)"))
+	}
+	mtpPath := *mtp
+	if mtpPath == "model" {
+		mtpPath = ""
+	}
+	m, err := loader.Open(loader.Options{Path: *modelPath, MTPPath: mtpPath, Backend: strings.ToLower(*backend), Threads: *threads,
 		CUDA: cuda.Options{Fast: *fast, GraphLayers: *graphLayers, Recapture: *recapture}})
 	if err != nil {
 		return fail(err)
 	}
 	defer m.Close()
+	if *mtp != "" && !m.HasMTP() {
+		return fail(fmt.Errorf("%s has no MTP block (--mtp FILE loads a separate one)", m.Name))
+	}
 	be, c := m.Backend, m.Config
 	logf("model %s: %v; backend %s ready in %.2f s (map %.2f s, validate %.2f s, backend %.2f s)", m.Name, m.Weights, *backend,
 		time.Since(t0).Seconds(), m.MapTime.Seconds(), m.LoadTime.Seconds(), m.BackendTime.Seconds())
@@ -152,12 +179,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		prompt = bench.RandomTokens(last, c.Vocab, *seed)
 	}
 
-	s, err := engine.NewSession(be, engine.Options{ChunkSize: *chunk, MaxContext: *ctxLen})
-	if err != nil {
-		return fail(err)
-	}
-	defer s.Close()
-
 	// Output.
 	out := stdout
 	if *csvPath != "" {
@@ -180,21 +201,55 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	var werr error
-	rows, err := bench.Run(ctx, s, prompt, bench.Options{Frontiers: fr, Gen: *gen, Warmup: *warmup, HostGreedy: *hostGreedy,
-		Sampling: engine.SamplerOptions{Temperature: float32(*temp), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *sampleSeed}, Progress: func(r bench.Row) {
-			if e := cw.Write(r); e != nil && werr == nil {
-				werr = e
-			}
-			logf("frontier %d: prefill %d tokens in %.2f s (%.1f tok/s), gen %d in %.2f s (%.2f tok/s), kv %.1f MiB",
-				r.Frontier, r.PrefillTokens, r.PrefillS, r.PrefillTPS, r.GenTokens, r.GenS, r.GenTPS, float64(r.KVBytes)/(1<<20))
-		}})
+	var st engine.Stats
+	runs := []float64{-1} // the block's own drafts (or none)
+	if len(rates) > 0 {
+		runs = rates
+	}
 	status := 0
-	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			logf("time limit %v reached: %d of %d frontiers done", *limit, len(rows), len(fr))
-		} else {
-			fmt.Fprintln(stderr, "ds4-bench:", err)
-			status = 1
+	var rows []bench.Row
+	for i, rate := range runs {
+		so := engine.Options{ChunkSize: *chunk, MaxContext: *ctxLen, Draft: *mtp != ""}
+		if rate >= 0 {
+			so.RewindSlack = *gen + 8 // the oracle's rewinds stay in place
+		}
+		var acc *bench.Acceptance
+		if rate >= 0 {
+			if acc, err = bench.NewAcceptance(rate, *seed); err != nil {
+				return fail(err)
+			}
+			so.ForceAccept = acc.Accept
+			logf("drafts committed at the rate %g", rate)
+		}
+		s, err := engine.NewSession(be, so)
+		if err != nil {
+			return fail(err)
+		}
+		r, err := bench.Run(ctx, s, prompt, bench.Options{Frontiers: fr, Gen: *gen, Warmup: *warmup, HostGreedy: *hostGreedy, Accept: acc,
+			Sampling: engine.SamplerOptions{Temperature: float32(*temp), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *sampleSeed}, Progress: func(r bench.Row) {
+				if e := cw.Write(r); e != nil && werr == nil {
+					werr = e
+				}
+				logf("frontier %d: prefill %d tokens in %.2f s (%.1f tok/s), gen %d in %.2f s (%.2f tok/s), kv %.1f MiB",
+					r.Frontier, r.PrefillTokens, r.PrefillS, r.PrefillTPS, r.GenTokens, r.GenS, r.GenTPS, float64(r.KVBytes)/(1<<20))
+				if acc != nil {
+					logf("frontier %d: speculative %.2f tok/s (%d drafts, %d committed: %.0f %%) against plain greedy %.2f tok/s (×%.3f)",
+						r.Frontier, r.GenTPS, r.Drafted, r.Accepted, 100*float64(r.Accepted)/float64(max(r.Drafted, 1)), r.PlainGenTPS, r.GenTPS/r.PlainGenTPS)
+				}
+			}})
+		st = s.Stats()
+		s.Close()
+		if i == 0 {
+			rows = r
+		}
+		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				logf("time limit %v reached: %d of %d frontiers done", *limit, len(r), len(fr))
+			} else {
+				fmt.Fprintln(stderr, "ds4-bench:", err)
+				status = 1
+			}
+			break
 		}
 	}
 	if werr != nil {
@@ -207,8 +262,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 	}
-	st := s.Stats()
-	logf("session stats: %+v", st)
+	logf("session stats (the last run): %+v", st)
 	if g, ok := be.(interface{ GraphStats() cuda.GraphStats }); ok {
 		if gs := g.GraphStats(); gs.Captures > 0 {
 			per := func(ns int64) float64 { return float64(ns) / float64(gs.Captures) / 1e6 }

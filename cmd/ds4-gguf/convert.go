@@ -16,13 +16,14 @@ import (
 // checkpoint directory to a DS4 GGUF file.
 func runConvert(args []string) error {
 	stderr := os.Stderr
-	fs := newFlagSet("convert", "convert --in DIR -o OUT.gguf [--scheme f32|f16|q8|q2|q4] [--tokenizer PATH|default|none]", stderr)
+	fs := newFlagSet("convert", "convert --in DIR -o OUT.gguf [--scheme f32|f16|q8|q2|q4] [--tokenizer PATH|default|none] [--mtp]", stderr)
 	in := fs.String("in", "", "checkpoint `DIR` (config.json + model.safetensors or model.safetensors.index.json shards)")
 	out := fs.String("o", "", "output GGUF `FILE`")
 	schemeName := fs.String("scheme", "f32", "storage scheme: "+schemeNames())
 	tok := fs.String("tokenizer", "", "tokenizer to embed: a tokenizer.json `PATH`, \"default\" (the built-in DeepSeek V4 vocabulary) or \"none\"; by default DIR/tokenizer.json")
 	name := fs.String("name", "", "general.name (default: DIR's base name)")
 	workers := fs.Int("j", 0, "parallel conversion jobs (default: all cores)")
+	mtp := fs.Bool("mtp", false, "also convert the checkpoint's MTP block (mtp.0.*, the draft head of speculative decoding) into OUT")
 	quiet := fs.Bool("q", false, "print nothing but errors")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
@@ -42,7 +43,7 @@ func runConvert(args []string) error {
 	defer stop()
 	start := time.Now()
 	opts := convert.Options{
-		InputDir: *in, Output: *out, Scheme: scheme, Tokenizer: *tok, Name: *name, Workers: *workers,
+		InputDir: *in, Output: *out, Scheme: scheme, Tokenizer: *tok, Name: *name, Workers: *workers, MTP: *mtp,
 	}
 	if !*quiet {
 		opts.Log = func(format string, a ...any) {

@@ -18,13 +18,15 @@ import (
 	"ds4go/synth"
 )
 
-const synthSynopsis = `synth -o FILE [--tiny | --flash-q2 | --flash-q4] [--layers N] [--scheme q2|q4|q8|f16|f32]
+const synthSynopsis = `synth -o FILE [--tiny | --flash-q2 | --flash-q4] [--layers N] [--scheme q2|q4|q8|f16|f32] [--mtp | --mtp-only]
        [--dim E --heads H --experts N --ff F --vocab real|N --window W --topk K ...] [--seed S]
 
 Writes a DS4-layout GGUF file with random weights. Presets: --tiny (default; 6 layers
 covering every layer kind, scheme q8), --flash-q2 and --flash-q4 (DeepSeek V4 Flash, the
 published files' tensor table and types; --layers defaults to 43). Flags after the preset
-override its hyperparameters; --layers alone keeps Flash's compression pattern.`
+override its hyperparameters; --layers alone keeps Flash's compression pattern. --mtp adds
+the multi-token-prediction block (mtp.0.*, the draft head of speculative decoding);
+--mtp-only writes it alone, as a separate MTP file for --mtp of ds4, ds4-server, ds4-bench.`
 
 // intFlag is an integer hyperparameter flag and the Config field it sets.
 type intFlag struct {
@@ -65,6 +67,8 @@ func runSynth(args []string, stdout, stderr io.Writer) error {
 	workers := fs.Int("workers", 0, "goroutines filling tensors (default GOMAXPROCS)")
 	exact := fs.Bool("exact-quant", false, "quantize random floats with the real quantizers (slow; small models)")
 	name := fs.String("name", "", "general.name")
+	mtp := fs.Bool("mtp", false, "add the MTP block (the draft head of speculative decoding)")
+	mtpOnly := fs.Bool("mtp-only", false, "write the MTP block alone (a separate MTP file)")
 	dry := fs.Bool("dry-run", false, "print the planned file's size and stop")
 	headerOnly := fs.Bool("header-only", false, "write only the header: a sparse file of the full size whose tensors read as zeros")
 	force := fs.Bool("force", false, "write even if the file system seems to lack the space")
@@ -157,6 +161,14 @@ func runSynth(args []string, stdout, stderr io.Writer) error {
 	}
 	opts.Seed, opts.Workers, opts.ExactQuant, opts.Name = *seed, *workers, *exact, *name
 	opts.HeaderOnly = *headerOnly
+	switch {
+	case *mtp && *mtpOnly:
+		return usageError(fs, "synth: --mtp and --mtp-only exclude each other")
+	case *mtp:
+		opts.MTP = synth.MTPInclude
+	case *mtpOnly:
+		opts.MTP = synth.MTPOnly
+	}
 
 	_, layout, err := synth.Plan(opts)
 	if err != nil {

@@ -27,6 +27,11 @@
 #   TABLE=s  ds4-bench --fast across 2k-32k (128 tokens a frontier, s seconds
 #          at most) into table.csv/.svg; TABLE2=s the same sampled with
 #          ds4-server's defaults (--temp 1) into table-sampled.csv/.svg
+#   MTP=RATES  speculative decoding on the full-size q2 synth with a
+#          separate synthetic MTP file (ds4-gguf synth --mtp-only): ds4-bench
+#          --fast --mtp at 8k (--warmup 4096, GEN tokens, default 128) with
+#          drafts right at each of the comma-separated RATES, each against
+#          a plain greedy run of the same tokens, into mtp.csv/mtp.log
 #   KT=1   scripts/cuda/ktrace.sh: the kernels of full-size fast decode tokens
 #          at 8k as they run, into $OUT/ktrace.txt (KT_AB: an environment
 #          assignment traced once more, into ktrace-ab.txt); KT_LAYERS: the
@@ -44,7 +49,7 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
 synth=
-if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}" ]; then
+if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}" ]; then
     BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
     synth=$!
 fi
@@ -86,7 +91,13 @@ if [ -n "${NCU:-}" ]; then
     for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
-if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${MTP:-}" ]; then
+    $F/ds4-gguf synth --flash-q2 --mtp-only -o /dev/shm/flash-q2-mtp.gguf >/tmp/synth-mtp.log 2>&1 || tail -3 /tmp/synth-mtp.log
+    timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda --fast \
+        --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp.csv" >"$OUT/mtp.log" 2>&1
+    echo "mtp: exit $?"; grep -E "speculative|error|ds4-bench: [^f]" "$OUT/mtp.log" | head -20; el
+fi
 table() { # name seconds flags…
     local n=$1 s=$2; shift 2
     timeout $((s + 30)) $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --fast --frontiers 2048,4096,8192,16384,32768 \

@@ -1,0 +1,286 @@
+package cuda
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"ds4go/backend/cpu"
+	"ds4go/engine"
+	"ds4go/model"
+	"ds4go/synth"
+)
+
+// The MTP block (engine.Drafter) on the GPU against the CPU backend.
+
+func mtpWeights(t testing.TB, c model.Config, scheme model.Scheme) *model.Weights {
+	t.Helper()
+	f, err := synth.BuildFile(synth.Options{Config: c, Scheme: scheme, Seed: 7, MTP: synth.MTPInclude})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := model.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.MTP == nil {
+		t.Fatal("no MTP block")
+	}
+	return w
+}
+
+// mtpForward runs blocks [from, to) on b, as the engine does.
+func mtpForward(t testing.TB, be engine.Backend, b engine.Batch, st engine.State, from, to int) {
+	t.Helper()
+	for l := from; l < to; l++ {
+		for _, sub := range []engine.SubBlock{engine.AttnSub, engine.FFNSub} {
+			if err := be.HCPre(b, l, sub); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if sub == engine.AttnSub {
+				err = be.Attention(b, st, l)
+			} else {
+				err = be.FFN(b, l)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := be.HCPost(b, l, sub); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// mtpRows returns the MTP block's logits at every position 0 … len(toks)−2
+// (row p reads the main model's streams at p and toks[p+1]): the main model
+// over toks in chunks of 50, the block over the positions in chunks of
+// `chunk` (the last ones one by one), its head over every row; and the main
+// model's logits of every row.
+func mtpRows(t testing.TB, be engine.Backend, toks []int32, chunk int) (mtp, main [][]float32) {
+	t.Helper()
+	dr := be.(engine.Drafter)
+	c := be.Config()
+	n := len(toks)
+	layout, err := engine.NewStateLayout(c, n, engine.DefaultRewindSlack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml := *layout
+	ml.MTP = true
+	st, err := be.NewState(layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Release()
+	mst, err := be.NewState(&ml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mst.Release()
+	const mainChunk = 50 // (fast mode's prompt kernels on chunks past 64 round further from the CPU)
+	b, err := be.NewBatch(mainChunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	mb, err := be.NewBatch(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Release()
+	for p0 := 0; p0 < n; p0 += mainChunk {
+		p1 := min(p0+mainChunk, n)
+		if err := be.Embed(b, p0, toks[p0:p1]); err != nil {
+			t.Fatal(err)
+		}
+		mtpForward(t, be, b, st, 0, c.Layers)
+		// staged before the head, as the engine does (the last row has no
+		// next token)
+		if err := dr.StageMTP(mb, b, 0, min(p1, n-1)-p0); err != nil {
+			t.Fatal(err)
+		}
+		rows := make([]int, p1-p0)
+		for i := range rows {
+			rows[i] = i
+		}
+		lg := make([]float32, len(rows)*c.Vocab)
+		if err := be.Head(b, rows, lg); err != nil {
+			t.Fatal(err)
+		}
+		for i := range rows {
+			main = append(main, slices.Clone(lg[i*c.Vocab:(i+1)*c.Vocab]))
+		}
+	}
+	for p0 := 0; p0 < n-1; {
+		p1 := min(p0+chunk, n-1)
+		if p0 >= n-1-4 {
+			p1 = p0 + 1
+		}
+		if err := dr.MTPEmbed(mb, p0, toks[p0+1:p1+1]); err != nil {
+			t.Fatal(err)
+		}
+		mtpForward(t, be, mb, mst, c.Layers, c.Layers+1)
+		rows := make([]int, p1-p0)
+		for i := range rows {
+			rows[i] = i
+		}
+		lg := make([]float32, len(rows)*c.Vocab)
+		if err := dr.MTPHead(mb, rows, lg); err != nil {
+			t.Fatal(err)
+		}
+		for i := range rows {
+			mtp = append(mtp, slices.Clone(lg[i*c.Vocab:(i+1)*c.Vocab]))
+		}
+		p0 = p1
+	}
+	return mtp, main
+}
+
+// TestMTPMatchesCPU: the MTP block's logits (chunks and single positions)
+// and speculative greedy decoding against the CPU backend, in exact and
+// fast mode.
+func TestMTPMatchesCPU(t *testing.T) {
+	gpu(t)
+	cases := []struct {
+		cfg    model.Config
+		scheme model.Scheme
+		fast   bool
+	}{
+		{synth.Tiny(), model.SchemeQ8, false},
+		{quantTiny(), model.SchemeQ2, false},
+		{synth.Tiny(), model.SchemeF16, true},
+	}
+	defer func() { strict, fastBounds = true, false }()
+	for _, tc := range cases {
+		name := tc.scheme.Name
+		if tc.fast {
+			name += "/fast"
+		}
+		t.Run(name, func(t *testing.T) {
+			strict, fastBounds = true, tc.fast
+			w := mtpWeights(t, tc.cfg, tc.scheme)
+			ref, err := cpu.New(w, cpu.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			be := testBackend(t, w, Options{Fast: tc.fast})
+			if !be.HasMTP() {
+				t.Fatal("no MTP block on the GPU")
+			}
+			toks := testTokens(150, tc.cfg.Vocab)
+			want, wantMain := mtpRows(t, ref, toks, 37)
+			got, gotMain := mtpRows(t, be, toks, 37)
+			checkAgree(t, "main rows", wantMain, gotMain)
+			// fast mode's MTP chunks multiply h_proj's n·HC rows in f16
+			// (MatMulHalf from 8 rows): held to median 1e-3, top-1 0.99
+			mtpCheck := func(what string, want, got [][]float32) {
+				t.Helper()
+				if !tc.fast {
+					checkAgree(t, what, want, got)
+					return
+				}
+				a := agree(want, got)
+				t.Logf("%s: %v", what, a)
+				if a.median > 1e-3 || a.top1 < 0.99 {
+					t.Errorf("%s: outside median 1e-3, top-1 0.99", what)
+				}
+			}
+			mtpCheck("MTP rows, chunks of 37", want, got)
+			got, _ = mtpRows(t, be, toks, 1)
+			mtpCheck("MTP rows, chunks of 1", want, got)
+
+			// Speculative greedy decoding: the tokens of the CPU's plain
+			// greedy decoding (exact mode).
+			ctx := context.Background()
+			decode := func(be engine.Backend, draft bool) ([]int32, engine.Stats) {
+				s, err := engine.NewSession(be, engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: draft})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				if err := s.Prefill(ctx, toks[:70]); err != nil {
+					t.Fatal(err)
+				}
+				var out []int32
+				if _, err := s.DecodeGreedy(ctx, 96, func(tok int32) bool { out = append(out, tok); return true }); err != nil {
+					t.Fatal(err)
+				}
+				return out, s.Stats()
+			}
+			plain, _ := decode(ref, false)
+			spec, stats := decode(be, true)
+			same := 0
+			for same < len(plain) && same < len(spec) && plain[same] == spec[same] {
+				same++
+			}
+			t.Logf("speculative greedy on the GPU: %d of %d tokens as the CPU's plain greedy; %d drafts, %d accepted",
+				same, len(plain), stats.Drafted, stats.Accepted)
+			if stats.Drafted == 0 {
+				t.Error("nothing drafted")
+			}
+			if !tc.fast && same < len(plain) {
+				t.Errorf("tokens differ at %d: cpu %v… gpu %v…", same, plain[same:min(same+8, len(plain))], spec[same:min(same+8, len(spec))])
+			}
+		})
+	}
+}
+
+// mixedLogits prefills toks[:from] in chunks of 64, then walks the rest in
+// passes of 1 and 2 tokens (alternating every step, as speculative
+// decoding's plain steps and verifications do; all ones when mixed is
+// false), and returns the logits after every token from `from` on.
+func mixedLogits(t testing.TB, be engine.Backend, toks []int32, from int, mixed bool) [][]float32 {
+	t.Helper()
+	s := session(t, be, 64)
+	ctx := context.Background()
+	if err := s.Prefill(ctx, toks[:from]); err != nil {
+		t.Fatal(err)
+	}
+	var out [][]float32
+	for p, i := from, 0; p < len(toks); i++ {
+		n := 1
+		if mixed && i%2 == 1 && p+2 <= len(toks) {
+			n = 2
+		}
+		if err := s.PrefillAll(ctx, toks[p:p+n], func(_ int, l []float32) { out = append(out, slices.Clone(l)) }); err != nil {
+			t.Fatal(err)
+		}
+		p += n
+	}
+	return out
+}
+
+// TestSpecPassesFlashLayers: on Flash-shaped layers (a ratio-4 layer whose
+// indexer selects, a ratio-128 layer completing a row), decode passes of two
+// tokens between one-token steps — speculative decoding's pattern, both as
+// graphs — give the logits of one-token steps bit for bit in exact mode. In
+// fast mode the two-token passes take other kernels (summing in other
+// orders), and random q2 layers carry that drift far (median 2e-2, top-1
+// 0.97 measured, as fast mode's chunks against exact mode in cuda/NOTES.md
+// v15–v17): reported only.
+func TestSpecPassesFlashLayers(t *testing.T) {
+	gpu(t)
+	if testing.Short() {
+		t.Skip("short")
+	}
+	c := synth.Flash(4)
+	c.Experts, c.IndexerTopK = 16, 32
+	w := mtpWeights(t, c, model.SchemeQ2)
+	toks := testTokens(300, c.Vocab)
+	defer func() { strict, fastBounds = true, false }()
+	for _, fast := range []bool{false, true} {
+		be := testBackend(t, w, Options{Fast: fast})
+		strict, fastBounds = !fast, fast
+		ones := mixedLogits(t, be, toks, 100, false)
+		mixed := mixedLogits(t, be, toks, 100, true)
+		what := "exact"
+		if fast {
+			what = "fast"
+		}
+		checkAgree(t, what+": passes of 1 and 2 against passes of 1", ones, mixed)
+		be.Close()
+	}
+}
