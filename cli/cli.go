@@ -53,6 +53,15 @@ type Options struct {
 	// Inspect loads the model, prints a summary and exits.
 	Inspect bool
 	Color   string
+	// MTP names a separate MTP file (ds4's DeepSeek-V4-Flash-MTP GGUF);
+	// MTPDraft ≥ 2 decodes greedy answers speculatively with the MTP block
+	// (Options.MTP's, or the model file's own), one draft a pass; 1, the
+	// default as in ds4.c, does not speculate.
+	MTP      string
+	MTPDraft int
+	// MTPMargin is accepted for ds4.c compatibility (its confidence gate);
+	// ds4go verifies every draft, so it is ignored.
+	MTPMargin float64
 }
 
 // Defaults of the flags, as ds4.c's.
@@ -104,6 +113,8 @@ flags (-x and --x are the same):
   --dump-logprobs FILE write the greedy continuation's top-k logprobs per step as JSON, print nothing
   --logprobs-top-k K   alternatives per step for --dump-logprobs (20, at most 128)
   --no-warm            do not page the model's weights in before the first token (--warm-weights: do, the default)
+  --mtp FILE           separate MTP GGUF (the draft head); --mtp-draft 2: greedy answers (--temp 0)
+                       decoded speculatively, one drafted token verified a pass (1, the default: off)
 `
 
 // errUsage marks a command-line error (exit status 2).
@@ -157,6 +168,9 @@ func newFlagSet(o *Options, stderr io.Writer) *flag.FlagSet {
 	integer(&o.LogprobsTopK, 20, "alternatives per step for --dump-logprobs", "logprobs-top-k")
 	boolean(&o.NoWarm, "do not page the weights in before the first token", "no-warm")
 	str(&o.Color, "auto", "dim reasoning with ANSI colours: auto, always, never", "color")
+	str(&o.MTP, "", "separate MTP GGUF (the draft head of speculative decoding)", "mtp")
+	integer(&o.MTPDraft, 1, "tokens a speculative pass aims at: 2 drafts one token with the MTP block for greedy answers (--temp 0); 1: no speculation", "mtp-draft")
+	fs.Float64Var(&o.MTPMargin, "mtp-margin", 0, "accepted for ds4.c compatibility; every draft is verified (ignored)")
 	fs.Usage = func() { io.WriteString(stderr, usageText) }
 	return fs
 }
@@ -222,6 +236,12 @@ func ParseFlags(args []string, stderr io.Writer) (*Options, error) {
 		return bad("--dump-logprobs and --dump-tokens exclude each other")
 	case o.LogprobsTopK <= 0 || o.LogprobsTopK > MaxLogprobsTopK:
 		return bad("--logprobs-top-k must be 1..%d", MaxLogprobsTopK)
+	case o.MTPDraft < 1:
+		return bad("--mtp-draft must be at least 1")
+	}
+	if o.MTPDraft > 2 {
+		fmt.Fprintf(stderr, "ds4: --mtp-draft %d: ds4go drafts one token a pass (as 2)\n", o.MTPDraft)
+		o.MTPDraft = 2
 	}
 	return o, nil
 }

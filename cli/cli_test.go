@@ -18,6 +18,7 @@ import (
 
 	"ds4go/chat"
 	"ds4go/loader"
+	"ds4go/synth"
 )
 
 type turnRecord struct {
@@ -501,5 +502,44 @@ func TestInspect(t *testing.T) {
 		if !strings.Contains(h.stdout.String(), want) {
 			t.Errorf("--inspect lacks %q:\n%s", want, h.stdout.String())
 		}
+	}
+}
+
+// TestMTPSpeculative: --mtp FILE --mtp-draft 2 answers a greedy prompt with
+// the tokens of plain greedy decoding, drafting with the separate MTP file;
+// --mtp-draft 2 without an MTP block is refused.
+func TestMTPSpeculative(t *testing.T) {
+	dir := t.TempDir()
+	main, mtp := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "mtp.gguf")
+	c := synth.DemoConfig()
+	ctx := context.Background()
+	if err := synth.WriteFile(ctx, main, synth.Options{Config: c, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := synth.WriteFile(ctx, mtp, synth.Options{Config: c, Seed: 1, MTP: synth.MTPOnly}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-m", main, "-p", "Hello there", "-n", "24", "--temp", "0", "--nothink"}
+	plain, rc := run(t, "", args...)
+	if rc != 0 {
+		t.Fatalf("rc %d: %s", rc, plain.stderr.String())
+	}
+	spec, rc := run(t, "", append(args, "--mtp", mtp, "--mtp-draft", "2")...)
+	if rc != 0 {
+		t.Fatalf("rc %d: %s", rc, spec.stderr.String())
+	}
+	if spec.stdout.String() != plain.stdout.String() || !slices.Equal(spec.turns[0].tokens, plain.turns[0].tokens) {
+		t.Errorf("speculative answer differs:\n%q\n%q", spec.stdout.String(), plain.stdout.String())
+	}
+	if st := spec.chat.sess.Stats(); st.Drafted == 0 {
+		t.Errorf("nothing drafted: %+v", st)
+	}
+	bad, rc := run(t, "", append(args, "--mtp-draft", "2")...)
+	if rc == 0 || !strings.Contains(bad.stderr.String(), "needs an MTP block") {
+		t.Errorf("--mtp-draft 2 without an MTP block: rc %d, %s", rc, bad.stderr.String())
+	}
+	bad, rc = run(t, "", append(args, "--mtp", main)...)
+	if rc == 0 || !strings.Contains(bad.stderr.String(), "MTP file") {
+		t.Errorf("a model file as --mtp: rc %d, %s", rc, bad.stderr.String())
 	}
 }

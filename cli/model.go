@@ -20,7 +20,7 @@ const DemoWarning = "ds4: warning: running the built-in demo model (synthetic, r
 // weights are paged in first, behind a progress bar when stderr is a
 // terminal (--no-warm skips that).
 func openModel(o *Options, stderr io.Writer, stderrTTY bool) (*loader.Model, error) {
-	lo := loader.Options{Path: o.Model, Demo: o.Demo, Backend: o.Backend, Threads: o.Threads, CUDA: cuda.Options{Fast: o.Fast}, Warm: !o.NoWarm}
+	lo := loader.Options{Path: o.Model, Demo: o.Demo, MTPPath: o.MTP, Backend: o.Backend, Threads: o.Threads, CUDA: cuda.Options{Fast: o.Fast}, Warm: !o.NoWarm}
 	if o.DumpTokens || o.Inspect {
 		lo.Backend = loader.BackendNone
 	}
@@ -34,7 +34,15 @@ func openModel(o *Options, stderr io.Writer, stderrTTY bool) (*loader.Model, err
 	if path == "" {
 		fmt.Fprintln(stderr, DemoWarning)
 	}
-	return loader.Open(lo)
+	m, err := loader.Open(lo)
+	if err != nil {
+		return nil, err
+	}
+	if o.MTPDraft >= 2 && lo.Backend != loader.BackendNone && !m.HasMTP() {
+		m.Close()
+		return nil, fmt.Errorf("--mtp-draft %d needs an MTP block: --mtp FILE, or a model file that carries one", o.MTPDraft)
+	}
+	return m, nil
 }
 
 // stderrIsTerminal reports whether w is the process's stderr and a terminal.

@@ -30,7 +30,7 @@ func openEngine(o *options, log *slog.Logger) (server.Engine, string, func(), er
 	if backend != loader.BackendCPU && backend != loader.BackendCUDA {
 		return nil, "", nil, fmt.Errorf("unknown backend %q (want cpu or cuda)", backend)
 	}
-	lo := loader.Options{Path: o.model, Backend: backend, Threads: o.threads, Warm: true, CUDA: cuda.Options{Fast: o.fast}}
+	lo := loader.Options{Path: o.model, MTPPath: o.mtp, Backend: backend, Threads: o.threads, Warm: true, CUDA: cuda.Options{Fast: o.fast}}
 	path, err := loader.Resolve(lo)
 	if err != nil {
 		return nil, "", nil, err
@@ -46,6 +46,17 @@ func openEngine(o *options, log *slog.Logger) (server.Engine, string, func(), er
 	if err != nil {
 		m.Close()
 		return nil, "", nil, err
+	}
+	if o.mtpDraft >= 2 {
+		if !m.HasMTP() {
+			m.Close()
+			return nil, "", nil, fmt.Errorf("--mtp-draft %d needs an MTP block: --mtp FILE, or a model file that carries one", o.mtpDraft)
+		}
+		if o.mtpDraft > 2 {
+			log.Warn("ds4go drafts one token a pass", "flag", "--mtp-draft", "value", o.mtpDraft)
+		}
+		eng.Opts.Draft = true
+		log.Info("speculative decoding of greedy requests with the MTP block")
 	}
 	if o.warmup < 0 { // auto: one prefill chunk on CUDA (its kernels and cuBLAS load on first use)
 		o.warmup = 0

@@ -43,6 +43,8 @@ type options struct {
 	chdir        string
 	fast         bool // CUDA fast mode
 	warmup       int  // tokens prefilled at start (-1: one chunk on CUDA)
+	mtp          string
+	mtpDraft     int // ≥ 2: greedy requests decoded speculatively with the MTP block
 
 	kv        server.KVCacheConfig
 	kvIgnored map[string]*string // accepted for ds4 compatibility, not implemented
@@ -94,7 +96,9 @@ func parseFlags(args []string) (*options, error) {
 	num(&o.kv.BoundaryTrimTokens, server.DefaultKVCacheBoundaryTrimTokens, "trim N tail tokens before a cold save (tokenizer boundary merges)", "kv-cache-boundary-trim-tokens")
 	num(&o.kv.BoundaryAlignTokens, server.DefaultKVCacheBoundaryAlign, "align cold saves down to a multiple of N tokens; 0 disables", "kv-cache-boundary-align-tokens")
 	fs.BoolVar(&o.kv.RejectDifferentQuant, "kv-cache-reject-different-quant", false, "refuse checkpoints written with another routed-expert quantization")
-	for _, n := range []string{"mtp", "mtp-draft", "mtp-margin",
+	str(&o.mtp, "", "separate MTP GGUF (the draft head of speculative decoding)", "mtp")
+	num(&o.mtpDraft, 1, "2: greedy requests (temperature 0) decoded speculatively, one token drafted by the MTP block and verified a pass; 1: no speculation (ds4's default)", "mtp-draft")
+	for _, n := range []string{"mtp-margin",
 		"dir-steering-file", "dir-steering-ffn", "dir-steering-attn"} {
 		v := new(string)
 		o.kvIgnored[n] = v
@@ -132,6 +136,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.kv.ColdMaxTokens > 0 && o.kv.ColdMaxTokens < o.kv.MinTokens {
 		return nil, errors.New("--kv-cache-cold-max-tokens must be 0 or >= --kv-cache-min-tokens")
+	}
+	if o.mtpDraft < 1 {
+		return nil, fmt.Errorf("--mtp-draft %d must be at least 1", o.mtpDraft)
 	}
 	if o.port < 0 || o.port > 65535 {
 		return nil, fmt.Errorf("--port %d is out of range", o.port)
