@@ -1357,6 +1357,10 @@ struct PipeArgs {
     // null: y only
     uint8_t *yq;
     int yq_n;
+    // k_mv_pipe_q8f<CP, 2> (ds4c_matmul_ex of two tokens, fast mode): the
+    // tokens' activation copies act_stride bytes apart in shared memory;
+    // their partials [2][NT][rt][nseg]
+    int act_stride;
 };
 
 // pipe_act_f32 writes the Q8_0 activation row of RMSNorm(p.xf) (p.nw set)
@@ -1717,8 +1721,52 @@ __device__ __forceinline__ void q8f_items(int items, int nsh, int warp, int lane
     }
 }
 
-template <int CP>
+// q8f_items2 is q8f_items for two tokens: each weight item loaded once,
+// its units multiplied with both tokens' activation units (x0/x1/xd[t]),
+// token t's partials at part + t·tpart. Each token's operations and order
+// are q8f_items's for that token alone: the same bits as a one-token
+// product.
+template <int U>
+__device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lane, const uint8_t *qs, const __half *ds,
+                                           int cols, int dstride, const int4 (&x0)[2], const int4 (&x1)[2],
+                                           const float (&xd)[2], float *part, int tpart) {
+    const int nseg = 1 << nsh, seg = warp & (nseg - 1);
+    for (int it0 = warp; it0 < items; it0 += 8 * U) {
+        int4 w0[U], w1[U];
+        __half d[U];
+#pragma unroll
+        for (int j = 0; j < U; j++) {
+            const int row = (it0 + 8 * j) >> nsh;
+            if (it0 + 8 * j < items) { // (uniform over the warp)
+                const uint8_t *q = qs + (size_t)row * cols;
+                w0[j] = *(const int4 *)q;
+                w1[j] = *(const int4 *)(q + 512);
+                d[j] = ds[(size_t)row * dstride];
+            } else {
+                w0[j] = w1[j] = make_int4(0, 0, 0, 0);
+                d[j] = __float2half(0.f);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            float v[U];
+            q8f_sums<U>(w0, w1, d, x0[t], x1[t], xd[t], lane, v);
+            if (lane == 0)
+#pragma unroll
+                for (int j = 0; j < U; j++)
+                    if (it0 + 8 * j < items) part[t * tpart + ((it0 + 8 * j) >> nsh) * nseg + seg] = v[j];
+        }
+    }
+}
+
+// NT = 2: two tokens' products of the same weights (fast mode's passes of
+// two tokens: speculative decoding's verification), the weights streamed
+// once; each token's bits those of a one-token product (q8f_items2). Only
+// the ilp form (segments dividing the warps), one selection, no ids, no
+// yq, no xf (launch_pipe).
+template <int CP, int NT = 1>
 __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
+    static_assert(NT == 1 || NT == 2, "k_mv_pipe_q8f: one or two tokens");
     extern __shared__ __align__(16) uint8_t s_mem[];
     __shared__ float s_yq[32]; // p.yq: the CTA's block of y
     const MVArgs &a = p.a;
@@ -1735,22 +1783,26 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     const int my = (int)((int64_t)(blockIdx.x + 1) * p.total / G) - t0;
     uint8_t *s_act = s_mem + p.act_off;
     int cur_act; // the activation row in s_act
-    auto copy_act = [&](int sel) { // the selection's activation row into shared memory
+    auto copy_act = [&](int sel) { // the selection's activation row(s) into shared memory
         cur_act = sel / a.act_div;
-        const uint8_t *src = a.act + (int64_t)cur_act * a.act_sel;
-        // a thread's loads (up to 4 of 16 bytes a pass) all issued before
-        // its stores: one L2 round trip for rows up to 16 KB, where a load
-        // a pass waited on each before the next (wo_a's 4.6 KB: two;
-        // cuda/NOTES.md v41)
-        const int n16 = p.act_bytes / 16;
-        for (int i0 = tid; i0 < n16; i0 += 4 * PIPE_THREADS) {
-            int4 v[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                if (i0 + j * PIPE_THREADS < n16) v[j] = ld16(src + 16 * (i0 + j * PIPE_THREADS));
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *src = a.act + (int64_t)cur_act * a.act_sel + (int64_t)t * a.act_tok;
+            uint8_t *dst = s_act + t * p.act_stride;
+            // a thread's loads (up to 4 of 16 bytes a pass) all issued before
+            // its stores: one L2 round trip for rows up to 16 KB, where a load
+            // a pass waited on each before the next (wo_a's 4.6 KB: two;
+            // cuda/NOTES.md v41)
+            const int n16 = p.act_bytes / 16;
+            for (int i0 = tid; i0 < n16; i0 += 4 * PIPE_THREADS) {
+                int4 v[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                if (i0 + j * PIPE_THREADS < n16) *(int4 *)(s_act + 16 * (i0 + j * PIPE_THREADS)) = v[j];
+                for (int j = 0; j < 4; j++)
+                    if (i0 + j * PIPE_THREADS < n16) v[j] = ld16(src + 16 * (i0 + j * PIPE_THREADS));
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (i0 + j * PIPE_THREADS < n16) *(int4 *)(dst + 16 * (i0 + j * PIPE_THREADS)) = v[j];
+            }
         }
     };
     static_assert(CP == 2, "k_mv_pipe_q8f: bulk copies only");
@@ -1777,13 +1829,25 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     int xseg = -1;
     int4 x0 = make_int4(0, 0, 0, 0), x1 = x0;
     float xd = 0.f;
+    int4 x0t[NT], x1t[NT]; // NT = 2: both tokens' (x0, x1, xd)
+    float xdt[NT];
     auto load_x = [&](int seg) { // the warp's activation units of segment seg, unless it holds them
         if (seg == xseg) return;
         xseg = seg;
-        const uint8_t *xa = s_act + seg * Q8F_SEG;
-        x0 = *(const int4 *)(xa + 16 * lane);
-        x1 = *(const int4 *)(xa + 512 + 16 * lane);
-        xd = ((const float *)(s_act + a.cols))[seg * 32 + blk];
+        if constexpr (NT == 1) {
+            const uint8_t *xa = s_act + seg * Q8F_SEG;
+            x0 = *(const int4 *)(xa + 16 * lane);
+            x1 = *(const int4 *)(xa + 512 + 16 * lane);
+            xd = ((const float *)(s_act + a.cols))[seg * 32 + blk];
+        } else {
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const uint8_t *xa = s_act + t * p.act_stride + seg * Q8F_SEG;
+                x0t[t] = *(const int4 *)(xa + 16 * lane);
+                x1t[t] = *(const int4 *)(xa + 512 + 16 * lane);
+                xdt[t] = ((const float *)(s_act + t * p.act_stride + a.cols))[seg * 32 + blk];
+            }
+        }
     };
     PipePrev prev;
     // tile t0 + k's selection and index within it, advanced a tile at a
@@ -1791,10 +1855,10 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     // selection's activation row looked up only when the selection changes)
     int w_sel = t0 / p.tiles, w_ti = t0 - w_sel * p.tiles, last_sel = -1;
     // put stores row i of the tile in prev: y, and (p.yq) the CTA's block
-    auto put = [&](int i, float sum) {
+    auto put = [&](int i, float sum, int t = 0) {
         const float v = prev.ok ? sum : nan;
-        a.y[prev.sel * a.y_sel + prev.r0 + i] = v;
-        if (p.yq) s_yq[(prev.r0 & 31) + i] = v;
+        a.y[prev.sel * a.y_sel + (NT > 1 ? t * a.y_tok : 0) + prev.r0 + i] = v;
+        if (NT == 1 && p.yq) s_yq[(prev.r0 & 31) + i] = v;
     };
     // the row sums of a tile: thread i of warp 0 row i, its partials one
     // load each; or (p.sumw, segments dividing the warps) lanes of the last
@@ -1803,8 +1867,10 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     auto sums = [&](int k) { // rows of tile k (its partials complete)
         if (p.sumw) {
             if (warp != PIPE_THREADS / 32 - 1) return;
+#pragma unroll
+            for (int t = 0; t < NT; t++)
             for (int i = lane; i < prev.nr; i += 32) {
-                const float *pt = s_part + ((size_t)(k & 1) * p.rt + i) * nseg;
+                const float *pt = s_part + ((size_t)(k & 1) * p.rt * NT + t * p.rt + i) * nseg;
                 float sum;
                 if (nseg >= 4) {
                     const float4 u = *(const float4 *)pt;
@@ -1826,16 +1892,18 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
                 } else {
                     sum = pt[0];
                 }
-                put(i, sum);
+                put(i, sum, t);
             }
             return;
         }
-        if (tid < prev.nr) {
-            const float *pt = s_part + ((size_t)(k & 1) * p.rt + tid) * nseg;
-            float sum = pt[0];
-            for (int s = 1; s < nseg; s++) sum += pt[s];
-            put(tid, sum);
-        }
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            if (tid < prev.nr) {
+                const float *pt = s_part + ((size_t)(k & 1) * p.rt * NT + t * p.rt + tid) * nseg;
+                float sum = pt[0];
+                for (int s = 1; s < nseg; s++) sum += pt[s];
+                put(tid, sum, t);
+            }
     };
     for (int k = 0; k < my; k++) {
         bar_wait(s_bar + k % p.ns, (unsigned)(k / p.ns) & 1);
@@ -1865,13 +1933,27 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             xseg = -1;
             __syncthreads();
         }
-        float *part = s_part + (size_t)(k & 1) * p.rt * nseg;
+        float *part = s_part + (size_t)(k & 1) * p.rt * nseg * NT;
         MVP({
             const unsigned long long t = mvp_now();
             mv_t[4] += t - t_last;
             t_last = t;
         })
-        if (mat >= 0 && p.ilp > 1) {
+        if (NT == 2 && mat >= 0) { // (launch_pipe: the ilp form only)
+            const int seg = warp & (nseg - 1);
+            load_x(seg);
+            const uint8_t *qs = stg + p.soff[0] + seg * Q8F_SEG + 16 * lane;
+            const __half *ds = (const __half *)(stg + p.soff[1]) + seg * 32 + blk;
+            const int items = nr * nseg, dstride = p.bpr[1] / 2;
+            if constexpr (NT == 2) {
+                if (p.ilp >= 4)
+                    q8f_items2<4>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
+                else if (p.ilp == 3)
+                    q8f_items2<3>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
+                else
+                    q8f_items2<2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
+            }
+        } else if (mat >= 0 && p.ilp > 1) {
             // the warp's segment is fixed (nseg divides the warps); ilp items at once
             const int seg = warp & (nseg - 1);
             load_x(seg);
@@ -1914,7 +1996,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     }
     __syncthreads();
     if (my > 0) sums(my - 1);
-    if (p.yq && my > 0) {
+    if (NT == 1 && p.yq && my > 0) {
         // the CTA's block of 32 rows as the next product's Q8_0 activation
         // (q8_0_warp: pipe_act_f32's and ds4c_quantize's operations)
         __syncthreads();
@@ -1977,9 +2059,11 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
 // activation from that float row (pipe_act_f32) instead of copying a.act.
 // Not exact (fast mode), Q8_0 products of whole Q8F_SEG segments with bulk
 // copies take k_mv_pipe_q8f when DS4C_OPT_MV_FAST is on.
+// nt = 2 (fast mode, Q8_0, one selection, no ids): two tokens' products
+// of the same weights in one k_mv_pipe_q8f<2, 2>, the weights streamed once.
 template <class T>
 bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc, const float *xf = nullptr,
-                 const float *nw = nullptr, float eps = 0.f, bool room = false, uint8_t *yq = nullptr) {
+                 const float *nw = nullptr, float eps = 0.f, bool room = false, uint8_t *yq = nullptr, int nt = 1) {
     *rc = 0;
     if constexpr (T::NREG == 0) {
         return false;
@@ -1999,6 +2083,8 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const bool seg_warps = nseg8 >= 1 && 8 % nseg8 == 0;
         p.ilp = seg_warps ? ds4c_opt_mv_ilp() : 1;
         p.sumw = seg_warps ? ds4c_opt_mv_sumw() : 0;
+        if (nt != 1 && (nt != 2 || p.ilp < 2 || xf || yq || n_sel != 1 || a.ids || (a.act_tok & 15) != 0))
+            return false;
         if (xf) {
             if (!std::is_same<T, TQ8_0>::value || n_sel != 1 || a.cols % 32 != 0 ||
                 (((uintptr_t)xf | (uintptr_t)nw) & 15) != 0)
@@ -2028,6 +2114,8 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const int cp = BULK_COPY ? ds4c_opt_mv_copy() : min(ds4c_opt_mv_copy(), 1);
         const bool q8f =
             std::is_same<T, TQ8_0>::value && !exact && cp == 2 && (ds4c_opt_mv_fast() & 1) && a.cols % Q8F_SEG == 0;
+        if (nt == 2 && !q8f) return false;
+        const int64_t act_stride = (act_smem + 15) & ~(int64_t)15; // nt = 2: the tokens' copies apart
         // yq (ds4c_matmul_q8out): k_mv_pipe_q8f only, y one row of whole
         // blocks of 32 values (selections rows apart), no ids
         if (yq && (!q8f || xf || a.ids || a.rows % 32 != 0 || (n_sel > 1 && a.y_sel != a.rows) ||
@@ -2042,9 +2130,9 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const int per = room ? 1 : cps;
         if (stage_bytes == 0) {
             // (the IQ2 codebook, 16 bytes of slack, the CTA's reserve)
-            const int64_t fixed = PIPE_BARS + (T::GRID ? 2048 : 0) + act_smem + 16 + 1024;
+            const int64_t fixed = PIPE_BARS + (T::GRID ? 2048 : 0) + (nt == 1 ? act_smem : nt * act_stride) + 16 + 1024;
             const int64_t budget = room ? smem_sm - DS4C_MV_ROOM_KIB * 1024 : smem_sm / cps;
-            const int64_t rows = (budget - fixed) / (p.ns * row_bytes + 2 * row_terms * 4);
+            const int64_t rows = (budget - fixed) / (p.ns * row_bytes + 2 * row_terms * 4 * nt);
             stage_bytes = max((int64_t)1, rows) * row_bytes;
         }
         p.rt = (int)max((int64_t)1, min((int64_t)PIPE_THREADS, stage_bytes / row_bytes));
@@ -2092,8 +2180,9 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         p.act_bytes = (int)act_bytes; // a multiple of 16
         p.tstride = (int)nb + 4;
         p.tw = nb >= 64 ? 1 : 0; // long rows: the sums would hold up the next tile
-        p.act_off = p.terms_off + (int)((2 * p.rt * row_terms * 4 + 15) & ~(int64_t)15);
-        p.stage_off = p.act_off + (int)act_smem;
+        p.act_off = p.terms_off + (int)((2 * p.rt * row_terms * 4 * nt + 15) & ~(int64_t)15);
+        p.act_stride = (int)act_stride;
+        p.stage_off = p.act_off + (int)(nt == 1 ? act_smem : nt * act_stride);
         const int64_t smem = p.stage_off + (int64_t)p.ns * p.stage;
         if (smem > 200 * 1024) return false;
         p.tiles = (a.rows + p.rt - 1) / p.rt;
@@ -2102,9 +2191,10 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         p.total = (int)total;
         void (*k)(PipeArgs) = cp == 2 ? k_mv_pipe<T, 2> : (cp == 1 ? k_mv_pipe<T, 1> : k_mv_pipe<T, 0>);
         if constexpr (std::is_same<T, TQ8_0>::value)
-            if (q8f) k = k_mv_pipe_q8f<2>;
-        static int64_t set[4] = {0, 0, 0, 0}; // the largest opt-in done for each copy flavour, and k_mv_pipe_q8f
-        const int fl = q8f ? 3 : cp;
+            if (q8f) k = nt == 2 ? k_mv_pipe_q8f<2, 2> : k_mv_pipe_q8f<2>;
+        // the largest opt-in done for each copy flavour, k_mv_pipe_q8f and its two-token form
+        static int64_t set[5] = {0, 0, 0, 0, 0};
+        const int fl = q8f ? (nt == 2 ? 4 : 3) : cp;
         if (smem > 48 * 1024 && smem > set[fl]) {
             cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (e != cudaSuccess) {
@@ -2131,6 +2221,10 @@ template <class T>
 int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
     const int units = a.cols / T::VPU;
     int S = 1, RPW = 1;
+    if (nt == 2 && !a.w2 && ds4c_opt_mv_two()) { // fast mode's Q8_0 products of two tokens (launch_pipe)
+        int rc = 0;
+        if (launch_pipe<T>(a, n_sel, exact, st, &rc, nullptr, nullptr, 0.f, false, nullptr, 2)) return rc;
+    }
     if (nt == 1) {
         int rc = 0;
         // (a pair, a.w2, runs as k_matvec: both tensors in one grid)

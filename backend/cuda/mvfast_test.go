@@ -340,3 +340,63 @@ func TestMatMulQ8Out(t *testing.T) {
 		t.Errorf("48 rows (not whole blocks of 32): no error")
 	}
 }
+
+// TestMatVecFastQ8Two checks fast mode's Q8_0 products of two tokens as
+// one pipelined product (OptMVTwo: the weights streamed once, both tokens'
+// activations in shared memory): each token's row equals, bit for bit, its
+// own one-token product (the same items, partials and order), the second
+// token's rows at y's token stride (here wider than the rows); with the
+// option off the generic two-token kernel is within compare's bound of
+// quant.MatVec. Flash's shapes: q_b (1024 columns), wo_b (8192), q_a and
+// the shared expert (4096), a partial last tile (2048 columns).
+func TestMatVecFastQ8Two(t *testing.T) {
+	d := gpu(t)
+	pipeEverywhere(t, d)
+	must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
+	t.Cleanup(func() { d.SetOption(OptMVTwo, DefaultMVTwo) })
+	cases := []struct {
+		name       string
+		rows, cols int
+	}{
+		{"q_b", 32768, 1024}, {"wo_b", 4096, 8192}, {"q_a", 1024, 4096}, {"shexp", 2048, 4096}, {"partial", 300, 2048},
+	}
+	for ci, c := range cases {
+		mat, dw, ab := randomMats(t, d, quant.Q8_0, c.rows, c.cols, 1, uint64(5300+ci))
+		x := gaussian(2*c.cols, uint64(5400+ci))
+		act := quantizeOnDevice(t, d, quant.Q8_0, x, c.cols, 2)
+		ldy := c.rows + 40
+		y := alloc(t, d, 4*int64(2*ldy))
+		two := func() []float32 {
+			poison(t, d, y, 2*ldy)
+			must(t, d.MatMulEx(0, dw, 0, 1, act, ab, 0, 1, 2, y, int64(ldy), 0, false))
+			return download(t, d, y, 2*ldy)
+		}
+		got := two()
+		for tok := 0; tok < 2; tok++ {
+			poison(t, d, y, ldy)
+			must(t, d.MatMulEx(0, dw, 0, 1, act+Ptr(int64(tok)*ab), ab, 0, 1, 1, y, int64(ldy), 0, false))
+			one := download(t, d, y, c.rows)
+			if k, ok := firstBitDiff(got[tok*ldy:tok*ldy+c.rows], one); !ok {
+				t.Errorf("%s %dx%d token %d: row %d = %v, its one-token product %v", c.name, c.rows, c.cols, tok, k, got[tok*ldy+k], one[k])
+			}
+			want, mag := reference(t, quant.Q8_0, mat(0), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
+			compare(t, fmt.Sprintf("%s %dx%d token %d two-token pipelined", c.name, c.rows, c.cols, tok), got[tok*ldy:tok*ldy+c.rows], want, mag, nterms(quant.Q8_0, c.cols))
+		}
+		for r := c.rows; r < ldy; r++ { // the rows between the tokens untouched (poison)
+			if !math.IsNaN(float64(got[r])) {
+				t.Fatalf("%s: y[%d], between the tokens' rows, written: %v", c.name, r, got[r])
+			}
+		}
+		if k, ok := firstBitDiff(two(), got); !ok {
+			t.Errorf("%s: two runs differ at %d", c.name, k)
+		}
+		must(t, d.SetOption(OptMVTwo, 0))
+		off := two()
+		must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
+		for tok := 0; tok < 2; tok++ {
+			want, mag := reference(t, quant.Q8_0, mat(0), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
+			compare(t, fmt.Sprintf("%s token %d generic", c.name, tok), off[tok*ldy:tok*ldy+c.rows], want, mag, nterms(quant.Q8_0, c.cols))
+		}
+		d.FreeWeight(dw)
+	}
+}
