@@ -1206,6 +1206,13 @@ bool launch_dec(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc
 
 template <class T, int NT, bool EX>
 int launch_nt(const MVArgs &a, int n_sel, int S, int RPW, cudaStream_t st) {
+    if constexpr (NT == 2 && !EX) { // fast mode's passes of two tokens: split-K for short matrices (launch_type)
+        switch (S) {
+        case 8: return launch_one<T, NT, 8, 1, EX>(a, n_sel, st);
+        case 4: return launch_one<T, NT, 4, 1, EX>(a, n_sel, st);
+        case 2: return launch_one<T, NT, 2, 1, EX>(a, n_sel, st);
+        }
+    }
     if constexpr (NT == 1) {
         switch (S) {
         case 8: return launch_one<T, NT, 8, 1, EX>(a, n_sel, st);
@@ -2221,9 +2228,14 @@ template <class T>
 int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
     const int units = a.cols / T::VPU;
     int S = 1, RPW = 1;
-    if (nt == 2 && !a.w2 && ds4c_opt_mv_two()) { // fast mode's Q8_0 products of two tokens (launch_pipe)
+    if (nt == 2 && !exact && ds4c_opt_mv_two()) {
+        // fast mode's products of two tokens: Q8_0 pipelined (launch_pipe);
+        // the others split over warps where the rows are too few to fill
+        // the GPU (the mixers' 24 rows of 16384 columns), as one token's
         int rc = 0;
-        if (launch_pipe<T>(a, n_sel, exact, st, &rc, nullptr, nullptr, 0.f, false, nullptr, 2)) return rc;
+        if (!a.w2 && launch_pipe<T>(a, n_sel, exact, st, &rc, nullptr, nullptr, 0.f, false, nullptr, 2)) return rc;
+        const int64_t sms = ds4c_sm_count();
+        while (S < 8 && ((int64_t)a.rows * S / 8) * n_sel < 4 * sms && units >= 64 * S) S *= 2;
     }
     if (nt == 1) {
         int rc = 0;

@@ -341,14 +341,17 @@ func TestMatMulQ8Out(t *testing.T) {
 	}
 }
 
-// TestMatVecFastQ8Two checks fast mode's Q8_0 products of two tokens as
-// one pipelined product (OptMVTwo: the weights streamed once, both tokens'
-// activations in shared memory): each token's row equals, bit for bit, its
-// own one-token product (the same items, partials and order), the second
-// token's rows at y's token stride (here wider than the rows); with the
-// option off the generic two-token kernel is within compare's bound of
-// quant.MatVec. Flash's shapes: q_b (1024 columns), wo_b (8192), q_a and
-// the shared expert (4096), a partial last tile (2048 columns).
+// TestMatVecFastQ8Two checks fast mode's products of two tokens
+// (OptMVTwo). Q8_0 ones run as one pipelined product (the weights streamed
+// once, both tokens' activations in shared memory): each token's row
+// equals, bit for bit, its own one-token product (the same items, partials
+// and order). Flash's shapes: q_b (1024 columns), wo_b (8192), q_a and the
+// shared expert (4096), a partial last tile (2048 columns). F16 ones with
+// few rows split each row over warps (the mixers, the router, a
+// compressor). Every token's rows are within compare's bound of
+// quant.MatVec, the second token's at y's token stride (here wider than
+// the rows, the rows between untouched); with the option off the generic
+// two-token kernel is too.
 func TestMatVecFastQ8Two(t *testing.T) {
 	d := gpu(t)
 	pipeEverywhere(t, d)
@@ -356,14 +359,17 @@ func TestMatVecFastQ8Two(t *testing.T) {
 	t.Cleanup(func() { d.SetOption(OptMVTwo, DefaultMVTwo) })
 	cases := []struct {
 		name       string
+		typ        quant.Type
 		rows, cols int
 	}{
-		{"q_b", 32768, 1024}, {"wo_b", 4096, 8192}, {"q_a", 1024, 4096}, {"shexp", 2048, 4096}, {"partial", 300, 2048},
+		{"q_b", quant.Q8_0, 32768, 1024}, {"wo_b", quant.Q8_0, 4096, 8192}, {"q_a", quant.Q8_0, 1024, 4096},
+		{"shexp", quant.Q8_0, 2048, 4096}, {"partial", quant.Q8_0, 300, 2048},
+		{"hc_attn_fn", quant.F16, 24, 16384}, {"router", quant.F16, 256, 4096}, {"compressor", quant.F16, 1024, 4096},
 	}
 	for ci, c := range cases {
-		mat, dw, ab := randomMats(t, d, quant.Q8_0, c.rows, c.cols, 1, uint64(5300+ci))
+		mat, dw, ab := randomMats(t, d, c.typ, c.rows, c.cols, 1, uint64(5300+ci))
 		x := gaussian(2*c.cols, uint64(5400+ci))
-		act := quantizeOnDevice(t, d, quant.Q8_0, x, c.cols, 2)
+		act := quantizeOnDevice(t, d, c.typ, x, c.cols, 2)
 		ldy := c.rows + 40
 		y := alloc(t, d, 4*int64(2*ldy))
 		two := func() []float32 {
@@ -373,14 +379,16 @@ func TestMatVecFastQ8Two(t *testing.T) {
 		}
 		got := two()
 		for tok := 0; tok < 2; tok++ {
-			poison(t, d, y, ldy)
-			must(t, d.MatMulEx(0, dw, 0, 1, act+Ptr(int64(tok)*ab), ab, 0, 1, 1, y, int64(ldy), 0, false))
-			one := download(t, d, y, c.rows)
-			if k, ok := firstBitDiff(got[tok*ldy:tok*ldy+c.rows], one); !ok {
-				t.Errorf("%s %dx%d token %d: row %d = %v, its one-token product %v", c.name, c.rows, c.cols, tok, k, got[tok*ldy+k], one[k])
+			if c.typ == quant.Q8_0 {
+				poison(t, d, y, ldy)
+				must(t, d.MatMulEx(0, dw, 0, 1, act+Ptr(int64(tok)*ab), ab, 0, 1, 1, y, int64(ldy), 0, false))
+				one := download(t, d, y, c.rows)
+				if k, ok := firstBitDiff(got[tok*ldy:tok*ldy+c.rows], one); !ok {
+					t.Errorf("%s %dx%d token %d: row %d = %v, its one-token product %v", c.name, c.rows, c.cols, tok, k, got[tok*ldy+k], one[k])
+				}
 			}
-			want, mag := reference(t, quant.Q8_0, mat(0), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
-			compare(t, fmt.Sprintf("%s %dx%d token %d two-token pipelined", c.name, c.rows, c.cols, tok), got[tok*ldy:tok*ldy+c.rows], want, mag, nterms(quant.Q8_0, c.cols))
+			want, mag := reference(t, c.typ, mat(0), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
+			compare(t, fmt.Sprintf("%s %dx%d token %d two-token", c.name, c.rows, c.cols, tok), got[tok*ldy:tok*ldy+c.rows], want, mag, nterms(c.typ, c.cols))
 		}
 		for r := c.rows; r < ldy; r++ { // the rows between the tokens untouched (poison)
 			if !math.IsNaN(float64(got[r])) {
@@ -394,8 +402,8 @@ func TestMatVecFastQ8Two(t *testing.T) {
 		off := two()
 		must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
 		for tok := 0; tok < 2; tok++ {
-			want, mag := reference(t, quant.Q8_0, mat(0), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
-			compare(t, fmt.Sprintf("%s token %d generic", c.name, tok), off[tok*ldy:tok*ldy+c.rows], want, mag, nterms(quant.Q8_0, c.cols))
+			want, mag := reference(t, c.typ, mat(0), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
+			compare(t, fmt.Sprintf("%s token %d generic", c.name, tok), off[tok*ldy:tok*ldy+c.rows], want, mag, nterms(c.typ, c.cols))
 		}
 		d.FreeWeight(dw)
 	}
