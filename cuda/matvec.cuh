@@ -1699,6 +1699,27 @@ __device__ __forceinline__ void q8f_sums(const int4 (&w0)[U], const int4 (&w1)[U
 // divide the 8 warps: item it's segment is it mod nseg = warp mod nseg);
 // qs and ds point at that segment's lane quants and block scale of row 0
 // of the tile (rows cols bytes and dstride halves apart).
+// q8f_load loads the lane's units (w0, w1) and block scale (d) of the U
+// items it0, it0 + 8, … of a tile (zeros past items), as q8f_items and
+// q8f_items2 consume them.
+template <int U>
+__device__ __forceinline__ void q8f_load(int it0, int items, int nsh, const uint8_t *qs, const __half *ds, int cols,
+                                         int dstride, int4 (&w0)[U], int4 (&w1)[U], __half (&d)[U]) {
+#pragma unroll
+    for (int j = 0; j < U; j++) {
+        const int row = (it0 + 8 * j) >> nsh;
+        if (it0 + 8 * j < items) { // (uniform over the warp)
+            const uint8_t *q = qs + (size_t)row * cols;
+            w0[j] = *(const int4 *)q;
+            w1[j] = *(const int4 *)(q + 512);
+            d[j] = ds[(size_t)row * dstride];
+        } else {
+            w0[j] = w1[j] = make_int4(0, 0, 0, 0);
+            d[j] = __float2half(0.f);
+        }
+    }
+}
+
 template <int U>
 __device__ __forceinline__ void q8f_items(int items, int nsh, int warp, int lane, const uint8_t *qs, const __half *ds,
                                           int cols, int dstride, int4 x0, int4 x1, float xd, float *part) {
@@ -1706,19 +1727,7 @@ __device__ __forceinline__ void q8f_items(int items, int nsh, int warp, int lane
     for (int it0 = warp; it0 < items; it0 += 8 * U) {
         int4 w0[U], w1[U];
         __half d[U];
-#pragma unroll
-        for (int j = 0; j < U; j++) {
-            const int row = (it0 + 8 * j) >> nsh;
-            if (it0 + 8 * j < items) { // (uniform over the warp)
-                const uint8_t *q = qs + (size_t)row * cols;
-                w0[j] = *(const int4 *)q;
-                w1[j] = *(const int4 *)(q + 512);
-                d[j] = ds[(size_t)row * dstride];
-            } else {
-                w0[j] = w1[j] = make_int4(0, 0, 0, 0);
-                d[j] = __float2half(0.f);
-            }
-        }
+        q8f_load<U>(it0, items, nsh, qs, ds, cols, dstride, w0, w1, d);
         float v[U];
         q8f_sums<U>(w0, w1, d, x0, x1, xd, lane, v);
         if (lane == 0)
@@ -1741,19 +1750,7 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
     for (int it0 = warp; it0 < items; it0 += 8 * U) {
         int4 w0[U], w1[U];
         __half d[U];
-#pragma unroll
-        for (int j = 0; j < U; j++) {
-            const int row = (it0 + 8 * j) >> nsh;
-            if (it0 + 8 * j < items) { // (uniform over the warp)
-                const uint8_t *q = qs + (size_t)row * cols;
-                w0[j] = *(const int4 *)q;
-                w1[j] = *(const int4 *)(q + 512);
-                d[j] = ds[(size_t)row * dstride];
-            } else {
-                w0[j] = w1[j] = make_int4(0, 0, 0, 0);
-                d[j] = __float2half(0.f);
-            }
-        }
+        q8f_load<U>(it0, items, nsh, qs, ds, cols, dstride, w0, w1, d);
 #pragma unroll
         for (int t = 0; t < 2; t++) {
             float v[U];

@@ -98,18 +98,7 @@ func BindMTP(w *Weights, src TensorSource) error {
 		return err
 	}
 	w.MTP = &MTP{Block: Layer{Index: c.Layers, Ratio: c.MTPRatio()}}
-	var missing []string
-	for _, sp := range MTPTensors(c) {
-		t, ok := src.Lookup(sp.Name)
-		if !ok {
-			if !sp.Optional {
-				missing = append(missing, sp.Name)
-			}
-			continue
-		}
-		*sp.slot(w, sp.Layer) = t
-	}
-	if len(missing) > 0 {
+	if missing := bindSpecs(w, src, MTPTensors(c)); len(missing) > 0 {
 		w.MTP = nil
 		return &LayoutError{Problems: prefixEach("missing MTP tensor ", missing)}
 	}

@@ -179,8 +179,17 @@ func Bind(c *Config, src TensorSource) (*Weights, error) {
 			ly.Indexer = &Indexer{}
 		}
 	}
-	var missing []string
-	for _, sp := range ExpectedTensors(c) {
+	if missing := bindSpecs(w, src, ExpectedTensors(c)); len(missing) > 0 {
+		return nil, &LayoutError{Problems: prefixEach("missing tensor ", missing)}
+	}
+	w.Scheme = detectScheme(w)
+	return w, nil
+}
+
+// bindSpecs stores each tensor of specs that src has in its slot of w and
+// returns the names of the required ones it lacks.
+func bindSpecs(w *Weights, src TensorSource, specs []TensorSpec) (missing []string) {
+	for _, sp := range specs {
 		t, ok := src.Lookup(sp.Name)
 		if !ok {
 			if !sp.Optional {
@@ -190,11 +199,7 @@ func Bind(c *Config, src TensorSource) (*Weights, error) {
 		}
 		*sp.slot(w, sp.Layer) = t
 	}
-	if len(missing) > 0 {
-		return nil, &LayoutError{Problems: prefixEach("missing tensor ", missing)}
-	}
-	w.Scheme = detectScheme(w)
-	return w, nil
+	return missing
 }
 
 func prefixEach(p string, xs []string) []string {
