@@ -6,33 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"ds4go/backend/cpu"
 	"ds4go/engine"
-	"ds4go/model"
 	"ds4go/synth"
 )
 
 // mtpBackend is tinyBackend's model with an MTP block.
 func mtpBackend(t *testing.T) engine.Backend {
 	t.Helper()
-	c := synth.Tiny()
-	c.Layers, c.Vocab = 4, 512
-	c.CompressRatios = model.FlashRatios(c.Layers)
-	c.SwigluClamp = c.SwigluClamp[:c.Layers]
-	c.HashLayers = 2
-	f, err := synth.BuildFile(synth.Options{Config: c, Scheme: model.SchemeQ8, Seed: 7, MTP: synth.MTPInclude})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := model.Load(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	be, err := cpu.New(w, cpu.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return be
+	return tinyBackendMTP(t, nil, synth.MTPInclude)
 }
 
 // greedyRun decodes n tokens and returns them.

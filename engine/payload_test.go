@@ -17,6 +17,12 @@ import (
 // pattern of Flash) on the CPU backend.
 func tinyBackend(t *testing.T, mutate func(*model.Config)) engine.Backend {
 	t.Helper()
+	return tinyBackendMTP(t, mutate, synth.MTPNone)
+}
+
+// tinyBackendMTP is tinyBackend with the MTP block as mtp says.
+func tinyBackendMTP(t *testing.T, mutate func(*model.Config), mtp synth.MTPMode) engine.Backend {
+	t.Helper()
 	c := synth.Tiny()
 	c.Layers, c.Vocab = 4, 512
 	c.CompressRatios = model.FlashRatios(c.Layers)
@@ -25,7 +31,7 @@ func tinyBackend(t *testing.T, mutate func(*model.Config)) engine.Backend {
 	if mutate != nil {
 		mutate(&c)
 	}
-	f, err := synth.BuildFile(synth.Options{Config: c, Scheme: model.SchemeQ8, Seed: 7})
+	f, err := synth.BuildFile(synth.Options{Config: c, Scheme: model.SchemeQ8, Seed: 7, MTP: mtp})
 	if err != nil {
 		t.Fatal(err)
 	}
