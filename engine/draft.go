@@ -30,7 +30,6 @@ import (
 // drafts is a session's MTP block state.
 type drafts struct {
 	be     Drafter
-	base   Backend
 	b      Batch // the block's chunk, with the staged rows
 	st     State // the block's KV state (a window ring)
 	next   int   // position of the oldest staged row
@@ -50,13 +49,14 @@ func newDrafts(be Backend, layout *StateLayout) (*drafts, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %s backend: MTP state: %w", be.Name(), err)
 	}
-	// A run stages at most Window rows after the one left from before.
+	// A run stages at most Window rows after the one left from before
+	// (stageMTP).
 	b, err := be.NewBatch(layout.Config.Window + 2)
 	if err != nil {
 		st.Release()
 		return nil, fmt.Errorf("engine: %s backend: MTP batch: %w", be.Name(), err)
 	}
-	return &drafts{be: d, base: be, b: b, st: st, logits: make([]float32, layout.Config.Vocab)}, nil
+	return &drafts{be: d, b: b, st: st, logits: make([]float32, layout.Config.Vocab)}, nil
 }
 
 func (m *drafts) release() {
