@@ -117,7 +117,9 @@ func HasMTP(f *gguf.File) bool {
 
 // ValidateMTP checks a separate MTP file (ds4's DeepSeek-V4-Flash-MTP
 // GGUF) against the main model's hyperparameters: the MTP block's tensors
-// with their shapes and allowed types, and nothing else. Its metadata is not
+// with their shapes and allowed types, and no other mtp.* tensor. Tensors
+// outside mtp.* are not used (the embedding and the vocabulary projection
+// are the main file's, as in ds4) and not checked. Its metadata is not
 // required (ds4 checks none); a file that declares another architecture is
 // refused.
 func ValidateMTP(c *Config, f *gguf.File) error {

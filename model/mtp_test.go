@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"ds4go/backend/cpu"
 	"ds4go/gguf"
 	"ds4go/model"
 	"ds4go/quant"
@@ -73,10 +74,15 @@ func TestMTPInFileAndSeparate(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkMTPBound(t, w)
-	// The model's own file is not an MTP file.
+	// The model's own file is not an MTP file: its block is missing.
 	if err := model.LoadMTP(w, buildParsed(t, synth.Options{Config: c, Seed: 3})); err == nil ||
-		!strings.Contains(err.Error(), "MTP file: blk.0.") || !strings.Contains(err.Error(), "missing") {
+		!strings.Contains(err.Error(), "MTP file: mtp.0.e_proj.weight: missing") {
 		t.Errorf("a model file as MTP file: %v", err)
+	}
+	// A file with the model and the block serves as an MTP file too (the
+	// model's tensors are not used).
+	if err := model.LoadMTP(w, buildParsed(t, synth.Options{Config: c, Seed: 3, MTP: synth.MTPInclude})); err != nil {
+		t.Errorf("a model file with its MTP block as MTP file: %v", err)
 	}
 	// An MTP file of another model size.
 	other := c
@@ -131,4 +137,57 @@ func TestMTPValidateListsProblems(t *testing.T) {
 	if n := len(model.MTPTensors(&c)); n != 32 {
 		t.Errorf("%d MTP tensors, want 32 (as ds4's mtp_weights_bind: 24 of the block, 8 of the draft)", n)
 	}
+}
+
+// FuzzLoadMTP loads arbitrary bytes as a separate MTP file onto a small
+// model: a file that does not parse or does not fit is an error, never a
+// panic; a file LoadMTP accepts binds every tensor of the block, and the
+// CPU backend can be built on it.
+func FuzzLoadMTP(f *testing.F) {
+	c := synth.Tiny()
+	c.Layers, c.HashLayers = 2, 1
+	c.CompressRatios, c.SwigluClamp = c.CompressRatios[:2], c.SwigluClamp[:2]
+	c.Experts, c.Vocab = 4, 320
+	main, err := synth.Build(synth.Options{Config: c, Seed: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	mtp, err := synth.Build(synth.Options{Config: c, Seed: 2, MTP: synth.MTPOnly})
+	if err != nil {
+		f.Fatal(err)
+	}
+	mf, err := gguf.Parse(main)
+	if err != nil {
+		f.Fatal(err)
+	}
+	w, err := model.Load(mf)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(mtp)
+	f.Add(mtp[:len(mtp)/2])
+	f.Add(main)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := gguf.Parse(data)
+		if err != nil {
+			return
+		}
+		ww := *w
+		ww.MTP = nil
+		if err := model.LoadMTP(&ww, file); err != nil {
+			if ww.MTP != nil {
+				t.Fatalf("LoadMTP failed (%v) but bound a block", err)
+			}
+			return
+		}
+		m := ww.MTP
+		if m == nil || m.EProj == nil || m.HProj == nil || m.HCHeadFn == nil || m.Block.QA == nil || m.Block.DownExps == nil {
+			t.Fatalf("LoadMTP accepted the file but left tensors unbound: %+v", m)
+		}
+		be, err := cpu.New(&ww, cpu.Options{Threads: 1})
+		if err != nil {
+			t.Fatalf("an accepted MTP file: cpu backend: %v", err)
+		}
+		be.Close()
+	})
 }

@@ -310,7 +310,11 @@ func validateSpecs(c *Config, f *gguf.File, specs []TensorSpec, blocks []int, mt
 		}
 	}
 	for i := range f.Tensors {
-		if n := f.Tensors[i].Name; !known[n] {
+		n := f.Tensors[i].Name
+		if mtpFile && !strings.HasPrefix(n, MTPPrefix) {
+			continue // (the model's own tensors come from its file)
+		}
+		if !known[n] {
 			bad("%s: unexpected tensor (%s %v)", n, f.Tensors[i].ShapeString(), f.Tensors[i].Type)
 		}
 	}
