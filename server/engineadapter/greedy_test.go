@@ -8,12 +8,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"ds4go/loader"
 	"ds4go/server"
+	"ds4go/synth"
 )
 
 // oneStep serves e's sessions without DecodeGreedy, so the server takes its
@@ -120,4 +123,73 @@ func serveCalls(t *testing.T, e server.Engine, calls []call, dir string) []map[s
 		out = append(out, m)
 	}
 	return out
+}
+
+// TestSpeculativeRequests: with speculative decoding (engine.Options.Draft,
+// ds4-server --mtp-draft 2) greedy requests — to the length limit, to a
+// stop sequence, raw completions, a continued conversation — get the
+// replies of plain greedy decoding, and drafts were verified on the way.
+func TestSpeculativeRequests(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if err := synth.WriteFile(context.Background(), path, synth.Options{Config: synth.DemoConfig(), Seed: 1, MTP: synth.MTPInclude}); err != nil {
+		t.Fatal(err)
+	}
+	open := func(draft bool) *Engine {
+		m, err := loader.Open(loader.Options{Path: path, Backend: loader.BackendCPU, Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(m.Close)
+		e, err := New(m, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Opts.Draft = draft
+		return e
+	}
+	plain, spec := open(false), open(true)
+	chat := func(extra string) call {
+		return call{"/v1/chat/completions", `{"model":"deepseek-chat","messages":[{"role":"user","content":"Count with me, demo model."}]` + extra + `}`}
+	}
+	first := serveCalls(t, plain, []call{chat(`,"temperature":0,"max_tokens":40`)}, "")
+	content, _ := first[0]["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+	r := []rune(content)
+	if len(r) < 12 {
+		t.Fatalf("first reply too short for a stop sequence: %q", content)
+	}
+	stop, _ := json.Marshal(string(r[8:11]))
+	calls := []call{
+		chat(`,"temperature":0,"max_tokens":40`),
+		chat(`,"temperature":0,"max_tokens":40,"stop":[` + string(stop) + `]`),
+		{"/v1/completions", `{"model":"deepseek-chat","prompt":"Once upon a time","temperature":0,"max_tokens":30}`},
+		chat(`,"temperature":0,"max_tokens":12`),
+	}
+	var sessions []*session
+	want, got := serveCalls(t, plain, calls, ""), serveCalls(t, recording{spec, &sessions}, calls, "")
+	for i := range calls {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Errorf("request %d (%s):\n speculative: %v\n plain:       %v", i, calls[i].body, got[i], want[i])
+		}
+	}
+	drafted := 0
+	for _, x := range sessions {
+		drafted += x.s.Stats().Drafted
+	}
+	if len(sessions) == 0 || drafted == 0 {
+		t.Errorf("%d sessions, %d drafts verified", len(sessions), drafted)
+	}
+}
+
+// recording serves e's sessions as they are, keeping them in *ss.
+type recording struct {
+	*Engine
+	ss *[]*session
+}
+
+func (r recording) NewSession() (server.Session, error) {
+	s, err := r.Engine.NewSession()
+	if err == nil {
+		*r.ss = append(*r.ss, s.(*session))
+	}
+	return s, err
 }
