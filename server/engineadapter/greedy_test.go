@@ -47,18 +47,9 @@ func TestGreedyRequestsPipelined(t *testing.T) {
 	if _, ok := any(&session{}).(server.GreedySession); !ok {
 		t.Fatal("the adapter's session is not a server.GreedySession")
 	}
-	chat := func(extra string) call {
-		return call{"/v1/chat/completions", `{"model":"deepseek-chat","messages":[{"role":"user","content":"Count with me, demo model."}]` + extra + `}`}
-	}
+	chat := countChat
 	run := func(e server.Engine, calls []call, dir string) []map[string]any { return serveCalls(t, e, calls, dir) }
-	// the first reply's text gives a stop sequence inside the second's
-	first := run(eng, []call{chat(`,"temperature":0,"max_tokens":40`)}, "")
-	content, _ := first[0]["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
-	r := []rune(content)
-	if len(r) < 12 {
-		t.Fatalf("first reply too short for a stop sequence: %q", content)
-	}
-	stop, _ := json.Marshal(string(r[8:11]))
+	stop := stopInReply(t, eng)
 	calls := []call{
 		chat(`,"temperature":0,"max_tokens":40`),
 		chat(`,"temperature":0,"max_tokens":40,"stop":[` + string(stop) + `]`),
@@ -81,6 +72,27 @@ func TestGreedyRequestsPipelined(t *testing.T) {
 	if len(fa) != len(fb) || len(fb) < 3 {
 		t.Errorf("disk checkpoints: %d with DecodeGreedy, %d with one step (want the same, at least 3)", len(fa), len(fb))
 	}
+}
+
+// countChat is a chat request of one user message with the extra JSON
+// members extra (",\"temperature\":0,…").
+func countChat(extra string) call {
+	return call{"/v1/chat/completions", `{"model":"deepseek-chat","messages":[{"role":"user","content":"Count with me, demo model."}]` + extra + `}`}
+}
+
+// stopInReply returns, JSON-quoted, a stop sequence from inside the greedy
+// reply of e to countChat (characters 8–10 of its 40 tokens), which that
+// request with the sequence as a stop then ends at.
+func stopInReply(t *testing.T, e server.Engine) []byte {
+	t.Helper()
+	first := serveCalls(t, e, []call{countChat(`,"temperature":0,"max_tokens":40`)}, "")
+	content, _ := first[0]["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+	r := []rune(content)
+	if len(r) < 12 {
+		t.Fatalf("first reply too short for a stop sequence: %q", content)
+	}
+	stop, _ := json.Marshal(string(r[8:11]))
+	return stop
 }
 
 // call is one request to the server: its path and JSON body.
@@ -148,16 +160,8 @@ func TestSpeculativeRequests(t *testing.T) {
 		return e
 	}
 	plain, spec := open(false), open(true)
-	chat := func(extra string) call {
-		return call{"/v1/chat/completions", `{"model":"deepseek-chat","messages":[{"role":"user","content":"Count with me, demo model."}]` + extra + `}`}
-	}
-	first := serveCalls(t, plain, []call{chat(`,"temperature":0,"max_tokens":40`)}, "")
-	content, _ := first[0]["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
-	r := []rune(content)
-	if len(r) < 12 {
-		t.Fatalf("first reply too short for a stop sequence: %q", content)
-	}
-	stop, _ := json.Marshal(string(r[8:11]))
+	chat := countChat
+	stop := stopInReply(t, plain)
 	calls := []call{
 		chat(`,"temperature":0,"max_tokens":40`),
 		chat(`,"temperature":0,"max_tokens":40,"stop":[` + string(stop) + `]`),
