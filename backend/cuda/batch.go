@@ -128,6 +128,17 @@ func (s *scratch) get(name string, bytes int64) (Ptr, error) {
 // f32 returns a buffer of n floats.
 func (s *scratch) f32(name string, n int) (Ptr, error) { return s.get(name, 4*int64(n)) }
 
+// getE is get for a run of requests that checks its error once: after the
+// first failure (kept in *e) it returns 0 without trying.
+func (s *scratch) getE(e *error, name string, bytes int64) Ptr {
+	if *e != nil {
+		return 0
+	}
+	var p Ptr
+	p, *e = s.get(name, bytes)
+	return p
+}
+
 func (s *scratch) free() {
 	for _, b := range s.bufs {
 		s.d.Free(b.p)

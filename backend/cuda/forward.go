@@ -550,14 +550,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	n, D, H, HD, QL, rd := b.n, c.Embed, c.Heads, c.HeadDim, c.QLoraRank, c.RopeDim
 	nope := HD - rd
 	var e error
-	buf := func(name string, cnt int) Ptr {
-		if e != nil {
-			return 0
-		}
-		var p Ptr
-		p, e = b.sc.f32(name, cnt)
-		return p
-	}
+	buf := func(name string, cnt int) Ptr { return b.sc.getE(&e, name, 4*int64(cnt)) }
 
 	// Every projection of the sub-block input: the query and KV ones on the
 	// main stream, the compressors' on the side stream (below). qr stays the
@@ -1107,14 +1100,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 		return fmt.Errorf("cuda: %d tokens × %d experts exceed 65535 selections", n, K)
 	}
 	var e error
-	buf := func(name string, bytes int64) Ptr {
-		if e != nil {
-			return 0
-		}
-		var p Ptr
-		p, e = b.sc.get(name, bytes)
-		return p
-	}
+	buf := func(name string, bytes int64) Ptr { return b.sc.getE(&e, name, bytes) }
 	f4 := func(cnt int) int64 { return 4 * int64(cnt) }
 	lg, shg, shu := buf("moe.s", f4(n*E)), buf("moe.shg", f4(n*FF)), buf("moe.shu", f4(n*FF))
 	sel, wts := buf("moe.sel", f4(nk)), buf("moe.w", f4(nk))

@@ -242,14 +242,7 @@ func (be *Backend) MTPEmbed(mbi engine.Batch, pos int, tokens []int32) error {
 		return err
 	}
 	var e error
-	buf := func(name string, cnt int) Ptr {
-		if e != nil {
-			return 0
-		}
-		var p Ptr
-		p, e = b.sc.f32(name, cnt)
-		return p
-	}
+	buf := func(name string, cnt int) Ptr { return b.sc.getE(&e, name, 4*int64(cnt)) }
 	emb, en, hn, ep := buf("mtp.e", n*D), buf("mtp.en", n*D), buf("mtp.hn", n*HC*D), buf("mtp.ep", n*D)
 	if e != nil {
 		return e
