@@ -36,7 +36,9 @@
 #          at 8k as they run, into $OUT/ktrace.txt (KT_AB: an environment
 #          assignment traced once more, into ktrace-ab.txt); KT_LAYERS: the
 #          layers listed kernel by kernel (ktrace-layer.py, default "20 21")
-#          into ktrace-layers.txt, the raw CSV as ktrace.csv.gz
+#          into ktrace-layers.txt, the raw CSV as ktrace.csv.gz; KT_MTP=RATE:
+#          the speculative run of ds4-bench --mtp --accept RATE traced
+#          instead (the summary per pass; layer -1 is the MTP block's)
 # Everything lands in $OUT (at most 8 files come back): log.txt holds the
 # summary lines.
 set -uo pipefail
@@ -92,8 +94,10 @@ if [ -n "${NCU:-}" ]; then
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
 if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
-if [ -n "${MTP:-}" ]; then
+if [ -n "${MTP:-}${KT_MTP:-}" ]; then
     $F/ds4-gguf synth --flash-q2 --mtp-only -o /dev/shm/flash-q2-mtp.gguf >/tmp/synth-mtp.log 2>&1 || tail -3 /tmp/synth-mtp.log
+fi
+if [ -n "${MTP:-}" ]; then
     timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda --fast \
         --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp.csv" >"$OUT/mtp.log" 2>&1
     echo "mtp: exit $?"; grep -E "speculative|error|ds4-bench: [^f]" "$OUT/mtp.log" | head -20; el
@@ -107,12 +111,14 @@ table() { # name seconds flags…
 [ -n "${TABLE:-}" ] && table table "$TABLE"
 [ -n "${TABLE2:-}" ] && table table-sampled "$TABLE2" --temp 1
 if [ -n "${KT:-}" ]; then
-    OUT=/tmp/kt BENCH_ARGS="--fast --warmup 4096" bash scripts/cuda/ktrace.sh >/tmp/kt.log 2>&1; cp /tmp/kt/ktrace.txt "$OUT/"
+    ktargs="--fast --warmup 4096"
+    [ -n "${KT_MTP:-}" ] && ktargs="$ktargs --mtp /dev/shm/flash-q2-mtp.gguf --accept $KT_MTP"
+    OUT=/tmp/kt BENCH_ARGS="$ktargs" bash scripts/cuda/ktrace.sh >/tmp/kt.log 2>&1; cp /tmp/kt/ktrace.txt "$OUT/"
     head -30 "$OUT/ktrace.txt"
     for l in ${KT_LAYERS:-20 21}; do echo "== layer $l"; python3 scripts/cuda/ktrace-layer.py /tmp/ktrace.csv "$l"; done >"$OUT/ktrace-layers.txt" 2>&1
     gzip -c /tmp/ktrace.csv >"$OUT/ktrace.csv.gz"
     if [ -n "${KT_AB:-}" ]; then
-        env $KT_AB OUT=/tmp/kt2 BENCH_ARGS="--fast --warmup 4096" bash scripts/cuda/ktrace.sh >/tmp/kt2.log 2>&1; cp /tmp/kt2/ktrace.txt "$OUT/ktrace-ab.txt"
+        env $KT_AB OUT=/tmp/kt2 BENCH_ARGS="$ktargs" bash scripts/cuda/ktrace.sh >/tmp/kt2.log 2>&1; cp /tmp/kt2/ktrace.txt "$OUT/ktrace-ab.txt"
         head -30 "$OUT/ktrace-ab.txt"
     fi
     el

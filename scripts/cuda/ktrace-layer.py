@@ -5,8 +5,9 @@ kernel in start order: start and end in µs from the token's first kernel,
 the duration, how far the kernel's end moved the latest end so far ("adv":
 on the critical path it is the kernel's cost; negative when it ended inside
 work already done) and the CUDA stream. A token spans one k_get_rows (its
-embedding) to the next; the token listed is the second-to-last complete one
-(the last may be cut by the end of the trace). A layer spans k_hc_pre
+embedding) to the next; the token listed is the latest complete one with the most kernels among
+the last six (the second-to-last in plain decode; a speculative pass's
+verification); L = -1 lists the MTP block's layer of the latest draft. A layer spans k_hc_pre
 number 2·L to 2·L+2 (its attention and FFN sub-blocks; hc_pre opens each).
     python3 scripts/cuda/ktrace-layer.py ktrace.csv [L]
 L defaults to 20 (a ratio-4 layer of Flash; 21 is a ratio-128 one). The
@@ -21,9 +22,23 @@ ev = load(sys.argv[1])
 tokens = [i for i, e in enumerate(ev) if e[2].startswith("k_get_rows")]
 if len(tokens) < 3:
     sys.exit("fewer than two complete tokens in the trace")
-ks = ev[tokens[-3]:tokens[-2]]
+# the latest complete span with the most kernels among the last six (in a
+# speculative run the spans of the MTP block's draft are small); L = -1:
+# the latest complete small span with a hc_pre (the MTP block's layer)
+sp = [(tokens[i], tokens[i + 1]) for i in range(max(0, len(tokens) - 7), len(tokens) - 2)]
+if L < 0:
+    small = [(a, b) for a, b in sp if b - a < max(y - x for x, y in sp) // 4
+             and any(e[2].startswith("k_hc_pre") for e in ev[a:b])]
+    if not small:
+        sys.exit("no MTP block's span (a small one with a hc_pre) in the trace")
+    a, b = small[-1]
+else:
+    a, b = max(reversed(sp), key=lambda t: t[1] - t[0])
+ks = ev[a:b]
 t0 = ks[0][0]
 pre = [i for i, e in enumerate(ks) if e[2].startswith("k_hc_pre")]
+if L < 0:  # the whole span
+    pre, L = [0, 0, len(ks)], 0
 if 2 * L + 2 >= len(pre):
     sys.exit(f"layer {L} not in the token ({len(pre)} hc_pre launches)")
 last = None

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Summarise a ktrace CSV (start,end,stream,name per kernel, as the GPU ran
 them) over the last N decode tokens (a token starts at its embedding's
-k_get_rows): wall time, kernels and busy time (the union of kernel
+k_get_rows; in a speculative run, a pass: a verification and the spans of
+its draft): wall time, kernels and busy time (the union of kernel
 intervals) per token, then per kernel name the time it advanced the token:
 kernels sorted by end, each charged the time from the previous end to its
 own, so the charges add up to the wall time; on a serial chain that is the
@@ -11,11 +12,13 @@ the streams it ran on, numbered in order of first use within the token
 (1: the batch's main stream, 2: its side stream), most used first.
 With --prefill the same table covers the prompt's chunks instead: every
 span from one k_get_rows to the next that lasts longer than 100 ms (a decode
-token takes ≈ 10, a chunk of 2048 tokens ≈ 1000), the first N of them.
+token takes ≈ 10, a chunk of 2048 tokens ≈ 1000), the first N of them. Then the GPU's idle gaps (3 µs or more in decode, 20
+in prefill) by the kernel before them.
     python3 scripts/cuda/ktrace-summary.py [--prefill] ktrace.csv [N]"""
 import sys, collections
 from ktrace_csv import load
 args = [a for a in sys.argv[1:] if a != "--prefill"]
+PASSES = False
 PREFILL = len(args) < len(sys.argv) - 1
 N = int(args[1]) if len(args) > 1 else 16
 ev = load(args[0])
@@ -29,7 +32,22 @@ if PREFILL:
 elif len(starts) < N + 2:
     print(f"only {len(starts)} tokens in the trace; kernels seen:", *sorted({e[2] for e in ev})[:20], sep="\n  ")
     raise SystemExit(1)
-toks = spans if PREFILL else [(starts[i], starts[i + 1]) for i in range(len(starts) - N - 1, len(starts) - 1)]
+if PREFILL:
+    toks = spans
+else:
+    # A speculative pass has small spans after its verification (the MTP
+    # block's embedding, its head's row gather): when most of the last 4N
+    # spans are small, a unit runs from one span of at least a quarter of
+    # the largest kernel count to the next.
+    sp = [(starts[i], starts[i + 1]) for i in range(len(starts) - 1)][-4 * N:]
+    big = max(b - a for a, b in sp)
+    heads = [a for a, b in sp if b - a >= big // 4]
+    PASSES = len(heads) < len(sp) * 3 // 4
+    if PASSES:
+        toks = [(heads[i], heads[i + 1]) for i in range(len(heads) - 1)][-N:]
+    else:
+        toks = sp[-N:]
+
 charge = collections.defaultdict(float); dur = collections.defaultdict(float); cnt = collections.Counter()
 streams = collections.defaultdict(collections.Counter)
 walls, busys, nks = [], [], []
@@ -57,9 +75,9 @@ for a, b in toks:
         dur[n] += e - s; cnt[n] += 1
     charge["(after the last kernel)"] += max(0, t1 - prev)
 T = len(toks)
-what = "prefill chunks" if PREFILL else "decode tokens"
-u = "chunk" if PREFILL else "token"
-rate = "" if PREFILL else f" ({1e9*T/sum(walls):.1f} tok/s)"
+what = "prefill chunks" if PREFILL else ("passes (a verification and its draft)" if PASSES else "decode tokens")
+u = "chunk" if PREFILL else ("pass" if PASSES else "token")
+rate = "" if PREFILL or PASSES else f" ({1e9*T/sum(walls):.1f} tok/s)"
 print(f"{T} {what}: {sum(walls)/T/1e6:.3f} ms/{u}{rate}, "
       f"{sum(nks)/T:.0f} kernels/{u}, GPU busy {sum(busys)/T/1e6:.3f} ms/{u}")
 if PREFILL:
@@ -73,22 +91,23 @@ for n, c in sorted(charge.items(), key=lambda kv: -kv[1]):
     st = "/".join(str(o) for o, _ in streams[n].most_common()) if n in streams else "-"
     print(f"{c/T/1e6:10.3f} {100*c/tot:5.1f}% {k:6.0f} {c/cnt[n]/1e3 if cnt[n] else 0:8.2f} "
           f"{dur[n]/cnt[n]/1e3 if cnt[n] else 0:11.2f} {st:>6}  {n}")
-if PREFILL:
+if True:
     # where the GPU idles inside the prompt: every gap of 20 µs or more
     # between the end of all kernels so far and the next kernel's start,
     # totalled by the kernel that ends before it
+    GAP = 20_000 if PREFILL else 3_000
     gaps = collections.defaultdict(lambda: [0, 0])
     big = []
     for a, b in toks:
         ce, last = None, None
         for s, e, n, _ in ev[a:b]:
-            if ce is not None and s - ce >= 20_000:
+            if ce is not None and s - ce >= GAP:
                 g = gaps[last]; g[0] += s - ce; g[1] += 1
                 big.append((s - ce, last, n))
             if ce is None or e > ce:
                 ce, last = e, n
     idle = sum(g[0] for g in gaps.values())
-    print(f"\nidle gaps of 20 µs or more: {idle/T/1e6:.3f} ms/{u} in {sum(g[1] for g in gaps.values())/T:.0f} gaps; by the kernel before:")
+    print(f"\nidle gaps of {GAP // 1000} µs or more: {idle/T/1e6:.3f} ms/{u} in {sum(g[1] for g in gaps.values())/T:.0f} gaps; by the kernel before:")
     for n, (t, k) in sorted(gaps.items(), key=lambda kv: -kv[1][0])[:8]:
         print(f"  {t/T/1e6:8.3f} ms/{u} {k/T:6.0f} gaps  after {n}")
     print("largest:", ", ".join(f"{d/1e3:.0f} µs {p} → {n}" for d, p, n in sorted(big, reverse=True)[:6]))
