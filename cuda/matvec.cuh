@@ -1766,8 +1766,8 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
 // NT = 2: two tokens' products of the same weights (fast mode's passes of
 // two tokens: speculative decoding's verification), the weights streamed
 // once; each token's bits those of a one-token product (q8f_items2). Only
-// the ilp form (segments dividing the warps), one selection, no ids, no
-// yq, no xf (launch_pipe).
+// the ilp form (segments dividing the warps), no ids (selections: one, or
+// each its own matrix, as the grouped wo_a), no yq, no xf (launch_pipe).
 template <int CP, int NT = 1>
 __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     static_assert(NT == 1 || NT == 2, "k_mv_pipe_q8f: one or two tokens");
@@ -2087,7 +2087,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const bool seg_warps = nseg8 >= 1 && 8 % nseg8 == 0;
         p.ilp = seg_warps ? ds4c_opt_mv_ilp() : 1;
         p.sumw = seg_warps ? ds4c_opt_mv_sumw() : 0;
-        if (nt != 1 && (nt != 2 || p.ilp < 2 || xf || yq || n_sel != 1 || a.ids || (a.act_tok & 15) != 0))
+        if (nt != 1 && (nt != 2 || p.ilp < 2 || xf || yq || a.ids || (a.act_tok & 15) != 0 || (a.act_sel & 15) != 0))
             return false;
         if (xf) {
             if (!std::is_same<T, TQ8_0>::value || n_sel != 1 || a.cols % 32 != 0 ||

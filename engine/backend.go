@@ -204,6 +204,37 @@ type Drafter interface {
 	MTPHead(mb Batch, rows []int, logits []float32) error
 }
 
+// SpecPipeliner is implemented by Drafters that can run speculative
+// decoding's pass (Options.Draft) with its greedy choices made on the
+// device: the MTP block's draft goes from its head into the verification
+// chunk without the host, and the host reads three tokens a pass instead of
+// the logits of three rows. A pass queued this way runs the same ops, in
+// the same order, as the one through MTPHead, Embed and Head
+// (Session.DecodeGreedy):
+//
+//	MTPEmbed(mb, …); the block's layer ops; MTPHeadDraft(mb, b, row)
+//	EmbedDraft(b, pos, tok); the layers; StageMTP(mb, b, …); HeadVerify(b)
+//	VerifyResult(b)
+type SpecPipeliner interface {
+	// MTPHeadDraft is MTPHead for row of mb's chunk, its logits kept on the
+	// device: their greedy choice (as Greedy picks it) is the draft the next
+	// EmbedDraft on the main batch b embeds.
+	MTPHeadDraft(mb, b Batch, row int) error
+	// EmbedDraft is Embed of the two-token chunk [tok, draft] at pos on b,
+	// the draft being the latest MTPHeadDraft's choice, read on the device.
+	EmbedDraft(b Batch, pos int, tok int32) error
+	// HeadVerify is Head for both rows of b's two-token chunk, the logits
+	// kept on the device, with the greedy choice after each row queued for
+	// VerifyResult.
+	HeadVerify(b Batch) error
+	// VerifyResult waits for the latest HeadVerify on b and returns its
+	// chunk's draft and the greedy choices after its two rows.
+	VerifyResult(b Batch) (draft, after0, after1 int32, err error)
+	// VerifyLogits waits for b's queued work and copies the logits of row
+	// (0 or 1) of the latest HeadVerify on b into dst (Vocab values).
+	VerifyLogits(b Batch, row int, dst []float32) error
+}
+
 // ErrPickAhead is returned (wrapped) by a PickPipeliner's ops on a step
 // queued with EmbedPicked that cannot run before its token is known.
 var ErrPickAhead = errors.New("engine: the step cannot be queued before its token is known")

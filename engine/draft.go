@@ -172,6 +172,9 @@ func (s *Session) SetSpeculate(on bool) bool {
 
 // decodeSpeculative is DecodeGreedy with drafts (Options.Draft).
 func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int32) bool) (int, error) {
+	if sp, ok := s.be.(SpecPipeliner); ok && s.opts.DraftOverride == nil && s.opts.Trace == nil {
+		return s.specPipelined(ctx, sp, max, emit)
+	}
 	n := 0
 	row0 := make([]float32, s.cfg.Vocab)
 	for n < max {
@@ -244,4 +247,133 @@ func (s *Session) verify(ctx context.Context, tok, d int32, row0 []float32) erro
 			copy(row0, l)
 		}
 	})
+}
+
+// specPipelined is decodeSpeculative on a SpecPipeliner: the draft and the
+// greedy choices after the verification's rows are made on the device, and
+// the session's logits are fetched only when the run ends. The tokens,
+// drafts and acceptances are those of decodeSpeculative.
+func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, emit func(int32) bool) (n int, err error) {
+	if !s.logitsOK {
+		return 0, ErrNoLogits
+	}
+	// pending ≥ 0: the logits after the session's last token are row
+	// pending of the latest verification, still on the device.
+	pending := -1
+	defer func() {
+		if pending < 0 {
+			return
+		}
+		if e := sp.VerifyLogits(s.b, pending, s.logits); e != nil {
+			s.logitsOK = false
+			if err == nil {
+				err = s.opError(len(s.tokens)-1, "head", -1, e)
+			}
+			return
+		}
+		s.logitsOK = true
+	}()
+	tok := Greedy(s.logits)
+	for n < max {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		if !emit(tok) {
+			return n, nil
+		}
+		P := len(s.tokens)
+		if n+2 > max || P+2 > s.opts.MaxContext || !s.canDraft() {
+			pending = -1 // Decode writes the logits after tok
+			if err := s.Decode(ctx, tok); err != nil {
+				return n, err
+			}
+			n++
+			tok = Greedy(s.logits)
+			continue
+		}
+		pending = -1
+		s.logitsOK = false
+		d, c0, c1, err := s.specPass(ctx, sp, tok)
+		if err != nil {
+			return n, err
+		}
+		n++
+		s.stats.Drafted++
+		ok := c0 == d || (s.opts.ForceAccept != nil && s.opts.ForceAccept(P+1))
+		if ok {
+			s.stats.Accepted++
+			if emit(d) {
+				n++
+				tok, pending = c1, 1
+				continue
+			}
+		}
+		// Keep t only: the logits after it (row 0), its staged row.
+		s.tokens = s.tokens[:P+1]
+		pending = 0
+		s.mtp.staged = 1
+		if err := s.mtp.be.DropStagedMTP(s.mtp.b, 1); err != nil {
+			return n, s.opError(P, "MTP stage", -1, err)
+		}
+		if ok {
+			return n, nil // emit refused the confirmed draft
+		}
+		tok = c0
+	}
+	return n, nil
+}
+
+// specPass queues one pass on the device for tok, the greedy choice at the
+// session's position P: the MTP block's draft d for P+1, then the chunk
+// [tok, d] at P, and returns d and the greedy choices after tok and after
+// d. The session then holds tok and d.
+func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32) (d, c0, c1 int32, err error) {
+	m := s.mtp
+	if err := s.checkTokens([]int32{tok}); err != nil {
+		return 0, 0, 0, err
+	}
+	// the draft: the block over the staged rows, the last with tok
+	toks := append(append(make([]int32, 0, m.staged), s.tokens[m.next+1:]...), tok)
+	mpos := m.next
+	if err := m.be.MTPEmbed(m.b, mpos, toks); err != nil {
+		return 0, 0, 0, s.opError(mpos, "MTP embed", -1, err)
+	}
+	L := s.cfg.Layers
+	if err := s.runBlocks(ctx, m.b, m.st, L, L+1, mpos, func(Stage, int) {}); err != nil {
+		return 0, 0, 0, err
+	}
+	m.next += len(toks)
+	m.staged -= len(toks)
+	if err := sp.MTPHeadDraft(m.b, s.b, len(toks)-1); err != nil {
+		return 0, 0, 0, s.opError(mpos+len(toks)-1, "MTP head", -1, err)
+	}
+	// the verification
+	P := len(s.tokens)
+	s.runEnd = P + 2
+	if err := s.ensureContinuable(ctx); err != nil {
+		return 0, 0, 0, err
+	}
+	s.ret.written(P, 2)
+	if err := sp.EmbedDraft(s.b, P, tok); err != nil {
+		return 0, 0, 0, s.opError(P, "embed", -1, err)
+	}
+	if err := s.blocks(ctx, P, func(Stage, int) {}); err != nil {
+		return 0, 0, 0, err
+	}
+	if err := s.stageMTP(P, 2); err != nil {
+		return 0, 0, 0, err
+	}
+	if err := sp.HeadVerify(s.b); err != nil {
+		return 0, 0, 0, s.opError(P, "head", -1, err)
+	}
+	if d, c0, c1, err = sp.VerifyResult(s.b); err != nil {
+		return 0, 0, 0, s.opError(P, "head", -1, err)
+	}
+	for _, c := range []int32{d, c0, c1} {
+		if c < 0 || int(c) >= s.cfg.Vocab {
+			return 0, 0, 0, fmt.Errorf("engine: %s backend: greedy choice %d at position %d: %w", s.be.Name(), c, P, ErrBadToken)
+		}
+	}
+	s.tokens = append(s.tokens, tok, d)
+	return d, c0, c1, nil
 }

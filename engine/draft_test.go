@@ -44,6 +44,93 @@ func newSess(t *testing.T, be engine.Backend, o engine.Options) *engine.Session 
 // every offset, a continued prompt, a rewind and a reset.
 func TestDraftSameTokens(t *testing.T) {
 	be := mtpBackend(t)
+	draftSameTokens(t, be, func(o *engine.Options, f func(int, int32) int32) { o.DraftOverride = f })
+}
+
+// TestDraftPipelinedSameTokens is TestDraftSameTokens through the engine's
+// pipelined pass (SpecPipeliner), on an adapter that makes its device-side
+// choices with the CPU backend's Head and Greedy; its drafts overridden by
+// the adapter, since Options.DraftOverride takes the host path.
+func TestDraftPipelinedSameTokens(t *testing.T) {
+	h := newHostSpec(mtpBackend(t))
+	draftSameTokens(t, h, func(o *engine.Options, f func(int, int32) int32) { h.override = f })
+	if h.passes == 0 {
+		t.Fatal("no pipelined pass")
+	}
+}
+
+// hostSpec is a backend with an MTP block whose SpecPipeliner ops run
+// through the host (MTPHead, Head and Greedy): the engine's pipelined
+// speculative loop on the CPU backend. override, when set, replaces the
+// draft for position pos (as Options.DraftOverride does on the host path).
+type hostSpec struct {
+	engine.Backend
+	dr       engine.Drafter
+	override func(pos int, d int32) int32
+	draft    int32
+	res      [3]int32
+	logits   []float32 // the verification's two rows
+	passes   int
+}
+
+func newHostSpec(be engine.Backend) *hostSpec {
+	return &hostSpec{Backend: be, dr: be.(engine.Drafter), logits: make([]float32, 2*be.Config().Vocab)}
+}
+
+func (h *hostSpec) HasMTP() bool { return h.dr.HasMTP() }
+func (h *hostSpec) StageMTP(mb, src engine.Batch, first, n int) error {
+	return h.dr.StageMTP(mb, src, first, n)
+}
+func (h *hostSpec) DropStagedMTP(mb engine.Batch, keep int) error { return h.dr.DropStagedMTP(mb, keep) }
+func (h *hostSpec) MTPEmbed(mb engine.Batch, pos int, tokens []int32) error {
+	return h.dr.MTPEmbed(mb, pos, tokens)
+}
+func (h *hostSpec) MTPHead(mb engine.Batch, rows []int, logits []float32) error {
+	return h.dr.MTPHead(mb, rows, logits)
+}
+
+func (h *hostSpec) MTPHeadDraft(mb, b engine.Batch, row int) error {
+	lg := make([]float32, h.Config().Vocab)
+	if err := h.dr.MTPHead(mb, []int{row}, lg); err != nil {
+		return err
+	}
+	h.draft = engine.Greedy(lg)
+	return nil
+}
+
+func (h *hostSpec) EmbedDraft(b engine.Batch, pos int, tok int32) error {
+	if h.override != nil {
+		h.draft = h.override(pos+1, h.draft)
+	}
+	h.res[0] = h.draft
+	return h.Embed(b, pos, []int32{tok, h.draft})
+}
+
+func (h *hostSpec) HeadVerify(b engine.Batch) error {
+	if err := h.Head(b, []int{0, 1}, h.logits); err != nil {
+		return err
+	}
+	V := h.Config().Vocab
+	h.res[1], h.res[2] = engine.Greedy(h.logits[:V]), engine.Greedy(h.logits[V:])
+	h.passes++
+	return nil
+}
+
+func (h *hostSpec) VerifyResult(engine.Batch) (int32, int32, int32, error) {
+	return h.res[0], h.res[1], h.res[2], nil
+}
+
+func (h *hostSpec) VerifyLogits(_ engine.Batch, row int, dst []float32) error {
+	V := h.Config().Vocab
+	copy(dst, h.logits[row*V:(row+1)*V])
+	return nil
+}
+
+var _ engine.SpecPipeliner = (*hostSpec)(nil)
+
+// draftSameTokens runs TestDraftSameTokens on be, setOverride installing
+// the drafts' override for a session's options.
+func draftSameTokens(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32)) {
 	ctx := context.Background()
 	prompt := tokens(45, 512)
 	more := tokens(70, 512)[50:]
@@ -94,15 +181,17 @@ func TestDraftSameTokens(t *testing.T) {
 			// position of every step (recorded per step below).
 			var truth map[int]int32
 			o := engine.Options{ChunkSize: 7, Draft: true}
+			var f func(int, int32) int32
 			switch mode {
 			case "oracle", "alternate":
-				o.DraftOverride = func(pos int, d int32) int32 {
+				f = func(pos int, d int32) int32 {
 					if tok, ok := truth[pos]; ok && (mode == "oracle" || pos%2 == 0) {
 						return tok
 					}
 					return (d + 1) % 512 // surely wrong unless the model agrees
 				}
 			}
+			setOverride(&o, f)
 			s := newSess(t, be, o)
 			for i, st := range steps {
 				// Plain decoding's tokens of this step, by position.
@@ -154,9 +243,18 @@ func TestDraftSameTokens(t *testing.T) {
 }
 
 // TestDraftRefusedToken: a confirmed draft that emit refuses is not
-// decoded; the session holds the token before it, with its logits.
+// decoded; the session holds the token before it, with its logits. On the
+// host path and the pipelined one (hostSpec).
 func TestDraftRefusedToken(t *testing.T) {
-	be := mtpBackend(t)
+	draftRefusedToken(t, mtpBackend(t), func(o *engine.Options, f func(int, int32) int32) { o.DraftOverride = f })
+	h := newHostSpec(mtpBackend(t))
+	draftRefusedToken(t, h, func(o *engine.Options, f func(int, int32) int32) { h.override = f })
+	if h.passes == 0 {
+		t.Fatal("no pipelined pass")
+	}
+}
+
+func draftRefusedToken(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32)) {
 	ctx := context.Background()
 	prompt := tokens(30, 512)
 	plain := newSess(t, be, engine.Options{})
@@ -164,8 +262,9 @@ func TestDraftRefusedToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := greedyRun(t, plain, 6)
-	s := newSess(t, be, engine.Options{Draft: true,
-		DraftOverride: func(pos int, d int32) int32 { return want[pos-len(prompt)] }})
+	o := engine.Options{Draft: true}
+	setOverride(&o, func(pos int, d int32) int32 { return want[pos-len(prompt)] })
+	s := newSess(t, be, o)
 	if err := s.Prefill(ctx, prompt); err != nil {
 		t.Fatal(err)
 	}
@@ -204,15 +303,23 @@ func TestDraftNeedsMTP(t *testing.T) {
 // TestDraftForceAccept: committed drafts the model did not choose (a
 // benchmark's forced acceptance) leave the session as a plain session fed
 // the same tokens: its logits bit for bit; speculation can be turned off
-// and on.
+// and on. On the host path and the pipelined one (hostSpec).
 func TestDraftForceAccept(t *testing.T) {
-	be := mtpBackend(t)
+	draftForceAccept(t, mtpBackend(t), func(o *engine.Options, f func(int, int32) int32) { o.DraftOverride = f })
+	h := newHostSpec(mtpBackend(t))
+	draftForceAccept(t, h, func(o *engine.Options, f func(int, int32) int32) { h.override = f })
+	if h.passes == 0 {
+		t.Fatal("no pipelined pass")
+	}
+}
+
+func draftForceAccept(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32)) {
 	ctx := context.Background()
 	prompt := tokens(30, 512)
 	const X = 77
-	s := newSess(t, be, engine.Options{ChunkSize: 8, Draft: true,
-		DraftOverride: func(int, int32) int32 { return X },
-		ForceAccept:   func(pos int) bool { return pos%3 != 0 }})
+	o := engine.Options{ChunkSize: 8, Draft: true, ForceAccept: func(pos int) bool { return pos%3 != 0 }}
+	setOverride(&o, func(int, int32) int32 { return X })
+	s := newSess(t, be, o)
 	if err := s.Prefill(ctx, prompt); err != nil {
 		t.Fatal(err)
 	}

@@ -57,6 +57,7 @@ type batch struct {
 	g  graphDecode // capture of one-token chunks (graph.go)
 	gq greedyQueue // greedy decode on the device (greedy.go)
 	pq pickQueue   // decode steps queued before their tokens are chosen (picked.go)
+	sq specQueue   // speculative passes with their choices on the device (spec.go)
 
 	profiling bool // the profiler runs for this chunk (Backend.profileAt)
 
@@ -222,6 +223,7 @@ func (b *batch) Release() {
 	}
 	b.gq.release(d)
 	b.pq.release(d)
+	b.sq.release(d)
 	if b.pinned != nil {
 		d.FreeHost(b.pinned)
 	}

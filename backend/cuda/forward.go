@@ -437,10 +437,13 @@ func (be *Backend) headRows(b *batch, rows []int, logits []float32, hw *dhead) e
 		}
 		return d.SyncStream(b.s)
 	}
-	// Gather the requested rows (device indices) unless they are the whole
-	// chunk, then the vocabulary projection.
+	// Gather the requested rows (device indices) unless they are
+	// consecutive (the whole chunk, or a run of it: an offset into headIn,
+	// no round trip to the host), then the vocabulary projection.
 	in := b.headIn
-	if len(rows) < b.n {
+	if rows[len(rows)-1]-rows[0] == len(rows)-1 {
+		in += Ptr(4 * int64(rows[0]*D))
+	} else {
 		if in, err = b.sc.f32("head.in", len(rows)*D); err != nil {
 			return err
 		}

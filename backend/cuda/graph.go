@@ -45,6 +45,7 @@ type graphCounters struct {
 	greedyHeads, pickedHeads, pickAhead, pickDropped   atomic.Int64
 	pickOverflows                                      atomic.Int64
 	rebuilds                                           atomic.Int64
+	specHeads                                          atomic.Int64
 }
 
 // GraphStats counts what graph decode did.
@@ -79,6 +80,9 @@ type GraphStats struct {
 	// every step, correct but slow (cuda/NOTES.md v42: 2815 builds in 128
 	// tokens, −20 %).
 	Rebuilds int64
+	// SpecHeads counts the speculative passes whose greedy choices were
+	// made on the device (HeadVerify).
+	SpecHeads int64
 }
 
 // GraphStats returns the backend's graph-decode counters, over all its
@@ -87,7 +91,8 @@ func (be *Backend) GraphStats() GraphStats {
 	c := &be.gstats
 	return GraphStats{c.captures.Load(), c.updates.Load(), c.instantiates.Load(), c.replays.Load(),
 		c.nodeSets.Load(), c.flushes.Load(), c.segments.Load(), c.hostNs.Load(), c.waitNs.Load(), c.greedyHeads.Load(),
-		c.pickedHeads.Load(), c.pickAhead.Load(), c.pickDropped.Load(), c.pickOverflows.Load(), c.rebuilds.Load()}
+		c.pickedHeads.Load(), c.pickAhead.Load(), c.pickDropped.Load(), c.pickOverflows.Load(), c.rebuilds.Load(),
+		c.specHeads.Load()}
 }
 
 // graphMaxTokens is the largest chunk whose work runs as graphs: a decode

@@ -284,3 +284,73 @@ func TestSpecPassesFlashLayers(t *testing.T) {
 		be.Close()
 	}
 }
+
+// TestSpecPipelinedMatchesHost: speculative decoding's pass with its
+// choices on the device (SpecPipeliner: the draft straight into the
+// verification chunk, three words read a pass) gives the tokens, drafts,
+// acceptances and final logits of the host path (Options.DraftOverride,
+// here the identity, takes it: MTPHead and Head's rows downloaded and
+// Greedy on the host), bit for bit, in exact and fast mode; with drafts
+// committed whatever the model chose (ForceAccept) both ways of a pass run,
+// and a run cut short by emit leaves the logits of its last token.
+func TestSpecPipelinedMatchesHost(t *testing.T) {
+	gpu(t)
+	c := quantTiny()
+	w := mtpWeights(t, c, model.SchemeQ2)
+	toks := testTokens(120, c.Vocab)
+	ctx := context.Background()
+	for _, fast := range []bool{false, true} {
+		be := testBackend(t, w, Options{Fast: fast})
+		type result struct {
+			toks   []int32
+			logits []float32
+			stats  engine.Stats
+		}
+		run := func(host bool, limit int) result {
+			o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true,
+				ForceAccept: func(pos int) bool { return pos%3 != 0 }}
+			if host {
+				o.DraftOverride = func(_ int, d int32) int32 { return d }
+			}
+			s, err := engine.NewSession(be, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Prefill(ctx, toks[:70]); err != nil {
+				t.Fatal(err)
+			}
+			var out []int32
+			if _, err := s.DecodeGreedy(ctx, 60, func(tok int32) bool {
+				if len(out) == limit {
+					return false
+				}
+				out = append(out, tok)
+				return true
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return result{s.Tokens(), slices.Clone(s.Logits()), s.Stats()}
+		}
+		for _, limit := range []int{60, 23} {
+			heads := be.GraphStats().SpecHeads
+			dev := run(false, limit)
+			if be.GraphStats().SpecHeads == heads {
+				t.Fatalf("fast %v: no pass with its choices on the device", fast)
+			}
+			host := run(true, limit)
+			t.Logf("fast %v, %d tokens: %d drafts, %d committed", fast, limit, dev.stats.Drafted, dev.stats.Accepted)
+			if !slices.Equal(dev.toks, host.toks) {
+				t.Fatalf("fast %v: tokens differ: device %v, host %v", fast, dev.toks[70:], host.toks[70:])
+			}
+			if dev.stats.Drafted != host.stats.Drafted || dev.stats.Accepted != host.stats.Accepted || dev.stats.Accepted == 0 {
+				t.Fatalf("fast %v: drafts %d/%d committed on the device, %d/%d on the host", fast,
+					dev.stats.Accepted, dev.stats.Drafted, host.stats.Accepted, host.stats.Drafted)
+			}
+			if k, ok := firstBitDiff(dev.logits, host.logits); !ok {
+				t.Fatalf("fast %v, %d tokens: final logits differ at %d", fast, limit, k)
+			}
+		}
+		be.Close()
+	}
+}

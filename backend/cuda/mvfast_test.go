@@ -346,7 +346,9 @@ func TestMatMulQ8Out(t *testing.T) {
 // once, both tokens' activations in shared memory): each token's row
 // equals, bit for bit, its own one-token product (the same items, partials
 // and order). Flash's shapes: q_b (1024 columns), wo_b (8192), q_a and the
-// shared expert (4096), a partial last tile (2048 columns). F16 ones with
+// shared expert (4096), a partial last tile (2048 columns), the grouped
+// wo_a (8 selections, each its own matrix and activation row) and a small
+// grouped product whose tiles end inside a selection. F16 ones with
 // few rows split each row over warps (the mixers, the router, a
 // compressor). Every token's rows are within compare's bound of
 // quant.MatVec, the second token's at y's token stride (here wider than
@@ -361,36 +363,45 @@ func TestMatVecFastQ8Two(t *testing.T) {
 		name       string
 		typ        quant.Type
 		rows, cols int
+		sel        int // selections, each its own matrix and activation (the grouped wo_a); 0: one
 	}{
-		{"q_b", quant.Q8_0, 32768, 1024}, {"wo_b", quant.Q8_0, 4096, 8192}, {"q_a", quant.Q8_0, 1024, 4096},
-		{"shexp", quant.Q8_0, 2048, 4096}, {"partial", quant.Q8_0, 300, 2048},
-		{"hc_attn_fn", quant.F16, 24, 16384}, {"router", quant.F16, 256, 4096}, {"compressor", quant.F16, 1024, 4096},
+		{"q_b", quant.Q8_0, 32768, 1024, 0}, {"wo_b", quant.Q8_0, 4096, 8192, 0}, {"q_a", quant.Q8_0, 1024, 4096, 0},
+		{"shexp", quant.Q8_0, 2048, 4096, 0}, {"partial", quant.Q8_0, 300, 2048, 0}, {"wo_a", quant.Q8_0, 1024, 4096, 8},
+		{"wo_a partial", quant.Q8_0, 300, 2048, 3},
+		{"hc_attn_fn", quant.F16, 24, 16384, 0}, {"router", quant.F16, 256, 4096, 0}, {"compressor", quant.F16, 1024, 4096, 0},
 	}
 	for ci, c := range cases {
-		mat, dw, ab := randomMats(t, d, c.typ, c.rows, c.cols, 1, uint64(5300+ci))
-		x := gaussian(2*c.cols, uint64(5400+ci))
-		act := quantizeOnDevice(t, d, c.typ, x, c.cols, 2)
-		ldy := c.rows + 40
+		G := max(c.sel, 1)
+		mat, dw, ab := randomMats(t, d, c.typ, c.rows, c.cols, G, uint64(5300+ci))
+		// x: token-major, each token's G selections' rows (the attention's
+		// output for wo_a), as act
+		x := gaussian(2*G*c.cols, uint64(5400+ci))
+		act := quantizeOnDevice(t, d, c.typ, x, c.cols, 2*G)
+		ldy := G*c.rows + 40 // a token's outputs: its G selections' rows, c.rows apart
 		y := alloc(t, d, 4*int64(2*ldy))
 		two := func() []float32 {
 			poison(t, d, y, 2*ldy)
-			must(t, d.MatMulEx(0, dw, 0, 1, act, ab, 0, 1, 2, y, int64(ldy), 0, false))
+			must(t, d.MatMulEx(0, dw, 0, G, act, int64(G)*ab, ab, 1, 2, y, int64(ldy), int64(c.rows), false))
 			return download(t, d, y, 2*ldy)
 		}
 		got := two()
 		for tok := 0; tok < 2; tok++ {
 			if c.typ == quant.Q8_0 {
 				poison(t, d, y, ldy)
-				must(t, d.MatMulEx(0, dw, 0, 1, act+Ptr(int64(tok)*ab), ab, 0, 1, 1, y, int64(ldy), 0, false))
-				one := download(t, d, y, c.rows)
-				if k, ok := firstBitDiff(got[tok*ldy:tok*ldy+c.rows], one); !ok {
+				must(t, d.MatMulEx(0, dw, 0, G, act+Ptr(int64(tok*G)*ab), int64(G)*ab, ab, 1, 1, y, int64(ldy), int64(c.rows), false))
+				one := download(t, d, y, G*c.rows)
+				if k, ok := firstBitDiff(got[tok*ldy:tok*ldy+G*c.rows], one); !ok {
 					t.Errorf("%s %dx%d token %d: row %d = %v, its one-token product %v", c.name, c.rows, c.cols, tok, k, got[tok*ldy+k], one[k])
 				}
 			}
-			want, mag := reference(t, c.typ, mat(0), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
-			compare(t, fmt.Sprintf("%s %dx%d token %d two-token", c.name, c.rows, c.cols, tok), got[tok*ldy:tok*ldy+c.rows], want, mag, nterms(c.typ, c.cols))
+			for g := 0; g < G; g++ {
+				xs := x[(tok*G+g)*c.cols : (tok*G+g+1)*c.cols]
+				want, mag := reference(t, c.typ, mat(g), c.rows, c.cols, xs)
+				o := tok*ldy + g*c.rows
+				compare(t, fmt.Sprintf("%s %dx%d token %d selection %d two-token", c.name, c.rows, c.cols, tok, g), got[o:o+c.rows], want, mag, nterms(c.typ, c.cols))
+			}
 		}
-		for r := c.rows; r < ldy; r++ { // the rows between the tokens untouched (poison)
+		for r := G * c.rows; r < ldy; r++ { // the rows between the tokens untouched (poison)
 			if !math.IsNaN(float64(got[r])) {
 				t.Fatalf("%s: y[%d], between the tokens' rows, written: %v", c.name, r, got[r])
 			}
@@ -402,8 +413,12 @@ func TestMatVecFastQ8Two(t *testing.T) {
 		off := two()
 		must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
 		for tok := 0; tok < 2; tok++ {
-			want, mag := reference(t, c.typ, mat(0), c.rows, c.cols, x[tok*c.cols:(tok+1)*c.cols])
-			compare(t, fmt.Sprintf("%s token %d generic", c.name, tok), off[tok*ldy:tok*ldy+c.rows], want, mag, nterms(c.typ, c.cols))
+			for g := 0; g < G; g++ {
+				xs := x[(tok*G+g)*c.cols : (tok*G+g+1)*c.cols]
+				want, mag := reference(t, c.typ, mat(g), c.rows, c.cols, xs)
+				o := tok*ldy + g*c.rows
+				compare(t, fmt.Sprintf("%s token %d selection %d generic", c.name, tok, g), off[o:o+c.rows], want, mag, nterms(c.typ, c.cols))
+			}
 		}
 		d.FreeWeight(dw)
 	}
