@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 39
+#define DS4C_ABI_VERSION 40
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -395,24 +395,25 @@ int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float
  * from a DS4C_MM_LATE product queued right before): its sum of squares is
  * taken before waiting for that product; bit 3: d_xq (if any) receives x
  * rounded to f16 (rows of D, as ds4c_to_half) instead of its Q8_0
- * activation; bits 16 and up (with bit 1, one token): P > 0, d_mix holds
- * ds4c_hc_post_mix's P parts [P][M + 1], which it adds in order (the logits
- * and the streams' sum of squares) instead of reading M raw logits. */
+ * activation; bits 16 and up (with bit 1): P > 0, d_mix holds
+ * ds4c_hc_post_mix's P parts [P][M + 1] (a token's, up to 4 tokens),
+ * which it adds in order (the logits and the streams' sum of squares)
+ * instead of reading M raw logits. */
 int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const float *d_base,
                 int hc, int iters, float hc_eps, const float *d_h, int64_t D,
                 const float *d_normw, float norm_eps, float *d_x, float *d_post, float *d_comb,
                 void *d_xq, int n, void *stream);
 int ds4c_hc_post(float *d_h, const float *d_out, const float *d_post, const float *d_comb, int hc,
                  int64_t D, int n, void *stream);
-/* ds4c_hc_post of one token (hc 4) that also forms the next ds4c_hc_pre's
- * M (at most 24) raw mixing logits fn·flat(h) in parts: part p of
- * d_part[parts][M + 1] sums the products over d in [p·D/parts,
- * (p+1)·D/parts) and, at index M, the new streams' squares there (D/parts
- * a multiple of 32, at most 128). fn_type: DS4C_F16, DS4C_BF16 or DS4C_F32,
- * [M][4·D]. Float sums in another order than the product kernels' (fast
- * mode). */
+/* ds4c_hc_post of n tokens (1 … 4; hc 4) that also forms the next
+ * ds4c_hc_pre's M (at most 24) raw mixing logits fn·flat(h) in parts: part
+ * p of token t's d_part[t][parts][M + 1] sums the products over d in
+ * [p·D/parts, (p+1)·D/parts) and, at index M, the new streams' squares
+ * there (D/parts a multiple of 32, at most 128). fn_type: DS4C_F16,
+ * DS4C_BF16 or DS4C_F32, [M][4·D]. Float sums in another order than the
+ * product kernels' (fast mode). */
 int ds4c_hc_post_mix(float *d_h, const float *d_out, const float *d_post, const float *d_comb, int hc,
-                     int64_t D, int fn_type, const void *d_fn, int M, int parts, float *d_part,
+                     int64_t D, int fn_type, const void *d_fn, int M, int parts, float *d_part, int n,
                      void *stream);
 /* ds4c_hc_post_mix whose sub-block output is one token's MoE sum, formed
  * in the kernel as ds4c_moe_combine forms it (the same bits): its K routed

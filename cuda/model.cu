@@ -507,7 +507,8 @@ __global__ void __launch_bounds__(512) k_hc_pre(int mode, const float *mix, int 
     __shared__ float s_pre[16], s_comb[256], s_mix[289];
     const int t = blockIdx.x;
     const int tid = threadIdx.x, nn = hc * hc;
-    const float *m = mix + (int64_t)t * M;
+    // (parts: token t's are [parts][M + 1] after the tokens' before it)
+    const float *m = mix + (int64_t)t * (parts > 0 ? (int64_t)parts * (M + 1) : M);
     // HC > 0 and D a multiple of 4 that the threads cover in at most
     // HP_G float4 groups each: the streams are read as float4 (every load of
     // a thread in flight at once) and x stays in registers
@@ -782,13 +783,15 @@ __device__ __forceinline__ float moe_sum_at(const float *ye, const int *ord, int
 
 // ------------------------------------------------------------ hc_post + the next mixes
 // k_hc_post_mix is k_hc_post of one token (the same operations, so the same
-// streams) whose CTA p also sums, over its slice of d (blockDim.x values),
+// streams; tokens by blockIdx.y, up to HPM_N, MOE one) whose CTA p also
+// sums, over its slice of d (blockDim.x values),
 // the next hc_pre's mixing products fn_r·flat(h) (r < M) and the streams'
 // squares into part[p][0..M]: hc_pre adds the parts (mode bits 16+) instead
 // of waiting for a product of its own. The weights are loaded before the
 // wait (the kernels before do not write them). Fast mode (the products'
 // float order differs from the product kernels').
 constexpr int HPM_M = 24;
+constexpr int HPM_N = 4; // tokens: a CTA row (blockIdx.y) each, as k_hc_pre takes them (below k_hc_pre_chunk's 8)
 
 // NW warps: the CTA's slice is 32·NW values of d; warp w sums the rows
 // w, w + NW, … of fn (their weights in registers, loaded before the wait)
@@ -809,6 +812,14 @@ __global__ void __launch_bounds__(32 * NW) k_hc_post_mix(float *h, const float *
     pdl_launch();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t d0 = blockIdx.x * (int64_t)(32 * NW);
+    { // token blockIdx.y (not MOE): its streams, output, weights and parts
+        const int64_t t = blockIdx.y;
+        h += t * HC * D;
+        out += t * D;
+        post += t * HC;
+        comb += t * HC * HC;
+        part += t * gridDim.x * (int64_t)(M + 1);
+    }
     float w[RPW][VPL];
 #pragma unroll
     for (int j = 0; j < RPW; j++) {
@@ -3875,8 +3886,8 @@ int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const
     DS4C_READY();
     if (hc > 16) return ds4c_err(DS4C_EINVAL, "hc_pre: %d streams (at most 16)", hc);
     if ((mode & 2) && M > 288) return ds4c_err(DS4C_EINVAL, "hc_pre: %d mixing logits to scale (at most 288)", M);
-    if ((mode >> 16) && (n != 1 || !(mode & 2)))
-        return ds4c_err(DS4C_EINVAL, "hc_pre: mixing parts need one token and raw logits (%d tokens)", n);
+    if ((mode >> 16) && (n > HPM_N || !(mode & 2)))
+        return ds4c_err(DS4C_EINVAL, "hc_pre: mixing parts need at most %d tokens and raw logits (%d tokens)", HPM_N, n);
     if (n <= 0) return 0;
     // two CTAs per token (the split beside x) unless the option is off or
     // this is the head's (no split)
@@ -3935,9 +3946,11 @@ int ds4c_hc_post(float *d_h, const float *d_out, const float *d_post, const floa
 // (d_ye null: out is d_out)
 static int hc_post_mix(float *d_h, const float *d_out, const float *d_ye, const int32_t *d_sel, const float *d_ysh,
                        int K, const float *d_post, const float *d_comb, int hc, int64_t D, int fn_type, const void *d_fn,
-                       int M, int parts, float *d_part, void *stream) {
+                       int M, int parts, float *d_part, int n, void *stream) {
     DS4C_READY();
     if (d_ye && (K < 1 || K > 16 || !d_sel)) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d experts (1 … 16)", K);
+    if (n < 1 || n > HPM_N || (d_ye && n != 1))
+        return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d tokens (1 … %d; one with a MoE sum)", n, HPM_N);
     if (hc != 4) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d streams (4 only)", hc);
     if (M <= 0 || M > HPM_M) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d mixing rows (at most %d)", M, HPM_M);
     const int64_t slice = parts > 0 && D % parts == 0 ? D / parts : 0; // 32, 64 or 128: one, two or four warps
@@ -3961,23 +3974,23 @@ static int hc_post_mix(float *d_h, const float *d_out, const float *d_ye, const 
     if (ti < 0) return ds4c_err(DS4C_ETYPE, "hc_post_mix: weight type %d", fn_type);
     const KF k = ks[d_ye ? 1 : 0][ti][slice == 32 ? 0 : slice == 64 ? 1 : 2];
     const MoESum moe{d_ye, d_sel, d_ysh, K};
-    ds4c_launch(k, (unsigned)parts, (unsigned)slice, 0, as_stream(stream), d_h, d_out, d_post, d_comb, D, d_fn, M,
-                d_part, moe);
+    ds4c_launch(k, dim3((unsigned)parts, (unsigned)n), (unsigned)slice, 0, as_stream(stream), d_h, d_out, d_post, d_comb,
+                D, d_fn, M, d_part, moe);
     DS4C_CHECK_LAUNCH("hc_post_mix");
     return 0;
 }
 
 int ds4c_hc_post_mix(float *d_h, const float *d_out, const float *d_post, const float *d_comb, int hc, int64_t D,
-                     int fn_type, const void *d_fn, int M, int parts, float *d_part, void *stream) {
+                     int fn_type, const void *d_fn, int M, int parts, float *d_part, int n, void *stream) {
     return hc_post_mix(d_h, d_out, nullptr, nullptr, nullptr, 0, d_post, d_comb, hc, D, fn_type, d_fn, M, parts, d_part,
-                       stream);
+                       n, stream);
 }
 
 int ds4c_hc_post_mix_moe(float *d_h, const float *d_ye, const int32_t *d_sel, const float *d_ysh, int K,
                          const float *d_post, const float *d_comb, int hc, int64_t D, int fn_type, const void *d_fn,
                          int M, int parts, float *d_part, void *stream) {
     if (!d_ye) return ds4c_err(DS4C_EINVAL, "hc_post_mix_moe: no expert outputs");
-    return hc_post_mix(d_h, nullptr, d_ye, d_sel, d_ysh, K, d_post, d_comb, hc, D, fn_type, d_fn, M, parts, d_part,
+    return hc_post_mix(d_h, nullptr, d_ye, d_sel, d_ysh, K, d_post, d_comb, hc, D, fn_type, d_fn, M, parts, d_part, 1,
                        stream);
 }
 

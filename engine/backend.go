@@ -212,10 +212,13 @@ type Drafter interface {
 // the same order, as the one through MTPHead, Embed and Head
 // (Session.DecodeGreedy):
 //
-//	MTPEmbed(mb, …); the block's layer ops; MTPHeadDraft(mb, b, row)
+//	MTPEmbedDraft(mb, …); the block's layer ops; MTPHeadDraft(mb, b, row)
 //	EmbedDraft(b, pos, tok); the layers; StageMTP(mb, b, …); HeadVerify(b)
 //	VerifyResult(b)
 type SpecPipeliner interface {
+	// MTPEmbedDraft is MTPEmbed of an MTP chunk that MTPHeadDraft ends
+	// (the backend may queue the chunk's work as one unit).
+	MTPEmbedDraft(mb Batch, pos int, tokens []int32) error
 	// MTPHeadDraft is MTPHead for row of mb's chunk, its logits kept on the
 	// device: their greedy choice (as Greedy picks it) is the draft the next
 	// EmbedDraft on the main batch b embeds.

@@ -335,7 +335,7 @@ func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32) (d,
 	// the draft: the block over the staged rows, the last with tok
 	toks := append(append(make([]int32, 0, m.staged), s.tokens[m.next+1:]...), tok)
 	mpos := m.next
-	if err := m.be.MTPEmbed(m.b, mpos, toks); err != nil {
+	if err := sp.MTPEmbedDraft(m.b, mpos, toks); err != nil {
 		return 0, 0, 0, s.opError(mpos, "MTP embed", -1, err)
 	}
 	L := s.cfg.Layers

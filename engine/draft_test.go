@@ -85,6 +85,9 @@ func (h *hostSpec) DropStagedMTP(mb engine.Batch, keep int) error { return h.dr.
 func (h *hostSpec) MTPEmbed(mb engine.Batch, pos int, tokens []int32) error {
 	return h.dr.MTPEmbed(mb, pos, tokens)
 }
+func (h *hostSpec) MTPEmbedDraft(mb engine.Batch, pos int, tokens []int32) error {
+	return h.dr.MTPEmbed(mb, pos, tokens)
+}
 func (h *hostSpec) MTPHead(mb engine.Batch, rows []int, logits []float32) error {
 	return h.dr.MTPHead(mb, rows, logits)
 }

@@ -125,6 +125,10 @@ type Backend struct {
 	// them (off with DS4_CUDA_HC_POST_MIX=0, for comparison; float sums in
 	// another order)
 	hcPostMix bool
+	// postMixMax: the most tokens of a chunk whose HCPost forms the mixing
+	// products (hcPostMix): speculative decoding's two-token passes too
+	// (DS4_CUDA_POST_MIX_MAX=1: decode steps only, for comparison)
+	postMixMax int
 	// routerAct: a decode step's routed-expert Q8_K activation is formed by
 	// the router's launch (RouterQ8K) instead of a quantize launch after it
 	// (the same bytes; off with DS4_CUDA_ROUTER_ACT=0, for comparison)
@@ -273,6 +277,10 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		downGLU:   os.Getenv("DS4_CUDA_DOWN_GLU") != "0",
 		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") == "1",
 		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0", woQ8: os.Getenv("DS4_CUDA_WO_Q8") != "0"}
+	be.postMixMax = 2
+	if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_POST_MIX_MAX")); err == nil && v >= 1 && v <= HCPostMixMaxTokens {
+		be.postMixMax = v
+	}
 	switch os.Getenv("DS4_CUDA_IX_SIDE") {
 	case "0":
 		be.ixSideMax = 0

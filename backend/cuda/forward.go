@@ -276,7 +276,7 @@ func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (mixOut, error) {
 // the next HCPre's mixing products (HCPostMix: fast mode's decode steps),
 // or 0 where it does not.
 func (be *Backend) postMixParts(b *batch, layer int, sub engine.SubBlock) int {
-	if !be.hcPostMix || be.exact() || b.n != 1 {
+	if !be.hcPostMix || be.exact() || b.n > be.postMixMax {
 		return 0
 	}
 	return HCPostMixParts(be.cfg.HC, be.cfg.Embed, be.nextMixFn(layer, sub))
@@ -374,14 +374,14 @@ func (be *Backend) HCPost(bi engine.Batch, layer int, sub engine.SubBlock) error
 	b.mixFn = nil
 	next := be.nextMixFn(layer, sub)
 	if parts := be.postMixParts(b, layer, sub); parts > 0 {
-		part, err := b.sc.f32("hc.parts", parts*(next.Rows+1))
+		part, err := b.sc.f32("hc.parts", b.n*parts*(next.Rows+1))
 		if err != nil {
 			return err
 		}
 		if moe.k > 0 {
 			err = be.dev.HCPostMixMoE(b.s, b.h, moe.ye, moe.sel, moe.ysh, moe.k, b.post, b.comb, c.HC, c.Embed, next, parts, part)
 		} else {
-			err = be.dev.HCPostMix(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, next, parts, part)
+			err = be.dev.HCPostMix(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, next, parts, part, b.n)
 		}
 		if err != nil {
 			return err
@@ -1261,7 +1261,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if err := b.join(); err != nil {
 		return err
 	}
-	if be.moeFold && be.postMixParts(b, layer, engine.FFNSub) > 0 {
+	if be.moeFold && n == 1 && be.postMixParts(b, layer, engine.FFNSub) > 0 {
 		b.moe = moeSum{ye: ye, sel: sel, ysh: ysh, k: K}
 		return nil
 	}

@@ -20,10 +20,11 @@ import (
 // magnitudes); HCPre with those parts gives the x and post/comb HCPre gives
 // with the logits computed on the host (relative 1e-5), the same bits with
 // its stream loads hoisted (OptHCHoist) as without, for the Flash shape
-// (24 rows, D 4096), the head's (4 rows) and tiny ones (D 64 and 96: two warps a part and one).
+// (24 rows, D 4096), the head's (4 rows) and tiny ones (D 64 and 96: two
+// warps a part and one); for one token and for two (speculative decoding's
+// verification: each token's streams, parts and HCPre at its own offsets).
 func TestHCPostMix(t *testing.T) {
 	d := gpu(t)
-	const hc = 4
 	for _, c := range []struct {
 		D, M int
 		typ  quant.Type
@@ -31,108 +32,116 @@ func TestHCPostMix(t *testing.T) {
 		{4096, 24, quant.F16}, {4096, 4, quant.F16}, {4096, 24, quant.F32}, {4096, 24, quant.BF16}, {64, 24, quant.F16},
 		{96, 24, quant.F16}, {96, 4, quant.F32},
 	} {
-		t.Run(fmt.Sprintf("D%d_M%d_%v", c.D, c.M, c.typ), func(t *testing.T) {
-			D, M := c.D, c.M
-			raw := randomWeights(c.typ, weightBytes(c.typ, M, hc*D)/int64(c.typ.BlockBytes()), 77)
-			fn := uploadWeight(t, d, c.typ, M, hc*D, 1, raw)
-			fnf := make([]float32, M*hc*D)
-			if err := quant.Dequantize(c.typ, raw, fnf); err != nil {
-				t.Fatal(err)
+		for _, n := range []int{1, 2} {
+			t.Run(fmt.Sprintf("D%d_M%d_%v_n%d", c.D, c.M, c.typ, n), func(t *testing.T) { hcPostMixCase(t, d, c.D, c.M, c.typ, n) })
+		}
+	}
+}
+
+// hcPostMixCase is one case of TestHCPostMix: n tokens, D values, M rows
+// of type typ.
+func hcPostMixCase(t *testing.T, d *Device, D, M int, typ quant.Type, n int) {
+	const hc = 4
+	raw := randomWeights(typ, weightBytes(typ, M, hc*D)/int64(typ.BlockBytes()), 77)
+	fn := uploadWeight(t, d, typ, M, hc*D, 1, raw)
+	fnf := make([]float32, M*hc*D)
+	if err := quant.Dequantize(typ, raw, fnf); err != nil {
+		t.Fatal(err)
+	}
+	parts := HCPostMixParts(hc, D, fn)
+	if parts == 0 {
+		t.Fatalf("HCPostMixParts refused D %d, %d rows", D, M)
+	}
+	h0 := gaussian(n*hc*D, 1)
+	out := upload(t, d, gaussian(n*D, 2))
+	post := upload(t, d, gaussian(n*hc, 3))
+	comb := upload(t, d, gaussian(n*hc*hc, 4))
+	hA, hB := upload(t, d, h0), upload(t, d, h0)
+	part := alloc(t, d, int64(4*n*parts*(M+1)))
+	must(t, d.HCPost(0, hA, out, post, comb, hc, D, n))
+	must(t, d.HCPostMix(0, hB, out, post, comb, hc, D, fn, parts, part, n))
+	want, got := download(t, d, hA, n*hc*D), download(t, d, hB, n*hc*D)
+	for i := range want {
+		if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+			t.Fatalf("stream value %d: %v, HCPost %v", i, got[i], want[i])
+		}
+	}
+	ps := download(t, d, part, n*parts*(M+1))
+	check := func(what string, got, want, mag float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e-5*mag {
+			t.Errorf("%s: %g, want %g (terms' magnitude %g)", what, got, want, mag)
+		}
+	}
+	logits := make([]float32, n*M)
+	for tok := 0; tok < n; tok++ {
+		ht := want[tok*hc*D : (tok+1)*hc*D]
+		var ss float64
+		for _, v := range ht {
+			ss += float64(v) * float64(v)
+		}
+		sums := make([]float64, M+1)
+		for p := 0; p < parts; p++ {
+			for r := 0; r <= M; r++ {
+				sums[r] += float64(ps[(tok*parts+p)*(M+1)+r])
 			}
-			parts := HCPostMixParts(hc, D, fn)
-			if parts == 0 {
-				t.Fatalf("HCPostMixParts refused D %d, %d rows", D, M)
+		}
+		check(fmt.Sprintf("token %d sum of squares", tok), sums[M], ss, ss)
+		for r := 0; r < M; r++ {
+			var dot, mag float64
+			for i, v := range ht {
+				dot += float64(fnf[r*hc*D+i]) * float64(v)
+				mag += math.Abs(float64(fnf[r*hc*D+i]) * float64(v))
 			}
-			h0 := gaussian(hc*D, 1)
-			out := upload(t, d, gaussian(D, 2))
-			post := upload(t, d, gaussian(hc, 3))
-			comb := upload(t, d, gaussian(hc*hc, 4))
-			hA, hB := upload(t, d, h0), upload(t, d, h0)
-			part := alloc(t, d, int64(4*parts*(M+1)))
-			must(t, d.HCPost(0, hA, out, post, comb, hc, D, 1))
-			must(t, d.HCPostMix(0, hB, out, post, comb, hc, D, fn, parts, part))
-			want, got := download(t, d, hA, hc*D), download(t, d, hB, hc*D)
-			for i := range want {
-				if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
-					t.Fatalf("stream value %d: %v, HCPost %v", i, got[i], want[i])
-				}
-			}
-			ps := download(t, d, part, parts*(M+1))
-			var ss, ssAbs float64
-			for _, v := range want {
-				ss += float64(v) * float64(v)
-			}
-			ssAbs = ss
-			sums := make([]float64, M+1)
-			for p := 0; p < parts; p++ {
-				for r := 0; r <= M; r++ {
-					sums[r] += float64(ps[p*(M+1)+r])
-				}
-			}
-			check := func(what string, got, want, mag float64) {
-				t.Helper()
-				if math.Abs(got-want) > 1e-5*mag {
-					t.Errorf("%s: %g, want %g (terms' magnitude %g)", what, got, want, mag)
-				}
-			}
-			check("sum of squares", sums[M], ss, ssAbs)
-			logits := make([]float32, M)
-			for r := 0; r < M; r++ {
-				var dot, mag float64
-				for i, v := range want {
-					dot += float64(fnf[r*hc*D+i]) * float64(v)
-					mag += math.Abs(float64(fnf[r*hc*D+i]) * float64(v))
-				}
-				check(fmt.Sprintf("row %d", r), sums[r], dot, mag)
-				logits[r] = float32(dot)
-			}
-			// HCPre from the parts against HCPre from the host's logits (the
-			// head's variant for 4 rows, the Sinkhorn split for 24)
-			if M != 24 && M != hc {
-				return
-			}
-			head := M == hc
-			scale := upload(t, d, []float32{0.5, 0.7, 0.9})
-			base := upload(t, d, gaussian(M, 5))
-			normw := upload(t, d, gaussian(D, 6))
-			mix := upload(t, d, logits)
-			pre := func(a HCPreArgs) []float32 {
-				x := alloc(t, d, int64(4*D))
-				a.Head, a.M, a.Scale, a.Base, a.HC, a.Iters, a.HCEps = head, M, scale, base, hc, 20, 1e-6
-				a.H, a.D, a.NormW, a.NormEps, a.X, a.N = hB, D, normw, 1e-6, x, 1
-				if !head {
-					a.Post, a.Comb = alloc(t, d, 4*hc), alloc(t, d, 4*hc*hc)
-				}
-				must(t, d.HCPre(0, &a))
-				r := download(t, d, x, D)
-				if !head {
-					r = append(r, download(t, d, a.Post, hc)...)
-					r = append(r, download(t, d, a.Comb, hc*hc)...)
-				}
-				return r
-			}
-			ref := pre(HCPreArgs{Mix: mix, RawMix: true})
-			fromParts := pre(HCPreArgs{Mix: part, Parts: parts})
-			// the stream loads issued before the parts are added: the same bits
-			must(t, d.SetOption(OptHCHoist, 0))
-			unhoisted := pre(HCPreArgs{Mix: part, Parts: parts})
-			must(t, d.SetOption(OptHCHoist, 1))
-			for i := range unhoisted {
-				if math.Float32bits(unhoisted[i]) != math.Float32bits(fromParts[i]) {
-					t.Fatalf("HCPre from the parts, value %d: %v with the loads hoisted, %v without", i, fromParts[i], unhoisted[i])
-				}
-			}
-			var num, den float64
-			for i := range ref {
-				num += (float64(fromParts[i]) - float64(ref[i])) * (float64(fromParts[i]) - float64(ref[i]))
-				den += float64(ref[i]) * float64(ref[i])
-			}
-			if rel := math.Sqrt(num / den); !(rel < 1e-5) {
-				t.Errorf("HCPre from the parts: relative difference %.3g from HCPre of the host's logits", rel)
-			} else {
-				t.Logf("HCPre from the parts: relative difference %.3g", rel)
-			}
-		})
+			check(fmt.Sprintf("token %d row %d", tok, r), sums[r], dot, mag)
+			logits[tok*M+r] = float32(dot)
+		}
+	}
+	// HCPre from the parts against HCPre from the host's logits (the
+	// head's variant for 4 rows, the Sinkhorn split for 24)
+	if M != 24 && M != hc {
+		return
+	}
+	head := M == hc
+	scale := upload(t, d, []float32{0.5, 0.7, 0.9})
+	base := upload(t, d, gaussian(M, 5))
+	normw := upload(t, d, gaussian(D, 6))
+	mix := upload(t, d, logits)
+	pre := func(a HCPreArgs) []float32 {
+		x := alloc(t, d, int64(4*n*D))
+		a.Head, a.M, a.Scale, a.Base, a.HC, a.Iters, a.HCEps = head, M, scale, base, hc, 20, 1e-6
+		a.H, a.D, a.NormW, a.NormEps, a.X, a.N = hB, D, normw, 1e-6, x, n
+		if !head {
+			a.Post, a.Comb = alloc(t, d, 4*int64(n*hc)), alloc(t, d, 4*int64(n*hc*hc))
+		}
+		must(t, d.HCPre(0, &a))
+		r := download(t, d, x, n*D)
+		if !head {
+			r = append(r, download(t, d, a.Post, n*hc)...)
+			r = append(r, download(t, d, a.Comb, n*hc*hc)...)
+		}
+		return r
+	}
+	ref := pre(HCPreArgs{Mix: mix, RawMix: true})
+	fromParts := pre(HCPreArgs{Mix: part, Parts: parts})
+	// the stream loads issued before the parts are added: the same bits
+	must(t, d.SetOption(OptHCHoist, 0))
+	unhoisted := pre(HCPreArgs{Mix: part, Parts: parts})
+	must(t, d.SetOption(OptHCHoist, 1))
+	for i := range unhoisted {
+		if math.Float32bits(unhoisted[i]) != math.Float32bits(fromParts[i]) {
+			t.Fatalf("HCPre from the parts, value %d: %v with the loads hoisted, %v without", i, fromParts[i], unhoisted[i])
+		}
+	}
+	var num, den float64
+	for i := range ref {
+		num += (float64(fromParts[i]) - float64(ref[i])) * (float64(fromParts[i]) - float64(ref[i]))
+		den += float64(ref[i]) * float64(ref[i])
+	}
+	if rel := math.Sqrt(num / den); !(rel < 1e-5) {
+		t.Errorf("HCPre from the parts: relative difference %.3g from HCPre of the host's logits", rel)
+	} else {
+		t.Logf("HCPre from the parts: relative difference %.3g", rel)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 39
+const abiVersion = 40
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -98,7 +98,7 @@ type lib struct {
 	argmax       func(x uintptr, n int64, work, out, s uintptr) int32
 	waitToken    func(word, flag uintptr, seq uint32, timeoutNs int64, out, s uintptr) int32
 	pickCands    func(x uintptr, n int64, temp, minP float32, work, top, counts, out uintptr, cap int32, s uintptr) int32
-	hcPostMix    func(h, out, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m, parts int32, part, s uintptr) int32
+	hcPostMix    func(h, out, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m, parts int32, part uintptr, n int32, s uintptr) int32
 	hcPostMixMoE func(h, ye, sel, ysh uintptr, k int32, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m, parts int32, part, s uintptr) int32
 	rmsnormRef   func(x uintptr, xStride int64, w, y uintptr, yStride, n int64, rows int32, eps float32, s uintptr) int32
 	hcPre        func(mode int32, mix uintptr, m int32, scale, base uintptr, hc, iters int32, hcEps float32, h uintptr, d int64, normw uintptr, normEps float32, x, post, comb, xq uintptr, n int32, s uintptr) int32

@@ -342,8 +342,9 @@ type HCPreArgs struct {
 	// Mix came from MatMulLate queued right before; the kernel sums H's
 	// squares before waiting for that product.
 	HDone bool
-	// Parts > 0 (one token): Mix holds HCPostMix's parts [Parts][M+1],
-	// added in order for the raw logits and the streams' sum of squares.
+	// Parts > 0 (at most HCPostMixMaxTokens tokens): Mix holds HCPostMix's
+	// parts [N][Parts][M+1], added in order for each token's raw logits and
+	// streams' sum of squares.
 	Parts int
 }
 
@@ -398,17 +399,21 @@ func HCPostMixParts(hc, D int, fn *Weight) int {
 	return 0
 }
 
-// HCPostMix is HCPost of one token (the same streams) that also forms the
-// next HCPre's raw mixing logits fn·flat(h) and the streams' sum of squares
-// in parts ([parts][fn.Rows+1] floats at part; parts from HCPostMixParts),
-// for HCPreArgs.Parts. The products' float order is not the product
-// kernels' (fast mode).
-func (d *Device) HCPostMix(s Stream, h, out, post, comb Ptr, hc, D int, fn *Weight, parts int, part Ptr) error {
+// HCPostMix is HCPost of n tokens (1 … HCPostMixMaxTokens; the same
+// streams) that also forms the next HCPre's raw mixing logits fn·flat(h)
+// and the streams' sum of squares in parts (token t's [parts][fn.Rows+1]
+// floats at part + t·parts·(fn.Rows+1); parts from HCPostMixParts), for
+// HCPreArgs.Parts. The products' float order is not the product kernels'
+// (fast mode).
+func (d *Device) HCPostMix(s Stream, h, out, post, comb Ptr, hc, D int, fn *Weight, parts int, part Ptr, n int) error {
 	return d.l.call("hc_post_mix", func() int32 {
 		return d.l.hcPostMix(uintptr(h), uintptr(out), uintptr(post), uintptr(comb), int32(hc), int64(D), int32(fn.Type),
-			uintptr(fn.Ptr), int32(fn.Rows), int32(parts), uintptr(part), uintptr(s))
+			uintptr(fn.Ptr), int32(fn.Rows), int32(parts), uintptr(part), int32(n), uintptr(s))
 	})
 }
+
+// HCPostMixMaxTokens is the most tokens HCPostMix takes in one call.
+const HCPostMixMaxTokens = 4
 
 // HCPostMixMoE is HCPostMix whose sub-block output is one token's MoE sum,
 // formed in the kernel as MoECombine forms it (the same bits): its k routed

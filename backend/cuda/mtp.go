@@ -215,6 +215,19 @@ func (be *Backend) DropStagedMTP(mbi engine.Batch, keep int) error {
 //
 //	x_t,j = e_proj·enorm(embed(tokens[t])) + h_proj·hnorm(staged_t,j)
 func (be *Backend) MTPEmbed(mbi engine.Batch, pos int, tokens []int32) error {
+	return be.mtpEmbed(mbi, pos, tokens, false)
+}
+
+// MTPEmbedDraft is MTPEmbed of a chunk that ends with MTPHeadDraft
+// (engine.SpecPipeliner): the block's layer and head run as a graph, as a
+// main chunk's layers do.
+func (be *Backend) MTPEmbedDraft(mbi engine.Batch, pos int, tokens []int32) error {
+	return be.mtpEmbed(mbi, pos, tokens, true)
+}
+
+// mtpEmbed is MTPEmbed; graph: the work after it is recorded until the
+// chunk's head (MTPHeadDraft) launches it.
+func (be *Backend) mtpEmbed(mbi engine.Batch, pos int, tokens []int32, graph bool) error {
 	b, st, err := be.mtpBatch(mbi)
 	if err != nil {
 		return err
@@ -273,6 +286,9 @@ func (be *Backend) MTPEmbed(mbi engine.Batch, pos int, tokens []int32) error {
 	st.count -= n
 	if st.count == 0 {
 		st.head = 0
+	}
+	if graph && n <= graphMaxTokens && be.opts.GraphLayers > 0 {
+		return b.startSegment()
 	}
 	return nil
 }

@@ -354,3 +354,28 @@ func TestSpecPipelinedMatchesHost(t *testing.T) {
 		be.Close()
 	}
 }
+
+// TestSpecPassesFastTiny: fast mode's two-token passes (the pipelined Q8_0
+// pairs, the split small products, the mixing products formed in HCPost
+// for both tokens) between one-token steps, against one-token steps only,
+// on the tiny models with Q8_0 and F16 weights, where fast mode's float
+// orders move logits by rounding only: held to the bound of
+// TestHCPostMixModel (median 1e-3, top-1 0.99); a token's parts or rows
+// taken from the other token move them by far more.
+func TestSpecPassesFastTiny(t *testing.T) {
+	gpu(t)
+	for _, scheme := range []model.Scheme{model.SchemeQ8, model.SchemeF16} {
+		c := synth.Tiny()
+		w := mtpWeights(t, c, scheme)
+		toks := testTokens(260, c.Vocab)
+		be := testBackend(t, w, Options{Fast: true})
+		ones := mixedLogits(t, be, toks, 100, false)
+		mixed := mixedLogits(t, be, toks, 100, true)
+		a := agree(ones, mixed)
+		t.Logf("%s: passes of 1 and 2 against passes of 1: %v", scheme.Name, a)
+		if a.median > 1e-3 || a.top1 < 0.99 {
+			t.Errorf("%s: median %g, top-1 %g: outside median 1e-3, top-1 0.99", scheme.Name, a.median, a.top1)
+		}
+		be.Close()
+	}
+}
