@@ -223,9 +223,11 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
  * ds4c_matmul_ex, then ds4c_quantize. The same bits either way. */
 int ds4c_matmul_q8out(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel, const void *d_act,
                       int64_t act_sel, int act_div, float *d_y, void *d_yq, int flags, void *stream);
-/* ds4c_matvec_f32: one token's product y = W . act(x) of a single Q8_0
- * or F16 matrix W (rows x cols, cols a multiple of 32) with the float row
- * d_x. F16: act(x) is RMSNorm(x) with weights d_nw and eps when d_nw is
+/* ds4c_matvec_f32: n tokens' (1 or 2) products y = W . act(x) of a
+ * single Q8_0 or F16 matrix W (rows x cols, cols a multiple of 32) with the
+ * float rows d_x (cols apart; y's rows apart, d_xn's and d_act's rows
+ * likewise; two tokens: Q8_0's pipelined kernel in fast mode, else the
+ * separate steps). F16: act(x) is RMSNorm(x) with weights d_nw and eps when d_nw is
  * set (ds4c_rmsnorm_ref's operations), else x, and d_act is unused; in
  * fast mode with d_nw set k_mv_f16_norm takes it in one launch
  * (DS4C_OPT_MV_F32 bit 2), else ds4c_rmsnorm_ref into d_xn and
@@ -240,7 +242,7 @@ int ds4c_matmul_q8out(int type, const void *d_w, int64_t rows, int64_t cols, int
  * ds4c_matmul_ex with flags. The same bits either way; d_x is not
  * written. */
 int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const float *d_x, const float *d_nw,
-                    float eps, float *d_xn, void *d_act, float *d_y, int flags, void *stream);
+                    float eps, float *d_xn, void *d_act, float *d_y, int flags, int n, void *stream);
 /* ds4c_matmul_grouped_pair: ds4c_matmul_grouped through two tensors of the
  * same type and shape (a routed gate and up) with the same ids, activations
  * and scratch, outputs at d_y1 and d_y2: where each would run as a single

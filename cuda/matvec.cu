@@ -360,10 +360,11 @@ int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_
 }
 
 int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const float *d_x, const float *d_nw,
-                    float eps, float *d_xn, void *d_act, float *d_y, int flags, void *stream) {
+                    float eps, float *d_xn, void *d_act, float *d_y, int flags, int n, void *stream) {
     DS4C_READY();
     if (type != DS4C_Q8_0 && type != DS4C_F16)
         return ds4c_err(DS4C_ETYPE, "matvec_f32: weight type %d (Q8_0 or F16)", type);
+    if (n < 1 || n > 2) return ds4c_err(DS4C_EINVAL, "matvec_f32: %d tokens (1 or 2)", n);
     int rc = check_shape(type, rows, cols, 1);
     if (rc) return rc;
     if (cols % 32 != 0) return ds4c_err(DS4C_EINVAL, "matvec_f32: %lld columns", (long long)cols);
@@ -373,28 +374,28 @@ int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const
     const bool f16 = type == DS4C_F16;
     const bool exact = (flags & DS4C_MM_EXACT) != 0;
     const int opt = ds4c_opt_mv_f32();
-    if (f16 ? (!exact && (opt & 2)) : (opt & 1)) {
+    if (f16 ? (!exact && (opt & 2) && n == 1) : (opt & 1)) {
         const int64_t ab = f16 ? 4 * cols : (int64_t)ds4c_act_bytes(DS4C_Q8_0, cols);
         MVArgs a = mv_args(d_w, rows, cols, 1, nullptr, false, nullptr, ab, 0, 1, d_y, rows, 0);
         a.late = (flags & DS4C_MM_LATE) != 0;
         const bool took = f16 ? f16_norm(a, d_x, d_nw, eps, as_stream(stream), &rc)
                               : pipe_q8_0_f32(a, d_x, d_nw, eps, exact, (flags & DS4C_MM_ROOM) != 0,
-                                              as_stream(stream), &rc);
+                                              as_stream(stream), &rc, n);
         if (took) return rc;
     }
     // the separate steps: RMSNorm, the Q8_0 quantization (the float row is
     // an F16 product's activation as it is), the product
     const float *x = d_x;
     if (d_nw) {
-        if ((rc = ds4c_rmsnorm_ref(d_x, cols, d_nw, d_xn, cols, cols, 1, eps, stream))) return rc;
+        if ((rc = ds4c_rmsnorm_ref(d_x, cols, d_nw, d_xn, cols, cols, n, eps, stream))) return rc;
         x = d_xn;
     }
     const void *act = x;
     if (!f16) {
-        if ((rc = ds4c_quantize(DS4C_Q8_0, x, cols, d_act, cols, 1, stream))) return rc;
+        if ((rc = ds4c_quantize(DS4C_Q8_0, x, cols, d_act, cols, n, stream))) return rc;
         act = d_act;
     }
-    return ds4c_matmul_ex(type, d_w, rows, cols, 1, nullptr, 1, act, 0, 0, 1, 1, d_y, 0, 0, flags & ~DS4C_MM_ROOM,
+    return ds4c_matmul_ex(type, d_w, rows, cols, 1, nullptr, 1, act, 0, 0, 1, n, d_y, 0, 0, flags & ~DS4C_MM_ROOM,
                           stream);
 }
 

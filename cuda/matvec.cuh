@@ -1350,10 +1350,12 @@ struct PipeArgs {
     int ns;          // stages (3..PIPE_MAX_STAGES)
     // ds4c_matvec_f32 (Q8_0, one selection): the float row the CTAs quantize
     // into their activation copy themselves (pipe_act_f32), after RMSNorm
-    // with weights nw and eps when nw is set; null: a.act is copied
+    // with weights nw and eps when nw is set; null: a.act is copied. xf_n
+    // rows (the tokens: 1, or 2 for k_mv_pipe_q8f<2, 2>) a.cols floats apart.
     const float *xf;
     const float *nw;
     float eps;
+    int xf_n;
     int pre; // tiles requested before the wait for the previous kernel (DS4C_OPT_MV_PRE; products without ids)
     int ilp; // k_mv_pipe_q8f: items a warp forms at once (q8f_items; 1: one after another)
     int sumw; // k_mv_pipe_q8f: the last warp adds the row sums (DS4C_OPT_MV_SUMW; segments dividing the warps)
@@ -1370,15 +1372,15 @@ struct PipeArgs {
     int act_stride;
 };
 
-// pipe_act_f32 writes the Q8_0 activation row of RMSNorm(p.xf) (p.nw set)
-// or of p.xf to s_act, the bytes ds4c_rmsnorm_ref then ds4c_quantize give:
+// pipe_act_f32 writes the Q8_0 activation row of RMSNorm(xf) (p.nw set)
+// or of xf (a row of p.xf) to s_act, the bytes ds4c_rmsnorm_ref then ds4c_quantize give:
 // the float64 squares summed in k_rmsnorm_ref's order (thread t adds values
 // t, t + 256, … in turn; block_sum_d over the CTA's 256 threads), each value
 // normalised with its two roundings, then k_quant_q8_0_v's layout and
 // operations (8 values a thread, 4 threads a block). Every CTA of the
 // product does it for itself; each thread's loads of a pass are issued
 // together (4 floats for the squares, up to 4 × 8 for the blocks).
-__device__ __forceinline__ void pipe_act_f32(const PipeArgs &p, uint8_t *s_act) {
+__device__ __forceinline__ void pipe_act_f32(const PipeArgs &p, const float *xf, uint8_t *s_act) {
     const int n = p.a.cols, tid = threadIdx.x;
     float r = 0.f;
     if (p.nw) {
@@ -1386,7 +1388,7 @@ __device__ __forceinline__ void pipe_act_f32(const PipeArgs &p, uint8_t *s_act) 
         for (int i0 = tid; i0 < n; i0 += 4 * PIPE_THREADS) {
             float v[4];
 #pragma unroll
-            for (int k = 0; k < 4; k++) v[k] = i0 + k * PIPE_THREADS < n ? p.xf[i0 + k * PIPE_THREADS] : 0.f;
+            for (int k = 0; k < 4; k++) v[k] = i0 + k * PIPE_THREADS < n ? xf[i0 + k * PIPE_THREADS] : 0.f;
 #pragma unroll
             for (int k = 0; k < 4; k++)
                 if (i0 + k * PIPE_THREADS < n) ss += (double)v[k] * (double)v[k];
@@ -1402,7 +1404,7 @@ __device__ __forceinline__ void pipe_act_f32(const PipeArgs &p, uint8_t *s_act) 
         for (int k = 0; k < 4; k++) {
             const int b = b0 + k * GB;
             if (b < nb) {
-                const float4 *x4 = (const float4 *)(p.xf + b * 32 + part * 8);
+                const float4 *x4 = (const float4 *)(xf + b * 32 + part * 8);
                 const float4 a0 = __ldg(x4), a1 = __ldg(x4 + 1);
                 v[k][0] = a0.x, v[k][1] = a0.y, v[k][2] = a0.z, v[k][3] = a0.w;
                 v[k][4] = a1.x, v[k][5] = a1.y, v[k][6] = a1.z, v[k][7] = a1.w;
@@ -1535,8 +1537,8 @@ __device__ __forceinline__ void pipe_start(const PipeArgs &p, uint8_t *s_mem, in
         for (int i = tid; i < 256; i += PIPE_THREADS) s_grid[i] = iq2xxs_grid[i];
     cur_act = -1;
     if constexpr (std::is_same<T, TQ8_0>::value) {
-        if (p.xf) { // (one selection: the loop finds its row in place)
-            pipe_act_f32(p, s_mem + p.act_off);
+        if (p.xf) { // (one selection: the loop finds its row(s) in place; tokens act_stride apart)
+            for (int t = 0; t < p.xf_n; t++) pipe_act_f32(p, p.xf + (int64_t)t * p.a.cols, s_mem + p.act_off + t * p.act_stride);
             cur_act = 0;
         }
     }
@@ -1767,7 +1769,8 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
 // two tokens: speculative decoding's verification), the weights streamed
 // once; each token's bits those of a one-token product (q8f_items2). Only
 // the ilp form (segments dividing the warps), no ids (selections: one, or
-// each its own matrix, as the grouped wo_a), no yq, no xf (launch_pipe).
+// each its own matrix, as the grouped wo_a), no yq (launch_pipe); xf: both
+// tokens' rows formed by pipe_act_f32.
 template <int CP, int NT = 1>
 __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     static_assert(NT == 1 || NT == 2, "k_mv_pipe_q8f: one or two tokens");
@@ -2063,8 +2066,9 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
 // activation from that float row (pipe_act_f32) instead of copying a.act.
 // Not exact (fast mode), Q8_0 products of whole Q8F_SEG segments with bulk
 // copies take k_mv_pipe_q8f when DS4C_OPT_MV_FAST is on.
-// nt = 2 (fast mode, Q8_0, one selection, no ids): two tokens' products
-// of the same weights in one k_mv_pipe_q8f<2, 2>, the weights streamed once.
+// nt = 2 (fast mode, Q8_0, no ids): two tokens' products of the same
+// weights in one k_mv_pipe_q8f<2, 2>, the weights streamed once (with xf:
+// two float rows, a.cols apart).
 template <class T>
 bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc, const float *xf = nullptr,
                  const float *nw = nullptr, float eps = 0.f, bool room = false, uint8_t *yq = nullptr, int nt = 1) {
@@ -2087,7 +2091,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const bool seg_warps = nseg8 >= 1 && 8 % nseg8 == 0;
         p.ilp = seg_warps ? ds4c_opt_mv_ilp() : 1;
         p.sumw = seg_warps ? ds4c_opt_mv_sumw() : 0;
-        if (nt != 1 && (nt != 2 || p.ilp < 2 || xf || yq || a.ids || (a.act_tok & 15) != 0 || (a.act_sel & 15) != 0))
+        if (nt != 1 && (nt != 2 || p.ilp < 2 || yq || a.ids || (a.act_tok & 15) != 0 || (a.act_sel & 15) != 0))
             return false;
         if (xf) {
             if (!std::is_same<T, TQ8_0>::value || n_sel != 1 || a.cols % 32 != 0 ||
@@ -2096,6 +2100,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
             p.xf = xf;
             p.nw = nw;
             p.eps = eps;
+            p.xf_n = nt;
         }
         static int smem_sm = 0; // shared memory per SM (the library uses one device)
         if (!smem_sm) {
@@ -2274,11 +2279,11 @@ int launch_iq2_xxs(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t 
 bool dec_q2_k(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc);
 bool dec_iq2_xxs(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc);
 // ds4c_matvec_f32's one launch (mv_q8_0.cu): whether the pipelined kernel
-// took a's single Q8_0 product with its activation formed from the float
-// row xf (RMSNorm with nw, eps when nw is set; room: DS4C_MM_ROOM), *rc the
+// took a's single Q8_0 product of n tokens (1, or 2 in fast mode) with
+// their activations formed from the float rows at xf (a.cols apart) (RMSNorm with nw, eps when nw is set; room: DS4C_MM_ROOM), *rc the
 // launch's status.
 bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps, bool exact, bool room, cudaStream_t st,
-                   int *rc);
+                   int *rc, int n = 1);
 // ds4c_matmul_q8out's one launch (mv_q8_0.cu; fast mode): whether
 // k_mv_pipe_q8f took a's single-token product of n_sel selections (no ids)
 // with each CTA writing its block of y's Q8_0 activation to yq as well, *rc

@@ -4478,8 +4478,10 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         // the same launch (DS4C_OPT_ATTN_CLUSTER): DEC_CL splits of whole
         // chunks, up to DEC_CL_CHUNKS chunks each, while the clusters' CTAs
         // fit one wave; the rotation and activation as k_attn_combine's
-        // (cl_fit: whether a GPC holds one such cluster at all — where it
-        // cannot, or the query fails, k_attn_split and its combine run)
+        // (cl_fit: how many such clusters the GPU holds at once, by its GPCs
+        // — where it holds none, or the query fails, k_attn_split and its
+        // combine run; where a launch has more clusters than that, as two
+        // tokens' 16 can, the rest would wait for a second wave: the same)
         static int cl_fit = -1;
         if (cl_fit < 0 && ds4c_opt_attn_cluster()) {
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_split_cl, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DEC_SMEM));
@@ -4492,10 +4494,10 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
                 (void)cudaGetLastError();
                 nc = 0;
             }
-            cl_fit = nc > 0 ? 1 : 0;
+            cl_fit = max(nc, 0);
         }
         if (ds4c_opt_attn_cluster() && cl_fit > 0 && chunks <= (int64_t)DEC_CL * DEC_CL_CHUNKS &&
-            groups * DEC_CL <= slots) {
+            groups * DEC_CL <= slots && groups <= cl_fit) {
             if (fuse) a.rfreqs = d_rfreqs;
             if (fuseq) a.qact = (uint8_t *)d_qact;
             const int ksc = (int)((chunks + DEC_CL - 1) / DEC_CL * DEC_KC);

@@ -700,7 +700,7 @@ func TestMatVecF32(t *testing.T) {
 			for _, room := range []bool{false, true} {
 				y, xn2, act2 := alloc(t, d, 4*int64(c.rows)), alloc(t, d, 4*int64(c.cols)), alloc(t, d, ab)
 				poison(t, d, y, c.rows)
-				must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act2, y, true, room))
+				must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act2, y, true, room, 1))
 				got := download(t, d, y, c.rows)
 				for r := range want {
 					if math.Float32bits(got[r]) != math.Float32bits(want[r]) {

@@ -44,7 +44,7 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 	isX := be.isInput(b, x, ldx)
 	if len(jobs) == 1 && !(isX && b.xq8 != 0) {
 		// (x's Q8_0 rows, when HCPre formed them, are used as they are)
-		if ok, err := be.matVecF32(b, s, tag, jobs[0].w, x, 0, 0, jobs[0].y, n, false); ok {
+		if ok, err := be.matVecF32(b, s, tag, jobs[0].w, x, ldx, 0, 0, jobs[0].y, jobs[0].ldy, n, false); ok {
 			return err
 		}
 	}
@@ -114,21 +114,25 @@ func (be *Backend) inputAct(b *batch, s Stream, tag string, at quant.Type, x Ptr
 	return p, ab, be.dev.Quantize(s, at, x, ldx, p, cols, n)
 }
 
-// matVecF32 runs one token's product of a single Q8_0 matrix w with the
-// float row x through MatVecF32 — its quantization (after RMSNorm with
-// weights nw, scratch xn, when nw is set) in the pipelined kernel's launch
-// where that kernel takes the product — its fallback's activation in the
-// scratch buffer tag + "Q8_0". ok reports whether w and n allowed it (else
-// nothing was queued).
-func (be *Backend) matVecF32(b *batch, s Stream, tag string, w *Weight, x, nw, xn, y Ptr, n int, room bool) (ok bool, err error) {
-	if n != 1 || w.Type != quant.Q8_0 || w.Mats != 1 {
+// matVecF32 runs the product of a single Q8_0 matrix w with n float rows x
+// (ldx floats apart; y's rows ldy apart) through MatVecF32 — their
+// quantization (after RMSNorm with weights nw, scratch xn, when nw is set)
+// in the pipelined kernel's launch where that kernel takes the product —
+// its fallback's activations in the scratch buffer tag + "Q8_0". ok reports
+// whether w, n and the strides allowed it (one token; two in fast mode,
+// rows contiguous); else nothing was queued.
+func (be *Backend) matVecF32(b *batch, s Stream, tag string, w *Weight, x Ptr, ldx int, nw, xn, y Ptr, ldy, n int, room bool) (ok bool, err error) {
+	if w.Type != quant.Q8_0 || w.Mats != 1 {
 		return false, nil
 	}
-	act, err := b.sc.get(tag+quant.Q8_0.String(), be.dev.ActBytes(quant.Q8_0, w.Cols))
+	if n != 1 && (n != 2 || be.exact() || ldx != w.Cols || ldy != w.Rows) {
+		return false, nil
+	}
+	act, err := b.sc.get(tag+quant.Q8_0.String(), int64(n)*be.dev.ActBytes(quant.Q8_0, w.Cols))
 	if err != nil {
 		return true, err
 	}
-	return true, be.dev.MatVecF32(s, w, x, nw, be.cfg.NormEps, xn, act, y, be.exact(), room)
+	return true, be.dev.MatVecF32(s, w, x, nw, be.cfg.NormEps, xn, act, y, be.exact(), room, n)
 }
 
 // quantAct quantizes n rows of cols floats at x (cols apart) on stream s
@@ -719,7 +723,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	// fast mode normalises the row in the product's own launch.
 	ixHead := func(xs Stream, tag string) error {
 		if w := ixJob.w; n == 1 && w != nil && w.Type == quant.F16 && w.Mats == 1 {
-			return d.MatVecF32(xs, w, qr, L.qNorm, c.NormEps, ixqr, 0, ixJob.y, be.exact(), false)
+			return d.MatVecF32(xs, w, qr, L.qNorm, c.NormEps, ixqr, 0, ixJob.y, be.exact(), false, 1)
 		}
 		if err := d.RMSNormRef(xs, qr, int64(QL), L.qNorm, ixqr, int64(QL), QL, n, c.NormEps); err != nil {
 			return err
@@ -793,7 +797,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	// path on side2 to run beside it, qbRoom)
 	fused := false
 	if len(qjobs) == 1 {
-		if fused, err = be.matVecF32(b, s, "act.", L.qb, qr, L.qNorm, qrn, q, n, ixSide && be.qbRoom); err != nil {
+		if fused, err = be.matVecF32(b, s, "act.", L.qb, qr, QL, L.qNorm, qrn, q, qjobs[0].ldy, n, ixSide && be.qbRoom); err != nil {
 			return err
 		}
 	}

@@ -129,7 +129,7 @@ type lib struct {
 	swigluQ8K    func(g, u, act uintptr, actStride, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
 	ropeTable    func(freqs uintptr, rd int32, pos int64, cs uintptr, s uintptr) int32
 	normRopeP    func(x1 uintptr, heads1 int32, w1 uintptr, fp8n1 int32, x2 uintptr, heads2 int32, w2 uintptr, fp8n2, hd int32, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, nTok int32, cs, ring2 uintptr, s uintptr) int32
-	matvecF32    func(t int32, w uintptr, rows, cols int64, x, nw uintptr, eps float32, xn, act, y uintptr, flags int32, s uintptr) int32
+	matvecF32    func(t int32, w uintptr, rows, cols int64, x, nw uintptr, eps float32, xn, act, y uintptr, flags, n int32, s uintptr) int32
 	swigluHalf   func(g, u, yh uintptr, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
 	moeCombine   func(ye, sel, ysh, y uintptr, n, k int32, d int64, s uintptr) int32
 

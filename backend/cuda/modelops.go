@@ -23,8 +23,11 @@ func (d *Device) MatMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTo
 	return d.matMulEx(s, w, ids, nsel, act, actTok, actSel, actDiv, ntok, y, yTok, ySel, mmFlags(exact))
 }
 
-// MatVecF32 is one token's product y = w · act(x) of a single Q8_0 or F16
-// matrix with the float row x (w.Cols values, a multiple of 32). F16: act(x)
+// MatVecF32 is n tokens' (1 or 2) products y = w · act(x) of a single Q8_0
+// or F16 matrix with the float rows x (w.Cols values, a multiple of 32; rows
+// w.Cols apart, y's w.Rows apart, xn's and act's likewise; two tokens: the
+// pipelined kernel forms both activations in fast mode (Q8_0), else the
+// separate steps). F16: act(x)
 // is RMSNormRef(x) with weights nw and eps when nw is set, else x, and act
 // is unused; in fast mode with nw set one launch normalises and multiplies
 // (OptMVF32 bit 2; xn not written), else RMSNormRef writes xn and MatMulEx
@@ -37,7 +40,7 @@ func (d *Device) MatMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTo
 // way; x is not written. room: the pipelined kernel runs one CTA an SM and
 // leaves part of each SM's shared memory free (DS4C_MM_ROOM), for kernels
 // queued beside it on other streams; the same results.
-func (d *Device) MatVecF32(s Stream, w *Weight, x, nw Ptr, eps float32, xn, act, y Ptr, exact, room bool) error {
+func (d *Device) MatVecF32(s Stream, w *Weight, x, nw Ptr, eps float32, xn, act, y Ptr, exact, room bool, n int) error {
 	if w.Mats != 1 {
 		return fmt.Errorf("cuda: MatVecF32: %d matrices", w.Mats)
 	}
@@ -47,7 +50,7 @@ func (d *Device) MatVecF32(s Stream, w *Weight, x, nw Ptr, eps float32, xn, act,
 	}
 	return d.l.call("matvec_f32", func() int32 {
 		return d.l.matvecF32(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), uintptr(x), uintptr(nw), eps,
-			uintptr(xn), uintptr(act), uintptr(y), flags, uintptr(s))
+			uintptr(xn), uintptr(act), uintptr(y), flags, int32(n), uintptr(s))
 	})
 }
 

@@ -114,14 +114,44 @@ func TestMatVecFastQ8(t *testing.T) {
 		want, mag := reference(t, quant.Q8_0, mat(0), rows, cols, download(t, d, xn, cols))
 		y, xn2, act := alloc(t, d, 4*rows), alloc(t, d, 4*cols), alloc(t, d, ab)
 		poison(t, d, y, rows)
-		must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false, false))
+		must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false, false, 1))
 		got := download(t, d, y, rows)
 		compare(t, "MatVecF32 fast", got, want, mag, nterms(quant.Q8_0, cols))
 		// with room (one CTA an SM, taller tiles): the same bits
 		poison(t, d, y, rows)
-		must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false, true))
+		must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false, true, 1))
 		if i, ok := firstBitDiff(download(t, d, y, rows), got); !ok {
 			t.Errorf("MatVecF32 fast with room differs at row %d", i)
+		}
+	})
+
+	// Two tokens (speculative decoding's verification): both rows'
+	// activations formed by the pipelined kernel, each token's products
+	// those of its one-token call bit for bit, with and without the norm;
+	// the rows between two outputs untouched is not asked (y is contiguous).
+	t.Run("MatVecF32Two", func(t *testing.T) {
+		must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
+		for _, c := range []struct{ rows, cols int }{{32768, 1024}, {4096, 8192}, {300, 2048}} {
+			const eps = 1e-6
+			_, dw, ab := randomMats(t, d, quant.Q8_0, c.rows, c.cols, 1, 5310)
+			x := gaussian(2*c.cols, 5311)
+			dx, nw := upload(t, d, x), upload(t, d, gaussian(c.cols, 5312))
+			xn, act := alloc(t, d, 4*int64(2*c.cols)), alloc(t, d, 2*ab)
+			y := alloc(t, d, 4*int64(2*c.rows))
+			for _, norm := range []Ptr{nw, 0} {
+				poison(t, d, y, 2*c.rows)
+				must(t, d.MatVecF32(0, dw, dx, norm, eps, xn, act, y, false, false, 2))
+				two := download(t, d, y, 2*c.rows)
+				for tok := 0; tok < 2; tok++ {
+					poison(t, d, y, c.rows)
+					must(t, d.MatVecF32(0, dw, dx+Ptr(4*tok*c.cols), norm, eps, xn, act, y, false, false, 1))
+					one := download(t, d, y, c.rows)
+					if k, ok := firstBitDiff(two[tok*c.rows:(tok+1)*c.rows], one); !ok {
+						t.Errorf("%dx%d norm %v token %d: row %d = %v, one-token %v", c.rows, c.cols, norm != 0, tok, k, two[tok*c.rows+k], one[k])
+					}
+				}
+			}
+			d.FreeWeight(dw)
 		}
 	})
 }
@@ -235,7 +265,7 @@ func TestMatVecF32Half(t *testing.T) {
 			must(t, d.SetOption(OptMVF32, opt))
 			poison(t, d, y, c.rows)
 			poison(t, d, xn2, c.cols)
-			must(t, d.MatVecF32(0, dw, dx, norm, eps, xn2, 0, y, exact, false))
+			must(t, d.MatVecF32(0, dw, dx, norm, eps, xn2, 0, y, exact, false, 1))
 			return download(t, d, y, c.rows), math.IsNaN(float64(download(t, d, xn2, 1)[0]))
 		}
 		name := fmt.Sprintf("%dx%d", c.rows, c.cols)
