@@ -129,6 +129,12 @@ type Backend struct {
 	// products (hcPostMix): speculative decoding's two-token passes too
 	// (DS4_CUDA_POST_MIX_MAX=1: decode steps only, for comparison)
 	postMixMax int
+	// mtpGraph: the MTP block's draft chunk (MTPEmbedDraft … MTPHeadDraft)
+	// records its layer and head as a graph; off by default
+	// (DS4_CUDA_MTP_GRAPH=1 turns it on): the GPU then waits for the
+	// whole recording after the host's round trip, where plain launches
+	// start it at once (cuda/NOTES.md v46)
+	mtpGraph bool
 	// routerAct: a decode step's routed-expert Q8_K activation is formed by
 	// the router's launch (RouterQ8K) instead of a quantize launch after it
 	// (the same bytes; off with DS4_CUDA_ROUTER_ACT=0, for comparison)
@@ -276,7 +282,8 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		routerAct: os.Getenv("DS4_CUDA_ROUTER_ACT") != "0",
 		downGLU:   os.Getenv("DS4_CUDA_DOWN_GLU") != "0",
 		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") == "1",
-		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0", woQ8: os.Getenv("DS4_CUDA_WO_Q8") != "0"}
+		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0", woQ8: os.Getenv("DS4_CUDA_WO_Q8") != "0",
+		mtpGraph: os.Getenv("DS4_CUDA_MTP_GRAPH") == "1"}
 	be.postMixMax = 2
 	if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_POST_MIX_MAX")); err == nil && v >= 1 && v <= HCPostMixMaxTokens {
 		be.postMixMax = v

@@ -219,8 +219,8 @@ func (be *Backend) MTPEmbed(mbi engine.Batch, pos int, tokens []int32) error {
 }
 
 // MTPEmbedDraft is MTPEmbed of a chunk that ends with MTPHeadDraft
-// (engine.SpecPipeliner): the block's layer and head run as a graph, as a
-// main chunk's layers do.
+// (engine.SpecPipeliner): with DS4_CUDA_MTP_GRAPH=1 the block's layer and
+// head run as a graph, as a main chunk's layers do.
 func (be *Backend) MTPEmbedDraft(mbi engine.Batch, pos int, tokens []int32) error {
 	return be.mtpEmbed(mbi, pos, tokens, true)
 }
@@ -287,7 +287,7 @@ func (be *Backend) mtpEmbed(mbi engine.Batch, pos int, tokens []int32, graph boo
 	if st.count == 0 {
 		st.head = 0
 	}
-	if graph && n <= graphMaxTokens && be.opts.GraphLayers > 0 {
+	if graph && be.mtpGraph && n <= graphMaxTokens && be.opts.GraphLayers > 0 {
 		return b.startSegment()
 	}
 	return nil

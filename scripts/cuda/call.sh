@@ -32,7 +32,9 @@
 #          --fast --mtp at 8k (--warmup 4096, GEN tokens, default 128) with
 #          drafts right at each of the comma-separated RATES, each against
 #          a plain greedy run of the same tokens, into mtp.csv/mtp.log;
-#          MTP_AB: environment assignments, the same run again with them
+#          MTP_AB: environment assignments, the same run again with them;
+#          MTP_ARGS: more ds4-bench flags for the first run (e.g.
+#          "--cpuprofile $OUT/mtp.pprof")
 #   KT=1   scripts/cuda/ktrace.sh: the kernels of full-size fast decode tokens
 #          at 8k as they run, into $OUT/ktrace.txt (KT_AB: an environment
 #          assignment traced once more, into ktrace-ab.txt); KT_LAYERS: the
@@ -100,7 +102,7 @@ if [ -n "${MTP:-}${KT_MTP:-}" ]; then
 fi
 if [ -n "${MTP:-}" ]; then
     timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda --fast \
-        --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp.csv" >"$OUT/mtp.log" 2>&1
+        --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp.csv" ${MTP_ARGS:-} >"$OUT/mtp.log" 2>&1
     echo "mtp: exit $?"; grep -E "speculative|error|ds4-bench: [^f]" "$OUT/mtp.log" | head -20; el
     if [ -n "${MTP_AB:-}" ]; then # the same with environment assignments, into mtp-ab.csv/log
         env $MTP_AB timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda --fast \
