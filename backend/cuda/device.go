@@ -44,6 +44,10 @@ type Device struct {
 	l    *lib
 	id   int
 	info Info
+	// actBytes caches ActBytes by format and length: a pure function of
+	// the library, asked ≈ 450 times a speculative pass, each a foreign
+	// call of ≈ 1.5 µs through purego's reflection (cuda/NOTES.md v46)
+	actBytes sync.Map // actKey → int64
 }
 
 var (

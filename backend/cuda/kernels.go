@@ -99,10 +99,22 @@ func (d *Device) ActType(t quant.Type) (quant.Type, error) {
 	return quant.Type(at), nil
 }
 
+// actKey is an activation format and row length (Device.actBytes).
+type actKey struct {
+	t    quant.Type
+	cols int
+}
+
 // ActBytes is the device size of one activation row of cols values in
 // format t (a multiple of 16), or 0 for an unsupported format or length.
 func (d *Device) ActBytes(t quant.Type, cols int) int64 {
-	return int64(d.l.actBytes(int32(t), int64(cols)))
+	k := actKey{t, cols}
+	if v, ok := d.actBytes.Load(k); ok {
+		return v.(int64)
+	}
+	n := int64(d.l.actBytes(int32(t), int64(cols)))
+	d.actBytes.Store(k, n)
+	return n
 }
 
 // Quantize converts ntok rows of cols float32 values at x (row stride
