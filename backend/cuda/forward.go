@@ -120,12 +120,12 @@ func (be *Backend) inputAct(b *batch, s Stream, tag string, at quant.Type, x Ptr
 // in the pipelined kernel's launch where that kernel takes the product —
 // its fallback's activations in the scratch buffer tag + "Q8_0". ok reports
 // whether w, n and the strides allowed it (one token; two in fast mode,
-// rows contiguous); else nothing was queued.
+// rows contiguous, at most matVecTwoCols columns); else nothing was queued.
 func (be *Backend) matVecF32(b *batch, s Stream, tag string, w *Weight, x Ptr, ldx int, nw, xn, y Ptr, ldy, n int, room bool) (ok bool, err error) {
 	if w.Type != quant.Q8_0 || w.Mats != 1 {
 		return false, nil
 	}
-	if n != 1 && (n != 2 || be.exact() || ldx != w.Cols || ldy != w.Rows) {
+	if n != 1 && (n != 2 || be.exact() || ldx != w.Cols || ldy != w.Rows || w.Cols > matVecTwoCols) {
 		return false, nil
 	}
 	act, err := b.sc.get(tag+quant.Q8_0.String(), int64(n)*be.dev.ActBytes(quant.Q8_0, w.Cols))
@@ -134,6 +134,13 @@ func (be *Backend) matVecF32(b *batch, s Stream, tag string, w *Weight, x Ptr, l
 	}
 	return true, be.dev.MatVecF32(s, w, x, nw, be.cfg.NormEps, xn, act, y, be.exact(), room, n)
 }
+
+// matVecTwoCols bounds the rows of two tokens that matVecF32 gives the
+// pipelined kernel to form in each CTA: q_b's 1024 columns gain (its norm
+// and quantization launches off the chain, −5 µs a layer), wo_b's 8192 lose
+// (64 KB of floats read by each of its CTAs: +4.5 µs against a quantize
+// launch; cuda/NOTES.md v46).
+const matVecTwoCols = 2048
 
 // quantAct quantizes n rows of cols floats at x (cols apart) on stream s
 // into the batch's scratch buffer name, in the activation format of
