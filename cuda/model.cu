@@ -812,7 +812,7 @@ __global__ void __launch_bounds__(32 * NW) k_hc_post_mix(float *h, const float *
     pdl_launch();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t d0 = blockIdx.x * (int64_t)(32 * NW);
-    { // token blockIdx.y (not MOE): its streams, output, weights and parts
+    if constexpr (!MOE) { // token blockIdx.y: its streams, output, weights and parts
         const int64_t t = blockIdx.y;
         h += t * HC * D;
         out += t * D;
