@@ -1676,15 +1676,24 @@ constexpr int Q8F_SEG = 1024;
 // sums, the pair's add, the even lane scaling block l/2 and the odd
 // 16 + l/2, and warp_sum's tree with the U items' steps interleaved — the
 // operations of k_mv_pipe_q8f's items (ds4c_chain_q8's too: chain.cu).
+// The pair's add is one shuffle: each lane sends the sum its partner keeps
+// (the even lane keeps unit l's block, the odd unit l + 32's) — integer
+// adds, the same sums as adding both shuffled.
 template <int U>
 __device__ __forceinline__ void q8f_sums(const int4 (&w0)[U], const int4 (&w1)[U], const __half (&d)[U], int4 x0,
                                          int4 x1, float xd, int lane, float (&v)[U]) {
+    const bool odd = (lane & 1) != 0;
 #pragma unroll
     for (int j = 0; j < U; j++) {
         int s0 = dot4(w0[j], x0, 0), s1 = dot4(w1[j], x1, 0);
+#ifdef DS4_Q8F_PAIR_SHUFFLES // (the form before v46, for A/B: both sums shuffled)
         s0 += __shfl_xor_sync(FULL_MASK, s0, 1);
         s1 += __shfl_xor_sync(FULL_MASK, s1, 1);
-        v[j] = (float)((lane & 1) ? s1 : s0) * (__half2float(d[j]) * xd);
+        const int sum = odd ? s1 : s0;
+#else
+        const int sum = (odd ? s1 : s0) + __shfl_xor_sync(FULL_MASK, odd ? s0 : s1, 1);
+#endif
+        v[j] = (float)sum * (__half2float(d[j]) * xd);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) // warp_sum's tree, the U items' steps interleaved
@@ -1739,11 +1748,40 @@ __device__ __forceinline__ void q8f_items(int items, int nsh, int warp, int lane
     }
 }
 
+// q8f_sums2 is q8f_sums for two tokens' activations (x0/x1/xd[t]) with
+// their trees packed: at the tree's first step (lanes l and l ^ 16) the
+// lower half of the warp keeps token 0's sums and the upper half token
+// 1's, each lane sending the other token's value, and the four steps after
+// run once for both. v[j] is token 0's item partial on lanes 0–15, token
+// 1's on lanes 16–31, each with the bits of q8f_sums for that token alone
+// (the same adds, own value first, in the same tree).
+template <int U>
+__device__ __forceinline__ void q8f_sums2(const int4 (&w0)[U], const int4 (&w1)[U], const __half (&d)[U],
+                                          const int4 (&x0)[2], const int4 (&x1)[2], const float (&xd)[2], int lane,
+                                          float (&v)[U]) {
+    const bool odd = (lane & 1) != 0, hi = lane >= 16;
+#pragma unroll
+    for (int j = 0; j < U; j++) {
+        float vt[2];
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            const int s0 = dot4(w0[j], x0[t], 0), s1 = dot4(w1[j], x1[t], 0);
+            const int sum = (odd ? s1 : s0) + __shfl_xor_sync(FULL_MASK, odd ? s0 : s1, 1);
+            vt[t] = (float)sum * (__half2float(d[j]) * xd[t]);
+        }
+        v[j] = (hi ? vt[1] : vt[0]) + __shfl_xor_sync(FULL_MASK, hi ? vt[0] : vt[1], 16);
+    }
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1)
+#pragma unroll
+        for (int j = 0; j < U; j++) v[j] += __shfl_xor_sync(FULL_MASK, v[j], o);
+}
+
 // q8f_items2 is q8f_items for two tokens: each weight item loaded once,
 // its units multiplied with both tokens' activation units (x0/x1/xd[t]),
-// token t's partials at part + t·tpart. Each token's operations and order
-// are q8f_items's for that token alone: the same bits as a one-token
-// product.
+// token t's partials at part + t·tpart, both tokens' trees packed into one
+// (q8f_sums2). Each token's operations and order are q8f_items's for that
+// token alone: the same bits as a one-token product.
 template <int U>
 __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lane, const uint8_t *qs, const __half *ds,
                                            int cols, int dstride, const int4 (&x0)[2], const int4 (&x1)[2],
@@ -1753,6 +1791,7 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
         int4 w0[U], w1[U];
         __half d[U];
         q8f_load<U>(it0, items, nsh, qs, ds, cols, dstride, w0, w1, d);
+#ifdef DS4_Q8F_PAIR_SHUFFLES // (the form before v46, for A/B: a tree a token)
 #pragma unroll
         for (int t = 0; t < 2; t++) {
             float v[U];
@@ -1762,6 +1801,14 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
                 for (int j = 0; j < U; j++)
                     if (it0 + 8 * j < items) part[t * tpart + ((it0 + 8 * j) >> nsh) * nseg + seg] = v[j];
         }
+#else
+        float v[U];
+        q8f_sums2<U>(w0, w1, d, x0, x1, xd, lane, v);
+        if ((lane & 15) == 0) // lane 0 token 0's partials, lane 16 token 1's
+#pragma unroll
+            for (int j = 0; j < U; j++)
+                if (it0 + 8 * j < items) part[(lane >> 4) * tpart + ((it0 + 8 * j) >> nsh) * nseg + seg] = v[j];
+#endif
     }
 }
 
