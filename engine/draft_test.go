@@ -81,7 +81,9 @@ func (h *hostSpec) HasMTP() bool { return h.dr.HasMTP() }
 func (h *hostSpec) StageMTP(mb, src engine.Batch, first, n int) error {
 	return h.dr.StageMTP(mb, src, first, n)
 }
-func (h *hostSpec) DropStagedMTP(mb engine.Batch, keep int) error { return h.dr.DropStagedMTP(mb, keep) }
+func (h *hostSpec) DropStagedMTP(mb engine.Batch, keep int) error {
+	return h.dr.DropStagedMTP(mb, keep)
+}
 func (h *hostSpec) MTPEmbed(mb engine.Batch, pos int, tokens []int32) error {
 	return h.dr.MTPEmbed(mb, pos, tokens)
 }
