@@ -43,8 +43,7 @@ func newSess(t *testing.T, be engine.Backend, o engine.Options) *engine.Session 
 // other time; across prefills in chunks that leave the staged rows at
 // every offset, a continued prompt, a rewind and a reset.
 func TestDraftSameTokens(t *testing.T) {
-	be := mtpBackend(t)
-	draftSameTokens(t, be, func(o *engine.Options, f func(int, int32) int32) { o.DraftOverride = f })
+	onHostPath(t, draftSameTokens)
 }
 
 // TestDraftPipelinedSameTokens is TestDraftSameTokens through the engine's
@@ -52,8 +51,24 @@ func TestDraftSameTokens(t *testing.T) {
 // choices with the CPU backend's Head and Greedy; its drafts overridden by
 // the adapter, since Options.DraftOverride takes the host path.
 func TestDraftPipelinedSameTokens(t *testing.T) {
+	onPipelinedPath(t, draftSameTokens)
+}
+
+// draftCase is a speculative decoding check run on a backend, with
+// setOverride installing a drafts' override for a session's options.
+type draftCase func(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32))
+
+// onHostPath runs c on the CPU backend, overrides through
+// Options.DraftOverride (the host path).
+func onHostPath(t *testing.T, c draftCase) {
+	c(t, mtpBackend(t), func(o *engine.Options, f func(int, int32) int32) { o.DraftOverride = f })
+}
+
+// onPipelinedPath runs c through the engine's pipelined pass on hostSpec,
+// overrides through the adapter, and checks that the pass ran.
+func onPipelinedPath(t *testing.T, c draftCase) {
 	h := newHostSpec(mtpBackend(t))
-	draftSameTokens(t, h, func(o *engine.Options, f func(int, int32) int32) { h.override = f })
+	c(t, h, func(o *engine.Options, f func(int, int32) int32) { h.override = f })
 	if h.passes == 0 {
 		t.Fatal("no pipelined pass")
 	}
@@ -251,12 +266,8 @@ func draftSameTokens(t *testing.T, be engine.Backend, setOverride func(*engine.O
 // decoded; the session holds the token before it, with its logits. On the
 // host path and the pipelined one (hostSpec).
 func TestDraftRefusedToken(t *testing.T) {
-	draftRefusedToken(t, mtpBackend(t), func(o *engine.Options, f func(int, int32) int32) { o.DraftOverride = f })
-	h := newHostSpec(mtpBackend(t))
-	draftRefusedToken(t, h, func(o *engine.Options, f func(int, int32) int32) { h.override = f })
-	if h.passes == 0 {
-		t.Fatal("no pipelined pass")
-	}
+	onHostPath(t, draftRefusedToken)
+	onPipelinedPath(t, draftRefusedToken)
 }
 
 func draftRefusedToken(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32)) {
@@ -310,12 +321,8 @@ func TestDraftNeedsMTP(t *testing.T) {
 // the same tokens: its logits bit for bit; speculation can be turned off
 // and on. On the host path and the pipelined one (hostSpec).
 func TestDraftForceAccept(t *testing.T) {
-	draftForceAccept(t, mtpBackend(t), func(o *engine.Options, f func(int, int32) int32) { o.DraftOverride = f })
-	h := newHostSpec(mtpBackend(t))
-	draftForceAccept(t, h, func(o *engine.Options, f func(int, int32) int32) { h.override = f })
-	if h.passes == 0 {
-		t.Fatal("no pipelined pass")
-	}
+	onHostPath(t, draftForceAccept)
+	onPipelinedPath(t, draftForceAccept)
 }
 
 func draftForceAccept(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32)) {

@@ -194,21 +194,9 @@ func TestMTPMatchesCPU(t *testing.T) {
 
 			// Speculative greedy decoding: the tokens of the CPU's plain
 			// greedy decoding (exact mode).
-			ctx := context.Background()
 			decode := func(be engine.Backend, draft bool) ([]int32, engine.Stats) {
-				s, err := engine.NewSession(be, engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: draft})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer s.Close()
-				if err := s.Prefill(ctx, toks[:70]); err != nil {
-					t.Fatal(err)
-				}
-				var out []int32
-				if _, err := s.DecodeGreedy(ctx, 96, func(tok int32) bool { out = append(out, tok); return true }); err != nil {
-					t.Fatal(err)
-				}
-				return out, s.Stats()
+				r := specDecode(t, be, engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: draft}, toks[:70], 96, 96)
+				return r.out, r.stats
 			}
 			plain, _ := decode(ref, false)
 			spec, stats := decode(be, true)
@@ -298,39 +286,15 @@ func TestSpecPipelinedMatchesHost(t *testing.T) {
 	c := quantTiny()
 	w := mtpWeights(t, c, model.SchemeQ2)
 	toks := testTokens(120, c.Vocab)
-	ctx := context.Background()
 	for _, fast := range []bool{false, true} {
 		be := testBackend(t, w, Options{Fast: fast})
-		type result struct {
-			toks   []int32
-			logits []float32
-			stats  engine.Stats
-		}
-		run := func(host bool, limit int) result {
+		run := func(host bool, limit int) specResult {
 			o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true,
 				ForceAccept: func(pos int) bool { return pos%3 != 0 }}
 			if host {
 				o.DraftOverride = func(_ int, d int32) int32 { return d }
 			}
-			s, err := engine.NewSession(be, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if err := s.Prefill(ctx, toks[:70]); err != nil {
-				t.Fatal(err)
-			}
-			var out []int32
-			if _, err := s.DecodeGreedy(ctx, 60, func(tok int32) bool {
-				if len(out) == limit {
-					return false
-				}
-				out = append(out, tok)
-				return true
-			}); err != nil {
-				t.Fatal(err)
-			}
-			return result{s.Tokens(), slices.Clone(s.Logits()), s.Stats()}
+			return specDecode(t, be, o, toks[:70], 60, limit)
 		}
 		for _, limit := range []int{60, 23} {
 			heads := be.GraphStats().SpecHeads
@@ -378,4 +342,39 @@ func TestSpecPassesFastTiny(t *testing.T) {
 		}
 		be.Close()
 	}
+}
+
+// specResult is what specDecode returns.
+type specResult struct {
+	out, toks []int32 // the tokens emitted; the session's at the end
+	logits    []float32
+	stats     engine.Stats
+}
+
+// specDecode opens a session on be with options o, prefills prompt and
+// decodes greedily up to max tokens, emit refusing the token after limit
+// of them, and returns the tokens, the session's tokens and logits at the
+// end, and its stats.
+func specDecode(t *testing.T, be engine.Backend, o engine.Options, prompt []int32, max, limit int) specResult {
+	t.Helper()
+	ctx := context.Background()
+	s, err := engine.NewSession(be, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Prefill(ctx, prompt); err != nil {
+		t.Fatal(err)
+	}
+	var out []int32
+	if _, err := s.DecodeGreedy(ctx, max, func(tok int32) bool {
+		if len(out) == limit {
+			return false
+		}
+		out = append(out, tok)
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return specResult{out, s.Tokens(), slices.Clone(s.Logits()), s.Stats()}
 }
