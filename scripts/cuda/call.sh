@@ -32,7 +32,8 @@
 #          --fast --mtp at 8k (--warmup 4096, GEN tokens, default 128) with
 #          drafts right at each of the comma-separated RATES, each against
 #          a plain greedy run of the same tokens, into mtp.csv/mtp.log;
-#          MTP_AB: environment assignments, the same run again with them;
+#          MTP_AB: environment assignments, the same run again with them
+#          (MTP_AB_ARGS: and these ds4-bench flags, e.g. --draft-serial);
 #          MTP_ARGS: more ds4-bench flags for the first run (e.g.
 #          "--cpuprofile $OUT/mtp.pprof")
 #   KT=1   scripts/cuda/ktrace.sh: the kernels of full-size fast decode tokens
@@ -104,9 +105,9 @@ if [ -n "${MTP:-}" ]; then
     timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda --fast \
         --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp.csv" ${MTP_ARGS:-} >"$OUT/mtp.log" 2>&1
     echo "mtp: exit $?"; grep -E "speculative|error|ds4-bench: [^f]" "$OUT/mtp.log" | head -20; el
-    if [ -n "${MTP_AB:-}" ]; then # the same with environment assignments, into mtp-ab.csv/log
+    if [ -n "${MTP_AB:-}${MTP_AB_ARGS:-}" ]; then # the same with environment assignments, into mtp-ab.csv/log
         env $MTP_AB timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda --fast \
-            --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp-ab.csv" >"$OUT/mtp-ab.log" 2>&1
+            --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp-ab.csv" ${MTP_AB_ARGS:-} >"$OUT/mtp-ab.log" 2>&1
         echo "mtp ($MTP_AB): exit $?"; grep -E "speculative|error" "$OUT/mtp-ab.log" | head -20; el
     fi
 fi
