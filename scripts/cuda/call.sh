@@ -106,9 +106,9 @@ if [ -n "${MTP:-}" ]; then
         --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp.csv" ${MTP_ARGS:-} >"$OUT/mtp.log" 2>&1
     echo "mtp: exit $?"; grep -E "speculative|error|ds4-bench: [^f]" "$OUT/mtp.log" | head -20; el
     if [ -n "${MTP_AB:-}${MTP_AB_ARGS:-}" ]; then # the same with environment assignments, into mtp-ab.csv/log
-        env $MTP_AB timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda --fast \
+        env ${MTP_AB:-} timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda --fast \
             --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp-ab.csv" ${MTP_AB_ARGS:-} >"$OUT/mtp-ab.log" 2>&1
-        echo "mtp ($MTP_AB): exit $?"; grep -E "speculative|error" "$OUT/mtp-ab.log" | head -20; el
+        echo "mtp (${MTP_AB:-} ${MTP_AB_ARGS:-}): exit $?"; grep -E "speculative|error" "$OUT/mtp-ab.log" | head -20; el
     fi
 fi
 table() { # name seconds flags…
