@@ -195,11 +195,6 @@ type Drafter interface {
 	StageMTP(mb, src Batch, first, n int) error
 	// DropStagedMTP forgets mb's staged rows after the first keep.
 	DropStagedMTP(mb Batch, keep int) error
-	// UnstageMTP gives back to mb's staged rows, oldest first, the last n
-	// rows the latest MTPEmbed on mb consumed (an MTP chunk whose work is
-	// to be redone with other tokens); nothing may have been staged or
-	// dropped since.
-	UnstageMTP(mb Batch, n int) error
 	// MTPEmbed starts an MTP chunk on mb at positions pos, pos+1, …: row t
 	// is e_proj(enorm(embed(tokens[t]))) added to h_proj(hnorm(·)) of each
 	// stream of the t-th oldest staged row; those rows are consumed.
@@ -219,13 +214,7 @@ type Drafter interface {
 //
 //	MTPEmbedDraft(mb, …); the block's layer ops; MTPHeadDraft(mb, b, row)
 //	EmbedDraft(b, pos, tok); the layers; StageMTP(mb, b, …); HeadVerify(b)
-//	[MTPEmbedAhead(mb, b, pos); the block's layer ops; MTPHeadDraft(mb, b, 1)]
 //	VerifyResult(b)
-//
-// The bracketed chunk is the next pass's draft for the case where the
-// verification accepts its draft, queued before the host knows: when it
-// does not, the engine gives the chunk's rows back (UnstageMTP) and drafts
-// again.
 type SpecPipeliner interface {
 	// MTPEmbedDraft is MTPEmbed of an MTP chunk that MTPHeadDraft ends
 	// (the backend may queue the chunk's work as one unit).
@@ -237,10 +226,6 @@ type SpecPipeliner interface {
 	// EmbedDraft is Embed of the two-token chunk [tok, draft] at pos on b,
 	// the draft being the latest MTPHeadDraft's choice, read on the device.
 	EmbedDraft(b Batch, pos int, tok int32) error
-	// MTPEmbedAhead is MTPEmbedDraft of the two-token MTP chunk at pos
-	// whose tokens are the latest HeadVerify's draft and its greedy choice
-	// after the draft, read on the device.
-	MTPEmbedAhead(mb, b Batch, pos int) error
 	// HeadVerify is Head for both rows of b's two-token chunk, the logits
 	// kept on the device, with the greedy choice after each row queued for
 	// VerifyResult.

@@ -251,39 +251,16 @@ func (s *Session) verify(ctx context.Context, tok, d int32, row0 []float32) erro
 
 // specPipelined is decodeSpeculative on a SpecPipeliner: the draft and the
 // greedy choices after the verification's rows are made on the device, and
-// the session's logits are fetched only when the run ends. While a pass's
-// result is on its way, the next pass's draft chunk for an accepted draft
-// is queued (ahead); when the draft is not accepted, or the run ends, its
-// rows are given back and the block's state is as decodeSpeculative leaves
-// it. The tokens, drafts and acceptances are decodeSpeculative's.
+// the session's logits are fetched only when the run ends. The tokens,
+// drafts and acceptances are those of decodeSpeculative.
 func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, emit func(int32) bool) (n int, err error) {
 	if !s.logitsOK {
 		return 0, ErrNoLogits
 	}
-	m := s.mtp
 	// pending ≥ 0: the logits after the session's last token are row
 	// pending of the latest verification, still on the device.
 	pending := -1
-	// ahead: the next pass's draft chunk is queued, its two rows consumed
-	ahead := false
-	undo := func() error {
-		if !ahead {
-			return nil
-		}
-		ahead = false
-		m.next -= 2
-		m.staged += 2
-		if err := m.be.UnstageMTP(m.b, 2); err != nil {
-			return s.opError(m.next, "MTP stage", -1, err)
-		}
-		return nil
-	}
 	defer func() {
-		if e := undo(); e != nil && err == nil {
-			s.logitsOK = false
-			err = e
-			return
-		}
 		if pending < 0 {
 			return
 		}
@@ -305,10 +282,7 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 			return n, nil
 		}
 		P := len(s.tokens)
-		if n+2 > max || P+2 > s.opts.MaxContext || !(ahead || s.canDraft()) {
-			if err := undo(); err != nil {
-				return n, err
-			}
+		if n+2 > max || P+2 > s.opts.MaxContext || !s.canDraft() {
 			pending = -1 // Decode writes the logits after tok
 			if err := s.Decode(ctx, tok); err != nil {
 				return n, err
@@ -319,11 +293,7 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 		}
 		pending = -1
 		s.logitsOK = false
-		// the next pass's draft ahead when this one's draft, accepted,
-		// would leave room for it
-		queue := n+4 <= max && P+4 <= s.opts.MaxContext && !s.opts.DraftSerial
-		d, c0, c1, queued, err := s.specPass(ctx, sp, tok, ahead, queue)
-		ahead = queued
+		d, c0, c1, err := s.specPass(ctx, sp, tok)
 		if err != nil {
 			return n, err
 		}
@@ -339,13 +309,10 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 			}
 		}
 		// Keep t only: the logits after it (row 0), its staged row.
-		if err := undo(); err != nil {
-			return n, err
-		}
 		s.tokens = s.tokens[:P+1]
 		pending = 0
-		m.staged = 1
-		if err := m.be.DropStagedMTP(m.b, 1); err != nil {
+		s.mtp.staged = 1
+		if err := s.mtp.be.DropStagedMTP(s.mtp.b, 1); err != nil {
 			return n, s.opError(P, "MTP stage", -1, err)
 		}
 		if ok {
@@ -357,78 +324,56 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 }
 
 // specPass queues one pass on the device for tok, the greedy choice at the
-// session's position P: the MTP block's draft d for P+1 (unless drafted:
-// queued ahead by the pass before), then the chunk [tok, d] at P, and, with
-// queue, the next pass's draft chunk for an accepted d (queued reports it
-// done: rows P and P+1 consumed); it returns d and the greedy choices after
-// tok and after d. The session then holds tok and d.
-func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32, drafted, queue bool) (d, c0, c1 int32, queued bool, err error) {
+// session's position P: the MTP block's draft d for P+1, then the chunk
+// [tok, d] at P, and returns d and the greedy choices after tok and after
+// d. The session then holds tok and d.
+func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32) (d, c0, c1 int32, err error) {
 	m := s.mtp
-	fail := func(err error) (int32, int32, int32, bool, error) { return 0, 0, 0, queued, err }
 	if err := s.checkTokens([]int32{tok}); err != nil {
-		return fail(err)
+		return 0, 0, 0, err
+	}
+	// the draft: the block over the staged rows, the last with tok
+	toks := append(append(make([]int32, 0, m.staged), s.tokens[m.next+1:]...), tok)
+	mpos := m.next
+	if err := sp.MTPEmbedDraft(m.b, mpos, toks); err != nil {
+		return 0, 0, 0, s.opError(mpos, "MTP embed", -1, err)
 	}
 	L := s.cfg.Layers
-	// drafting runs the block over staged rows from pos with their next
-	// tokens and takes the draft from chunk row `row`
-	draft := func(pos, row int, embed func() error) error {
-		if err := embed(); err != nil {
-			return s.opError(pos, "MTP embed", -1, err)
-		}
-		if err := s.runBlocks(ctx, m.b, m.st, L, L+1, pos, func(Stage, int) {}); err != nil {
-			return err
-		}
-		m.next += row + 1
-		m.staged -= row + 1
-		if err := sp.MTPHeadDraft(m.b, s.b, row); err != nil {
-			return s.opError(pos+row, "MTP head", -1, err)
-		}
-		return nil
+	if err := s.runBlocks(ctx, m.b, m.st, L, L+1, mpos, func(Stage, int) {}); err != nil {
+		return 0, 0, 0, err
 	}
-	if !drafted {
-		// the block over the staged rows, the last with tok
-		toks := append(append(make([]int32, 0, m.staged), s.tokens[m.next+1:]...), tok)
-		mpos := m.next
-		if err := draft(mpos, len(toks)-1, func() error { return sp.MTPEmbedDraft(m.b, mpos, toks) }); err != nil {
-			return fail(err)
-		}
+	m.next += len(toks)
+	m.staged -= len(toks)
+	if err := sp.MTPHeadDraft(m.b, s.b, len(toks)-1); err != nil {
+		return 0, 0, 0, s.opError(mpos+len(toks)-1, "MTP head", -1, err)
 	}
 	// the verification
 	P := len(s.tokens)
 	s.runEnd = P + 2
 	if err := s.ensureContinuable(ctx); err != nil {
-		return fail(err)
+		return 0, 0, 0, err
 	}
 	s.ret.written(P, 2)
 	if err := sp.EmbedDraft(s.b, P, tok); err != nil {
-		return fail(s.opError(P, "embed", -1, err))
+		return 0, 0, 0, s.opError(P, "embed", -1, err)
 	}
 	if err := s.blocks(ctx, P, func(Stage, int) {}); err != nil {
-		return fail(err)
+		return 0, 0, 0, err
 	}
 	if err := s.stageMTP(P, 2); err != nil {
-		return fail(err)
+		return 0, 0, 0, err
 	}
 	if err := sp.HeadVerify(s.b); err != nil {
-		return fail(s.opError(P, "head", -1, err))
-	}
-	if queue && m.next == P && m.staged == 2 {
-		// rows P (with d) and P+1 (with the choice after d): the next
-		// draft, if d is accepted
-		if err := draft(P, 1, func() error { return sp.MTPEmbedAhead(m.b, s.b, P) }); err != nil {
-			s.forgetStaged() // (where the chunk failed is not known: staging starts over)
-			return fail(err)
-		}
-		queued = true
+		return 0, 0, 0, s.opError(P, "head", -1, err)
 	}
 	if d, c0, c1, err = sp.VerifyResult(s.b); err != nil {
-		return fail(s.opError(P, "head", -1, err))
+		return 0, 0, 0, s.opError(P, "head", -1, err)
 	}
 	for _, c := range []int32{d, c0, c1} {
 		if c < 0 || int(c) >= s.cfg.Vocab {
-			return fail(fmt.Errorf("engine: %s backend: greedy choice %d at position %d: %w", s.be.Name(), c, P, ErrBadToken))
+			return 0, 0, 0, fmt.Errorf("engine: %s backend: greedy choice %d at position %d: %w", s.be.Name(), c, P, ErrBadToken)
 		}
 	}
 	s.tokens = append(s.tokens, tok, d)
-	return d, c0, c1, queued, nil
+	return d, c0, c1, nil
 }

@@ -63,10 +63,6 @@ type Options struct {
 	// acceptance rate on random weights (a pass costs the same whichever
 	// token it commits).
 	ForceAccept func(pos int) bool
-	// DraftSerial, with Draft, keeps a backend's pipelined pass
-	// (SpecPipeliner) from queueing the next pass's draft before the
-	// verification's result (the same tokens; for comparison).
-	DraftSerial bool
 }
 
 // Stage identifies the point of the forward pass a TraceEvent reports.

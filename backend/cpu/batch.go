@@ -27,9 +27,6 @@ type batch struct {
 	// MTPEmbed, oldest first, [cap][HC·Embed].
 	staged  []float32
 	nStaged int
-	// consumed: the rows the latest MTPEmbed consumed, kept for UnstageMTP
-	// until the next StageMTP or DropStagedMTP
-	consumed []float32
 
 	sc scratch
 }

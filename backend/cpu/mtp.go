@@ -43,7 +43,6 @@ func (be *Backend) StageMTP(mbi, srci engine.Batch, first, n int) error {
 	}
 	copy(mb.staged[mb.nStaged*w:(mb.nStaged+n)*w], src.h[first*w:(first+n)*w])
 	mb.nStaged += n
-	mb.consumed = mb.consumed[:0]
 	return nil
 }
 
@@ -57,25 +56,6 @@ func (be *Backend) DropStagedMTP(mbi engine.Batch, keep int) error {
 		return fmt.Errorf("cpu: keep %d staged rows", keep)
 	}
 	mb.nStaged = min(mb.nStaged, keep)
-	mb.consumed = mb.consumed[:0]
-	return nil
-}
-
-// UnstageMTP gives back the last n rows the latest MTPEmbed consumed
-// (engine.Drafter).
-func (be *Backend) UnstageMTP(mbi engine.Batch, n int) error {
-	mb, err := be.mtpBatch(mbi)
-	if err != nil {
-		return err
-	}
-	w := be.cfg.HC * be.cfg.Embed
-	if n < 0 || n*w > len(mb.consumed) || mb.nStaged+n > mb.cap {
-		return fmt.Errorf("cpu: unstage %d rows: %d consumed, %d staged in a batch of %d", n, len(mb.consumed)/w, mb.nStaged, mb.cap)
-	}
-	copy(mb.staged[n*w:(mb.nStaged+n)*w], mb.staged[:mb.nStaged*w])
-	copy(mb.staged[:n*w], mb.consumed[len(mb.consumed)-n*w:])
-	mb.nStaged += n
-	mb.consumed = mb.consumed[:len(mb.consumed)-n*w]
 	return nil
 }
 
@@ -125,7 +105,6 @@ func (be *Backend) MTPEmbed(mbi engine.Batch, pos int, tokens []int32) error {
 		}
 	}
 	w := HC * D
-	mb.consumed = append(mb.consumed[:0], mb.staged[:n*w]...)
 	copy(mb.staged, mb.staged[n*w:mb.nStaged*w])
 	mb.nStaged -= n
 	return nil

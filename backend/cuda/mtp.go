@@ -73,9 +73,6 @@ func (be *Backend) HasMTP() bool { return be.mtp != nil }
 type stageBuf struct {
 	rows        Ptr // [2·cap][HC·Embed]
 	head, count int
-	// the latest MTPEmbed's rows, [last, last+lastN), for UnstageMTP
-	// (lastN 0 after a StageMTP or DropStagedMTP: the rows may be gone)
-	last, lastN int
 	// staged is recorded on the source batch's stream after a copy in,
 	// used on the MTP batch's stream after its reads of the rows: each
 	// stream waits for the other's before touching the rows.
@@ -161,7 +158,6 @@ func (be *Backend) StageMTP(mbi, srci engine.Batch, first, n int) error {
 	if st.count+n > mb.cap {
 		return fmt.Errorf("cuda: staging %d rows after %d in a batch of %d", n, st.count, mb.cap)
 	}
-	st.lastN = 0
 	if n == 0 {
 		return nil
 	}
@@ -211,28 +207,6 @@ func (be *Backend) DropStagedMTP(mbi engine.Batch, keep int) error {
 	if st.count == 0 {
 		st.head = 0
 	}
-	st.lastN = 0
-	return nil
-}
-
-// UnstageMTP gives back the last n rows the latest MTPEmbed consumed
-// (engine.Drafter): they are still in the buffer, nothing having been
-// staged since.
-func (be *Backend) UnstageMTP(mbi engine.Batch, n int) error {
-	mb, st, err := be.mtpBatch(mbi)
-	if err != nil {
-		return err
-	}
-	if n < 0 || n > st.lastN || st.count+n > mb.cap {
-		return fmt.Errorf("cuda: unstage %d rows: %d consumed, %d staged in a batch of %d", n, st.lastN, st.count, mb.cap)
-	}
-	if n == 0 {
-		return nil
-	}
-	// the rows left staged, if any, follow the consumed ones
-	st.head = st.last + st.lastN - n
-	st.count += n
-	st.lastN -= n
 	return nil
 }
 
@@ -241,28 +215,24 @@ func (be *Backend) UnstageMTP(mbi engine.Batch, n int) error {
 //
 //	x_t,j = e_proj·enorm(embed(tokens[t])) + h_proj·hnorm(staged_t,j)
 func (be *Backend) MTPEmbed(mbi engine.Batch, pos int, tokens []int32) error {
-	b, st, err := be.mtpBatch(mbi)
-	if err != nil {
-		return err
-	}
-	return be.mtpEmbed(b, st, pos, tokens, len(tokens), false)
+	return be.mtpEmbed(mbi, pos, tokens, false)
 }
 
 // MTPEmbedDraft is MTPEmbed of a chunk that ends with MTPHeadDraft
 // (engine.SpecPipeliner): with DS4_CUDA_MTP_GRAPH=1 the block's layer and
 // head run as a graph, as a main chunk's layers do.
 func (be *Backend) MTPEmbedDraft(mbi engine.Batch, pos int, tokens []int32) error {
+	return be.mtpEmbed(mbi, pos, tokens, true)
+}
+
+// mtpEmbed is MTPEmbed; graph: the work after it is recorded until the
+// chunk's head (MTPHeadDraft) launches it.
+func (be *Backend) mtpEmbed(mbi engine.Batch, pos int, tokens []int32, graph bool) error {
 	b, st, err := be.mtpBatch(mbi)
 	if err != nil {
 		return err
 	}
-	return be.mtpEmbed(b, st, pos, tokens, len(tokens), true)
-}
-
-// mtpEmbed is MTPEmbed of n tokens: from the host, or (tokens nil) already
-// in b.tokens on the device (MTPEmbedAhead); graph: the work after it is
-// recorded until the chunk's head (MTPHeadDraft) launches it.
-func (be *Backend) mtpEmbed(b *batch, st *stageBuf, pos int, tokens []int32, n int, graph bool) error {
+	n := len(tokens)
 	if n == 0 || n > st.count || n > b.cap {
 		return fmt.Errorf("cuda: MTP chunk of %d tokens with %d staged rows", n, st.count)
 	}
@@ -281,10 +251,8 @@ func (be *Backend) mtpEmbed(b *batch, st *stageBuf, pos int, tokens []int32, n i
 	b.gq.onDevice = false
 	b.gq.taken = b.gq.heads
 	b.pq.taken = b.pq.heads
-	if tokens != nil {
-		if err := b.setTokens(tokens); err != nil {
-			return err
-		}
+	if err := b.setTokens(tokens); err != nil {
+		return err
 	}
 	var e error
 	buf := func(name string, cnt int) Ptr { return b.sc.getE(&e, name, 4*int64(cnt)) }
@@ -314,7 +282,6 @@ func (be *Backend) mtpEmbed(b *batch, st *stageBuf, pos int, tokens []int32, n i
 	if err := d.HCPost(b.s, b.h, ep, st.post, st.comb, HC, D, n); err != nil {
 		return err
 	}
-	st.last, st.lastN = st.head, n
 	st.head += n
 	st.count -= n
 	if st.count == 0 {

@@ -172,40 +172,6 @@ func (be *Backend) EmbedDraft(bi engine.Batch, pos int, tok int32) error {
 	return be.embedFrom(b, pos, 2, nil, false)
 }
 
-// MTPEmbedAhead is MTPEmbedDraft of the two-token MTP chunk at pos whose
-// tokens are the latest HeadVerify's draft (result word 0) and its choice
-// after the draft (word 2), copied on the MTP batch's stream after the
-// verification's result (engine.SpecPipeliner).
-func (be *Backend) MTPEmbedAhead(mbi, bi engine.Batch, pos int) error {
-	mb, st, err := be.mtpBatch(mbi)
-	if err != nil {
-		return err
-	}
-	b, err := be.batchOf(bi)
-	if err != nil {
-		return err
-	}
-	q := &b.sq
-	if q.heads == 0 {
-		return fmt.Errorf("cuda: MTP chunk ahead: no verification queued")
-	}
-	if mb.cap < 2 {
-		return fmt.Errorf("cuda: MTP chunk ahead: a batch of %d tokens", mb.cap)
-	}
-	d := be.dev
-	mb.releasePick()
-	mb.abortGraph()
-	if err := d.StreamWait(mb.s, q.done); err != nil {
-		return err
-	}
-	for i, w := range []int{0, 2} {
-		if err := d.CopyAsync(mb.tokens+Ptr(4*i), q.res+Ptr(4*w), 4, mb.s); err != nil {
-			return err
-		}
-	}
-	return be.mtpEmbed(mb, st, pos, nil, 2, true)
-}
-
 // HeadVerify is Head for both rows of the two-token chunk, the logits kept
 // on the device and the greedy choice after each row queued for
 // VerifyResult (engine.SpecPipeliner).

@@ -63,7 +63,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	limit := fs.Duration("time-limit", 0, "stop this long after the start (loading included), keeping the frontiers completed (0: none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run (after loading) to this file")
 	mtp := fs.String("mtp", "", "speculative greedy decoding with an MTP block: a separate MTP `FILE`, or \"model\" for the model file's own block")
-	draftSerial := fs.Bool("draft-serial", false, "with --mtp: the GPU's speculative passes draft only after the verification's result is read (no next draft queued ahead), for comparison")
 	accept := fs.String("accept", "", "with --mtp: time speculative decoding with the drafts committed at these `RATES` (comma-separated, 0-1; one run each) whatever the model's choice, against a plain greedy run: the speed a trained MTP block of that acceptance gives (random weights' drafts are never right; the tokens are then not greedy decoding's)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -210,7 +209,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	status := 0
 	var rows []bench.Row
 	for i, rate := range runs {
-		so := engine.Options{ChunkSize: *chunk, MaxContext: *ctxLen, Draft: *mtp != "", DraftSerial: *draftSerial}
+		so := engine.Options{ChunkSize: *chunk, MaxContext: *ctxLen, Draft: *mtp != ""}
 		if rate >= 0 {
 			so.RewindSlack = *gen + 8 // the oracle's rewinds stay in place
 		}

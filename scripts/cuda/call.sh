@@ -33,7 +33,7 @@
 #          drafts right at each of the comma-separated RATES, each against
 #          a plain greedy run of the same tokens, into mtp.csv/mtp.log;
 #          MTP_AB: environment assignments, the same run again with them
-#          (MTP_AB_ARGS: and these ds4-bench flags, e.g. --draft-serial);
+#          (MTP_AB_ARGS: and these ds4-bench flags);
 #          MTP_ARGS: more ds4-bench flags for the first run (e.g.
 #          "--cpuprofile $OUT/mtp.pprof")
 #   KT=1   scripts/cuda/ktrace.sh: the kernels of full-size fast decode tokens
