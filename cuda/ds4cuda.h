@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 41
+#define DS4C_ABI_VERSION 40
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -211,20 +211,18 @@ int ds4c_group(const int32_t *d_ids, int n_sel, int64_t n_mat, void *d_scratch, 
 int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids,
                         int n_sel, const void *d_act, int64_t act_sel, int act_div, float *d_y, int64_t y_sel,
                         const void *d_scratch, int flags, void *stream);
-/* ds4c_matmul_q8out: ds4c_matmul_ex of n_tok tokens (1 or 2; activations
- * act_tok bytes apart, 0: ds4c_act_bytes of cols) without ids (n_sel
+/* ds4c_matmul_q8out: ds4c_matmul_ex of one token without ids (n_sel
  * selections, selection s through matrix s when n_sel > 1, its activation
- * at d_act + (s / act_div)*act_sel bytes) with y[t*n_sel*rows + s*rows + r]
- * (rows a multiple of 32), that also writes d_yq, each token's Q8_0
- * activation of its y row of n_sel*rows values (ds4c_quantize's bytes,
- * ds4c_act_bytes(DS4C_Q8_0, n_sel*rows) of them a token): the next
- * product's input (a decode step's or a two-token pass's wo_a for wo_b). In fast mode, where the pipelined kernel takes a Q8_0 product
+ * at d_act + (s / act_div)*act_sel bytes) with y[s*rows + r] (rows a
+ * multiple of 32), that also writes d_yq, the Q8_0 activation of y's row
+ * of n_sel*rows values (ds4c_quantize's bytes, ds4c_act_bytes(DS4C_Q8_0,
+ * n_sel*rows) of them): the next product's input (a decode step's wo_a for
+ * wo_b). In fast mode, where the pipelined kernel takes a Q8_0 product
  * (k_mv_pipe_q8f), each of its CTAs multiplies one block of 32 rows and
  * quantizes that block itself: one launch, no float row read back; else
  * ds4c_matmul_ex, then ds4c_quantize. The same bits either way. */
 int ds4c_matmul_q8out(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel, const void *d_act,
-                      int64_t act_sel, int act_div, float *d_y, void *d_yq, int flags, int n_tok, int64_t act_tok,
-                      void *stream);
+                      int64_t act_sel, int act_div, float *d_y, void *d_yq, int flags, void *stream);
 /* ds4c_matvec_f32: n tokens' (1 or 2) products y = W . act(x) of a
  * single Q8_0 or F16 matrix W (rows x cols, cols a multiple of 32) with the
  * float rows d_x (cols apart; y's rows apart, d_xn's and d_act's rows

@@ -1366,7 +1366,6 @@ struct PipeArgs {
     // null: y only
     uint8_t *yq;
     int yq_n;
-    int64_t yq_tok; // NT = 2: bytes between the tokens' activations at yq
     // k_mv_pipe_q8f<CP, 2> (ds4c_matmul_ex of two tokens, fast mode): the
     // tokens' activation copies act_stride bytes apart in shared memory;
     // their partials [2][NT][rt][nseg]
@@ -1817,14 +1816,13 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
 // two tokens: speculative decoding's verification), the weights streamed
 // once; each token's bits those of a one-token product (q8f_items2). Only
 // the ilp form (segments dividing the warps), no ids (selections: one, or
-// each its own matrix, as the grouped wo_a), (launch_pipe); xf: both
-// tokens' rows formed by pipe_act_f32; yq: both tokens' blocks quantized,
-// yq_tok bytes apart.
+// each its own matrix, as the grouped wo_a), no yq (launch_pipe); xf: both
+// tokens' rows formed by pipe_act_f32.
 template <int CP, int NT = 1>
 __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     static_assert(NT == 1 || NT == 2, "k_mv_pipe_q8f: one or two tokens");
     extern __shared__ __align__(16) uint8_t s_mem[];
-    __shared__ float s_yq[NT][32]; // p.yq: the CTA's block of y, each token's
+    __shared__ float s_yq[32]; // p.yq: the CTA's block of y
     const MVArgs &a = p.a;
     uint64_t *s_bar = (uint64_t *)s_mem;
     float *s_part = (float *)(s_mem + p.terms_off); // two buffers of [rt][nseg]
@@ -1914,7 +1912,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     auto put = [&](int i, float sum, int t = 0) {
         const float v = prev.ok ? sum : nan;
         a.y[prev.sel * a.y_sel + (NT > 1 ? t * a.y_tok : 0) + prev.r0 + i] = v;
-        if (p.yq) s_yq[t][(prev.r0 & 31) + i] = v;
+        if (NT == 1 && p.yq) s_yq[(prev.r0 & 31) + i] = v;
     };
     // the row sums of a tile: thread i of warp 0 row i, its partials one
     // load each; or (p.sumw, segments dividing the warps) lanes of the last
@@ -2052,15 +2050,13 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     }
     __syncthreads();
     if (my > 0) sums(my - 1);
-    if (p.yq && my > 0) {
+    if (NT == 1 && p.yq && my > 0) {
         // the CTA's block of 32 rows as the next product's Q8_0 activation
-        // (q8_0_warp: pipe_act_f32's and ds4c_quantize's operations), warp t
-        // token t's
+        // (q8_0_warp: pipe_act_f32's and ds4c_quantize's operations)
         __syncthreads();
-        if (warp < NT) {
+        if (warp == 0) {
             const int blk = (t0 / p.tiles * a.rows + (t0 % p.tiles) * p.rt) >> 5;
-            uint8_t *yq = p.yq + warp * p.yq_tok;
-            q8_0_warp(s_yq[warp][lane], lane, (int8_t *)yq + blk * 32, (float *)(yq + p.yq_n) + blk);
+            q8_0_warp(s_yq[lane], lane, (int8_t *)p.yq + blk * 32, (float *)(p.yq + p.yq_n) + blk);
         }
     }
 #ifdef DS4_MV_PROBE
@@ -2142,7 +2138,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const bool seg_warps = nseg8 >= 1 && 8 % nseg8 == 0;
         p.ilp = seg_warps ? ds4c_opt_mv_ilp() : 1;
         p.sumw = seg_warps ? ds4c_opt_mv_sumw() : 0;
-        if (nt != 1 && (nt != 2 || p.ilp < 2 || a.ids || (a.act_tok & 15) != 0 || (a.act_sel & 15) != 0))
+        if (nt != 1 && (nt != 2 || p.ilp < 2 || yq || a.ids || (a.act_tok & 15) != 0 || (a.act_sel & 15) != 0))
             return false;
         if (xf) {
             if (!std::is_same<T, TQ8_0>::value || n_sel != 1 || a.cols % 32 != 0 ||
@@ -2269,7 +2265,6 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         if (yq) {
             p.yq = yq;
             p.yq_n = n_sel * a.rows;
-            p.yq_tok = (int64_t)ds4c_act_bytes(DS4C_Q8_0, p.yq_n);
         }
         ds4c_launch(k, (unsigned)grid, PIPE_THREADS, (size_t)smem, st, p);
         cudaError_t e = cudaGetLastError();
@@ -2340,7 +2335,7 @@ bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps,
 // k_mv_pipe_q8f took a's single-token product of n_sel selections (no ids)
 // with each CTA writing its block of y's Q8_0 activation to yq as well, *rc
 // the launch's status.
-bool pipe_q8_0_q8out(const MVArgs &a, int n_sel, uint8_t *yq, cudaStream_t st, int *rc, int n = 1);
+bool pipe_q8_0_q8out(const MVArgs &a, int n_sel, uint8_t *yq, cudaStream_t st, int *rc);
 // ds4c_matvec_f32's fused launch for an F16 matrix (mv_float.cu; fast mode,
 // nw set, 1024, 2048 or 4096 columns, 16-byte aligned): whether
 // k_mv_f16_norm took a's product of the float row xf after RMSNorm with nw

@@ -948,21 +948,20 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		if err != nil {
 			return err
 		}
-		if n <= 2 && !halfOA && be.woQ8 && !be.exact() && at == quant.Q8_0 && L.outA.Type == quant.Q8_0 &&
+		if n == 1 && !halfOA && be.woQ8 && !be.exact() && at == quant.Q8_0 && L.outA.Type == quant.Q8_0 &&
 			L.outB.Type == quant.Q8_0 && L.outB.Cols == G*OL && OL%32 == 0 {
 			// wo_a's CTAs quantize their blocks of its output for wo_b
-			// (MatMulQ8Out; a decode step, or a two-token pass), which then
-			// copies those rows instead of reading wo_a's floats and
-			// quantizing them in every CTA or in a launch of their own
+			// (MatMulQ8Out), which then copies that row instead of reading
+			// wo_a's floats and quantizing them in every CTA
 			qb := d.ActBytes(quant.Q8_0, G*OL)
-			oq, err := b.sc.get("attn.oa.q8", qb*int64(n))
+			oq, err := b.sc.get("attn.oa.q8", qb)
 			if err != nil {
 				return err
 			}
-			if err := d.MatMulQ8Out(s, L.outA, G, act, actSel, 1, oa, oq, false, n, actTok); err != nil {
+			if err := d.MatMulQ8Out(s, L.outA, G, act, actSel, 1, oa, oq, false); err != nil {
 				return err
 			}
-			if err := d.MatMulEx(s, L.outB, 0, 1, oq, qb, 0, 1, n, b.out, int64(D), 0, false); err != nil {
+			if err := d.MatMulEx(s, L.outB, 0, 1, oq, qb, 0, 1, 1, b.out, int64(D), 0, false); err != nil {
 				return err
 			}
 		} else {

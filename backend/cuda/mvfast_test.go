@@ -318,9 +318,8 @@ func firstBitDiff(a, b []float32) (int, bool) {
 // activation's bytes — in fast mode where the pipelined kernel takes it
 // (each CTA one block of 32 rows: wo_a's eight selections, one matrix of
 // 4096 rows, tiles shorter than a block), where it does not (columns not
-// whole 1024-value segments) and in exact mode, for one token and for two
-// (a two-token pass's wo_a: each token's y and activation); and that rows
-// that are not whole blocks are refused.
+// whole 1024-value segments) and in exact mode; and that rows that are not
+// whole blocks are refused.
 func TestMatMulQ8Out(t *testing.T) {
 	d := gpu(t)
 	pipeEverywhere(t, d)
@@ -335,46 +334,39 @@ func TestMatMulQ8Out(t *testing.T) {
 		{"unpipelined", 256, 2080, 3, 3},
 	}
 	for ci, c := range cases {
-		for _, ntok := range []int{1, 2} {
-			_, dw, ab := randomMats(t, d, quant.Q8_0, c.rows, c.cols, c.mats, uint64(5300+ci))
-			x := gaussian(ntok*c.nsel*c.cols, uint64(5400+ci))
-			act := quantizeOnDevice(t, d, quant.Q8_0, x, c.cols, ntok*c.nsel)
-			actTok := int64(c.nsel) * ab
-			n := c.rows * c.nsel
-			qb := d.ActBytes(quant.Q8_0, n)
-			y, yq := alloc(t, d, 4*int64(ntok*n)), alloc(t, d, int64(ntok)*qb)
-			yRef, yqRef := alloc(t, d, 4*int64(ntok*n)), alloc(t, d, int64(ntok)*qb)
-			for _, exact := range []bool{false, true} {
-				poison(t, d, y, ntok*n)
-				must(t, d.MemsetAsync(yq, 0x5a, int64(ntok)*qb, 0))
-				must(t, d.MatMulQ8Out(0, dw, c.nsel, act, ab, 1, y, yq, exact, ntok, actTok))
-				must(t, d.MatMulEx(0, dw, 0, c.nsel, act, actTok, ab, 1, ntok, yRef, int64(n), int64(c.rows), exact))
-				must(t, d.Quantize(0, quant.Q8_0, yRef, n, yqRef, n, ntok))
-				got, want := download(t, d, y, ntok*n), download(t, d, yRef, ntok*n)
-				if k, ok := firstBitDiff(got, want); !ok {
-					t.Errorf("%s %d tokens exact=%v: y[%d] = %v, MatMulEx's %v", c.name, ntok, exact, k, got[k], want[k])
-				}
-				// (the quants and the scales; not a row's padding to 16
-				// bytes, which neither writes)
-				gq, wq := make([]byte, int64(ntok)*qb), make([]byte, int64(ntok)*qb)
-				must(t, d.Download(gq, yq))
-				must(t, d.Download(wq, yqRef))
-			bytes:
-				for tok := 0; tok < ntok; tok++ {
-					for i := range n + n/32*4 {
-						if j := int64(tok)*qb + int64(i); gq[j] != wq[j] {
-							t.Errorf("%s exact=%v: token %d's activation byte %d of %d = %#x, Quantize's %#x", c.name, exact, tok, i, qb, gq[j], wq[j])
-							break bytes
-						}
-					}
+		_, dw, ab := randomMats(t, d, quant.Q8_0, c.rows, c.cols, c.mats, uint64(5300+ci))
+		x := gaussian(c.nsel*c.cols, uint64(5400+ci))
+		act := quantizeOnDevice(t, d, quant.Q8_0, x, c.cols, c.nsel)
+		n := c.rows * c.nsel
+		qb := d.ActBytes(quant.Q8_0, n)
+		y, yq := alloc(t, d, 4*int64(n)), alloc(t, d, qb)
+		yRef, yqRef := alloc(t, d, 4*int64(n)), alloc(t, d, qb)
+		for _, exact := range []bool{false, true} {
+			poison(t, d, y, n)
+			must(t, d.MemsetAsync(yq, 0x5a, qb, 0))
+			must(t, d.MatMulQ8Out(0, dw, c.nsel, act, ab, 1, y, yq, exact))
+			must(t, d.MatMulEx(0, dw, 0, c.nsel, act, ab, ab, 1, 1, yRef, int64(n), int64(c.rows), exact))
+			must(t, d.Quantize(0, quant.Q8_0, yRef, n, yqRef, n, 1))
+			got, want := download(t, d, y, n), download(t, d, yRef, n)
+			if k, ok := firstBitDiff(got, want); !ok {
+				t.Errorf("%s exact=%v: y[%d] = %v, MatMulEx's %v", c.name, exact, k, got[k], want[k])
+			}
+			// (the quants and the scales; not the row's padding to 16 bytes,
+			// which neither writes)
+			gq, wq := make([]byte, qb), make([]byte, qb)
+			must(t, d.Download(gq, yq))
+			must(t, d.Download(wq, yqRef))
+			for i := range n + n/32*4 {
+				if gq[i] != wq[i] {
+					t.Errorf("%s exact=%v: activation byte %d of %d = %#x, Quantize's %#x", c.name, exact, i, qb, gq[i], wq[i])
+					break
 				}
 			}
-			d.FreeWeight(dw)
 		}
 	}
 	_, dw, ab := randomMats(t, d, quant.Q8_0, 48, 1024, 1, 5399)
 	buf := alloc(t, d, 4*48+d.ActBytes(quant.Q8_0, 48))
-	if err := d.MatMulQ8Out(0, dw, 1, buf, ab, 1, buf, buf, false, 1, 0); err == nil {
+	if err := d.MatMulQ8Out(0, dw, 1, buf, ab, 1, buf, buf, false); err == nil {
 		t.Errorf("48 rows (not whole blocks of 32): no error")
 	}
 }
