@@ -416,32 +416,44 @@ func (s *Session) blocks(ctx context.Context, pos int, trace func(Stage, int)) e
 // runBlocks runs blocks [from, to) on batch b with state st (the layers,
 // or the MTP block alone).
 func (s *Session) runBlocks(ctx context.Context, b Batch, st State, from, to, pos int, trace func(Stage, int)) error {
-	be := s.be
+	return RunBlocks(ctx, s.be, b, st, from, to, pos, trace)
+}
+
+// RunBlocks runs blocks [from, to) on be's batch b, embedded at pos, with
+// state st: each block's two sub-blocks, HCPre, the mixer (Attention or
+// FFN), HCPost, in the order a session runs them (the layers 0 …
+// Config().Layers−1; the MTP block is block Config().Layers). trace, when
+// set, is called after each stage. It stops at the first error, wrapped
+// with the op, the layer and pos, or when ctx is done.
+func RunBlocks(ctx context.Context, be Backend, b Batch, st State, from, to, pos int, trace func(Stage, int)) error {
+	if trace == nil {
+		trace = func(Stage, int) {}
+	}
 	for l := from; l < to; l++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		if err := be.HCPre(b, l, AttnSub); err != nil {
-			return s.opError(pos, "hc_pre attn", l, err)
+			return opError(be, pos, "hc_pre attn", l, err)
 		}
 		trace(StageAttnIn, l)
 		if err := be.Attention(b, st, l); err != nil {
-			return s.opError(pos, "attention", l, err)
+			return opError(be, pos, "attention", l, err)
 		}
 		trace(StageAttnOut, l)
 		if err := be.HCPost(b, l, AttnSub); err != nil {
-			return s.opError(pos, "hc_post attn", l, err)
+			return opError(be, pos, "hc_post attn", l, err)
 		}
 		if err := be.HCPre(b, l, FFNSub); err != nil {
-			return s.opError(pos, "hc_pre ffn", l, err)
+			return opError(be, pos, "hc_pre ffn", l, err)
 		}
 		trace(StageFFNIn, l)
 		if err := be.FFN(b, l); err != nil {
-			return s.opError(pos, "ffn", l, err)
+			return opError(be, pos, "ffn", l, err)
 		}
 		trace(StageFFNOut, l)
 		if err := be.HCPost(b, l, FFNSub); err != nil {
-			return s.opError(pos, "hc_post ffn", l, err)
+			return opError(be, pos, "hc_post ffn", l, err)
 		}
 		trace(StageBlockOut, l)
 	}
@@ -451,10 +463,15 @@ func (s *Session) runBlocks(ctx context.Context, b Batch, st State, from, to, po
 // opError wraps a backend op's error with the op, the layer (−1: none) and
 // the chunk's position.
 func (s *Session) opError(pos int, op string, layer int, err error) error {
+	return opError(s.be, pos, op, layer, err)
+}
+
+// opError is Session.opError for backend be.
+func opError(be Backend, pos int, op string, layer int, err error) error {
 	if layer < 0 {
-		return fmt.Errorf("engine: %s backend: %s at position %d: %w", s.be.Name(), op, pos, err)
+		return fmt.Errorf("engine: %s backend: %s at position %d: %w", be.Name(), op, pos, err)
 	}
-	return fmt.Errorf("engine: %s backend: layer %d %s at position %d: %w", s.be.Name(), layer, op, pos, err)
+	return fmt.Errorf("engine: %s backend: layer %d %s at position %d: %w", be.Name(), layer, op, pos, err)
 }
 
 func (s *Session) tracer(pos, n int) func(Stage, int) {

@@ -1,33 +1,19 @@
 package cpu_test
 
 import (
+	"context"
 	"testing"
 
 	"ds4go/backend/cpu"
 	"ds4go/engine"
 )
 
-// forward runs blocks [from, to) on b (the engine's schedule of a chunk).
-func forward(t *testing.T, be *cpu.Backend, b engine.Batch, st engine.State, from, to int) {
+// forward runs blocks [from, to) on b, the chunk at pos (the engine's
+// schedule of a chunk: engine.RunBlocks).
+func forward(t *testing.T, be *cpu.Backend, b engine.Batch, st engine.State, from, to, pos int) {
 	t.Helper()
-	for l := from; l < to; l++ {
-		for _, sub := range []engine.SubBlock{engine.AttnSub, engine.FFNSub} {
-			if err := be.HCPre(b, l, sub); err != nil {
-				t.Fatal(err)
-			}
-			var err error
-			if sub == engine.AttnSub {
-				err = be.Attention(b, st, l)
-			} else {
-				err = be.FFN(b, l)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := be.HCPost(b, l, sub); err != nil {
-				t.Fatal(err)
-			}
-		}
+	if err := engine.RunBlocks(context.Background(), be, b, st, from, to, pos, nil); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -66,7 +52,7 @@ func TestGoldenMTP(t *testing.T) {
 	if err := be.Embed(b, 0, toks); err != nil {
 		t.Fatal(err)
 	}
-	forward(t, be, b, st, 0, c.Layers)
+	forward(t, be, b, st, 0, c.Layers, 0)
 
 	run := func(variant string, chunks [][2]int) {
 		t.Helper()
@@ -92,7 +78,7 @@ func TestGoldenMTP(t *testing.T) {
 			if err := be.MTPEmbed(mb, p0, toks[p0+1:p1+1]); err != nil {
 				t.Fatal(err)
 			}
-			forward(t, be, mb, mst, c.Layers, c.Layers+1)
+			forward(t, be, mb, mst, c.Layers, c.Layers+1, p0)
 			var rows []int
 			for p := p0; p < p1; p++ {
 				if want[p] {

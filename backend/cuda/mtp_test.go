@@ -29,27 +29,12 @@ func mtpWeights(t testing.TB, c model.Config, scheme model.Scheme) *model.Weight
 	return w
 }
 
-// mtpForward runs blocks [from, to) on b, as the engine does.
-func mtpForward(t testing.TB, be engine.Backend, b engine.Batch, st engine.State, from, to int) {
+// mtpForward runs blocks [from, to) on b, the chunk at pos, as the engine
+// does (engine.RunBlocks).
+func mtpForward(t testing.TB, be engine.Backend, b engine.Batch, st engine.State, from, to, pos int) {
 	t.Helper()
-	for l := from; l < to; l++ {
-		for _, sub := range []engine.SubBlock{engine.AttnSub, engine.FFNSub} {
-			if err := be.HCPre(b, l, sub); err != nil {
-				t.Fatal(err)
-			}
-			var err error
-			if sub == engine.AttnSub {
-				err = be.Attention(b, st, l)
-			} else {
-				err = be.FFN(b, l)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := be.HCPost(b, l, sub); err != nil {
-				t.Fatal(err)
-			}
-		}
+	if err := engine.RunBlocks(context.Background(), be, b, st, from, to, pos, nil); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -95,7 +80,7 @@ func mtpRows(t testing.TB, be engine.Backend, toks []int32, chunk int) (mtp, mai
 		if err := be.Embed(b, p0, toks[p0:p1]); err != nil {
 			t.Fatal(err)
 		}
-		mtpForward(t, be, b, st, 0, c.Layers)
+		mtpForward(t, be, b, st, 0, c.Layers, p0)
 		// staged before the head, as the engine does (the last row has no
 		// next token)
 		if err := dr.StageMTP(mb, b, 0, min(p1, n-1)-p0); err != nil {
@@ -121,7 +106,7 @@ func mtpRows(t testing.TB, be engine.Backend, toks []int32, chunk int) (mtp, mai
 		if err := dr.MTPEmbed(mb, p0, toks[p0+1:p1+1]); err != nil {
 			t.Fatal(err)
 		}
-		mtpForward(t, be, mb, mst, c.Layers, c.Layers+1)
+		mtpForward(t, be, mb, mst, c.Layers, c.Layers+1, p0)
 		rows := make([]int, p1-p0)
 		for i := range rows {
 			rows[i] = i
