@@ -258,15 +258,23 @@ func TestExpectedTensorsTiny(t *testing.T) {
 	}
 }
 
-func TestValidateTensorsListsAllProblems(t *testing.T) {
-	c := synth.Tiny()
-	typed, err := model.SchemeQ8.Typed(model.ExpectedTensors(&c))
+// validTable types specs with SchemeQ8 and checks that the table, as it
+// is, validates for c: the starting point of the tests that edit it.
+func validTable(t *testing.T, c *model.Config, specs []model.TensorSpec) []gguf.TensorSpec {
+	t.Helper()
+	typed, err := model.SchemeQ8.Typed(specs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := model.ValidateTensors(&c, parse(t, c.Metadata(), typed)); err != nil {
+	if err := model.ValidateTensors(c, parse(t, c.Metadata(), typed)); err != nil {
 		t.Fatalf("the expected table: %v", err)
 	}
+	return typed
+}
+
+func TestValidateTensorsListsAllProblems(t *testing.T) {
+	c := synth.Tiny()
+	typed := validTable(t, &c, model.ExpectedTensors(&c))
 	var edited []gguf.TensorSpec
 	for _, ts := range typed {
 		switch ts.Name {
@@ -284,7 +292,7 @@ func TestValidateTensorsListsAllProblems(t *testing.T) {
 		edited = append(edited, ts)
 	}
 	edited = append(edited, gguf.TensorSpec{Name: "blk.0.extra.weight", Type: quant.F32, Dims: []uint64{4}})
-	err = model.ValidateTensors(&c, parse(t, c.Metadata(), edited))
+	err := model.ValidateTensors(&c, parse(t, c.Metadata(), edited))
 	var le *model.LayoutError
 	if !errors.As(err, &le) {
 		t.Fatalf("got %v, want a *LayoutError", err)

@@ -106,14 +106,7 @@ func TestMTPInFileAndSeparate(t *testing.T) {
 
 func TestMTPValidateListsProblems(t *testing.T) {
 	c := synth.Tiny()
-	specs := append(model.ExpectedTensors(&c), model.MTPTensors(&c)...)
-	typed, err := model.SchemeQ8.Typed(specs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := model.ValidateTensors(&c, parse(t, c.Metadata(), typed)); err != nil {
-		t.Fatalf("the expected table: %v", err)
-	}
+	typed := validTable(t, &c, append(model.ExpectedTensors(&c), model.MTPTensors(&c)...))
 	var edited []gguf.TensorSpec
 	for _, ts := range typed {
 		switch ts.Name {
@@ -127,7 +120,7 @@ func TestMTPValidateListsProblems(t *testing.T) {
 		edited = append(edited, ts)
 	}
 	edited = append(edited, gguf.TensorSpec{Name: "mtp.0.attn_compressor_kv.weight", Type: quant.F32, Dims: []uint64{64, 128}})
-	err = model.ValidateTensors(&c, parse(t, c.Metadata(), edited))
+	err := model.ValidateTensors(&c, parse(t, c.Metadata(), edited))
 	for _, want := range []string{"mtp.0.h_proj.weight: missing", "mtp.0.ffn_gate_exps/ffn_up_exps: types Q8_0 and F16 differ",
 		"mtp.0.hc_head_base.weight: shape [5], want [4]", "mtp.0.attn_compressor_kv.weight: unexpected tensor"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
