@@ -211,13 +211,25 @@ func greedy(t testing.TB, be engine.Backend, prompt []int32, n int) []int32 {
 	return out
 }
 
+// schemeCase is a test case against the CPU backend: a model
+// configuration, a weight scheme, and fast mode or exact.
+type schemeCase struct {
+	cfg    model.Config
+	scheme model.Scheme
+	fast   bool
+}
+
+// name is the case's subtest name: the scheme's, with "/fast" in fast mode.
+func (c schemeCase) name() string {
+	if c.fast {
+		return c.scheme.Name + "/fast"
+	}
+	return c.scheme.Name
+}
+
 func TestBackendMatchesCPU(t *testing.T) {
 	gpu(t)
-	cases := []struct {
-		cfg    model.Config
-		scheme model.Scheme
-		fast   bool
-	}{
+	cases := []schemeCase{
 		{synth.Tiny(), model.SchemeQ8, false},
 		{synth.Tiny(), model.SchemeF16, false},
 		{synth.Tiny(), model.SchemeF32, false},
@@ -229,11 +241,7 @@ func TestBackendMatchesCPU(t *testing.T) {
 	}
 	defer func() { strict, fastBounds = true, false }()
 	for _, tc := range cases {
-		name := tc.scheme.Name
-		if tc.fast {
-			name += "/fast"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(tc.name(), func(t *testing.T) {
 			// fast products on quantized weights are only reported
 			strict = !tc.fast || tc.scheme.ExpertDown == model.SchemeF16.ExpertDown || tc.scheme.ExpertDown == model.SchemeF32.ExpertDown
 			fastBounds = tc.fast

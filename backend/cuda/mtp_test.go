@@ -128,22 +128,14 @@ func mtpRows(t testing.TB, be engine.Backend, toks []int32, chunk int) (mtp, mai
 // fast mode.
 func TestMTPMatchesCPU(t *testing.T) {
 	gpu(t)
-	cases := []struct {
-		cfg    model.Config
-		scheme model.Scheme
-		fast   bool
-	}{
+	cases := []schemeCase{
 		{synth.Tiny(), model.SchemeQ8, false},
 		{quantTiny(), model.SchemeQ2, false},
 		{synth.Tiny(), model.SchemeF16, true},
 	}
 	defer func() { strict, fastBounds = true, false }()
 	for _, tc := range cases {
-		name := tc.scheme.Name
-		if tc.fast {
-			name += "/fast"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(tc.name(), func(t *testing.T) {
 			strict, fastBounds = true, tc.fast
 			w := mtpWeights(t, tc.cfg, tc.scheme)
 			ref, err := cpu.New(w, cpu.Options{})
