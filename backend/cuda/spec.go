@@ -23,16 +23,16 @@ var _ engine.SpecPipeliner = (*Backend)(nil)
 // specQueue is a main batch's state for the pipelined pass, made on first
 // use.
 type specQueue struct {
-	logits  Ptr // the verification's two rows of logits [2][Vocab]
-	dlogits Ptr // the MTP head's row [Vocab] (the MTP batch's stream)
-	work    Ptr // Argmax's work area on the main stream
-	dwork   Ptr // … on the MTP batch's stream
-	res     Ptr // [3] int32: the draft, the choices after rows 0 and 1
-	pin     []byte
-	drafted Event // the draft's Argmax done (MTP stream)
-	done    Event // the result's copy done (main stream)
-	heads   int   // HeadVerify calls whose result VerifyResult has not read
-	drafts  int   // MTPHeadDraft calls not consumed by EmbedDraft
+	logits     Ptr // the verification's two rows of logits [2][Vocab]
+	dlogits    Ptr // the MTP head's row [Vocab] (the MTP batch's stream)
+	work       Ptr // Argmax's work area on the main stream
+	dwork      Ptr // … on the MTP batch's stream
+	res        Ptr // [3] int32: the draft, the choices after rows 0 and 1
+	pin        []byte
+	drafted    Event // the draft's Argmax done (MTP stream)
+	done       Event // the result's copy done (main stream)
+	verified   bool  // a HeadVerify whose result VerifyResult has not read
+	draftReady bool  // an MTPHeadDraft's draft not yet embedded by EmbedDraft
 }
 
 func (q *specQueue) ready() bool { return q.res != 0 }
@@ -131,7 +131,7 @@ func (be *Backend) MTPHeadDraft(mbi, bi engine.Batch, row int) error {
 	if err := d.Record(q.drafted, mb.s); err != nil {
 		return err
 	}
-	q.drafts = 1
+	q.draftReady = true
 	return nil
 }
 
@@ -144,7 +144,7 @@ func (be *Backend) EmbedDraft(bi engine.Batch, pos int, tok int32) error {
 		return err
 	}
 	q := &b.sq
-	if q.drafts == 0 {
+	if !q.draftReady {
 		return fmt.Errorf("cuda: draft embed: no MTP draft queued")
 	}
 	if b.cap < 2 {
@@ -168,7 +168,7 @@ func (be *Backend) EmbedDraft(bi engine.Batch, pos int, tok int32) error {
 	if err := d.CopyAsync(b.tokens+4, q.res, 4, b.s); err != nil {
 		return err
 	}
-	q.drafts = 0
+	q.draftReady = false
 	return be.embedFrom(b, pos, 2, nil, false)
 }
 
@@ -210,7 +210,7 @@ func (be *Backend) HeadVerify(bi engine.Batch) error {
 	if err := d.Record(q.done, b.s); err != nil {
 		return err
 	}
-	q.heads = 1
+	q.verified = true
 	be.gstats.specHeads.Add(1)
 	return b.stopProfiler()
 }
@@ -223,7 +223,7 @@ func (be *Backend) VerifyResult(bi engine.Batch) (draft, after0, after1 int32, e
 		return 0, 0, 0, err
 	}
 	q := &b.sq
-	if q.heads == 0 {
+	if !q.verified {
 		return 0, 0, 0, fmt.Errorf("cuda: verification result: none queued")
 	}
 	t0 := time.Now()
@@ -231,7 +231,7 @@ func (be *Backend) VerifyResult(bi engine.Batch) (draft, after0, after1 int32, e
 		return 0, 0, 0, err
 	}
 	be.gstats.waitNs.Add(int64(time.Since(t0)))
-	q.heads = 0
+	q.verified = false
 	w := func(i int) int32 { return int32(binary.LittleEndian.Uint32(q.pin[4*i:])) }
 	return w(0), w(1), w(2), nil
 }
