@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 40
+#define DS4C_ABI_VERSION 41
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -417,13 +417,13 @@ int ds4c_hc_post(float *d_h, const float *d_out, const float *d_post, const floa
 int ds4c_hc_post_mix(float *d_h, const float *d_out, const float *d_post, const float *d_comb, int hc,
                      int64_t D, int fn_type, const void *d_fn, int M, int parts, float *d_part, int n,
                      void *stream);
-/* ds4c_hc_post_mix whose sub-block output is one token's MoE sum, formed
- * in the kernel as ds4c_moe_combine forms it (the same bits): its K routed
- * outputs d_ye [K][D] added in ascending expert id of d_sel [K], then
- * d_ysh [D] (null: none). */
+/* ds4c_hc_post_mix whose sub-block output is each token's MoE sum, formed
+ * in the kernel as ds4c_moe_combine forms it (the same bits): token t's K
+ * routed outputs d_ye [n][K][D] added in ascending expert id of d_sel
+ * [n][K], then d_ysh [n][D] (null: none). n tokens as ds4c_hc_post_mix. */
 int ds4c_hc_post_mix_moe(float *d_h, const float *d_ye, const int32_t *d_sel, const float *d_ysh, int K,
                          const float *d_post, const float *d_comb, int hc, int64_t D, int fn_type,
-                         const void *d_fn, int M, int parts, float *d_part, void *stream);
+                         const void *d_fn, int M, int parts, float *d_part, int n, void *stream);
 int ds4c_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int64_t off,
               const float *d_freqs, int rd, int64_t pos0, int64_t pos_step, int n_tok,
               int inverse, void *stream);
@@ -439,20 +439,23 @@ int ds4c_norm_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_strid
  * off and the rotation (rows of hd values, heads1 and heads2 a token, each
  * with its weights and FP8 count): for fewer than 8 tokens in one launch
  * (the query heads and the KV row of a decode step), else as two calls.
- * The same bits either way. d_cs (one token only; else NULL): the
- * rotation's table at pos0 (ds4c_rope_table of d_freqs), read instead of
- * computed — the same values. d_ring2 (one token only; else NULL): x2's
- * normed rows are also written there (heads2 rows of hd; a decode step's
- * KV row into its window-ring slot, as ds4c_ring_write would). */
+ * The same bits either way. d_cs (else NULL): the rotation's table of the
+ * n_tok positions from pos0 (ds4c_rope_table of d_freqs), read instead of
+ * computed — the same values. d_ring (else NULL): x2's normed rows are also
+ * written into that ring of ring_cap slots of heads2·hd floats, token t's
+ * into slot (pos0 + t) mod ring_cap, as ds4c_ring_write would (the KV rows
+ * of a decode step or a speculative pass into the window ring). */
 int ds4c_norm_rope_pair(float *d_x1, int heads1, const float *d_w1, int fp8_n1, float *d_x2, int heads2,
                         const float *d_w2, int fp8_n2, int hd, float eps, int64_t off, const float *d_freqs, int rd,
-                        int64_t pos0, int n_tok, const float *d_cs, float *d_ring2, void *stream);
+                        int64_t pos0, int n_tok, const float *d_cs, float *d_ring, int64_t ring_cap,
+                        void *stream);
 /* ds4c_rope_table writes the rotation's (cosine, sine) of each of the rd/2
- * pairs at position pos into d_cs (rd floats: cos, sin of pair 0, …): the
- * values ds4c_rope, ds4c_norm_rope and the attention's inverse rotation
- * compute per pair (float64 trigonometry of the float angle, each rounded
- * to float), for the calls that take a table (a decode step's). */
-int ds4c_rope_table(const float *d_freqs, int rd, int64_t pos, float *d_cs, void *stream);
+ * pairs at positions pos … pos + n − 1 into d_cs (n·rd floats: cos, sin of
+ * pair 0 of position pos, …; position pos + t from float t·rd): the values
+ * ds4c_rope, ds4c_norm_rope and the attention's inverse rotation compute
+ * per pair (float64 trigonometry of the float angle, each rounded to
+ * float), for the calls that take a table (a decode step's, a pass's). */
+int ds4c_rope_table(const float *d_freqs, int rd, int64_t pos, int n, float *d_cs, void *stream);
 /* ds4c_norm_rope_half: ds4c_norm_rope's rows (chunk form: hd a multiple of
  * 128 up to 1024, off even, 16-byte aligned rows, heads·head_stride apart)
  * written as f16 rows (half_sat, then round to nearest) of hd values at
@@ -540,9 +543,9 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
  * d_qact, the output's Q8_0 activation is formed too, as ds4c_quantize
  * would from the flat output in rows of q_seg values. Single tokens do
  * both inside the output kernel. d_work holds ds4c_attention_work(n, H, HD,
- * max_keys, flags) floats (NULL when that is 0). d_rcs (one token only;
- * else NULL): the inverse rotation's table at pos0 (ds4c_rope_table of
- * d_rfreqs), read instead of computed — the same values. */
+ * max_keys, flags) floats (NULL when that is 0). d_rcs (else NULL): the
+ * inverse rotation's table of the n positions from pos0 (ds4c_rope_table
+ * of d_rfreqs), read instead of computed — the same values. */
 int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int64_t wcap,
                    const float *d_comp, int ratio, const int32_t *d_sel, const int32_t *d_nsel,
                    int K, const float *d_sinks, float *d_out, int64_t pos0, int n, int H, int HD,

@@ -783,7 +783,7 @@ __device__ __forceinline__ float moe_sum_at(const float *ye, const int *ord, int
 
 // ------------------------------------------------------------ hc_post + the next mixes
 // k_hc_post_mix is k_hc_post of one token (the same operations, so the same
-// streams; tokens by blockIdx.y, up to HPM_N, MOE one) whose CTA p also
+// streams; tokens by blockIdx.y, up to HPM_N) whose CTA p also
 // sums, over its slice of d (blockDim.x values),
 // the next hc_pre's mixing products fn_r·flat(h) (r < M) and the streams'
 // squares into part[p][0..M]: hc_pre adds the parts (mode bits 16+) instead
@@ -796,12 +796,13 @@ constexpr int HPM_N = 4; // tokens: a CTA row (blockIdx.y) each, as k_hc_pre tak
 // NW warps: the CTA's slice is 32·NW values of d; warp w sums the rows
 // w, w + NW, … of fn (their weights in registers, loaded before the wait)
 // over the slice's 4 × 32·NW new stream values, read from shared memory,
-// and warp M % NW the squares. MOE: the sub-block output at d is the MoE
-// sum of moe.ye, moe.sel, moe.ysh (k_moe_combine's value), not out[d].
+// and warp M % NW the squares. MOE: the sub-block output at d is the
+// token's MoE sum of moe.ye, moe.sel, moe.ysh (k_moe_combine's value), not
+// out[d].
 struct MoESum {
-    const float *ye;    // [K][D]
-    const int32_t *sel; // [K]
-    const float *ysh;   // [D] or null
+    const float *ye;    // [n][K][D]
+    const int32_t *sel; // [n][K]
+    const float *ysh;   // [n][D] or null
     int K;
 };
 
@@ -812,13 +813,19 @@ __global__ void __launch_bounds__(32 * NW) k_hc_post_mix(float *h, const float *
     pdl_launch();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t d0 = blockIdx.x * (int64_t)(32 * NW);
-    if constexpr (!MOE) { // token blockIdx.y: its streams, output, weights and parts
+    if (gridDim.y > 1) { // token blockIdx.y: its streams, output (or MoE sum's), weights and parts
         const int64_t t = blockIdx.y;
         h += t * HC * D;
-        out += t * D;
         post += t * HC;
         comb += t * HC * HC;
         part += t * gridDim.x * (int64_t)(M + 1);
+        if constexpr (MOE) {
+            moe.ye += t * moe.K * D;
+            moe.sel += t * moe.K;
+            if (moe.ysh) moe.ysh += t * D;
+        } else {
+            out += t * D;
+        }
     }
     float w[RPW][VPL];
 #pragma unroll
@@ -902,12 +909,14 @@ __global__ void k_rope(float *x, int64_t tok_stride, int heads, int64_t head_str
     rope_pair(x + t * tok_stride + j * head_stride + off + 2 * p, (float)(pos0 + t * pos_step), freqs[p], inverse);
 }
 
-// k_rope_table writes rope_cs(pos, freqs[j]) for the rd/2 pairs j into cs:
-// the (cosine, sine) that k_rope, k_norm_rope and the attention's inverse
-// rotation compute per pair, once for a position (ds4c_rope_table).
-__global__ void k_rope_table(const float *freqs, int rd, int64_t pos, float2 *cs) {
+// k_rope_table writes rope_cs(pos + t, freqs[j]) for the rd/2 pairs j of
+// n positions into cs[t·rd/2 + j]: the (cosine, sine) that k_rope,
+// k_norm_rope and the attention's inverse rotation compute per pair, once
+// for a position (ds4c_rope_table).
+__global__ void k_rope_table(const float *freqs, int rd, int64_t pos, int n, float2 *cs) {
     pdl_enter();
-    for (int j = threadIdx.x; j < rd / 2; j += blockDim.x) cs[j] = rope_cs((float)pos, freqs[j]);
+    const int h = rd / 2;
+    for (int i = threadIdx.x; i < n * h; i += blockDim.x) cs[i] = rope_cs((float)(pos + i / h), freqs[i % h]);
 }
 
 // ------------------------------------------------------------ FP8 / FP4 / Hadamard
@@ -1000,24 +1009,26 @@ __global__ void k_norm_rope(float *x, int64_t tok_stride, int heads, int64_t hea
 }
 
 // k_norm_rope_pair: k_norm_rope of two tensors of rows of hd values in one
-// launch (the query heads and the KV row of a decode step): the first
-// n_tok * heads1 CTAs take x1's rows, the rest x2's, each with its own
-// weights and FP8 count; cs (one token only): the rotation's table;
-// ring2 (one token only): x2's rows are also written there.
+// launch (the query heads and the KV row of a decode step or a speculative
+// pass): the first n_tok * heads1 CTAs take x1's rows, the rest x2's, each
+// with its own weights and FP8 count; cs: the rotation's table of the n_tok
+// positions (ds4c_rope_table); ring (ring_cap slots of heads2 * hd values):
+// x2's rows of token t are also written into slot (pos0 + t) % ring_cap.
 __global__ void k_norm_rope_pair(float *x1, int heads1, const float *w1, int fp8_n1, float *x2, int heads2,
                                  const float *w2, int fp8_n2, int hd, float eps, int64_t off, const float *freqs,
-                                 int rd, int64_t pos0, int n_tok, const float2 *cs, float *ring2) {
+                                 int rd, int64_t pos0, int n_tok, const float2 *cs, float *ring, int64_t ring_cap) {
     pdl_enter();
     extern __shared__ float s_row[];
     const int n1 = n_tok * heads1;
     if ((int)blockIdx.x < n1) {
         const int t = blockIdx.x / heads1, h = blockIdx.x % heads1;
         norm_rope_row(x1 + ((int64_t)t * heads1 + h) * hd, s_row, hd, w1, eps, off, freqs, rd, (float)(pos0 + t),
-                      fp8_n1, cs);
+                      fp8_n1, cs ? cs + (int64_t)t * (rd / 2) : nullptr);
     } else {
         const int b = blockIdx.x - n1, t = b / heads2, h = b % heads2;
+        float *slot = ring ? ring + (((pos0 + t) % ring_cap) * heads2 + h) * (int64_t)hd : nullptr;
         norm_rope_row(x2 + ((int64_t)t * heads2 + h) * hd, s_row, hd, w2, eps, off, freqs, rd, (float)(pos0 + t),
-                      fp8_n2, cs, ring2 ? ring2 + (int64_t)h * hd : nullptr);
+                      fp8_n2, cs ? cs + (int64_t)t * (rd / 2) : nullptr, slot);
     }
 }
 
@@ -2840,7 +2851,7 @@ __device__ __forceinline__ void attn_out_store(const AttnArgs &a, int t, int h, 
             pr[e] = acc;
             pr[e ^ 1] = other;
             if (cs || a.rcs) { // (rope_cs of the same position and frequency: the same bits)
-                const float2 c = cs ? *cs : __ldg(a.rcs + (d - a.roff) / 2);
+                const float2 c = cs ? *cs : __ldg(a.rcs + (int64_t)t * (a.rd / 2) + (d - a.roff) / 2);
                 rope_pair_cs(pr, c.x, c.y, 1);
             } else {
                 rope_pair(pr, (float)(a.pos0 + t), a.rfreqs[(d - a.roff) / 2], 1);
@@ -3099,7 +3110,7 @@ __device__ __forceinline__ void attn_combine_at(const AttnArgs &a, const float *
     // the inverse rotation's table entry, loaded with the first round trip
     const int dr = d0 + lane - a.roff;
     const bool rot = a.rcs && a.rfreqs && dr >= 0 && dr < a.rd;
-    const float2 cs = rot ? __ldg(a.rcs + dr / 2) : make_float2(0.f, 0.f);
+    const float2 cs = rot ? __ldg(a.rcs + (int64_t)t * (a.rd / 2) + dr / 2) : make_float2(0.f, 0.f);
     const float2 *ml = (const float2 *)(work + (int64_t)nsplit * n * a.H * a.HD);
     auto mls = [&](int s) { return __ldcg(ml + ((int64_t)s * n + t) * a.H + hc); };
     const float2 z = make_float2(-INFINITY, 0.f);
@@ -3949,8 +3960,7 @@ static int hc_post_mix(float *d_h, const float *d_out, const float *d_ye, const 
                        int M, int parts, float *d_part, int n, void *stream) {
     DS4C_READY();
     if (d_ye && (K < 1 || K > 16 || !d_sel)) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d experts (1 … 16)", K);
-    if (n < 1 || n > HPM_N || (d_ye && n != 1))
-        return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d tokens (1 … %d; one with a MoE sum)", n, HPM_N);
+    if (n < 1 || n > HPM_N) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d tokens (1 … %d)", n, HPM_N);
     if (hc != 4) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d streams (4 only)", hc);
     if (M <= 0 || M > HPM_M) return ds4c_err(DS4C_EINVAL, "hc_post_mix: %d mixing rows (at most %d)", M, HPM_M);
     const int64_t slice = parts > 0 && D % parts == 0 ? D / parts : 0; // 32, 64 or 128: one, two or four warps
@@ -3988,9 +3998,9 @@ int ds4c_hc_post_mix(float *d_h, const float *d_out, const float *d_post, const 
 
 int ds4c_hc_post_mix_moe(float *d_h, const float *d_ye, const int32_t *d_sel, const float *d_ysh, int K,
                          const float *d_post, const float *d_comb, int hc, int64_t D, int fn_type, const void *d_fn,
-                         int M, int parts, float *d_part, void *stream) {
+                         int M, int parts, float *d_part, int n, void *stream) {
     if (!d_ye) return ds4c_err(DS4C_EINVAL, "hc_post_mix_moe: no expert outputs");
-    return hc_post_mix(d_h, nullptr, d_ye, d_sel, d_ysh, K, d_post, d_comb, hc, D, fn_type, d_fn, M, parts, d_part, 1,
+    return hc_post_mix(d_h, nullptr, d_ye, d_sel, d_ysh, K, d_post, d_comb, hc, D, fn_type, d_fn, M, parts, d_part, n,
                        stream);
 }
 
@@ -4017,11 +4027,13 @@ int ds4c_fp8_sim(float *d_x, int64_t stride, int rows, int64_t n, void *stream) 
 
 int ds4c_norm_rope_pair(float *d_x1, int heads1, const float *d_w1, int fp8_n1, float *d_x2, int heads2,
                         const float *d_w2, int fp8_n2, int hd, float eps, int64_t off, const float *d_freqs, int rd,
-                        int64_t pos0, int n_tok, const float *d_cs, float *d_ring2, void *stream) {
+                        int64_t pos0, int n_tok, const float *d_cs, float *d_ring, int64_t ring_cap,
+                        void *stream) {
     DS4C_READY();
     if (n_tok <= 0) return 0;
-    if ((d_cs || d_ring2) && n_tok != 1)
-        return ds4c_err(DS4C_EINVAL, "norm_rope_pair: a rotation table or a second row for %d tokens", n_tok);
+    if (d_ring && (ring_cap < 1 || pos0 < 0))
+        return ds4c_err(DS4C_EINVAL, "norm_rope_pair: a ring of %lld slots at position %lld", (long long)ring_cap,
+                        (long long)pos0);
     const bool ok = heads1 > 0 && heads2 > 0 && fp8_n1 % 64 == 0 && fp8_n2 % 64 == 0 && fp8_n1 <= off &&
                     fp8_n2 <= off && off + rd <= hd && rd % 2 == 0 && (fp8_n1 == 0 || heads1 == 1) &&
                     (fp8_n2 == 0 || heads2 == 1);
@@ -4034,23 +4046,24 @@ int ds4c_norm_rope_pair(float *d_x1, int heads1, const float *d_w1, int fp8_n1, 
         if (!rc)
             rc = ds4c_norm_rope(d_x2, (int64_t)heads2 * hd, heads2, hd, hd, d_w2, eps, off, d_freqs, rd, pos0, fp8_n2,
                                 n_tok, stream);
-        if (!rc && d_ring2) // (the second copy of x2's rows: a ring of one slot)
-            rc = ds4c_ring_write(d_ring2, 1, (int64_t)heads2 * hd, d_x2, (int64_t)heads2 * hd, 0, 1, stream);
+        if (!rc && d_ring) // (the second copy of x2's rows)
+            rc = ds4c_ring_write(d_ring, ring_cap, (int64_t)heads2 * hd, d_x2, (int64_t)heads2 * hd, pos0, n_tok,
+                                 stream);
         return rc;
     }
     ds4c_launch(k_norm_rope_pair, (unsigned)(n_tok * (heads1 + heads2)), 256, (size_t)hd * sizeof(float),
                 as_stream(stream), d_x1, heads1, d_w1, fp8_n1, d_x2, heads2, d_w2, fp8_n2, hd, eps, off, d_freqs, rd,
-                pos0, n_tok, (const float2 *)d_cs, d_ring2);
+                pos0, n_tok, (const float2 *)d_cs, d_ring, ring_cap);
     DS4C_CHECK_LAUNCH("norm_rope_pair");
     return 0;
 }
 
-int ds4c_rope_table(const float *d_freqs, int rd, int64_t pos, float *d_cs, void *stream) {
+int ds4c_rope_table(const float *d_freqs, int rd, int64_t pos, int n, float *d_cs, void *stream) {
     DS4C_READY();
-    if (rd <= 0 || rd % 2 || !d_freqs || !d_cs)
-        return ds4c_err(DS4C_EINVAL, "rope_table: %d rotated dims", rd);
-    ds4c_launch(k_rope_table, 1, 32 * (unsigned)min(32, (rd / 2 + 31) / 32), 0, as_stream(stream), d_freqs, rd, pos,
-                (float2 *)d_cs);
+    if (rd <= 0 || rd % 2 || n < 1 || !d_freqs || !d_cs)
+        return ds4c_err(DS4C_EINVAL, "rope_table: %d rotated dims of %d positions", rd, n);
+    ds4c_launch(k_rope_table, 1, 32 * (unsigned)min(32, (n * rd / 2 + 31) / 32), 0, as_stream(stream), d_freqs, rd,
+                pos, n, (float2 *)d_cs);
     DS4C_CHECK_LAUNCH("rope_table");
     return 0;
 }
@@ -4375,7 +4388,6 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
                    const float *d_rcs, int flags, void *stream) {
     DS4C_READY();
     if (n <= 0) return 0;
-    if (d_rcs && n != 1) return ds4c_err(DS4C_EINVAL, "attention: a rotation table for %d tokens", n);
     if (HD % 4) return ds4c_err(DS4C_EINVAL, "attention: head dim %d not a multiple of 4", HD);
     if (n > 65535 || max_keys <= 0) return ds4c_err(DS4C_EINVAL, "attention: %d tokens, %lld keys", n, (long long)max_keys);
     if (d_rfreqs && (rd <= 0 || rd % 2 || roff < 0 || roff + rd > HD))

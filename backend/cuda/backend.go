@@ -129,6 +129,11 @@ type Backend struct {
 	// products (hcPostMix): speculative decoding's two-token passes too
 	// (DS4_CUDA_POST_MIX_MAX=1: decode steps only, for comparison)
 	postMixMax int
+	// stepMax: the most tokens of a chunk that take a decode step's
+	// layer-chain shortcuts (kvSide with ropeTable, ringNorm, moeFold):
+	// speculative decoding's two-token passes too (DS4_CUDA_STEP_MAX=1:
+	// decode steps only, for comparison; the same results either way)
+	stepMax int
 	// mtpGraph: the MTP block's draft chunk (MTPEmbedDraft … MTPHeadDraft)
 	// records its layer and head as a graph; off by default
 	// (DS4_CUDA_MTP_GRAPH=1 turns it on): the GPU then waits for the
@@ -284,7 +289,10 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") == "1",
 		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0", woQ8: os.Getenv("DS4_CUDA_WO_Q8") != "0",
 		mtpGraph: os.Getenv("DS4_CUDA_MTP_GRAPH") == "1"}
-	be.postMixMax = 2
+	be.postMixMax, be.stepMax = 2, 2
+	if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_STEP_MAX")); err == nil && v >= 1 && v <= HCPostMixMaxTokens {
+		be.stepMax = v
+	}
 	if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_POST_MIX_MAX")); err == nil && v >= 1 && v <= HCPostMixMaxTokens {
 		be.postMixMax = v
 	}

@@ -390,7 +390,7 @@ func (be *Backend) HCPost(bi engine.Batch, layer int, sub engine.SubBlock) error
 			return err
 		}
 		if moe.k > 0 {
-			err = be.dev.HCPostMixMoE(b.s, b.h, moe.ye, moe.sel, moe.ysh, moe.k, b.post, b.comb, c.HC, c.Embed, next, parts, part)
+			err = be.dev.HCPostMixMoE(b.s, b.h, moe.ye, moe.sel, moe.ysh, moe.k, b.post, b.comb, c.HC, c.Embed, next, parts, part, b.n)
 		} else {
 			err = be.dev.HCPostMix(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, next, parts, part, b.n)
 		}
@@ -571,8 +571,9 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	// raw q_a product; qrn is its RMSNorm.
 	qr, qrn, kv := buf("attn.qr", n*QL), buf("attn.qrn", n*QL), buf("attn.kv", n*HD)
 	jobs := []linJob{{L.qa, qr, QL}, {L.kv, kv, HD}}
-	// kvSide: a decode step's KV product on the side stream (below)
-	kvSide := be.kvSide && n == 1 && b.side != b.s
+	// kvSide: a decode step's (or a speculative pass's) KV product on the
+	// side stream (below)
+	kvSide := be.kvSide && n <= be.stepMax && b.side != b.s
 	if kvSide {
 		jobs = jobs[:1]
 	}
@@ -687,16 +688,16 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 	// kvSide: the KV product first on the side stream, marked for the
 	// norms (the main stream goes from q_a straight to q_b); ropeTab: the
-	// rotation's table at the step's position before it, for the norms and
-	// the attention's inverse rotation (their per-pair trigonometry, ≈ 1.7
-	// µs of float64 sine and cosine, off the layer's chain)
+	// rotation's table at the chunk's positions before it, for the norms
+	// and the attention's inverse rotation (their per-pair trigonometry,
+	// ≈ 1.7 µs of float64 sine and cosine, off the layer's chain)
 	var ropeTab Ptr
 	if kvSide {
 		if be.ropeTable {
-			if ropeTab, err = b.sc.f32("attn.rope", rd); err != nil {
+			if ropeTab, err = b.sc.f32("attn.rope", n*rd); err != nil {
 				return err
 			}
-			if err := d.RopeTable(b.side, L.freqs, rd, int64(b.pos), ropeTab); err != nil {
+			if err := d.RopeTable(b.side, L.freqs, rd, int64(b.pos), n, ropeTab); err != nil {
 				return err
 			}
 		}
@@ -824,7 +825,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		}
 	}
 	kvDone := false   // (with the queries' by NormRopePair)
-	var ringDone bool // a decode step's KV row written into the window ring by NormRopePair (Backend.ringNorm)
+	var ringDone bool // a decode step's KV rows written into the window ring by NormRopePair (Backend.ringNorm)
 	switch hio {
 	case 2: // in the attention kernel
 	case 1:
@@ -834,11 +835,12 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	default:
 		if be.nrPair {
 			// both in one launch (decode steps)
-			var ring2 Ptr
-			if n == 1 && be.ringNorm {
-				ring2, ringDone = tabs[engine.PartWindow].entry(b.pos), true
+			var ring Ptr
+			win := tabs[engine.PartWindow]
+			if n <= be.stepMax && be.ringNorm && ringBeforeAttention(win.cap, c.Window, b.pos, n) {
+				ring, ringDone = win.p, true
 			}
-			if err := d.NormRopePairTable(s, q, H, 0, 0, kv, 1, L.kvNorm, nope, HD, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), n, ropeTab, ring2); err != nil {
+			if err := d.NormRopePairTable(s, q, H, 0, 0, kv, 1, L.kvNorm, nope, HD, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), n, ropeTab, ring, win.cap); err != nil {
 				return err
 			}
 			kvDone = true
@@ -979,12 +981,21 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 
 	// The chunk's KV rows enter the window ring (ringDone: a decode step's
-	// row went in with its norm, before the attention: the token's slot
-	// holds none of its window keys, the ring holding at least its window).
+	// or a pass's rows went in with their norm, before the attention:
+	// ringBeforeAttention).
 	if ringDone {
 		return nil
 	}
 	return d.RingWrite(s, win.p, win.cap, HD, kv, int64(HD), b.pos, n)
+}
+
+// ringBeforeAttention reports whether n KV rows from position pos may
+// enter a window ring of capacity slots before the attention of those n
+// tokens reads it: no row's slot holds a key of some token's window of w
+// (position pos+n−1 evicts pos+n−1−capacity, which must lie before the
+// first token's window, pos−w+1), or the ring has not wrapped.
+func ringBeforeAttention(capacity, w, pos, n int) bool {
+	return capacity >= w+n-1 || pos+n <= capacity
 }
 
 // compress adds the chunk's entries (kv, sc: n rows of coff·width values,
@@ -1272,7 +1283,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if err := b.join(); err != nil {
 		return err
 	}
-	if be.moeFold && n == 1 && be.postMixParts(b, layer, engine.FFNSub) > 0 {
+	if be.moeFold && n <= be.stepMax && be.postMixParts(b, layer, engine.FFNSub) > 0 {
 		b.moe = moeSum{ye: ye, sel: sel, ysh: ysh, k: K}
 		return nil
 	}

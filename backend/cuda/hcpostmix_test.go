@@ -23,6 +23,9 @@ import (
 // (24 rows, D 4096), the head's (4 rows) and tiny ones (D 64 and 96: two
 // warps a part and one); for one token and for two (speculative decoding's
 // verification: each token's streams, parts and HCPre at its own offsets).
+// HCPostMixMoE (the sub-block output each token's MoE sum, with and without
+// a shared expert's row) leaves the streams and parts that MoECombine and
+// then HCPostMix leave, bit for bit.
 func TestHCPostMix(t *testing.T) {
 	d := gpu(t)
 	for _, c := range []struct {
@@ -67,6 +70,7 @@ func hcPostMixCase(t *testing.T, d *Device, D, M int, typ quant.Type, n int) {
 		}
 	}
 	ps := download(t, d, part, n*parts*(M+1))
+	hcPostMixMoECase(t, d, D, fn, parts, n, h0, post, comb)
 	check := func(what string, got, want, mag float64) {
 		t.Helper()
 		if math.Abs(got-want) > 1e-5*mag {
@@ -209,5 +213,35 @@ func TestHostMemAvailable(t *testing.T) {
 	n, ok := hostMemAvailable()
 	if !ok || n < 64<<20 || n > 64<<40 {
 		t.Fatalf("MemAvailable: %d bytes (read: %v)", n, ok)
+	}
+}
+
+// hcPostMixMoECase: HCPostMixMoE of n tokens' MoE sums (6 experts each, one
+// id repeated, in no order) against MoECombine, then HCPostMix: the same
+// streams and parts, bit for bit, with and without the shared expert's row.
+func hcPostMixMoECase(t *testing.T, d *Device, D int, fn *Weight, parts, n int, h0 []float32, post, comb Ptr) {
+	t.Helper()
+	const hc, K = 4, 6
+	ye := upload(t, d, gaussian(n*K*D, 11))
+	ids := make([]int32, n*K)
+	for tok := range n {
+		copy(ids[tok*K:], []int32{200, 3, 77 + int32(tok), 3, 150, 9})
+	}
+	sel := tempAlloc(t, d, int64(4*n*K))
+	t.Cleanup(func() { d.Free(sel) })
+	must(t, UploadSlice(d, sel, ids))
+	M := fn.Rows
+	for _, ysh := range []Ptr{0, upload(t, d, gaussian(n*D, 12))} {
+		sum := alloc(t, d, int64(4*n*D))
+		hA, hB := upload(t, d, h0), upload(t, d, h0)
+		partA, partB := alloc(t, d, int64(4*n*parts*(M+1))), alloc(t, d, int64(4*n*parts*(M+1)))
+		must(t, d.MoECombine(0, ye, sel, ysh, sum, n, K, D))
+		must(t, d.HCPostMix(0, hA, sum, post, comb, hc, D, fn, parts, partA, n))
+		must(t, d.HCPostMixMoE(0, hB, ye, sel, ysh, K, post, comb, hc, D, fn, parts, partB, n))
+		want := append(download(t, d, hA, n*hc*D), download(t, d, partA, n*parts*(M+1))...)
+		got := append(download(t, d, hB, n*hc*D), download(t, d, partB, n*parts*(M+1))...)
+		if i, ok := firstBitDiff(want, got); !ok {
+			t.Fatalf("HCPostMixMoE (shared row %v), value %d of streams and parts: %v, MoECombine then HCPostMix %v", ysh != 0, i, got[i], want[i])
+		}
 	}
 }

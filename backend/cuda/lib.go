@@ -17,7 +17,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 40
+const abiVersion = 41
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -99,7 +99,7 @@ type lib struct {
 	waitToken    func(word, flag uintptr, seq uint32, timeoutNs int64, out, s uintptr) int32
 	pickCands    func(x uintptr, n int64, temp, minP float32, work, top, counts, out uintptr, cap int32, s uintptr) int32
 	hcPostMix    func(h, out, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m, parts int32, part uintptr, n int32, s uintptr) int32
-	hcPostMixMoE func(h, ye, sel, ysh uintptr, k int32, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m, parts int32, part, s uintptr) int32
+	hcPostMixMoE func(h, ye, sel, ysh uintptr, k int32, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m, parts int32, part uintptr, n int32, s uintptr) int32
 	rmsnormRef   func(x uintptr, xStride int64, w, y uintptr, yStride, n int64, rows int32, eps float32, s uintptr) int32
 	hcPre        func(mode int32, mix uintptr, m int32, scale, base uintptr, hc, iters int32, hcEps float32, h uintptr, d int64, normw uintptr, normEps float32, x, post, comb, xq uintptr, n int32, s uintptr) int32
 	hcPost       func(h, out, post, comb uintptr, hc int32, d int64, n int32, s uintptr) int32
@@ -127,8 +127,8 @@ type lib struct {
 	router       func(logits uintptr, e int32, bias, tid2eid, tokens uintptr, k, norm int32, wscale float32, sel, w uintptr, n int32, x uintptr, cols int64, act uintptr, actStride int64, s uintptr) int32
 	swigluRef    func(g, u, y uintptr, n int64, rows int32, lim float32, w uintptr, s uintptr) int32
 	swigluQ8K    func(g, u, act uintptr, actStride, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
-	ropeTable    func(freqs uintptr, rd int32, pos int64, cs uintptr, s uintptr) int32
-	normRopeP    func(x1 uintptr, heads1 int32, w1 uintptr, fp8n1 int32, x2 uintptr, heads2 int32, w2 uintptr, fp8n2, hd int32, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, nTok int32, cs, ring2 uintptr, s uintptr) int32
+	ropeTable    func(freqs uintptr, rd int32, pos int64, n int32, cs uintptr, s uintptr) int32
+	normRopeP    func(x1 uintptr, heads1 int32, w1 uintptr, fp8n1 int32, x2 uintptr, heads2 int32, w2 uintptr, fp8n2, hd int32, eps float32, off int64, freqs uintptr, rd int32, pos0 int64, nTok int32, cs, ring uintptr, ringCap int64, s uintptr) int32
 	matvecF32    func(t int32, w uintptr, rows, cols int64, x, nw uintptr, eps float32, xn, act, y uintptr, flags, n int32, s uintptr) int32
 	swigluHalf   func(g, u, yh uintptr, n int64, rows int32, lim float32, w uintptr, flags int32, s uintptr) int32
 	moeCombine   func(ye, sel, ysh, y uintptr, n, k int32, d int64, s uintptr) int32

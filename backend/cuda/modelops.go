@@ -418,14 +418,14 @@ func (d *Device) HCPostMix(s Stream, h, out, post, comb Ptr, hc, D int, fn *Weig
 // HCPostMixMaxTokens is the most tokens HCPostMix takes in one call.
 const HCPostMixMaxTokens = 4
 
-// HCPostMixMoE is HCPostMix whose sub-block output is one token's MoE sum,
-// formed in the kernel as MoECombine forms it (the same bits): its k routed
-// outputs ye [k][D] added in ascending expert id of sel [k], then ysh [D]
-// (0: none).
-func (d *Device) HCPostMixMoE(s Stream, h, ye, sel, ysh Ptr, k int, post, comb Ptr, hc, D int, fn *Weight, parts int, part Ptr) error {
+// HCPostMixMoE is HCPostMix of n tokens whose sub-block output is each
+// token's MoE sum, formed in the kernel as MoECombine forms it (the same
+// bits): token t's k routed outputs ye [n][k][D] added in ascending expert
+// id of sel [n][k], then ysh [n][D] (0: none).
+func (d *Device) HCPostMixMoE(s Stream, h, ye, sel, ysh Ptr, k int, post, comb Ptr, hc, D int, fn *Weight, parts int, part Ptr, n int) error {
 	return d.l.call("hc_post_mix_moe", func() int32 {
 		return d.l.hcPostMixMoE(uintptr(h), uintptr(ye), uintptr(sel), uintptr(ysh), int32(k), uintptr(post), uintptr(comb), int32(hc), int64(D),
-			int32(fn.Type), uintptr(fn.Ptr), int32(fn.Rows), int32(parts), uintptr(part), uintptr(s))
+			int32(fn.Type), uintptr(fn.Ptr), int32(fn.Rows), int32(parts), uintptr(part), int32(n), uintptr(s))
 	})
 }
 
@@ -458,27 +458,30 @@ func (d *Device) NormRope(s Stream, x Ptr, heads int, headStride int64, hd int, 
 // that share eps, off and the rotation: one launch for fewer than 8 tokens
 // (a decode step's query heads and KV row), else two. The same bits.
 func (d *Device) NormRopePair(s Stream, x1 Ptr, heads1 int, w1 Ptr, fp8n1 int, x2 Ptr, heads2 int, w2 Ptr, fp8n2 int, hd int, eps float32, off int64, freqs Ptr, rd int, pos0 int64, ntok int) error {
-	return d.NormRopePairTable(s, x1, heads1, w1, fp8n1, x2, heads2, w2, fp8n2, hd, eps, off, freqs, rd, pos0, ntok, 0, 0)
+	return d.NormRopePairTable(s, x1, heads1, w1, fp8n1, x2, heads2, w2, fp8n2, hd, eps, off, freqs, rd, pos0, ntok, 0, 0, 0)
 }
 
-// NormRopePairTable is NormRopePair for one token that, with cs set, reads
-// the rotation's (cosine, sine) of each pair from RopeTable's table for
-// freqs, rd and pos0 instead of computing them (the same values), and with
-// ring2 set also writes x2's normed rows there (heads2 rows of hd: a decode
-// step's KV row into its window-ring slot, as RingWrite would).
-func (d *Device) NormRopePairTable(s Stream, x1 Ptr, heads1 int, w1 Ptr, fp8n1 int, x2 Ptr, heads2 int, w2 Ptr, fp8n2 int, hd int, eps float32, off int64, freqs Ptr, rd int, pos0 int64, ntok int, cs, ring2 Ptr) error {
+// NormRopePairTable is NormRopePair that, with cs set, reads the
+// rotation's (cosine, sine) of each pair from RopeTable's table of the ntok
+// positions from pos0 instead of computing them (the same values), and
+// with ring set also writes x2's normed rows into that ring of ringCap
+// slots of heads2·hd floats, token t's into slot (pos0 + t) mod ringCap, as
+// RingWrite would (the KV rows of a decode step or a speculative pass into
+// the window ring).
+func (d *Device) NormRopePairTable(s Stream, x1 Ptr, heads1 int, w1 Ptr, fp8n1 int, x2 Ptr, heads2 int, w2 Ptr, fp8n2 int, hd int, eps float32, off int64, freqs Ptr, rd int, pos0 int64, ntok int, cs, ring Ptr, ringCap int) error {
 	return d.l.call("norm_rope_pair", func() int32 {
-		return d.l.normRopeP(uintptr(x1), int32(heads1), uintptr(w1), int32(fp8n1), uintptr(x2), int32(heads2), uintptr(w2), int32(fp8n2), int32(hd), eps, off, uintptr(freqs), int32(rd), pos0, int32(ntok), uintptr(cs), uintptr(ring2), uintptr(s))
+		return d.l.normRopeP(uintptr(x1), int32(heads1), uintptr(w1), int32(fp8n1), uintptr(x2), int32(heads2), uintptr(w2), int32(fp8n2), int32(hd), eps, off, uintptr(freqs), int32(rd), pos0, int32(ntok), uintptr(cs), uintptr(ring), int64(ringCap), uintptr(s))
 	})
 }
 
 // RopeTable writes the rotation's (cosine, sine) of each of the rd/2
-// pairs of freqs at position pos into cs (rd floats): the values Rope,
-// NormRope and Attention's inverse rotation compute per pair, for the
-// calls that take a table (NormRopePairTable, AttentionArgs.RopeTable) —
-// so that a decode step computes them once, off the layer's chain.
-func (d *Device) RopeTable(s Stream, freqs Ptr, rd int, pos int64, cs Ptr) error {
-	return d.l.call("rope_table", func() int32 { return d.l.ropeTable(uintptr(freqs), int32(rd), pos, uintptr(cs), uintptr(s)) })
+// pairs of freqs at positions pos … pos+n−1 into cs (n·rd floats, position
+// pos+t from float t·rd): the values Rope, NormRope and Attention's inverse
+// rotation compute per pair, for the calls that take a table
+// (NormRopePairTable, AttentionArgs.RopeTable) — so that a decode step or a
+// speculative pass computes them once, off the layer's chain.
+func (d *Device) RopeTable(s Stream, freqs Ptr, rd int, pos int64, n int, cs Ptr) error {
+	return d.l.call("rope_table", func() int32 { return d.l.ropeTable(uintptr(freqs), int32(rd), pos, int32(n), uintptr(cs), uintptr(s)) })
 }
 
 // NormRopeHalf is NormRope (the chunk form: hd a multiple of 128 up to
@@ -688,9 +691,9 @@ type AttentionArgs struct {
 	// AttentionHalfIO names.
 	QHalf, QNorm, OutHalf bool
 	QEps                  float32
-	// RopeTable (one token only): RopeTable's table for RopeFreqs, RopeDim
-	// and Pos0, which the inverse rotation reads instead of computing its
-	// (cosine, sine) per pair: the same values.
+	// RopeTable: RopeTable's table of the N positions from Pos0 for
+	// RopeFreqs and RopeDim, which the inverse rotation reads instead of
+	// computing its (cosine, sine) per pair: the same values.
 	RopeTable Ptr
 }
 

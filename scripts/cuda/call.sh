@@ -42,7 +42,9 @@
 #          layers listed kernel by kernel (ktrace-layer.py, default "20 21")
 #          into ktrace-layers.txt, the raw CSV as ktrace.csv.gz; KT_MTP=RATE:
 #          the speculative run of ds4-bench --mtp --accept RATE traced
-#          instead (the summary per pass; layer -1 is the MTP block's)
+#          instead (the summary per pass; layer -1 is the MTP block's);
+#          KT_PLAIN=1 with KT_MTP: plain decode traced after it, its layers
+#          into ktrace-layers-plain.txt
 # Everything lands in $OUT (at most 8 files come back): log.txt holds the
 # summary lines.
 set -uo pipefail
@@ -126,6 +128,10 @@ if [ -n "${KT:-}" ]; then
     head -30 "$OUT/ktrace.txt"
     for l in ${KT_LAYERS:-20 21}; do echo "== layer $l"; python3 scripts/cuda/ktrace-layer.py /tmp/ktrace.csv "$l"; done >"$OUT/ktrace-layers.txt" 2>&1
     gzip -c /tmp/ktrace.csv >"$OUT/ktrace.csv.gz"
+    if [ -n "${KT_PLAIN:-}" ] && [ -n "${KT_MTP:-}" ]; then # plain decode traced too, its layers beside the pass's
+        OUT=/tmp/kt3 BENCH_ARGS="--fast --warmup 4096" bash scripts/cuda/ktrace.sh >/tmp/kt3.log 2>&1; cp /tmp/kt3/ktrace.txt "$OUT/ktrace-plain.txt"
+        for l in ${KT_LAYERS:-20 21}; do [ "$l" -ge 0 ] && { echo "== layer $l"; python3 scripts/cuda/ktrace-layer.py /tmp/ktrace.csv "$l"; }; done >"$OUT/ktrace-layers-plain.txt" 2>&1
+    fi
     if [ -n "${KT_AB:-}" ]; then
         env $KT_AB OUT=/tmp/kt2 BENCH_ARGS="$ktargs" bash scripts/cuda/ktrace.sh >/tmp/kt2.log 2>&1; cp /tmp/kt2/ktrace.txt "$OUT/ktrace-ab.txt"
         head -30 "$OUT/ktrace-ab.txt"
