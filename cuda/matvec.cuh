@@ -2182,12 +2182,13 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // rows per tile: the option's bytes per stage (DS4C_OPT_MV_STAGE), or
         // (0) as many as let cps CTAs fit an SM beside their fixed shared memory
         int64_t stage_bytes = ds4c_opt_mv_stage();
-        // room (DS4C_MM_ROOM): one CTA an SM, DS4C_MV_ROOM_KIB of it left free
-        const int per = room ? 1 : cps;
+        // room (DS4C_MM_ROOM): DS4C_MV_ROOM_KIB of each SM left free, in one
+        // CTA an SM, or (DS4C_OPT_MV_ROOM's bit for nt tokens) cps of them
+        const int per = room && !(ds4c_opt_mv_room() & (nt == 2 ? 2 : 1)) ? 1 : cps;
         if (stage_bytes == 0) {
             // (the IQ2 codebook, 16 bytes of slack, the CTA's reserve)
             const int64_t fixed = PIPE_BARS + (T::GRID ? 2048 : 0) + (nt == 1 ? act_smem : nt * act_stride) + 16 + 1024;
-            const int64_t budget = room ? smem_sm - DS4C_MV_ROOM_KIB * 1024 : smem_sm / cps;
+            const int64_t budget = room ? (smem_sm - DS4C_MV_ROOM_KIB * 1024) / per : smem_sm / cps;
             const int64_t rows = (budget - fixed) / (p.ns * row_bytes + 2 * row_terms * 4 * nt);
             stage_bytes = max((int64_t)1, rows) * row_bytes;
         }

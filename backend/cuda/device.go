@@ -328,6 +328,7 @@ const (
 	OptCompEmit    = 56 // 1: a decode step's compressed row (CompEmit: one row, equal ring capacities) pooled, normalised, rotated, post-processed and stored, and the step's entries written into the rings, in one launch (the same bits; DefaultCompEmit; env DS4_CUDA_COMP_EMIT); 0: the pooling, RMSNorm, rotation, post-processing and ring writes as their own kernels
 	OptMVILP       = 57 // fast mode's pipelined Q8_0 products whose 1024-column segments divide the CTA's 8 warps: items (a row's segment of a tile) a warp forms at once, their loads, dp4a sums and tree sums interleaved (1 to 4, default DefaultMVILP; env DS4_CUDA_MV_ILP; the same bits); 1: one item after another
 	OptMVSumW      = 58 // 1: fast mode's pipelined Q8_0 products whose 1024-column segments divide the CTA's 8 warps add a tile's row sums on the last warp (no copies to request), each row's partials in one or two vector loads (default, DefaultMVSumW; env DS4_CUDA_MV_SUMW; the same bits); 0: warp 0's threads, a load a partial
+	OptMVRoom      = 60 // pipelined products given room (a scoring decode step's q_b beside the indexer's path), by bits: 1 one token's, 2 two tokens' run OptMVPipe CTAs an SM within the room's budget, the others one CTA an SM (env DS4_CUDA_MV_ROOM; DefaultMVRoom)
 	OptMVTwo       = 59 // 1: fast mode's products of two tokens: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined product, the weights streamed once and each token's bits its one-token product's; the others split over up to 8 warps a row where the rows are few (default, DefaultMVTwo; env DS4_CUDA_MV_TWO); 0: the generic two-token kernel, a warp a row
 	OptMVPair      = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits in exact mode (in fast mode a lone Q8_0 product runs pipelined, which adds in another order)
 	OptHadWarp     = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
@@ -394,6 +395,11 @@ const DefaultMVILP = 4
 // DefaultMVTwo is the library's default of OptMVTwo: two tokens' Q8_0
 // products pipelined together (cuda/NOTES.md v45).
 const DefaultMVTwo = 1
+
+// DefaultMVRoom is the library's default of OptMVRoom: two tokens' products
+// given room run two CTAs an SM (+0.4 / +2.3 % speculative at 81 / 100 %
+// committed; one token's were slower so, cuda/NOTES.md v47).
+const DefaultMVRoom = 2
 
 // DefaultMVSumW is the library's default of OptMVSumW: the row sums on
 // the last warp.

@@ -117,20 +117,28 @@ func TestMatVecFastQ8(t *testing.T) {
 		must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false, false, 1))
 		got := download(t, d, y, rows)
 		compare(t, "MatVecF32 fast", got, want, mag, nterms(quant.Q8_0, cols))
-		// with room (one CTA an SM, taller tiles): the same bits
-		poison(t, d, y, rows)
-		must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false, true, 1))
-		if i, ok := firstBitDiff(download(t, d, y, rows), got); !ok {
-			t.Errorf("MatVecF32 fast with room differs at row %d", i)
+		// with room (one CTA an SM, taller tiles; or OptMVRoom's bit 1:
+		// two CTAs an SM within the room's budget): the same bits
+		for _, opt := range []int{0, 1} {
+			must(t, d.SetOption(OptMVRoom, opt))
+			poison(t, d, y, rows)
+			must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false, true, 1))
+			if i, ok := firstBitDiff(download(t, d, y, rows), got); !ok {
+				t.Errorf("MatVecF32 fast with room (OptMVRoom %d) differs at row %d", opt, i)
+			}
 		}
+		must(t, d.SetOption(OptMVRoom, DefaultMVRoom))
 	})
 
 	// Two tokens (speculative decoding's verification): both rows'
 	// activations formed by the pipelined kernel, each token's products
-	// those of its one-token call bit for bit, with and without the norm;
-	// the rows between two outputs untouched is not asked (y is contiguous).
+	// those of its one-token call bit for bit, with and without the norm,
+	// and with room (one CTA an SM, or OptMVRoom's bit 2: two within the
+	// room's budget); the rows between two outputs untouched is not asked
+	// (y is contiguous).
 	t.Run("MatVecF32Two", func(t *testing.T) {
 		must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
+		t.Cleanup(func() { d.SetOption(OptMVRoom, DefaultMVRoom) })
 		for _, c := range []struct{ rows, cols int }{{32768, 1024}, {4096, 8192}, {300, 2048}} {
 			const eps = 1e-6
 			_, dw, ab := randomMats(t, d, quant.Q8_0, c.rows, c.cols, 1, 5310)
@@ -138,16 +146,22 @@ func TestMatVecFastQ8(t *testing.T) {
 			dx, nw := upload(t, d, x), upload(t, d, gaussian(c.cols, 5312))
 			xn, act := alloc(t, d, 4*int64(2*c.cols)), alloc(t, d, 2*ab)
 			y := alloc(t, d, 4*int64(2*c.rows))
-			for _, norm := range []Ptr{nw, 0} {
+			for _, v := range []struct {
+				norm Ptr
+				room bool
+				opt  int
+			}{{nw, false, 0}, {0, false, 0}, {nw, true, 0}, {nw, true, 2}} {
+				must(t, d.SetOption(OptMVRoom, v.opt))
 				poison(t, d, y, 2*c.rows)
-				must(t, d.MatVecF32(0, dw, dx, norm, eps, xn, act, y, false, false, 2))
+				must(t, d.MatVecF32(0, dw, dx, v.norm, eps, xn, act, y, false, v.room, 2))
 				two := download(t, d, y, 2*c.rows)
+				must(t, d.SetOption(OptMVRoom, DefaultMVRoom))
 				for tok := 0; tok < 2; tok++ {
 					poison(t, d, y, c.rows)
-					must(t, d.MatVecF32(0, dw, dx+Ptr(4*tok*c.cols), norm, eps, xn, act, y, false, false, 1))
+					must(t, d.MatVecF32(0, dw, dx+Ptr(4*tok*c.cols), v.norm, eps, xn, act, y, false, false, 1))
 					one := download(t, d, y, c.rows)
 					if k, ok := firstBitDiff(two[tok*c.rows:(tok+1)*c.rows], one); !ok {
-						t.Errorf("%dx%d norm %v token %d: row %d = %v, one-token %v", c.rows, c.cols, norm != 0, tok, k, two[tok*c.rows+k], one[k])
+						t.Errorf("%dx%d norm %v room %v (OptMVRoom %d) token %d: row %d = %v, one-token %v", c.rows, c.cols, v.norm != 0, v.room, v.opt, tok, k, two[tok*c.rows+k], one[k])
 					}
 				}
 			}
