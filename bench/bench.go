@@ -36,10 +36,11 @@ type Row struct {
 	KVBytes       int64   // KV/state bytes the session holds at the frontier (StateLayout, f32)
 
 	// With Options.Accept (not in the CSV): the plain greedy run's speed,
-	// and the speculative run's drafts and accepted drafts (GenTPS is the
+	// and the speculative run's drafts, accepted drafts and drafts only
+	// checked while speculation paused (engine.Stats; GenTPS is the
 	// speculative run's speed).
-	PlainGenTPS       float64
-	Drafted, Accepted int
+	PlainGenTPS                float64
+	Drafted, Accepted, Checked int
 }
 
 // Header is the CSV header line's fields.
@@ -331,6 +332,6 @@ func (a *Acceptance) run(ctx context.Context, s *engine.Session, f, gen int, r *
 	_, err := s.DecodeGreedy(ctx, gen, func(int32) bool { return true })
 	r.GenS = time.Since(t0).Seconds()
 	st := s.Stats()
-	r.Drafted, r.Accepted = st.Drafted-st0.Drafted, st.Accepted-st0.Accepted
+	r.Drafted, r.Accepted, r.Checked = st.Drafted-st0.Drafted, st.Accepted-st0.Accepted, st.Checked-st0.Checked
 	return err
 }

@@ -215,6 +215,10 @@ type Drafter interface {
 //	MTPEmbedDraft(mb, …); the block's layer ops; MTPHeadDraft(mb, b, row)
 //	EmbedDraft(b, pos, tok); the layers; StageMTP(mb, b, …); HeadVerify(b)
 //	VerifyResult(b)
+//
+// A pass that only checks its draft (speculation paused: Options.
+// DraftAlways) embeds the one-token chunk [tok] with EmbedAfterDraft
+// instead; its HeadVerify takes that one row.
 type SpecPipeliner interface {
 	// MTPEmbedDraft is MTPEmbed of an MTP chunk that MTPHeadDraft ends
 	// (the backend may queue the chunk's work as one unit).
@@ -226,15 +230,22 @@ type SpecPipeliner interface {
 	// EmbedDraft is Embed of the two-token chunk [tok, draft] at pos on b,
 	// the draft being the latest MTPHeadDraft's choice, read on the device.
 	EmbedDraft(b Batch, pos int, tok int32) error
-	// HeadVerify is Head for both rows of b's two-token chunk, the logits
-	// kept on the device, with the greedy choice after each row queued for
-	// VerifyResult.
+	// EmbedAfterDraft is Embed of the one-token chunk [tok] at pos on b
+	// after the latest MTPHeadDraft, whose draft is not embedded but
+	// returned by the next VerifyResult: a pass that only checks the draft
+	// against the greedy choice after tok.
+	EmbedAfterDraft(b Batch, pos int, tok int32) error
+	// HeadVerify is Head for every row of b's chunk (two after EmbedDraft,
+	// one after EmbedAfterDraft), the logits kept on the device, with the
+	// greedy choice after each row queued for VerifyResult.
 	HeadVerify(b Batch) error
 	// VerifyResult waits for the latest HeadVerify on b and returns its
-	// chunk's draft and the greedy choices after its two rows.
+	// chunk's draft and the greedy choices after its rows (after1 is
+	// meaningless after a one-token chunk).
 	VerifyResult(b Batch) (draft, after0, after1 int32, err error)
 	// VerifyLogits waits for b's queued work and copies the logits of row
-	// (0 or 1) of the latest HeadVerify on b into dst (Vocab values).
+	// (0 or 1; 0 after a one-token chunk) of the latest HeadVerify on b
+	// into dst (Vocab values).
 	VerifyLogits(b Batch, row int, dst []float32) error
 }
 

@@ -36,6 +36,75 @@ type drafts struct {
 	staged int   // staged rows: positions next … next+staged−1
 	logits []float32
 	off    bool // SetSpeculate(false): DecodeGreedy decodes one token a pass
+	policy draftPolicy
+}
+
+// draftPolicy decides pass by pass whether speculative decoding verifies
+// its draft (a two-token pass) or pauses and only checks it against the
+// greedy choice of a one-token pass, from the drafts' acceptance rate (an
+// exponential average over passes, weight draftRateWeight, starting at
+// draftRateStart): it pauses below draftPauseBelow and verifies again
+// above draftResumeAbove. The bounds bracket where verification pays on
+// the CUDA backend (cuda/NOTES.md v47: a verifying pass that commits no
+// draft costs ≈ 1.25 one-token checking passes, so it pays from ≈ 25 %
+// acceptance); the gap between them keeps the policy from switching back
+// and forth around either.
+type draftPolicy struct {
+	rate   float64
+	paused bool
+	seen   bool // rate holds an observation
+}
+
+const (
+	draftRateWeight  = 1.0 / 16
+	draftRateStart   = 0.5
+	draftPauseBelow  = 0.25
+	draftResumeAbove = 0.35
+)
+
+// observe adds one pass's outcome (its draft matched the greedy choice, or
+// was committed) to the rate and updates paused.
+func (p *draftPolicy) observe(hit bool) {
+	if !p.seen {
+		p.rate, p.seen = draftRateStart, true
+	}
+	x := 0.0
+	if hit {
+		x = 1
+	}
+	p.rate += (x - p.rate) * draftRateWeight
+	switch {
+	case p.paused && p.rate > draftResumeAbove:
+		p.paused = false
+	case !p.paused && p.rate < draftPauseBelow:
+		p.paused = true
+	}
+}
+
+// checking reports whether the session's next pass only checks its draft
+// (the policy paused speculation, and Options.DraftAlways is off).
+func (s *Session) checking() bool {
+	return !s.opts.DraftAlways && s.mtp.policy.paused
+}
+
+// observeDraft counts a pass's draft d of the token at pos against c, the
+// greedy choice there (ForceAccept may accept it anyway), in Stats and the
+// policy, and reports whether it holds. checked: the pass only checked it.
+func (s *Session) observeDraft(pos int, d, c int32, checked bool) bool {
+	ok := c == d || (s.opts.ForceAccept != nil && s.opts.ForceAccept(pos))
+	if checked {
+		s.stats.Checked++
+		if ok {
+			s.stats.CheckAccepted++
+		}
+	} else {
+		s.stats.Drafted++
+		if ok {
+			s.stats.Accepted++
+		}
+	}
+	s.mtp.policy.observe(ok)
+	return ok
 }
 
 func newDrafts(be Backend, layout *StateLayout) (*drafts, error) {
@@ -201,15 +270,21 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 			s.logitsOK = false
 			return n, err
 		}
+		if s.checking() { // a one-token step; the draft only checked
+			if err := s.Decode(ctx, tok); err != nil {
+				return n, err
+			}
+			n++
+			s.observeDraft(P+1, d, Greedy(s.logits), true)
+			continue
+		}
 		if err := s.verify(ctx, tok, d, row0); err != nil {
 			s.logitsOK = false
 			return n, err
 		}
 		n++
-		s.stats.Drafted++
-		ok := Greedy(row0) == d || (s.opts.ForceAccept != nil && s.opts.ForceAccept(P+1))
+		ok := s.observeDraft(P+1, d, Greedy(row0), false)
 		if ok {
-			s.stats.Accepted++
 			if emit(d) {
 				n++
 				continue
@@ -293,15 +368,19 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 		}
 		pending = -1
 		s.logitsOK = false
-		d, c0, c1, err := s.specPass(ctx, sp, tok)
+		check := s.checking()
+		d, c0, c1, err := s.specPass(ctx, sp, tok, check)
 		if err != nil {
 			return n, err
 		}
 		n++
-		s.stats.Drafted++
-		ok := c0 == d || (s.opts.ForceAccept != nil && s.opts.ForceAccept(P+1))
+		ok := s.observeDraft(P+1, d, c0, check)
+		if check { // the session holds tok; the logits after it are row 0
+			pending = 0
+			tok = c0
+			continue
+		}
 		if ok {
-			s.stats.Accepted++
 			if emit(d) {
 				n++
 				tok, pending = c1, 1
@@ -326,8 +405,10 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 // specPass queues one pass on the device for tok, the greedy choice at the
 // session's position P: the MTP block's draft d for P+1, then the chunk
 // [tok, d] at P, and returns d and the greedy choices after tok and after
-// d. The session then holds tok and d.
-func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32) (d, c0, c1 int32, err error) {
+// d. The session then holds tok and d. check: the chunk is [tok] alone
+// (the draft only checked against c0; c1 meaningless), and the session
+// then holds tok.
+func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32, check bool) (d, c0, c1 int32, err error) {
 	m := s.mtp
 	if err := s.checkTokens([]int32{tok}); err != nil {
 		return 0, 0, 0, err
@@ -347,20 +428,24 @@ func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32) (d,
 	if err := sp.MTPHeadDraft(m.b, s.b, len(toks)-1); err != nil {
 		return 0, 0, 0, s.opError(mpos+len(toks)-1, "MTP head", -1, err)
 	}
-	// the verification
-	P := len(s.tokens)
-	s.runEnd = P + 2
+	// the verification (check: the one-token step)
+	P, n := len(s.tokens), 2
+	embed := sp.EmbedDraft
+	if check {
+		n, embed = 1, sp.EmbedAfterDraft
+	}
+	s.runEnd = P + n
 	if err := s.ensureContinuable(ctx); err != nil {
 		return 0, 0, 0, err
 	}
-	s.ret.written(P, 2)
-	if err := sp.EmbedDraft(s.b, P, tok); err != nil {
+	s.ret.written(P, n)
+	if err := embed(s.b, P, tok); err != nil {
 		return 0, 0, 0, s.opError(P, "embed", -1, err)
 	}
 	if err := s.blocks(ctx, P, func(Stage, int) {}); err != nil {
 		return 0, 0, 0, err
 	}
-	if err := s.stageMTP(P, 2); err != nil {
+	if err := s.stageMTP(P, n); err != nil {
 		return 0, 0, 0, err
 	}
 	if err := sp.HeadVerify(s.b); err != nil {
@@ -369,10 +454,14 @@ func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32) (d,
 	if d, c0, c1, err = sp.VerifyResult(s.b); err != nil {
 		return 0, 0, 0, s.opError(P, "head", -1, err)
 	}
-	for _, c := range []int32{d, c0, c1} {
+	for _, c := range []int32{d, c0, c1}[:n+1] {
 		if c < 0 || int(c) >= s.cfg.Vocab {
 			return 0, 0, 0, fmt.Errorf("engine: %s backend: greedy choice %d at position %d: %w", s.be.Name(), c, P, ErrBadToken)
 		}
+	}
+	if check {
+		s.tokens = append(s.tokens, tok)
+		return d, c0, -1, nil
 	}
 	s.tokens = append(s.tokens, tok, d)
 	return d, c0, c1, nil

@@ -84,7 +84,8 @@ type hostSpec struct {
 	override func(pos int, d int32) int32
 	draft    int32
 	res      [3]int32
-	logits   []float32 // the verification's two rows
+	n        int       // the verification chunk's tokens: 2, or 1 after EmbedAfterDraft
+	logits   []float32 // the verification's rows
 	passes   int
 }
 
@@ -122,16 +123,28 @@ func (h *hostSpec) EmbedDraft(b engine.Batch, pos int, tok int32) error {
 	if h.override != nil {
 		h.draft = h.override(pos+1, h.draft)
 	}
-	h.res[0] = h.draft
+	h.res[0], h.n = h.draft, 2
 	return h.Embed(b, pos, []int32{tok, h.draft})
 }
 
+func (h *hostSpec) EmbedAfterDraft(b engine.Batch, pos int, tok int32) error {
+	if h.override != nil {
+		h.draft = h.override(pos+1, h.draft)
+	}
+	h.res[0], h.n = h.draft, 1
+	return h.Embed(b, pos, []int32{tok})
+}
+
 func (h *hostSpec) HeadVerify(b engine.Batch) error {
-	if err := h.Head(b, []int{0, 1}, h.logits); err != nil {
+	rows := []int{0, 1}[:h.n]
+	if err := h.Head(b, rows, h.logits); err != nil {
 		return err
 	}
 	V := h.Config().Vocab
-	h.res[1], h.res[2] = engine.Greedy(h.logits[:V]), engine.Greedy(h.logits[V:])
+	h.res[1], h.res[2] = engine.Greedy(h.logits[:V]), -1
+	if h.n == 2 {
+		h.res[2] = engine.Greedy(h.logits[V:])
+	}
 	h.passes++
 	return nil
 }
@@ -195,17 +208,23 @@ func draftSameTokens(t *testing.T, be engine.Backend, setOverride func(*engine.O
 		wantLogits = append(wantLogits, slices.Clone(plain.Logits()))
 		wantSeq = append(wantSeq, plain.Tokens())
 	}
-	for _, mode := range []string{"model", "oracle", "alternate"} {
+	// "wrong, then oracle": drafts wrong until the third step, then the
+	// oracle's (the policy pauses speculation, then resumes it);
+	// "model, always": the model's drafts, every one verified
+	// (Options.DraftAlways).
+	for _, mode := range []string{"model", "model, always", "oracle", "alternate", "wrong, then oracle"} {
 		t.Run(mode, func(t *testing.T) {
 			// The oracle knows plain decoding's next token at every
 			// position of every step (recorded per step below).
 			var truth map[int]int32
-			o := engine.Options{ChunkSize: 7, Draft: true}
+			step := 0
+			o := engine.Options{ChunkSize: 7, Draft: true, DraftAlways: mode == "model, always"}
 			var f func(int, int32) int32
 			switch mode {
-			case "oracle", "alternate":
+			case "oracle", "alternate", "wrong, then oracle":
 				f = func(pos int, d int32) int32 {
-					if tok, ok := truth[pos]; ok && (mode == "oracle" || pos%2 == 0) {
+					oracle := mode == "oracle" || (mode == "alternate" && pos%2 == 0) || (mode != "alternate" && step >= 2)
+					if tok, ok := truth[pos]; ok && oracle {
 						return tok
 					}
 					return (d + 1) % 512 // surely wrong unless the model agrees
@@ -213,7 +232,9 @@ func draftSameTokens(t *testing.T, be engine.Backend, setOverride func(*engine.O
 			}
 			setOverride(&o, f)
 			s := newSess(t, be, o)
+			var byStep []engine.Stats
 			for i, st := range steps {
+				step = i
 				// Plain decoding's tokens of this step, by position.
 				truth = map[int]int32{}
 				start := s.Pos()
@@ -242,20 +263,34 @@ func draftSameTokens(t *testing.T, be engine.Backend, setOverride func(*engine.O
 				if !slices.Equal(s.Tokens(), wantSeq[i]) {
 					t.Fatalf("%s: session tokens differ", st.name)
 				}
+				byStep = append(byStep, s.Stats())
 			}
 			stats := s.Stats()
-			t.Logf("%s: %d drafts, %d accepted", mode, stats.Drafted, stats.Accepted)
+			t.Logf("%s: %d drafts, %d accepted; %d checked, %d matched", mode, stats.Drafted, stats.Accepted, stats.Checked, stats.CheckAccepted)
 			if stats.Drafted == 0 {
 				t.Error("nothing drafted")
 			}
 			switch mode {
+			case "model, always":
+				if stats.Checked != 0 {
+					t.Errorf("DraftAlways: %d drafts only checked", stats.Checked)
+				}
 			case "oracle":
-				if stats.Accepted != stats.Drafted {
-					t.Errorf("oracle drafts: %d of %d accepted", stats.Accepted, stats.Drafted)
+				if stats.Accepted != stats.Drafted || stats.Checked != 0 {
+					t.Errorf("oracle drafts: %d of %d accepted, %d only checked", stats.Accepted, stats.Drafted, stats.Checked)
 				}
 			case "alternate":
-				if stats.Accepted == 0 || stats.Accepted == stats.Drafted {
-					t.Errorf("alternate drafts: %d of %d accepted", stats.Accepted, stats.Drafted)
+				if stats.Accepted == 0 || stats.Accepted == stats.Drafted || stats.Checked != 0 {
+					t.Errorf("alternate drafts: %d of %d accepted, %d only checked", stats.Accepted, stats.Drafted, stats.Checked)
+				}
+			case "wrong, then oracle":
+				// paused within the first two steps' 32 tokens of wrong
+				// drafts; verifying again by the last step
+				if c := byStep[1].Checked; c == 0 || byStep[1].Accepted != 0 || byStep[1].CheckAccepted != 0 {
+					t.Errorf("wrong drafts: %d only checked (%d matched), %d of %d verified accepted", c, byStep[1].CheckAccepted, byStep[1].Accepted, byStep[1].Drafted)
+				}
+				if last, before := byStep[len(byStep)-1], byStep[len(byStep)-2]; last.Accepted == before.Accepted || stats.CheckAccepted == 0 {
+					t.Errorf("oracle drafts after wrong ones: no verified draft accepted in the last step (%+v, before %+v)", last, before)
 				}
 			}
 		})

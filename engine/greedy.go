@@ -25,7 +25,11 @@ import (
 // With Options.Draft it decodes speculatively
 // instead, one pass for the token and the MTP block's draft of the next
 // (decodeSpeculative): the same tokens, up to two a pass. Stats counts the
-// drafts and those accepted.
+// drafts and those accepted. Unless Options.DraftAlways, a run pauses
+// speculation while the drafts' acceptance, measured pass by pass, is too
+// low to pay for verifying them (draftPolicy): its passes then decode one
+// token and only check the draft against the greedy choice — still the
+// same tokens.
 func (s *Session) DecodeGreedy(ctx context.Context, max int, emit func(tok int32) bool) (int, error) {
 	if s.closed {
 		return 0, ErrClosed

@@ -63,6 +63,13 @@ type Options struct {
 	// acceptance rate on random weights (a pass costs the same whichever
 	// token it commits).
 	ForceAccept func(pos int) bool
+	// DraftAlways, with Draft, verifies every draft. Otherwise speculative
+	// decoding pauses while the drafts' measured acceptance is too low to
+	// pay for their verification: its passes then decode one token and
+	// only check the draft against the greedy choice (Stats.Checked),
+	// which keeps the MTP block in step and measures the acceptance on,
+	// until it is high enough to verify again (see DecodeGreedy).
+	DraftAlways bool
 }
 
 // Stage identifies the point of the forward pass a TraceEvent reports.
@@ -100,6 +107,10 @@ type Stats struct {
 	// Drafted counts the MTP drafts verified by speculative decoding, and
 	// Accepted those the model's greedy choice confirmed.
 	Drafted, Accepted int
+	// Checked counts the drafts only checked against the greedy choice
+	// while speculation paused (Options.DraftAlways), and CheckAccepted
+	// those the choice matched (or ForceAccept accepted).
+	Checked, CheckAccepted int
 }
 
 // Session is one sequence being processed by a model: its tokens, its KV

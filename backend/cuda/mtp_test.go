@@ -257,7 +257,10 @@ func TestSpecPassesFlashLayers(t *testing.T) {
 // here the identity, takes it: MTPHead and Head's rows downloaded and
 // Greedy on the host), bit for bit, in exact and fast mode; with drafts
 // committed whatever the model chose (ForceAccept) both ways of a pass run,
-// and a run cut short by emit leaves the logits of its last token.
+// and a run cut short by emit leaves the logits of its last token. With
+// no draft committed the policy pauses speculation: the passes that only
+// check their draft (EmbedAfterDraft, a one-row HeadVerify) run too, the
+// same ones both ways.
 func TestSpecPipelinedMatchesHost(t *testing.T) {
 	gpu(t)
 	c := quantTiny()
@@ -265,31 +268,36 @@ func TestSpecPipelinedMatchesHost(t *testing.T) {
 	toks := testTokens(120, c.Vocab)
 	for _, fast := range []bool{false, true} {
 		be := testBackend(t, w, Options{Fast: fast})
-		run := func(host bool, limit int) specResult {
-			o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true,
-				ForceAccept: func(pos int) bool { return pos%3 != 0 }}
-			if host {
-				o.DraftOverride = func(_ int, d int32) int32 { return d }
+		for _, accept := range []struct {
+			name   string
+			commit func(pos int) bool
+			check  bool // the policy pauses
+		}{{"2 in 3", func(pos int) bool { return pos%3 != 0 }, false}, {"none", func(int) bool { return false }, true}} {
+			run := func(host bool, limit int) specResult {
+				o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true, ForceAccept: accept.commit}
+				if host {
+					o.DraftOverride = func(_ int, d int32) int32 { return d }
+				}
+				return specDecode(t, be, o, toks[:70], 60, limit)
 			}
-			return specDecode(t, be, o, toks[:70], 60, limit)
-		}
-		for _, limit := range []int{60, 23} {
-			heads := be.GraphStats().SpecHeads
-			dev := run(false, limit)
-			if be.GraphStats().SpecHeads == heads {
-				t.Fatalf("fast %v: no pass with its choices on the device", fast)
-			}
-			host := run(true, limit)
-			t.Logf("fast %v, %d tokens: %d drafts, %d committed", fast, limit, dev.stats.Drafted, dev.stats.Accepted)
-			if !slices.Equal(dev.toks, host.toks) {
-				t.Fatalf("fast %v: tokens differ: device %v, host %v", fast, dev.toks[70:], host.toks[70:])
-			}
-			if dev.stats.Drafted != host.stats.Drafted || dev.stats.Accepted != host.stats.Accepted || dev.stats.Accepted == 0 {
-				t.Fatalf("fast %v: drafts %d/%d committed on the device, %d/%d on the host", fast,
-					dev.stats.Accepted, dev.stats.Drafted, host.stats.Accepted, host.stats.Drafted)
-			}
-			if k, ok := firstBitDiff(dev.logits, host.logits); !ok {
-				t.Fatalf("fast %v, %d tokens: final logits differ at %d", fast, limit, k)
+			for _, limit := range []int{60, 23} {
+				heads := be.GraphStats().SpecHeads
+				dev := run(false, limit)
+				if be.GraphStats().SpecHeads == heads {
+					t.Fatalf("fast %v: no pass with its choices on the device", fast)
+				}
+				host := run(true, limit)
+				t.Logf("fast %v, %d tokens, commits %s: %d drafts, %d committed; %d checked", fast, limit, accept.name, dev.stats.Drafted, dev.stats.Accepted, dev.stats.Checked)
+				if !slices.Equal(dev.toks, host.toks) {
+					t.Fatalf("fast %v: tokens differ: device %v, host %v", fast, dev.toks[70:], host.toks[70:])
+				}
+				paused, verified := dev.stats.Checked > 0, dev.stats.Accepted > 0
+				if dev.stats != host.stats || paused != accept.check || (!accept.check && !verified) {
+					t.Fatalf("fast %v, commits %s: stats %+v on the device, %+v on the host", fast, accept.name, dev.stats, host.stats)
+				}
+				if k, ok := firstBitDiff(dev.logits, host.logits); !ok {
+					t.Fatalf("fast %v, %d tokens: final logits differ at %d", fast, limit, k)
+				}
 			}
 		}
 		be.Close()

@@ -139,6 +139,20 @@ func (be *Backend) MTPHeadDraft(mbi, bi engine.Batch, row int) error {
 // being the latest MTPHeadDraft's choice on the device
 // (engine.SpecPipeliner).
 func (be *Backend) EmbedDraft(bi engine.Batch, pos int, tok int32) error {
+	return be.embedDraft(bi, pos, tok, 2)
+}
+
+// EmbedAfterDraft is Embed of the one-token chunk [tok] at pos after the
+// latest MTPHeadDraft, whose draft the next VerifyResult returns
+// (engine.SpecPipeliner): a pass that only checks the draft.
+func (be *Backend) EmbedAfterDraft(bi engine.Batch, pos int, tok int32) error {
+	return be.embedDraft(bi, pos, tok, 1)
+}
+
+// embedDraft is EmbedDraft (n = 2) and EmbedAfterDraft (n = 1): either
+// way the main stream waits for the draft's Argmax, whose word the
+// verification's result copy reads.
+func (be *Backend) embedDraft(bi engine.Batch, pos int, tok int32, n int) error {
 	b, err := be.batchOf(bi)
 	if err != nil {
 		return err
@@ -147,7 +161,7 @@ func (be *Backend) EmbedDraft(bi engine.Batch, pos int, tok int32) error {
 	if !q.draftReady {
 		return fmt.Errorf("cuda: draft embed: no MTP draft queued")
 	}
-	if b.cap < 2 {
+	if b.cap < n {
 		return fmt.Errorf("cuda: draft embed: a batch of %d tokens", b.cap)
 	}
 	if tok < 0 || int(tok) >= be.cfg.Vocab {
@@ -165,23 +179,26 @@ func (be *Backend) EmbedDraft(bi engine.Batch, pos int, tok int32) error {
 	if err := d.StreamWait(b.s, q.drafted); err != nil {
 		return err
 	}
-	if err := d.CopyAsync(b.tokens+4, q.res, 4, b.s); err != nil {
-		return err
+	if n == 2 {
+		if err := d.CopyAsync(b.tokens+4, q.res, 4, b.s); err != nil {
+			return err
+		}
 	}
 	q.draftReady = false
-	return be.embedFrom(b, pos, 2, nil, false)
+	return be.embedFrom(b, pos, n, nil, false)
 }
 
-// HeadVerify is Head for both rows of the two-token chunk, the logits kept
-// on the device and the greedy choice after each row queued for
-// VerifyResult (engine.SpecPipeliner).
+// HeadVerify is Head for every row of the chunk (two, or one after
+// EmbedAfterDraft), the logits kept on the device and the greedy choice
+// after each row queued for VerifyResult (engine.SpecPipeliner).
 func (be *Backend) HeadVerify(bi engine.Batch) error {
 	b, err := be.batchOf(bi)
 	if err != nil {
 		return err
 	}
-	if b.n != 2 {
-		return fmt.Errorf("cuda: verification head of a chunk of %d tokens (two only)", b.n)
+	n := b.n
+	if n != 1 && n != 2 {
+		return fmt.Errorf("cuda: verification head of a chunk of %d tokens (one or two)", n)
 	}
 	q := &b.sq
 	if !q.ready() {
@@ -192,10 +209,10 @@ func (be *Backend) HeadVerify(bi engine.Batch) error {
 	if err := be.headIn(b, &be.head); err != nil {
 		return err
 	}
-	if err := be.linear(b, b.headIn, D, 2, linJob{be.out, q.logits, V}); err != nil {
+	if err := be.linear(b, b.headIn, D, n, linJob{be.out, q.logits, V}); err != nil {
 		return err
 	}
-	for r := 0; r < 2; r++ {
+	for r := 0; r < n; r++ {
 		if err := d.Argmax(b.s, q.logits+Ptr(4*int64(r*V)), V, q.work, q.res+Ptr(4*(r+1))); err != nil {
 			return err
 		}
@@ -216,7 +233,8 @@ func (be *Backend) HeadVerify(bi engine.Batch) error {
 }
 
 // VerifyResult waits for the latest HeadVerify and returns its chunk's
-// draft and the greedy choices after its two rows (engine.SpecPipeliner).
+// draft and the greedy choices after its rows (after a one-token chunk,
+// after1 is the word a pass before left) (engine.SpecPipeliner).
 func (be *Backend) VerifyResult(bi engine.Batch) (draft, after0, after1 int32, err error) {
 	b, err := be.batchOf(bi)
 	if err != nil {

@@ -63,6 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	limit := fs.Duration("time-limit", 0, "stop this long after the start (loading included), keeping the frontiers completed (0: none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run (after loading) to this file")
 	mtp := fs.String("mtp", "", "speculative greedy decoding with an MTP block: a separate MTP `FILE`, or \"model\" for the model file's own block")
+	draftAlways := fs.Bool("draft-always", false, "with --mtp: verify every draft, never pausing speculation while the drafts' acceptance is too low to pay (engine.Options.DraftAlways: the cost of a pass that commits nothing, at --accept 0)")
 	accept := fs.String("accept", "", "with --mtp: time speculative decoding with the drafts committed at these `RATES` (comma-separated, 0-1; one run each) whatever the model's choice, against a plain greedy run: the speed a trained MTP block of that acceptance gives (random weights' drafts are never right; the tokens are then not greedy decoding's)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -209,7 +210,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	status := 0
 	var rows []bench.Row
 	for i, rate := range runs {
-		so := engine.Options{ChunkSize: *chunk, MaxContext: *ctxLen, Draft: *mtp != ""}
+		so := engine.Options{ChunkSize: *chunk, MaxContext: *ctxLen, Draft: *mtp != "", DraftAlways: *draftAlways}
 		if rate >= 0 {
 			so.RewindSlack = *gen + 8 // the oracle's rewinds stay in place
 		}
@@ -233,8 +234,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 				logf("frontier %d: prefill %d tokens in %.2f s (%.1f tok/s), gen %d in %.2f s (%.2f tok/s), kv %.1f MiB",
 					r.Frontier, r.PrefillTokens, r.PrefillS, r.PrefillTPS, r.GenTokens, r.GenS, r.GenTPS, float64(r.KVBytes)/(1<<20))
 				if acc != nil {
-					logf("frontier %d: speculative %.2f tok/s (%d drafts, %d committed: %.0f %%) against plain greedy %.2f tok/s (×%.3f)",
-						r.Frontier, r.GenTPS, r.Drafted, r.Accepted, 100*float64(r.Accepted)/float64(max(r.Drafted, 1)), r.PlainGenTPS, r.GenTPS/r.PlainGenTPS)
+					logf("frontier %d: speculative %.2f tok/s (%d drafts, %d committed: %.0f %%; %d only checked) against plain greedy %.2f tok/s (×%.3f)",
+						r.Frontier, r.GenTPS, r.Drafted, r.Accepted, 100*float64(r.Accepted)/float64(max(r.Drafted, 1)), r.Checked, r.PlainGenTPS, r.GenTPS/r.PlainGenTPS)
 				}
 			}})
 		st = s.Stats()
