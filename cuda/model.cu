@@ -4275,24 +4275,27 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
     }
     const size_t tsmem = ixt_smem(IH, IHD);
     const bool al16 = (((uintptr_t)d_q | (uintptr_t)d_rows) & 15) == 0;
-    if (n == 1 && (flags & DS4C_FAST) && IH == IF_IH && IHD == IF_HD && al16 && ds4c_opt_ix_tile() == 2) {
+    // fewer than 8 queries (a decode step, a speculative pass): the tiled
+    // kernels, a CTA row (blockIdx.y) a token, each token's scores those of
+    // its one-token launch
+    if (n < 8 && (flags & DS4C_FAST) && IH == IF_IH && IHD == IF_HD && al16 && ds4c_opt_ix_tile() == 2) {
         static bool cset = false;
         if (!cset) {
             DS4C_CHECK(cudaFuncSetAttribute(k_index_tile_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IXC_SMEM));
             cset = true;
         }
-        ds4c_launch(k_index_tile_tc, dim3(nblk(maxR, IXT_ROWS), 1), IXT_WARPS * 32, IXC_SMEM, as_stream(stream), d_q,
+        ds4c_launch(k_index_tile_tc, dim3(nblk(maxR, IXT_ROWS), (unsigned)n), IXT_WARPS * 32, IXC_SMEM, as_stream(stream), d_q,
                     d_w, d_rows, pos0, ratio, d_scores, sc_stride);
         DS4C_CHECK_LAUNCH("index_scores (tensor cores)");
         return 0;
     }
-    if (n == 1 && IH % IXT_HPW == 0 && tsmem <= 200 * 1024 && ds4c_opt_ix_tile()) {
+    if (n < 8 && IH % IXT_HPW == 0 && tsmem <= 200 * 1024 && ds4c_opt_ix_tile()) {
         static size_t tset = 0;
         if (tsmem > 48 * 1024 && tsmem > tset) {
             DS4C_CHECK(cudaFuncSetAttribute(k_index_tile, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsmem));
             tset = tsmem;
         }
-        ds4c_launch(k_index_tile, dim3(nblk(maxR, IXT_ROWS), 1), IXT_WARPS * 32, tsmem, as_stream(stream), d_q, d_w,
+        ds4c_launch(k_index_tile, dim3(nblk(maxR, IXT_ROWS), (unsigned)n), IXT_WARPS * 32, tsmem, as_stream(stream), d_q, d_w,
                     d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
         DS4C_CHECK_LAUNCH("index_scores");
         return 0;

@@ -1260,7 +1260,9 @@ func bestFirst(scores []float32) []int32 {
 // order) bit for bit: the tiled single-query kernel, the general one and the
 // chunk kernel; and the fast forms (dots on the tensor cores: the chunk
 // kernel's, the single query's) within 2^-18 of Σ_h |w_h|·Σ_i |q_hi·k_i|
-// (FP4 inputs; gaussian ones through f16 or TF32 operands: 2^-9).
+// (FP4 inputs; gaussian ones through f16 or TF32 operands: 2^-9). The
+// tiled kernels take a few queries too (a speculative pass's two), each
+// token's scores those of its one-query launch bit for bit.
 func TestIndexScores(t *testing.T) {
 	d := gpu(t)
 	const IH, IHD, ratio = 64, 128, 4
@@ -1278,7 +1280,9 @@ func TestIndexScores(t *testing.T) {
 		{1000, 71, 1, true, 0, true},
 		// one query, fast: the tensor cores (ix_tile 2; TF32 operands, so
 		// gaussian values take the f16 bound, FP4 ones are exact)
-		{8200, 1, 2, true, 1, true}, {8200, 1, 2, true, 1, false}, {101, 1, 2, true, 1, true}, {3, 1, 2, true, 1, true}} {
+		{8200, 1, 2, true, 1, true}, {8200, 1, 2, true, 1, false}, {101, 1, 2, true, 1, true}, {3, 1, 2, true, 1, true},
+		// two queries (their rows differ by one at 103: R 25, 26)
+		{8200, 2, 2, true, 1, true}, {103, 2, 2, true, 1, false}, {103, 2, 1, false, 1, false}} {
 		must(t, d.SetOption(OptIXTile, c.tile))
 		must(t, d.SetOption(OptIXFlash, c.flash))
 		maxR := (c.pos0 + c.n) / ratio
@@ -1336,6 +1340,17 @@ func TestIndexScores(t *testing.T) {
 		}
 		if c.fast {
 			t.Logf("pos0 %d, %d tokens, fast, ix_tile %d, ix_flash %d, fp4 %v: largest error %.3g of the magnitude (bound %.3g)", c.pos0, c.n, c.tile, c.flash, c.fp4, worst, bound)
+		}
+		if c.n > 1 && c.n < 8 { // each token's scores: its one-query launch's
+			for tok := 0; tok < c.n; tok++ {
+				R := (c.pos0 + tok + 1) / ratio
+				one := tempAlloc(t, d, int64(4*R))
+				must(t, d.IndexScores(0, qp+Ptr(4*tok*IH*IHD), wp+Ptr(4*tok*IH), rp, IH, IHD, c.pos0+tok, ratio, 1, one, int64(R), c.fast))
+				if i, ok := firstBitDiff(got[tok*maxR:tok*maxR+R], download(t, d, one, R)); !ok {
+					t.Fatalf("pos0 %d, %d tokens, tile %d, fast %v: token %d row %d differs from its one-query launch", c.pos0, c.n, c.tile, c.fast, tok, i)
+				}
+				d.Free(one)
+			}
 		}
 		for _, p := range []Ptr{scores, qp, wp, rp} {
 			d.Free(p)
