@@ -218,7 +218,9 @@ type Drafter interface {
 //
 // A pass that only checks its draft (speculation paused: Options.
 // DraftAlways) embeds the one-token chunk [tok] with EmbedAfterDraft
-// instead; its HeadVerify takes that one row.
+// instead; its HeadVerify takes that one row. A paused run's steps between
+// such passes draft nothing: Embed(b, pos, [tok]); the layers; StageMTP;
+// HeadVerify(b); VerifyResult(b) (its draft meaningless).
 type SpecPipeliner interface {
 	// MTPEmbedDraft is MTPEmbed of an MTP chunk that MTPHeadDraft ends
 	// (the backend may queue the chunk's work as one unit).
@@ -236,8 +238,9 @@ type SpecPipeliner interface {
 	// against the greedy choice after tok.
 	EmbedAfterDraft(b Batch, pos int, tok int32) error
 	// HeadVerify is Head for every row of b's chunk (two after EmbedDraft,
-	// one after EmbedAfterDraft), the logits kept on the device, with the
-	// greedy choice after each row queued for VerifyResult.
+	// one after EmbedAfterDraft or a one-token Embed), the logits kept on
+	// the device, with the greedy choice after each row queued for
+	// VerifyResult.
 	HeadVerify(b Batch) error
 	// VerifyResult waits for the latest HeadVerify on b and returns its
 	// chunk's draft and the greedy choices after its rows (after1 is

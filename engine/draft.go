@@ -53,6 +53,11 @@ type draftPolicy struct {
 	rate   float64
 	paused bool
 	seen   bool // rate holds an observation
+	// plain counts the one-token steps since the last checking pass while
+	// paused: only every draftCheckEvery-th token drafts and checks (the
+	// MTP block then runs over the rows staged since, in one chunk), the
+	// others are plain steps that only stage their row.
+	plain int
 }
 
 const (
@@ -60,6 +65,7 @@ const (
 	draftRateStart   = 0.5
 	draftPauseBelow  = 0.25
 	draftResumeAbove = 0.35
+	draftCheckEvery  = 4
 )
 
 // observe adds one pass's outcome (its draft matched the greedy choice, or
@@ -85,6 +91,19 @@ func (p *draftPolicy) observe(hit bool) {
 // (the policy paused speculation, and Options.DraftAlways is off).
 func (s *Session) checking() bool {
 	return !s.opts.DraftAlways && s.mtp.policy.paused
+}
+
+// plainStep reports whether the session's next token, speculation paused,
+// is a plain step that drafts nothing (all but every draftCheckEvery-th),
+// and counts it.
+func (s *Session) plainStep() bool {
+	p := &s.mtp.policy
+	if !s.checking() || p.plain+1 >= draftCheckEvery {
+		p.plain = 0
+		return false
+	}
+	p.plain++
+	return true
 }
 
 // observeDraft counts a pass's draft d of the token at pos against c, the
@@ -265,6 +284,13 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 			n++
 			continue
 		}
+		if s.plainStep() { // paused: a step that stages its row, no draft
+			if err := s.Decode(ctx, tok); err != nil {
+				return n, err
+			}
+			n++
+			continue
+		}
 		d, err := s.draft(ctx, tok)
 		if err != nil {
 			s.logitsOK = false
@@ -368,6 +394,15 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 		}
 		pending = -1
 		s.logitsOK = false
+		if s.plainStep() { // paused: a step that stages its row, no draft
+			c0, err := s.stepPass(ctx, sp, tok)
+			if err != nil {
+				return n, err
+			}
+			n++
+			tok, pending = c0, 0
+			continue
+		}
 		check := s.checking()
 		d, c0, c1, err := s.specPass(ctx, sp, tok, check)
 		if err != nil {
@@ -400,6 +435,43 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 		tok = c0
 	}
 	return n, nil
+}
+
+// stepPass queues a one-token step on the device for tok, the greedy choice
+// at the session's position P, that stages its row for the MTP block and
+// drafts nothing, and returns the greedy choice after tok (HeadVerify and
+// VerifyResult of the plain chunk). The session then holds tok.
+func (s *Session) stepPass(ctx context.Context, sp SpecPipeliner, tok int32) (int32, error) {
+	if err := s.checkTokens([]int32{tok}); err != nil {
+		return 0, err
+	}
+	P := len(s.tokens)
+	s.runEnd = P + 1
+	if err := s.ensureContinuable(ctx); err != nil {
+		return 0, err
+	}
+	s.ret.written(P, 1)
+	if err := s.be.Embed(s.b, P, []int32{tok}); err != nil {
+		return 0, s.opError(P, "embed", -1, err)
+	}
+	if err := s.blocks(ctx, P, func(Stage, int) {}); err != nil {
+		return 0, err
+	}
+	if err := s.stageMTP(P, 1); err != nil {
+		return 0, err
+	}
+	if err := sp.HeadVerify(s.b); err != nil {
+		return 0, s.opError(P, "head", -1, err)
+	}
+	_, c0, _, err := sp.VerifyResult(s.b)
+	if err != nil {
+		return 0, s.opError(P, "head", -1, err)
+	}
+	if c0 < 0 || int(c0) >= s.cfg.Vocab {
+		return 0, fmt.Errorf("engine: %s backend: greedy choice %d at position %d: %w", s.be.Name(), c0, P, ErrBadToken)
+	}
+	s.tokens = append(s.tokens, tok)
+	return c0, nil
 }
 
 // specPass queues one pass on the device for tok, the greedy choice at the

@@ -127,6 +127,12 @@ func (h *hostSpec) EmbedDraft(b engine.Batch, pos int, tok int32) error {
 	return h.Embed(b, pos, []int32{tok, h.draft})
 }
 
+// Embed is the backend's, noting the chunk's tokens for HeadVerify.
+func (h *hostSpec) Embed(b engine.Batch, pos int, tokens []int32) error {
+	h.n = len(tokens)
+	return h.Backend.Embed(b, pos, tokens)
+}
+
 func (h *hostSpec) EmbedAfterDraft(b engine.Batch, pos int, tok int32) error {
 	if h.override != nil {
 		h.draft = h.override(pos+1, h.draft)
