@@ -290,7 +290,7 @@ const (
 	OptMVStages    = 16 // stages of the pipelined products (2..8, default 3; env DS4_CUDA_MV_STAGES)
 	OptMVPipeMin   = 17 // MiB of weights from which a single-token product is pipelined (default DefaultMVPipeMin; 0: every one that can be; env DS4_CUDA_MV_PIPE_MIN)
 	OptMVTiming    = 18 // timing experiments only, wrong results: pipelined products skip their arithmetic (1) or ordered sums (2)
-	OptIXTile      = 19 // 1: single-query indexer scores with a row per lane and 8 heads per warp; 2 (default): the same, and in fast mode (64 heads of 128) the dots on the tensor cores (TF32, float sums); 0: a (row, head) dot per thread
+	OptIXTile      = 19 // 1: indexer scores of fewer than 8 queries (a CTA row a query) with a row per lane and 8 heads per warp; 2 (default): the same, and in fast mode (64 heads of 128) the dots on the tensor cores (TF32, float sums); 0: a (row, head) dot per thread
 	OptTopKWarp    = 20 // 1: radix top-k with warp scans and a register bitonic sort, 512 threads when k ≤ 512 (default); 2: the same with 1024; 0: block-wide scans and sort
 	OptRouterWarp  = 21 // 1: the router picks its experts by rounds of a warp maximum (default); 0: by ranking each expert against all
 	OptAttnECache  = 22 // 1: single-token attention keeps its exponentials in shared memory for the output pass (default); 0: computes them again
