@@ -189,8 +189,9 @@ func (be *Backend) embedDraft(bi engine.Batch, pos int, tok int32, n int) error 
 }
 
 // HeadVerify is Head for every row of the chunk (two, or one after
-// EmbedAfterDraft), the logits kept on the device and the greedy choice
-// after each row queued for VerifyResult (engine.SpecPipeliner).
+// EmbedAfterDraft or a one-token Embed), the logits kept on the device and
+// the greedy choice after each row queued for VerifyResult
+// (engine.SpecPipeliner).
 func (be *Backend) HeadVerify(bi engine.Batch) error {
 	b, err := be.batchOf(bi)
 	if err != nil {
