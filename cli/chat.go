@@ -86,6 +86,10 @@ type TurnStats struct {
 	SessionTokens int
 	Text          string
 	Reasoning     string
+	// Drafts counts the turn's speculative drafts (--mtp-draft 2 with
+	// greedy answers): verified, committed, and only checked while the
+	// session paused speculation (engine.Stats).
+	Drafts engine.Stats
 }
 
 func rate(n int, d time.Duration) float64 {
@@ -96,9 +100,22 @@ func rate(n int, d time.Duration) float64 {
 }
 
 func (st TurnStats) print(w io.Writer) {
-	fmt.Fprintf(w, "ds4: prefill %d tokens, %.2f s, %.1f t/s; generation %d tokens, %.2f s, %.1f t/s; stop: %s; context %d tokens\n",
+	fmt.Fprintf(w, "ds4: prefill %d tokens, %.2f s, %.1f t/s; generation %d tokens, %.2f s, %.1f t/s; stop: %s; context %d tokens%s\n",
 		st.Prefilled, st.PrefillTime.Seconds(), rate(st.Prefilled, st.PrefillTime),
-		st.Generated, st.GenTime.Seconds(), rate(st.Generated, st.GenTime), st.Stop, st.SessionTokens)
+		st.Generated, st.GenTime.Seconds(), rate(st.Generated, st.GenTime), st.Stop, st.SessionTokens, draftLine(st.Drafts))
+}
+
+// draftLine is the turn line's account of speculative drafts: empty when
+// the turn drafted nothing.
+func draftLine(d engine.Stats) string {
+	if d.Drafted+d.Checked == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("; drafts %d, %d committed (%.0f %%)", d.Drafted, d.Accepted, 100*float64(d.Accepted)/float64(max(d.Drafted, 1)))
+	if d.Checked > 0 {
+		s += fmt.Sprintf(", %d only checked (%d right)", d.Checked, d.CheckAccepted)
+	}
+	return s
 }
 
 func newChat(m *loader.Model, o *Options, out, errw io.Writer, color bool) (*Chat, error) {
@@ -256,7 +273,11 @@ func (c *Chat) Turn(ctx context.Context, text string) (TurnStats, error) {
 	limit := min(c.opts.MaxTokens, st.Generated+c.ctxSize-c.sess.Pos())
 	var n int
 	if c.sampler.Options().Temperature <= 0 {
+		d0 := c.sess.Stats()
 		n, err = c.sess.DecodeGreedy(ctx, max(0, limit-st.Generated), take)
+		d1 := c.sess.Stats()
+		st.Drafts = engine.Stats{Drafted: d1.Drafted - d0.Drafted, Accepted: d1.Accepted - d0.Accepted,
+			Checked: d1.Checked - d0.Checked, CheckAccepted: d1.CheckAccepted - d0.CheckAccepted}
 	} else {
 		o := c.sampler.Options()
 		n, err = c.sess.DecodePicked(ctx, max(0, limit-st.Generated), engine.FilterFor(o), func(l *engine.Logits) (int32, bool) {

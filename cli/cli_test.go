@@ -534,6 +534,13 @@ func TestMTPSpeculative(t *testing.T) {
 	if st := spec.chat.sess.Stats(); st.Drafted == 0 {
 		t.Errorf("nothing drafted: %+v", st)
 	}
+	// the turn line counts the turn's drafts
+	if d := spec.turns[0].st.Drafts; d.Drafted == 0 || !strings.Contains(spec.stderr.String(), fmt.Sprintf("; drafts %d, %d committed", d.Drafted, d.Accepted)) {
+		t.Errorf("turn drafts %+v, stderr %q", d, spec.stderr.String())
+	}
+	if strings.Contains(plain.stderr.String(), "; drafts ") {
+		t.Errorf("a plain turn's line mentions drafts: %q", plain.stderr.String())
+	}
 	bad, rc := run(t, "", append(args, "--mtp-draft", "2")...)
 	if rc == 0 || !strings.Contains(bad.stderr.String(), "needs an MTP block") {
 		t.Errorf("--mtp-draft 2 without an MTP block: rc %d, %s", rc, bad.stderr.String())

@@ -58,6 +58,14 @@ type GreedySession interface {
 	DecodeGreedy(ctx context.Context, max int, emit func(tok int32) bool) (int, error)
 }
 
+// DraftSession is a Session that may decode greedy requests speculatively
+// (engine.Options.Draft) and counts its drafts (engine.Session.Stats): the
+// server logs each generation's.
+type DraftSession interface {
+	Session
+	DraftStats() engine.Stats
+}
+
 // PickSession is a Session that decodes tokens chosen by a callback
 // (engine.Session.DecodePicked): pick gets each step's logits (valid during
 // the call; with a filter, possibly min-p's candidates only) and returns

@@ -571,6 +571,12 @@ func (sc *scheduler) decode(ctx context.Context, j *job, res *genResult, promptL
 		sc.resetSession()
 	}
 
+	// the generation's speculative drafts, logged at its end
+	ds, drafting := sess.(DraftSession)
+	var d0 engine.Stats
+	if drafting {
+		d0 = ds.DraftStats()
+	}
 	t0 := time.Now()
 	// A session that decodes by itself (GreedySession, PickSession) is
 	// given what the loop below does token by token: gate says whether to
@@ -711,8 +717,15 @@ func (sc *scheduler) decode(ctx context.Context, j *job, res *genResult, promptL
 	}
 	res.finish = finish
 	s.metrics.finish.WithLabelValues(finish).Inc()
-	s.log.Info("generation done", "api", r.api.String(), "prompt", res.prompt, "cached", res.cached,
+	logArgs := []any{"api", r.api.String(), "prompt", res.prompt, "cached", res.cached,
 		"source", res.cacheSource, "completion", res.completion, "finish", finish,
-		"prefill_s", res.prefill.Seconds(), "decode_s", res.decode.Seconds(), "calls", len(res.calls))
+		"prefill_s", res.prefill.Seconds(), "decode_s", res.decode.Seconds(), "calls", len(res.calls)}
+	if drafting {
+		if d1 := ds.DraftStats(); d1.Drafted+d1.Checked > d0.Drafted+d0.Checked {
+			logArgs = append(logArgs, "drafts", d1.Drafted-d0.Drafted, "drafts_committed", d1.Accepted-d0.Accepted,
+				"drafts_checked", d1.Checked-d0.Checked)
+		}
+	}
+	s.log.Info("generation done", logArgs...)
 	q.push(event{kind: evDone, res: res})
 }

@@ -81,6 +81,9 @@ type session struct {
 
 func (x *session) Tokens() []int32 { return x.toks }
 
+// DraftStats implements server.DraftSession: the session's draft counts.
+func (x *session) DraftStats() engine.Stats { return x.s.Stats() }
+
 func (x *session) sync() { x.toks = x.s.Tokens() }
 
 func (x *session) Rewind(ctx context.Context, n int) error {

@@ -1,6 +1,7 @@
 package engineadapter
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,14 +104,18 @@ type call struct{ path, body string }
 // serveCalls runs calls in turn on a fresh server over e (with a disk KV
 // cache in dir, checkpoints every 48 tokens, when dir is set) and returns
 // the replies, less their ids and times.
-func serveCalls(t *testing.T, e server.Engine, calls []call, dir string) []map[string]any {
+func serveCalls(t *testing.T, e server.Engine, calls []call, dir string, logw ...io.Writer) []map[string]any {
 	t.Helper()
+	lw := io.Discard
+	if len(logw) > 0 {
+		lw = logw[0]
+	}
 	kv := server.KVCacheConfig{}
 	if dir != "" {
 		kv = server.DefaultKVCacheConfig()
 		kv.Dir, kv.MinTokens, kv.ContinuedIntervalTokens, kv.BoundaryAlignTokens, kv.BoundaryTrimTokens = dir, 32, 48, 0, 0
 	}
-	srv, err := server.New(server.Config{Engine: e, KVCache: kv, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv, err := server.New(server.Config{Engine: e, KVCache: kv, Logger: slog.New(slog.NewTextHandler(lw, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +147,9 @@ func serveCalls(t *testing.T, e server.Engine, calls []call, dir string) []map[s
 // TestSpeculativeRequests: with speculative decoding (engine.Options.Draft,
 // ds4-server --mtp-draft 2) greedy requests — to the length limit, to a
 // stop sequence, raw completions, a continued conversation — get the
-// replies of plain greedy decoding, and drafts were verified on the way.
+// replies of plain greedy decoding, and drafts were verified on the way;
+// each generation's log line counts its drafts (adding up to the
+// sessions' counts), a plain server's none.
 func TestSpeculativeRequests(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "m.gguf")
 	if err := synth.WriteFile(context.Background(), path, synth.Options{Config: synth.DemoConfig(), Seed: 1, MTP: synth.MTPInclude}); err != nil {
@@ -169,7 +178,8 @@ func TestSpeculativeRequests(t *testing.T) {
 		chat(`,"temperature":0,"max_tokens":12`),
 	}
 	var sessions []*session
-	want, got := serveCalls(t, plain, calls, ""), serveCalls(t, recording{spec, &sessions}, calls, "")
+	var plainLog, specLog bytes.Buffer
+	want, got := serveCalls(t, plain, calls, "", &plainLog), serveCalls(t, recording{spec, &sessions}, calls, "", &specLog)
 	for i := range calls {
 		if !reflect.DeepEqual(got[i], want[i]) {
 			t.Errorf("request %d (%s):\n speculative: %v\n plain:       %v", i, calls[i].body, got[i], want[i])
@@ -181,6 +191,14 @@ func TestSpeculativeRequests(t *testing.T) {
 	}
 	if len(sessions) == 0 || drafted == 0 {
 		t.Errorf("%d sessions, %d drafts verified", len(sessions), drafted)
+	}
+	logged := 0
+	for _, m := range regexp.MustCompile(`msg="generation done".* drafts=(\d+) `).FindAllStringSubmatch(specLog.String(), -1) {
+		n, _ := strconv.Atoi(m[1])
+		logged += n
+	}
+	if logged != drafted || strings.Contains(plainLog.String(), "drafts=") {
+		t.Errorf("logged drafts %d, verified %d; plain log with drafts: %v", logged, drafted, strings.Contains(plainLog.String(), "drafts="))
 	}
 }
 
