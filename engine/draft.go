@@ -446,32 +446,56 @@ func (s *Session) stepPass(ctx context.Context, sp SpecPipeliner, tok int32) (in
 		return 0, err
 	}
 	P := len(s.tokens)
-	s.runEnd = P + 1
-	if err := s.ensureContinuable(ctx); err != nil {
-		return 0, err
+	embed := func(b Batch, pos int) error { return s.be.Embed(b, pos, []int32{tok}) }
+	_, c0, _, err := s.verifyChunk(ctx, sp, 1, embed)
+	if err == nil {
+		err = s.validChoices(P, c0)
 	}
-	s.ret.written(P, 1)
-	if err := s.be.Embed(s.b, P, []int32{tok}); err != nil {
-		return 0, s.opError(P, "embed", -1, err)
-	}
-	if err := s.blocks(ctx, P, func(Stage, int) {}); err != nil {
-		return 0, err
-	}
-	if err := s.stageMTP(P, 1); err != nil {
-		return 0, err
-	}
-	if err := sp.HeadVerify(s.b); err != nil {
-		return 0, s.opError(P, "head", -1, err)
-	}
-	_, c0, _, err := sp.VerifyResult(s.b)
 	if err != nil {
-		return 0, s.opError(P, "head", -1, err)
-	}
-	if c0 < 0 || int(c0) >= s.cfg.Vocab {
-		return 0, fmt.Errorf("engine: %s backend: greedy choice %d at position %d: %w", s.be.Name(), c0, P, ErrBadToken)
+		return 0, err
 	}
 	s.tokens = append(s.tokens, tok)
 	return c0, nil
+}
+
+// verifyChunk queues the chunk of n tokens at the session's position P that
+// embed puts on the batch, its layers, the staging of its rows for the MTP
+// block and HeadVerify, and returns VerifyResult's draft and greedy
+// choices (unchecked: validChoices).
+func (s *Session) verifyChunk(ctx context.Context, sp SpecPipeliner, n int, embed func(Batch, int) error) (d, c0, c1 int32, err error) {
+	P := len(s.tokens)
+	s.runEnd = P + n
+	if err := s.ensureContinuable(ctx); err != nil {
+		return 0, 0, 0, err
+	}
+	s.ret.written(P, n)
+	if err := embed(s.b, P); err != nil {
+		return 0, 0, 0, s.opError(P, "embed", -1, err)
+	}
+	if err := s.blocks(ctx, P, func(Stage, int) {}); err != nil {
+		return 0, 0, 0, err
+	}
+	if err := s.stageMTP(P, n); err != nil {
+		return 0, 0, 0, err
+	}
+	if err := sp.HeadVerify(s.b); err != nil {
+		return 0, 0, 0, s.opError(P, "head", -1, err)
+	}
+	if d, c0, c1, err = sp.VerifyResult(s.b); err != nil {
+		return 0, 0, 0, s.opError(P, "head", -1, err)
+	}
+	return d, c0, c1, nil
+}
+
+// validChoices reports a device's choice (a draft, a greedy token) of the
+// pass at pos that is not a token of the vocabulary.
+func (s *Session) validChoices(pos int, cs ...int32) error {
+	for _, c := range cs {
+		if c < 0 || int(c) >= s.cfg.Vocab {
+			return fmt.Errorf("engine: %s backend: greedy choice %d at position %d: %w", s.be.Name(), c, pos, ErrBadToken)
+		}
+	}
+	return nil
 }
 
 // specPass queues one pass on the device for tok, the greedy choice at the
@@ -501,35 +525,17 @@ func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32, che
 		return 0, 0, 0, s.opError(mpos+len(toks)-1, "MTP head", -1, err)
 	}
 	// the verification (check: the one-token step)
-	P, n := len(s.tokens), 2
-	embed := sp.EmbedDraft
+	n, embed := 2, sp.EmbedDraft
 	if check {
 		n, embed = 1, sp.EmbedAfterDraft
 	}
-	s.runEnd = P + n
-	if err := s.ensureContinuable(ctx); err != nil {
+	P := len(s.tokens)
+	at := func(b Batch, pos int) error { return embed(b, pos, tok) }
+	if d, c0, c1, err = s.verifyChunk(ctx, sp, n, at); err != nil {
 		return 0, 0, 0, err
 	}
-	s.ret.written(P, n)
-	if err := embed(s.b, P, tok); err != nil {
-		return 0, 0, 0, s.opError(P, "embed", -1, err)
-	}
-	if err := s.blocks(ctx, P, func(Stage, int) {}); err != nil {
+	if err := s.validChoices(P, []int32{d, c0, c1}[:n+1]...); err != nil {
 		return 0, 0, 0, err
-	}
-	if err := s.stageMTP(P, n); err != nil {
-		return 0, 0, 0, err
-	}
-	if err := sp.HeadVerify(s.b); err != nil {
-		return 0, 0, 0, s.opError(P, "head", -1, err)
-	}
-	if d, c0, c1, err = sp.VerifyResult(s.b); err != nil {
-		return 0, 0, 0, s.opError(P, "head", -1, err)
-	}
-	for _, c := range []int32{d, c0, c1}[:n+1] {
-		if c < 0 || int(c) >= s.cfg.Vocab {
-			return 0, 0, 0, fmt.Errorf("engine: %s backend: greedy choice %d at position %d: %w", s.be.Name(), c, P, ErrBadToken)
-		}
 	}
 	if check {
 		s.tokens = append(s.tokens, tok)
