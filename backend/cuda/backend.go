@@ -87,6 +87,13 @@ type Backend struct {
 	// layer (selections per expert and the product tiles they make), a
 	// diagnostic that synchronises the stream.
 	moeStats bool
+	// sameRoute (env DS4_CUDA_BENCH_SAME_ROUTE=1; a measurement, never on
+	// by default: it changes the model's output): a two-token chunk's second
+	// token takes the first token's routed experts and weights, the case
+	// where real routing repeats all six experts between adjacent tokens —
+	// what the routed products' bytes cost a speculative pass's
+	// verification beside random routing's twelve experts (cuda/NOTES.md v48).
+	sameRoute bool
 	// halfChain (fast chunks; off with DS4_CUDA_HALF_CHAIN=0, for
 	// comparison): wo_a's cuBLAS product writes f16 (MatMulHalfH) for wo_b,
 	// and the shared expert's SwiGLU writes its down product's f16 rows,
@@ -276,8 +283,9 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		return nil, err
 	}
 	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt, hcEarly: os.Getenv("DS4_CUDA_HC_EARLY") != "0",
-		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0",
-		pairs: os.Getenv("DS4_CUDA_PAIRS") != "0", ixSideMax: 8,
+		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", sameRoute: os.Getenv("DS4_CUDA_BENCH_SAME_ROUTE") == "1",
+		halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0",
+		pairs:     os.Getenv("DS4_CUDA_PAIRS") != "0", ixSideMax: 8,
 		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ropeTable: os.Getenv("DS4_CUDA_ROPE_TABLE") != "0",
 		ringNorm:  os.Getenv("DS4_CUDA_RING_NORM") != "0",
 		ixPar:     os.Getenv("DS4_CUDA_IX_PAR") != "0",

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"log/slog"
 	"unsafe"
 
 	"ds4go/engine"
@@ -121,6 +122,9 @@ func (s *scratch) get(name string, bytes int64) (Ptr, error) {
 	if err != nil {
 		delete(s.bufs, name)
 		return 0, err
+	}
+	if s.d.l.slow > 0 { // (DS4_CUDA_SLOW_CALL_US: which buffers a first chunk grows)
+		slog.Info("cuda: scratch grows", "name", name, "bytes", n, "had", b.n)
 	}
 	s.bufs[name] = scratchBuf{p, n}
 	return p, nil

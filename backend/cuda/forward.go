@@ -1211,6 +1211,14 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if err != nil {
 		return err
 	}
+	if be.sameRoute && n == 2 { // (a measurement: token 1 routed as token 0)
+		if err := d.CopyAsync(sel+Ptr(4*K), sel, f4(K), s); err != nil {
+			return err
+		}
+		if err := d.CopyAsync(wts+Ptr(4*K), wts, f4(K), s); err != nil {
+			return err
+		}
+	}
 	if be.moeStats && n >= 8 {
 		if err := be.logRouting(b, layer, sel, nk); err != nil {
 			return err

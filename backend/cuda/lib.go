@@ -3,11 +3,14 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -26,6 +29,12 @@ var ErrNotFound = errors.New("cuda: " + LibName + " not found")
 // lib holds the C entry points of libds4cuda.so.
 type lib struct {
 	path string
+	// slow (env DS4_CUDA_SLOW_CALL_US, a diagnostic): calls into the
+	// library that take longer than this on the host are logged with their
+	// op and duration — where a fresh process's first prompt spends its
+	// one-time costs (kernel modules loaded at their first launch,
+	// allocations, cuBLAS's start) and where the host waits for the GPU.
+	slow time.Duration
 
 	abiVersion func() int32
 	lastError  func() string
@@ -206,6 +215,13 @@ func load() (*lib, error) {
 		return nil, fmt.Errorf("cuda: loading %s: %v", path, err)
 	}
 	l := &lib{path: path}
+	if v := os.Getenv("DS4_CUDA_SLOW_CALL_US"); v != "" {
+		us, err := strconv.Atoi(v)
+		if err != nil || us <= 0 {
+			return nil, fmt.Errorf("cuda: DS4_CUDA_SLOW_CALL_US=%q: want a positive number of microseconds", v)
+		}
+		l.slow = time.Duration(us) * time.Microsecond
+	}
 	syms := []struct {
 		fn   any
 		name string
@@ -349,7 +365,16 @@ func (e *Error) Error() string { return fmt.Sprintf("cuda: %s: %s (code %d)", e.
 // message belongs to this call, and converts a non-zero status to *Error.
 func (l *lib) call(op string, f func() int32) error {
 	runtime.LockOSThread()
+	var t0 time.Time
+	if l.slow > 0 {
+		t0 = time.Now()
+	}
 	rc := f()
+	if l.slow > 0 {
+		if d := time.Since(t0); d > l.slow {
+			slog.Info("cuda: slow call", "op", op, "us", d.Microseconds())
+		}
+	}
 	var msg string
 	if rc != 0 {
 		msg = l.lastError()

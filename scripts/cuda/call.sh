@@ -36,6 +36,9 @@
 #          (MTP_AB_ARGS: and these ds4-bench flags);
 #          MTP_ARGS: more ds4-bench flags for the first run (e.g.
 #          "--cpuprofile $OUT/mtp.pprof")
+#   COLD=1 scripts/cuda/coldstart.sh: a fresh process's 8k prompt against
+#          warmed-up ones, and the cold run's CUDA API summary under nsys
+#          (WARMUPS, COLD_ARGS) into cold-nsys.txt
 #   KT=1   scripts/cuda/ktrace.sh: the kernels of full-size fast decode tokens
 #          at 8k as they run, into $OUT/ktrace.txt (KT_AB: an environment
 #          assignment traced once more, into ktrace-ab.txt); KT_LAYERS: the
@@ -57,7 +60,7 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
 synth=
-if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}" ]; then
+if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}${COLD:-}" ]; then
     BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
     synth=$!
 fi
@@ -99,7 +102,8 @@ if [ -n "${NCU:-}" ]; then
     for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
-if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}${COLD:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${COLD:-}" ]; then OUT=$OUT bash scripts/cuda/coldstart.sh; el; fi
 if [ -n "${MTP:-}${KT_MTP:-}" ]; then
     $F/ds4-gguf synth --flash-q2 --mtp-only -o /dev/shm/flash-q2-mtp.gguf >/tmp/synth-mtp.log 2>&1 || tail -3 /tmp/synth-mtp.log
 fi
