@@ -112,7 +112,7 @@ flags (-x and --x are the same):
   --json               with --dump-tokens: {"ids": [...], "pieces": [...]} (hex for non-UTF-8 pieces)
   --dump-logprobs FILE write the greedy continuation's top-k logprobs per step as JSON, print nothing
   --logprobs-top-k K   alternatives per step for --dump-logprobs (20, at most 128)
-  --no-warm            do not page the model's weights in before the first token (--warm-weights: do, the default)
+  --no-warm            do not ready the backend before the first token: page the weights in (CPU), a warm-up chunk through one layer of each kind (CUDA) (--warm-weights: do, the default)
   --mtp FILE           separate MTP GGUF (the draft head); --mtp-draft 2: greedy answers (--temp 0)
                        decoded speculatively, one drafted token verified a pass (1, the default: off)
 `

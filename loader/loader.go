@@ -68,10 +68,13 @@ type Options struct {
 	Threads int
 	// CUDA configures the CUDA backend (fast mode, graph decode, device).
 	CUDA cuda.Options
-	// Warm reads every weight page once before the CPU backend is built
-	// (so the first token does not pay the disk reads), showing progress on
-	// Progress. Ignored for in-memory models and for the CUDA backend,
-	// whose upload reads every weight anyway (Progress shows the upload).
+	// Warm readies the backend for the first prompt. The CPU backend: every
+	// weight page is read once before it is built (so the first token does
+	// not pay the disk reads), showing progress on Progress. The CUDA
+	// backend, whose upload reads every weight anyway (Progress shows the
+	// upload): cuda.Options.WarmUp, a prefill chunk through one layer of
+	// each kind after the upload, so that the first prompt does not pay the
+	// kernels' and cuBLAS's one-time costs. Ignored for in-memory models.
 	Warm bool
 	// Progress, when not nil, receives a progress bar while the weights
 	// are paged in or uploaded (normally os.Stderr, only when it is a
@@ -217,6 +220,7 @@ func Open(o Options) (*Model, error) {
 		m.Backend, m.closeBackend = b, func() { b.Close() }
 	case BackendCUDA:
 		co := o.CUDA
+		co.WarmUp = co.WarmUp || (o.Warm && !m.Demo)
 		var bar *progressbar.ProgressBar
 		if o.Progress != nil && !m.Demo && co.Uploaded == nil {
 			bar = progress.Bytes(o.Progress, tensorBytes(m.File), "uploading weights")

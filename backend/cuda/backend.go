@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"strconv"
@@ -50,6 +51,15 @@ type Options struct {
 	// stream (the shared expert, the compressors) on its main stream, in
 	// the same order; the results are the same.
 	OneStream bool
+	// WarmUp, after the upload, runs a prefill chunk (PreferredChunk
+	// tokens) and a one-token step through one layer of each kind and the
+	// head on a batch and state of its own (warm.go): the one-time costs of
+	// a fresh process — kernel modules loaded at their first launch,
+	// cuBLAS's set-up and its kernels for the chunk's shapes, the memory
+	// pool's growth — are paid at load instead of inside the first prompt.
+	// A warm-up that fails (no memory for its chunk, say) is logged and
+	// skipped: the first prompt then pays them.
+	WarmUp bool
 	// Uploaded, when not nil, is called after each weight matrix is copied
 	// to the device with its size in bytes (a progress bar for the upload
 	// of a large model; small vectors are not reported).
@@ -318,6 +328,11 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		// cuBLAS (fast mode's chunk products) loads and initialises now,
 		// not inside the first prompt; without it, nothing changes
 		be.dev.HalfWarm()
+	}
+	if opts.WarmUp {
+		if err := be.warmUp(be.PreferredChunk()); err != nil {
+			slog.Warn("cuda: warm-up skipped; the first prompt pays the one-time costs", "err", err)
+		}
 	}
 	return be, nil
 }

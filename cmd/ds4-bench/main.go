@@ -53,6 +53,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fast := fs.Bool("fast", false, "CUDA backend: fast mode (parallel sums, prompts' attention and indexer scores in f16 on the tensor cores, their Q8_0 and F16 products in f16 through cuBLAS, decode attention split over the keys)")
 	graphLayers := fs.Int("graph-layers", 0, "CUDA backend: decode through CUDA graphs of N layers each (0: the default, 1; -1: plain launches)")
 	recapture := fs.Bool("recapture", false, "CUDA backend: capture every decode token's graphs again instead of replaying recorded ones (for comparison)")
+	noWarm := fs.Bool("no-warm", false, "do not ready the backend at load (CUDA: a prefill chunk through one layer of each kind, so that the first row leaves out the kernels' and cuBLAS's one-time costs; CPU: the weights paged in), as the ds4 CLI and ds4-server do")
 	warmup := fs.Int("warmup", 0, "prefill this many tokens first and rewind, so that the rows leave out one-time costs (kernel loading, scratch allocation) as a running server does")
 	hostGreedy := fs.Bool("host-greedy", false, "generate one step at a time, the host choosing each token (greedy, or the draw with --temp) from the downloaded logits (the way before the device's pipelines; for comparison)")
 	temp := fs.Float64("temp", 0, "sample the generated tokens at this temperature (0: greedy), with --top-k, --top-p, --min-p")
@@ -137,7 +138,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		mtpPath = ""
 	}
 	m, err := loader.Open(loader.Options{Path: *modelPath, MTPPath: mtpPath, Backend: strings.ToLower(*backend), Threads: *threads,
-		CUDA: cuda.Options{Fast: *fast, GraphLayers: *graphLayers, Recapture: *recapture}})
+		Warm: !*noWarm, CUDA: cuda.Options{Fast: *fast, GraphLayers: *graphLayers, Recapture: *recapture}})
 	if err != nil {
 		return fail(err)
 	}
