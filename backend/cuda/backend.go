@@ -104,6 +104,16 @@ type Backend struct {
 	// what the routed products' bytes cost a speculative pass's
 	// verification beside random routing's twelve experts (cuda/NOTES.md v48).
 	sameRoute bool
+	// wgMinTok (env DS4_CUDA_WG_MIN_TOK, default 32; 0: any chunk the
+	// library takes): fast chunks multiply the routed experts on the wgmma
+	// tensor cores (OptWGMoE) only when their selections average at least
+	// this many an expert; smaller chunks take the int8 kernels, as exact
+	// mode does. wgmma's tiles decode each expert's weights once per tile
+	// of up to 256 rows × 64 tokens, which a chunk of a few selections an
+	// expert mostly wastes (cuda/NOTES.md v48, H200 at 25k: a 256-token
+	// chunk 110 ms on the int8 kernels against 147, 1024 tokens 186
+	// against 203, 2048 tokens 302 against 289).
+	wgMinTok int
 	// halfChain (fast chunks; off with DS4_CUDA_HALF_CHAIN=0, for
 	// comparison): wo_a's cuBLAS product writes f16 (MatMulHalfH) for wo_b,
 	// and the shared expert's SwiGLU writes its down product's f16 rows,
@@ -313,6 +323,15 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 	}
 	if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_POST_MIX_MAX")); err == nil && v >= 1 && v <= HCPostMixMaxTokens {
 		be.postMixMax = v
+	}
+	be.wgMinTok = 32
+	if v := os.Getenv("DS4_CUDA_WG_MIN_TOK"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			be.Close()
+			return nil, fmt.Errorf("cuda: DS4_CUDA_WG_MIN_TOK=%q: want a count of selections an expert, 0 or more", v)
+		}
+		be.wgMinTok = n
 	}
 	switch os.Getenv("DS4_CUDA_IX_SIDE") {
 	case "0":

@@ -713,6 +713,10 @@ func TestKernelVariants(t *testing.T) {
 		if testing.Short() {
 			t.Skip("short")
 		}
+		// every chunk size on wgmma where OptWGMoE offers it (the default
+		// keeps chunks of fewer than 32 selections an expert on the int8
+		// kernels: checked at the end)
+		t.Setenv("DS4_CUDA_WG_MIN_TOK", "0")
 		d := gpu(t)
 		must(t, d.SetOption(OptWGMoE, 1))
 		ok := d.GroupedHalfOK(quant.IQ2_XXS, flash.Embed, 1024)
@@ -744,6 +748,21 @@ func TestKernelVariants(t *testing.T) {
 			if n := countDiff(glu(1), glu(0)); n != 0 {
 				t.Errorf("wg_glu, chunks of %d: %d logits differ from the products and SwiGLU apart", chunk, n)
 			}
+		}
+		// DS4_CUDA_WG_MIN_TOK's default (32): chunks of 64 (24 selections
+		// an expert) take the int8 kernels — the bits of wg_moe 0 —, chunks
+		// of 256 (96) wgmma — the bits of no threshold
+		fast := Options{GraphLayers: -1, Fast: true}
+		wg64, wg256 := optionLogits(t, w, fast, OptWGMoE, DefaultWGMoE, DefaultWGMoE, 64, toks), optionLogits(t, w, fast, OptWGMoE, DefaultWGMoE, DefaultWGMoE, 256, toks)
+		t.Setenv("DS4_CUDA_WG_MIN_TOK", "")
+		if n := countDiff(optionLogits(t, w, fast, OptWGMoE, DefaultWGMoE, DefaultWGMoE, 64, toks), optionLogits(t, w, fast, OptWGMoE, 0, DefaultWGMoE, 64, toks)); n != 0 {
+			t.Errorf("the default threshold, chunks of 64: %d logits differ from the int8 experts'", n)
+		}
+		if countDiff(wg64, optionLogits(t, w, fast, OptWGMoE, 0, DefaultWGMoE, 64, toks)) == 0 {
+			t.Errorf("chunks of 64 with no threshold: the same logits as the int8 experts' (wgmma not taken?)")
+		}
+		if n := countDiff(wg256, optionLogits(t, w, fast, OptWGMoE, DefaultWGMoE, DefaultWGMoE, 256, toks)); n != 0 {
+			t.Errorf("the default threshold, chunks of 256: %d logits differ from wgmma's", n)
 		}
 	})
 }

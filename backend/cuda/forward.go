@@ -1146,7 +1146,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	// activation layout it reads: the default takes both expert types with
 	// permuted rows), else with the weights' own activation type.
 	half, halfDown := HalfNone, HalfNone
-	if !be.exact() {
+	if !be.exact() && nk >= be.wgMinTok*E {
 		half, halfDown = d.GroupedHalf(L.gateExps.Type, D, nk), d.GroupedHalf(L.downExps.Type, FF, nk)
 	}
 	act, actSel := b.x, f4(D)

@@ -25,7 +25,7 @@
 #          on NCU_TEST (default TestMatVecDecFast); sass-stalls.py summarises
 #          each SASS CSV into $OUT/stalls.txt; an entry TEST@regex names its test
 #   TABLE=s  ds4-bench --fast across 2k-32k (128 tokens a frontier, s seconds
-#          at most) into table.csv/.svg; TABLE2=s the same sampled with
+#          at most; TABLE_FRONTIERS: other frontiers) into table.csv/.svg; TABLE2=s the same sampled with
 #          ds4-server's defaults (--temp 1) into table-sampled.csv/.svg
 #   MTP=RATES  speculative decoding on the full-size q2 synth with a
 #          separate synthetic MTP file (ds4-gguf synth --mtp-only): ds4-bench
@@ -119,7 +119,7 @@ if [ -n "${MTP:-}" ]; then
 fi
 table() { # name seconds flags…
     local n=$1 s=$2; shift 2
-    timeout $((s + 30)) $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --fast --frontiers 2048,4096,8192,16384,32768 \
+    timeout $((s + 30)) $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --fast --frontiers ${TABLE_FRONTIERS:-2048,4096,8192,16384,32768} \
         --gen 128 --time-limit "${s}s" --csv "$OUT/$n.csv" --plot "$OUT/$n.svg" "$@" >"/tmp/$n.log" 2>&1
     echo "$n: exit $?"; cat "$OUT/$n.csv"; el
 }
