@@ -12,21 +12,32 @@ the streams it ran on, numbered in order of first use within the token
 (1: the batch's main stream, 2: its side stream), most used first.
 With --prefill the same table covers the prompt's chunks instead: every
 span from one k_get_rows to the next that lasts longer than 100 ms (a decode
-token takes ≈ 10, a chunk of 2048 tokens ≈ 1000), the first N of them. Then the GPU's idle gaps (3 µs or more in decode, 20
+token takes ≈ 10, a chunk of 2048 tokens ≈ 1000), the first N of them;
+with --last the last N instead (a bench whose last frontiers add small
+chunks after the big ones: cuda/NOTES.md v48's 256-token chunks), and
+--min-ms M sets the span's least duration (default 100). Then the GPU's idle gaps (3 µs or more in decode, 20
 in prefill) by the kernel before them.
-    python3 scripts/cuda/ktrace-summary.py [--prefill] ktrace.csv [N]"""
+    python3 scripts/cuda/ktrace-summary.py [--prefill [--last] [--min-ms M]] ktrace.csv [N]"""
 import sys, collections
 from ktrace_csv import load
-args = [a for a in sys.argv[1:] if a != "--prefill"]
+argv = sys.argv[1:]
+MIN_NS = 100_000_000
+if "--min-ms" in argv:
+    i = argv.index("--min-ms")
+    MIN_NS = int(float(argv[i + 1]) * 1e6)
+    del argv[i:i + 2]
+LAST = "--last" in argv
+PREFILL = "--prefill" in argv
+args = [a for a in argv if a not in ("--prefill", "--last")]
 PASSES = False
-PREFILL = len(args) < len(sys.argv) - 1
 N = int(args[1]) if len(args) > 1 else 16
 ev = load(args[0])
 starts = [i for i, e in enumerate(ev) if e[2].startswith("k_get_rows")]
 if PREFILL:
     starts.append(len(ev) - 1)
     spans = [(starts[i], starts[i + 1]) for i in range(len(starts) - 1)
-             if ev[starts[i + 1]][0] - ev[starts[i]][0] > 100_000_000][:N]
+             if ev[starts[i + 1]][0] - ev[starts[i]][0] > MIN_NS]
+    spans = spans[-N:] if LAST else spans[:N]
     if not spans:
         print("no prefill chunk (a span over 100 ms) in the trace"); raise SystemExit(1)
 elif len(starts) < N + 2:

@@ -4,7 +4,9 @@
 # the machine's CUPTI), then ktrace-summary.py over the last decode tokens.
 # Needs the model from bench-h200.sh in /dev/shm and ds4-bench in $F.
 #   OUT=... FRONTIER=8192 bash scripts/cuda/ktrace.sh
-# KTRACE_LINES: lines of the table shown (default 45); PREFILL_LINES=n: also the prompt's chunks (ktrace-prefill.txt), n lines shown.
+# KTRACE_LINES: lines of the table shown (default 45); PREFILL_LINES=n: also the prompt's chunks (ktrace-prefill.txt), n lines shown
+# (PREFILL_SPANS: how many chunks, default 8; PREFILL_ARGS: e.g. "--last --min-ms 50" for the last small chunks of
+# FRONTIER=4096,4352,4608,4864 — cuda/NOTES.md v48).
 # BENCH_ARGS: extra ds4-bench flags (e.g. --fast).
 # Writes ktrace.txt under $OUT (and the raw CSV to /tmp/ktrace.csv).
 set -uo pipefail
@@ -27,6 +29,6 @@ echo "traced run exit $? ($ks)"; grep -E "frontier|dropped" /tmp/ktrace-run.log 
 python3 scripts/cuda/ktrace-summary.py /tmp/ktrace.csv 16 >"$OUT/ktrace.txt" 2>&1
 head -"${KTRACE_LINES:-45}" "$OUT/ktrace.txt"
 if [ -n "${PREFILL_LINES:-}" ]; then # the prompt's chunks too, in ktrace-prefill.txt
-    python3 scripts/cuda/ktrace-summary.py --prefill /tmp/ktrace.csv 8 >"$OUT/ktrace-prefill.txt" 2>&1
+    python3 scripts/cuda/ktrace-summary.py --prefill ${PREFILL_ARGS:-} /tmp/ktrace.csv ${PREFILL_SPANS:-8} >"$OUT/ktrace-prefill.txt" 2>&1
     echo "== the prompt's prefill chunks"; head -"$PREFILL_LINES" "$OUT/ktrace-prefill.txt"
 fi
