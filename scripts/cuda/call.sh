@@ -47,7 +47,8 @@
 #          the speculative run of ds4-bench --mtp --accept RATE traced
 #          instead (the summary per pass; layer -1 is the MTP block's);
 #          KT_PLAIN=1 with KT_MTP: plain decode traced after it, its layers
-#          into ktrace-layers-plain.txt
+#          into ktrace-layers-plain.txt; PREFILL_LINES=n (PREFILL_ARGS,
+#          PREFILL_SPANS) the prompt's chunks too, into ktrace-prefill.txt
 # Everything lands in $OUT (at most 8 files come back): log.txt holds the
 # summary lines.
 set -uo pipefail
@@ -129,6 +130,7 @@ if [ -n "${KT:-}" ]; then
     ktargs="--fast --warmup 4096"
     [ -n "${KT_MTP:-}" ] && ktargs="$ktargs --mtp /dev/shm/flash-q2-mtp.gguf --accept $KT_MTP"
     OUT=/tmp/kt BENCH_ARGS="$ktargs" bash scripts/cuda/ktrace.sh >/tmp/kt.log 2>&1; cp /tmp/kt/ktrace.txt "$OUT/"
+    [ -n "${PREFILL_LINES:-}" ] && cp /tmp/kt/ktrace-prefill.txt "$OUT/" # (PREFILL_ARGS, PREFILL_SPANS: ktrace.sh)
     head -30 "$OUT/ktrace.txt"
     for l in ${KT_LAYERS:-20 21}; do echo "== layer $l"; python3 scripts/cuda/ktrace-layer.py /tmp/ktrace.csv "$l"; done >"$OUT/ktrace-layers.txt" 2>&1
     gzip -c /tmp/ktrace.csv >"$OUT/ktrace.csv.gz"
