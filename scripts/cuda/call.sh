@@ -37,8 +37,8 @@
 #          MTP_ARGS: more ds4-bench flags for the first run (e.g.
 #          "--cpuprofile $OUT/mtp.pprof")
 #   COLD=1 scripts/cuda/coldstart.sh: a fresh process's 8k prompt against
-#          warmed-up ones, and the cold run's CUDA API summary under nsys
-#          (WARMUPS, COLD_ARGS) into cold-nsys.txt
+#          warmed-up ones (WARMUPS, COLD_ARGS, COLD_ROUNDS; with
+#          DS4_CUDA_SLOW_CALL_US=n the slow calls summed, into cold-W.log)
 #   KT=1   scripts/cuda/ktrace.sh: the kernels of full-size fast decode tokens
 #          at 8k as they run, into $OUT/ktrace.txt (KT_AB: an environment
 #          assignment traced once more, into ktrace-ab.txt); KT_LAYERS: the
