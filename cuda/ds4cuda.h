@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 41
+#define DS4C_ABI_VERSION 42
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -346,6 +346,13 @@ int ds4c_matmul_half(int type, const void *d_w, int64_t rows, int64_t cols, int6
 int ds4c_matmul_half_h(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel,
                        const void *d_xh, int x_type, int64_t xh_tok, int64_t xh_sel, int n_tok, void *d_yh,
                        int64_t y_tok, int64_t y_sel, void *stream);
+
+/* ds4c_q8_0_to_half: the f16 values of a device Q8_0 tensor of rows rows
+ * (all its matrices) of cols values (a multiple of 32), q·d rounded to
+ * nearest as ds4c_matmul_half converts them before each product, into
+ * d_out [rows][cols] (16-byte aligned): a copy that ds4c_matmul_half takes
+ * as F16 weights, with the same products' bits. */
+int ds4c_q8_0_to_half(const void *d_w, int64_t rows, int64_t cols, void *d_out, void *stream);
 
 /* Elementwise and row operations (float32). */
 /* y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w (w may be NULL: no weight). */

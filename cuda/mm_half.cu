@@ -346,4 +346,17 @@ int ds4c_matmul_half_h(int type, const void *d_w, int64_t rows, int64_t cols, in
                        y_sel, stream);
 }
 
+int ds4c_q8_0_to_half(const void *d_w, int64_t rows, int64_t cols, void *d_out, void *stream) {
+    DS4C_READY();
+    if (rows <= 0 || cols <= 0 || cols % 32 != 0 || ((uintptr_t)d_w & 7) != 0 || ((uintptr_t)d_out & 15) != 0)
+        return ds4c_err(DS4C_EINVAL, "q8_0_to_half: %lld rows of %lld values (a multiple of 32; aligned buffers)",
+                        (long long)rows, (long long)cols);
+    // the conversion matmul_half runs before each product (k_q8_0_half): the
+    // same f16 values, so that a product of the copy has the same bits
+    ds4c_launch(k_q8_0_half, grid_for(rows * cols / 8), 256, 0, as_stream(stream), (const uint8_t *)d_w, rows, cols,
+                rows, (__half *)d_out);
+    DS4C_CHECK_LAUNCH("q8_0_to_half");
+    return 0;
+}
+
 } // extern "C"

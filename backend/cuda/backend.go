@@ -348,6 +348,12 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		// not inside the first prompt; without it, nothing changes
 		be.dev.HalfWarm()
 	}
+	if opts.Fast {
+		if err := be.halfCopies(); err != nil {
+			be.Close()
+			return nil, err
+		}
+	}
 	if opts.WarmUp {
 		if err := be.warmUp(be.PreferredChunk()); err != nil {
 			slog.Warn("cuda: warm-up skipped; the first prompt pays the one-time costs", "err", err)

@@ -13,6 +13,37 @@ type Weight struct {
 	Rows, Cols, Mats int
 	Ptr              Ptr
 	Bytes            int64
+	// Half, when set, is an f16 copy of a Q8_0 tensor's values (HalfCopy),
+	// which MatMulHalf and MatMulHalfH multiply instead of converting the
+	// quants before each product (the same f16 values, the same bits).
+	Half Ptr
+}
+
+// HalfCopy makes w.Half, the f16 copy of a Q8_0 tensor (2 bytes a value),
+// converted on the device as MatMulHalf converts before each product; it
+// returns after the copy is made.
+func (d *Device) HalfCopy(w *Weight) error {
+	if w.Type != quant.Q8_0 || w.Ptr == 0 {
+		return fmt.Errorf("cuda: half copy of a %v tensor", w.Type)
+	}
+	if w.Half != 0 {
+		return nil
+	}
+	rows := int64(w.Rows) * int64(w.Mats)
+	p, err := d.Malloc(2 * rows * int64(w.Cols))
+	if err != nil {
+		return err
+	}
+	if err := d.l.call("q8_0_to_half", func() int32 { return d.l.q8ToHalf(uintptr(w.Ptr), rows, int64(w.Cols), uintptr(p), 0) }); err != nil {
+		d.Free(p)
+		return err
+	}
+	if err := d.Synchronize(); err != nil {
+		d.Free(p)
+		return err
+	}
+	w.Half = p
+	return nil
 }
 
 // WeightBytes is the device size of a tensor of rows x cols values of type t
@@ -83,6 +114,12 @@ func (d *Device) FreeWeight(w *Weight) error {
 	}
 	err := d.Free(w.Ptr)
 	w.Ptr = 0
+	if w.Half != 0 {
+		if e := d.Free(w.Half); err == nil {
+			err = e
+		}
+		w.Half = 0
+	}
 	return err
 }
 
@@ -177,18 +214,30 @@ func (d *Device) ToHalfAs(s Stream, x Ptr, xStride, cols, ntok int, xh Ptr, lay 
 // (ToHalf's output; Q8_0 weights are rounded to f16 on the way, q·d once)
 // or float (F16 weights; both operands on the TF32 tensor cores).
 func (d *Device) MatMulHalf(s Stream, w *Weight, nsel int, x Ptr, xt quant.Type, xTok, xSel int64, ntok int, y Ptr, yTok, ySel int64) error {
+	t, p := d.halfOperand(w, xt, ntok)
 	return d.l.call("matmul_half", func() int32 {
-		return d.l.matmulHalf(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), int32(nsel),
+		return d.l.matmulHalf(int32(t), uintptr(p), int64(w.Rows), int64(w.Cols), int64(w.Mats), int32(nsel),
 			uintptr(x), int32(xt), xTok, xSel, int32(ntok), uintptr(y), yTok, ySel, uintptr(s))
 	})
+}
+
+// halfOperand is the weights MatMulHalf hands the library for w: its f16
+// copy, where it has one and the library takes F16 weights with these
+// inputs, else w itself.
+func (d *Device) halfOperand(w *Weight, xt quant.Type, ntok int) (quant.Type, Ptr) {
+	if w.Half != 0 && w.Type == quant.Q8_0 && d.HalfOK(quant.F16, xt, ntok) {
+		return quant.F16, w.Half
+	}
+	return w.Type, w.Ptr
 }
 
 // MatMulHalfH is MatMulHalf with f16 inputs (xt F16) and f16 outputs yh
 // (strides in halves): the f32 sums rounded to nearest by cuBLAS, without
 // ToHalf's saturation (a magnitude beyond 65504 becomes infinite).
 func (d *Device) MatMulHalfH(s Stream, w *Weight, nsel int, x Ptr, xTok, xSel int64, ntok int, yh Ptr, yTok, ySel int64) error {
+	t, p := d.halfOperand(w, quant.F16, ntok)
 	return d.l.call("matmul_half_h", func() int32 {
-		return d.l.matmulHalfH(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), int32(nsel),
+		return d.l.matmulHalfH(int32(t), uintptr(p), int64(w.Rows), int64(w.Cols), int64(w.Mats), int32(nsel),
 			uintptr(x), int32(quant.F16), xTok, xSel, int32(ntok), uintptr(yh), yTok, ySel, uintptr(s))
 	})
 }

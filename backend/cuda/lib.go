@@ -20,7 +20,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 41
+const abiVersion = 42
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -90,6 +90,7 @@ type lib struct {
 	profiler      func(on int32) int32
 	halfOK        func(t, xType, nTok int32) int32
 	halfWarm      func() int32
+	q8ToHalf      func(w uintptr, rows, cols int64, out uintptr, s uintptr) int32
 	toHalf        func(x uintptr, xStride, cols int64, nTok int32, xh uintptr, s uintptr) int32
 	toHalfEx      func(x uintptr, xStride, cols int64, nTok int32, xh uintptr, flags int32, s uintptr) int32
 	matmulHalf    func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, x uintptr, xType int32, xTok, xSel int64, nTok int32, y uintptr, yTok, ySel int64, s uintptr) int32
@@ -275,6 +276,7 @@ func load() (*lib, error) {
 		{&l.profiler, "ds4c_profiler"},
 		{&l.halfOK, "ds4c_half_ok"},
 		{&l.halfWarm, "ds4c_half_warm"},
+		{&l.q8ToHalf, "ds4c_q8_0_to_half"},
 		{&l.toHalf, "ds4c_to_half"},
 		{&l.toHalfEx, "ds4c_to_half_ex"},
 		{&l.matmulHalf, "ds4c_matmul_half"},
