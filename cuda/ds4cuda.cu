@@ -74,7 +74,7 @@ static int g_opt_mv_f32 = 3; // ds4c_matvec_f32, by bits: 1 the pipelined kernel
 static int g_opt_mv_dec = 2; // single-token IQ2_XXS and Q2_K products: k_mv_dec, 2 rows at a time, 2 CTAs an SM (matvec.cuh launch_dec; cuda/NOTES.md v20)
 static int g_opt_wg_glu = 1; // fast chunks: routed gate + up + SwiGLU in one wgmma launch (mm_wg.cu)
 static int g_opt_wg_moe = 5; // routed experts on wgmma, weights dequantized into its A registers (cuda/NOTES.md v18)
-static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots, Q2_K 4 x 32 (cuda/NOTES.md v12)
+static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots from 32 selections a matrix, else 4 x 32; Q2_K 4 x 32 (cuda/NOTES.md v12, v49)
 
 int ds4c_err(int code, const char *fmt, ...) {
     va_list ap;

@@ -966,9 +966,20 @@ void tc_go(K kern, int threads, int smem, int bn, bool *set, const TCArgs &p, in
     ds4c_launch(kern, grid, threads, (size_t)smem, st, p);
 }
 
+// TC_IQ2_WIDE_MIN is the selections a matrix (tokens, for a dense
+// product) from which OptTCStage 3 puts IQ2_XXS on CTAs of 8 warps × 64
+// slots; below it, CTAs of 4 warps × 32 slots. A fast chunk of a few
+// hundred tokens (≈ 6 selections an expert) decodes each weight for one
+// n-tile either way, and the 32-slot CTAs ran its routed experts faster:
+// a 256-token chunk at 25k 93.7–94.4 ms against 103.8–105.2, 1024 tokens
+// 173 against 178.6 (cuda/NOTES.md v49); from ≈ 96 an expert the 64-slot
+// CTAs decode each weight half as often (v12).
+constexpr int TC_IQ2_WIDE_MIN = 32;
+
 // tc_launch runs the tensor-core product of type (the variant OptTCStage
-// picks) over the rows of p.a; xcount and zcount as tc_go's.
-int tc_launch(int type, const TCArgs &p, int xcount, int zcount, cudaStream_t st) {
+// picks, for per_mat selections a matrix on average) over the rows of p.a;
+// xcount and zcount as tc_go's.
+int tc_launch(int type, const TCArgs &p, int xcount, int zcount, int per_mat, cudaStream_t st) {
     if ((p.a.rows + TC_ROWS - 1) / TC_ROWS > 65535) return ds4c_err(DS4C_EINVAL, "matmul: %d rows", p.a.rows);
     const unsigned yb = (unsigned)((p.a.rows + TC_ROWS - 1) / TC_ROWS);
     const int stage = ds4c_opt_tc_stage();
@@ -996,9 +1007,9 @@ int tc_launch(int type, const TCArgs &p, int xcount, int zcount, cudaStream_t st
     }
     case DS4C_IQ2_XXS: {
         static bool set4 = false, set8 = false;
-        if (stage == 2 || stage == 3)
+        if (stage == 2 || (stage == 3 && per_mat >= TC_IQ2_WIDE_MIN))
             tc_go(k_tc_iq2_xxs_st<1, 8>, S8::THREADS, ST_NS * S8::IQ2, S8::BN, &set8, p, xcount, zcount, yb, st);
-        else if (stage == 1)
+        else if (stage == 1 || stage == 3)
             tc_go(k_tc_iq2_xxs_st<2, 4>, S4::THREADS, ST_NS * S4::IQ2, S4::BN, &set4, p, xcount, zcount, yb, st);
         else
             tc_go(k_tc_iq2_xxs, 128, 0, TC_BN, nullptr, p, xcount, zcount, yb, st);
@@ -1022,7 +1033,7 @@ int tc_dense(int type, const MVArgs &a, int n_sel, int n_tok, cudaStream_t st) {
     p.n_tok = n_tok;
     p.tiles = nullptr;
     p.perm = nullptr;
-    return tc_launch(type, p, n_tok, n_sel, st);
+    return tc_launch(type, p, n_tok, n_sel, n_tok, st);
 }
 
 } // namespace ds4mv
@@ -1075,7 +1086,7 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
     p.perm = (const int32_t *)d_scratch;
     p.tiles = (const int4 *)((const uint8_t *)d_scratch + group_perm_bytes(n_sel));
     if (half) return wg_grouped(type, p, (int)bound, as_stream(stream));
-    return tc_launch(type, p, (int)bound, 1, as_stream(stream));
+    return tc_launch(type, p, (int)bound, 1, (int)(n_sel / n_mat), as_stream(stream));
 }
 
 int ds4c_grouped_glu_ok(int type, int64_t rows, int64_t cols, int n_sel) {

@@ -1044,7 +1044,7 @@ func TestMatMulTensorCores(t *testing.T) {
 	cases := []struct {
 		typ        quant.Type
 		rows, cols int
-		stage      int // Q2_K, IQ2_XXS: OptTCStage (0 unstaged, 1 staged 32 slots a CTA, 2 staged 64); Q8_0: OptTCQ8W (2: by columns)
+		stage      int // Q2_K, IQ2_XXS: OptTCStage (0 unstaged, 1 staged 32 slots a CTA, 2 staged 64, 3 by selections a matrix); Q8_0: OptTCQ8W (2: by columns)
 	}{
 		{quant.Q8_0, 1024, 4096, 1},
 		{quant.Q8_0, 300, 512, 1},
@@ -1059,6 +1059,7 @@ func TestMatMulTensorCores(t *testing.T) {
 		{quant.IQ2_XXS, 136, 512, 1},
 		{quant.IQ2_XXS, 136, 512, 0},
 		{quant.IQ2_XXS, 136, 512, 2},
+		{quant.IQ2_XXS, 136, 512, 3}, // by selections a matrix: 4 warps × 32 slots below 32, else 8 × 64
 		{quant.IQ2_XXS, 72, 256, 1},
 		{quant.IQ2_XXS, 72, 256, 2},
 		{quant.Q2_K, 40, 256, 1},
