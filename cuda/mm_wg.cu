@@ -678,8 +678,12 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
                             constexpr bool FMA = decltype(fma_tag)::value;
 #pragma unroll
                             for (int h = 0; h < 2; h++)
+#ifdef DS4_WG_PROBE_NODEC // (timing probe: the weights not decoded; wrong sums)
+                                o[h] = make_uint4(qw[h].x & 0x3bff3bffu, qw[h].y & 0x3bff3bffu, wg_bits(s2[h]), wg_bits(c2[h]));
+#else
                                 o[h] = wg_iq2_vals<FMA>(s_grid[(qw[h].x >> (8 * q)) & 0xff], (qw[h].y >> (7 * q)) & 127,
                                                         s2[h], c2[h]);
+#endif
                         };
                         if (__all_sync(0xffffffffu, small))
                             vals(WgFlag<true>{});
