@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"time"
 
 	"ds4go/engine"
@@ -31,19 +33,48 @@ func (be *Backend) warmLayers() []int {
 	return ls
 }
 
+// warmSmall is the size of the second chunk warmUp runs: an agent's turn
+// after a cached prefix, whose products take other kernels than a full
+// chunk's (the int8 experts' tiles of 32 slots, cuBLAS's choices for a
+// narrow product). DS4_CUDA_WARM_SMALL=n sets another size, 0 none.
+const warmSmall = 256
+
+// warmSmallSize is warmSmall or DS4_CUDA_WARM_SMALL's value.
+func warmSmallSize() (int, error) {
+	v := os.Getenv("DS4_CUDA_WARM_SMALL")
+	if v == "" {
+		return warmSmall, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("cuda: DS4_CUDA_WARM_SMALL=%q: want a token count, 0 for none", v)
+	}
+	return n, nil
+}
+
 // warmUp runs a prefill chunk of n tokens (ids spread over the vocabulary)
-// at position 0, then a one-token step after it, through one layer of each
-// kind (warmLayers) and the head, on a batch and state of its own that it
-// releases: the one-time costs a fresh process would otherwise pay inside
-// its first prompt — each kernel's module loaded at its first launch,
-// cuBLAS's set-up and its kernels for the chunk's product shapes, the
-// stream-ordered memory pool grown to a chunk's conversions — are paid
-// here, for a few layers' worth of device time (Options.WarmUp; measured
-// in cuda/NOTES.md v48). The weights are read, never written; the results
-// are discarded.
+// at position 0, a chunk of warmSmall tokens after it when n is larger,
+// then a one-token step, through one layer of each kind (warmLayers) and
+// the head, on a batch and state of its own that it releases: the one-time
+// costs a fresh process would otherwise pay inside its first prompts —
+// each kernel's module loaded at its first launch, cuBLAS's set-up and its
+// kernels for the chunks' product shapes, the stream-ordered memory pool
+// grown to a chunk's conversions — are paid here, for a few layers' worth
+// of device time (Options.WarmUp; measured in cuda/NOTES.md v48, v49). The
+// weights are read, never written; the results are discarded.
 func (be *Backend) warmUp(n int) error {
 	t0 := time.Now()
-	layout, err := engine.NewStateLayout(&be.cfg, n+1, 0)
+	small, err := warmSmallSize()
+	if err != nil {
+		return err
+	}
+	chunks := []struct{ pos, n int }{{0, n}}
+	if small > 0 && small < n {
+		chunks = append(chunks, struct{ pos, n int }{n, small})
+	}
+	end := chunks[len(chunks)-1].pos + chunks[len(chunks)-1].n
+	chunks = append(chunks, struct{ pos, n int }{end, 1})
+	layout, err := engine.NewStateLayout(&be.cfg, end+1, 0)
 	if err != nil {
 		return err
 	}
@@ -64,7 +95,7 @@ func (be *Backend) warmUp(n int) error {
 	logits := make([]float32, be.cfg.Vocab)
 	layers := be.warmLayers()
 	ctx := context.Background()
-	for _, chunk := range []struct{ pos, n int }{{0, n}, {n, 1}} {
+	for _, chunk := range chunks {
 		if err := be.Embed(b, chunk.pos, toks[:chunk.n]); err != nil {
 			return err
 		}

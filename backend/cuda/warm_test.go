@@ -24,6 +24,22 @@ func TestWarmLayers(t *testing.T) {
 	}
 }
 
+// TestWarmSmallSize checks DS4_CUDA_WARM_SMALL: unset the default, 0 no
+// small chunk, a count that size, anything else an error.
+func TestWarmSmallSize(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want int
+		bad  bool
+	}{{"", warmSmall, false}, {"0", 0, false}, {"512", 512, false}, {"-1", 0, true}, {"x", 0, true}} {
+		t.Setenv("DS4_CUDA_WARM_SMALL", c.env)
+		n, err := warmSmallSize()
+		if (err != nil) != c.bad || (!c.bad && n != c.want) {
+			t.Errorf("DS4_CUDA_WARM_SMALL=%q: %d, %v; want %d (error: %v)", c.env, n, err, c.want, c.bad)
+		}
+	}
+}
+
 // TestWarmUp checks that a backend warmed up at load (Options.WarmUp: a
 // chunk and a step through one layer of each kind on its own batch and
 // state) gives the same logits, bit for bit, as one that is not, in exact
