@@ -54,7 +54,7 @@ static int g_opt_attn_flash = 2;
 static int g_opt_ix_flash = 1;
 static int g_opt_hc_chunk = 1;
 static int g_opt_had_warp = 1; // Hadamard transforms a warp a row (model.cu k_hadamard_w)
-static int g_opt_hc_mix = 1; // fast chunks' mixing logits in one pass on the TF32 tensor cores (hc_mix.cu)
+static int g_opt_hc_mix = 1; // fast chunks' mixing logits in one pass on the TF32 tensor cores (hc_mix.cu): 1 chunks of up to 1024 tokens split over clusters of 8 CTAs (v49), 2 never split
 static int g_opt_attn_half = 2; // fast chunks: queries normalised and rotated in k_attn_flash, its output f16 and rotated back there
 static int g_opt_mv_pre = 7; // pipelined products: tiles requested before the wait (matvec.cuh k_mv_pipe; capped at stages − 1)
 static int g_opt_mv_ilp = 4; // fast pipelined Q8_0 products: items a warp forms at once (matvec.cuh q8f_items; cuda/NOTES.md v40)
@@ -489,7 +489,7 @@ static const struct {
     {DS4C_OPT_ATTN_FLASH, "attn_flash", &g_opt_attn_flash, 0, 2},
     {DS4C_OPT_IX_FLASH, "ix_flash", &g_opt_ix_flash, 0, 1},
     {DS4C_OPT_HC_CHUNK, "hc_chunk", &g_opt_hc_chunk, 0, 1},
-    {DS4C_OPT_HC_MIX, "hc_mix", &g_opt_hc_mix, 0, 1},
+    {DS4C_OPT_HC_MIX, "hc_mix", &g_opt_hc_mix, 0, 2},
     {DS4C_OPT_HAD_WARP, "had_warp", &g_opt_had_warp, 0, 1},
     {DS4C_OPT_WG_MOE, "wg_moe", &g_opt_wg_moe, 0, 6},
     {DS4C_OPT_ATTN_HALF, "attn_half", &g_opt_attn_half, 0, 2},

@@ -19,12 +19,20 @@
 // are the mma's k columns q and q+4 of step s (any order of k gives the
 // same dot product, and these are whole 32-byte sectors a row). The warps'
 // partial sums meet in shared memory and are added in warp order.
+#include <cooperative_groups.h>
+
 #include "common.cuh"
+
+namespace cg = cooperative_groups;
 
 namespace {
 
 constexpr int HM_T = 16; // tokens a CTA
 constexpr int HM_W = 8;  // warps a CTA (each a K/8 range)
+constexpr int HM_KS = 8; // k_hc_mix_tf32_cl: CTAs a cluster (each a K/8 range)
+// HM_CL_MAX: chunks of at most this many tokens take k_hc_mix_tf32_cl (at
+// 2048 tokens, 128 CTAs of k_hc_mix_tf32 already give each SM one)
+constexpr int HM_CL_MAX = 1024;
 
 __device__ __forceinline__ uint32_t hm_tf32(float x) {
     uint32_t r;
@@ -90,17 +98,16 @@ __device__ __forceinline__ void hm_finish(const float (&acc)[NT][4], float ssa, 
     }
 }
 
-// k_hc_mix_tf32: mix[t][m] = (fn[m] · h[t]) · rsqrt(Σ h[t]² / K + eps) for
-// t < n, m < M ≤ 8·NT (K a multiple of 256, h 16-byte aligned).
+// hm_dot: one warp's partial products of the CTA's HM_T tokens (from
+// blockIdx.x) with the M ≤ 8·NT mixer rows over its kw values from kbase
+// (acc: per n-tile j, (token g, rows 2q, 2q+1), (token g+8, the same)) and
+// the sums of squares of tokens g (ssa) and g+8 (ssb) over them.
 template <typename WT, int NT>
-__global__ void __launch_bounds__(HM_W * 32) k_hc_mix_tf32(const WT *fn, int M, int64_t K, const float *h, int n,
-                                                           float eps, float *mix) {
-    pdl_launch();
-    __shared__ float s_acc[HM_W][HM_T][NT * 8 + 1];
-    __shared__ float s_ss[HM_W][HM_T];
-    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+__device__ __forceinline__ void hm_dot(const WT *fn, int M, int64_t K, const float *h, int n, int64_t kbase,
+                                       int64_t kw, float (&acc)[NT][4], float &ssa, float &ssb) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int t0 = blockIdx.x * HM_T;
-    const int64_t kw = K / HM_W, k0 = w * kw + 4 * q;
+    const int64_t k0 = kbase + 4 * q;
     const float *ha = h + (int64_t)min(t0 + g, n - 1) * K + k0;
     const float *hb = h + (int64_t)min(t0 + g + 8, n - 1) * K + k0;
     const WT *wr[NT];
@@ -110,10 +117,9 @@ __global__ void __launch_bounds__(HM_W * 32) k_hc_mix_tf32(const WT *fn, int M, 
         wok[j] = 8 * j + g < M;
         wr[j] = fn + (int64_t)min(8 * j + g, M - 1) * K + k0;
     }
-    float acc[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    float ssa = 0.f, ssb = 0.f;
+    ssa = 0.f, ssb = 0.f;
     pdl_wait();
     // Two steps of 16 values a loop, the next two steps' loads issued before
     // these products (a step's loads are its only latency: loaded in turn,
@@ -166,12 +172,100 @@ __global__ void __launch_bounds__(HM_W * 32) k_hc_mix_tf32(const WT *fn, int M, 
                 for (int i = 0; i < 4; i++) wv[u][j][i] = nw[u][j][i];
         }
     }
+}
+
+// k_hc_mix_tf32: mix[t][m] = (fn[m] · h[t]) · rsqrt(Σ h[t]² / K + eps) for
+// t < n, m < M ≤ 8·NT (K a multiple of 256, h 16-byte aligned).
+template <typename WT, int NT>
+__global__ void __launch_bounds__(HM_W * 32) k_hc_mix_tf32(const WT *fn, int M, int64_t K, const float *h, int n,
+                                                           float eps, float *mix) {
+    pdl_launch();
+    __shared__ float s_acc[HM_W][HM_T][NT * 8 + 1];
+    __shared__ float s_ss[HM_W][HM_T];
+    const int64_t kw = K / HM_W;
+    float acc[NT][4], ssa, ssb;
+    hm_dot<WT, NT>(fn, M, K, h, n, (threadIdx.x >> 5) * kw, kw, acc, ssa, ssb);
     hm_finish<NT>(acc, ssa, ssb, s_acc, s_ss, M, K, n, eps, mix);
+}
+
+// k_hc_mix_tf32_cl is k_hc_mix_tf32 for chunks of few tokens (hm_go:
+// HM_CL_MAX): the HM_KS CTAs of a cluster (blockIdx.y) take the same tokens
+// and a K/HM_KS range each, so that a 256-token chunk runs 128 CTAs, not
+// 16, each warp 256 values instead of 2048 (v49: 70 µs a call, latency-
+// bound). Each CTA adds its warps' sums in warp order; CTA 0 of the
+// cluster adds the CTAs' in rank order from their shared memory and scales
+// them: a fixed order, another one than k_hc_mix_tf32's (the same accuracy,
+// other bits).
+template <typename WT, int NT>
+__global__ void __cluster_dims__(1, HM_KS, 1) __launch_bounds__(HM_W * 32)
+    k_hc_mix_tf32_cl(const WT *fn, int M, int64_t K, const float *h, int n, float eps, float *mix) {
+    pdl_launch();
+    __shared__ float s_acc[HM_W][HM_T][NT * 8 + 1];
+    __shared__ float s_ss[HM_W][HM_T];
+    __shared__ float s_part[HM_T][NT * 8 + 1];
+    __shared__ float s_sp[HM_T];
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int64_t kw = K / (HM_W * HM_KS);
+    float acc[NT][4], ssa, ssb;
+    hm_dot<WT, NT>(fn, M, K, h, n, ((int64_t)blockIdx.y * HM_W + w) * kw, kw, acc, ssa, ssb);
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            s_acc[w][g][8 * j + 2 * q + e] = acc[j][e];
+            s_acc[w][g + 8][8 * j + 2 * q + e] = acc[j][2 + e];
+        }
+    ssa += __shfl_xor_sync(0xffffffffu, ssa, 1);
+    ssa += __shfl_xor_sync(0xffffffffu, ssa, 2);
+    ssb += __shfl_xor_sync(0xffffffffu, ssb, 1);
+    ssb += __shfl_xor_sync(0xffffffffu, ssb, 2);
+    if (q == 0) s_ss[w][g] = ssa, s_ss[w][g + 8] = ssb;
+    __syncthreads();
+    for (int i = tid; i < HM_T * M; i += HM_W * 32) {
+        const int r = i / M, m = i - r * M;
+        float sum = 0.f;
+#pragma unroll
+        for (int v = 0; v < HM_W; v++) sum += s_acc[v][r][m];
+        s_part[r][m] = sum;
+    }
+    if (tid < HM_T) {
+        float ss = 0.f;
+#pragma unroll
+        for (int v = 0; v < HM_W; v++) ss += s_ss[v][tid];
+        s_sp[tid] = ss;
+    }
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync(); // every CTA's partial sums are in its shared memory
+    if (cl.block_rank() == 0) {
+        const int t0 = blockIdx.x * HM_T;
+        for (int i = tid; i < HM_T * M; i += HM_W * 32) {
+            const int r = i / M, m = i - r * M;
+            if (t0 + r >= n) break;
+            float sum = 0.f, ss = 0.f;
+#pragma unroll
+            for (int c = 0; c < HM_KS; c++) {
+                sum += cl.map_shared_rank(&s_part[0][0], c)[r * (NT * 8 + 1) + m];
+                ss += cl.map_shared_rank(&s_sp[0], c)[r];
+            }
+            mix[(int64_t)(t0 + r) * M + m] = sum * (1.f / sqrtf(ss / (float)K + eps));
+        }
+    }
+    cl.sync(); // the other CTAs' shared memory stays until CTA 0 has read it
 }
 
 template <typename WT> void hm_go(const WT *fn, int M, int64_t K, const float *h, int n, float eps, float *mix,
                                   cudaStream_t st) {
     const unsigned grid = (unsigned)((n + HM_T - 1) / HM_T);
+    if (n <= HM_CL_MAX && K % (32 * HM_W * HM_KS) == 0 && ds4c_opt_hc_mix() == 1) {
+        const dim3 g2(grid, HM_KS);
+        if (M <= 8)
+            ds4c_launch(k_hc_mix_tf32_cl<WT, 1>, g2, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
+        else if (M <= 24)
+            ds4c_launch(k_hc_mix_tf32_cl<WT, 3>, g2, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
+        else
+            ds4c_launch(k_hc_mix_tf32_cl<WT, 4>, g2, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
+        return;
+    }
     if (M <= 8)
         ds4c_launch(k_hc_mix_tf32<WT, 1>, grid, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
     else if (M <= 24)

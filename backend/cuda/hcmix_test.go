@@ -14,16 +14,24 @@ import (
 // products are three TF32 terms (the missing lo·lo term is below 2^-22 of
 // each product) summed in float32: every logit within 2e-6 of Σ|w·h|·r; a
 // wrong fragment, K range, row or token breaks that by orders of magnitude.
+// Chunks of up to 1024 tokens run k_hc_mix_tf32_cl (K split over a
+// cluster's 8 CTAs), larger ones and OptHCMix 2 k_hc_mix_tf32: each case
+// runs both ways, and one chunk of 1100 tokens the second way by size.
 func TestHCMixes(t *testing.T) {
 	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptHCMix, 1) })
 	const K, eps = 16384, 1e-6
 	cases := []struct {
 		typ  quant.Type
 		m, n int
+		opt  int
 	}{
-		{quant.F16, 24, 37}, {quant.F32, 24, 16}, {quant.F16, 4, 21}, {quant.F32, 30, 9},
+		{quant.F16, 24, 37, 1}, {quant.F32, 24, 16, 1}, {quant.F16, 4, 21, 1}, {quant.F32, 30, 9, 1},
+		{quant.F16, 24, 37, 2}, {quant.F32, 24, 16, 2}, {quant.F16, 4, 21, 2}, {quant.F32, 30, 9, 2},
+		{quant.F16, 24, 1100, 1},
 	}
 	for ci, c := range cases {
+		must(t, d.SetOption(OptHCMix, c.opt))
 		if !d.HCMixesOK(c.typ, c.m, K, c.n) {
 			t.Fatalf("HCMixesOK(%s, %d, %d, %d) false", c.typ, c.m, K, c.n)
 		}
@@ -59,12 +67,12 @@ func TestHCMixes(t *testing.T) {
 				e := math.Abs(float64(got[tok*c.m+m])-dot*r) / (mag*r + 1e-30)
 				worst = max(worst, e)
 				if !(e <= 2e-6) {
-					t.Errorf("%s %d rows, token %d row %d: got %v, want %v (error %.3g of Σ|w·h|·r)", c.typ, c.m, tok, m, got[tok*c.m+m], dot*r, e)
+					t.Errorf("%s %d rows (option %d), token %d row %d: got %v, want %v (error %.3g of Σ|w·h|·r)", c.typ, c.m, c.opt, tok, m, got[tok*c.m+m], dot*r, e)
 					return
 				}
 			}
 		}
-		t.Logf("%s %d rows × %d tokens: worst error %.3g of Σ|w·h|·r", c.typ, c.m, c.n, worst)
+		t.Logf("%s %d rows × %d tokens (option %d): worst error %.3g of Σ|w·h|·r", c.typ, c.m, c.n, c.opt, worst)
 	}
 	if d.HCMixesOK(quant.F16, 24, 1000, 64) || d.HCMixesOK(quant.Q8_0, 24, K, 64) || d.HCMixesOK(quant.F16, 33, K, 64) {
 		t.Errorf("HCMixesOK takes a shape or type it should not")
