@@ -65,16 +65,13 @@ __device__ __forceinline__ void hm_load4(const __half *p, float (&v)[4]) {
     v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
 }
 
-// hm_finish ends a mixing kernel: the warps' partial sums (acc: per n-tile
-// j, (token g, rows 2q, 2q+1), (token g+8, the same); ssa, ssb: tokens g,
-// g+8) meet in shared memory, are added in warp order and scaled by
-// rsqrt(Σh²/K + eps) into mix[t][m] for the CTA's HM_T tokens.
+// hm_share stores the warps' partial sums (acc: per n-tile j, (token g,
+// rows 2q, 2q+1), (token g+8, the same); ssa, ssb: tokens g, g+8) in
+// shared memory, s_acc[w] and s_ss[w] for warp w, and synchronises the CTA.
 template <int NT>
-__device__ __forceinline__ void hm_finish(const float (&acc)[NT][4], float ssa, float ssb,
-                                          float (&s_acc)[HM_W][HM_T][NT * 8 + 1], float (&s_ss)[HM_W][HM_T], int M,
-                                          int64_t K, int n, float eps, float *mix) {
+__device__ __forceinline__ void hm_share(const float (&acc)[NT][4], float ssa, float ssb,
+                                         float (&s_acc)[HM_W][HM_T][NT * 8 + 1], float (&s_ss)[HM_W][HM_T]) {
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
-    const int t0 = blockIdx.x * HM_T;
 #pragma unroll
     for (int j = 0; j < NT; j++)
 #pragma unroll
@@ -88,6 +85,17 @@ __device__ __forceinline__ void hm_finish(const float (&acc)[NT][4], float ssa, 
     ssb += __shfl_xor_sync(0xffffffffu, ssb, 2);
     if (q == 0) s_ss[w][g] = ssa, s_ss[w][g + 8] = ssb;
     __syncthreads();
+}
+
+// hm_finish ends a mixing kernel: the warps' partial sums meet in shared
+// memory (hm_share), are added in warp order and scaled by rsqrt(Σh²/K +
+// eps) into mix[t][m] for the CTA's HM_T tokens.
+template <int NT>
+__device__ __forceinline__ void hm_finish(const float (&acc)[NT][4], float ssa, float ssb,
+                                          float (&s_acc)[HM_W][HM_T][NT * 8 + 1], float (&s_ss)[HM_W][HM_T], int M,
+                                          int64_t K, int n, float eps, float *mix) {
+    hm_share<NT>(acc, ssa, ssb, s_acc, s_ss);
+    const int tid = threadIdx.x, t0 = blockIdx.x * HM_T;
     for (int i = tid; i < HM_T * M; i += HM_W * 32) {
         const int r = i / M, m = i - r * M;
         if (t0 + r >= n) break;
@@ -204,23 +212,11 @@ __global__ void __cluster_dims__(1, HM_KS, 1) __launch_bounds__(HM_W * 32)
     __shared__ float s_ss[HM_W][HM_T];
     __shared__ float s_part[HM_T][NT * 8 + 1];
     __shared__ float s_sp[HM_T];
-    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int tid = threadIdx.x;
     const int64_t kw = K / (HM_W * HM_KS);
     float acc[NT][4], ssa, ssb;
-    hm_dot<WT, NT>(fn, M, K, h, n, ((int64_t)blockIdx.y * HM_W + w) * kw, kw, acc, ssa, ssb);
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            s_acc[w][g][8 * j + 2 * q + e] = acc[j][e];
-            s_acc[w][g + 8][8 * j + 2 * q + e] = acc[j][2 + e];
-        }
-    ssa += __shfl_xor_sync(0xffffffffu, ssa, 1);
-    ssa += __shfl_xor_sync(0xffffffffu, ssa, 2);
-    ssb += __shfl_xor_sync(0xffffffffu, ssb, 1);
-    ssb += __shfl_xor_sync(0xffffffffu, ssb, 2);
-    if (q == 0) s_ss[w][g] = ssa, s_ss[w][g + 8] = ssb;
-    __syncthreads();
+    hm_dot<WT, NT>(fn, M, K, h, n, ((int64_t)blockIdx.y * HM_W + (tid >> 5)) * kw, kw, acc, ssa, ssb);
+    hm_share<NT>(acc, ssa, ssb, s_acc, s_ss);
     for (int i = tid; i < HM_T * M; i += HM_W * 32) {
         const int r = i / M, m = i - r * M;
         float sum = 0.f;
