@@ -252,22 +252,19 @@ __global__ void __cluster_dims__(1, HM_KS, 1) __launch_bounds__(HM_W * 32)
 template <typename WT> void hm_go(const WT *fn, int M, int64_t K, const float *h, int n, float eps, float *mix,
                                   cudaStream_t st) {
     const unsigned grid = (unsigned)((n + HM_T - 1) / HM_T);
-    if (n <= HM_CL_MAX && K % (32 * HM_W * HM_KS) == 0 && ds4c_opt_hc_mix() == 1) {
-        const dim3 g2(grid, HM_KS);
+    // the kernel for M rows: k1 up to 8, k3 up to 24, k4 up to 32
+    auto go = [&](auto k1, auto k3, auto k4, dim3 g) {
         if (M <= 8)
-            ds4c_launch(k_hc_mix_tf32_cl<WT, 1>, g2, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
+            ds4c_launch(k1, g, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
         else if (M <= 24)
-            ds4c_launch(k_hc_mix_tf32_cl<WT, 3>, g2, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
+            ds4c_launch(k3, g, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
         else
-            ds4c_launch(k_hc_mix_tf32_cl<WT, 4>, g2, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
-        return;
-    }
-    if (M <= 8)
-        ds4c_launch(k_hc_mix_tf32<WT, 1>, grid, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
-    else if (M <= 24)
-        ds4c_launch(k_hc_mix_tf32<WT, 3>, grid, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
+            ds4c_launch(k4, g, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
+    };
+    if (n <= HM_CL_MAX && K % (32 * HM_W * HM_KS) == 0 && ds4c_opt_hc_mix() == 1)
+        go(k_hc_mix_tf32_cl<WT, 1>, k_hc_mix_tf32_cl<WT, 3>, k_hc_mix_tf32_cl<WT, 4>, dim3(grid, HM_KS));
     else
-        ds4c_launch(k_hc_mix_tf32<WT, 4>, grid, HM_W * 32, 0, st, fn, M, K, h, n, eps, mix);
+        go(k_hc_mix_tf32<WT, 1>, k_hc_mix_tf32<WT, 3>, k_hc_mix_tf32<WT, 4>, dim3(grid));
 }
 
 } // namespace
