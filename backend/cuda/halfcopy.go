@@ -17,8 +17,9 @@ const halfCopyReserve = 24 << 30
 // halfCopies gives fast mode's Q8_0 tensors that chunks multiply through
 // cuBLAS (MatMulHalf: those of at most halfMaxQ8 values) an f16 copy
 // (Weight.Half), so that a chunk's products no longer convert their quants
-// before each product — on the chain, ≈ 20 ms of a 256-token chunk's 110
-// (cuda/NOTES.md v48). The copies take 2 bytes a value (Flash q2: ≈ 11 GB).
+// before each product (v48's trace charged the conversions ≈ 20 ms of a
+// 256-token chunk's 110; the copies saved ≈ 5 ms of it, an 8k prompt ≈ 1 %:
+// cuda/NOTES.md v49). The copies take 2 bytes a value (Flash q2: ≈ 11 GB).
 // DS4_CUDA_HALF_COPY=0 makes none, 1 makes them whatever the memory left;
 // by default they are made only when halfCopyReserve stays free after them.
 // The products' bits are the same either way.
