@@ -222,10 +222,11 @@ func (d *Device) MatMulHalf(s Stream, w *Weight, nsel int, x Ptr, xt quant.Type,
 }
 
 // halfOperand is the weights MatMulHalf hands the library for w: its f16
-// copy, where it has one and the library takes F16 weights with these
-// inputs, else w itself.
+// copy, where it has one, the inputs are f16 (the only ones the library
+// multiplies Q8_0 weights by) and the library takes F16 weights with them,
+// else w itself.
 func (d *Device) halfOperand(w *Weight, xt quant.Type, ntok int) (quant.Type, Ptr) {
-	if w.Half != 0 && w.Type == quant.Q8_0 && d.HalfOK(quant.F16, xt, ntok) {
+	if w.Half != 0 && w.Type == quant.Q8_0 && xt == quant.F16 && d.HalfOK(quant.F16, quant.F16, ntok) {
 		return quant.F16, w.Half
 	}
 	return w.Type, w.Ptr
