@@ -65,6 +65,6 @@ func (be *Backend) halfCopies() error {
 			return nil
 		}
 	}
-	slog.Debug("cuda: f16 copies of the Q8_0 weights", "tensors", len(ws), "gb", float64(need)/(1<<30))
+	slog.Info("cuda: f16 copies of the Q8_0 weights for prompt chunks (DS4_CUDA_HALF_COPY=0: none)", "tensors", len(ws), "gb", float64(need)/(1<<30))
 	return nil
 }
