@@ -324,14 +324,9 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 	if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_POST_MIX_MAX")); err == nil && v >= 1 && v <= HCPostMixMaxTokens {
 		be.postMixMax = v
 	}
-	be.wgMinTok = 32
-	if v := os.Getenv("DS4_CUDA_WG_MIN_TOK"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			be.Close()
-			return nil, fmt.Errorf("cuda: DS4_CUDA_WG_MIN_TOK=%q: want a count of selections an expert, 0 or more", v)
-		}
-		be.wgMinTok = n
+	if be.wgMinTok, err = envCount("DS4_CUDA_WG_MIN_TOK", 32, "a count of selections an expert, 0 or more"); err != nil {
+		be.Close()
+		return nil, err
 	}
 	switch os.Getenv("DS4_CUDA_IX_SIDE") {
 	case "0":

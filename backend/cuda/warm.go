@@ -41,13 +41,20 @@ const warmSmall = 256
 
 // warmSmallSize is warmSmall or DS4_CUDA_WARM_SMALL's value.
 func warmSmallSize() (int, error) {
-	v := os.Getenv("DS4_CUDA_WARM_SMALL")
+	return envCount("DS4_CUDA_WARM_SMALL", warmSmall, "a token count, 0 for none")
+}
+
+// envCount is the count environment variable name sets, def when it is
+// unset, or an error naming what it wants when it is not a count (0 or
+// more).
+func envCount(name string, def int, want string) (int, error) {
+	v := os.Getenv(name)
 	if v == "" {
-		return warmSmall, nil
+		return def, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("cuda: DS4_CUDA_WARM_SMALL=%q: want a token count, 0 for none", v)
+		return 0, fmt.Errorf("cuda: %s=%q: want %s", name, v, want)
 	}
 	return n, nil
 }
@@ -68,12 +75,12 @@ func (be *Backend) warmUp(n int) error {
 	if err != nil {
 		return err
 	}
-	chunks := []struct{ pos, n int }{{0, n}}
+	type span struct{ pos, n int }
+	chunks, end := []span{{0, n}}, n
 	if small > 0 && small < n {
-		chunks = append(chunks, struct{ pos, n int }{n, small})
+		chunks, end = append(chunks, span{n, small}), n+small
 	}
-	end := chunks[len(chunks)-1].pos + chunks[len(chunks)-1].n
-	chunks = append(chunks, struct{ pos, n int }{end, 1})
+	chunks = append(chunks, span{end, 1})
 	layout, err := engine.NewStateLayout(&be.cfg, end+1, 0)
 	if err != nil {
 		return err
