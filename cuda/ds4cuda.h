@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 42
+#define DS4C_ABI_VERSION 43
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -708,6 +708,7 @@ enum {
     DS4C_OPT_MV_SUMW = 58, /* 1: fast mode's pipelined Q8_0 products (k_mv_pipe_q8f) whose 1024-column segments divide the CTA's 8 warps add a tile's row sums on the last warp, which requests no copies, each row's partials in one or two vector loads (default; env DS4_CUDA_MV_SUMW; the same bits); 0: warp 0's threads, a load a partial */
     DS4C_OPT_MV_TWO = 59, /* 1: fast mode's products of two tokens (speculative decoding's verification passes): Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined k_mv_pipe_q8f<2, 2>, the weights streamed once and each token's bits those of its one-token product; the others on k_matvec split over up to 8 warps a row where the rows are too few to fill the GPU, as one token's (default; env DS4_CUDA_MV_TWO); 0: k_matvec's two-token form, a warp a row */
     DS4C_OPT_MV_ROOM = 60, /* pipelined products given room (DS4C_MM_ROOM: a scoring decode step's q_b beside the indexer's path), by bits: 1 one token's, 2 two tokens' run DS4C_OPT_MV_PIPE CTAs an SM within the room's budget (SM shared memory less DS4C_MV_ROOM_KIB), the others one CTA an SM (env DS4_CUDA_MV_ROOM; default 2) */
+    DS4C_OPT_TC_PARTS = 61, /* 1: grouped int8 tensor-core products in CTAs of 32 slots run a grid of only the tile parts that hold selections (ds4c_group's part list; default; env DS4_CUDA_TC_PARTS); 0: every tile's four parts in z, the empty ones starting and leaving; the same bits */
     DS4C_OPT_MV_PAIR = 48, /* ds4c_matmul_grouped_pair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both tensors in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits in exact mode (in fast mode a lone Q8_0 product runs pipelined, which adds in another order) */
     DS4C_OPT_HAD_WARP = 42, /* 1: Walsh-Hadamard transforms of rows of 32 … 512 values a warp a row in registers (k_hadamard_w; with the FP4 simulation after it in the same kernel for ds4c_hadamard_fp4; the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory (k_hadamard), k_fp4_sim apart */
 };

@@ -45,6 +45,20 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const int (&a)[4], int b0, i
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// mma_k16_u8: c += a·b for m16n8k16 with unsigned 8-bit a (row g: a[0], row
+// g+8: a[1], k 4q … 4q+3 each) and 8-bit b (k 4q … 4q+3 of column g),
+// signed (S) or unsigned.
+template <bool S> __device__ __forceinline__ void mma_k16_u8(int (&c)[4], const int (&a)[2], int b) {
+    if (S)
+        asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(b));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
 __device__ __forceinline__ int2 ld8(const void *p) { return __ldg((const int2 *)p); }
 
 using Slots = SlotsT<TC_BN>;
@@ -469,8 +483,11 @@ __device__ __forceinline__ int st_off(int r, int off) { return r * 64 + 16 * ((o
 // st_issue copies block b into stage sg (scb: Q2_K's scales, else null)
 // and commits the copies as one group: the 128 weight rows' 4 chunks, the
 // 128 rows' scales, the BN activation rows' 16 chunks, spread over the
-// CTA's threads. mrow is the matrix's first row. (Addresses are formed
-// again for each block: registers are what these kernels are short of.)
+// CTA's threads, and for Q2_K each activation row's 16 sub-block sums (32
+// bytes at offset 256 of the staged row: 16-byte copies where the rows'
+// sums are 16-byte aligned, nbr a multiple of 4, else 4-byte copies). mrow
+// is the matrix's first row. (Addresses are formed again for each block:
+// registers are what these kernels are short of.)
 template <class S>
 __device__ __forceinline__ void st_issue(const MVArgs &a, const SlotsT<S::BN> &s, int64_t mrow, int nbr,
                                          const uint8_t *scb, int b, uint8_t *sg) {
@@ -491,6 +508,22 @@ __device__ __forceinline__ void st_issue(const MVArgs &a, const SlotsT<S::BN> &s
         const int id = tid + S::THREADS * k, j = id >> 4, cc = id & 15;
         cp_async16(sx + j * Q8S_LD + 16 * cc, a.act + s.act[j] + 256 * b + 16 * cc);
     }
+    if (scb) { // the sub-block sums: [nbr floats][nbr × 16 int16] after the row's quants
+        const int64_t bso = a.cols + 4 * (int64_t)nbr + 32 * b;
+        if ((nbr & 3) == 0) {
+#pragma unroll
+            for (int k = 0; k < (2 * S::BN + S::THREADS - 1) / S::THREADS; k++) {
+                const int id = tid + S::THREADS * k, j = id >> 1, c = id & 1;
+                if (id < 2 * S::BN) cp_async16(sx + j * Q8S_LD + 256 + 16 * c, a.act + s.act[j] + bso + 16 * c);
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 8 * S::BN / S::THREADS; k++) {
+                const int id = tid + S::THREADS * k, j = id >> 3, c = id & 7;
+                cp_async4(sx + j * Q8S_LD + 256 + 4 * c, a.act + s.act[j] + bso + 4 * c);
+            }
+        }
+    }
     cp_async_commit();
 }
 
@@ -504,12 +537,13 @@ __device__ __forceinline__ void st_wait() {
 
 // StGeo: this thread's rows and slots in a staged kernel. Row index i =
 // 2·mt + hl is CTA-local row lr[i] = warp·16·MT + 16·mt + 8·hl + g (global
-// row gr[i], clamped, inside matrix mat); n-tile nt's output slots are
-// 8nt + 2q + {0, 1}.
+// row gr, clamped, inside matrix mat; gb[i] = gr · blocks a row, the index
+// of its first block's scale: tc_launch bounds the blocks to 31 bits);
+// n-tile nt's output slots are 8nt + 2q + {0, 1}.
 template <int MT> struct StGeo {
     int g, q, ntl;       // lane/4, lane%4, n-tiles with a slot
     int lr[2 * MT];
-    int64_t gr[2 * MT];
+    int gb[2 * MT];
     bool live;           // the warp has a row inside the matrix
 };
 
@@ -526,19 +560,25 @@ __device__ __forceinline__ bool st_geo(StGeo<MT> &G, const MVArgs &a, int64_t &m
 #pragma unroll
     for (int i = 0; i < 2 * MT; i++) {
         G.lr[i] = warp * 16 * MT + (i >> 1) * 16 + (i & 1) * 8 + G.g;
-        G.gr[i] = mat * a.rows + min(row0 + G.lr[i], a.rows - 1);
+        G.gb[i] = (int)((mat * a.rows + min(row0 + G.lr[i], a.rows - 1)) * (a.cols / 256));
     }
     return mat_ok;
 }
 
 // st_act_scales reads block b's activation scales of this thread's output
-// slots (8nt + 2q + j at da[2nt + j]), their rows' offsets taken from s.
+// slots (8nt + 2q + j at da[2nt + j]) in the first ntl n-tiles, their rows'
+// offsets taken from s; the others' are 0 (a 256-token fast chunk has ≈ 6
+// selections an expert: one n-tile of four, cuda/NOTES.md v50). NT = 8
+// (st_nta: no checks in the block loops) reads all of them.
 template <int NT, int BN>
-__device__ __forceinline__ void st_act_scales(const MVArgs &a, const SlotsT<BN> &s, int q, int b, float (&da)[2 * NT]) {
+__device__ __forceinline__ void st_act_scales(const MVArgs &a, const SlotsT<BN> &s, int q, int b, int ntl,
+                                              float (&da)[2 * NT]) {
+    if (NT == 8) ntl = NT;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int j = 0; j < 2; j++) da[2 * nt + j] = __ldg((const float *)(a.act + s.act[8 * nt + 2 * q + j] + a.cols) + b);
+        for (int j = 0; j < 2; j++)
+            da[2 * nt + j] = nt < ntl ? __ldg((const float *)(a.act + s.act[8 * nt + 2 * q + j] + a.cols) + b) : 0.f;
 }
 
 // st_store writes the accumulators: acc[mt][nt][i] is row lr[2mt + (i>>1)],
@@ -589,17 +629,28 @@ template <int NT, class F> __device__ __forceinline__ void st_nta(int ntl, F &&f
     }
 }
 
+// IQ2Tab: the staged IQ2_XXS kernels' lookup table in shared memory, 512-byte
+// aligned: the 128 sign patterns' byte selectors (sign_entry) at words 0 …
+// 127, the codebook's (tab_entry) from word GRID.
+struct IQ2Tab {
+    static constexpr int GRID = 128, WORDS = 384;
+};
+
 // iq2_block multiplies one staged IQ2_XXS block (weights ws, activations
 // xs) into acc for the first NTA n-tiles. Each group of 8 weights is
 // decoded as the decode kernels do (TIQ2_XXS::dot_reg): the codebook entry
 // as byte selectors (tab_entry) ORed with the sign pattern's (sign_entry),
-// both one 32-bit lookup in s_tab (256 + 128 words, not replicated per
-// lane), then one byte permute of the magnitudes and their negations for
-// each 4 weights — the int8 weights the 64-bit grid lookup and the computed
-// sign masks gave before v49, so the same sums, in ≈ half the instructions
-// (a 256-token fast chunk 89 ms against 94).
+// both one 32-bit lookup in the CTA's table at shared address tb (IQ2Tab:
+// not replicated per lane), then one byte permute of the magnitudes and
+// their negations for each 4 weights — the int8 weights the 64-bit grid
+// lookup and the computed sign masks gave before v49, so the same sums, in
+// ≈ half the instructions (a 256-token fast chunk 89 ms against 94). The
+// lookups' addresses take two instructions each (v50): the codebook's a
+// byte permute and a multiply-add, the signs' a rotation that leaves the
+// 7-bit field at bit 2 and one LOP3 that masks it and ORs in the table's
+// 512-byte-aligned base.
 template <int MT, int NT, int NTA, bool CHECK>
-__device__ __forceinline__ void iq2_block(const uint8_t *ws, const uint8_t *xs, const uint32_t *s_tab,
+__device__ __forceinline__ void iq2_block(const uint8_t *ws, const uint8_t *xs, uint32_t tb,
                                           const StGeo<MT> &G, const float (&dw)[2 * MT], const float (&da)[2 * NT],
                                           float (&acc)[MT][NT][4]) {
     int bs[MT][NTA][4];
@@ -609,6 +660,9 @@ __device__ __forceinline__ void iq2_block(const uint8_t *ws, const uint8_t *xs, 
         for (int nt = 0; nt < NTA; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) bs[mt][nt][i] = 0;
+    const uint32_t bsel = 0x4440u | (uint32_t)G.q; // byte q of a word, zero-extended (its codebook index)
+    const uint32_t rot = (7u * G.q - 2u) & 31u;       // sign field q (bits 7q …) rotated to bit 2
+    const uint32_t gb = tb + 4 * IQ2Tab::GRID;
 #pragma unroll
     for (int ib = 0; ib < 8; ib++) {
         int A[MT][4], ls[2 * MT];
@@ -619,7 +673,8 @@ __device__ __forceinline__ void iq2_block(const uint8_t *ws, const uint8_t *xs, 
             ls[i] = 2 * (int)(aux >> 28) + 1;
             const int mt = i >> 1, hl = i & 1;
             constexpr uint32_t POS = 0x002b1908u, NEG = 0x00d5e7f8u; // 8, 25, 43 and their negations
-            const uint32_t sel = s_tab[((uint32_t)qw.x >> (8 * G.q)) & 0xff] | s_tab[256 + ((aux >> (7 * G.q)) & 127)];
+            const uint32_t sel = lds32((uint32_t)prmt((uint32_t)qw.x, 0u, bsel) * 4u + gb) |
+                                 lds32((__funnelshift_r(aux, aux, rot) & 0x1fcu) | tb);
             A[mt][hl] = prmt(POS, NEG, sel);
             A[mt][2 + hl] = prmt(POS, NEG, sel >> 16);
         }
@@ -655,9 +710,10 @@ __global__ void __launch_bounds__(StShape<MT, NT>::THREADS, StShape<MT, NT>::MIN
     mv_pdl_enter(p.a);
     __shared__ SlotsT<S::BN> s;
     extern __shared__ __align__(16) uint8_t s_st[]; // [ST_NS][S::IQ2]
-    __shared__ uint32_t s_tab[384]; // the codebook's byte selectors, then the sign patterns' (iq2_block)
-    for (int i = threadIdx.x; i < 384; i += blockDim.x)
-        s_tab[i] = i < 256 ? TIQ2_XXS::tab_entry(i) : TIQ2_XXS::sign_entry((uint32_t)(i - 256));
+    __shared__ __align__(512) uint32_t s_tab[IQ2Tab::WORDS]; // (iq2_block)
+    for (int i = threadIdx.x; i < IQ2Tab::WORDS; i += blockDim.x)
+        s_tab[i] = i < IQ2Tab::GRID ? TIQ2_XXS::sign_entry((uint32_t)i) : TIQ2_XXS::tab_entry(i - IQ2Tab::GRID);
+    const uint32_t tb = (uint32_t)__cvta_generic_to_shared(s_tab);
     int64_t mat;
     const int cnt = tc_slots<S::BN>(p, s, &mat); // synchronises (after the codebook too)
     const MVArgs &a = p.a;
@@ -686,16 +742,22 @@ __global__ void __launch_bounds__(StShape<MT, NT>::THREADS, StShape<MT, NT>::MIN
         const uint8_t *ws = s_st + (b % ST_NS) * S::IQ2, *xs = ws + ST_W;
         float dw[2 * MT], da[2 * NT];
 #pragma unroll
-        for (int i = 0; i < 2 * MT; i++) dw[i] = __half2float(db[G.gr[i] * nbr + b]);
-        st_act_scales<NT>(a, s, G.q, b, da);
-        st_nta<NT>(G.ntl, [&](auto tag) { iq2_block<MT, NT, decltype(tag)::value, decltype(tag)::check>(ws, xs, s_tab, G, dw, da, acc); });
+        for (int i = 0; i < 2 * MT; i++) dw[i] = __half2float(db[G.gb[i] + b]);
+        st_act_scales<NT>(a, s, G.q, b, G.ntl, da);
+        st_nta<NT>(G.ntl, [&](auto tag) { iq2_block<MT, NT, decltype(tag)::value, decltype(tag)::check>(ws, xs, tb, G, dw, da, acc); });
     }
     if (!G.live) return;
     st_store<MT, NT>(a, s, G, cnt, acc, mat_ok, 0.125f);
 }
 
 // q2k_block multiplies one staged Q2_K block (weights ws, scales ss,
-// activations xs; row scales dm) into acc for the first NTA n-tiles.
+// activations xs with their sub-block sums at byte 256 of each row; row
+// scales dm) into acc for the first NTA n-tiles. The scaled quants' sums
+// take one m16n8k32 a plane; the minimums' Σ_j m_j·bsum_j, the integer the
+// minimums as weights would give, takes two m16n8k16 a block: thread q's k
+// lanes are sub-blocks 4q … 4q+3, the 4-bit minimums (u8) against the int16
+// sums split into their low (u8) and high (s8) bytes, 256·hi + lo — eight
+// m16n8k32 a block and their operands before v50 (cuda/NOTES.md v50).
 template <int MT, int NT, int NTA, bool CHECK>
 __device__ __forceinline__ void q2k_block(const uint8_t *ws, const uint8_t *ss, const uint8_t *xs, const StGeo<MT> &G,
                                           const __half2 (&dm)[2 * MT], const float (&da)[2 * NT],
@@ -719,28 +781,43 @@ __device__ __forceinline__ void q2k_block(const uint8_t *ws, const uint8_t *ss, 
         for (int pl = 0; pl < 4; pl++) { // plane pl: values 32(4h+pl) … +31
             const int ks = 4 * h + pl, sh = 2 * pl;
             const int sub = 2 * pl + (G.q >> 1); // this thread's 16-value sub-block among the half's 8
-            int A[MT][4], M[MT][4];
+            int A[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int hl = 0; hl < 2; hl++) { // row lo (g) / hi (g+8)
                     const int i = 2 * mt + hl;
                     const int word = sub < 4 ? sc[i].x : sc[i].y;
-                    const int sb = (word >> (8 * (sub & 3))) & 0xff;
-                    A[mt][hl] = (int)(((unsigned)qw[i].x >> sh) & 0x03030303u) * (sb & 15);
-                    A[mt][2 + hl] = (int)(((unsigned)qw[i].y >> sh) & 0x03030303u) * (sb & 15);
-                    M[mt][hl] = M[mt][2 + hl] = 0x01010101 * (sb >> 4);
+                    const int sb = (word >> (8 * (sub & 3))) & 15;
+                    A[mt][hl] = (int)(((unsigned)qw[i].x >> sh) & 0x03030303u) * sb;
+                    A[mt][2 + hl] = (int)(((unsigned)qw[i].y >> sh) & 0x03030303u) * sb;
                 }
 #pragma unroll
             for (int nt = 0; nt < NTA; nt++) {
                 if (CHECK && nt >= G.ntl) break;
                 const int2 v = *(const int2 *)(xs + (8 * nt + G.g) * Q8S_LD + 32 * ks + 8 * G.q);
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    mma_s8(ci[mt][nt], A[mt], v.x, v.y);
-                    mma_s8(cm[mt][nt], M[mt], v.x, v.y);
-                }
+                for (int mt = 0; mt < MT; mt++) mma_s8(ci[mt][nt], A[mt], v.x, v.y);
             }
+        }
+    }
+    int M[MT][2]; // the minimums of sub-blocks 4q … 4q+3: rows g, g+8 of each m-tile
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int hl = 0; hl < 2; hl++) M[mt][hl] = (int)((*(const uint32_t *)(ss + 16 * G.lr[2 * mt + hl] + 4 * G.q) >> 4) & 0x0f0f0f0fu);
+#pragma unroll
+    for (int nt = 0; nt < NTA; nt++) {
+        if (CHECK && nt >= G.ntl) break;
+        const int2 bs = *(const int2 *)(xs + (8 * nt + G.g) * Q8S_LD + 256 + 8 * G.q); // slot g's sums 4q … 4q+3
+        const int lo = prmt((uint32_t)bs.x, (uint32_t)bs.y, 0x6420u), hi = prmt((uint32_t)bs.x, (uint32_t)bs.y, 0x7531u);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            int ch[4] = {0, 0, 0, 0};
+            mma_k16_u8<false>(cm[mt][nt], M[mt], lo);
+            mma_k16_u8<true>(ch, M[mt], hi);
+#pragma unroll
+            for (int i = 0; i < 4; i++) cm[mt][nt][i] += 256 * ch[i];
         }
     }
 #pragma unroll
@@ -795,8 +872,8 @@ __global__ void __launch_bounds__(StShape<MT, NT>::THREADS, StShape<MT, NT>::MIN
         __half2 dm[2 * MT];
         float da[2 * NT];
 #pragma unroll
-        for (int i = 0; i < 2 * MT; i++) dm[i] = dmb[G.gr[i] * nbr + b];
-        st_act_scales<NT>(a, s, G.q, b, da);
+        for (int i = 0; i < 2 * MT; i++) dm[i] = dmb[G.gb[i] + b];
+        st_act_scales<NT>(a, s, G.q, b, G.ntl, da);
         st_nta<NT>(G.ntl, [&](auto tag) { q2k_block<MT, NT, decltype(tag)::value, decltype(tag)::check>(ws, ss, xs, G, dm, da, acc); });
     }
     if (!G.live) return;
@@ -913,16 +990,21 @@ int64_t group_tiles(int64_t n_sel, int64_t n_mat) { return (n_sel + TC_TILE - 1)
 
 int64_t group_perm_bytes(int64_t n_sel) { return ((4 * n_sel + 15) / 16) * 16; }
 
+// Part bound: Σ ⌈c/TC_PART⌉ over the n_mat + 1 buckets' counts c.
+int64_t group_parts(int64_t n_sel, int64_t n_mat) { return (n_sel + TC_PART - 1) / TC_PART + n_mat + 1; }
+
 // k_group sorts the selections by matrix (a counting sort; the order within
 // a matrix is arbitrary, which no result depends on) and writes the tile
-// table: tiles of up to TC_BN selections of one matrix, then empty tiles up
-// to the bound. One CTA.
+// table: tiles of up to TC_TILE selections of one matrix, then empty tiles
+// up to the bound; and the part list (TCArgs::parts): each tile's parts of
+// TC_PART selections in tile order, then −1 up to pbound. One CTA.
 __global__ void __launch_bounds__(1024) k_group(const int32_t *ids, int n_sel, int n_mat, int32_t *perm, int4 *tiles,
-                                                int bound) {
+                                                int bound, int32_t *parts, int pbound) {
     pdl_enter();
     extern __shared__ int g_sh[];
     const int nbk = n_mat + 1;
-    int *cnt = g_sh, *off = g_sh + nbk, *toff = g_sh + 2 * nbk; // toff has nbk+1 entries
+    int *cnt = g_sh, *off = g_sh + nbk, *toff = g_sh + 2 * nbk; // toff and poff have nbk+1 entries
+    int *poff = toff + nbk + 1;
     const int tid = threadIdx.x, nth = blockDim.x;
     for (int i = tid; i < nbk; i += nth) cnt[i] = 0;
     __syncthreads();
@@ -932,22 +1014,27 @@ __global__ void __launch_bounds__(1024) k_group(const int32_t *ids, int n_sel, i
     }
     __syncthreads();
     if (tid == 0) {
-        int o = 0, to = 0;
+        int o = 0, to = 0, po = 0;
         for (int k = 0; k < nbk; k++) {
             off[k] = o;
             toff[k] = to;
+            poff[k] = po;
             o += cnt[k];
             to += (cnt[k] + TC_TILE - 1) / TC_TILE;
+            po += (cnt[k] + TC_PART - 1) / TC_PART;
         }
         toff[nbk] = to;
+        poff[nbk] = po;
     }
     __syncthreads();
     for (int k = tid; k < nbk; k += nth) {
         const int c = cnt[k];
         for (int j = 0; j * TC_TILE < c; j++)
             tiles[toff[k] + j] = make_int4(k == n_mat ? -1 : k, off[k] + j * TC_TILE, min(TC_TILE, c - j * TC_TILE), 0);
+        for (int j = 0; j * TC_PART < c; j++) parts[poff[k] + j] = 4 * (toff[k] + j / 4) + j % 4;
     }
     for (int i = toff[nbk] + tid; i < bound; i += nth) tiles[i] = make_int4(0, 0, 0, 0);
+    for (int i = poff[nbk] + tid; i < pbound; i += nth) parts[i] = -1;
     __syncthreads();
     for (int i = tid; i < nbk; i += nth) cnt[i] = 0; // now the cursors
     __syncthreads();
@@ -959,7 +1046,8 @@ __global__ void __launch_bounds__(1024) k_group(const int32_t *ids, int n_sel, i
 }
 
 // tc_go launches kern (threads a CTA, smem dynamic bytes, bn slots a CTA)
-// over yb row blocks: grouped (p.tiles), xcount tiles in x and TC_TILE / bn
+// over yb row blocks: grouped (p.tiles), p.n_parts parts in x when bn is
+// TC_PART and p has the part list, else xcount tiles in x and TC_TILE / bn
 // parts in z; dense, xcount tokens in x (bn a CTA) and zcount selections
 // in z. *set records that the kernel's shared-memory limit was raised.
 template <class K>
@@ -969,9 +1057,11 @@ void tc_go(K kern, int threads, int smem, int bn, bool *set, const TCArgs &p, in
         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         *set = true;
     }
-    const dim3 grid(p.tiles ? (unsigned)xcount : (unsigned)((xcount + bn - 1) / bn), yb,
-                    p.tiles ? (unsigned)(TC_TILE / bn) : (unsigned)zcount);
-    ds4c_launch(kern, grid, threads, (size_t)smem, st, p);
+    TCArgs q = p;
+    if (!q.tiles || bn != TC_PART || !ds4c_opt_tc_parts()) q.parts = nullptr;
+    const dim3 grid(q.parts ? (unsigned)q.n_parts : q.tiles ? (unsigned)xcount : (unsigned)((xcount + bn - 1) / bn), yb,
+                    q.parts ? 1u : q.tiles ? (unsigned)(TC_TILE / bn) : (unsigned)zcount);
+    ds4c_launch(kern, grid, threads, (size_t)smem, st, q);
 }
 
 // TC_IQ2_WIDE_MIN is the selections a matrix (tokens, for a dense
@@ -989,6 +1079,8 @@ constexpr int TC_IQ2_WIDE_MIN = 32;
 // xcount and zcount as tc_go's.
 int tc_launch(int type, const TCArgs &p, int xcount, int zcount, int per_mat, cudaStream_t st) {
     if ((p.a.rows + TC_ROWS - 1) / TC_ROWS > 65535) return ds4c_err(DS4C_EINVAL, "matmul: %d rows", p.a.rows);
+    if ((int64_t)p.a.R * (p.a.cols / 256) > 0x7fffffff) // (StGeo::gb)
+        return ds4c_err(DS4C_EINVAL, "matmul: %lld rows of %lld columns", (long long)p.a.R, (long long)p.a.cols);
     const unsigned yb = (unsigned)((p.a.rows + TC_ROWS - 1) / TC_ROWS);
     const int stage = ds4c_opt_tc_stage();
     using S4 = StShape<2, 4>;
@@ -1052,7 +1144,7 @@ extern "C" {
 
 uint64_t ds4c_group_bytes(int n_sel, int64_t n_mat) {
     if (n_sel < 0 || n_mat <= 0) return 0;
-    return (uint64_t)(group_perm_bytes(n_sel) + 16 * group_tiles(n_sel, n_mat));
+    return (uint64_t)(group_perm_bytes(n_sel) + 16 * group_tiles(n_sel, n_mat) + 4 * group_parts(n_sel, n_mat));
 }
 
 int ds4c_group(const int32_t *d_ids, int n_sel, int64_t n_mat, void *d_scratch, void *stream) {
@@ -1063,8 +1155,10 @@ int ds4c_group(const int32_t *d_ids, int n_sel, int64_t n_mat, void *d_scratch, 
     if (bound > 65535) return ds4c_err(DS4C_EINVAL, "group: %d selections make too many tiles", n_sel);
     int32_t *perm = (int32_t *)d_scratch;
     int4 *tiles = (int4 *)((uint8_t *)d_scratch + group_perm_bytes(n_sel));
-    const size_t smem = (size_t)(3 * (n_mat + 1) + 1) * sizeof(int);
-    ds4c_launch(k_group, 1, 1024, smem, as_stream(stream), d_ids, n_sel, (int)n_mat, perm, tiles, (int)bound);
+    int32_t *parts = (int32_t *)(tiles + bound);
+    const size_t smem = (size_t)(4 * (n_mat + 1) + 2) * sizeof(int);
+    ds4c_launch(k_group, 1, 1024, smem, as_stream(stream), d_ids, n_sel, (int)n_mat, perm, tiles, (int)bound, parts,
+                (int)group_parts(n_sel, n_mat));
     DS4C_CHECK_LAUNCH("group");
     return 0;
 }
@@ -1093,6 +1187,8 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
     p.n_tok = 1;
     p.perm = (const int32_t *)d_scratch;
     p.tiles = (const int4 *)((const uint8_t *)d_scratch + group_perm_bytes(n_sel));
+    p.parts = (const int32_t *)(p.tiles + bound);
+    p.n_parts = (int)group_parts(n_sel, n_mat);
     if (half) return wg_grouped(type, p, (int)bound, as_stream(stream));
     return tc_launch(type, p, (int)bound, 1, (int)(n_sel / n_mat), as_stream(stream));
 }

@@ -11,6 +11,10 @@ struct TCArgs {
     int n_tok;
     const int4 *tiles;   // grouped: per blockIdx.x (matrix, first pair, count, 0)
     const int32_t *perm; // grouped: pair → selection
+    // grouped, CTAs of TC_PART slots (tc_go): per blockIdx.x, tile·4 + part
+    // of each non-empty part, then −1 up to n_parts (group_parts)
+    const int32_t *parts = nullptr;
+    int n_parts = 0;
     // wg_grouped_glu only: the up weights (a.w: the gate's), the
     // selections' weights, the SwiGLU clamp (≤ 0: none) and the f16 output
     // rows of a.rows values (permuted within 32-value blocks when glu_perm)
@@ -30,8 +34,14 @@ template <int BN> struct SlotsT {
 
 // Grouped products read a tile table of up to TC_TILE selections of one
 // matrix a tile; a CTA of BN < TC_TILE slots takes part blockIdx.z of its
-// tile (the grid has TC_TILE / BN parts in z).
+// tile (the grid has TC_TILE / BN parts in z), except CTAs of TC_PART
+// slots, which take the part p.parts[blockIdx.x] names: a grid of only the
+// non-empty parts (a fast chunk of 256 tokens has ≈ 6 selections an
+// expert, so three parts in four were CTAs that only started and left,
+// cuda/NOTES.md v50).
 constexpr int TC_TILE = 128;
+constexpr int TC_PART = 32;
+static_assert(TC_TILE == 4 * TC_PART, "a part code is tile·4 + part");
 
 // tc_slots fills s (all threads must call it; it synchronises) and returns
 // the slot count (0 or less: nothing to do) and the matrix in *mat; tile is
@@ -42,8 +52,18 @@ template <int BN> __device__ int tc_slots(const TCArgs &p, SlotsT<BN> &s, int64_
     const int tid = threadIdx.x;
     int cnt;
     if (p.tiles) {
+        int part = blockIdx.z;
+        if (BN == TC_PART && p.parts) {
+            const int code = p.parts[blockIdx.x];
+            if (code < 0) {
+                __syncthreads(); // (the same barrier count as every CTA's)
+                return 0;
+            }
+            tile = code >> 2;
+            part = code & 3;
+        }
         const int4 tl = p.tiles[tile >= 0 ? tile : blockIdx.x];
-        const int first = BN * blockIdx.z;
+        const int first = BN * part;
         *mat = tl.x;
         cnt = min(BN, tl.z - first);
         if (cnt > 0 && tid < BN) {

@@ -1055,6 +1055,7 @@ func TestMatMulTensorCores(t *testing.T) {
 		{quant.Q2_K, 200, 1024, 1},
 		{quant.Q2_K, 200, 1024, 0},
 		{quant.Q2_K, 200, 1024, 2},
+		{quant.Q2_K, 200, 768, 1}, // 3 blocks a row: the sub-block sums staged by 4-byte copies
 		{quant.IQ2_XXS, 256, 4096, 1},
 		{quant.IQ2_XXS, 136, 512, 1},
 		{quant.IQ2_XXS, 136, 512, 0},
@@ -1065,7 +1066,7 @@ func TestMatMulTensorCores(t *testing.T) {
 		{quant.Q2_K, 40, 256, 1},
 		{quant.Q2_K, 40, 256, 2},
 	}
-	t.Cleanup(func() { d.SetOption(OptTCStage, 3); d.SetOption(OptTCQ8W, 2) })
+	t.Cleanup(func() { d.SetOption(OptTCStage, 3); d.SetOption(OptTCQ8W, 2); d.SetOption(OptTCParts, 1) })
 	exactEqual := func(name string, got, want []float32) {
 		t.Helper()
 		bad := 0
@@ -1109,8 +1110,12 @@ func TestMatMulTensorCores(t *testing.T) {
 
 		// grouped: ntok tokens × K selections each (activation per token,
 		// act_div K), one id out of range; then per selection (act_div 1)
+		// (OptTCParts 0: the 32-slot kernels' grid of every tile's four
+		// parts, as before the part list, for the largest chunk)
 		const K = 3
-		for _, ntok := range []int{2, 40, 150} {
+		for _, run := range []struct{ ntok, parts int }{{2, 1}, {40, 1}, {150, 1}, {150, 0}} {
+			ntok := run.ntok
+			must(t, d.SetOption(OptTCParts, run.parts))
 			nsel := ntok * K
 			ids, idp, grp := groupedIDs(t, d, nsel, mats, uint64(ci), uint64(ntok))
 			for _, div := range []int{K, 1} {
@@ -1124,7 +1129,7 @@ func TestMatMulTensorCores(t *testing.T) {
 				got := download(t, d, y, int(ys)*nsel)
 				for i := 0; i < nsel; i++ {
 					row := got[int64(i)*ys : int64(i)*ys+int64(c.rows)]
-					name := fmt.Sprintf("grouped %s %dx%d stage %d nsel=%d div=%d sel %d", c.typ, c.rows, c.cols, c.stage, nsel, div, i)
+					name := fmt.Sprintf("grouped %s %dx%d stage %d parts %d nsel=%d div=%d sel %d", c.typ, c.rows, c.cols, c.stage, run.parts, nsel, div, i)
 					if ids[i] == mats {
 						for k, v := range row {
 							if !math.IsNaN(float64(v)) {

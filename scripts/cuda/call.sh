@@ -17,10 +17,19 @@
 #          built into /tmp/lib-base.so
 #   TESTS  a -test.run regex for the CUDA test binary (TT: its timeout,
 #          default 300s; TENV: environment assignments for it)
+#   REUSE=1  skip the builds when build/libds4cuda.so is there (a warm
+#          machine keeps it and /tmp/lib-*.so from the call before)
 #   SMOKE=1  scripts/cuda/smoke.sh first (the whole correctness check)
 #   AB     variants for scripts/cuda/ab-layers.sh on the full-size q2 synth
 #          (quoted words, e.g. AB='"DS4_CUDA_LIB=/tmp/lib-base.so" DS4_CUDA_X=0');
 #          ROUNDS (default 2), GEN (256), WARMUP (4096), ARGS (--fast)
+#   PP     token counts (e.g. '256 1024'): TestPrefillProducts' grouped
+#          expert products at those chunk sizes (DS4_CUDA_BENCH_GTOK), rows
+#          matching PP_TC (default 'stage 3'), for the main library and
+#          /tmp/lib-base.so when BASE built it (with BASE_TEST, a test
+#          binary built from the base commit, when the ABI differs), into pp.txt
+#   SMALL  variants for scripts/cuda/small-ab.sh on the full-size q2 synth
+#          (small chunks after a 24k prefix; ROUNDS, default 2)
 #   NCU    ';'-separated kernel regexes for scripts/cuda/ncu-oplat.sh run
 #          on NCU_TEST (default TestMatVecDecFast); sass-stalls.py summarises
 #          each SASS CSV into $OUT/stalls.txt; an entry TEST@regex names its test
@@ -61,7 +70,7 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
 synth=
-if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}${COLD:-}" ]; then
+if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}${COLD:-}${SMALL:-}" ]; then
     BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
     synth=$!
 fi
@@ -73,10 +82,14 @@ build_variant() { # name dir flags
     echo "variant $1 ($3): $(tail -1 /tmp/build-$1.log)"
 }
 pids=()
-IFS=';' read -ra LS <<<"${LIBS:-}"
-for l in "${LS[@]}"; do [ -n "$l" ] && { build_variant "${l%%:*}" cuda "${l#*:}" & pids+=($!); }; done
-[ -n "${BASE:-}" ] && { build_variant base "$BASE" "" & pids+=($!); }
-bash scripts/cuda/build-lib.sh >/tmp/build-main.log 2>&1; echo "main: $(tail -1 /tmp/build-main.log)"
+if [ -n "${REUSE:-}" ] && [ -s build/libds4cuda.so ]; then
+    echo "main: reusing build/libds4cuda.so and /tmp/lib-*.so (REUSE=1, a warm machine)"
+else
+    IFS=';' read -ra LS <<<"${LIBS:-}"
+    for l in "${LS[@]}"; do [ -n "$l" ] && { build_variant "${l%%:*}" cuda "${l#*:}" & pids+=($!); }; done
+    [ -n "${BASE:-}" ] && { build_variant base "$BASE" "" & pids+=($!); }
+    bash scripts/cuda/build-lib.sh >/tmp/build-main.log 2>&1; echo "main: $(tail -1 /tmp/build-main.log)"
+fi
 for p in "${pids[@]}"; do wait "$p"; done
 if [ ! -s build/libds4cuda.so ]; then cat /tmp/build-main.log | head -40; exit 1; fi
 grep -h "spill" build/*.o.ptxas | grep -v " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c | head -5
@@ -91,6 +104,20 @@ if [ -n "${TESTS:-}" ]; then
     env ${TENV:-} $F/cuda.test -test.v -test.timeout "${TT:-300s}" -test.run "$TESTS" >"$OUT/tests.log" 2>&1
     echo "tests: exit $?"; grep -E "^(--- )?FAIL|^ok|^PASS|panic|differs" "$OUT/tests.log" | head -20; el
 fi
+if [ -n "${PP:-}" ]; then
+    for lib in build/libds4cuda.so /tmp/lib-base.so; do
+        [ -s "$lib" ] || continue
+        [[ $lib == /* ]] || lib=$PWD/$lib
+        tb=$F/cuda.test
+        [[ $lib == /tmp/lib-base.so && -n ${BASE_TEST:-} ]] && tb=$BASE_TEST
+        for g in $PP; do
+            echo "== $lib, $g tokens"
+            DS4_CUDA_LIB=$lib DS4_CUDA_BENCH=1 DS4_CUDA_BENCH_GTOK=$g DS4_CUDA_BENCH_TC="${PP_TC:-stage 3}" \
+                $tb -test.run 'TestPrefillProducts$' -test.timeout 300s 2>&1 | grep -E "prefill product|FAIL|panic"
+        done
+    done >"$OUT/pp.txt"
+    cat "$OUT/pp.txt"; el
+fi
 if [ -n "${NCU:-}" ]; then
     IFS=';' read -ra NS <<<"$NCU"
     for e in "${NS[@]}"; do # TEST@regex or regex
@@ -103,7 +130,8 @@ if [ -n "${NCU:-}" ]; then
     for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
-if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}${COLD:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}${COLD:-}${SMALL:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${SMALL:-}" ]; then OUT=$OUT bash scripts/cuda/small-ab.sh; tar -czf "$OUT/small.tgz" -C "$OUT" small && rm -rf "$OUT/small"; el; fi
 if [ -n "${COLD:-}" ]; then OUT=$OUT bash scripts/cuda/coldstart.sh; el; fi
 if [ -n "${MTP:-}${KT_MTP:-}" ]; then
     $F/ds4-gguf synth --flash-q2 --mtp-only -o /dev/shm/flash-q2-mtp.gguf >/tmp/synth-mtp.log 2>&1 || tail -3 /tmp/synth-mtp.log
