@@ -473,12 +473,39 @@ template <int MT, int NT> struct StShape {
     static constexpr int X = BN * Q8S_LD;                   // activation bytes of a stage
     static constexpr int IQ2 = ST_W + X;                    // an IQ2_XXS stage: weights, activations
     static constexpr int Q2K = ST_W + ST_SC + X;            // a Q2_K stage: weights, scales, activations
-    static constexpr int MINB = WARPS == 4 ? 4 : 2;         // CTAs per SM the registers are capped for (IQ2_XXS)
+    static constexpr int MINB = WARPS == 4 ? 4 : 2;         // CTAs per SM the registers are capped for (IQ2_XXS; 3 for 4 warps measured slower, v50)
     static constexpr int MINB_Q2K = WARPS == 4 ? 3 : 1;     // (Q2_K: 2 CTAs of 8 warps would spill)
 };
 
 // st_off is the staged byte offset of byte off (0..63) of the CTA's row r.
 __device__ __forceinline__ int st_off(int r, int off) { return r * 64 + 16 * ((off >> 4) ^ ((r >> 1) & 3)) + (off & 15); }
+
+// StSrc: what of st_issue's copy sources does not change from block to
+// block, formed once a CTA (st_src): each weight copy's row as its first
+// block's index, (mrow + clamped row) · nbr, and each activation copy's
+// byte offset, s.act[j] + 16·cc — 32-bit, which tc_launch and the callers'
+// act_span_ok bound. (Before v50 st_issue formed them again for every
+// block: 64-bit products and a shared-memory load on each block's path.)
+template <class S> struct StSrc {
+    static constexpr int NW = 4 * TC_ROWS / S::THREADS, NX = 16 * S::BN / S::THREADS;
+    int w[NW];
+    int x[NX];
+};
+
+template <class S>
+__device__ __forceinline__ void st_src(StSrc<S> &c, const MVArgs &a, const SlotsT<S::BN> &s, int64_t mrow, int nbr) {
+    const int tid = threadIdx.x, row0 = blockIdx.y * TC_ROWS;
+#pragma unroll
+    for (int k = 0; k < StSrc<S>::NW; k++) {
+        const int r = (tid + S::THREADS * k) >> 2;
+        c.w[k] = (int)((mrow + min(row0 + r, a.rows - 1)) * nbr);
+    }
+#pragma unroll
+    for (int k = 0; k < StSrc<S>::NX; k++) {
+        const int id = tid + S::THREADS * k;
+        c.x[k] = (int)s.act[id >> 4] + 16 * (id & 15);
+    }
+}
 
 // st_issue copies block b into stage sg (scb: Q2_K's scales, else null)
 // and commits the copies as one group: the 128 weight rows' 4 chunks, the
@@ -486,17 +513,15 @@ __device__ __forceinline__ int st_off(int r, int off) { return r * 64 + 16 * ((o
 // CTA's threads, and for Q2_K each activation row's 16 sub-block sums (32
 // bytes at offset 256 of the staged row: 16-byte copies where the rows'
 // sums are 16-byte aligned, nbr a multiple of 4, else 4-byte copies). mrow
-// is the matrix's first row. (Addresses are formed again for each block:
-// registers are what these kernels are short of.)
+// is the matrix's first row; src holds the copies' block-invariant sources.
 template <class S>
-__device__ __forceinline__ void st_issue(const MVArgs &a, const SlotsT<S::BN> &s, int64_t mrow, int nbr,
-                                         const uint8_t *scb, int b, uint8_t *sg) {
+__device__ __forceinline__ void st_issue(const MVArgs &a, const SlotsT<S::BN> &s, const StSrc<S> &src, int64_t mrow,
+                                         int nbr, const uint8_t *scb, int b, uint8_t *sg) {
     const int tid = threadIdx.x, row0 = blockIdx.y * TC_ROWS;
 #pragma unroll
-    for (int k = 0; k < 4 * TC_ROWS / S::THREADS; k++) {
+    for (int k = 0; k < StSrc<S>::NW; k++) {
         const int id = tid + S::THREADS * k, r = id >> 2, c = id & 3;
-        const int64_t blk = (mrow + min(row0 + r, a.rows - 1)) * nbr + b;
-        cp_async16(sg + st_off(r, 16 * c), a.w + blk * 64 + 16 * c);
+        cp_async16(sg + st_off(r, 16 * c), a.w + (int64_t)(src.w[k] + b) * 64 + 16 * c);
     }
     uint8_t *sx = sg + ST_W;
     if (scb) {
@@ -504,9 +529,9 @@ __device__ __forceinline__ void st_issue(const MVArgs &a, const SlotsT<S::BN> &s
         sx += ST_SC;
     }
 #pragma unroll
-    for (int k = 0; k < 16 * S::BN / S::THREADS; k++) {
+    for (int k = 0; k < StSrc<S>::NX; k++) {
         const int id = tid + S::THREADS * k, j = id >> 4, cc = id & 15;
-        cp_async16(sx + j * Q8S_LD + 16 * cc, a.act + s.act[j] + 256 * b + 16 * cc);
+        cp_async16(sx + j * Q8S_LD + 16 * cc, a.act + (src.x[k] + 256 * b));
     }
     if (scb) { // the sub-block sums: [nbr floats][nbr × 16 int16] after the row's quants
         const int64_t bso = a.cols + 4 * (int64_t)nbr + 32 * b;
@@ -731,12 +756,14 @@ __global__ void __launch_bounds__(StShape<MT, NT>::THREADS, StShape<MT, NT>::MIN
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
-    st_issue<S>(a, s, mrow, nbr, nullptr, 0, s_st);
-    if (nbr > 1) st_issue<S>(a, s, mrow, nbr, nullptr, 1, s_st + S::IQ2);
+    StSrc<S> src;
+    st_src<S>(src, a, s, mrow, nbr);
+    st_issue<S>(a, s, src, mrow, nbr, nullptr, 0, s_st);
+    if (nbr > 1) st_issue<S>(a, s, src, mrow, nbr, nullptr, 1, s_st + S::IQ2);
     else cp_async_commit();
     for (int b = 0; b < nbr; b++) {
         st_wait();
-        if (b + 2 < nbr) st_issue<S>(a, s, mrow, nbr, nullptr, b + 2, s_st + ((b + 2) % ST_NS) * S::IQ2);
+        if (b + 2 < nbr) st_issue<S>(a, s, src, mrow, nbr, nullptr, b + 2, s_st + ((b + 2) % ST_NS) * S::IQ2);
         else cp_async_commit();
         if (!G.live) continue; // (warps past the matrix still stage and synchronise)
         const uint8_t *ws = s_st + (b % ST_NS) * S::IQ2, *xs = ws + ST_W;
@@ -860,12 +887,14 @@ __global__ void __launch_bounds__(StShape<MT, NT>::THREADS, StShape<MT, NT>::MIN
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
-    st_issue<S>(a, s, mrow, nbr, scb, 0, s_st);
-    if (nbr > 1) st_issue<S>(a, s, mrow, nbr, scb, 1, s_st + S::Q2K);
+    StSrc<S> src;
+    st_src<S>(src, a, s, mrow, nbr);
+    st_issue<S>(a, s, src, mrow, nbr, scb, 0, s_st);
+    if (nbr > 1) st_issue<S>(a, s, src, mrow, nbr, scb, 1, s_st + S::Q2K);
     else cp_async_commit();
     for (int b = 0; b < nbr; b++) {
         st_wait();
-        if (b + 2 < nbr) st_issue<S>(a, s, mrow, nbr, scb, b + 2, s_st + ((b + 2) % ST_NS) * S::Q2K);
+        if (b + 2 < nbr) st_issue<S>(a, s, src, mrow, nbr, scb, b + 2, s_st + ((b + 2) % ST_NS) * S::Q2K);
         else cp_async_commit();
         if (!G.live) continue;
         const uint8_t *ws = s_st + (b % ST_NS) * S::Q2K, *ss = ws + ST_W, *xs = ss + ST_SC;
@@ -1127,7 +1156,15 @@ bool tc_supported(int type, int64_t cols) {
     return (type == DS4C_Q8_0 || type == DS4C_Q2_K || type == DS4C_IQ2_XXS) && cols % 256 == 0;
 }
 
+// act_span_ok says whether the activation rows of a product (the last
+// one's offset plus a row's bytes) stay within StSrc's 31-bit offsets.
+static bool act_span_ok(int64_t last_off, int64_t cols) {
+    return last_off + (int64_t)ds4c_act_bytes(DS4C_Q8_K, cols) + 4 * cols <= 0x7fffffff;
+}
+
 int tc_dense(int type, const MVArgs &a, int n_sel, int n_tok, cudaStream_t st) {
+    if (!act_span_ok((int64_t)(n_sel - 1) / max(1, a.act_div) * a.act_sel + (int64_t)(n_tok - 1) * a.act_tok, a.cols))
+        return ds4c_err(DS4C_EINVAL, "matmul: activations span more than 2 GiB");
     TCArgs p;
     p.a = a;
     p.n_tok = n_tok;
@@ -1180,6 +1217,8 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
         return ds4c_err(DS4C_EINVAL, "grouped matmul: bad shape or act_div");
     const int64_t bound = group_tiles(n_sel, n_mat);
     if (bound > 65535) return ds4c_err(DS4C_EINVAL, "grouped matmul: %d selections make too many tiles", n_sel);
+    if (!half && !act_span_ok((int64_t)(n_sel - 1) / act_div * act_sel, cols))
+        return ds4c_err(DS4C_EINVAL, "grouped matmul: activations span more than 2 GiB");
     TCArgs p;
     // (the tile table picks each selection's matrix; no ids, no token stride)
     p.a = mv_args(d_w, rows, cols, n_mat, nullptr, false, d_act, 0, act_sel, act_div, d_y, 0, y_sel);

@@ -26,7 +26,7 @@
 #   PP     token counts (e.g. '256 1024'): TestPrefillProducts' grouped
 #          expert products at those chunk sizes (DS4_CUDA_BENCH_GTOK), rows
 #          matching PP_TC (default 'stage 3'), for the main library and
-#          /tmp/lib-base.so when BASE built it (with BASE_TEST, a test
+#          each /tmp/lib-*.so (LIBS, BASE; for the base with BASE_TEST, a test
 #          binary built from the base commit, when the ABI differs), into pp.txt
 #   SMALL  variants for scripts/cuda/small-ab.sh on the full-size q2 synth
 #          (small chunks after a 24k prefix; ROUNDS, default 2)
@@ -105,7 +105,7 @@ if [ -n "${TESTS:-}" ]; then
     echo "tests: exit $?"; grep -E "^(--- )?FAIL|^ok|^PASS|panic|differs" "$OUT/tests.log" | head -20; el
 fi
 if [ -n "${PP:-}" ]; then
-    for lib in build/libds4cuda.so /tmp/lib-base.so; do
+    for lib in build/libds4cuda.so /tmp/lib-*.so; do
         [ -s "$lib" ] || continue
         [[ $lib == /* ]] || lib=$PWD/$lib
         tb=$F/cuda.test
