@@ -472,7 +472,8 @@ template <int MT, int NT> struct StShape {
     static constexpr int BN = 8 * NT;                       // slots
     static constexpr int X = BN * Q8S_LD;                   // activation bytes of a stage
     static constexpr int IQ2 = ST_W + X;                    // an IQ2_XXS stage: weights, activations
-    static constexpr int Q2K = ST_W + ST_SC + X;            // a Q2_K stage: weights, scales, activations
+    static constexpr int Q2K_D = X;                         // a Q2_K stage's row and activation scales (ST_DA, ST_DW)
+    static constexpr int Q2K = ST_W + ST_SC + X + 4 * TC_ROWS + 4 * BN; // a Q2_K stage: weights, scales, activations, those
     static constexpr int MINB = WARPS == 4 ? 4 : 2;         // CTAs per SM the registers are capped for (IQ2_XXS; 3 for 4 warps measured slower, v50)
     static constexpr int MINB_Q2K = WARPS == 4 ? 3 : 1;     // (Q2_K: 2 CTAs of 8 warps would spill)
 };
@@ -507,6 +508,18 @@ __device__ __forceinline__ void st_src(StSrc<S> &c, const MVArgs &a, const Slots
     }
 }
 
+// The block scales are staged too, so that the block loop reads them from
+// shared memory instead of waiting on global loads (cuda/NOTES.md v50).
+// IQ2_XXS puts them in the activation rows' padding (bytes 256 … 287 of
+// each Q8S_LD row, which Q2_K fills with the sub-block sums): row j's own
+// scale at 256 (ST_DA), and the f16 scales of weight rows 4j … 4j+3 at 260
+// + 4·(r % 4) (ST_DW), each as the 4-byte word that holds it (the scale of
+// block index e is half e % 2 of word e / 2). Q2_K puts them after the
+// activation rows (StShape::Q2K_D): the weight rows' (d, dmin) pairs, then
+// the slots' scales.
+constexpr int ST_DA = 256, ST_DW = 260;
+static_assert(TC_ROWS / 4 <= 32 && ST_DW + 16 <= Q8S_LD, "the weight rows' scales fit the first 32 rows' padding");
+
 // st_issue copies block b into stage sg (scb: Q2_K's scales, else null)
 // and commits the copies as one group: the 128 weight rows' 4 chunks, the
 // 128 rows' scales, the BN activation rows' 16 chunks, spread over the
@@ -516,7 +529,7 @@ __device__ __forceinline__ void st_src(StSrc<S> &c, const MVArgs &a, const Slots
 // is the matrix's first row; src holds the copies' block-invariant sources.
 template <class S>
 __device__ __forceinline__ void st_issue(const MVArgs &a, const SlotsT<S::BN> &s, const StSrc<S> &src, int64_t mrow,
-                                         int nbr, const uint8_t *scb, int b, uint8_t *sg) {
+                                         int nbr, const uint8_t *scb, int b, uint8_t *sg, const uint8_t *dwb = nullptr) {
     const int tid = threadIdx.x, row0 = blockIdx.y * TC_ROWS;
 #pragma unroll
     for (int k = 0; k < StSrc<S>::NW; k++) {
@@ -532,6 +545,19 @@ __device__ __forceinline__ void st_issue(const MVArgs &a, const SlotsT<S::BN> &s
     for (int k = 0; k < StSrc<S>::NX; k++) {
         const int id = tid + S::THREADS * k, j = id >> 4, cc = id & 15;
         cp_async16(sx + j * Q8S_LD + 16 * cc, a.act + (src.x[k] + 256 * b));
+    }
+    if (dwb) { // the scales (ST_DA, ST_DW; Q2K_D); a row's by the thread of its chunk 0
+        uint8_t *sd = sx + S::Q2K_D;
+        if ((tid & 3) == 0) {
+#pragma unroll
+            for (int k = 0; k < StSrc<S>::NW; k++) {
+                const int r = (tid + S::THREADS * k) >> 2;
+                if (scb) cp_async4(sd + 4 * r, dwb + 4 * (src.w[k] + b));
+                else cp_async4(sx + (r >> 2) * Q8S_LD + ST_DW + 4 * (r & 3), dwb + 2 * ((src.w[k] + b) & ~1));
+            }
+        }
+        if (tid < S::BN)
+            cp_async4(scb ? sd + 4 * TC_ROWS + 4 * tid : sx + tid * Q8S_LD + ST_DA, a.act + s.act[tid] + a.cols + 4 * b);
     }
     if (scb) { // the sub-block sums: [nbr floats][nbr × 16 int16] after the row's quants
         const int64_t bso = a.cols + 4 * (int64_t)nbr + 32 * b;
@@ -590,20 +616,19 @@ __device__ __forceinline__ bool st_geo(StGeo<MT> &G, const MVArgs &a, int64_t &m
     return mat_ok;
 }
 
-// st_act_scales reads block b's activation scales of this thread's output
-// slots (8nt + 2q + j at da[2nt + j]) in the first ntl n-tiles, their rows'
-// offsets taken from s; the others' are 0 (a 256-token fast chunk has ≈ 6
-// selections an expert: one n-tile of four, cuda/NOTES.md v50). NT = 8
+// st_staged_scales reads a stage's activation scales of this thread's
+// output slots (8nt + 2q + j at da[2nt + j]) in the first ntl n-tiles, slot
+// j's at base + j·stride (IQ2_XXS: in the rows' padding, stride Q8S_LD;
+// Q2_K: an array, stride 4); the others' are 0 (a 256-token fast chunk has
+// ≈ 6 selections an expert: one n-tile of four, cuda/NOTES.md v50). NT = 8
 // (st_nta: no checks in the block loops) reads all of them.
-template <int NT, int BN>
-__device__ __forceinline__ void st_act_scales(const MVArgs &a, const SlotsT<BN> &s, int q, int b, int ntl,
-                                              float (&da)[2 * NT]) {
+template <int NT>
+__device__ __forceinline__ void st_staged_scales(const uint8_t *base, int stride, int q, int ntl, float (&da)[2 * NT]) {
     if (NT == 8) ntl = NT;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int j = 0; j < 2; j++)
-            da[2 * nt + j] = nt < ntl ? __ldg((const float *)(a.act + s.act[8 * nt + 2 * q + j] + a.cols) + b) : 0.f;
+        for (int j = 0; j < 2; j++) da[2 * nt + j] = nt < ntl ? *(const float *)(base + (8 * nt + 2 * q + j) * stride) : 0.f;
 }
 
 // st_store writes the accumulators: acc[mt][nt][i] is row lr[2mt + (i>>1)],
@@ -758,19 +783,23 @@ __global__ void __launch_bounds__(StShape<MT, NT>::THREADS, StShape<MT, NT>::MIN
             for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
     StSrc<S> src;
     st_src<S>(src, a, s, mrow, nbr);
-    st_issue<S>(a, s, src, mrow, nbr, nullptr, 0, s_st);
-    if (nbr > 1) st_issue<S>(a, s, src, mrow, nbr, nullptr, 1, s_st + S::IQ2);
+    const uint8_t *dwb = (const uint8_t *)db;
+    st_issue<S>(a, s, src, mrow, nbr, nullptr, 0, s_st, dwb);
+    if (nbr > 1) st_issue<S>(a, s, src, mrow, nbr, nullptr, 1, s_st + S::IQ2, dwb);
     else cp_async_commit();
     for (int b = 0; b < nbr; b++) {
         st_wait();
-        if (b + 2 < nbr) st_issue<S>(a, s, src, mrow, nbr, nullptr, b + 2, s_st + ((b + 2) % ST_NS) * S::IQ2);
+        if (b + 2 < nbr) st_issue<S>(a, s, src, mrow, nbr, nullptr, b + 2, s_st + ((b + 2) % ST_NS) * S::IQ2, dwb);
         else cp_async_commit();
         if (!G.live) continue; // (warps past the matrix still stage and synchronise)
         const uint8_t *ws = s_st + (b % ST_NS) * S::IQ2, *xs = ws + ST_W;
         float dw[2 * MT], da[2 * NT];
 #pragma unroll
-        for (int i = 0; i < 2 * MT; i++) dw[i] = __half2float(db[G.gb[i] + b]);
-        st_act_scales<NT>(a, s, G.q, b, G.ntl, da);
+        for (int i = 0; i < 2 * MT; i++) {
+            const uint32_t w = *(const uint32_t *)(xs + (G.lr[i] >> 2) * Q8S_LD + ST_DW + 4 * (G.lr[i] & 3));
+            dw[i] = __half2float(__ushort_as_half((unsigned short)(w >> (16 * ((G.gb[i] + b) & 1)))));
+        }
+        st_staged_scales<NT>(xs + ST_DA, Q8S_LD, G.q, G.ntl, da);
         st_nta<NT>(G.ntl, [&](auto tag) { iq2_block<MT, NT, decltype(tag)::value, decltype(tag)::check>(ws, xs, tb, G, dw, da, acc); });
     }
     if (!G.live) return;
@@ -877,8 +906,7 @@ __global__ void __launch_bounds__(StShape<MT, NT>::THREADS, StShape<MT, NT>::MIN
     const bool mat_ok = st_geo<MT, NT>(G, a, mat, cnt);
     const int nbr = a.cols / 256;
     const int64_t NB = a.R * nbr;
-    const uint8_t *scb = a.w + NB * 64;
-    const __half2 *dmb = (const __half2 *)(a.w + NB * 80);
+    const uint8_t *scb = a.w + NB * 64, *dmb = a.w + NB * 80;
     const int64_t mrow = mat * a.rows;
     float acc[MT][NT][4];
 #pragma unroll
@@ -889,20 +917,20 @@ __global__ void __launch_bounds__(StShape<MT, NT>::THREADS, StShape<MT, NT>::MIN
             for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
     StSrc<S> src;
     st_src<S>(src, a, s, mrow, nbr);
-    st_issue<S>(a, s, src, mrow, nbr, scb, 0, s_st);
-    if (nbr > 1) st_issue<S>(a, s, src, mrow, nbr, scb, 1, s_st + S::Q2K);
+    st_issue<S>(a, s, src, mrow, nbr, scb, 0, s_st, dmb);
+    if (nbr > 1) st_issue<S>(a, s, src, mrow, nbr, scb, 1, s_st + S::Q2K, dmb);
     else cp_async_commit();
     for (int b = 0; b < nbr; b++) {
         st_wait();
-        if (b + 2 < nbr) st_issue<S>(a, s, src, mrow, nbr, scb, b + 2, s_st + ((b + 2) % ST_NS) * S::Q2K);
+        if (b + 2 < nbr) st_issue<S>(a, s, src, mrow, nbr, scb, b + 2, s_st + ((b + 2) % ST_NS) * S::Q2K, dmb);
         else cp_async_commit();
         if (!G.live) continue;
         const uint8_t *ws = s_st + (b % ST_NS) * S::Q2K, *ss = ws + ST_W, *xs = ss + ST_SC;
         __half2 dm[2 * MT];
         float da[2 * NT];
 #pragma unroll
-        for (int i = 0; i < 2 * MT; i++) dm[i] = dmb[G.gb[i] + b];
-        st_act_scales<NT>(a, s, G.q, b, G.ntl, da);
+        for (int i = 0; i < 2 * MT; i++) dm[i] = *(const __half2 *)(xs + S::Q2K_D + 4 * G.lr[i]);
+        st_staged_scales<NT>(xs + S::Q2K_D + 4 * TC_ROWS, 4, G.q, G.ntl, da);
         st_nta<NT>(G.ntl, [&](auto tag) { q2k_block<MT, NT, decltype(tag)::value, decltype(tag)::check>(ws, ss, xs, G, dm, da, acc); });
     }
     if (!G.live) return;
