@@ -472,7 +472,7 @@ template <int MT, int NT> struct StShape {
     static constexpr int BN = 8 * NT;                       // slots
     static constexpr int X = BN * Q8S_LD;                   // activation bytes of a stage
     static constexpr int IQ2 = ST_W + X;                    // an IQ2_XXS stage: weights, activations
-    static constexpr int Q2K_D = X;                         // a Q2_K stage's row and activation scales (ST_DA, ST_DW)
+    static constexpr int Q2K_D = X;                         // a Q2_K stage's row (d, dmin) pairs, then slot scales, after its activations
     static constexpr int Q2K = ST_W + ST_SC + X + 4 * TC_ROWS + 4 * BN; // a Q2_K stage: weights, scales, activations, those
     static constexpr int MINB = WARPS == 4 ? 4 : 2;         // CTAs per SM the registers are capped for (IQ2_XXS; 3 for 4 warps measured slower, v50)
     static constexpr int MINB_Q2K = WARPS == 4 ? 3 : 1;     // (Q2_K: 2 CTAs of 8 warps would spill)
@@ -525,8 +525,10 @@ static_assert(TC_ROWS / 4 <= 32 && ST_DW + 16 <= Q8S_LD, "the weight rows' scale
 // 128 rows' scales, the BN activation rows' 16 chunks, spread over the
 // CTA's threads, and for Q2_K each activation row's 16 sub-block sums (32
 // bytes at offset 256 of the staged row: 16-byte copies where the rows'
-// sums are 16-byte aligned, nbr a multiple of 4, else 4-byte copies). mrow
-// is the matrix's first row; src holds the copies' block-invariant sources.
+// sums are 16-byte aligned, nbr a multiple of 4, else 4-byte copies); with
+// dwb, the base of the weights' block scales, those and the slots' scales
+// too (ST_DA / ST_DW for IQ2_XXS, Q2K_D for Q2_K). mrow is the matrix's
+// first row; src holds the copies' block-invariant sources.
 template <class S>
 __device__ __forceinline__ void st_issue(const MVArgs &a, const SlotsT<S::BN> &s, const StSrc<S> &src, int64_t mrow,
                                          int nbr, const uint8_t *scb, int b, uint8_t *sg, const uint8_t *dwb = nullptr) {
@@ -680,8 +682,10 @@ template <int NT, class F> __device__ __forceinline__ void st_nta(int ntl, F &&f
 }
 
 // IQ2Tab: the staged IQ2_XXS kernels' lookup table in shared memory, 512-byte
-// aligned: the 128 sign patterns' byte selectors (sign_entry) at words 0 …
-// 127, the codebook's (tab_entry) from word GRID.
+// aligned (iq2_block ORs a sign index into its base, so the alignment is
+// load-bearing; TestMatMulTensorCores would see a table off it): the 128
+// sign patterns' byte selectors (sign_entry) at words 0 … 127, the
+// codebook's (tab_entry) from word GRID.
 struct IQ2Tab {
     static constexpr int GRID = 128, WORDS = 384;
 };
