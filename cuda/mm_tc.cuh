@@ -56,7 +56,7 @@ template <int BN> __device__ int tc_slots(const TCArgs &p, SlotsT<BN> &s, int64_
         if (BN == TC_PART && p.parts) {
             const int code = p.parts[blockIdx.x];
             if (code < 0) {
-                __syncthreads(); // (the same barrier count as every CTA's)
+                __syncthreads(); // (as the path below; the code is the same for the whole CTA, and the caller returns on 0)
                 return 0;
             }
             tile = code >> 2;
