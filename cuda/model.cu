@@ -15,7 +15,11 @@
 #include <math.h>
 #include <stdio.h>
 
+#include <cooperative_groups.h>
+
 #include "common.cuh"
+
+namespace cg = cooperative_groups;
 
 namespace {
 
@@ -2189,6 +2193,36 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_radix(const float *scores, 
     if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(s_sort[tid] & 0xffffffffu));
 }
 
+// topk_sort_desc sorts the CTA's NT packed picks (key << 32 | ~index, one
+// a thread: x, zero padding past take) descending by a bitonic sort of the
+// first P ≥ take slots (keys are distinct: the index is in the low half),
+// partners closer than 32 by shuffles, farther ones through the two
+// alternating buffers s_x (s_x[1] first); it returns thread tid's slot.
+// Every thread of the CTA calls it (barriers inside).
+template <int NT>
+__device__ __forceinline__ unsigned long long topk_sort_desc(unsigned long long x, unsigned long long (*s_x)[NT],
+                                                             int take, int tid) {
+    int P = 1;
+    while (P < take) P <<= 1;
+    int buf = 1;
+    for (int size = 2; size <= P; size <<= 1) {
+        for (int st = size >> 1; st > 0; st >>= 1) {
+            unsigned long long y;
+            if (st >= 32) {
+                s_x[buf][tid] = x;
+                __syncthreads();
+                y = s_x[buf][tid ^ st];
+                buf ^= 1;
+            } else {
+                y = __shfl_xor_sync(FULL_MASK, x, st);
+            }
+            const bool desc = (tid & size) == 0, lower = (tid & st) == 0;
+            x = (desc == lower) ? (x > y ? x : y) : (x < y ? x : y);
+        }
+    }
+    return x;
+}
+
 // The same top-k, built for one decode token's few thousand scores, where
 // k_topk_radix waits on latencies rather than work: the keys are loaded
 // once, all in flight, into registers (R ≤ 8192; more are re-read from
@@ -2296,28 +2330,166 @@ __global__ void __launch_bounds__(NT) k_topk_warp(const float *scores, int64_t s
         if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(s_x[0][tid] & 0xffffffffu));
         return;
     }
-    // 3. bitonic sort of the first P slots, descending (keys are distinct:
-    // the index is in the low half)
-    int P = 1;
-    while (P < take) P <<= 1;
-    unsigned long long x = s_x[0][tid];
-    int buf = 1;
-    for (int size = 2; size <= P; size <<= 1) {
-        for (int st = size >> 1; st > 0; st >>= 1) {
-            unsigned long long y;
-            if (st >= 32) {
-                s_x[buf][tid] = x;
-                __syncthreads();
-                y = s_x[buf][tid ^ st];
-                buf ^= 1;
-            } else {
-                y = __shfl_xor_sync(FULL_MASK, x, st);
-            }
-            const bool desc = (tid & size) == 0, lower = (tid & st) == 0;
-            x = (desc == lower) ? (x > y ? x : y) : (x < y ? x : y);
-        }
-    }
+    // 3. bitonic sort of the first P slots, descending
+    const unsigned long long x = topk_sort_desc<NT>(s_x[0][tid], s_x, take, tid);
     if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(x & 0xffffffffu));
+}
+
+// The same top-k for many candidate rows (a decode token deep in a long
+// context: (pos+1)/4 rows at a ratio-4 layer, 32768 at 128k), on a
+// thread-block cluster of TKC_CL CTAs a token. k_topk_warp holds at most
+// 8192 keys in its one CTA's registers and re-reads the rest from global
+// memory on each of its five walks, one load's latency after another
+// (≈ 105 µs for 32768 rows; cuda/NOTES.md v51). Here CTA r of the cluster
+// takes the r-th of TKC_CL equal runs of rows, a thread a run of
+// consecutive rows in registers (TKC_REG at most; more are read from
+// global memory on each walk); each radix pass counts the CTA's keys into
+// a histogram of its own (one a pass, so none is cleared while another CTA
+// reads it), and after a cluster barrier every CTA adds the TKC_CL
+// histograms from distributed shared memory and takes the same bin. The
+// compaction numbers a thread's keys above the cut and its ties by the
+// counts of the threads, then the CTAs, before it: the keys above T in
+// index order, then the first need_eq ties in index order — k_topk_warp's
+// slots, so its picks in its order; sorted (without DS4C_TOPK_ANY) by
+// CTA 0, which gathers the picks into its shared memory.
+constexpr int TKC_CL = 8, TKC_T = 512, TKC_REG = 16;
+
+__global__ void __cluster_dims__(TKC_CL, 1, 1) __launch_bounds__(TKC_T)
+    k_topk_cl(const float *scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio, int K, int all_if_few,
+              int32_t *sel, int32_t *nsel) {
+    pdl_enter();
+    __shared__ int s_hist[4][257]; // a radix pass's counts (bin 256: keys outside the prefix)
+    __shared__ int s_wsum[8];
+    __shared__ uint32_t s_prefix, s_mask;
+    __shared__ int s_kleft;
+    __shared__ long long s_wcnt[TKC_T / 32]; // warps' counts: ties << 32 | above
+    __shared__ long long s_tot;              // the CTA's
+    __shared__ long long s_off;              // the CTAs' before this one
+    __shared__ unsigned long long s_x[2][TKC_T]; // CTA 0: the picks, sorted
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = (int)cl.block_rank();
+    const int t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t R = topk_count(R_fixed, pos0, t, ratio);
+    const float *sc = scores + t * stride;
+    const int take = (int)(R < K ? R : K);
+    if (topk_all_rows(R, K, all_if_few, t, (int64_t)rank * TKC_T + tid, (int64_t)TKC_CL * TKC_T, sel, nsel)) return;
+    // the CTA's rows lo … hi − 1, the thread's r0 … r1 − 1 (per at most)
+    const int64_t S = (R + TKC_CL - 1) / TKC_CL, per = (S + TKC_T - 1) / TKC_T;
+    const int64_t lo = min(R, (int64_t)rank * S), hi = min(R, lo + S);
+    const int64_t r0 = min(hi, lo + (int64_t)tid * per), r1 = min(hi, r0 + per);
+    const bool inreg = per <= TKC_REG;
+    uint32_t kr[TKC_REG];
+#pragma unroll
+    for (int u = 0; u < TKC_REG; u++) kr[u] = (inreg && r0 + u < r1) ? topk_key(sc[r0 + u]) : 0u;
+    // f(i, key, valid) over the thread's rows in order, every thread the
+    // same number of calls (warp-wide intrinsics inside)
+    auto each = [&](auto &&f) {
+        if (inreg) {
+#pragma unroll
+            for (int u = 0; u < TKC_REG; u++) {
+                if (u >= per) break;
+                f(r0 + u, kr[u], r0 + u < r1);
+            }
+        } else {
+#pragma unroll 4
+            for (int64_t u = 0; u < per; u++) {
+                const int64_t i = r0 + u;
+                f(i, i < r1 ? topk_key(sc[i]) : 0u, i < r1);
+            }
+        }
+    };
+    for (int i = tid; i < 4 * 257; i += TKC_T) (&s_hist[0][0])[i] = 0;
+    if (rank == 0) s_x[0][tid] = 0; // padding sorts last
+    if (tid == 0) topk_radix_init(take, t, rank == 0 ? nsel : nullptr, s_prefix, s_mask, s_kleft);
+    __syncthreads();
+    // 1. the take-th largest key, 8 bits at a time, over the cluster's keys
+    for (int p = 0; p < 4; p++) {
+        const int shift = 24 - 8 * p;
+        const uint32_t prefix = s_prefix, mask = s_mask;
+        const int kleft = s_kleft;
+        each([&](int64_t, uint32_t k, bool ok) {
+            const int bin = (ok && (k & mask) == prefix) ? (int)((k >> shift) & 255) : 256;
+            const unsigned peers = __match_any_sync(FULL_MASK, bin);
+            if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&s_hist[p][bin], __popc(peers));
+        });
+        cl.sync(); // every CTA's counts of this pass are in
+        int own = 0, suf = 0; // bin tid's count over the cluster; bins tid..(its warp's last)
+        if (tid < 256) {
+#pragma unroll
+            for (int c = 0; c < TKC_CL; c++) own += cl.map_shared_rank(&s_hist[p][0], c)[tid];
+            suf = own;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int u = __shfl_down_sync(FULL_MASK, suf, o);
+                if (lane + o < 32) suf += u;
+            }
+            if (lane == 0) s_wsum[warp] = suf;
+        }
+        __syncthreads();
+        if (tid < 256) {
+            for (int w = warp + 1; w < 8; w++) suf += s_wsum[w]; // bins tid..255
+            const int next = suf - own;                          // bins tid+1..255
+            if (suf >= kleft && next < kleft) {
+                s_prefix = prefix | ((uint32_t)tid << shift);
+                s_mask = mask | (255u << shift);
+                s_kleft = kleft - next;
+            }
+        }
+        __syncthreads();
+    }
+    const uint32_t T = s_prefix;
+    const int need_eq = s_kleft; // keys equal to T that make the cut (lowest indices first)
+    const int n_gt = take - need_eq;
+    // 2. each key's slot: the counts of the threads, then the CTAs, before it
+    long long mine = 0; // ties << 32 | above
+    each([&](int64_t, uint32_t k, bool ok) { mine += ok ? (k > T ? 1ll : (k == T ? 1ll << 32 : 0ll)) : 0ll; });
+    long long incl = mine;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const long long u = __shfl_up_sync(FULL_MASK, incl, o);
+        if (lane >= o) incl += u;
+    }
+    if (lane == 31) s_wcnt[warp] = incl;
+    __syncthreads();
+    long long before = incl - mine;
+    for (int w = 0; w < warp; w++) before += s_wcnt[w];
+    if (tid == 0) {
+        long long tot = 0;
+        for (int w = 0; w < TKC_T / 32; w++) tot += s_wcnt[w];
+        s_tot = tot;
+    }
+    cl.sync(); // every CTA's total is in
+    if (tid == 0) {
+        long long off = 0;
+        for (int c = 0; c < rank; c++) off += *cl.map_shared_rank(&s_tot, c);
+        s_off = off;
+    }
+    __syncthreads();
+    before += s_off;
+    int og = (int)(before & 0xffffffffll), oe = (int)(before >> 32);
+    const bool any = (all_if_few & DS4C_TOPK_ANY) != 0;
+    unsigned long long *x0 = any ? nullptr : cl.map_shared_rank(&s_x[0][0], 0);
+    int32_t *out = sel + (int64_t)t * K;
+    auto put = [&](int slot, int64_t i, uint32_t k) {
+        if (any)
+            out[slot] = (int32_t)i;
+        else
+            x0[slot] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
+    };
+    each([&](int64_t i, uint32_t k, bool ok) {
+        if (!ok) return;
+        if (k > T) {
+            put(og++, i, k);
+        } else if (k == T) {
+            if (oe < need_eq) put(n_gt + oe, i, k);
+            oe++;
+        }
+    });
+    cl.sync(); // the picks are in CTA 0; no CTA's shared memory is read after this
+    if (any || rank != 0) return;
+    // 3. CTA 0 sorts them (take ≤ K ≤ TKC_T)
+    const unsigned long long x = topk_sort_desc<TKC_T>(s_x[0][tid], s_x, take, tid);
+    if (tid < take) out[tid] = (int32_t)(0xffffffffu - (uint32_t)(x & 0xffffffffu));
 }
 
 // ------------------------------------------------------------ attention
@@ -4331,6 +4503,13 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     if (R_fixed <= 0 && ratio <= 0) return ds4c_err(DS4C_EINVAL, "topk: neither a count nor a ratio");
     const int64_t maxR = R_fixed > 0 ? R_fixed : (pos0 + n) / ratio;
     if (n > 65535) return ds4c_err(DS4C_EINVAL, "topk: %d tokens (at most 65535)", n);
+    const int cl_min = ds4c_opt_topk_cl();
+    if (K <= TKC_T && maxR > K && cl_min > 0 && maxR >= cl_min && n <= ds4c_opt_topk_cl_tok()) {
+        ds4c_launch(k_topk_cl, dim3(TKC_CL, (unsigned)n), TKC_T, 0, as_stream(stream), d_scores, stride, R_fixed, pos0,
+                    ratio, K, all_if_few, d_sel, d_nsel);
+        DS4C_CHECK_LAUNCH("topk");
+        return 0;
+    }
     if (K <= TK_THREADS && maxR > K) {
         const int tw = ds4c_opt_topk_warp();
         if (tw == 1 && K <= 512)

@@ -1171,12 +1171,20 @@ func groupedIDs(t testing.TB, d *Device, nsel, mats int, seed1, seed2 uint64) (i
 // counts from (pos0+t+1)/ratio; with TopKAnyOrder, the same picks as a set.
 func TestTopK(t *testing.T) {
 	d := gpu(t)
-	for _, warp := range []int{1, 2, 0} { // k_topk_warp<512> (the default), k_topk_warp<1024>, k_topk_radix
-		must(t, d.SetOption(OptTopKWarp, warp))
+	t.Cleanup(func() {
+		d.SetOption(OptTopKWarp, 1)
+		d.SetOption(OptTopKCl, DefaultTopKCl)
+		d.SetOption(OptTopKClTok, DefaultTopKClTok)
+	})
+	must(t, d.SetOption(OptTopKClTok, 65535))
+	// k_topk_warp<512> (the default), k_topk_warp<1024>, k_topk_radix, then
+	// k_topk_cl wherever it can take the rows (from K + 1, any token count)
+	for _, v := range []struct{ warp, cl int }{{1, 0}, {2, 0}, {0, 0}, {1, 1}} {
+		must(t, d.SetOption(OptTopKWarp, v.warp))
+		must(t, d.SetOption(OptTopKCl, v.cl))
 		testTopK(t, d, false)
 		testTopK(t, d, true)
 	}
-	must(t, d.SetOption(OptTopKWarp, 1))
 }
 
 func testTopK(t *testing.T, d *Device, anyOrder bool) {
@@ -1187,6 +1195,9 @@ func testTopK(t *testing.T, d *Device, anyOrder bool) {
 	for _, c := range []struct{ k, pos0, ratio, n int }{
 		{4, 0, 4, 40}, {512, 1900, 4, 8}, {512, 20000, 4, 3}, {64, 0, 1, 300}, {512, 8191, 4, 1}, {512, 32700, 4, 1},
 		{1024, 8000, 2, 2}, {3, 40, 1, 2},
+		// a long context's rows: the cluster kernel's keys in registers
+		// (65500 rows: 16 a thread), then past them (75000: 19 a thread)
+		{512, 262000, 4, 1}, {512, 300000, 4, 2}, {512, 140000, 4, 3},
 	} {
 		maxR := (c.pos0 + c.n) / c.ratio
 		r := rand.New(rand.NewPCG(uint64(c.k), uint64(c.pos0)))

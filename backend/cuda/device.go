@@ -330,6 +330,8 @@ const (
 	OptMVSumW      = 58 // 1: fast mode's pipelined Q8_0 products whose 1024-column segments divide the CTA's 8 warps add a tile's row sums on the last warp (no copies to request), each row's partials in one or two vector loads (default, DefaultMVSumW; env DS4_CUDA_MV_SUMW; the same bits); 0: warp 0's threads, a load a partial
 	OptMVRoom      = 60 // pipelined products given room (a scoring decode step's q_b beside the indexer's path), by bits: 1 one token's, 2 two tokens' run OptMVPipe CTAs an SM within the room's budget, the others one CTA an SM (env DS4_CUDA_MV_ROOM; DefaultMVRoom)
 	OptTCParts     = 61 // 1: grouped int8 tensor-core products in CTAs of 32 slots launch only the tile parts that hold selections (Group's part list; default; env DS4_CUDA_TC_PARTS); 0: every tile's four parts, the empty ones starting and leaving; the same bits
+	OptTopKCl      = 62 // the top-k of a launch whose tokens see this many candidate rows or more (k ≤ 512) on a thread-block cluster of 8 CTAs a token (the same picks in the same order as the one-CTA kernels; default 8193; env DS4_CUDA_TOPK_CL); 0: never
+	OptTopKClTok   = 63 // OptTopKCl only for launches of at most this many tokens (default 16: decode steps and speculative passes; a prefill chunk's 4096 tokens measured slower on it; env DS4_CUDA_TOPK_CL_TOK)
 	OptMVTwo       = 59 // 1: fast mode's products of two tokens: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined product, the weights streamed once and each token's bits its one-token product's; the others split over up to 8 warps a row where the rows are few (default, DefaultMVTwo; env DS4_CUDA_MV_TWO); 0: the generic two-token kernel, a warp a row
 	OptMVPair      = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits in exact mode (in fast mode a lone Q8_0 product runs pipelined, which adds in another order)
 	OptHadWarp     = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
@@ -405,6 +407,16 @@ const DefaultMVRoom = 2
 // DefaultMVSumW is the library's default of OptMVSumW: the row sums on
 // the last warp.
 const DefaultMVSumW = 1
+
+// DefaultTopKCl is the library's default of OptTopKCl: the cluster top-k
+// from 8193 candidate rows, where k_topk_warp's keys no longer fit its
+// registers (a decode token at 32k context and beyond; cuda/NOTES.md v51).
+const DefaultTopKCl = 8193
+
+// DefaultTopKClTok is the library's default of OptTopKClTok: decode steps
+// and speculative passes only (a prefill chunk's top-k measured slower on
+// the clusters: 7338 against 7851 tok/s from 32k to 64k; cuda/NOTES.md v51).
+const DefaultTopKClTok = 16
 
 // DefaultMVFast is the library's default of OptMVFast: both kinds of
 // single-token product summed in parallel in fast mode.

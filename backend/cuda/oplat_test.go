@@ -25,7 +25,7 @@ func TestOpLatency(t *testing.T) {
 	s := gt.s
 	const n = 50
 	// (the options whose default is not 1, restored to it)
-	defaults := map[int]int{OptAttnSplit: DefaultAttnSplit, OptIXTile: DefaultIXTile}
+	defaults := map[int]int{OptAttnSplit: DefaultAttnSplit, OptIXTile: DefaultIXTile, OptTopKCl: DefaultTopKCl}
 	report := func(name string, opt, val int, launch func(int) error) {
 		if opt > 0 {
 			must(t, d.SetOption(opt, val))
@@ -105,7 +105,7 @@ func TestOpLatency(t *testing.T) {
 
 	// Indexer scores and top-k at ratio 4 (64 heads of 128, 512 picks).
 	const IH, IHD, TopK = 64, 128, 512
-	for _, ctx := range []int{8192, 32768} {
+	for _, ctx := range []int{8192, 32768, 131072} {
 		R := ctx / 4
 		// (freed at the end of each context: tempAlloc, tempUpload)
 		q, w := tempUpload(t, d, gaussian(IH*IHD, 4)), tempUpload(t, d, gaussian(IH, 5))
@@ -120,6 +120,7 @@ func TestOpLatency(t *testing.T) {
 		report(fmt.Sprintf("index scores R=%d ix_tile=2 fast", R), OptIXTile, 2, func(int) error {
 			return d.IndexScores(s, q, w, rows, IH, IHD, ctx-1, 4, 1, scores, int64(R), true)
 		})
+		must(t, d.SetOption(OptTopKCl, 0)) // the one-CTA kernels first
 		for _, v := range []int{1, 2, 0} {
 			report(fmt.Sprintf("top-k %d of %d topk_warp=%d", TopK, R, v), OptTopKWarp, v, func(int) error {
 				return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, TopKAllIfFew, isel, insel, 1)
@@ -128,6 +129,12 @@ func TestOpLatency(t *testing.T) {
 		report(fmt.Sprintf("top-k %d of %d topk_warp=1 any order", TopK, R), OptTopKWarp, 1, func(int) error {
 			return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, TopKAllIfFew|TopKAnyOrder, isel, insel, 1)
 		})
+		for _, flags := range []int{TopKAllIfFew, TopKAllIfFew | TopKAnyOrder} {
+			report(fmt.Sprintf("top-k %d of %d topk_cl (flags %d)", TopK, R, flags), OptTopKCl, 1, func(int) error {
+				return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, flags, isel, insel, 1)
+			})
+		}
+		must(t, d.SetOption(OptTopKCl, DefaultTopKCl))
 
 		// Attention of one query, 64 heads of 512: the 128-key window and
 		// the 512 picks of a ratio-4 layer; the window and R/32 rows of a
