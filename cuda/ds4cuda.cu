@@ -62,6 +62,7 @@ static int g_opt_mv_sumw = 1; // fast pipelined Q8_0 products: the row sums on t
 static int g_opt_mv_two = 1; // fast mode's Q8_0 products of two tokens as one k_mv_pipe_q8f<2, 2> (weights streamed once; cuda/NOTES.md v45)
 static int g_opt_topk_cl = 8193; // top-k of this many candidate rows or more on a cluster of CTAs a token (model.cu k_topk_cl; 0 never; cuda/NOTES.md v51)
 static int g_opt_topk_cl_tok = 16; // … for launches of at most this many tokens (decode steps and passes: prefill chunks measured slower so)
+static int g_opt_ix_flash_split = 2; // fast chunks' indexer scores (k_index_flash): rows split into runs for this many waves of CTAs (0: a CTA walks every row; cuda/NOTES.md v51)
 static int g_opt_tc_parts = 1; // grouped int8 products of 32-slot CTAs over the part list: only non-empty parts launched (cuda/NOTES.md v50)
 static int g_opt_mv_room = 2; // pipelined products given room (DS4C_MM_ROOM) run mv_pipe CTAs an SM in the room's budget, by bits: 1 one token's, 2 two tokens' (else one CTA; cuda/NOTES.md v47)
 static int g_opt_mv_pair = 1; // ds4c_matmul_grouped_pair: one selection's Q8_0/Q4_K pair in one k_matvec grid
@@ -150,6 +151,7 @@ int ds4c_opt_mv_sumw(void) { return g_opt_mv_sumw; }
 int ds4c_opt_mv_two(void) { return g_opt_mv_two; }
 int ds4c_opt_mv_room(void) { return g_opt_mv_room; }
 int ds4c_opt_tc_parts(void) { return g_opt_tc_parts; }
+int ds4c_opt_ix_flash_split(void) { return g_opt_ix_flash_split; }
 int ds4c_opt_topk_cl(void) { return g_opt_topk_cl; }
 int ds4c_opt_topk_cl_tok(void) { return g_opt_topk_cl_tok; }
 int ds4c_opt_mv_ilp(void) { return g_opt_mv_ilp; }
@@ -517,6 +519,7 @@ static const struct {
     {DS4C_OPT_MV_TWO, "mv_two", &g_opt_mv_two, 0, 1},
     {DS4C_OPT_MV_ROOM, "mv_room", &g_opt_mv_room, 0, 3},
     {DS4C_OPT_TC_PARTS, "tc_parts", &g_opt_tc_parts, 0, 1},
+    {DS4C_OPT_IX_FLASH_SPLIT, "ix_flash_split", &g_opt_ix_flash_split, 0, 64},
     {DS4C_OPT_TOPK_CL, "topk_cl", &g_opt_topk_cl, 0, 1 << 30},
     {DS4C_OPT_TOPK_CL_TOK, "topk_cl_tok", &g_opt_topk_cl_tok, 0, 65535},
 };

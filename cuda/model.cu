@@ -1750,8 +1750,13 @@ constexpr size_t IF_SMEM = (size_t)(IF_AR + IF_RB) * IF_LD * 2 + (size_t)2 * IF_
 static_assert(IF_T == 256 && IF_TT == 2 && IF_RB == 128 && IF_IH == 64 && IF_HD % 16 == 0 && IF_TT * IF_RB == IF_T,
               "the warp layout: 8 warps, 2 tokens × 2 head halves × 2 row halves");
 
+// rblk (a multiple of IF_RB): the rows a CTA walks, blockIdx.y the run
+// (a small chunk deep in a long context: its few token pairs would each
+// walk every row in one CTA, a wave far from full; DS4C_OPT_IX_FLASH_SPLIT).
+// Each score is computed by the same operations whichever CTA takes it.
 __global__ void __launch_bounds__(IF_T, 2) k_index_flash(const float *q, const float *w, const float *rows, int64_t pos0,
-                                                         int ratio, int n, float *scores, int64_t sc_stride) {
+                                                         int ratio, int n, float *scores, int64_t sc_stride,
+                                                         int64_t rblk) {
     pdl_enter();
     extern __shared__ __align__(16) uint8_t s_if[];
     __half *sa = (__half *)s_if, *sb = sa + IF_AR * IF_LD;
@@ -1759,7 +1764,8 @@ __global__ void __launch_bounds__(IF_T, 2) k_index_flash(const float *q, const f
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int t0 = blockIdx.x * IF_TT, ntk = min(IF_TT, n - t0);
     const int64_t rmax = (pos0 + t0 + ntk) / ratio; // the CTA's last token has the most rows
-    if (rmax <= 0) return;
+    const int64_t ib = (int64_t)blockIdx.y * rblk, ie = min(rmax, ib + rblk); // this CTA's rows
+    if (ib >= rmax) return;
     // the queries (a missing token: the last one's again, its scores not stored)
     for (int i = tid; i < IF_AR * IF_HD / 4; i += IF_T) {
         const int r = i / (IF_HD / 4), c = i % (IF_HD / 4), tt = min(r / IF_IH, ntk - 1), h = r % IF_IH;
@@ -1778,8 +1784,8 @@ __global__ void __launch_bounds__(IF_T, 2) k_index_flash(const float *q, const f
             for (int hi = 0; hi < 2; hi++) wh[mt][hi] = __ldg(wt + 16 * mt + 8 * hi);
     }
     const __half *pa = sa + (IF_IH * tt + 32 * hh + lrow) * IF_LD + lcol;
-    for (int64_t i0 = 0; i0 < rmax; i0 += IF_RB) {
-        if (i0 > 0) __syncthreads(); // the previous tile's rows and sums are consumed
+    for (int64_t i0 = ib; i0 < ie; i0 += IF_RB) {
+        if (i0 > ib) __syncthreads(); // the previous tile's rows and sums are consumed
 #pragma unroll 8
         for (int u = 0; u < IF_RB * IF_HD / 4 / IF_T; u++) { // rows past rmax: the last row again
             const int i = tid + IF_T * u, r = i / (IF_HD / 4), c = i % (IF_HD / 4);
@@ -2226,7 +2232,7 @@ __device__ __forceinline__ unsigned long long topk_sort_desc(unsigned long long 
 // The same top-k, built for one decode token's few thousand scores, where
 // k_topk_radix waits on latencies rather than work: the keys are loaded
 // once, all in flight, into registers (R ≤ 8192; more are re-read from
-// global memory on each pass), each
+// global memory on each pass, TK_LOADS chunks in flight), each
 // radix pass adds a warp's equal bins with one shared atomic
 // (__match_any_sync: the scores of a layer share their leading bits, so
 // the plain per-key atomics were serialised on a few bins), the suffix sums
@@ -2252,6 +2258,7 @@ __global__ void __launch_bounds__(NT) k_topk_warp(const float *scores, int64_t s
     __shared__ int s_base[2];
     __shared__ unsigned long long s_x[2][NT];
     constexpr int TK_REG = 8192 / NT; // keys per thread held in registers
+    constexpr int TK_LOADS = 8;       // past them: chunks whose keys a thread loads at once (a prefill chunk's tokens deep in a long context)
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t R = topk_count(R_fixed, pos0, t, ratio);
     const float *sc = scores + t * stride;
@@ -2274,10 +2281,19 @@ __global__ void __launch_bounds__(NT) k_topk_warp(const float *scores, int64_t s
                 const int64_t i = tid + (int64_t)u * NT;
                 f(i, kr[u], i < R);
             }
-        } else {
-            for (int64_t c0 = 0; c0 < R; c0 += NT) {
-                const int64_t i = c0 + tid;
-                f(i, i < R ? topk_key(sc[i]) : 0u, i < R);
+        } else { // TK_LOADS chunks' keys requested at once, then taken in order
+            for (int64_t c0 = 0; c0 < R; c0 += TK_LOADS * NT) {
+                uint32_t kb[TK_LOADS];
+#pragma unroll
+                for (int j = 0; j < TK_LOADS; j++) {
+                    const int64_t i = c0 + j * NT + tid;
+                    kb[j] = i < R ? topk_key(sc[i]) : 0u;
+                }
+#pragma unroll
+                for (int j = 0; j < TK_LOADS; j++) {
+                    const int64_t i = c0 + j * NT + tid;
+                    f(i, kb[j], i < R);
+                }
             }
         }
     };
@@ -4478,8 +4494,15 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
             DS4C_CHECK(cudaFuncSetAttribute(k_index_flash, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IF_SMEM));
             fset = true;
         }
-        ds4c_launch(k_index_flash, nblk(n, IF_TT), IF_T, IF_SMEM, as_stream(stream), d_q, d_w, d_rows, pos0, ratio, n,
-                    d_scores, sc_stride);
+        // the rows split into runs where the token pairs are too few for
+        // DS4C_OPT_IX_FLASH_SPLIT waves of 2 CTAs an SM
+        const int64_t nx = nblk(n, IF_TT), tiles = (maxR + IF_RB - 1) / IF_RB;
+        const int64_t want = (int64_t)ds4c_opt_ix_flash_split() * 2 * ds4c_sm_count();
+        int64_t ny = want > nx ? min(tiles, (want + nx - 1) / nx) : 1;
+        const int64_t rblk = ((tiles + ny - 1) / ny) * IF_RB;
+        ny = (maxR + rblk - 1) / rblk;
+        ds4c_launch(k_index_flash, dim3((unsigned)nx, (unsigned)ny), IF_T, IF_SMEM, as_stream(stream), d_q, d_w, d_rows,
+                    pos0, ratio, n, d_scores, sc_stride, rblk);
         DS4C_CHECK_LAUNCH("index_scores (flash)");
         return 0;
     }

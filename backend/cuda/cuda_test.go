@@ -1283,7 +1283,7 @@ func bestFirst(scores []float32) []int32 {
 func TestIndexScores(t *testing.T) {
 	d := gpu(t)
 	const IH, IHD, ratio = 64, 128, 4
-	t.Cleanup(func() { d.SetOption(OptIXFlash, 1) })
+	t.Cleanup(func() { d.SetOption(OptIXFlash, 1); d.SetOption(OptIXFlashSplit, DefaultIXFlashSplit) })
 	// fast: each chunk form (OptIXFlash 0: TF32-split tiles; 1: f16); fp4:
 	// the inputs through the FP4 simulation first, as the model's are
 	for _, c := range []struct {
@@ -1299,7 +1299,10 @@ func TestIndexScores(t *testing.T) {
 		// gaussian values take the f16 bound, FP4 ones are exact)
 		{8200, 1, 2, true, 1, true}, {8200, 1, 2, true, 1, false}, {101, 1, 2, true, 1, true}, {3, 1, 2, true, 1, true},
 		// two queries (their rows differ by one at 103: R 25, 26)
-		{8200, 2, 2, true, 1, true}, {103, 2, 2, true, 1, false}, {103, 2, 1, false, 1, false}} {
+		{8200, 2, 2, true, 1, true}, {103, 2, 2, true, 1, false}, {103, 2, 1, false, 1, false},
+		// a small chunk deep in the context: the f16 chunk kernel's rows
+		// split into runs (OptIXFlashSplit), checked against one CTA a pair
+		{20000, 40, 1, true, 1, true}, {20000, 9, 1, true, 1, false}} {
 		must(t, d.SetOption(OptIXTile, c.tile))
 		must(t, d.SetOption(OptIXFlash, c.flash))
 		maxR := (c.pos0 + c.n) / ratio
@@ -1357,6 +1360,21 @@ func TestIndexScores(t *testing.T) {
 		}
 		if c.fast {
 			t.Logf("pos0 %d, %d tokens, fast, ix_tile %d, ix_flash %d, fp4 %v: largest error %.3g of the magnitude (bound %.3g)", c.pos0, c.n, c.tile, c.flash, c.fp4, worst, bound)
+		}
+		if c.fast && c.flash == 1 && c.n >= 8 { // the rows split into runs or not: the same bits
+			must(t, d.SetOption(OptIXFlashSplit, 0))
+			whole := tempAlloc(t, d, int64(4*c.n*maxR))
+			poison(t, d, whole, c.n*maxR)
+			must(t, d.IndexScores(0, qp, wp, rp, IH, IHD, c.pos0, ratio, c.n, whole, int64(maxR), c.fast))
+			must(t, d.SetOption(OptIXFlashSplit, DefaultIXFlashSplit))
+			w := download(t, d, whole, c.n*maxR)
+			for tok := 0; tok < c.n; tok++ {
+				R := (c.pos0 + tok + 1) / ratio
+				if i, ok := firstBitDiff(got[tok*maxR:tok*maxR+R], w[tok*maxR:tok*maxR+R]); !ok {
+					t.Fatalf("pos0 %d, %d tokens, fp4 %v: token %d row %d differs between split and whole rows", c.pos0, c.n, c.fp4, tok, i)
+				}
+			}
+			d.Free(whole)
 		}
 		if c.n > 1 && c.n < 8 { // each token's scores: its one-query launch's
 			for tok := 0; tok < c.n; tok++ {

@@ -29,7 +29,7 @@
 #          each /tmp/lib-*.so (LIBS, BASE; for the base with BASE_TEST, a test
 #          binary built from the base commit, when the ABI differs), into pp.txt
 #   SMALL  variants for scripts/cuda/small-ab.sh on the full-size q2 synth
-#          (small chunks after a 24k prefix; ROUNDS, default 2)
+#          (small chunks after a 24k prefix, SMALL_AT other prefix frontiers; ROUNDS, default 2)
 #   NCU    ';'-separated kernel regexes for scripts/cuda/ncu-oplat.sh run
 #          on NCU_TEST (default TestMatVecDecFast); sass-stalls.py summarises
 #          each SASS CSV into $OUT/stalls.txt; an entry TEST@regex names its test
