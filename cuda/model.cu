@@ -1840,6 +1840,119 @@ __global__ void __launch_bounds__(IF_T, 2) k_index_flash(const float *q, const f
     }
 }
 
+// k_index_flash2 is k_index_flash for chunks whose rows are many (DS4C_OPT_IX_FLASH
+// 2): every CTA of k_index_flash re-reads its token pair's rows as floats
+// and rounds them to f16 while the tensor cores wait (at 128k a 4096-token
+// chunk read ≈ 32 GB a layer from L2, 10.5 ms; cuda/NOTES.md v51). Here the
+// rows come as f16 copies (rounded once a chunk by ds4c_index_scores, in
+// stream-ordered scratch: the same values, f16 holds them exactly), a CTA
+// takes IF2_TT = 4 tokens (16 warps: token × head half × row half, each
+// warp k_index_flash's work on the same operands), and the next tile's rows
+// are copied by cp.async into the other of two buffers while the current
+// one is multiplied. Every score is formed by the same operations in the
+// same order as k_index_flash's: the same bits.
+constexpr int IF2_TT = 4, IF2_T = 512, IF2_AR = IF2_TT * IF_IH;
+constexpr size_t IF2_SMEM = (size_t)(IF2_AR + 2 * IF_RB) * IF_LD * 2 + (size_t)2 * IF2_TT * IF_RB * sizeof(float);
+static_assert(IF2_TT * IF_RB == IF2_T && IF_RB * (IF_HD / 8) % IF2_T == 0, "a thread a (token, row) score; whole copies");
+
+__global__ void __launch_bounds__(IF2_T, 1) k_index_flash2(const float *q, const float *w, const __half *rows,
+                                                           int64_t pos0, int ratio, int n, float *scores,
+                                                           int64_t sc_stride, int64_t rblk) {
+    pdl_enter();
+    extern __shared__ __align__(16) uint8_t s_if[];
+    __half *sa = (__half *)s_if, *sbuf = sa + IF2_AR * IF_LD; // sbuf: two tiles of IF_RB rows
+    float *sred = (float *)(sbuf + 2 * IF_RB * IF_LD);        // [head half][token][row]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t0 = blockIdx.x * IF2_TT, ntk = min(IF2_TT, n - t0);
+    const int64_t rmax = (pos0 + t0 + ntk) / ratio; // the CTA's last token has the most rows
+    const int64_t ib = (int64_t)blockIdx.y * rblk, ie = min(rmax, ib + rblk); // this CTA's rows
+    if (ib >= rmax) return;
+    // tile i0's rows into buffer sb (rows past rmax: the last row again)
+    auto issue = [&](int64_t i0, __half *sb) {
+#pragma unroll
+        for (int u = 0; u < IF_RB * (IF_HD / 8) / IF2_T; u++) {
+            const int i = tid + IF2_T * u, r = i / (IF_HD / 8), c = i % (IF_HD / 8);
+            const int64_t row = min(i0 + r, rmax - 1);
+            cp_async16(sb + r * IF_LD + 8 * c, rows + row * IF_HD + 8 * c);
+        }
+        cp_async_commit();
+    };
+    issue(ib, sbuf);
+    // the queries (a missing token: the last one's again, its scores not stored)
+    for (int i = tid; i < IF2_AR * IF_HD / 4; i += IF2_T) {
+        const int r = i / (IF_HD / 4), c = i % (IF_HD / 4), tt = min(r / IF_IH, ntk - 1), h = r % IF_IH;
+        *(uint2 *)(sa + r * IF_LD + 4 * c) =
+            half4_bits(__ldg((const float4 *)(q + ((int64_t)(t0 + tt) * IF_IH + h) * IF_HD) + c));
+    }
+    const int g = lane >> 2, q4 = lane & 3, tt = warp >> 2, hh = warp & 1, bh = (warp >> 1) & 1;
+    const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lcol = 8 * (lane >> 4); // ldmatrix: A rows
+    const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 8 * ((lane >> 3) & 1); // ldmatrix: B rows (compressed rows)
+    float wh[2][2]; // the weights of this thread's heads 32hh + 16mt + 8hi + g
+    {
+        const float *wt = w + (int64_t)(t0 + min(tt, ntk - 1)) * IF_IH + 32 * hh + g;
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) wh[mt][hi] = __ldg(wt + 16 * mt + 8 * hi);
+    }
+    const __half *pa = sa + (IF_IH * tt + 32 * hh + lrow) * IF_LD + lcol;
+    int buf = 0;
+    for (int64_t i0 = ib; i0 < ie; i0 += IF_RB, buf ^= 1) {
+        const __half *sb = sbuf + buf * IF_RB * IF_LD;
+        if (i0 + IF_RB < ie) { // the next tile's copies in flight (its buffer's last reader passed the barrier below)
+            issue(i0 + IF_RB, sbuf + (buf ^ 1) * IF_RB * IF_LD);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); // this tile's rows (and the queries) are in
+        float acc[2][8][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < IF_HD / 16; ks++) {
+            uint32_t A0[4], A1[4];
+            ldsm_x4<false>(A0, pa + 16 * ks);
+            ldsm_x4<false>(A1, pa + 16 * IF_LD + 16 * ks);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                uint32_t B[4];
+                ldsm_x4<false>(B, sb + (64 * bh + 16 * np + brow) * IF_LD + 16 * ks + bcol);
+                mma_f16(acc[0][2 * np], A0, B[0], B[1]);
+                mma_f16(acc[0][2 * np + 1], A0, B[2], B[3]);
+                mma_f16(acc[1][2 * np], A1, B[0], B[1]);
+                mma_f16(acc[1][2 * np + 1], A1, B[2], B[3]);
+            }
+        }
+        // acc[mt][j][2hi + c]: head 32hh + 16mt + 8hi + g, row 64bh + 8j + 2q4 + c
+        float part[8][2];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                float s = 0.f;
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int hi = 0; hi < 2; hi++) s = fmaf(fmaxf(acc[mt][j][2 * hi + c], 0.f), wh[mt][hi], s);
+#pragma unroll
+                for (int off = 4; off < 32; off <<= 1) s += __shfl_xor_sync(FULL_MASK, s, off);
+                part[j][c] = s;
+            }
+        if (g == 0) {
+            float *sr = sred + (hh * IF2_TT + tt) * IF_RB + 64 * bh + 2 * q4;
+#pragma unroll
+            for (int j = 0; j < 8; j++) *(float2 *)(sr + 8 * j) = make_float2(part[j][0], part[j][1]);
+        }
+        __syncthreads(); // the tile's sums are in; its rows are read
+        const int st = tid / IF_RB, r = tid % IF_RB, t = t0 + st;
+        if (st < ntk && i0 + r < (pos0 + t + 1) / ratio)
+            scores[(int64_t)t * sc_stride + i0 + r] = sred[st * IF_RB + r] + sred[(IF2_TT + st) * IF_RB + r];
+    }
+}
+
 // The same scores, tiled for one query (decode): a CTA takes IXT_ROWS rows,
 // one per lane, and every head; warp w the heads w·IXT_HPW + 64·j … (eight
 // at a time), so a k row's float4 is loaded once for eight dots and the
@@ -4492,7 +4605,29 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         static bool fset = false;
         if (!fset) {
             DS4C_CHECK(cudaFuncSetAttribute(k_index_flash, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IF_SMEM));
+            DS4C_CHECK(cudaFuncSetAttribute(k_index_flash2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IF2_SMEM));
             fset = true;
+        }
+        const cudaStream_t st = as_stream(stream);
+        // (the f16 copies need stream-ordered scratch: not while the stream
+        // is being recorded or captured)
+        if (ds4c_opt_ix_flash() == 2 && !ds4c_stream_busy(st)) {
+            const int64_t nx = nblk(n, IF2_TT), tiles = (maxR + IF_RB - 1) / IF_RB;
+            const int64_t want = (int64_t)ds4c_opt_ix_flash_split() * ds4c_sm_count();
+            int64_t ny = want > nx ? min(tiles, (want + nx - 1) / nx) : 1;
+            const int64_t rblk = ((tiles + ny - 1) / ny) * IF_RB;
+            ny = (maxR + rblk - 1) / rblk;
+            __half *rh = nullptr;
+            DS4C_CHECK(cudaMallocAsync((void **)&rh, (size_t)maxR * IF_HD * sizeof(__half), st));
+            int rc = ds4c_to_half(d_rows, IF_HD, IF_HD, (int)maxR, rh, stream);
+            if (!rc) {
+                ds4c_launch(k_index_flash2, dim3((unsigned)nx, (unsigned)ny), IF2_T, IF2_SMEM, st, d_q, d_w, rh, pos0,
+                            ratio, n, d_scores, sc_stride, rblk);
+                const cudaError_t e = cudaGetLastError();
+                if (e != cudaSuccess) rc = ds4c_cuda_err(e, "index_scores (flash, f16 rows)");
+            }
+            cudaFreeAsync(rh, st);
+            return rc;
         }
         // the rows split into runs where the token pairs are too few for
         // DS4C_OPT_IX_FLASH_SPLIT waves of 2 CTAs an SM

@@ -1283,8 +1283,9 @@ func bestFirst(scores []float32) []int32 {
 func TestIndexScores(t *testing.T) {
 	d := gpu(t)
 	const IH, IHD, ratio = 64, 128, 4
-	t.Cleanup(func() { d.SetOption(OptIXFlash, 1); d.SetOption(OptIXFlashSplit, DefaultIXFlashSplit) })
-	// fast: each chunk form (OptIXFlash 0: TF32-split tiles; 1: f16); fp4:
+	t.Cleanup(func() { d.SetOption(OptIXFlash, DefaultIXFlash); d.SetOption(OptIXFlashSplit, DefaultIXFlashSplit) })
+	// fast: each chunk form (OptIXFlash 0: TF32-split tiles; 1: f16; 2:
+	// f16 copies of the rows, four tokens a CTA); fp4:
 	// the inputs through the FP4 simulation first, as the model's are
 	for _, c := range []struct {
 		pos0, n, tile int
@@ -1302,7 +1303,10 @@ func TestIndexScores(t *testing.T) {
 		{8200, 2, 2, true, 1, true}, {103, 2, 2, true, 1, false}, {103, 2, 1, false, 1, false},
 		// a small chunk deep in the context: the f16 chunk kernel's rows
 		// split into runs (OptIXFlashSplit), checked against one CTA a pair
-		{20000, 40, 1, true, 1, true}, {20000, 9, 1, true, 1, false}} {
+		{20000, 40, 1, true, 1, true}, {20000, 9, 1, true, 1, false},
+		// the f16 rows' kernel (OptIXFlash 2), checked against the same
+		{300, 40, 1, true, 2, true}, {1000, 71, 1, true, 2, false}, {20000, 40, 1, true, 2, true},
+		{20000, 9, 1, true, 2, false}, {20000, 130, 1, true, 2, true}} {
 		must(t, d.SetOption(OptIXTile, c.tile))
 		must(t, d.SetOption(OptIXFlash, c.flash))
 		maxR := (c.pos0 + c.n) / ratio
@@ -1321,7 +1325,7 @@ func TestIndexScores(t *testing.T) {
 		// and so does f16 on FP4-simulated values (exact); on gaussian
 		// values f16 rounds each operand (2^-11), so a product by 2^-10
 		bound := 0x1p-18
-		if c.flash == 1 && !c.fp4 {
+		if c.flash >= 1 && !c.fp4 {
 			bound = 0x1p-9
 		}
 		must(t, d.IndexScores(0, qp, wp, rp, IH, IHD, c.pos0, ratio, c.n, scores, int64(maxR), c.fast))
@@ -1361,7 +1365,8 @@ func TestIndexScores(t *testing.T) {
 		if c.fast {
 			t.Logf("pos0 %d, %d tokens, fast, ix_tile %d, ix_flash %d, fp4 %v: largest error %.3g of the magnitude (bound %.3g)", c.pos0, c.n, c.tile, c.flash, c.fp4, worst, bound)
 		}
-		if c.fast && c.flash == 1 && c.n >= 8 { // the rows split into runs or not: the same bits
+		if c.fast && c.flash >= 1 && c.n >= 8 { // split rows, f16 rows: the same bits as one CTA a pair
+			must(t, d.SetOption(OptIXFlash, 1))
 			must(t, d.SetOption(OptIXFlashSplit, 0))
 			whole := tempAlloc(t, d, int64(4*c.n*maxR))
 			poison(t, d, whole, c.n*maxR)
@@ -1371,7 +1376,7 @@ func TestIndexScores(t *testing.T) {
 			for tok := 0; tok < c.n; tok++ {
 				R := (c.pos0 + tok + 1) / ratio
 				if i, ok := firstBitDiff(got[tok*maxR:tok*maxR+R], w[tok*maxR:tok*maxR+R]); !ok {
-					t.Fatalf("pos0 %d, %d tokens, fp4 %v: token %d row %d differs between split and whole rows", c.pos0, c.n, c.fp4, tok, i)
+					t.Fatalf("pos0 %d, %d tokens, fp4 %v, ix_flash %d: token %d row %d differs from ix_flash 1 with whole rows", c.pos0, c.n, c.fp4, c.flash, tok, i)
 				}
 			}
 			d.Free(whole)

@@ -309,7 +309,7 @@ const (
 	OptHalfMM       = 35 // fast-mode products of chunks through cuBLAS, f16 operands and f32 sums (MatMulHalf; env DS4_CUDA_HALF_MM): 1 Q8_0 weights; 2 Q8_0 and F16 weights (DefaultHalfMM); 3 also the hyper-connection mixers, F16 weights with float inputs on the TF32 tensor cores; 0 never. Exact mode never uses it
 	OptHalfMin      = 36 // tokens from which MatMulHalf takes a product (default 128; env DS4_CUDA_HALF_MIN)
 	OptAttnFlash    = 37 // 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores, for head dim 512 and heads in groups of 64, the key rows rounded to f16 in the kernel (env DS4_CUDA_ATTN_FLASH); 2: the same kernel fed f16 copies of the key rows made before it (same bits; DefaultAttnFlash); 0: scores, softmax and weighted sum as three kernels (OptAttnTC). Exact mode never uses it
-	OptIXFlash      = 38 // 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores, for 64 heads of 128 (exact products on FP4-simulated inputs; default; env DS4_CUDA_IX_FLASH); 0: the TF32-split tiles (OptAttnTC). Exact mode never uses it
+	OptIXFlash      = 38 // 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores, for 64 heads of 128 (exact products on FP4-simulated inputs; env DS4_CUDA_IX_FLASH); 2: the same operations on f16 copies of the rows made once a chunk, four tokens a CTA, the next rows copied while the current ones are multiplied (the same bits; DefaultIXFlash); 0: the TF32-split tiles (OptAttnTC). Exact mode never uses it
 	OptHCChunk      = 39 // 1: hc_pre of chunks (8 or more tokens, 4 streams) with 128 threads a token in a loop, the split in its first warp (same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (512 threads a token, OptHCTwo)
 	OptWGMoE        = 40 // fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (GroupedHalfOK, MatMulGroupedHalf; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; GroupedHalf HalfPerm32), CTAs of 4 warpgroups (DefaultWGMoE); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 kernels, as exact mode
 	OptHCMix        = 41 // 1: fast mode's hyper-connection mixing logits of chunks (HCMixesOK) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there, chunks of up to 1024 tokens with K split over clusters of 8 CTAs (default; env DS4_CUDA_HC_MIX); 2: the same never split; 0: the exact-order product and HCPre's scaling, as exact mode
@@ -418,6 +418,10 @@ const DefaultTopKCl = 8193
 // and speculative passes only (a prefill chunk's top-k measured slower on
 // the clusters: 7338 against 7851 tok/s from 32k to 64k; cuda/NOTES.md v51).
 const DefaultTopKClTok = 16
+
+// DefaultIXFlash is the library's default of OptIXFlash: the f16 copies of
+// the rows (cuda/NOTES.md v51).
+const DefaultIXFlash = 2
 
 // DefaultIXFlashSplit is the library's default of OptIXFlashSplit: two
 // waves (cuda/NOTES.md v51).

@@ -290,7 +290,7 @@ func TestPrefillProducts(t *testing.T) {
 	t.Cleanup(func() {
 		d.SetOption(OptAttnTC, 1)
 		d.SetOption(OptAttnFlash, DefaultAttnFlash)
-		d.SetOption(OptIXFlash, 1)
+		d.SetOption(OptIXFlash, DefaultIXFlash)
 	})
 	for _, ratio := range []int{4, 128} {
 		maxKeys, keys := W+topK, float64(W+topK)
@@ -318,22 +318,36 @@ func TestPrefillProducts(t *testing.T) {
 		must(t, d.SetOption(OptAttnTC, 1))
 		must(t, d.SetOption(OptAttnFlash, DefaultAttnFlash))
 	}
+	// (the indexer's rows from DS4_CUDA_BENCH_IXPOS, default pos0: a
+	// chunk deep in a long context)
+	ipos := pos0
+	if v := os.Getenv("DS4_CUDA_BENCH_IXPOS"); v != "" {
+		var err error
+		if ipos, err = strconv.Atoi(v); err != nil || ipos < 0 {
+			t.Fatalf("DS4_CUDA_BENCH_IXPOS=%q: want a position", v)
+		}
+	}
+	IR := (ipos + ntok) / 4
 	iq, iw := upload(t, d, gaussian(ntok*IH*IHD, 66)), upload(t, d, gaussian(ntok*IH, 67))
-	irows := upload(t, d, gaussian(R*IHD, 68))
-	iscores := alloc(t, d, int64(4*ntok*R))
+	irows := upload(t, d, gaussian(IR*IHD, 68))
+	iscores := alloc(t, d, int64(4*ntok*IR))
 	for _, v := range []struct {
 		fast  bool
 		flash int
-	}{{false, 1}, {true, 1}, {true, 0}} {
-		label := fmt.Sprintf("index scores %d rows fast %v ix_flash %d", R, v.fast, v.flash)
+	}{{false, 1}, {true, 2}, {true, 1}, {true, 0}} {
+		label := fmt.Sprintf("index scores %d rows fast %v ix_flash %d", IR, v.fast, v.flash)
 		if !keep.MatchString(label) {
 			continue
 		}
 		must(t, d.SetOption(OptIXFlash, v.flash))
-		us := gt.time(calls, func(int) error {
-			return d.IndexScores(s, iq, iw, irows, IH, IHD, pos0, 4, ntok, iscores, int64(R), v.fast)
-		})
-		report(label, float64(ntok)*IH*(float64(pos0)+ntok/2)/4*IHD, us)
+		launch := func() error { return d.IndexScores(s, iq, iw, irows, IH, IHD, ipos, 4, ntok, iscores, int64(IR), v.fast) }
+		var us float64
+		if v.flash == 2 { // (stream-ordered scratch: launched on the stream)
+			us = plain(launch)
+		} else {
+			us = gt.time(calls, func(int) error { return launch() })
+		}
+		report(label, float64(ntok)*IH*(float64(ipos)+ntok/2)/4*IHD, us)
 	}
-	must(t, d.SetOption(OptIXFlash, 1))
+	must(t, d.SetOption(OptIXFlash, DefaultIXFlash))
 }
