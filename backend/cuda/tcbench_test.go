@@ -340,7 +340,9 @@ func TestPrefillProducts(t *testing.T) {
 			continue
 		}
 		must(t, d.SetOption(OptIXFlash, v.flash))
-		launch := func() error { return d.IndexScores(s, iq, iw, irows, IH, IHD, ipos, 4, ntok, iscores, int64(IR), v.fast) }
+		launch := func() error {
+			return d.IndexScores(s, iq, iw, irows, IH, IHD, ipos, 4, ntok, iscores, int64(IR), v.fast)
+		}
 		var us float64
 		if v.flash == 2 { // (stream-ordered scratch: launched on the stream)
 			us = plain(launch)
