@@ -1750,6 +1750,79 @@ constexpr size_t IF_SMEM = (size_t)(IF_AR + IF_RB) * IF_LD * 2 + (size_t)2 * IF_
 static_assert(IF_T == 256 && IF_TT == 2 && IF_RB == 128 && IF_IH == 64 && IF_HD % 16 == 0 && IF_TT * IF_RB == IF_T,
               "the warp layout: 8 warps, 2 tokens × 2 head halves × 2 row halves");
 
+// if_queries stages TT tokens' queries from token t0 (a missing token:
+// the last one's again, its scores not stored) as f16 rows of sa, NT
+// threads.
+template <int TT, int NT>
+__device__ __forceinline__ void if_queries(__half *sa, const float *q, int t0, int ntk, int tid) {
+    for (int i = tid; i < TT * IF_IH * IF_HD / 4; i += NT) {
+        const int r = i / (IF_HD / 4), c = i % (IF_HD / 4), tt = min(r / IF_IH, ntk - 1), h = r % IF_IH;
+        *(uint2 *)(sa + r * IF_LD + 4 * c) =
+            half4_bits(__ldg((const float4 *)(q + ((int64_t)(t0 + tt) * IF_IH + h) * IF_HD) + c));
+    }
+}
+
+// if_weights loads the weights of the thread's heads 32hh + 16mt + 8hi + g
+// of token t into wh[mt][hi].
+__device__ __forceinline__ void if_weights(float (&wh)[2][2], const float *w, int t, int hh, int g) {
+    const float *wt = w + (int64_t)t * IF_IH + 32 * hh + g;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++) wh[mt][hi] = __ldg(wt + 16 * mt + 8 * hi);
+}
+
+// if_dots is a warp's dots of a tile: its 32 heads (pa: its ldmatrix row
+// of them) against rows 64bh … 64bh + 63 of the staged rows sb (brow, bcol:
+// its ldmatrix row and column of them). acc[mt][j][2hi + c]: head 32hh +
+// 16mt + 8hi + g, row 64bh + 8j + 2q4 + c.
+__device__ __forceinline__ void if_dots(const __half *pa, const __half *sb, int bh, int brow, int bcol,
+                                        float (&acc)[2][8][4]) {
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < IF_HD / 16; ks++) {
+        uint32_t A0[4], A1[4];
+        ldsm_x4<false>(A0, pa + 16 * ks);
+        ldsm_x4<false>(A1, pa + 16 * IF_LD + 16 * ks);
+#pragma unroll
+        for (int np = 0; np < 4; np++) {
+            uint32_t B[4];
+            ldsm_x4<false>(B, sb + (64 * bh + 16 * np + brow) * IF_LD + 16 * ks + bcol);
+            mma_f16(acc[0][2 * np], A0, B[0], B[1]);
+            mma_f16(acc[0][2 * np + 1], A0, B[2], B[3]);
+            mma_f16(acc[1][2 * np], A1, B[0], B[1]);
+            mma_f16(acc[1][2 * np + 1], A1, B[2], B[3]);
+        }
+    }
+}
+
+// if_sums adds each of the warp's rows' max(dot, 0)·w_h over its 32 heads
+// (the thread's four, then the lanes' by shuffles) and has the lanes of
+// g == 0 store them at sr (the warp's rows in the head half's sums:
+// sr[8j + c] for row 64bh + 8j + 2q4 + c).
+__device__ __forceinline__ void if_sums(const float (&acc)[2][8][4], const float (&wh)[2][2], float *sr, int g) {
+    float part[8][2];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            float s = 0.f;
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int hi = 0; hi < 2; hi++) s = fmaf(fmaxf(acc[mt][j][2 * hi + c], 0.f), wh[mt][hi], s);
+#pragma unroll
+            for (int off = 4; off < 32; off <<= 1) s += __shfl_xor_sync(FULL_MASK, s, off);
+            part[j][c] = s;
+        }
+    if (g == 0)
+#pragma unroll
+        for (int j = 0; j < 8; j++) *(float2 *)(sr + 8 * j) = make_float2(part[j][0], part[j][1]);
+}
+
 // rblk (a multiple of IF_RB): the rows a CTA walks, blockIdx.y the run
 // (a small chunk deep in a long context: its few token pairs would each
 // walk every row in one CTA, a wave far from full; DS4C_OPT_IX_FLASH_SPLIT).
@@ -1766,23 +1839,12 @@ __global__ void __launch_bounds__(IF_T, 2) k_index_flash(const float *q, const f
     const int64_t rmax = (pos0 + t0 + ntk) / ratio; // the CTA's last token has the most rows
     const int64_t ib = (int64_t)blockIdx.y * rblk, ie = min(rmax, ib + rblk); // this CTA's rows
     if (ib >= rmax) return;
-    // the queries (a missing token: the last one's again, its scores not stored)
-    for (int i = tid; i < IF_AR * IF_HD / 4; i += IF_T) {
-        const int r = i / (IF_HD / 4), c = i % (IF_HD / 4), tt = min(r / IF_IH, ntk - 1), h = r % IF_IH;
-        *(uint2 *)(sa + r * IF_LD + 4 * c) =
-            half4_bits(__ldg((const float4 *)(q + ((int64_t)(t0 + tt) * IF_IH + h) * IF_HD) + c));
-    }
+    if_queries<IF_TT, IF_T>(sa, q, t0, ntk, tid);
     const int g = lane >> 2, q4 = lane & 3, tt = (warp & 3) >> 1, hh = warp & 1, bh = warp >> 2;
     const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lcol = 8 * (lane >> 4); // ldmatrix: A rows
     const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 8 * ((lane >> 3) & 1); // ldmatrix: B rows (compressed rows)
-    float wh[2][2]; // the weights of this thread's heads 32hh + 16mt + 8hi + g
-    {
-        const float *wt = w + (int64_t)(t0 + min(tt, ntk - 1)) * IF_IH + 32 * hh + g;
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int hi = 0; hi < 2; hi++) wh[mt][hi] = __ldg(wt + 16 * mt + 8 * hi);
-    }
+    float wh[2][2];
+    if_weights(wh, w, t0 + min(tt, ntk - 1), hh, g);
     const __half *pa = sa + (IF_IH * tt + 32 * hh + lrow) * IF_LD + lcol;
     for (int64_t i0 = ib; i0 < ie; i0 += IF_RB) {
         if (i0 > ib) __syncthreads(); // the previous tile's rows and sums are consumed
@@ -1794,45 +1856,8 @@ __global__ void __launch_bounds__(IF_T, 2) k_index_flash(const float *q, const f
         }
         __syncthreads();
         float acc[2][8][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int j = 0; j < 8; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
-#pragma unroll
-        for (int ks = 0; ks < IF_HD / 16; ks++) {
-            uint32_t A0[4], A1[4];
-            ldsm_x4<false>(A0, pa + 16 * ks);
-            ldsm_x4<false>(A1, pa + 16 * IF_LD + 16 * ks);
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                uint32_t B[4];
-                ldsm_x4<false>(B, sb + (64 * bh + 16 * np + brow) * IF_LD + 16 * ks + bcol);
-                mma_f16(acc[0][2 * np], A0, B[0], B[1]);
-                mma_f16(acc[0][2 * np + 1], A0, B[2], B[3]);
-                mma_f16(acc[1][2 * np], A1, B[0], B[1]);
-                mma_f16(acc[1][2 * np + 1], A1, B[2], B[3]);
-            }
-        }
-        // acc[mt][j][2hi + c]: head 32hh + 16mt + 8hi + g, row 64bh + 8j + 2q4 + c
-        float part[8][2];
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int c = 0; c < 2; c++) {
-                float s = 0.f;
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                    for (int hi = 0; hi < 2; hi++) s = fmaf(fmaxf(acc[mt][j][2 * hi + c], 0.f), wh[mt][hi], s);
-#pragma unroll
-                for (int off = 4; off < 32; off <<= 1) s += __shfl_xor_sync(FULL_MASK, s, off);
-                part[j][c] = s;
-            }
-        if (g == 0) {
-            float *sr = sred + (hh * IF_TT + tt) * IF_RB + 64 * bh + 2 * q4;
-#pragma unroll
-            for (int j = 0; j < 8; j++) *(float2 *)(sr + 8 * j) = make_float2(part[j][0], part[j][1]);
-        }
+        if_dots(pa, sb, bh, brow, bcol, acc);
+        if_sums(acc, wh, sred + (hh * IF_TT + tt) * IF_RB + 64 * bh + 2 * q4, g);
         __syncthreads();
         const int st = tid / IF_RB, r = tid % IF_RB, t = t0 + st;
         if (st < ntk && i0 + r < (pos0 + t + 1) / ratio)
@@ -1878,23 +1903,12 @@ __global__ void __launch_bounds__(IF2_T, 1) k_index_flash2(const float *q, const
         cp_async_commit();
     };
     issue(ib, sbuf);
-    // the queries (a missing token: the last one's again, its scores not stored)
-    for (int i = tid; i < IF2_AR * IF_HD / 4; i += IF2_T) {
-        const int r = i / (IF_HD / 4), c = i % (IF_HD / 4), tt = min(r / IF_IH, ntk - 1), h = r % IF_IH;
-        *(uint2 *)(sa + r * IF_LD + 4 * c) =
-            half4_bits(__ldg((const float4 *)(q + ((int64_t)(t0 + tt) * IF_IH + h) * IF_HD) + c));
-    }
+    if_queries<IF2_TT, IF2_T>(sa, q, t0, ntk, tid);
     const int g = lane >> 2, q4 = lane & 3, tt = warp >> 2, hh = warp & 1, bh = (warp >> 1) & 1;
     const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lcol = 8 * (lane >> 4); // ldmatrix: A rows
     const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 8 * ((lane >> 3) & 1); // ldmatrix: B rows (compressed rows)
-    float wh[2][2]; // the weights of this thread's heads 32hh + 16mt + 8hi + g
-    {
-        const float *wt = w + (int64_t)(t0 + min(tt, ntk - 1)) * IF_IH + 32 * hh + g;
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int hi = 0; hi < 2; hi++) wh[mt][hi] = __ldg(wt + 16 * mt + 8 * hi);
-    }
+    float wh[2][2];
+    if_weights(wh, w, t0 + min(tt, ntk - 1), hh, g);
     const __half *pa = sa + (IF_IH * tt + 32 * hh + lrow) * IF_LD + lcol;
     int buf = 0;
     for (int64_t i0 = ib; i0 < ie; i0 += IF_RB, buf ^= 1) {
@@ -1907,45 +1921,8 @@ __global__ void __launch_bounds__(IF2_T, 1) k_index_flash2(const float *q, const
         }
         __syncthreads(); // this tile's rows (and the queries) are in
         float acc[2][8][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int j = 0; j < 8; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
-#pragma unroll
-        for (int ks = 0; ks < IF_HD / 16; ks++) {
-            uint32_t A0[4], A1[4];
-            ldsm_x4<false>(A0, pa + 16 * ks);
-            ldsm_x4<false>(A1, pa + 16 * IF_LD + 16 * ks);
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                uint32_t B[4];
-                ldsm_x4<false>(B, sb + (64 * bh + 16 * np + brow) * IF_LD + 16 * ks + bcol);
-                mma_f16(acc[0][2 * np], A0, B[0], B[1]);
-                mma_f16(acc[0][2 * np + 1], A0, B[2], B[3]);
-                mma_f16(acc[1][2 * np], A1, B[0], B[1]);
-                mma_f16(acc[1][2 * np + 1], A1, B[2], B[3]);
-            }
-        }
-        // acc[mt][j][2hi + c]: head 32hh + 16mt + 8hi + g, row 64bh + 8j + 2q4 + c
-        float part[8][2];
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int c = 0; c < 2; c++) {
-                float s = 0.f;
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                    for (int hi = 0; hi < 2; hi++) s = fmaf(fmaxf(acc[mt][j][2 * hi + c], 0.f), wh[mt][hi], s);
-#pragma unroll
-                for (int off = 4; off < 32; off <<= 1) s += __shfl_xor_sync(FULL_MASK, s, off);
-                part[j][c] = s;
-            }
-        if (g == 0) {
-            float *sr = sred + (hh * IF2_TT + tt) * IF_RB + 64 * bh + 2 * q4;
-#pragma unroll
-            for (int j = 0; j < 8; j++) *(float2 *)(sr + 8 * j) = make_float2(part[j][0], part[j][1]);
-        }
+        if_dots(pa, sb, bh, brow, bcol, acc);
+        if_sums(acc, wh, sred + (hh * IF2_TT + tt) * IF_RB + 64 * bh + 2 * q4, g);
         __syncthreads(); // the tile's sums are in; its rows are read
         const int st = tid / IF_RB, r = tid % IF_RB, t = t0 + st;
         if (st < ntk && i0 + r < (pos0 + t + 1) / ratio)
@@ -2542,6 +2519,9 @@ __global__ void __cluster_dims__(TKC_CL, 1, 1) __launch_bounds__(TKC_T)
             if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&s_hist[p][bin], __popc(peers));
         });
         cl.sync(); // every CTA's counts of this pass are in
+        // (from here to the pass's end k_topk_warp's pick, on the cluster's
+        // counts: a shared function changed both kernels' SASS, so it waits
+        // for a device run of TestTopK; cuda/NOTES.md v51)
         int own = 0, suf = 0; // bin tid's count over the cluster; bins tid..(its warp's last)
         if (tid < 256) {
 #pragma unroll
