@@ -4610,7 +4610,8 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
             return rc;
         }
         // the rows split into runs where the token pairs are too few for
-        // DS4C_OPT_IX_FLASH_SPLIT waves of 2 CTAs an SM
+        // DS4C_OPT_IX_FLASH_SPLIT waves of 2 CTAs an SM (k_index_flash2
+        // above: of one)
         const int64_t nx = nblk(n, IF_TT), tiles = (maxR + IF_RB - 1) / IF_RB;
         const int64_t want = (int64_t)ds4c_opt_ix_flash_split() * 2 * ds4c_sm_count();
         int64_t ny = want > nx ? min(tiles, (want + nx - 1) / nx) : 1;
