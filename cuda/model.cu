@@ -4541,6 +4541,18 @@ int ds4c_comp_emit(const float *d_kv, const float *d_sc, float *d_kv_ring, float
     return ds4c_ring_write2(d_kv_ring, d_sc_ring, kv_cap, cw, d_kv, d_sc, cw, pos0, n, stream);
 }
 
+// if_runs splits the maxR rows of nx token groups into ny runs of rblk
+// rows (a multiple of IF_RB; a CTA a run) where the groups are too few for
+// DS4C_OPT_IX_FLASH_SPLIT waves of the kernel's per_sm CTAs an SM (a small
+// chunk deep in a long context); else one run of every row.
+static void if_runs(int64_t nx, int64_t maxR, int per_sm, int64_t &ny, int64_t &rblk) {
+    const int64_t tiles = (maxR + IF_RB - 1) / IF_RB;
+    const int64_t want = (int64_t)ds4c_opt_ix_flash_split() * per_sm * ds4c_sm_count();
+    ny = want > nx ? min(tiles, (want + nx - 1) / nx) : 1;
+    rblk = ((tiles + ny - 1) / ny) * IF_RB;
+    ny = (maxR + rblk - 1) / rblk;
+}
+
 int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, int IH, int IHD, int64_t pos0,
                       int ratio, int n, float *d_scores, int64_t sc_stride, int flags, void *stream) {
     DS4C_READY();
@@ -4592,11 +4604,9 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         // (the f16 copies need stream-ordered scratch: not while the stream
         // is being recorded or captured)
         if (ds4c_opt_ix_flash() == 2 && !ds4c_stream_busy(st)) {
-            const int64_t nx = nblk(n, IF2_TT), tiles = (maxR + IF_RB - 1) / IF_RB;
-            const int64_t want = (int64_t)ds4c_opt_ix_flash_split() * ds4c_sm_count();
-            int64_t ny = want > nx ? min(tiles, (want + nx - 1) / nx) : 1;
-            const int64_t rblk = ((tiles + ny - 1) / ny) * IF_RB;
-            ny = (maxR + rblk - 1) / rblk;
+            const int64_t nx = nblk(n, IF2_TT);
+            int64_t ny, rblk;
+            if_runs(nx, maxR, 1, ny, rblk);
             __half *rh = nullptr;
             DS4C_CHECK(cudaMallocAsync((void **)&rh, (size_t)maxR * IF_HD * sizeof(__half), st));
             int rc = ds4c_to_half(d_rows, IF_HD, IF_HD, (int)maxR, rh, stream);
@@ -4609,14 +4619,9 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
             cudaFreeAsync(rh, st);
             return rc;
         }
-        // the rows split into runs where the token pairs are too few for
-        // DS4C_OPT_IX_FLASH_SPLIT waves of 2 CTAs an SM (k_index_flash2
-        // above: of one)
-        const int64_t nx = nblk(n, IF_TT), tiles = (maxR + IF_RB - 1) / IF_RB;
-        const int64_t want = (int64_t)ds4c_opt_ix_flash_split() * 2 * ds4c_sm_count();
-        int64_t ny = want > nx ? min(tiles, (want + nx - 1) / nx) : 1;
-        const int64_t rblk = ((tiles + ny - 1) / ny) * IF_RB;
-        ny = (maxR + rblk - 1) / rblk;
+        const int64_t nx = nblk(n, IF_TT);
+        int64_t ny, rblk;
+        if_runs(nx, maxR, 2, ny, rblk);
         ds4c_launch(k_index_flash, dim3((unsigned)nx, (unsigned)ny), IF_T, IF_SMEM, as_stream(stream), d_q, d_w, d_rows,
                     pos0, ratio, n, d_scores, sc_stride, rblk);
         DS4C_CHECK_LAUNCH("index_scores (flash)");
