@@ -2289,6 +2289,37 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_radix(const float *scores, 
     if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(s_sort[tid] & 0xffffffffu));
 }
 
+// topk_pick_bin is a radix pass's choice (threads 0 … 255 hold bin tid's
+// count own; every thread of the CTA calls it, barriers inside): the suffix
+// sums over the 256 bins by warp scans and the eight warps' totals in
+// s_wsum, then the bin whose keys and those above reach kleft narrows the
+// shared prefix and mask by 8 bits at shift and leaves in s_kleft the keys
+// of that bin still to take.
+__device__ __forceinline__ void topk_pick_bin(int own, int tid, int lane, int warp, int shift, uint32_t prefix,
+                                              uint32_t mask, int kleft, int *s_wsum, uint32_t &s_prefix,
+                                              uint32_t &s_mask, int &s_kleft) {
+    int suf = own; // bins tid..(its warp's last)
+    if (tid < 256) {
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int u = __shfl_down_sync(FULL_MASK, suf, o);
+            if (lane + o < 32) suf += u;
+        }
+        if (lane == 0) s_wsum[warp] = suf;
+    }
+    __syncthreads();
+    if (tid < 256) {
+        for (int w = warp + 1; w < 8; w++) suf += s_wsum[w]; // bins tid..255
+        const int next = suf - own;                          // bins tid+1..255
+        if (suf >= kleft && next < kleft) {
+            s_prefix = prefix | ((uint32_t)tid << shift);
+            s_mask = mask | (255u << shift);
+            s_kleft = kleft - next;
+        }
+    }
+    __syncthreads();
+}
+
 // topk_sort_desc sorts the CTA's NT packed picks (key << 32 | ~index, one
 // a thread: x, zero padding past take) descending by a bitonic sort of the
 // first P ≥ take slots (keys are distinct: the index is in the low half),
@@ -2348,7 +2379,7 @@ __global__ void __launch_bounds__(NT) k_topk_warp(const float *scores, int64_t s
     __shared__ int s_base[2];
     __shared__ unsigned long long s_x[2][NT];
     constexpr int TK_REG = 8192 / NT; // keys per thread held in registers
-    constexpr int TK_LOADS = 8;       // past them: chunks whose keys a thread loads at once (a prefill chunk's tokens deep in a long context)
+    constexpr int TK_LOADS = 4;       // past them: chunks whose keys a thread loads at once (a prefill chunk's tokens deep in a long context)
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t R = topk_count(R_fixed, pos0, t, ratio);
     const float *sc = scores + t * stride;
@@ -2400,27 +2431,8 @@ __global__ void __launch_bounds__(NT) k_topk_warp(const float *scores, int64_t s
             if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&s_hist[bin], __popc(peers));
         });
         __syncthreads();
-        int own = 0, suf = 0; // bin tid's count; the counts of bins tid..(its warp's last)
-        if (tid < 256) {
-            own = suf = s_hist[tid];
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int u = __shfl_down_sync(FULL_MASK, suf, o);
-                if (lane + o < 32) suf += u;
-            }
-            if (lane == 0) s_wsum[warp] = suf;
-        }
-        __syncthreads();
-        if (tid < 256) {
-            for (int w = warp + 1; w < 8; w++) suf += s_wsum[w]; // bins tid..255
-            const int next = suf - own;                          // bins tid+1..255
-            if (suf >= kleft && next < kleft) {
-                s_prefix = prefix | ((uint32_t)tid << shift);
-                s_mask = mask | (255u << shift);
-                s_kleft = kleft - next;
-            }
-        }
-        __syncthreads();
+        topk_pick_bin(tid < 256 ? s_hist[tid] : 0, tid, lane, warp, shift, prefix, mask, kleft, s_wsum, s_prefix, s_mask,
+                      s_kleft);
     }
     const uint32_t T = s_prefix;
     const int need_eq = s_kleft; // keys equal to T that make the cut (lowest indices first)
@@ -2519,32 +2531,11 @@ __global__ void __cluster_dims__(TKC_CL, 1, 1) __launch_bounds__(TKC_T)
             if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&s_hist[p][bin], __popc(peers));
         });
         cl.sync(); // every CTA's counts of this pass are in
-        // (from here to the pass's end k_topk_warp's pick, on the cluster's
-        // counts: a shared function changed both kernels' SASS, so it waits
-        // for a device run of TestTopK; cuda/NOTES.md v51)
-        int own = 0, suf = 0; // bin tid's count over the cluster; bins tid..(its warp's last)
-        if (tid < 256) {
+        int own = 0; // bin tid's count over the cluster
+        if (tid < 256)
 #pragma unroll
             for (int c = 0; c < TKC_CL; c++) own += cl.map_shared_rank(&s_hist[p][0], c)[tid];
-            suf = own;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int u = __shfl_down_sync(FULL_MASK, suf, o);
-                if (lane + o < 32) suf += u;
-            }
-            if (lane == 0) s_wsum[warp] = suf;
-        }
-        __syncthreads();
-        if (tid < 256) {
-            for (int w = warp + 1; w < 8; w++) suf += s_wsum[w]; // bins tid..255
-            const int next = suf - own;                          // bins tid+1..255
-            if (suf >= kleft && next < kleft) {
-                s_prefix = prefix | ((uint32_t)tid << shift);
-                s_mask = mask | (255u << shift);
-                s_kleft = kleft - next;
-            }
-        }
-        __syncthreads();
+        topk_pick_bin(own, tid, lane, warp, shift, prefix, mask, kleft, s_wsum, s_prefix, s_mask, s_kleft);
     }
     const uint32_t T = s_prefix;
     const int need_eq = s_kleft; // keys equal to T that make the cut (lowest indices first)
