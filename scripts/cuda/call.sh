@@ -92,7 +92,7 @@ else
 fi
 for p in "${pids[@]}"; do wait "$p"; done
 if [ ! -s build/libds4cuda.so ]; then cat /tmp/build-main.log | head -40; exit 1; fi
-grep -h "spill" build/*.o.ptxas | grep -v " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c | head -5
+bash scripts/cuda/spills.sh
 export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1
 el
 if [ -n "${SMOKE:-}" ]; then

@@ -14,9 +14,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env
 # (LIB_BUILT=1: a build/libds4cuda.so built earlier in the same call is used)
 { [ -n "${LIB_BUILT:-}" ] && [ -s build/libds4cuda.so ]; } || bash scripts/cuda/build-lib.sh || exit 1
 # kernels that spill, by name
-awk '/Compiling entry function/ {n = $0; sub(/.*function ./, "", n); sub(/. for .*/, "", n)}
-     /bytes spill stores/ && !/ 0 bytes spill stores, 0 bytes spill loads/ {print n ": " $0}' build/*.o.ptxas |
-    { c++filt 2>/dev/null || cat; } | sed 's/(ds4mv::TCArgs)//; s/  */ /g' | cut -c1-200 | head -8
+bash scripts/cuda/spills.sh
 export DS4_CUDA_LIB=$PWD/build/libds4cuda.so DS4_CUDA_REQUIRE=1
 t0=$(date +%s)
 $F/cuda.test -test.v -test.timeout 420s -test.run 'TestBackendMatchesCPU|TestGraphDecode|TestKernelVariants|TestMatMulExact|TestMatMulTensorCores|TestTopK|TestIndexScores|TestRouter|TestOps|TestMatVecIDs|TestMatMulGroupedPair|TestMatVecFlashShapes|TestMoECombine|TestFloatTensorCores|TestQuantizeActivation|TestAttentionFast|TestAttentionHalfIO|TestMatMulHalf|TestHalfModel|TestGroupedHalf|TestGroupedGLU|TestHCMixes|TestToHalfPerm32|TestSwiGLUHalf|TestSwiGLUQ8K|TestMatMulGroupedSwiGLU|TestMatVecF32|TestHadamardWarp|TestMatVecPair|TestIndexQuery|TestArgmax|TestGreedyPipeline|TestHCPostMix|TestPick|TestFastDecodeSwitches|TestMatVecFastQ8|TestMatVecDecFast|TestAttentionCluster|TestCompEmit|TestFastDecodeOptions|TestMatVecF32Half|TestMatMulQ8Out|TestChainQ8|TestMTPMatchesCPU|TestSpecPassesFlashLayers|TestWarmUp|TestWarmLayers|TestHalfCopies' >"$OUT/cuda-tests.log" 2>&1; echo "cuda tests: exit $? in $(( $(date +%s) - t0 )) s"; tail -3 "$OUT/cuda-tests.log"
