@@ -102,6 +102,16 @@ int ds4c_opt_attn_quant(void);
 
 static inline cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
 
+// Fast mode's indexer scores of a chunk on wgmma (ix_wg.cu, sm_90a;
+// DS4C_OPT_IX_FLASH 3): ds4c_ix_wg_ok says whether this device and build
+// run it; ds4c_ix_wg_tokens is the tokens a CTA (blockIdx.x); ds4c_ix_wg
+// launches it on f16 copies of the rows, nx token groups × ny runs of rblk
+// rows (a multiple of 64), the arguments as k_index_flash2's.
+bool ds4c_ix_wg_ok(void);
+int ds4c_ix_wg_tokens(void);
+int ds4c_ix_wg(const float *d_q, const float *d_w, const __half *d_rows, int64_t pos0, int ratio, int n,
+               float *d_scores, int64_t sc_stride, int64_t nx, int64_t ny, int64_t rblk, cudaStream_t st);
+
 // Graph replay (replay.cu): while a recorder records, the work queued on its
 // streams is logged through these hooks instead of run. ds4c_rec_any is
 // nonzero while any recorder records; ds4c_rec_of returns the recorder of

@@ -51,7 +51,7 @@ static int g_opt_attn_split = 2;
 static int g_opt_half_mm = 2;   // fast mode: Q8_0 and F16 products of chunks through cuBLAS (3, the hc mixers too, measured no faster: cuda/NOTES.md v15)
 static int g_opt_half_min = 128;
 static int g_opt_attn_flash = 2;
-static int g_opt_ix_flash = 2;
+static int g_opt_ix_flash = 3; // fast chunks' indexer scores: 3 k_index_wg (wgmma; 2 where there is none), cuda/NOTES.md v52
 static int g_opt_hc_chunk = 1;
 static int g_opt_had_warp = 1; // Hadamard transforms a warp a row (model.cu k_hadamard_w)
 static int g_opt_hc_mix = 1; // fast chunks' mixing logits in one pass on the TF32 tensor cores (hc_mix.cu): 1 chunks of up to 1024 tokens split over clusters of 8 CTAs (v49), 2 never split
@@ -495,7 +495,7 @@ static const struct {
     {DS4C_OPT_HALF_MM, "half_mm", &g_opt_half_mm, 0, 3},
     {DS4C_OPT_HALF_MIN, "half_min", &g_opt_half_min, 1, 1 << 20},
     {DS4C_OPT_ATTN_FLASH, "attn_flash", &g_opt_attn_flash, 0, 2},
-    {DS4C_OPT_IX_FLASH, "ix_flash", &g_opt_ix_flash, 0, 2},
+    {DS4C_OPT_IX_FLASH, "ix_flash", &g_opt_ix_flash, 0, 3},
     {DS4C_OPT_HC_CHUNK, "hc_chunk", &g_opt_hc_chunk, 0, 1},
     {DS4C_OPT_HC_MIX, "hc_mix", &g_opt_hc_mix, 0, 2},
     {DS4C_OPT_HAD_WARP, "had_warp", &g_opt_had_warp, 0, 1},

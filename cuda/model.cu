@@ -4594,14 +4594,18 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         const cudaStream_t st = as_stream(stream);
         // (the f16 copies need stream-ordered scratch: not while the stream
         // is being recorded or captured)
-        if (ds4c_opt_ix_flash() == 2 && !ds4c_stream_busy(st)) {
-            const int64_t nx = nblk(n, IF2_TT);
+        // (3: the wgmma kernel where the device and the build have it, else 2)
+        if (ds4c_opt_ix_flash() >= 2 && !ds4c_stream_busy(st)) {
+            const bool wg = ds4c_opt_ix_flash() == 3 && ds4c_ix_wg_ok();
+            const int64_t nx = nblk(n, wg ? ds4c_ix_wg_tokens() : IF2_TT);
             int64_t ny, rblk;
             if_runs(nx, maxR, 1, ny, rblk);
             __half *rh = nullptr;
             DS4C_CHECK(cudaMallocAsync((void **)&rh, (size_t)maxR * IF_HD * sizeof(__half), st));
             int rc = ds4c_to_half(d_rows, IF_HD, IF_HD, (int)maxR, rh, stream);
-            if (!rc) {
+            if (!rc && wg) {
+                rc = ds4c_ix_wg(d_q, d_w, rh, pos0, ratio, n, d_scores, sc_stride, nx, ny, rblk, st);
+            } else if (!rc) {
                 ds4c_launch(k_index_flash2, dim3((unsigned)nx, (unsigned)ny), IF2_T, IF2_SMEM, st, d_q, d_w, rh, pos0,
                             ratio, n, d_scores, sc_stride, rblk);
                 const cudaError_t e = cudaGetLastError();

@@ -1285,7 +1285,7 @@ func TestIndexScores(t *testing.T) {
 	const IH, IHD, ratio = 64, 128, 4
 	t.Cleanup(func() { d.SetOption(OptIXFlash, DefaultIXFlash); d.SetOption(OptIXFlashSplit, DefaultIXFlashSplit) })
 	// fast: each chunk form (OptIXFlash 0: TF32-split tiles; 1: f16; 2:
-	// f16 copies of the rows, four tokens a CTA); fp4:
+	// f16 copies of the rows, four tokens a CTA; 3: those on wgmma); fp4:
 	// the inputs through the FP4 simulation first, as the model's are
 	for _, c := range []struct {
 		pos0, n, tile int
@@ -1306,7 +1306,11 @@ func TestIndexScores(t *testing.T) {
 		{20000, 40, 1, true, 1, true}, {20000, 9, 1, true, 1, false},
 		// the f16 rows' kernel (OptIXFlash 2), checked against the same
 		{300, 40, 1, true, 2, true}, {1000, 71, 1, true, 2, false}, {20000, 40, 1, true, 2, true},
-		{20000, 9, 1, true, 2, false}, {20000, 130, 1, true, 2, true}} {
+		{20000, 9, 1, true, 2, false}, {20000, 130, 1, true, 2, true},
+		// the wgmma kernel (OptIXFlash 3; its split rows checked against
+		// its own whole rows)
+		{300, 40, 1, true, 3, true}, {1000, 71, 1, true, 3, false}, {20000, 40, 1, true, 3, true},
+		{20000, 9, 1, true, 3, false}, {20000, 130, 1, true, 3, true}, {6000, 300, 1, true, 3, false}} {
 		must(t, d.SetOption(OptIXTile, c.tile))
 		must(t, d.SetOption(OptIXFlash, c.flash))
 		maxR := (c.pos0 + c.n) / ratio
@@ -1365,8 +1369,12 @@ func TestIndexScores(t *testing.T) {
 		if c.fast {
 			t.Logf("pos0 %d, %d tokens, fast, ix_tile %d, ix_flash %d, fp4 %v: largest error %.3g of the magnitude (bound %.3g)", c.pos0, c.n, c.tile, c.flash, c.fp4, worst, bound)
 		}
-		if c.fast && c.flash >= 1 && c.n >= 8 { // split rows, f16 rows: the same bits as one CTA a pair
-			must(t, d.SetOption(OptIXFlash, 1))
+		if c.fast && c.flash >= 1 && c.n >= 8 { // split rows, f16 rows: the same bits as one CTA a pair (wgmma: its own whole rows)
+			ref := 1
+			if c.flash == 3 {
+				ref = 3
+			}
+			must(t, d.SetOption(OptIXFlash, ref))
 			must(t, d.SetOption(OptIXFlashSplit, 0))
 			whole := tempAlloc(t, d, int64(4*c.n*maxR))
 			poison(t, d, whole, c.n*maxR)
@@ -1376,7 +1384,7 @@ func TestIndexScores(t *testing.T) {
 			for tok := 0; tok < c.n; tok++ {
 				R := (c.pos0 + tok + 1) / ratio
 				if i, ok := firstBitDiff(got[tok*maxR:tok*maxR+R], w[tok*maxR:tok*maxR+R]); !ok {
-					t.Fatalf("pos0 %d, %d tokens, fp4 %v, ix_flash %d: token %d row %d differs from ix_flash 1 with whole rows", c.pos0, c.n, c.fp4, c.flash, tok, i)
+					t.Fatalf("pos0 %d, %d tokens, fp4 %v, ix_flash %d: token %d row %d differs from ix_flash %d with whole rows", c.pos0, c.n, c.fp4, c.flash, tok, i, ref)
 				}
 			}
 			d.Free(whole)

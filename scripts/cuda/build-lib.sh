@@ -2,8 +2,9 @@
 # Builds build/libds4cuda.so from cuda/*.cu on the GPU machine: each file
 # compiled in parallel (ptxas register and spill report in
 # build/<file>.o.ptxas), then linked. Every file targets sm_90 except
-# mm_wg.cu, whose wgmma kernels exist only for sm_90a (compute capability
-# 9.0 exactly; the library checks the device before it launches them).
+# the *_wg.cu files (mm_wg.cu, ix_wg.cu), whose wgmma kernels exist only
+# for sm_90a (compute capability 9.0 exactly; the library checks the
+# device before it launches them).
 # Prints "BUILD FAILED: <object>" with the compiler's output, or
 # "LINK FAILED", and exits non-zero on failure. device.sh, smoke.sh and
 # bench-h200.sh call it. NVFLAGS adds compiler flags to every file, e.g.
@@ -18,7 +19,7 @@ for f in cuda/*.cu; do
     o=build/$(basename "$f" .cu).o
     objs+=("$o")
     arch=(-arch=sm_90)
-    [ "$(basename "$f")" = mm_wg.cu ] && arch=(-gencode arch=compute_90a,code=sm_90a)
+    case "$(basename "$f")" in *_wg.cu) arch=(-gencode arch=compute_90a,code=sm_90a) ;; esac
     rm -f "$o"
     nvcc -O3 ${NVFLAGS:-} "${arch[@]}" -Xcompiler -fPIC -Xptxas -v -c "$f" -o "$o" 2>"$o.ptxas" &
 done
