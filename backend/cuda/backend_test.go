@@ -615,6 +615,32 @@ func TestKernelVariants(t *testing.T) {
 	// magnitude; the bound here, median ≤ 5e-3 and top-1 ≥ 0.98, is that
 	// rounding carried through four layers, where a lost tile, key or sink
 	// term or a wrong fragment moves attention rows by O(1/tiles) or more.
+	// Fast mode's indexer scores of chunks on wgmma (OptIXFlash 3) and on
+	// mma.sync over the same f16 rows (2), each against exact mode, prefilled
+	// in chunks of 64 with a top-k of 32, so that the ratio-4 layer's picks
+	// come from the scores past its 32nd compressed row. TestIndexScores
+	// holds both kernels to the same bound; here the wgmma form must agree
+	// with exact mode no worse than the form it replaced (noFurther), within
+	// the chunk attention's bound.
+	t.Run("flash4/fast/ix_flash", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("short")
+		}
+		c := flash
+		c.IndexerTopK = 32
+		w := synthWeights(t, c, model.SchemeF16)
+		toks := testTokens(700, c.Vocab)
+		run := func(o Options, v int) [][]float32 {
+			return optionLogits(t, w, o, OptIXFlash, v, DefaultIXFlash, 64, toks)
+		}
+		exact := run(Options{GraphLayers: -1}, DefaultIXFlash)
+		mma := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 2))
+		wg := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 3))
+		t.Logf("fast, ix_flash 2 against exact: %v; ix_flash 3: %v", mma, wg)
+		if !wg.noFurther(mma) || wg.median > 5e-3 || wg.top1 < 0.98 {
+			t.Errorf("ix_flash 3: median %g, top-1 agreement %g against ix_flash 2's %g, %g: further from exact mode", wg.median, wg.top1, mma.median, mma.top1)
+		}
+	})
 	t.Run("flash4/fast/attn_flash", func(t *testing.T) {
 		if testing.Short() {
 			t.Skip("short")
