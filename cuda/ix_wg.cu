@@ -168,7 +168,21 @@ __global__ void __launch_bounds__(IW_T, 1) k_index_wg(const float *q, const floa
 } // namespace
 } // namespace ds4mv
 
-bool ds4c_ix_wg_ok(void) { return ds4mv::wg_supported(DS4C_IQ2_XXS, 256); }
+// ds4c_ix_wg_ok: the device runs mm_wg.cu's wgmma kernels (wg_supported)
+// and this file was built for sm_90a too: built for plain sm_90 the kernel
+// is only its programmatic-launch prologue, a handful of registers (128
+// with its body).
+bool ds4c_ix_wg_ok(void) {
+    static const bool ok = [] {
+        cudaFuncAttributes fa;
+        if (cudaFuncGetAttributes(&fa, ds4mv::k_index_wg) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        return ds4mv::wg_supported(DS4C_IQ2_XXS, 256) && fa.numRegs >= 64;
+    }();
+    return ok;
+}
 
 int ds4c_ix_wg(const float *d_q, const float *d_w, const __half *d_rows, int64_t pos0, int ratio, int n,
                float *d_scores, int64_t sc_stride, int64_t nx, int64_t ny, int64_t rblk, cudaStream_t st) {
