@@ -607,14 +607,6 @@ func TestKernelVariants(t *testing.T) {
 			t.Errorf("attn_split 3: median %g, top-1 agreement %g: outside median 5e-3, top-1 0.98", tc.median, tc.top1)
 		}
 	})
-	// Fast mode's chunk attention in one kernel with f16 operands
-	// (OptAttnFlash) and as three TF32-split kernels, each against exact
-	// mode, on the same layers prefilled in chunks of 64 (the whole model:
-	// the backend's attention calls, the rotation and activation after
-	// it). TestAttentionFast holds the kernel to 2e-3 of a row's largest
-	// magnitude; the bound here, median ≤ 5e-3 and top-1 ≥ 0.98, is that
-	// rounding carried through four layers, where a lost tile, key or sink
-	// term or a wrong fragment moves attention rows by O(1/tiles) or more.
 	// Fast mode's indexer scores of chunks on wgmma (OptIXFlash 3) and on
 	// mma.sync over the same f16 rows (2), each against exact mode, prefilled
 	// in chunks of 64 with a top-k of 32, so that the ratio-4 layer's picks
@@ -641,6 +633,14 @@ func TestKernelVariants(t *testing.T) {
 			t.Errorf("ix_flash 3: median %g, top-1 agreement %g against ix_flash 2's %g, %g: further from exact mode", wg.median, wg.top1, mma.median, mma.top1)
 		}
 	})
+	// Fast mode's chunk attention in one kernel with f16 operands
+	// (OptAttnFlash) and as three TF32-split kernels, each against exact
+	// mode, on the same layers prefilled in chunks of 64 (the whole model:
+	// the backend's attention calls, the rotation and activation after
+	// it). TestAttentionFast holds the kernel to 2e-3 of a row's largest
+	// magnitude; the bound here, median ≤ 5e-3 and top-1 ≥ 0.98, is that
+	// rounding carried through four layers, where a lost tile, key or sink
+	// term or a wrong fragment moves attention rows by O(1/tiles) or more.
 	t.Run("flash4/fast/attn_flash", func(t *testing.T) {
 		if testing.Short() {
 			t.Skip("short")
