@@ -9,8 +9,8 @@
 # 13) stays the judge. Extra nvcc flags: NVFLAGS (e.g. -DDS4_MV_PROBE).
 # SPILLS=1 also assembles each file's PTX with ptxas 11.8 (barrier.cluster's
 # .release/.acquire dropped, which 11.8 does not know; the *_wg.cu files'
-# wgmma kernels compile empty there) and lists the kernels that spill and
-# their registers: an early hint, CUDA 13's ptxas allocates differently.
+# wgmma kernels compile empty there) and lists the kernels that spill
+# (spills.sh): an early hint, CUDA 13's ptxas allocates differently.
 #   apt-get install nvidia-cuda-toolkit   # once, with non-free enabled
 #   bash scripts/cuda/check-local.sh
 #   SPILLS=1 bash scripts/cuda/check-local.sh
@@ -34,12 +34,9 @@ if [ -n "${SPILLS:-}" ]; then
         o="$tmp/$(basename "$f" .cu)"
         nvcc -O3 -std=c++17 -arch=sm_90 ${NVFLAGS:-} -ptx "$f" -o "$o.ptx" >/dev/null 2>&1 || continue
         sed -i 's/barrier\.cluster\.arrive\.release/barrier.cluster.arrive/; s/barrier\.cluster\.wait\.acquire/barrier.cluster.wait/' "$o.ptx"
-        ptxas -arch=sm_90 -O3 -v "$o.ptx" -o "$o.cubin" 2>&1 |
-            awk -v f="$f" '/Compiling entry function/ {n = $0; sub(/.*function ./, "", n); sub(/. for .*/, "", n)}
-                 /bytes spill stores/ && !/ 0 bytes spill stores, 0 bytes spill loads/ {s = $0}
-                 /Used [0-9]+ registers/ && s != "" {print f ": " n ": " s ", " $0; s = ""}' |
-            { c++filt 2>/dev/null || cat; } | sed 's/  */ /g; s/ptxas info : //' | cut -c1-220
+        ptxas -arch=sm_90 -O3 -v "$o.ptx" -o "$o.cubin" >"$o.ptxas" 2>&1
     done
+    bash scripts/cuda/spills.sh 1000 "$tmp"/*.ptxas
 fi
 [ $bad = 0 ] && echo "check-local: cuda/*.cu pass nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')'s front end (known CUDA 11.8 gaps filtered)"
 exit $bad
