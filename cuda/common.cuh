@@ -110,7 +110,11 @@ static inline cudaStream_t as_stream(void *s) { return (cudaStream_t)s; }
 bool ds4c_ix_wg_ok(void);
 int ds4c_ix_wg_tokens(void);
 int ds4c_ix_wg(const float *d_q, const float *d_w, const __half *d_rows, int64_t pos0, int ratio, int n,
-               float *d_scores, int64_t sc_stride, int64_t nx, int64_t ny, int64_t rblk, cudaStream_t st);
+               float *d_scores, int64_t sc_stride, int64_t nx, int64_t ny, int64_t rblk, int bulk, cudaStream_t st);
+// bulk (DS4C_OPT_IX_FLASH 4): d_rows is the rows' tile image, which
+// ds4c_ix_tiles writes (ds4c_ix_tiles_bytes of scratch for R rows).
+int64_t ds4c_ix_tiles_bytes(int64_t R);
+int ds4c_ix_tiles(const float *d_rows, int64_t R, void *d_img, cudaStream_t st);
 
 // Graph replay (replay.cu): while a recorder records, the work queued on its
 // streams is logged through these hooks instead of run. ds4c_rec_any is

@@ -495,7 +495,7 @@ static const struct {
     {DS4C_OPT_HALF_MM, "half_mm", &g_opt_half_mm, 0, 3},
     {DS4C_OPT_HALF_MIN, "half_min", &g_opt_half_min, 1, 1 << 20},
     {DS4C_OPT_ATTN_FLASH, "attn_flash", &g_opt_attn_flash, 0, 2},
-    {DS4C_OPT_IX_FLASH, "ix_flash", &g_opt_ix_flash, 0, 3},
+    {DS4C_OPT_IX_FLASH, "ix_flash", &g_opt_ix_flash, 0, 4},
     {DS4C_OPT_HC_CHUNK, "hc_chunk", &g_opt_hc_chunk, 0, 1},
     {DS4C_OPT_HC_MIX, "hc_mix", &g_opt_hc_mix, 0, 2},
     {DS4C_OPT_HAD_WARP, "had_warp", &g_opt_had_warp, 0, 1},

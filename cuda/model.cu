@@ -4596,15 +4596,17 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         // is being recorded or captured)
         // (3: the wgmma kernel where the device and the build have it, else 2)
         if (ds4c_opt_ix_flash() >= 2 && !ds4c_stream_busy(st)) {
-            const bool wg = ds4c_opt_ix_flash() == 3 && ds4c_ix_wg_ok();
+            // (4: the wgmma kernel on the rows' tile image, bulk copies)
+            const bool wg = ds4c_opt_ix_flash() >= 3 && ds4c_ix_wg_ok(), bulk = wg && ds4c_opt_ix_flash() == 4;
             const int64_t nx = nblk(n, wg ? ds4c_ix_wg_tokens() : IF2_TT);
             int64_t ny, rblk;
             if_runs(nx, maxR, 1, ny, rblk);
             __half *rh = nullptr;
-            DS4C_CHECK(cudaMallocAsync((void **)&rh, (size_t)maxR * IF_HD * sizeof(__half), st));
-            int rc = ds4c_to_half(d_rows, IF_HD, IF_HD, (int)maxR, rh, stream);
+            const size_t bytes = bulk ? (size_t)ds4c_ix_tiles_bytes(maxR) : (size_t)maxR * IF_HD * sizeof(__half);
+            DS4C_CHECK(cudaMallocAsync((void **)&rh, bytes, st));
+            int rc = bulk ? ds4c_ix_tiles(d_rows, maxR, rh, st) : ds4c_to_half(d_rows, IF_HD, IF_HD, (int)maxR, rh, stream);
             if (!rc && wg) {
-                rc = ds4c_ix_wg(d_q, d_w, rh, pos0, ratio, n, d_scores, sc_stride, nx, ny, rblk, st);
+                rc = ds4c_ix_wg(d_q, d_w, rh, pos0, ratio, n, d_scores, sc_stride, nx, ny, rblk, bulk, st);
             } else if (!rc) {
                 ds4c_launch(k_index_flash2, dim3((unsigned)nx, (unsigned)ny), IF2_T, IF2_SMEM, st, d_q, d_w, rh, pos0,
                             ratio, n, d_scores, sc_stride, rblk);

@@ -1310,7 +1310,11 @@ func TestIndexScores(t *testing.T) {
 		// the wgmma kernel (OptIXFlash 3; its split rows checked against
 		// its own whole rows)
 		{300, 40, 1, true, 3, true}, {1000, 71, 1, true, 3, false}, {20000, 40, 1, true, 3, true},
-		{20000, 9, 1, true, 3, false}, {20000, 130, 1, true, 3, true}, {6000, 300, 1, true, 3, false}} {
+		{20000, 9, 1, true, 3, false}, {20000, 130, 1, true, 3, true}, {6000, 300, 1, true, 3, false},
+		// the same on the rows' tile image, bulk copies (OptIXFlash 4; the
+		// bits of 3 with whole rows)
+		{300, 40, 1, true, 4, true}, {1000, 71, 1, true, 4, false}, {20000, 130, 1, true, 4, true},
+		{6000, 300, 1, true, 4, false}} {
 		must(t, d.SetOption(OptIXTile, c.tile))
 		must(t, d.SetOption(OptIXFlash, c.flash))
 		maxR := (c.pos0 + c.n) / ratio
@@ -1371,7 +1375,7 @@ func TestIndexScores(t *testing.T) {
 		}
 		if c.fast && c.flash >= 1 && c.n >= 8 { // split rows, f16 rows: the same bits as one CTA a pair (wgmma: its own whole rows)
 			ref := 1
-			if c.flash == 3 {
+			if c.flash >= 3 {
 				ref = 3
 			}
 			must(t, d.SetOption(OptIXFlash, ref))

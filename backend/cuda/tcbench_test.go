@@ -334,7 +334,7 @@ func TestPrefillProducts(t *testing.T) {
 	for _, v := range []struct {
 		fast  bool
 		flash int
-	}{{false, 1}, {true, 3}, {true, 2}, {true, 1}, {true, 0}} {
+	}{{false, 1}, {true, 4}, {true, 3}, {true, 2}, {true, 1}, {true, 0}} {
 		label := fmt.Sprintf("index scores %d rows fast %v ix_flash %d", IR, v.fast, v.flash)
 		if !keep.MatchString(label) {
 			continue
