@@ -2350,6 +2350,86 @@ __device__ __forceinline__ unsigned long long topk_sort_desc(unsigned long long 
     return x;
 }
 
+// TopkSmem: the shared state of k_topk_warp's selection (topk_finish):
+// a radix pass's counts (bin 256: keys outside the prefix), the warp
+// totals of its suffix sums, the prefix and mask found so far and the keys
+// still to take, the compaction's per-warp counts and bases, and the picks'
+// two sort buffers.
+template <int NT> struct TopkSmem {
+    int hist[257];
+    int wsum[8];
+    uint32_t prefix, mask;
+    int kleft;
+    int wcnt[NT / 32][2];
+    int base[2];
+    unsigned long long x[2][NT];
+};
+
+// topk_finish is the selection of k_topk_warp and k_topk_wide over the
+// keys that each(f) walks (f(i, key, valid) for row i of the token, in
+// chunks of NT rows in index order, every thread of the CTA together:
+// warp-wide intrinsics inside): the take-th largest key 8 bits at a pass,
+// the ordered compaction (keys above it in index order, then the first
+// ties), then the picks as compacted (DS4C_TOPK_ANY) or sorted descending,
+// into sel[t][0 … take). Every thread calls it.
+template <int NT, class Each>
+__device__ __forceinline__ void topk_finish(TopkSmem<NT> &sm, Each &&each, int take, int t, int K, int all_if_few,
+                                            int32_t *sel, int32_t *nsel) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (tid == 0) topk_radix_init(take, t, nsel, sm.prefix, sm.mask, sm.kleft);
+    // 1. the take-th largest key, 8 bits at a time
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        if (tid < 257) sm.hist[tid] = 0;
+        __syncthreads();
+        const uint32_t prefix = sm.prefix, mask = sm.mask;
+        const int kleft = sm.kleft;
+        each([&](int64_t, uint32_t k, bool ok) {
+            const int bin = (ok && (k & mask) == prefix) ? (int)((k >> shift) & 255) : 256;
+            const unsigned peers = __match_any_sync(FULL_MASK, bin);
+            if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&sm.hist[bin], __popc(peers));
+        });
+        __syncthreads();
+        topk_pick_bin(tid < 256 ? sm.hist[tid] : 0, tid, lane, warp, shift, prefix, mask, kleft, sm.wsum, sm.prefix,
+                      sm.mask, sm.kleft);
+    }
+    const uint32_t T = sm.prefix;
+    const int need_eq = sm.kleft; // keys equal to T that make the cut (lowest indices first)
+    // 2. ordered compaction: keys above T (any slot), the first need_eq equal to T
+    if (tid < 2) sm.base[tid] = 0;
+    sm.x[0][tid] = 0; // padding sorts last
+    __syncthreads();
+    const int n_gt = take - need_eq;
+    each([&](int64_t i, uint32_t k, bool ok) {
+        topk_compact<NT / 32>(i, k, ok, T, need_eq, n_gt, sm.x[0], sm.wcnt, sm.base, tid, lane, warp);
+    });
+    if (all_if_few & DS4C_TOPK_ANY) { // the picks as compacted (the sort was half the instructions)
+        if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(sm.x[0][tid] & 0xffffffffu));
+        return;
+    }
+    // 3. bitonic sort of the first P slots, descending
+    const unsigned long long x = topk_sort_desc<NT>(sm.x[0][tid], sm.x, take, tid);
+    if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(x & 0xffffffffu));
+}
+
+// topk_each_global walks token scores sc's R rows from global memory for
+// topk_finish, in chunks of NT, L chunks' keys requested at once.
+template <int NT, int L, class F> __device__ __forceinline__ void topk_each_global(const float *sc, int64_t R, F &&f) {
+    const int tid = threadIdx.x;
+    for (int64_t c0 = 0; c0 < R; c0 += L * NT) {
+        uint32_t kb[L];
+#pragma unroll
+        for (int j = 0; j < L; j++) {
+            const int64_t i = c0 + j * NT + tid;
+            kb[j] = i < R ? topk_key(sc[i]) : 0u;
+        }
+#pragma unroll
+        for (int j = 0; j < L; j++) {
+            const int64_t i = c0 + j * NT + tid;
+            f(i, kb[j], i < R);
+        }
+    }
+}
+
 // The same top-k, built for one decode token's few thousand scores, where
 // k_topk_radix waits on latencies rather than work: the keys are loaded
 // once, all in flight, into registers (R ≤ 8192; more are re-read from
@@ -2366,21 +2446,16 @@ __device__ __forceinline__ unsigned long long topk_sort_desc(unsigned long long 
 // k_topk_radix's CTA, each with twice the keys (measured: the kernel is
 // bound by instructions issued on its one SM, and the scans and the sort cost
 // per warp).
+constexpr int TK_LOADS = 4; // past the registers: chunks whose keys a thread loads at once (a prefill chunk's tokens deep in a long context)
+
 template <int NT>
 __global__ void __launch_bounds__(NT) k_topk_warp(const float *scores, int64_t stride, int64_t R_fixed,
                                                           int64_t pos0, int ratio, int K, int all_if_few,
                                                           int32_t *sel, int32_t *nsel) {
     pdl_enter();
-    __shared__ int s_hist[257]; // bin 256: keys outside the prefix
-    __shared__ int s_wsum[8];
-    __shared__ uint32_t s_prefix, s_mask;
-    __shared__ int s_kleft;
-    __shared__ int s_wcnt[NT / 32][2];
-    __shared__ int s_base[2];
-    __shared__ unsigned long long s_x[2][NT];
+    __shared__ TopkSmem<NT> sm;
     constexpr int TK_REG = 8192 / NT; // keys per thread held in registers
-    constexpr int TK_LOADS = 4;       // past them: chunks whose keys a thread loads at once (a prefill chunk's tokens deep in a long context)
-    const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t = blockIdx.x, tid = threadIdx.x;
     const int64_t R = topk_count(R_fixed, pos0, t, ratio);
     const float *sc = scores + t * stride;
     const int take = (int)(R < K ? R : K);
@@ -2402,55 +2477,128 @@ __global__ void __launch_bounds__(NT) k_topk_warp(const float *scores, int64_t s
                 const int64_t i = tid + (int64_t)u * NT;
                 f(i, kr[u], i < R);
             }
-        } else { // TK_LOADS chunks' keys requested at once, then taken in order
-            for (int64_t c0 = 0; c0 < R; c0 += TK_LOADS * NT) {
-                uint32_t kb[TK_LOADS];
-#pragma unroll
-                for (int j = 0; j < TK_LOADS; j++) {
-                    const int64_t i = c0 + j * NT + tid;
-                    kb[j] = i < R ? topk_key(sc[i]) : 0u;
-                }
-#pragma unroll
-                for (int j = 0; j < TK_LOADS; j++) {
-                    const int64_t i = c0 + j * NT + tid;
-                    f(i, kb[j], i < R);
-                }
-            }
+        } else {
+            topk_each_global<NT, TK_LOADS>(sc, R, f);
         }
     };
-    if (tid == 0) topk_radix_init(take, t, nsel, s_prefix, s_mask, s_kleft);
-    // 1. the take-th largest key, 8 bits at a time
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        if (tid < 257) s_hist[tid] = 0;
-        __syncthreads();
-        const uint32_t prefix = s_prefix, mask = s_mask;
-        const int kleft = s_kleft;
-        each([&](int64_t, uint32_t k, bool ok) {
-            const int bin = (ok && (k & mask) == prefix) ? (int)((k >> shift) & 255) : 256;
-            const unsigned peers = __match_any_sync(FULL_MASK, bin);
-            if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&s_hist[bin], __popc(peers));
-        });
-        __syncthreads();
-        topk_pick_bin(tid < 256 ? s_hist[tid] : 0, tid, lane, warp, shift, prefix, mask, kleft, s_wsum, s_prefix, s_mask,
-                      s_kleft);
-    }
-    const uint32_t T = s_prefix;
-    const int need_eq = s_kleft; // keys equal to T that make the cut (lowest indices first)
-    // 2. ordered compaction: keys above T (any slot), the first need_eq equal to T
-    if (tid < 2) s_base[tid] = 0;
-    s_x[0][tid] = 0; // padding sorts last
+    topk_finish<NT>(sm, each, take, t, K, all_if_few, sel, nsel);
+}
+
+// k_topk_wide is k_topk_warp<512> for a prefill chunk's tokens deep in a
+// long context (DS4C_OPT_TOPK_WIDE; R > 8192 rows, past k_topk_warp's
+// registers, where it walks the scores from global memory five times: four
+// radix passes and the compaction, ≈ 2.1 ms a ratio-4 layer for a
+// 4096-token chunk at 128k, cuda/NOTES.md v51). Here two walks: a
+// histogram of the keys' top TKW_BITS bits finds the bin b that holds the
+// take-th largest key; the keys of bins ≥ b (at most TKW_CAP of them) are
+// gathered into shared memory in index order; topk_finish then runs on
+// them — the same keys in the same order as its walks over all rows would
+// give, so the same picks in the same slots. More than TKW_CAP candidates
+// (many ties at the cut): k_topk_warp's walks.
+constexpr int TKW_T = 512, TKW_BITS = 11, TKW_BINS = 1 << TKW_BITS, TKW_CAP = 4096;
+static_assert(TKW_BINS * 4 <= 2 * TKW_T * 8 && TKW_BINS % TKW_T == 0, "the histogram in the sort buffers; whole bins a thread");
+
+__global__ void __launch_bounds__(TKW_T) k_topk_wide(const float *scores, int64_t stride, int64_t R_fixed,
+                                                     int64_t pos0, int ratio, int K, int all_if_few, int32_t *sel,
+                                                     int32_t *nsel) {
+    pdl_enter();
+    constexpr int NT = TKW_T, NW = NT / 32, BPT = TKW_BINS / NT; // bins a thread
+    __shared__ TopkSmem<NT> sm;
+    __shared__ uint32_t s_ck[TKW_CAP], s_ci[TKW_CAP]; // candidates: keys, rows
+    __shared__ int s_cnt[2][TK_LOADS][NW];              // the gather's per-warp counts (two rounds' buffers)
+    __shared__ int s_w16[NW];
+    __shared__ int s_bin, s_nc;
+    const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t R = topk_count(R_fixed, pos0, t, ratio);
+    const float *sc = scores + t * stride;
+    const int take = (int)(R < K ? R : K);
+    if (topk_all_rows(R, K, all_if_few, t, tid, NT, sel, nsel)) return;
+    // 1. the histogram of the keys' top bits (in the sort buffers)
+    int *h = (int *)&sm.x[0][0];
+    for (int i = tid; i < TKW_BINS; i += NT) h[i] = 0;
     __syncthreads();
-    const int n_gt = take - need_eq;
-    each([&](int64_t i, uint32_t k, bool ok) {
-        topk_compact<NT / 32>(i, k, ok, T, need_eq, n_gt, s_x[0], s_wcnt, s_base, tid, lane, warp);
+    topk_each_global<NT, TK_LOADS>(sc, R, [&](int64_t, uint32_t k, bool ok) {
+        const int bin = ok ? (int)(k >> (32 - TKW_BITS)) : -1;
+        const unsigned peers = __match_any_sync(FULL_MASK, bin);
+        if (bin >= 0 && lane == __ffs(peers) - 1) atomicAdd(&h[bin], __popc(peers));
     });
-    if (all_if_few & DS4C_TOPK_ANY) { // the picks as compacted (the sort was half the instructions)
-        if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(s_x[0][tid] & 0xffffffffu));
+    __syncthreads();
+    // 2. the bin b of the take-th largest key: thread tid holds bins
+    // BPT·tid …; suffix sums over the threads above, then its own bins
+    int own = 0;
+#pragma unroll
+    for (int j = 0; j < BPT; j++) own += h[BPT * tid + j];
+    int suf = own; // bins of threads tid … (its warp's last)
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_down_sync(FULL_MASK, suf, o);
+        if (lane + o < 32) suf += u;
+    }
+    if (lane == 0) s_w16[warp] = suf;
+    if (tid == 0) s_nc = -1;
+    __syncthreads();
+    for (int w = warp + 1; w < NW; w++) suf += s_w16[w]; // bins BPT·tid … the last
+    int above = suf - own;                                 // bins past this thread's
+#pragma unroll
+    for (int j = BPT - 1; j >= 0; j--) {
+        const int c = h[BPT * tid + j];
+        if (above < take && above + c >= take) {
+            s_bin = BPT * tid + j;
+            s_nc = above + c; // the candidates: keys of bins ≥ b
+        }
+        above += c;
+    }
+    __syncthreads();
+    const int nc = s_nc;
+    const uint32_t kmin = (uint32_t)s_bin << (32 - TKW_BITS); // the smallest key of bin b
+    if (nc < 0 || nc > TKW_CAP) { // (nc < 0 cannot happen: R > take keys)
+        topk_finish<NT>(sm, [&](auto &&f) { topk_each_global<NT, TK_LOADS>(sc, R, f); }, take, t, K, all_if_few, sel,
+                        nsel);
         return;
     }
-    // 3. bitonic sort of the first P slots, descending
-    const unsigned long long x = topk_sort_desc<NT>(s_x[0][tid], s_x, take, tid);
-    if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(x & 0xffffffffu));
+    // 3. gather the candidates in index order: per round, L chunks' keys;
+    // a key's slot is the candidates before its chunk, its warp, its lane
+    int base = 0, buf = 0;
+    for (int64_t c0 = 0; c0 < R; c0 += TK_LOADS * NT, buf ^= 1) {
+        uint32_t kb[TK_LOADS];
+        unsigned bal[TK_LOADS];
+#pragma unroll
+        for (int j = 0; j < TK_LOADS; j++) {
+            const int64_t i = c0 + j * NT + tid;
+            kb[j] = i < R ? topk_key(sc[i]) : 0u;
+        }
+#pragma unroll
+        for (int j = 0; j < TK_LOADS; j++) {
+            const int64_t i = c0 + j * NT + tid;
+            bal[j] = __ballot_sync(FULL_MASK, i < R && kb[j] >= kmin);
+            if (lane == 0) s_cnt[buf][j][warp] = __popc(bal[j]);
+        }
+        __syncthreads(); // (two buffers: the round after next rewrites this one, past the next barrier)
+        const unsigned below = (1u << lane) - 1;
+#pragma unroll
+        for (int j = 0; j < TK_LOADS; j++) {
+            int off = base;
+            for (int w = 0; w < NW; w++) off += w < warp ? s_cnt[buf][j][w] : 0;
+            if (bal[j] >> lane & 1) {
+                const int slot = off + __popc(bal[j] & below);
+                s_ck[slot] = kb[j];
+                s_ci[slot] = (uint32_t)(c0 + j * NT + tid);
+            }
+            for (int w = 0; w < NW; w++) base += s_cnt[buf][j][w];
+        }
+    }
+    __syncthreads();
+    // 4. the selection over the candidates (rows past nc: invalid)
+    topk_finish<NT>(
+        sm,
+        [&](auto &&f) {
+#pragma unroll 1
+            for (int u = 0; u * NT < nc; u++) {
+                const int c = tid + u * NT;
+                f((int64_t)(c < nc ? s_ci[c] : 0), c < nc ? s_ck[c] : 0u, c < nc);
+            }
+        },
+        take, t, K, all_if_few, sel, nsel);
 }
 
 // The same top-k for many candidate rows (a decode token deep in a long
@@ -4653,7 +4801,10 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     }
     if (K <= TK_THREADS && maxR > K) {
         const int tw = ds4c_opt_topk_warp();
-        if (tw == 1 && K <= 512)
+        if (tw == 1 && K <= TKW_T && maxR > 8192 && ds4c_opt_topk_wide())
+            ds4c_launch(k_topk_wide, (unsigned)n, TKW_T, 0, as_stream(stream), d_scores, stride, R_fixed, pos0, ratio, K,
+                        all_if_few, d_sel, d_nsel);
+        else if (tw == 1 && K <= 512)
             ds4c_launch(k_topk_warp<512>, (unsigned)n, 512, 0, as_stream(stream), d_scores, stride, R_fixed, pos0, ratio,
                         K, all_if_few, d_sel, d_nsel);
         else

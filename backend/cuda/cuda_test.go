@@ -1175,16 +1175,82 @@ func TestTopK(t *testing.T) {
 		d.SetOption(OptTopKWarp, 1)
 		d.SetOption(OptTopKCl, DefaultTopKCl)
 		d.SetOption(OptTopKClTok, DefaultTopKClTok)
+		d.SetOption(OptTopKWide, 0)
 	})
 	must(t, d.SetOption(OptTopKClTok, 65535))
 	// k_topk_warp<512> (the default), k_topk_warp<1024>, k_topk_radix, then
-	// k_topk_cl wherever it can take the rows (from K + 1, any token count)
-	for _, v := range []struct{ warp, cl int }{{1, 0}, {2, 0}, {0, 0}, {1, 1}} {
+	// k_topk_cl wherever it can take the rows (from K + 1, any token count),
+	// then k_topk_wide past 8192 rows
+	for _, v := range []struct{ warp, cl, wide int }{{1, 0, 0}, {2, 0, 0}, {0, 0, 0}, {1, 1, 0}, {1, 0, 1}} {
 		must(t, d.SetOption(OptTopKWarp, v.warp))
 		must(t, d.SetOption(OptTopKCl, v.cl))
+		must(t, d.SetOption(OptTopKWide, v.wide))
 		testTopK(t, d, false)
 		testTopK(t, d, true)
 	}
+	// k_topk_wide's picks in k_topk_warp's slots (fast mode's attention
+	// adds them in that order), on distinct scores and on many ties (its
+	// gathered candidates) and on a flat row (more candidates than it
+	// gathers: its fallback to the walks)
+	must(t, d.SetOption(OptTopKCl, 0))
+	for _, kind := range []int{scoresSmooth, scoresTies, scoresFlat} {
+		const k, pos0, ratio, n = 512, 131000, 4, 6
+		maxR := (pos0 + n) / ratio
+		scores := topKScores(maxR*n, kind, rand.New(rand.NewPCG(7, 8)))
+		sp := upload(t, d, scores)
+		slots := func(wide int) []int32 {
+			must(t, d.SetOption(OptTopKWide, wide))
+			sel, nsel := alloc(t, d, int64(4*n*k)), alloc(t, d, int64(4*n))
+			must(t, d.TopK(0, sp, int64(maxR), 0, pos0, ratio, k, TopKAllIfFew|TopKAnyOrder, sel, nsel, n))
+			got := make([]int32, n*k)
+			must(t, DownloadSlice(d, got, sel))
+			return got
+		}
+		if warp, wide := slots(0), slots(1); !slices.Equal(warp, wide) {
+			i := 0
+			for warp[i] == wide[i] {
+				i++
+			}
+			t.Fatalf("scores kind %d: k_topk_wide's slot %d of token %d holds row %d, k_topk_warp's row %d", kind, i%k, i/k, wide[i], warp[i])
+		}
+	}
+}
+
+// The kinds of topKScores' rows.
+const (
+	scoresTies   = iota // ±0, ±Inf and 40 values, many ties
+	scoresSmooth        // distinct gaussian values
+	scoresFlat          // nine in ten zero, the rest negative
+)
+
+// topKScores draws n scores of the kind given.
+func topKScores(n int, kind int, r *rand.Rand) []float32 {
+	scores := make([]float32, n)
+	for i := range scores {
+		switch kind {
+		case scoresSmooth:
+			scores[i] = float32(r.NormFloat64())
+			continue
+		case scoresFlat:
+			if r.IntN(10) > 0 {
+				scores[i] = 0
+			} else {
+				scores[i] = -float32(r.Float64())
+			}
+			continue
+		}
+		switch v := r.IntN(20); {
+		case v == 0:
+			scores[i] = float32(math.Copysign(0, -1))
+		case v == 1:
+			scores[i] = 0
+		case v == 2:
+			scores[i] = float32(math.Inf(1 - 2*r.IntN(2)))
+		default:
+			scores[i] = float32(r.IntN(40)-20) / 8 // many ties
+		}
+	}
+	return scores
 }
 
 func testTopK(t *testing.T, d *Device, anyOrder bool) {
@@ -1192,28 +1258,23 @@ func testTopK(t *testing.T, d *Device, anyOrder bool) {
 	if anyOrder {
 		flags |= TopKAnyOrder
 	}
-	for _, c := range []struct{ k, pos0, ratio, n int }{
-		{4, 0, 4, 40}, {512, 1900, 4, 8}, {512, 20000, 4, 3}, {64, 0, 1, 300}, {512, 8191, 4, 1}, {512, 32700, 4, 1},
-		{1024, 8000, 2, 2}, {3, 40, 1, 2},
+	for _, c := range []struct {
+		k, pos0, ratio, n, kind int
+	}{
+		{4, 0, 4, 40, scoresTies}, {512, 1900, 4, 8, scoresTies}, {512, 20000, 4, 3, scoresTies},
+		{64, 0, 1, 300, scoresTies}, {512, 8191, 4, 1, scoresTies}, {512, 32700, 4, 1, scoresTies},
+		{1024, 8000, 2, 2, scoresTies}, {3, 40, 1, 2, scoresTies},
 		// a long context's rows: the cluster kernel's keys in registers
 		// (65500 rows: 16 a thread), then past them (75000: 19 a thread)
-		{512, 262000, 4, 1}, {512, 300000, 4, 2}, {512, 140000, 4, 3},
+		{512, 262000, 4, 1, scoresTies}, {512, 300000, 4, 2, scoresTies}, {512, 140000, 4, 3, scoresTies},
+		// past 8192 rows, k_topk_wide's candidates gathered (distinct
+		// scores), or too many for it (a flat row: its walks)
+		{512, 131000, 4, 20, scoresSmooth}, {512, 40000, 4, 3, scoresSmooth}, {100, 36000, 1, 2, scoresSmooth},
+		{512, 60000, 4, 2, scoresFlat},
 	} {
 		maxR := (c.pos0 + c.n) / c.ratio
 		r := rand.New(rand.NewPCG(uint64(c.k), uint64(c.pos0)))
-		scores := make([]float32, c.n*maxR)
-		for i := range scores {
-			switch v := r.IntN(20); {
-			case v == 0:
-				scores[i] = float32(math.Copysign(0, -1))
-			case v == 1:
-				scores[i] = 0
-			case v == 2:
-				scores[i] = float32(math.Inf(1 - 2*r.IntN(2)))
-			default:
-				scores[i] = float32(r.IntN(40)-20) / 8 // many ties
-			}
-		}
+		scores := topKScores(c.n*maxR, c.kind, r)
 		sp := upload(t, d, scores)
 		sel := alloc(t, d, int64(4*c.n*c.k))
 		nsel := alloc(t, d, int64(4*c.n))

@@ -352,4 +352,21 @@ func TestPrefillProducts(t *testing.T) {
 		report(label, float64(ntok)*IH*(float64(ipos)+ntok/2)/4*IHD, us)
 	}
 	must(t, d.SetOption(OptIXFlash, DefaultIXFlash))
+	// then the top-k of those scores (512 of each token's rows, any order,
+	// as fast mode asks) with each prefill form (OptTopKWide; the cluster
+	// kernel takes only launches of few tokens)
+	tsel, tnsel := alloc(t, d, int64(4*ntok*topK)), alloc(t, d, int64(4*ntok))
+	t.Cleanup(func() { d.SetOption(OptTopKWide, 0) })
+	for _, wide := range []int{0, 1} {
+		label := fmt.Sprintf("top-k %d of %d rows topk_wide %d", topK, IR, wide)
+		if !keep.MatchString(label) {
+			continue
+		}
+		must(t, d.SetOption(OptTopKWide, wide))
+		us := gt.time(calls, func(int) error {
+			return d.TopK(s, iscores, int64(IR), 0, ipos, 4, topK, TopKAllIfFew|TopKAnyOrder, tsel, tnsel, ntok)
+		})
+		report(label, 0, us)
+	}
+	must(t, d.SetOption(OptTopKWide, 0))
 }
