@@ -1175,7 +1175,7 @@ func TestTopK(t *testing.T) {
 		d.SetOption(OptTopKWarp, 1)
 		d.SetOption(OptTopKCl, DefaultTopKCl)
 		d.SetOption(OptTopKClTok, DefaultTopKClTok)
-		d.SetOption(OptTopKWide, 0)
+		d.SetOption(OptTopKWide, DefaultTopKWide)
 	})
 	must(t, d.SetOption(OptTopKClTok, 65535))
 	// k_topk_warp<512> (the default), k_topk_warp<1024>, k_topk_radix, then

@@ -309,7 +309,7 @@ const (
 	OptHalfMM       = 35 // fast-mode products of chunks through cuBLAS, f16 operands and f32 sums (MatMulHalf; env DS4_CUDA_HALF_MM): 1 Q8_0 weights; 2 Q8_0 and F16 weights (DefaultHalfMM); 3 also the hyper-connection mixers, F16 weights with float inputs on the TF32 tensor cores; 0 never. Exact mode never uses it
 	OptHalfMin      = 36 // tokens from which MatMulHalf takes a product (default 128; env DS4_CUDA_HALF_MIN)
 	OptAttnFlash    = 37 // 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores, for head dim 512 and heads in groups of 64, the key rows rounded to f16 in the kernel (env DS4_CUDA_ATTN_FLASH); 2: the same kernel fed f16 copies of the key rows made before it (same bits; DefaultAttnFlash); 0: scores, softmax and weighted sum as three kernels (OptAttnTC). Exact mode never uses it
-	OptIXFlash      = 38 // 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores, for 64 heads of 128 (exact products on FP4-simulated inputs; env DS4_CUDA_IX_FLASH); 2: the same operations on f16 copies of the rows made once a chunk, four tokens a CTA, the next rows copied while the current ones are multiplied (the same bits); 3: the f16 copies multiplied on wgmma (sm_90a), eight tokens a CTA (other bits than 2 within the same bound; 2 where the device has no wgmma; DefaultIXFlash); 4: the same kernel on the rows' tile image, a tile one bulk copy on its stage's mbarrier, no barrier of the CTA a tile (the bits of 3); 0: the TF32-split tiles (OptAttnTC). Exact mode never uses it
+	OptIXFlash      = 38 // 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores, for 64 heads of 128 (exact products on FP4-simulated inputs; env DS4_CUDA_IX_FLASH); 2: the same operations on f16 copies of the rows made once a chunk, four tokens a CTA, the next rows copied while the current ones are multiplied (the same bits); 3: the f16 copies multiplied on wgmma (sm_90a), eight tokens a CTA (other bits than 2 within the same bound; 2 where the device has no wgmma); 4: the same kernel on the rows' tile image, a tile one bulk copy on its stage's mbarrier, no barrier of the CTA a tile (the bits of 3; DefaultIXFlash); 0: the TF32-split tiles (OptAttnTC). Exact mode never uses it
 	OptHCChunk      = 39 // 1: hc_pre of chunks (8 or more tokens, 4 streams) with 128 threads a token in a loop, the split in its first warp (same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (512 threads a token, OptHCTwo)
 	OptWGMoE        = 40 // fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (GroupedHalfOK, MatMulGroupedHalf; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; GroupedHalf HalfPerm32), CTAs of 4 warpgroups (DefaultWGMoE); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 kernels, as exact mode
 	OptHCMix        = 41 // 1: fast mode's hyper-connection mixing logits of chunks (HCMixesOK) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there, chunks of up to 1024 tokens with K split over clusters of 8 CTAs (default; env DS4_CUDA_HC_MIX); 2: the same never split; 0: the exact-order product and HCPre's scaling, as exact mode
@@ -333,7 +333,7 @@ const (
 	OptTopKCl       = 62 // the top-k of a launch whose tokens see this many candidate rows or more (k ≤ 512) on a thread-block cluster of 8 CTAs a token (the same picks in the same order as the one-CTA kernels; default 8193; env DS4_CUDA_TOPK_CL); 0: never
 	OptTopKClTok    = 63 // OptTopKCl only for launches of at most this many tokens (default 16: decode steps and speculative passes; a prefill chunk's 4096 tokens measured slower on it; env DS4_CUDA_TOPK_CL_TOK)
 	OptIXFlashSplit = 64 // fast chunks' indexer scores on the f16 tensor cores: where a chunk's token groups are too few for this many waves of the kernel's CTAs (two an SM for OptIXFlash 1, one for 2 and 3), each group's compressed rows split into runs, a CTA a run (the same bits; DefaultIXFlashSplit; env DS4_CUDA_IX_FLASH_SPLIT); 0: a CTA walks every row
-	OptTopKWide     = 65 // 1: the top-k of launches of more than OptTopKClTok tokens whose rows pass 8192 (prefill chunks deep in a long context) in two walks over the scores, a histogram of the keys' top 11 bits and the candidates at and above the cut gathered in index order (k_topk_wide; the same picks in the same slots as 0; env DS4_CUDA_TOPK_WIDE); 0: k_topk_warp's five walks (default)
+	OptTopKWide     = 65 // 1: the top-k of launches of more than OptTopKClTok tokens whose rows pass 8192 (prefill chunks deep in a long context) in two walks over the scores, a histogram of the keys' top 11 bits and the candidates at and above the cut gathered in index order (k_topk_wide; the same picks in the same slots as 0; DefaultTopKWide; env DS4_CUDA_TOPK_WIDE); 0: k_topk_warp's five walks
 	OptMVTwo        = 59 // 1: fast mode's products of two tokens: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined product, the weights streamed once and each token's bits its one-token product's; the others split over up to 8 warps a row where the rows are few (default, DefaultMVTwo; env DS4_CUDA_MV_TWO); 0: the generic two-token kernel, a warp a row
 	OptMVPair       = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits in exact mode (in fast mode a lone Q8_0 product runs pipelined, which adds in another order)
 	OptHadWarp      = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
@@ -421,8 +421,15 @@ const DefaultTopKCl = 8193
 const DefaultTopKClTok = 16
 
 // DefaultIXFlash is the library's default of OptIXFlash: the f16 copies of
-// the rows on wgmma (cuda/NOTES.md v52; 2 where the device has none).
-const DefaultIXFlash = 3
+// the rows on wgmma, fed by bulk copies of their tile image (cuda/NOTES.md
+// v53: 1912 against 2203 µs for 2048 tokens × 32256 rows; 2 where the
+// device has no wgmma).
+const DefaultIXFlash = 4
+
+// DefaultTopKWide is the library's default of OptTopKWide: the two-walk
+// top-k for prefill chunks past 8192 rows (cuda/NOTES.md v53: 666 against
+// 809 µs for 2048 tokens' 512 of 32256 rows).
+const DefaultTopKWide = 1
 
 // DefaultIXFlashSplit is the library's default of OptIXFlashSplit: two
 // waves (cuda/NOTES.md v51).

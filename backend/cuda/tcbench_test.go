@@ -356,7 +356,7 @@ func TestPrefillProducts(t *testing.T) {
 	// as fast mode asks) with each prefill form (OptTopKWide; the cluster
 	// kernel takes only launches of few tokens)
 	tsel, tnsel := alloc(t, d, int64(4*ntok*topK)), alloc(t, d, int64(4*ntok))
-	t.Cleanup(func() { d.SetOption(OptTopKWide, 0) })
+	t.Cleanup(func() { d.SetOption(OptTopKWide, DefaultTopKWide) })
 	for _, wide := range []int{0, 1} {
 		label := fmt.Sprintf("top-k %d of %d rows topk_wide %d", topK, IR, wide)
 		if !keep.MatchString(label) {
@@ -368,5 +368,5 @@ func TestPrefillProducts(t *testing.T) {
 		})
 		report(label, 0, us)
 	}
-	must(t, d.SetOption(OptTopKWide, 0))
+	must(t, d.SetOption(OptTopKWide, DefaultTopKWide))
 }

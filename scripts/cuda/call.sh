@@ -35,7 +35,9 @@
 #          each SASS CSV into $OUT/stalls.txt; an entry TEST@regex names its test
 #   TABLE=s  ds4-bench --fast across 2k-32k (128 tokens a frontier, s seconds
 #          at most; TABLE_FRONTIERS: other frontiers) into table.csv/.svg; TABLE2=s the same sampled with
-#          ds4-server's defaults (--temp 1) into table-sampled.csv/.svg
+#          ds4-server's defaults (--temp 1) into table-sampled.csv/.svg;
+#          TABLE_AB: environment assignments, the TABLE run again with them
+#          into table-ab.csv/.svg
 #   MTP=RATES  speculative decoding on the full-size q2 synth with a
 #          separate synthetic MTP file (ds4-gguf synth --mtp-only): ds4-bench
 #          --fast --mtp at 8k (--warmup 4096, GEN tokens, default 128) with
@@ -148,11 +150,12 @@ if [ -n "${MTP:-}" ]; then
 fi
 table() { # name seconds flags…
     local n=$1 s=$2; shift 2
-    timeout $((s + 30)) $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --fast --frontiers ${TABLE_FRONTIERS:-2048,4096,8192,16384,32768} \
+    env ${TABLE_ENV:-} timeout $((s + 30)) $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --fast --frontiers ${TABLE_FRONTIERS:-2048,4096,8192,16384,32768} \
         --gen 128 --time-limit "${s}s" --csv "$OUT/$n.csv" --plot "$OUT/$n.svg" "$@" >"/tmp/$n.log" 2>&1
     echo "$n: exit $?"; cat "$OUT/$n.csv"; el
 }
 [ -n "${TABLE:-}" ] && table table "$TABLE"
+[ -n "${TABLE:-}" ] && [ -n "${TABLE_AB:-}" ] && { echo "table-ab: $TABLE_AB"; TABLE_ENV="$TABLE_AB" table table-ab "$TABLE"; }
 [ -n "${TABLE2:-}" ] && table table-sampled "$TABLE2" --temp 1
 if [ -n "${KT:-}" ]; then
     ktargs="--fast --warmup 4096"
