@@ -50,7 +50,7 @@ static int g_opt_attn_tc = 1;
 static int g_opt_attn_split = 2;
 static int g_opt_half_mm = 2;   // fast mode: Q8_0 and F16 products of chunks through cuBLAS (3, the hc mixers too, measured no faster: cuda/NOTES.md v15)
 static int g_opt_half_min = 128;
-static int g_opt_attn_flash = 2;
+static int g_opt_attn_flash = 3; // fast chunks' attention: k_attn_wg (wgmma; 2 where there is none), cuda/NOTES.md v53
 static int g_opt_ix_flash = 4; // fast chunks' indexer scores: 4 k_index_wg on the tile image (wgmma; 2 where there is none), cuda/NOTES.md v53
 static int g_opt_hc_chunk = 1;
 static int g_opt_had_warp = 1; // Hadamard transforms a warp a row (model.cu k_hadamard_w)
@@ -496,7 +496,7 @@ static const struct {
     {DS4C_OPT_ATTN_SPLIT, "attn_split", &g_opt_attn_split, 0, 3},
     {DS4C_OPT_HALF_MM, "half_mm", &g_opt_half_mm, 0, 3},
     {DS4C_OPT_HALF_MIN, "half_min", &g_opt_half_min, 1, 1 << 20},
-    {DS4C_OPT_ATTN_FLASH, "attn_flash", &g_opt_attn_flash, 0, 2},
+    {DS4C_OPT_ATTN_FLASH, "attn_flash", &g_opt_attn_flash, 0, 3},
     {DS4C_OPT_IX_FLASH, "ix_flash", &g_opt_ix_flash, 0, 4},
     {DS4C_OPT_HC_CHUNK, "hc_chunk", &g_opt_hc_chunk, 0, 1},
     {DS4C_OPT_HC_MIX, "hc_mix", &g_opt_hc_mix, 0, 2},

@@ -18,6 +18,7 @@
 #include <cooperative_groups.h>
 
 #include "common.cuh"
+#include "attn.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -27,9 +28,6 @@ namespace {
 __device__ __forceinline__ float sigmoid_ref(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
 __device__ __forceinline__ float softplus_ref(float x) { return x > 20.f ? x : (float)log1p(exp((double)x)); }
 __device__ __forceinline__ float exp_ref(float x) { return (float)exp((double)x); }
-__device__ __forceinline__ float fmul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ float fadd(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ float fsub(float a, float b) { return __fsub_rn(a, b); }
 __device__ __forceinline__ float fmax_go(float a, float b) { return a > b ? a : b; }
 
 // ------------------------------------------------------------ embedding rows
@@ -874,27 +872,6 @@ __global__ void __launch_bounds__(32 * NW) k_hc_post_mix(float *h, const float *
 }
 
 // ------------------------------------------------------------ RoPE
-// rope_pair rotates the pair v[0], v[1] by the angle fp·freq (inverse: back).
-// rope_cs is the rotation's cosine and sine for the angle fp·freq (the
-// angle's product in float, the trigonometry in double, rounded to float).
-__device__ __forceinline__ float2 rope_cs(float fp, float freq) {
-    const double a = (double)fmul(fp, freq);
-    return make_float2((float)cos(a), (float)sin(a));
-}
-
-// rope_pair_cs rotates the pair v[0], v[1] by the angle of cosine c and
-// sine s (inverse: back).
-__device__ __forceinline__ void rope_pair_cs(float *v, float c, float s, int inverse) {
-    const float x0 = v[0], x1 = v[1];
-    if (!inverse) {
-        v[0] = fsub(fmul(x0, c), fmul(x1, s));
-        v[1] = fadd(fmul(x0, s), fmul(x1, c));
-    } else {
-        v[0] = fadd(fmul(x0, c), fmul(x1, s));
-        v[1] = fsub(fmul(x1, c), fmul(x0, s));
-    }
-}
-
 // rope_pair rotates the pair v[0], v[1] by the angle fp·freq (inverse: back).
 __device__ __forceinline__ void rope_pair(float *v, float fp, float freq, int inverse) {
     const float2 cs = rope_cs(fp, freq);
@@ -2745,76 +2722,6 @@ __global__ void __cluster_dims__(TKC_CL, 1, 1) __launch_bounds__(TKC_T)
 // max(0, p−W+1)..p (this chunk's kv rows, or the window ring), then the
 // compressed rows: all (p+1)/ratio for dense layers, sel[t][0..nsel[t]) for
 // indexed ones. o = Σ_k softmax(q·k·scale ; sink)_k · k.
-struct AttnArgs {
-    const float *q;      // [n][H][HD]
-    const float *kv;     // [n][HD] this chunk's rows
-    const float *win;    // window ring [wcap][HD]
-    int64_t wcap;
-    const float *comp;   // compressed rows [.][HD], or null
-    int ratio;           // 0, 4 or 128
-    const int32_t *sel;  // [n][K] (ratio 4)
-    const int32_t *nsel; // [n]
-    int K;
-    const float *sinks; // [H]
-    float *out;         // [n][H][HD]
-    int64_t pos0;
-    int H, HD, W;
-    float scale;
-    // inverse RoPE of the output's dims roff..roff+rd (pairs) at the
-    // token's position, by k_attn_po itself when rfreqs is set (k_rope
-    // after the kernel otherwise)
-    const float *rfreqs;
-    int rd;
-    int roff;
-    // the output's Q8_0 activation too, by k_attn_po itself when qact is
-    // set: rows of qseg values (of the flat [n][H][HD] output),
-    // ds4c_act_bytes(Q8_0, qseg) apart (ds4c_quantize after the kernels
-    // otherwise)
-    uint8_t *qact;
-    int64_t qseg, qstride;
-    // f16 copies of kv, win and comp (the same rows), for k_attn_flash<true>
-    const __half *kvh, *winh, *comph;
-    // k_attn_flash only (DS4C_ATTN_QH, DS4C_ATTN_OH): the queries as f16
-    // rows (read instead of q) and the output as f16 rows with the inverse
-    // rotation applied (written instead of out)
-    const __half *qh;
-    __half *outh;
-    // k_attn_flash only (DS4C_ATTN_QN): q holds the query rows before their
-    // norm (no weight, qeps) and rotation (rfreqs), which the kernel applies
-    int qnorm;
-    float qeps;
-    // one token: the inverse rotation's (cosine, sine) per pair at its
-    // position (ds4c_rope_table), read by attn_out_store instead of computed
-    const float2 *rcs;
-};
-
-// attn_key_in is key k's row for token t (position p) among the rows kv,
-// win and comp (a.kv, a.win and a.comp, or their f16 copies).
-template <class T>
-__device__ __forceinline__ const T *attn_key_in(const AttnArgs &a, const T *kv, const T *win, const T *comp, int t,
-                                                int64_t p, int64_t k, int64_t nwin) {
-    if (k < nwin) {
-        int64_t qp = p - nwin + 1 + k;
-        return qp >= a.pos0 ? kv + (qp - a.pos0) * a.HD : win + (qp % a.wcap) * a.HD;
-    }
-    k -= nwin;
-    if (a.ratio == 4) return comp + (int64_t)a.sel[(int64_t)t * a.K + k] * a.HD;
-    return comp + k * a.HD;
-}
-
-__device__ __forceinline__ const float *attn_key(const AttnArgs &a, int t, int64_t p, int64_t k, int64_t nwin) {
-    return attn_key_in(a, a.kv, a.win, a.comp, t, p, k, nwin);
-}
-
-__device__ __forceinline__ int64_t attn_nkeys(const AttnArgs &a, int t, int64_t *nwin) {
-    const int64_t p = a.pos0 + t;
-    *nwin = p + 1 < a.W ? p + 1 : a.W;
-    int64_t ncomp = 0;
-    if (a.ratio == 128) ncomp = (p + 1) / 128;
-    else if (a.ratio == 4) ncomp = a.nsel[t];
-    return *nwin + ncomp;
-}
-
 // Attention runs as three kernels over a work buffer sc [n][H][maxk]:
 // scores (every (token, head, key) dot in parallel), softmax (one warp per
 // (token, head): the maximum, the exponentials, their sum in key order after
@@ -3698,64 +3605,7 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a, float *work,
         cp_async_commit();
     };
     if (kb < ke) issue(kb, 0);
-    if (a.qnorm) {
-        // the query rows' norm and rotation (ds4c_norm_rope_half's
-        // operations in its order: warp w takes heads w, w+16, …, lane l
-        // values 128c + 4l … +3), rounded to f16
-        __syncthreads(); // the rotation's table
-        for (int hh = w; hh < FL_H; hh += FL_T / 32) {
-            const float4 *qr = (const float4 *)(a.q + ((int64_t)t * a.H + h0 + hh) * FL_HD);
-            float e[FL_HD / 128][4];
-            double ss = 0;
-#pragma unroll
-            for (int c = 0; c < FL_HD / 128; c++) {
-                const float4 v = __ldg(qr + c * 32 + lane);
-                e[c][0] = v.x, e[c][1] = v.y, e[c][2] = v.z, e[c][3] = v.w;
-            }
-#pragma unroll
-            for (int c = 0; c < FL_HD / 128; c++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) ss += (double)e[c][k] * (double)e[c][k];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(FULL_MASK, ss, o);
-            const float r = rms_from_sumsq(ss, FL_HD, a.qeps);
-#pragma unroll
-            for (int c = 0; c < FL_HD / 128; c++) {
-                const int i0 = c * 128 + 4 * lane;
-#pragma unroll
-                for (int k = 0; k < 4; k++) e[c][k] = fmul(e[c][k], r);
-#pragma unroll
-                for (int k = 0; k < 4; k += 2)
-                    if (i0 + k >= a.roff && i0 + k < a.roff + a.rd) {
-                        const float2 cs = scs[(i0 + k - a.roff) / 2];
-                        rope_pair_cs(&e[c][k], cs.x, cs.y, 0);
-                    }
-                *(uint2 *)(sq + hh * FL_QLD + i0) = half4_bits(make_float4(e[c][0], e[c][1], e[c][2], e[c][3]));
-            }
-        }
-    } else if (a.qh) { // f16 query rows (ds4c_norm_rope_half: the same values as rounded below)
-        const __half *qt = a.qh + ((int64_t)t * a.H + h0) * FL_HD;
-        for (int i = tid; i < FL_H * FL_HD / 4; i += FL_T) {
-            const int hh = i / (FL_HD / 4), c = i % (FL_HD / 4);
-            *(uint2 *)(sq + hh * FL_QLD + 4 * c) = __ldg((const uint2 *)(qt + (int64_t)hh * FL_HD) + c);
-        }
-    } else {
-        // float query rows, QU loads in flight a thread (one round trip a
-        // batch: a single token's split CTAs each read all 64 heads')
-        const float4 *qt = (const float4 *)(a.q + ((int64_t)t * a.H + h0) * FL_HD);
-        constexpr int NQ = FL_H * FL_HD / 4, QU = 8;
-        for (int i0 = tid; i0 < NQ; i0 += QU * FL_T) {
-            float4 v[QU];
-#pragma unroll
-            for (int u = 0; u < QU; u++)
-                if (i0 + u * FL_T < NQ) v[u] = __ldg(qt + i0 + u * FL_T);
-#pragma unroll
-            for (int u = 0; u < QU; u++) {
-                const int i = i0 + u * FL_T, hh = i / (FL_HD / 4), c = i % (FL_HD / 4);
-                if (i < NQ) *(uint2 *)(sq + hh * FL_QLD + 4 * c) = half4_bits(v[u]);
-            }
-        }
-    }
+    attn_stage_queries<FL_T, FL_H, FL_HD, 1, 8>(a, t, h0, scs, [&](int hh, int d, uint2 v) { *(uint2 *)(sq + hh * FL_QLD + d) = v; });
     // softmax step: head sh, keys 4·sj … +3 of the tile (8 threads a head,
     // which keep the head's running maximum and sum alike)
     const int sh = tid >> 3, sj = tid & 7;
@@ -3875,31 +3725,13 @@ __global__ void __launch_bounds__(FL_T, 1) k_attn_flash(AttnArgs a, float *work,
     if (sj == 0) sa[sh] = 1.f / lrun;
     __syncthreads();
     const float ilo = sa[16 * mt + g], ihi = sa[16 * mt + g + 8];
-    const int64_t ob = ((int64_t)t * a.H + h0 + 16 * mt + g) * FL_HD + 128 * wq + 2 * q4;
-    if (a.outh) {
-        // f16 rows: the values k_rope (inverse) and ds4c_to_half would make
-        // of the float output, dims d, d+1 a rotated pair when in range
-        // (roff even)
-        __half *out = a.outh + ob;
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            float v[2][2] = {{o[j][0] * ilo, o[j][1] * ilo}, {o[j][2] * ihi, o[j][3] * ihi}};
-            const int d = 128 * wq + 8 * j + 2 * q4;
-            if (orot && d >= a.roff && d < a.roff + a.rd) {
-                const float2 cs = scs[(d - a.roff) / 2];
-                rope_pair_cs(v[0], cs.x, cs.y, 1);
-                rope_pair_cs(v[1], cs.x, cs.y, 1);
-            }
-            *(__half2 *)(out + 8 * j) = __floats2half2_rn(half_sat(v[0][0]), half_sat(v[0][1]));
-            *(__half2 *)(out + 8 * FL_HD + 8 * j) = __floats2half2_rn(half_sat(v[1][0]), half_sat(v[1][1]));
-        }
-        return;
-    }
-    float *out = a.out + ob;
+    // rows (token, head) of the thread's two heads; dims 128·wq + 8j + 2·q4, +1
+    const int64_t rlo = (int64_t)t * a.H + h0 + 16 * mt + g, rhi = rlo + 8;
 #pragma unroll
     for (int j = 0; j < 16; j++) {
-        *(float2 *)(out + 8 * j) = make_float2(o[j][0] * ilo, o[j][1] * ilo);
-        *(float2 *)(out + 8 * FL_HD + 8 * j) = make_float2(o[j][2] * ihi, o[j][3] * ihi);
+        const int d = 128 * wq + 8 * j + 2 * q4;
+        attn_put_pair(a, orot, scs, rlo, d, o[j][0] * ilo, o[j][1] * ilo);
+        attn_put_pair(a, orot, scs, rhi, d, o[j][2] * ihi, o[j][3] * ihi);
     }
 }
 
@@ -5007,7 +4839,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         const dim3 fg((unsigned)n, (unsigned)(H / FL_H));
         // (the f16 copies need stream-ordered scratch: not while the stream
         // is being recorded or captured)
-        if (ds4c_opt_attn_flash() == 2 && !ds4c_stream_busy(st)) { // f16 copies of the key rows first, in stream-ordered scratch
+        if (ds4c_opt_attn_flash() >= 2 && !ds4c_stream_busy(st)) { // f16 copies of the key rows first, in stream-ordered scratch
             const int64_t ncomp = ratio > 0 && d_comp ? (pos0 + n) / ratio : 0, nwin = d_win ? wcap : 0;
             const int64_t rows_h = n + nwin + ncomp;
             __half *hb = nullptr;
@@ -5018,7 +4850,9 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
             int rc = ds4c_to_half(d_kv, HD, HD, n, hb, stream);
             if (!rc && nwin) rc = ds4c_to_half(d_win, HD, HD, (int)nwin, (void *)a.winh, stream);
             if (!rc && ncomp) rc = ds4c_to_half(d_comp, HD, HD, (int)ncomp, (void *)a.comph, stream);
-            if (!rc) {
+            if (!rc && ds4c_opt_attn_flash() == 3 && attn_wg_ok()) {
+                rc = ds4c_attn_wg(a, n, st); // the same operands on wgmma (attn_wg.cu)
+            } else if (!rc) {
                 ds4c_launch(k_attn_flash<true>, fg, FL_T, FlSmem<true>::BYTES, st, a, (float *)nullptr, 0, 0);
                 const cudaError_t e = cudaGetLastError();
                 if (e != cudaSuccess) rc = ds4c_cuda_err(e, "attention (flash, f16 rows)");

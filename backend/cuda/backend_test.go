@@ -678,6 +678,13 @@ func TestKernelVariants(t *testing.T) {
 		if fl.median > 5e-3 || fl.top1 < 0.98 {
 			t.Errorf("attn_flash: median %g (TF32 split: %g), top-1 agreement %g: outside median 5e-3, top-1 0.98", fl.median, tf32.median, fl.top1)
 		}
+		// OptAttnFlash 3: those f16 rows multiplied on wgmma (other sums'
+		// order), no further from exact mode than the mma.sync kernel
+		wg := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 3))
+		t.Logf("fast, flash on wgmma, against exact: %v", wg)
+		if !wg.noFurther(fl) || wg.median > 5e-3 || wg.top1 < 0.98 {
+			t.Errorf("attn_flash 3: median %g, top-1 agreement %g against attn_flash 1's %g, %g: further from exact mode", wg.median, wg.top1, fl.median, fl.top1)
+		}
 	})
 	// Fast mode's mixing logits in one pass on the TF32 tensor cores
 	// (OptHCMix: three-term products, the rms scale applied there) against

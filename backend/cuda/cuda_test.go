@@ -1741,7 +1741,7 @@ func TestAttentionFast(t *testing.T) {
 			// and one token in one pass (k_attn_po, OptAttnSplit 0); the
 			// fewer-than-8 cases also with the rotation and the Q8_0
 			// activation fused
-			for _, v := range []struct{ nt, tc, split, flash int }{{n, 1, 1, 0}, {n, 0, 1, 0}, {n, 1, 1, 1}, {n, 1, 1, 2}, {1, 1, 1, 1}, {3, 1, 1, 1}, {1, 1, 0, 1}, {1, 1, 3, 1}, {3, 1, 3, 1}, {1, 1, 2, 1}} {
+			for _, v := range []struct{ nt, tc, split, flash int }{{n, 1, 1, 0}, {n, 0, 1, 0}, {n, 1, 1, 1}, {n, 1, 1, 2}, {n, 1, 1, 3}, {1, 1, 1, 1}, {3, 1, 1, 1}, {1, 1, 0, 1}, {1, 1, 3, 1}, {3, 1, 3, 1}, {1, 1, 2, 1}} {
 				must(t, d.SetOption(OptAttnTC, v.tc))
 				must(t, d.SetOption(OptAttnSplit, v.split))
 				must(t, d.SetOption(OptAttnFlash, v.flash))

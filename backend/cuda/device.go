@@ -308,7 +308,7 @@ const (
 	OptAttnSplit    = 34 // 1: fast-mode attention of fewer than 8 tokens split over the keys, flash decoding, for head dim 512 (env DS4_CUDA_ATTN_SPLIT); 2: from 512 keys the same split on the tensor cores, f16 operands (k_attn_flash per split, 64 heads a CTA), else as 1 (DefaultAttnSplit); 3: that kernel at any number of keys; 0: one pass over every key per (token, head), as exact mode. Exact mode never uses it
 	OptHalfMM       = 35 // fast-mode products of chunks through cuBLAS, f16 operands and f32 sums (MatMulHalf; env DS4_CUDA_HALF_MM): 1 Q8_0 weights; 2 Q8_0 and F16 weights (DefaultHalfMM); 3 also the hyper-connection mixers, F16 weights with float inputs on the TF32 tensor cores; 0 never. Exact mode never uses it
 	OptHalfMin      = 36 // tokens from which MatMulHalf takes a product (default 128; env DS4_CUDA_HALF_MIN)
-	OptAttnFlash    = 37 // 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores, for head dim 512 and heads in groups of 64, the key rows rounded to f16 in the kernel (env DS4_CUDA_ATTN_FLASH); 2: the same kernel fed f16 copies of the key rows made before it (same bits; DefaultAttnFlash); 0: scores, softmax and weighted sum as three kernels (OptAttnTC). Exact mode never uses it
+	OptAttnFlash    = 37 // 1: fast-mode attention of chunks (8 or more tokens) in one kernel with f16 operands on the tensor cores, for head dim 512 and heads in groups of 64, the key rows rounded to f16 in the kernel (env DS4_CUDA_ATTN_FLASH); 2: the same kernel fed f16 copies of the key rows made before it (same bits); 3: those copies multiplied on wgmma (sm_90a: k_attn_wg, two warpgroups a CTA, 64-key tiles; other bits than 2 within the same bound; 2 where the device has no wgmma; DefaultAttnFlash); 0: scores, softmax and weighted sum as three kernels (OptAttnTC). Exact mode never uses it
 	OptIXFlash      = 38 // 1: fast-mode indexer scores of chunks (8 or more tokens) with f16 operands on the tensor cores, for 64 heads of 128 (exact products on FP4-simulated inputs; env DS4_CUDA_IX_FLASH); 2: the same operations on f16 copies of the rows made once a chunk, four tokens a CTA, the next rows copied while the current ones are multiplied (the same bits); 3: the f16 copies multiplied on wgmma (sm_90a), eight tokens a CTA (other bits than 2 within the same bound; 2 where the device has no wgmma); 4: the same kernel on the rows' tile image, a tile one bulk copy on its stage's mbarrier, no barrier of the CTA a tile (the bits of 3; DefaultIXFlash); 0: the TF32-split tiles (OptAttnTC). Exact mode never uses it
 	OptHCChunk      = 39 // 1: hc_pre of chunks (8 or more tokens, 4 streams) with 128 threads a token in a loop, the split in its first warp (same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (512 threads a token, OptHCTwo)
 	OptWGMoE        = 40 // fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (GroupedHalfOK, MatMulGroupedHalf; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; GroupedHalf HalfPerm32), CTAs of 4 warpgroups (DefaultWGMoE); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 kernels, as exact mode
@@ -356,10 +356,10 @@ const DefaultWGMoE = 5
 const DefaultHalfMM = 2
 
 // DefaultAttnFlash is the library's default of OptAttnFlash: fast chunks'
-// attention in the flash kernel fed f16 copies of the key rows (H200, 2048
-// tokens at 6144: a ratio-4 layer 1399 µs with the rows rounded in the
-// kernel, 1095 with the copies; cuda/NOTES.md v16).
-const DefaultAttnFlash = 2
+// attention on wgmma from f16 copies of the key rows (H200, 2048 tokens at
+// 6144: a ratio-4 layer 833 µs against 1062 for the mma.sync kernel on the
+// same copies; cuda/NOTES.md v53), where the device has wgmma.
+const DefaultAttnFlash = 3
 
 // DefaultMVPipeMin is the library's default of OptMVPipeMin: every
 // single-token product with a pipelined form takes it (since v34: q_a, the

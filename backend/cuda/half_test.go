@@ -230,7 +230,8 @@ func TestHalfModel(t *testing.T) {
 // against the float forms they replace: NormRope then the kernel's own
 // rounding of the queries, and the float output rotated back (Rope) and
 // rounded (ToHalf) after the kernel. Flash's shapes, 40 tokens, ratios 4
-// and 128, both f16 key staging forms (OptAttnFlash 1, 2); also that
+// and 128, both f16 key staging forms (OptAttnFlash 1, 2) and the wgmma
+// kernel (3); also that
 // AttentionHalfIO follows the shape, the fast flag and OptAttnHalf.
 func TestAttentionHalfIO(t *testing.T) {
 	d := gpu(t)
@@ -296,7 +297,7 @@ func TestAttentionHalfIO(t *testing.T) {
 	if a, b := halves(qh, nv), halves(qh2, nv); countHalfDiff(a, b) != 0 {
 		t.Fatalf("NormRopeHalf differs from NormRope + ToHalf in %d of %d values", countHalfDiff(a, b), nv)
 	}
-	for _, flash := range []int{1, 2} {
+	for _, flash := range []int{1, 2, 3} {
 		must(t, d.SetOption(OptAttnFlash, flash))
 		for _, ratio := range []int{4, 128} {
 			maxKeys := W + K

@@ -302,7 +302,7 @@ func TestPrefillProducts(t *testing.T) {
 			mode      string
 			fast      bool
 			tc, flash int
-		}{{"exact", false, 1, DefaultAttnFlash}, {"fast attn_flash 2", true, 1, 2}, {"fast attn_flash 1", true, 1, 1},
+		}{{"exact", false, 1, DefaultAttnFlash}, {"fast attn_flash 3", true, 1, 3}, {"fast attn_flash 2", true, 1, 2}, {"fast attn_flash 1", true, 1, 1},
 			{"fast attn_flash 0", true, 1, 0}, {"fast attn_flash 0 attn_tc 0", true, 0, 0}} {
 			label := fmt.Sprintf("attention ratio %d (%d keys) %s", ratio, maxKeys, v.mode)
 			if !keep.MatchString(label) {

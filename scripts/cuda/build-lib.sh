@@ -2,7 +2,7 @@
 # Builds build/libds4cuda.so from cuda/*.cu on the GPU machine: each file
 # compiled in parallel (ptxas register and spill report in
 # build/<file>.o.ptxas), then linked. Every file targets sm_90 except
-# the *_wg.cu files (mm_wg.cu, ix_wg.cu), whose wgmma kernels exist only
+# the *_wg.cu files (mm_wg.cu, ix_wg.cu, attn_wg.cu), whose wgmma kernels exist only
 # for sm_90a (compute capability 9.0 exactly; the library checks the
 # device before it launches them).
 # Prints "BUILD FAILED: <object>" with the compiler's output, or
