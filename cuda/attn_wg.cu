@@ -129,8 +129,7 @@ __global__ void __launch_bounds__(AW_T, 1) k_attn_wg(AttnArgs a) {
         }
         wg_commit();
         wg_wait<0>();
-#pragma unroll
-        for (int i = 0; i < 16; i++) asm volatile("" : "+f"(s[i])::"memory"); // (wg_keep of 16)
+        wg_keep(s);
         // s[4j + e]: head r0, key kw + 8j + 2q + e; s[4j + 2 + e]: head r0 + 8
         float tm[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -190,7 +189,7 @@ __global__ void __launch_bounds__(AW_T, 1) k_attn_wg(AttnArgs a) {
             wg_mma256_t(o, dp + (uint64_t)((ks * 32) >> 4), dv + (uint64_t)((buf * AW_TILE + ks * 2048) >> 4));
         wg_commit();
         wg_wait<0>();
-        wg_keep128(o);
+        wg_keep(o);
     }
     // the sums of both warpgroups' terms, 0's then 1's (the same adds in both)
     if (q == 0) sl[wg * AW_H + r0] = lrun[0], sl[wg * AW_H + r0 + 8] = lrun[1];

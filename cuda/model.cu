@@ -2388,17 +2388,25 @@ __device__ __forceinline__ void topk_finish(TopkSmem<NT> &sm, Each &&each, int t
     if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(x & 0xffffffffu));
 }
 
+// topk_load_round loads this thread's keys of the L chunks of NT rows from
+// row c0 of token scores sc's R (all requested at once; 0 past R).
+template <int NT, int L>
+__device__ __forceinline__ void topk_load_round(const float *sc, int64_t R, int64_t c0, uint32_t (&kb)[L]) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < L; j++) {
+        const int64_t i = c0 + j * NT + tid;
+        kb[j] = i < R ? topk_key(sc[i]) : 0u;
+    }
+}
+
 // topk_each_global walks token scores sc's R rows from global memory for
 // topk_finish, in chunks of NT, L chunks' keys requested at once.
 template <int NT, int L, class F> __device__ __forceinline__ void topk_each_global(const float *sc, int64_t R, F &&f) {
     const int tid = threadIdx.x;
     for (int64_t c0 = 0; c0 < R; c0 += L * NT) {
         uint32_t kb[L];
-#pragma unroll
-        for (int j = 0; j < L; j++) {
-            const int64_t i = c0 + j * NT + tid;
-            kb[j] = i < R ? topk_key(sc[i]) : 0u;
-        }
+        topk_load_round<NT, L>(sc, R, c0, kb);
 #pragma unroll
         for (int j = 0; j < L; j++) {
             const int64_t i = c0 + j * NT + tid;
@@ -2539,11 +2547,7 @@ __global__ void __launch_bounds__(TKW_T) k_topk_wide(const float *scores, int64_
     for (int64_t c0 = 0; c0 < R; c0 += TK_LOADS * NT, buf ^= 1) {
         uint32_t kb[TK_LOADS];
         unsigned bal[TK_LOADS];
-#pragma unroll
-        for (int j = 0; j < TK_LOADS; j++) {
-            const int64_t i = c0 + j * NT + tid;
-            kb[j] = i < R ? topk_key(sc[i]) : 0u;
-        }
+        topk_load_round<NT, TK_LOADS>(sc, R, c0, kb);
 #pragma unroll
         for (int j = 0; j < TK_LOADS; j++) {
             const int64_t i = c0 + j * NT + tid;

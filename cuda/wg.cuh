@@ -69,9 +69,9 @@ __device__ __forceinline__ void wg_proxy_fence() {
 }
 // wg_keep pins the accumulators around the asynchronous products (the
 // compiler must not move their reads or writes across).
-__device__ __forceinline__ void wg_keep(float (&d)[64]) {
+template <int N> __device__ __forceinline__ void wg_keep(float (&d)[N]) {
 #pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // wg_mma64: d[0..31] += A (64 × 16, descriptor da) · B (16 × 64, db),
@@ -153,12 +153,6 @@ __device__ __forceinline__ void wg_mma128_rs(float (&d)[64], const uint32_t (&a)
 __device__ __forceinline__ uint64_t wg_desc_mn(const void *p, int lbo, int sbo) {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
     return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) | ((uint64_t)1 << 62);
-}
-
-// wg_keep128: wg_keep for 128 accumulators.
-__device__ __forceinline__ void wg_keep128(float (&d)[128]) {
-#pragma unroll
-    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // wg_mma32: d[0..15] += A (64 × 16, descriptor da) · B (16 × 32, db), f16
