@@ -62,14 +62,14 @@ struct AttnArgs {
     // otherwise)
     uint8_t *qact;
     int64_t qseg, qstride;
-    // f16 copies of kv, win and comp (the same rows), for k_attn_flash<true>
+    // f16 copies of kv, win and comp (the same rows), for k_attn_flash<true> and k_attn_wg
     const __half *kvh, *winh, *comph;
-    // k_attn_flash only (DS4C_ATTN_QH, DS4C_ATTN_OH): the queries as f16
+    // k_attn_flash and k_attn_wg only (DS4C_ATTN_QH, DS4C_ATTN_OH): the queries as f16
     // rows (read instead of q) and the output as f16 rows with the inverse
     // rotation applied (written instead of out)
     const __half *qh;
     __half *outh;
-    // k_attn_flash only (DS4C_ATTN_QN): q holds the query rows before their
+    // k_attn_flash and k_attn_wg only (DS4C_ATTN_QN): q holds the query rows before their
     // norm (no weight, qeps) and rotation (rfreqs), which the kernel applies
     int qnorm;
     float qeps;
