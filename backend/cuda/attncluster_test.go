@@ -145,3 +145,65 @@ func restoreAttnOptions(t *testing.T, d *Device) {
 		d.SetOption(OptAttnSplit, DefaultAttnSplit)
 	})
 }
+
+// TestAttentionWideChunk holds fast chunks' attention of more tokens than
+// the GPU has SMs (one CTA a token for k_attn_flash and k_attn_wg, so
+// tokens of a second wave: TestAttentionFast's 40 fit one) to
+// TestAttentionFast's 2e-3 of a row's largest magnitude against exact
+// mode, for OptAttnFlash 2 and 3, both ratios, 300 tokens at 700.
+func TestAttentionWideChunk(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptAttnFlash, DefaultAttnFlash) })
+	// (n: more tokens than an H100's or H200's 132 SMs)
+	const H, HD, W, pos0, K, n = 64, 512, 128, 700, 64, 300
+	q, kv := tempUpload(t, d, gaussian(n*H*HD, 41)), tempUpload(t, d, gaussian(n*HD, 42))
+	win := tempUpload(t, d, gaussian(2*W*HD, 43))
+	comp := tempUpload(t, d, gaussian((pos0+n)/4*HD, 44))
+	sinks := tempUpload(t, d, gaussian(H, 45))
+	sel := make([]int32, n*K)
+	nsel := make([]int32, n)
+	for tok := range n {
+		R := (pos0 + tok + 1) / 4
+		nsel[tok] = K
+		for k := range K {
+			sel[tok*K+k] = int32((k*53 + 7*tok) % R)
+		}
+	}
+	selp, nselp := tempAlloc(t, d, int64(4*len(sel))), tempAlloc(t, d, int64(4*n))
+	must(t, UploadSlice(d, selp, sel))
+	must(t, UploadSlice(d, nselp, nsel))
+	for _, p := range []Ptr{q, kv, win, comp, sinks, selp, nselp} {
+		defer d.Free(p)
+	}
+	for _, ratio := range []int{4, 128} {
+		maxKeys := W + K
+		if ratio == 128 {
+			maxKeys = W + (pos0+n)/128
+		}
+		work := tempAlloc(t, d, int64(4*AttentionWork(n, H, HD, maxKeys)))
+		run := func(fast bool, flash int) []float32 {
+			must(t, d.SetOption(OptAttnFlash, flash))
+			wk := work
+			if d.AttentionWorkFor(n, H, HD, maxKeys, fast) == 0 {
+				wk = 0
+			}
+			a := &AttentionArgs{Q: q, KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: selp, NSel: nselp,
+				K: K, Sinks: sinks, Pos0: pos0, N: n, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: wk, Fast: fast}
+			out, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
+			return out
+		}
+		exact := run(false, DefaultAttnFlash)
+		for _, flash := range []int{2, 3} {
+			fast := run(true, flash)
+			worst := 0.0
+			for row := 0; row < n*H; row++ {
+				worst = max(worst, rowErr(exact[row*HD:(row+1)*HD], fast[row*HD:(row+1)*HD]))
+			}
+			if !(worst <= 2e-3) {
+				t.Errorf("ratio %d, %d tokens, attn_flash %d: largest row error %g of the row's largest magnitude against exact mode (bound 2e-3)", ratio, n, flash, worst)
+			}
+			t.Logf("ratio %d, %d tokens, attn_flash %d: largest row error %.3g against exact", ratio, n, flash, worst)
+		}
+		d.Free(work)
+	}
+}
