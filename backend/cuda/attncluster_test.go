@@ -156,25 +156,8 @@ func TestAttentionWideChunk(t *testing.T) {
 	t.Cleanup(func() { d.SetOption(OptAttnFlash, DefaultAttnFlash) })
 	// (n: more tokens than an H100's or H200's 132 SMs)
 	const H, HD, W, pos0, K, n = 64, 512, 128, 700, 64, 300
-	q, kv := tempUpload(t, d, gaussian(n*H*HD, 41)), tempUpload(t, d, gaussian(n*HD, 42))
-	win := tempUpload(t, d, gaussian(2*W*HD, 43))
-	comp := tempUpload(t, d, gaussian((pos0+n)/4*HD, 44))
-	sinks := tempUpload(t, d, gaussian(H, 45))
-	sel := make([]int32, n*K)
-	nsel := make([]int32, n)
-	for tok := range n {
-		R := (pos0 + tok + 1) / 4
-		nsel[tok] = K
-		for k := range K {
-			sel[tok*K+k] = int32((k*53 + 7*tok) % R)
-		}
-	}
-	selp, nselp := tempAlloc(t, d, int64(4*len(sel))), tempAlloc(t, d, int64(4*n))
-	must(t, UploadSlice(d, selp, sel))
-	must(t, UploadSlice(d, nselp, nsel))
-	for _, p := range []Ptr{q, kv, win, comp, sinks, selp, nselp} {
-		defer d.Free(p)
-	}
+	in := uploadAttnInputs(t, d, n, H, HD, W, pos0, K, 41, 53, 7)
+	defer in.free(d)
 	for _, ratio := range []int{4, 128} {
 		maxKeys := W + K
 		if ratio == 128 {
@@ -187,8 +170,8 @@ func TestAttentionWideChunk(t *testing.T) {
 			if d.AttentionWorkFor(n, H, HD, maxKeys, fast) == 0 {
 				wk = 0
 			}
-			a := &AttentionArgs{Q: q, KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: ratio, Sel: selp, NSel: nselp,
-				K: K, Sinks: sinks, Pos0: pos0, N: n, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: wk, Fast: fast}
+			a := &AttentionArgs{Q: in.q, KV: in.kv, Win: in.win, WCap: 2 * W, Comp: in.comp, Ratio: ratio, Sel: in.sel, NSel: in.nsel,
+				K: K, Sinks: in.sinks, Pos0: pos0, N: n, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: wk, Fast: fast}
 			out, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
 			return out
 		}
@@ -205,5 +188,41 @@ func TestAttentionWideChunk(t *testing.T) {
 			t.Logf("ratio %d, %d tokens, attn_flash %d: largest row error %.3g against exact", ratio, n, flash, worst)
 		}
 		d.Free(work)
+	}
+}
+
+// attnInputs are a chunk attention's inputs on the device (uploadAttnInputs).
+type attnInputs struct{ q, kv, win, comp, sinks, sel, nsel Ptr }
+
+// uploadAttnInputs uploads the inputs of n tokens' attention at pos0 for H
+// heads of HD: gaussian queries, chunk rows, a window ring of 2W rows, the
+// ratio-4 compressed rows and sinks (seeds from seed on), and K picks a
+// token, pick k of token tok the row (k·mul + tok·add) mod the token's
+// rows.
+func uploadAttnInputs(t *testing.T, d *Device, n, H, HD, W, pos0, K int, seed uint64, mul, add int) attnInputs {
+	t.Helper()
+	in := attnInputs{
+		q: tempUpload(t, d, gaussian(n*H*HD, seed)), kv: tempUpload(t, d, gaussian(n*HD, seed+1)),
+		win: tempUpload(t, d, gaussian(2*W*HD, seed+2)), comp: tempUpload(t, d, gaussian((pos0+n)/4*HD, seed+3)),
+		sinks: tempUpload(t, d, gaussian(H, seed+4)),
+	}
+	sel := make([]int32, n*K)
+	nsel := make([]int32, n)
+	for tok := range n {
+		R := (pos0 + tok + 1) / 4
+		nsel[tok] = int32(K)
+		for k := range K {
+			sel[tok*K+k] = int32((k*mul + tok*add) % R)
+		}
+	}
+	in.sel, in.nsel = tempAlloc(t, d, int64(4*len(sel))), tempAlloc(t, d, int64(4*n))
+	must(t, UploadSlice(d, in.sel, sel))
+	must(t, UploadSlice(d, in.nsel, nsel))
+	return in
+}
+
+func (in attnInputs) free(d *Device) {
+	for _, p := range []Ptr{in.q, in.kv, in.win, in.comp, in.sinks, in.sel, in.nsel} {
+		d.Free(p)
 	}
 }

@@ -253,25 +253,9 @@ func TestAttentionHalfIO(t *testing.T) {
 	}
 	freqp := tempUpload(t, d, freqs)
 	defer d.Free(freqp)
-	qf := tempUpload(t, d, gaussian(n*H*HD, 31))
-	kv, win := tempUpload(t, d, gaussian(n*HD, 32)), tempUpload(t, d, gaussian(2*W*HD, 33))
-	comp := tempUpload(t, d, gaussian((pos0+n)/4*HD, 34))
-	sinks := tempUpload(t, d, gaussian(H, 35))
-	sel := make([]int32, n*K)
-	nsel := make([]int32, n)
-	for tok := range n {
-		R := (pos0 + tok + 1) / 4
-		nsel[tok] = K
-		for k := range K {
-			sel[tok*K+k] = int32((k*37 + tok) % R)
-		}
-	}
-	selp, nselp := tempAlloc(t, d, int64(4*len(sel))), tempAlloc(t, d, int64(4*n))
-	must(t, UploadSlice(d, selp, sel))
-	must(t, UploadSlice(d, nselp, nsel))
-	for _, p := range []Ptr{qf, kv, win, comp, sinks, selp, nselp} {
-		defer d.Free(p)
-	}
+	in := uploadAttnInputs(t, d, n, H, HD, W, pos0, K, 31, 37, 1)
+	defer in.free(d)
+	qf, kv, win, comp, sinks, selp, nselp := in.q, in.kv, in.win, in.comp, in.sinks, in.sel, in.nsel
 	halves := func(p Ptr, cnt int) []uint16 {
 		h := make([]uint16, cnt)
 		must(t, DownloadSlice(d, h, p))
