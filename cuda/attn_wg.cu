@@ -211,14 +211,7 @@ __global__ void __launch_bounds__(AW_T, 1) k_attn_wg(AttnArgs a) {
 } // namespace ds4mv
 
 bool attn_wg_ok() {
-    static const bool ok = [] {
-        cudaFuncAttributes fa;
-        if (cudaFuncGetAttributes(&fa, ds4mv::k_attn_wg) != cudaSuccess) {
-            cudaGetLastError();
-            return false;
-        }
-        return ds4mv::wg_supported(DS4C_IQ2_XXS, 256) && fa.numRegs >= 64;
-    }();
+    static const bool ok = ds4mv::wg_kernel_ok(ds4mv::k_attn_wg);
     return ok;
 }
 

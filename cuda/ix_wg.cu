@@ -234,14 +234,7 @@ __global__ void k_ix_tiles(const float *rows, int64_t R, uint8_t *img, int64_t n
 // is only its programmatic-launch prologue, a handful of registers (128
 // with its body).
 bool ds4c_ix_wg_ok(void) {
-    static const bool ok = [] {
-        cudaFuncAttributes fa;
-        if (cudaFuncGetAttributes(&fa, ds4mv::k_index_wg<false>) != cudaSuccess) {
-            cudaGetLastError();
-            return false;
-        }
-        return ds4mv::wg_supported(DS4C_IQ2_XXS, 256) && fa.numRegs >= 64;
-    }();
+    static const bool ok = ds4mv::wg_kernel_ok(ds4mv::k_index_wg<false>);
     return ok;
 }
 

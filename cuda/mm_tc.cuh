@@ -93,6 +93,19 @@ template <int BN> __device__ int tc_slots(const TCArgs &p, SlotsT<BN> &s, int64_
 // multiple of 256).
 bool wg_supported(int type, int64_t cols);
 
+// wg_kernel_ok says whether kernel k of another sm_90a file (ix_wg.cu,
+// attn_wg.cu) can run here: wg_supported's device check, and k built with
+// its body — a file built for plain sm_90 compiles the body away, leaving
+// the programmatic-launch prologue in a handful of registers.
+template <class... A> static bool wg_kernel_ok(void (*k)(A...)) {
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, k) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return wg_supported(DS4C_IQ2_XXS, 256) && fa.numRegs >= 64;
+}
+
 // wg_grouped launches the f16 wgmma product of p (grouped: p.tiles, f16
 // activation rows) over xcount tiles (mm_wg.cu).
 int wg_grouped(int type, const TCArgs &p, int xcount, cudaStream_t st);
