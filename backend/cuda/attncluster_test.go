@@ -120,20 +120,18 @@ func attentionOut(t *testing.T, d *Device, a *AttentionArgs, fused bool, freqs P
 	defer d.Free(o)
 	poison(t, d, o, n)
 	a.Out = o
-	rows, qrow := n/qseg, d.ActBytes(quant.Q8_0, qseg)
-	var qa Ptr
-	if fused {
-		qa = tempAlloc(t, d, int64(rows)*qrow)
-		defer d.Free(qa)
-		a.RopeFreqs, a.RopeDim, a.RopeOff, a.QAct, a.QSeg = freqs, rd, roff, qa, qseg
+	if !fused {
+		must(t, d.Attention(0, a))
+		return download(t, d, o, n), nil
 	}
+	actBytes := int64(n/qseg) * d.ActBytes(quant.Q8_0, qseg)
+	qa := tempAlloc(t, d, actBytes)
+	defer d.Free(qa)
+	a.RopeFreqs, a.RopeDim, a.RopeOff, a.QAct, a.QSeg = freqs, rd, roff, qa, qseg
 	must(t, d.Attention(0, a))
 	out := download(t, d, o, n)
-	var act []byte
-	if fused {
-		act = make([]byte, int64(rows)*qrow)
-		must(t, DownloadSlice(d, act, qa))
-	}
+	act := make([]byte, actBytes)
+	must(t, DownloadSlice(d, act, qa))
 	return out, act
 }
 
