@@ -22,8 +22,8 @@
 //   the step's), then the warp loads its activation units from L2 into
 //   registers: a warp's items all lie in segment warp mod nseg. A stage's
 //   tile/1024 items (row, 1024-column segment) are k_mv_pipe_q8f's items
-//   with its operations (dp4a sums of units lane and lane + 32, the pair's
-//   add, the even lane scaling block lane/2, the odd 16 + lane/2, the
+//   with its operations (q8f_sums: the dp4a sum of the lane's block, the
+//   even lane's block lane/2, the odd's 16 + lane/2, scaled, and the
 //   warp's tree sum); lane 0 writes the partial into one of two buffers
 //   of a block's [32 rows][segments] and the warps arrive on its barrier.
 // - The finisher adds each block's partials in segment order, stores y and
@@ -307,7 +307,8 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
         return;
     }
     // the consumers
-    const int blk_l = (lane >> 1) + (lane & 1) * 16; // the block of its segment this lane scales
+    // the block of its segment this lane scales, and its two halves (units)
+    const int blk_l = ds4mv::q8f_blk(lane), u0 = ds4mv::q8f_u0(lane), u1 = ds4mv::q8f_u1(lane);
     const bool pr = probe && tid == 0;
     unsigned long long t_full = 0, t_op = 0, t_items = 0, t_part = 0, t_mark = 0;
     int it = 0, kb = 0;
@@ -317,7 +318,7 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
         ch_blocks(o, p.flags, b0, b1);
         if (b1 == b0) continue;
         const int cols = (int)o.cols, nseg = cols / 1024, nsh = __ffs(nseg) - 1, tr = tile / cols;
-        // the warp's activation: units lane and lane + 32 of its segment (a
+        // the warp's activation: units u0 and u1 of its segment (a
         // warp's items all lie in segment warp mod nseg: nseg divides CW),
         // read from L2 once op i−1 is complete (CH_SEGDEP: once its 1024
         // rows of that segment are)
@@ -335,10 +336,10 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
         float xdr;
         if (ll) { // op i−1's flagged words: polled until all nine of the lane's are in
             const unsigned long long *w = p.ll + p.op[i - 1].ll;
-            const unsigned long long *a[9] = {w + xseg * 256 + 4 * lane, w + xseg * 256 + 4 * lane + 1,
-                                              w + xseg * 256 + 4 * lane + 2, w + xseg * 256 + 4 * lane + 3,
-                                              w + xseg * 256 + 128 + 4 * lane, w + xseg * 256 + 128 + 4 * lane + 1,
-                                              w + xseg * 256 + 128 + 4 * lane + 2, w + xseg * 256 + 128 + 4 * lane + 3,
+            const unsigned long long *a[9] = {w + xseg * 256 + 4 * u0, w + xseg * 256 + 4 * u0 + 1,
+                                              w + xseg * 256 + 4 * u0 + 2, w + xseg * 256 + 4 * u0 + 3,
+                                              w + xseg * 256 + 4 * u1, w + xseg * 256 + 4 * u1 + 1,
+                                              w + xseg * 256 + 4 * u1 + 2, w + xseg * 256 + 4 * u1 + 3,
                                               w + cols / 4 + xseg * 32 + blk_l};
             unsigned v[9];
             for (;;) {
@@ -358,8 +359,8 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
             xdr = __uint_as_float(v[8]);
         } else {
             const uint8_t *xa = o.act + xseg * 1024;
-            xr0 = __ldcg((const int4 *)(xa + 16 * lane));
-            xr1 = __ldcg((const int4 *)(xa + 512 + 16 * lane));
+            xr0 = __ldcg((const int4 *)(xa + 16 * u0));
+            xr1 = __ldcg((const int4 *)(xa + 16 * u1));
             xdr = __ldcg((const float *)(o.act + cols) + xseg * 32 + blk_l);
         }
         if (pr) t_op += clock64() - t_mark;
@@ -389,11 +390,11 @@ __global__ void __launch_bounds__(32 * (CW + 3), 1) k_chain_q8(const __grid_cons
                     for (int j = 0; j < U; j++) {
                         const int item = min(i0 + j * CW, items - 1), row = item >> nsh, seg = item & (nseg - 1);
                         const uint8_t *q = stg + (size_t)row * cols + seg * 1024;
-                        w0[j] = *(const int4 *)(q + 16 * lane);
-                        w1[j] = *(const int4 *)(q + 512 + 16 * lane);
+                        w0[j] = *(const int4 *)(q + 16 * u0);
+                        w1[j] = *(const int4 *)(q + 16 * u1);
                         d[j] = ((const __half *)(stg + tile + (size_t)row * (cols / 16)))[seg * 32 + blk_l];
                     }
-                    ds4mv::q8f_sums<U>(w0, w1, d, xr0, xr1, xdr, lane, v); // (k_mv_pipe_q8f's operations)
+                    ds4mv::q8f_sums<U>(w0, w1, d, xr0, xr1, xdr, v); // (k_mv_pipe_q8f's operations)
                     if (lane == 0)
 #pragma unroll
                         for (int j = 0; j < U; j++) {

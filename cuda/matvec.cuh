@@ -1657,11 +1657,9 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
 // the activation row in shared memory); the arithmetic sums in parallel,
 // not in quant.Dot's block order. A tile's rows are cut into items of
 // Q8F_SEG values (32 blocks), a warp taking items w, w + 8, …: lane l
-// forms the dp4a sums of units l and l + 32 of the item (the warp's loads
-// of a unit round are 512 contiguous bytes), the two lanes of a block add
-// their sums, the even lane scales block l/2 and the odd block 16 + l/2,
-// and the warp's tree sum is the item's partial, stored in its (row,
-// segment) slot. After the tile's barrier one thread a row adds its
+// forms the dp4a sum of one block of the item (the even lane block l/2,
+// the odd 16 + l/2: q8f_blk) and scales it, and the warp's tree sum is the
+// item's partial, stored in its (row, segment) slot. After the tile's barrier one thread a row adds its
 // partials in segment order: the same bits run to run. A warp keeps its
 // segment's activation units and scales in registers while its segment
 // and the selection stay (always, when the segments divide the 8 warps).
@@ -1670,29 +1668,32 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
 // a product over its copies alone; cuda/NOTES.md v21, v27).
 constexpr int Q8F_SEG = 1024;
 
-// q8f_sums forms U items' partials from their units (lane l: units l and
-// l + 32 of the item's segment, w0/w1, and the scale d of the block it
-// scales) and the warp's activation units x0/x1 and scale xd: the dp4a
-// sums, the pair's add, the even lane scaling block l/2 and the odd
-// 16 + l/2, and warp_sum's tree with the U items' steps interleaved — the
-// operations of k_mv_pipe_q8f's items (ds4c_chain_q8's too: chain.cu).
-// The pair's add is one shuffle: each lane sends the sum its partner keeps
-// (the even lane keeps unit l's block, the odd unit l + 32's) — integer
-// adds, the same sums as adding both shuffled.
+// A lane's share of a segment: the 32 blocks are scaled by the lanes in the
+// order q8f_blk gives (even lane l block l/2, odd lane 16 + l/2: warp_sum's
+// tree adds them in that order), and lane l loads both 16-byte halves of its
+// own block, unit q8f_u0 first, then q8f_u1 (units are 16 bytes). The half
+// it loads first is its lane's parity: the 8 lanes of a quarter-warp then
+// read 8 different 16-byte bank groups in each of the two loads (0 … 7 and
+// 1, 0, 3, 2, …), with the rows of a tile cols bytes apart (a multiple of
+// 128). Until v54 lane l loaded units l and l + 32 (the halves of two
+// blocks) and a shuffle added each block's two halves; the integer sums
+// are the same, so the same bits.
+__device__ __forceinline__ int q8f_blk(int lane) { return (lane >> 1) + (lane & 1) * 16; }
+__device__ __forceinline__ int q8f_u0(int lane) { return 2 * q8f_blk(lane) + (lane & 1); }
+__device__ __forceinline__ int q8f_u1(int lane) { return 2 * q8f_blk(lane) + 1 - (lane & 1); }
+
+// q8f_sums forms U items' partials from their units (the two halves of
+// the lane's block, w0/w1, and its scale d: q8f_u0, q8f_u1) and the warp's
+// activation units x0/x1 (the same halves) and scale xd: the dp4a sums of
+// the block, scaled, and warp_sum's tree with the U items' steps
+// interleaved — the operations of k_mv_pipe_q8f's items (ds4c_chain_q8's
+// too: chain.cu).
 template <int U>
 __device__ __forceinline__ void q8f_sums(const int4 (&w0)[U], const int4 (&w1)[U], const __half (&d)[U], int4 x0,
-                                         int4 x1, float xd, int lane, float (&v)[U]) {
-    const bool odd = (lane & 1) != 0;
+                                         int4 x1, float xd, float (&v)[U]) {
 #pragma unroll
     for (int j = 0; j < U; j++) {
-        int s0 = dot4(w0[j], x0, 0), s1 = dot4(w1[j], x1, 0);
-#ifdef DS4_Q8F_PAIR_SHUFFLES // (the form before v46, for A/B: both sums shuffled)
-        s0 += __shfl_xor_sync(FULL_MASK, s0, 1);
-        s1 += __shfl_xor_sync(FULL_MASK, s1, 1);
-        const int sum = odd ? s1 : s0;
-#else
-        const int sum = (odd ? s1 : s0) + __shfl_xor_sync(FULL_MASK, odd ? s0 : s1, 1);
-#endif
+        const int sum = dot4(w1[j], x1, dot4(w0[j], x0, 0)); // (integers: any order, the same sum)
         v[j] = (float)sum * (__half2float(d[j]) * xd);
     }
 #pragma unroll
@@ -1708,21 +1709,22 @@ __device__ __forceinline__ void q8f_sums(const int4 (&w0)[U], const int4 (&w1)[U
 // after another (DS4C_OPT_MV_ILP). Every item's operations and order are
 // the loop's: the same bits. The warp's segment is fixed (the segments
 // divide the 8 warps: item it's segment is it mod nseg = warp mod nseg);
-// qs and ds point at that segment's lane quants and block scale of row 0
-// of the tile (rows cols bytes and dstride halves apart).
-// q8f_load loads the lane's units (w0, w1) and block scale (d) of the U
-// items it0, it0 + 8, … of a tile (zeros past items), as q8f_items and
-// q8f_items2 consume them.
+// qs points at that segment's quants of row 0 of the tile and ds at the
+// lane's block scale there (rows cols bytes and dstride halves apart).
+// q8f_load loads the lane's units (w0, w1: q8f_u0, q8f_u1) and block scale
+// (d) of the U items it0, it0 + 8, … of a tile (zeros past items), as
+// q8f_items and q8f_items2 consume them.
 template <int U>
-__device__ __forceinline__ void q8f_load(int it0, int items, int nsh, const uint8_t *qs, const __half *ds, int cols,
-                                         int dstride, int4 (&w0)[U], int4 (&w1)[U], __half (&d)[U]) {
+__device__ __forceinline__ void q8f_load(int it0, int items, int nsh, int lane, const uint8_t *qs, const __half *ds,
+                                         int cols, int dstride, int4 (&w0)[U], int4 (&w1)[U], __half (&d)[U]) {
+    const int o0 = 16 * q8f_u0(lane), o1 = 16 * q8f_u1(lane);
 #pragma unroll
     for (int j = 0; j < U; j++) {
         const int row = (it0 + 8 * j) >> nsh;
         if (it0 + 8 * j < items) { // (uniform over the warp)
             const uint8_t *q = qs + (size_t)row * cols;
-            w0[j] = *(const int4 *)q;
-            w1[j] = *(const int4 *)(q + 512);
+            w0[j] = *(const int4 *)(q + o0);
+            w1[j] = *(const int4 *)(q + o1);
             d[j] = ds[(size_t)row * dstride];
         } else {
             w0[j] = w1[j] = make_int4(0, 0, 0, 0);
@@ -1738,9 +1740,9 @@ __device__ __forceinline__ void q8f_items(int items, int nsh, int warp, int lane
     for (int it0 = warp; it0 < items; it0 += 8 * U) {
         int4 w0[U], w1[U];
         __half d[U];
-        q8f_load<U>(it0, items, nsh, qs, ds, cols, dstride, w0, w1, d);
+        q8f_load<U>(it0, items, nsh, lane, qs, ds, cols, dstride, w0, w1, d);
         float v[U];
-        q8f_sums<U>(w0, w1, d, x0, x1, xd, lane, v);
+        q8f_sums<U>(w0, w1, d, x0, x1, xd, v);
         if (lane == 0)
 #pragma unroll
             for (int j = 0; j < U; j++)
@@ -1759,14 +1761,13 @@ template <int U>
 __device__ __forceinline__ void q8f_sums2(const int4 (&w0)[U], const int4 (&w1)[U], const __half (&d)[U],
                                           const int4 (&x0)[2], const int4 (&x1)[2], const float (&xd)[2], int lane,
                                           float (&v)[U]) {
-    const bool odd = (lane & 1) != 0, hi = lane >= 16;
+    const bool hi = lane >= 16;
 #pragma unroll
     for (int j = 0; j < U; j++) {
         float vt[2];
 #pragma unroll
         for (int t = 0; t < 2; t++) {
-            const int s0 = dot4(w0[j], x0[t], 0), s1 = dot4(w1[j], x1[t], 0);
-            const int sum = (odd ? s1 : s0) + __shfl_xor_sync(FULL_MASK, odd ? s0 : s1, 1);
+            const int sum = dot4(w1[j], x1[t], dot4(w0[j], x0[t], 0));
             vt[t] = (float)sum * (__half2float(d[j]) * xd[t]);
         }
         v[j] = (hi ? vt[1] : vt[0]) + __shfl_xor_sync(FULL_MASK, hi ? vt[0] : vt[1], 16);
@@ -1790,25 +1791,13 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
     for (int it0 = warp; it0 < items; it0 += 8 * U) {
         int4 w0[U], w1[U];
         __half d[U];
-        q8f_load<U>(it0, items, nsh, qs, ds, cols, dstride, w0, w1, d);
-#ifdef DS4_Q8F_PAIR_SHUFFLES // (the form before v46, for A/B: a tree a token)
-#pragma unroll
-        for (int t = 0; t < 2; t++) {
-            float v[U];
-            q8f_sums<U>(w0, w1, d, x0[t], x1[t], xd[t], lane, v);
-            if (lane == 0)
-#pragma unroll
-                for (int j = 0; j < U; j++)
-                    if (it0 + 8 * j < items) part[t * tpart + ((it0 + 8 * j) >> nsh) * nseg + seg] = v[j];
-        }
-#else
+        q8f_load<U>(it0, items, nsh, lane, qs, ds, cols, dstride, w0, w1, d);
         float v[U];
         q8f_sums2<U>(w0, w1, d, x0, x1, xd, lane, v);
         if ((lane & 15) == 0) // lane 0 token 0's partials, lane 16 token 1's
 #pragma unroll
             for (int j = 0; j < U; j++)
                 if (it0 + 8 * j < items) part[(lane >> 4) * tpart + ((it0 + 8 * j) >> nsh) * nseg + seg] = v[j];
-#endif
     }
 }
 
@@ -1877,9 +1866,9 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
 #endif
     MVP(t_last = mvp_now(); mv_t[0] = t_wait - t_entry; mv_t[1] = t_last - t_wait;)
     const float nan = __int_as_float(0x7fc00000);
-    // the warp's activation: units lane and lane + 32 of segment xseg, and
-    // the scale of the block this lane scales (blk)
-    const int blk = (lane >> 1) + (lane & 1) * 16;
+    // the warp's activation: the halves of the lane's block of segment xseg
+    // (units q8f_u0, q8f_u1), and that block's scale (blk)
+    const int blk = q8f_blk(lane), xo0 = 16 * q8f_u0(lane), xo1 = 16 * q8f_u1(lane);
     int xseg = -1;
     int4 x0 = make_int4(0, 0, 0, 0), x1 = x0;
     float xd = 0.f;
@@ -1890,15 +1879,15 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
         xseg = seg;
         if constexpr (NT == 1) {
             const uint8_t *xa = s_act + seg * Q8F_SEG;
-            x0 = *(const int4 *)(xa + 16 * lane);
-            x1 = *(const int4 *)(xa + 512 + 16 * lane);
+            x0 = *(const int4 *)(xa + xo0);
+            x1 = *(const int4 *)(xa + xo1);
             xd = ((const float *)(s_act + a.cols))[seg * 32 + blk];
         } else {
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 const uint8_t *xa = s_act + t * p.act_stride + seg * Q8F_SEG;
-                x0t[t] = *(const int4 *)(xa + 16 * lane);
-                x1t[t] = *(const int4 *)(xa + 512 + 16 * lane);
+                x0t[t] = *(const int4 *)(xa + xo0);
+                x1t[t] = *(const int4 *)(xa + xo1);
                 xdt[t] = ((const float *)(s_act + t * p.act_stride + a.cols))[seg * 32 + blk];
             }
         }
@@ -1996,7 +1985,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
         if (NT == 2 && mat >= 0) { // (launch_pipe: the ilp form only)
             const int seg = warp & (nseg - 1);
             load_x(seg);
-            const uint8_t *qs = stg + p.soff[0] + seg * Q8F_SEG + 16 * lane;
+            const uint8_t *qs = stg + p.soff[0] + seg * Q8F_SEG;
             const __half *ds = (const __half *)(stg + p.soff[1]) + seg * 32 + blk;
             const int items = nr * nseg, dstride = p.bpr[1] / 2;
             if constexpr (NT == 2) {
@@ -2011,7 +2000,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             // the warp's segment is fixed (nseg divides the warps); ilp items at once
             const int seg = warp & (nseg - 1);
             load_x(seg);
-            const uint8_t *qs = stg + p.soff[0] + seg * Q8F_SEG + 16 * lane;
+            const uint8_t *qs = stg + p.soff[0] + seg * Q8F_SEG;
             const __half *ds = (const __half *)(stg + p.soff[1]) + seg * 32 + blk;
             const int items = nr * nseg, dstride = p.bpr[1] / 2;
             if (p.ilp >= 4)
@@ -2026,12 +2015,9 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
                 const int row = nsh >= 0 ? it >> nsh : it / nseg, seg = it - row * nseg;
                 load_x(seg);
                 const uint8_t *q = stg + p.soff[0] + (size_t)row * a.cols + seg * Q8F_SEG;
-                const int4 w0 = *(const int4 *)(q + 16 * lane), w1 = *(const int4 *)(q + 512 + 16 * lane);
+                const int4 w0 = *(const int4 *)(q + xo0), w1 = *(const int4 *)(q + xo1);
                 const __half d = ((const __half *)(stg + p.soff[1] + (size_t)row * p.bpr[1]))[seg * 32 + blk];
-                int s0 = dot4(w0, x0, 0), s1 = dot4(w1, x1, 0);
-                s0 += __shfl_xor_sync(FULL_MASK, s0, 1);
-                s1 += __shfl_xor_sync(FULL_MASK, s1, 1);
-                const float v = warp_sum((float)((lane & 1) ? s1 : s0) * (__half2float(d) * xd));
+                const float v = warp_sum((float)dot4(w1, x1, dot4(w0, x0, 0)) * (__half2float(d) * xd));
                 if (lane == 0) part[row * nseg + seg] = v;
             }
         }
