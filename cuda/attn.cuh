@@ -107,10 +107,12 @@ static __device__ __forceinline__ int64_t attn_nkeys(const AttnArgs &a, int t, i
 
 // attn_stage_queries rounds token t's queries of heads h0 … h0 + NH − 1 (HD
 // values each) to f16, with NT threads (every thread of the CTA calls it):
-// a.qnorm: the float rows' norm and rotation (the rotation's (cos, sin) a
-// pair in scs, written before; ds4c_norm_rope_half's operations in its
-// order: warp w takes heads w, w + NT/32, …, lane l values 128c + 4l … +3,
-// HB heads' loads issued together); a.qh: the f16 rows as they are; else
+// a.qnorm: the rows' norm and rotation (the rotation's (cos, sin) a pair
+// in scs, written before; ds4c_norm_rope_half's operations in its order:
+// warp w takes heads w, w + NT/32, …, lane l values 128c + 4l … +3, HB
+// heads' loads issued together), of the float rows, or with a.qh of the
+// f16 rows before the norm (the same operations on their float values);
+// a.qh alone: the f16 rows as they are (normalised and rotated); else
 // the float rows rounded, QU 16-byte loads a thread issued together. put(hh,
 // d, v) stores values d … d + 3 of head hh (v: their four halves' bits)
 // where the kernel keeps them. HB and QU set how many loads are in flight
@@ -126,10 +128,17 @@ static __device__ __forceinline__ void attn_stage_queries(const AttnArgs &a, int
             float e[HB][NC][4];
 #pragma unroll
             for (int u = 0; u < HB; u++) {
-                const float4 *qr = (const float4 *)(a.q + ((int64_t)t * a.H + h0 + hb + u * (NT / 32)) * HD);
+                const int64_t row = ((int64_t)t * a.H + h0 + hb + u * (NT / 32)) * HD;
 #pragma unroll
                 for (int c = 0; c < NC; c++) {
-                    const float4 v = __ldg(qr + c * 32 + lane);
+                    float4 v;
+                    if (a.qh) { // (DS4C_ATTN_QH with DS4C_ATTN_QN: q_b's f16 output)
+                        const uint2 hv = __ldg((const uint2 *)(a.qh + row) + c * 32 + lane);
+                        const float2 lo = __half22float2(*(const __half2 *)&hv.x), hi = __half22float2(*(const __half2 *)&hv.y);
+                        v = make_float4(lo.x, lo.y, hi.x, hi.y);
+                    } else {
+                        v = __ldg((const float4 *)(a.q + row) + c * 32 + lane);
+                    }
                     e[u][c][0] = v.x, e[u][c][1] = v.y, e[u][c][2] = v.z, e[u][c][3] = v.w;
                 }
             }

@@ -55,7 +55,7 @@ static int g_opt_ix_flash = 4; // fast chunks' indexer scores: 4 k_index_wg on t
 static int g_opt_hc_chunk = 1;
 static int g_opt_had_warp = 1; // Hadamard transforms a warp a row (model.cu k_hadamard_w)
 static int g_opt_hc_mix = 1; // fast chunks' mixing logits in one pass on the TF32 tensor cores (hc_mix.cu): 1 chunks of up to 1024 tokens split over clusters of 8 CTAs (v49), 2 never split
-static int g_opt_attn_half = 2; // fast chunks: queries normalised and rotated in k_attn_flash, its output f16 and rotated back there
+static int g_opt_attn_half = 3; // fast chunks: q_b's f16 output rows normalised and rotated in the flash kernels, their output f16 and rotated back there (cuda/NOTES.md v54)
 static int g_opt_mv_pre = 7; // pipelined products: tiles requested before the wait (matvec.cuh k_mv_pipe; capped at stages − 1)
 static int g_opt_mv_ilp = 4; // fast pipelined Q8_0 products: items a warp forms at once (matvec.cuh q8f_items; cuda/NOTES.md v40)
 static int g_opt_mv_sumw = 1; // fast pipelined Q8_0 products: the row sums on the last warp (matvec.cuh k_mv_pipe_q8f; cuda/NOTES.md v40)
@@ -502,7 +502,7 @@ static const struct {
     {DS4C_OPT_HC_MIX, "hc_mix", &g_opt_hc_mix, 0, 2},
     {DS4C_OPT_HAD_WARP, "had_warp", &g_opt_had_warp, 0, 1},
     {DS4C_OPT_WG_MOE, "wg_moe", &g_opt_wg_moe, 0, 6},
-    {DS4C_OPT_ATTN_HALF, "attn_half", &g_opt_attn_half, 0, 2},
+    {DS4C_OPT_ATTN_HALF, "attn_half", &g_opt_attn_half, 0, 3},
     {DS4C_OPT_WG_GLU, "wg_glu", &g_opt_wg_glu, 0, 1},
     {DS4C_OPT_MV_DEC, "mv_dec", &g_opt_mv_dec, 0, 3},
     {DS4C_OPT_MV_F32, "mv_f32", &g_opt_mv_f32, 0, 3},

@@ -522,14 +522,16 @@ enum { DS4C_FAST = 1 };
  * ds4c_norm_rope_half writes them); DS4C_ATTN_QN, d_q holds the query rows
  * before their norm and rotation (floats), which the kernel applies as
  * ds4c_norm_rope_half would (no weight, q_eps, the rotation of d_rfreqs at
- * each token's position); DS4C_ATTN_OH, d_out receives f16 rows, the
+ * each token's position); both, d_q holds those rows before their norm as
+ * f16 (the same operations on their float values); DS4C_ATTN_OH, d_out receives f16 rows, the
  * inverse rotation applied (d_qact must be NULL): the values that the float
  * output rotated (ds4c_rope) and rounded (ds4c_to_half) would give. */
 enum { DS4C_ATTN_QH = 2, DS4C_ATTN_OH = 4, DS4C_ATTN_QN = 8 };
 /* When ds4c_attention takes f16 queries and output for these arguments
  * (fast chunks of the flash kernel's shape, rotated dims roff … roff+rd
  * with roff even and rd ≤ 128), the form option attn_half picks: 1
- * DS4C_ATTN_QH with DS4C_ATTN_OH, 2 DS4C_ATTN_QN with DS4C_ATTN_OH; else 0. */
+ * DS4C_ATTN_QH with DS4C_ATTN_OH, 2 DS4C_ATTN_QN with DS4C_ATTN_OH, 3
+ * DS4C_ATTN_QH and DS4C_ATTN_QN with DS4C_ATTN_OH; else 0. */
 int ds4c_attention_half_ok(int n, int H, int HD, int rd, int roff, int flags);
 int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, int IH, int IHD,
                       int64_t pos0, int ratio, int n, float *d_scores, int64_t sc_stride,
@@ -691,7 +693,7 @@ enum {
     DS4C_OPT_HC_CHUNK = 39, /* 1: hc_pre of chunks (8 or more tokens, 4 streams) with a CTA of 128 threads a token walking the values in a loop, the split in its warp 0 (k_hc_pre_chunk; same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (k_hc_pre: 512 threads a token holding the streams in registers, DS4C_OPT_HC_TWO) */
     DS4C_OPT_WG_MOE = 40, /* fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (ds4c_grouped_half_ok, DS4C_MM_HALF; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups over 128 rows, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; activations permuted, ds4c_grouped_half_ok 2), CTAs of 4 warpgroups (default); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 mma kernels, as exact mode */
     DS4C_OPT_HC_MIX = 41, /* 1: fast mode's hyper-connection mixing logits of chunks (ds4c_hc_mixes_ok) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there (hc_pre then skips its own pass; default; env DS4_CUDA_HC_MIX); 0: the exact-order product and hc_pre's scaling, as exact mode */
-    DS4C_OPT_ATTN_HALF = 43, /* ds4c_attention_half_ok's answer for fast chunks of the flash kernel (env DS4_CUDA_ATTN_HALF): 1 f16 queries (DS4C_ATTN_QH) and f16 output (DS4C_ATTN_OH), which the kernel rotates and rounds itself; 2 the same with the queries' norm and rotation in the kernel too (DS4C_ATTN_QN; default); both give the same bits as the float queries and output; 0: none */
+    DS4C_OPT_ATTN_HALF = 43, /* ds4c_attention_half_ok's answer for fast chunks of the flash kernel (env DS4_CUDA_ATTN_HALF): 1 f16 queries (DS4C_ATTN_QH) and f16 output (DS4C_ATTN_OH), which the kernel rotates and rounds itself; 2 the same with the queries' norm and rotation in the kernel too (DS4C_ATTN_QN); both give the same bits as the float queries and output; 3: as 2 from f16 rows before the norm (DS4C_ATTN_QH with DS4C_ATTN_QN: q_b's product with f16 output, other bits; default); 0: none */
     DS4C_OPT_WG_GLU = 44, /* 1: ds4c_grouped_glu_ok accepts fast chunks' routed gate and up products for one launch with SwiGLU in its epilogue (ds4c_matmul_grouped_glu; the same bits as the two products and ds4c_swiglu_half; default; env DS4_CUDA_WG_GLU); 0: it refuses them */
     DS4C_OPT_MV_DEC = 45, /* single-token IQ2_XXS and Q2_K products (rows a whole number of 32-unit rounds: 4096 or 2048 columns) as k_mv_dec: each warp a contiguous run of one selection's rows, its lanes' activation in registers, the next rows' weights in flight, IQ2_XXS through lane-private codebook and sign tables, block terms added in block order (bit-identical to the CPU in both modes); the value picks rows at a time and CTAs an SM: 1 (1, 3), 2 (2, 2; default), 3 (3, 2); env DS4_CUDA_MV_DEC; 0: k_matvec or the pipelined kernel, as before */
     DS4C_OPT_MV_F32 = 46, /* ds4c_matvec_f32 in one launch, by bits (default 3; env DS4_CUDA_MV_F32): 1 the Q8_0 products that the pipelined kernel takes form their Q8_0 activation (after the RMSNorm) in that kernel, every CTA for itself, after its wait (one launch for three; the same bits); 2 fast mode's F16 products of 1024, 2048 or 4096 columns with d_nw set as k_mv_f16_norm: each warp's row loaded into registers before the wait, every CTA normalising the row itself after it (one launch for two; the same bits as k_rmsnorm_ref and k_matvec's one-row-a-warp launch); a bit off: RMSNorm, (quantize) and product as separate launches */

@@ -4706,7 +4706,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         return ds4c_err(DS4C_EINVAL, "attention: Q8_0 rows of %lld values", (long long)q_seg);
     const bool qh = flags & DS4C_ATTN_QH, oh = flags & DS4C_ATTN_OH, qn = flags & DS4C_ATTN_QN;
     if ((qh || oh || qn) && (!ds4c_attention_half_ok(n, H, HD, d_rfreqs ? rd : 0, roff, flags) || (oh && d_qact) ||
-                             (qh && qn) || (qn && !d_rfreqs)))
+                             (qn && !d_rfreqs)))
         return ds4c_err(DS4C_EINVAL, "attention: f16 queries or output for %d tokens, %d heads of %d, rotation %d+%d%s", n,
                         H, HD, roff, rd, oh && d_qact ? " with a Q8_0 activation" : "");
     AttnArgs a{qh ? nullptr : d_q, d_kv, d_win, wcap, d_comp, ratio, d_sel, d_nsel, K, d_sinks, oh ? nullptr : d_out,

@@ -675,6 +675,13 @@ func TestKernelVariants(t *testing.T) {
 				t.Errorf("attn_half %d differs from the float queries and output in %d logits (chunks of 128)", v, n)
 			}
 		}
+		// 3: q_b's product rounded to f16 rows before the kernel's norm
+		// (other bits), no further from exact mode than the float rows
+		h3, h0 := agree(exact, halfIO(3)), agree(exact, base)
+		t.Logf("fast, attn_half 3 against exact: %v (attn_half 0: %v)", h3, h0)
+		if !h3.noFurther(h0) || h3.median > 5e-3 || h3.top1 < 0.98 {
+			t.Errorf("attn_half 3: median %g, top-1 agreement %g against attn_half 0's %g, %g: further from exact mode", h3.median, h3.top1, h0.median, h0.top1)
+		}
 		if fl.median > 5e-3 || fl.top1 < 0.98 {
 			t.Errorf("attn_flash: median %g (TF32 split: %g), top-1 agreement %g: outside median 5e-3, top-1 0.98", fl.median, tf32.median, fl.top1)
 		}

@@ -313,7 +313,7 @@ const (
 	OptHCChunk      = 39 // 1: hc_pre of chunks (8 or more tokens, 4 streams) with 128 threads a token in a loop, the split in its first warp (same results; default; env DS4_CUDA_HC_CHUNK); 0: the decode layout (512 threads a token, OptHCTwo)
 	OptWGMoE        = 40 // fast mode multiplies chunks by routed experts with f16 activations on the wgmma tensor cores (GroupedHalfOK, MatMulGroupedHalf; env DS4_CUDA_WG_MOE): 1 IQ2_XXS and Q2_K, CTAs of 4 warpgroups over 256 rows; 2 the same with IQ2_XXS in CTAs of 2 warpgroups, two an SM; 3 IQ2_XXS with its operands in shared memory in the 128-byte-swizzled layout, Q2_K on the int8 kernels; 4 Q2_K swizzled too (measured no faster than its int8 kernels); 5 both types with the weights dequantized into wgmma's A registers (RS form; GroupedHalf HalfPerm32), CTAs of 4 warpgroups (DefaultWGMoE); 6 the same in CTAs of 2 warpgroups, two an SM; 0 Q8_K activations through the int8 kernels, as exact mode
 	OptHCMix        = 41 // 1: fast mode's hyper-connection mixing logits of chunks (HCMixesOK) in one pass over the streams on the TF32 tensor cores in three terms, scaled by the streams' rms there, chunks of up to 1024 tokens with K split over clusters of 8 CTAs (default; env DS4_CUDA_HC_MIX); 2: the same never split; 0: the exact-order product and HCPre's scaling, as exact mode
-	OptAttnHalf     = 43 // the form of fast chunks' f16 queries and output through the flash attention kernel (AttentionHalfIO; env DS4_CUDA_ATTN_HALF): 1 NormRopeHalf's f16 queries in, f16 output rows out with the inverse rotation applied; 2 the same with the queries' norm and rotation in the kernel too (DefaultAttnHalf); both give the same bits as the float queries and output; 0 neither
+	OptAttnHalf     = 43 // the form of fast chunks' f16 queries and output through the flash attention kernel (AttentionHalfIO; env DS4_CUDA_ATTN_HALF): 1 NormRopeHalf's f16 queries in, f16 output rows out with the inverse rotation applied; 2 the same with the queries' norm and rotation in the kernel too; both give the same bits as the float queries and output; 3 as 2 from q_b's output as f16 rows (MatMulHalfH: half the bytes written and read; other bits; DefaultAttnHalf); 0 neither
 	OptWGGLU        = 44 // 1: fast chunks' routed gate and up products in one wgmma launch with SwiGLU in its epilogue (GroupedGLUOK, MatMulGroupedGLU: the same bits as the two products and SwiGLUHalf; default; env DS4_CUDA_WG_GLU); 0: apart
 	OptMVDec        = 45 // single-token IQ2_XXS and Q2_K products as k_mv_dec (each warp a run of one selection's rows, the activation in registers, the next rows in flight; bit-identical to the CPU in exact mode, and in fast mode unless OptMVFast's bit 2); the value picks rows at a time and CTAs an SM: 1 (1, 3), 2 (2, 2; DefaultMVDec), 3 (3, 2); env DS4_CUDA_MV_DEC; 0: k_matvec or the pipelined kernel
 	OptMVF32        = 46 // MatVecF32 in one launch, by bits (default 3, DefaultMVF32; env DS4_CUDA_MV_F32): 1 the Q8_0 products that the pipelined kernel takes form their Q8_0 activation (after the RMSNorm) inside it, every CTA for itself (one launch for three; the same bits); 2 fast mode's F16 products of 1024, 2048 or 4096 columns with a norm as k_mv_f16_norm (each warp's row in registers before the wait, every CTA normalising the row itself; one launch for two; the same bits as RMSNormRef and k_matvec's one-row-a-warp launch); a bit off: separate launches
@@ -339,9 +339,10 @@ const (
 	OptHadWarp      = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
 )
 
-// DefaultAttnHalf is the library's default of OptAttnHalf: the queries'
-// norm and rotation and the output's in the flash kernel.
-const DefaultAttnHalf = 2
+// DefaultAttnHalf is the library's default of OptAttnHalf: q_b's output as
+// f16 rows, their norm and rotation and the output's in the flash kernel
+// (cuda/NOTES.md v54).
+const DefaultAttnHalf = 3
 
 // DefaultWGMoE is the library's default of OptWGMoE: both expert types on
 // wgmma with the weights dequantized into its A registers (H200, 4096

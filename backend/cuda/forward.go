@@ -627,11 +627,14 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	if halfOA {
 		hio = d.AttentionHalfIO(n, H, HD, rd, nope, !be.exact())
 	}
+	if hio == 3 && !be.half(L.qb, quant.F16, n) {
+		hio = 2 // (form 3: q_b's product with f16 output, on the f16 copy)
+	}
 	halfIO := hio > 0
 	var o, qh, oh Ptr
 	if halfIO {
 		var err error
-		if hio == 1 {
+		if hio == 1 || hio == 3 {
 			if qh, err = b.sc.get("attn.q.f16", 2*int64(n*H*HD)); err != nil {
 				return err
 			}
@@ -809,12 +812,33 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			return err
 		}
 	}
+	if fused && hio == 3 {
+		hio = 2 // (q holds the float rows)
+	}
 	if !fused {
 		if err := d.RMSNormRef(s, qr, int64(QL), L.qNorm, qrn, int64(QL), QL, n, c.NormEps); err != nil {
 			return err
 		}
-		if err := be.linear(b, qrn, QL, n, qjobs...); err != nil {
-			return err
+		if hio == 3 {
+			// q_b's output as f16 rows (cuBLAS rounds the f32 sums), which
+			// the attention normalises and rotates: half the bytes written
+			// here and read there
+			xh, err := b.sc.get("attn.qrn.f16", 2*int64(n*QL))
+			if err != nil {
+				return err
+			}
+			if err := d.ToHalf(s, qrn, QL, QL, n, xh); err != nil {
+				return err
+			}
+			if err := d.MatMulHalfH(s, L.qb, 1, xh, int64(QL), 0, n, qh, int64(H*HD), 0); err != nil {
+				return err
+			}
+			qjobs = qjobs[1:]
+		}
+		if len(qjobs) > 0 {
+			if err := be.linear(b, qrn, QL, n, qjobs...); err != nil {
+				return err
+			}
 		}
 	}
 	// Per-head query norm and rotation; the KV row's norm, rotation and
@@ -827,7 +851,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	kvDone := false   // (with the queries' by NormRopePair)
 	var ringDone bool // a decode step's KV rows written into the window ring by NormRopePair (Backend.ringNorm)
 	switch hio {
-	case 2: // in the attention kernel
+	case 2, 3: // in the attention kernel
 	case 1:
 		if err := d.NormRopeHalf(s, q, H, int64(HD), HD, 0, c.NormEps, int64(nope), L.freqs, rd, int64(b.pos), 0, n, qh); err != nil {
 			return err
@@ -913,6 +937,8 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		aa.Q, aa.QHalf, aa.Out, aa.OutHalf = qh, true, oh, true
 	case 2:
 		aa.QNorm, aa.QEps, aa.Out, aa.OutHalf = true, c.NormEps, oh, true
+	case 3:
+		aa.Q, aa.QHalf, aa.QNorm, aa.QEps, aa.Out, aa.OutHalf = qh, true, true, c.NormEps, oh, true
 	}
 	if act != o && at == quant.Q8_0 && seg%32 == 0 {
 		aa.QAct, aa.QSeg = act, seg

@@ -238,7 +238,7 @@ func TestAttentionHalfIO(t *testing.T) {
 	t.Cleanup(func() { d.SetOption(OptAttnFlash, DefaultAttnFlash); d.SetOption(OptAttnHalf, DefaultAttnHalf) })
 	const H, HD, W, n, pos0, K = 64, 512, 128, 40, 700, 64
 	const rd, roff = 64, HD - 64
-	for _, v := range []int{1, 2, 0} {
+	for _, v := range []int{1, 2, 3, 0} {
 		must(t, d.SetOption(OptAttnHalf, v))
 		if d.AttentionHalfIO(n, H, HD, rd, roff, true) != v || d.AttentionHalfIO(n, H, HD, rd, roff, false) != 0 ||
 			d.AttentionHalfIO(4, H, HD, rd, roff, true) != 0 || d.AttentionHalfIO(n, H, 256, rd, roff, true) != 0 ||
@@ -281,6 +281,17 @@ func TestAttentionHalfIO(t *testing.T) {
 	if a, b := halves(qh, nv), halves(qh2, nv); countHalfDiff(a, b) != 0 {
 		t.Fatalf("NormRopeHalf differs from NormRope + ToHalf in %d of %d values", countHalfDiff(a, b), nv)
 	}
+	// form 3's queries: the raw rows as f16 (q_b's f16 output), and their
+	// float values for form 2, which must then give form 3's bits
+	qr16 := tempAlloc(t, d, int64(2*nv))
+	defer d.Free(qr16)
+	must(t, d.ToHalf(0, qf, HD, HD, n*H, qr16))
+	qr16f := make([]float32, nv)
+	for i, h := range halves(qr16, nv) {
+		qr16f[i] = quant.F16ToF32(h)
+	}
+	qr16fp := tempUpload(t, d, qr16f)
+	defer d.Free(qr16fp)
 	for _, flash := range []int{1, 2, 3} {
 		must(t, d.SetOption(OptAttnFlash, flash))
 		for _, ratio := range []int{4, 128} {
@@ -317,6 +328,27 @@ func TestAttentionHalfIO(t *testing.T) {
 					t.Errorf("attn_flash %d, ratio %d, form %d: the f16 output differs from the float queries and output rotated and rounded in %d of %d values", flash, ratio, form, c, nv)
 				}
 			}
+			// form 3: the f16 rows before the norm, against form 2 of their
+			// float values
+			oh2 := tempAlloc(t, d, int64(2*nv))
+			for form := 2; form <= 3; form++ {
+				must(t, d.SetOption(OptAttnHalf, form))
+				dst := oh
+				a = args()
+				if form == 2 {
+					a.Q, dst = qr16fp, oh2
+				} else {
+					a.Q, a.QHalf = qr16, true
+				}
+				poison(t, d, dst, nv/2)
+				a.Out, a.OutHalf, a.QNorm, a.QEps = dst, true, true, 1e-6
+				must(t, d.Attention(0, a))
+			}
+			if c := countHalfDiff(halves(oh2, nv), halves(oh, nv)); c != 0 {
+				t.Errorf("attn_flash %d, ratio %d: form 3 (f16 queries before the norm) differs from form 2 of their float values in %d of %d values", flash, ratio, c, nv)
+			}
+			d.Free(oh2)
+			must(t, d.SetOption(OptAttnHalf, DefaultAttnHalf))
 			a.QAct, a.QSeg = o, 4096 // a Q8_0 activation is refused with the f16 output
 			if err := d.Attention(0, a); err == nil {
 				t.Errorf("attn_flash %d: OutHalf with QAct accepted", flash)

@@ -685,7 +685,8 @@ type AttentionArgs struct {
 	Fast bool
 	// QHalf: Q holds f16 rows (NormRopeHalf's); QNorm: Q holds the query
 	// rows before NormRope (no weight, QEps, the rotation of RopeFreqs),
-	// which the kernel applies itself; OutHalf: Out receives f16 rows, the
+	// which the kernel applies itself; both: Q holds those rows as f16
+	// (the same operations on their float values); OutHalf: Out receives f16 rows, the
 	// inverse rotation applied (QAct must be 0) — the values that the float
 	// output rotated and passed through ToHalf would hold. Only in the form
 	// AttentionHalfIO names.
@@ -700,7 +701,8 @@ type AttentionArgs struct {
 // AttentionHalfIO is the form of f16 queries and output that Attention
 // takes for n tokens of h heads of hd with the rotation of dims roff …
 // roff+rd and the fast flag (fast chunks through the flash kernel;
-// OptAttnHalf): 0 none, 1 QHalf with OutHalf, 2 QNorm with OutHalf.
+// OptAttnHalf): 0 none, 1 QHalf with OutHalf, 2 QNorm with OutHalf, 3 QHalf
+// and QNorm with OutHalf.
 func (d *Device) AttentionHalfIO(n, h, hd, rd, roff int, fast bool) int {
 	return int(d.l.attnHalfOK(int32(n), int32(h), int32(hd), int32(rd), int32(roff), fastFlag(fast)))
 }
