@@ -23,6 +23,9 @@ type linJob struct {
 	w   *Weight
 	y   Ptr
 	ldy int
+	// half: y receives f16 rows (ldy halves apart) by MatMulHalfH, which
+	// only the products MatMulHalf takes can give (Backend.half)
+	half bool
 }
 
 // linear computes several products that share their input x (n rows of k
@@ -42,7 +45,7 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 	d := be.dev
 	k := jobs[0].w.Cols
 	isX := be.isInput(b, x, ldx)
-	if len(jobs) == 1 && !(isX && b.xq8 != 0) {
+	if len(jobs) == 1 && !(isX && b.xq8 != 0) && !jobs[0].half {
 		// (x's Q8_0 rows, when HCPre formed them, are used as they are)
 		if ok, err := be.matVecF32(b, s, tag, jobs[0].w, x, ldx, 0, 0, jobs[0].y, jobs[0].ldy, n, false); ok {
 			return err
@@ -53,6 +56,9 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 	for _, j := range jobs {
 		if j.w.Cols != k {
 			return fmt.Errorf("cuda: linear: weights of %d and %d columns", k, j.w.Cols)
+		}
+		if j.half && !be.half(j.w, quant.F16, n) {
+			return fmt.Errorf("cuda: linear: f16 output of a %v product of %d tokens without an f16 path", j.w.Type, n)
 		}
 		if be.half(j.w, quant.F16, n) {
 			if xh == 0 && isX && b.xh != 0 {
@@ -66,6 +72,12 @@ func (be *Backend) linearOn(b *batch, s Stream, tag string, x Ptr, ldx, n int, j
 				if err := d.ToHalf(s, x, ldx, k, n, xh); err != nil {
 					return err
 				}
+			}
+			if j.half {
+				if err := d.MatMulHalfH(s, j.w, 1, xh, int64(k), 0, n, j.y, int64(j.ldy), 0); err != nil {
+					return err
+				}
+				continue
 			}
 			if err := d.MatMulHalf(s, j.w, 1, xh, quant.F16, int64(k), 0, n, j.y, int64(j.ldy), 0); err != nil {
 				return err
@@ -280,7 +292,7 @@ func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (mixOut, error) {
 	if isFloatType(fn.Type) && be.hcEarly {
 		return mixOut{ptr: out, raw: true, late: true}, be.dev.MatMulLate(b.s, fn, b.h, int64(4*HCD), b.n, out, int64(fn.Rows), be.exact())
 	}
-	return mixOut{ptr: out, raw: true}, be.linear(b, b.h, HCD, b.n, linJob{fn, out, fn.Rows})
+	return mixOut{ptr: out, raw: true}, be.linear(b, b.h, HCD, b.n, linJob{w: fn, y: out, ldy: fn.Rows})
 }
 
 // postMixParts returns the parts in which HCPost after the sub-block forms
@@ -484,7 +496,7 @@ func (be *Backend) headRows(b *batch, rows []int, logits []float32, hw *dhead) e
 	if err != nil {
 		return err
 	}
-	if err := be.linear(b, in, D, len(rows), linJob{be.out, lg, V}); err != nil {
+	if err := be.linear(b, in, D, len(rows), linJob{w: be.out, y: lg, ldy: V}); err != nil {
 		return err
 	}
 	graph := b.g.capturing
@@ -570,7 +582,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	// main stream, the compressors' on the side stream (below). qr stays the
 	// raw q_a product; qrn is its RMSNorm.
 	qr, qrn, kv := buf("attn.qr", n*QL), buf("attn.qrn", n*QL), buf("attn.kv", n*HD)
-	jobs := []linJob{{L.qa, qr, QL}, {L.kv, kv, HD}}
+	jobs := []linJob{{w: L.qa, y: qr, ldy: QL}, {w: L.kv, y: kv, ldy: HD}}
 	// kvSide: a decode step's (or a speculative pass's) KV product on the
 	// side stream (below)
 	kvSide := be.kvSide && n <= be.stepMax && b.side != b.s
@@ -596,19 +608,19 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	if L.comp != nil {
 		cw := L.comp.coff * HD
 		ckv, csc = buf("attn.ckv", n*cw), buf("attn.csc", n*cw)
-		sideJobs = append(sideJobs, linJob{L.comp.kv, ckv, cw}, linJob{L.comp.gate, csc, cw})
+		sideJobs = append(sideJobs, linJob{w: L.comp.kv, y: ckv, ldy: cw}, linJob{w: L.comp.gate, y: csc, ldy: cw})
 	}
 	if L.idx != nil {
 		cw := 2 * c.IndexerHeadDim
 		ikv, isc = buf("idx.ckv", n*cw), buf("idx.csc", n*cw)
-		ixJobs = []linJob{{L.idx.comp.kv, ikv, cw}, {L.idx.comp.gate, isc, cw}}
+		ixJobs = []linJob{{w: L.idx.comp.kv, y: ikv, ldy: cw}, {w: L.idx.comp.gate, y: isc, ldy: cw}}
 		if !ixPar {
 			sideJobs, ixJobs = append(sideJobs, ixJobs...), nil
 		}
 		if scoring {
 			iw = buf("idx.w", n*c.IndexerHeads)
 			if !ixPar { // (ixPar: on side2, below)
-				jobs = append(jobs, linJob{L.idx.proj, iw, c.IndexerHeads})
+				jobs = append(jobs, linJob{w: L.idx.proj, y: iw, ldy: c.IndexerHeads})
 			}
 		}
 	}
@@ -704,7 +716,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 				return err
 			}
 		}
-		if err := be.linearOn(b, b.side, "side.", b.x, D, n, linJob{L.kv, kv, HD}); err != nil {
+		if err := be.linearOn(b, b.side, "side.", b.x, D, n, linJob{w: L.kv, y: kv, ldy: HD}); err != nil {
 			return err
 		}
 		if err := b.markOn(b.evKV); err != nil {
@@ -723,8 +735,8 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		}
 	}
 	// Query LoRA: RMSNorm, then q_b (and the indexer's query product).
-	qjobs := []linJob{{L.qb, q, H * HD}}
-	ixJob := linJob{nil, iq, c.IndexerHeads * c.IndexerHeadDim}
+	qjobs := []linJob{{w: L.qb, y: q, ldy: H * HD}}
+	ixJob := linJob{w: nil, y: iq, ldy: c.IndexerHeads * c.IndexerHeadDim}
 	if scoring {
 		ixJob.w = L.idx.qb
 	}
@@ -770,7 +782,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	if ixSide {
 		xs, tag := b.side2, "side2."
 		if ixPar { // the head weights' product, also read only by the scores
-			if err := be.linearOn(b, xs, tag, b.x, D, n, linJob{L.idx.proj, iw, c.IndexerHeads}); err != nil {
+			if err := be.linearOn(b, xs, tag, b.x, D, n, linJob{w: L.idx.proj, y: iw, ldy: c.IndexerHeads}); err != nil {
 				return err
 			}
 		} else {
@@ -823,22 +835,10 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			// q_b's output as f16 rows (cuBLAS rounds the f32 sums), which
 			// the attention normalises and rotates: half the bytes written
 			// here and read there
-			xh, err := b.sc.get("attn.qrn.f16", 2*int64(n*QL))
-			if err != nil {
-				return err
-			}
-			if err := d.ToHalf(s, qrn, QL, QL, n, xh); err != nil {
-				return err
-			}
-			if err := d.MatMulHalfH(s, L.qb, 1, xh, int64(QL), 0, n, qh, int64(H*HD), 0); err != nil {
-				return err
-			}
-			qjobs = qjobs[1:]
+			qjobs[0] = linJob{w: L.qb, y: qh, ldy: H * HD, half: true}
 		}
-		if len(qjobs) > 0 {
-			if err := be.linear(b, qrn, QL, n, qjobs...); err != nil {
-				return err
-			}
+		if err := be.linear(b, qrn, QL, n, qjobs...); err != nil {
+			return err
 		}
 	}
 	// Per-head query norm and rotation; the KV row's norm, rotation and
@@ -1000,7 +1000,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			} else if err := d.MatMulEx(s, L.outA, 0, G, act, actTok, actSel, 1, n, oa, int64(G*OL), int64(OL), be.exact()); err != nil {
 				return err
 			}
-			if err := be.linear(b, oa, G*OL, n, linJob{L.outB, b.out, D}); err != nil {
+			if err := be.linear(b, oa, G*OL, n, linJob{w: L.outB, y: b.out, ldy: D}); err != nil {
 				return err
 			}
 		}
@@ -1222,7 +1222,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if err := be.sharedExpert(b, L, shg, shu, ysh); err != nil {
 		return err
 	}
-	if err := be.linear(b, b.x, D, n, linJob{L.gate, lg, E}); err != nil {
+	if err := be.linear(b, b.x, D, n, linJob{w: L.gate, y: lg, ldy: E}); err != nil {
 		return err
 	}
 	tid := Ptr(0)
@@ -1469,7 +1469,7 @@ func (be *Backend) sharedExpert(b *batch, L *dlayer, shg, shu, ysh Ptr) error {
 	if err := be.dev.SwiGLURef(b.side, shg, shu, shg, FF, n, shLim, 0); err != nil {
 		return err
 	}
-	return be.linearOn(b, b.side, "side.", shg, FF, n, linJob{L.downSh, ysh, D})
+	return be.linearOn(b, b.side, "side.", shg, FF, n, linJob{w: L.downSh, y: ysh, ldy: D})
 }
 
 // sharedGateUp runs the shared expert's gate and up products of b.x into
@@ -1481,7 +1481,7 @@ func (be *Backend) sharedGateUp(b *batch, L *dlayer, shg, shu Ptr) error {
 	n, D, FF := b.n, c.Embed, c.ExpertFF
 	g, u := L.gateSh, L.upSh
 	if n != 1 || isFloatType(g.Type) || g.Type != u.Type || g.Rows != u.Rows || g.Cols != u.Cols || g.Mats != 1 || u.Mats != 1 {
-		return be.linearOn(b, b.side, "side.", b.x, D, n, linJob{g, shg, FF}, linJob{u, shu, FF})
+		return be.linearOn(b, b.side, "side.", b.x, D, n, linJob{w: g, y: shg, ldy: FF}, linJob{w: u, y: shu, ldy: FF})
 	}
 	at, err := be.dev.ActType(g.Type)
 	if err != nil {

@@ -149,7 +149,7 @@ func (be *Backend) headRow(b *batch, out Ptr) error {
 	if err := be.headIn(b, &be.head); err != nil {
 		return err
 	}
-	return be.linear(b, b.headIn, be.cfg.Embed, 1, linJob{be.out, out, be.cfg.Vocab})
+	return be.linear(b, b.headIn, be.cfg.Embed, 1, linJob{w: be.out, y: out, ldy: be.cfg.Vocab})
 }
 
 // stopProfiler ends the profiling of the chunk the profiler was armed for

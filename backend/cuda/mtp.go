@@ -273,10 +273,10 @@ func (be *Backend) mtpEmbed(mbi engine.Batch, pos int, tokens []int32, graph boo
 	if err := d.Record(st.used, b.s); err != nil {
 		return err
 	}
-	if err := be.linear(b, en, D, n, linJob{m.eProj, ep, D}); err != nil {
+	if err := be.linear(b, en, D, n, linJob{w: m.eProj, y: ep, ldy: D}); err != nil {
 		return err
 	}
-	if err := be.linear(b, hn, D, n*HC, linJob{m.hProj, b.h, D}); err != nil {
+	if err := be.linear(b, hn, D, n*HC, linJob{w: m.hProj, y: b.h, ldy: D}); err != nil {
 		return err
 	}
 	if err := d.HCPost(b.s, b.h, ep, st.post, st.comb, HC, D, n); err != nil {

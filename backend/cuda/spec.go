@@ -114,7 +114,7 @@ func (be *Backend) MTPHeadDraft(mbi, bi engine.Batch, row int) error {
 		return err
 	}
 	in := mb.headIn + Ptr(4*int64(row*D))
-	if err := be.linear(mb, in, D, 1, linJob{be.out, q.dlogits, V}); err != nil {
+	if err := be.linear(mb, in, D, 1, linJob{w: be.out, y: q.dlogits, ldy: V}); err != nil {
 		return err
 	}
 	if err := mb.finish(); err != nil {
@@ -210,7 +210,7 @@ func (be *Backend) HeadVerify(bi engine.Batch) error {
 	if err := be.headIn(b, &be.head); err != nil {
 		return err
 	}
-	if err := be.linear(b, b.headIn, D, n, linJob{be.out, q.logits, V}); err != nil {
+	if err := be.linear(b, b.headIn, D, n, linJob{w: be.out, y: q.logits, ldy: V}); err != nil {
 		return err
 	}
 	for r := 0; r < n; r++ {
