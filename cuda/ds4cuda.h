@@ -523,9 +523,10 @@ enum { DS4C_FAST = 1 };
  * before their norm and rotation (floats), which the kernel applies as
  * ds4c_norm_rope_half would (no weight, q_eps, the rotation of d_rfreqs at
  * each token's position); both, d_q holds those rows before their norm as
- * f16 (the same operations on their float values); DS4C_ATTN_OH, d_out receives f16 rows, the
- * inverse rotation applied (d_qact must be NULL): the values that the float
- * output rotated (ds4c_rope) and rounded (ds4c_to_half) would give. */
+ * f16 (the same operations on their float values); DS4C_ATTN_OH, d_out
+ * receives f16 rows, the inverse rotation applied (d_qact must be NULL):
+ * the values that the float output rotated (ds4c_rope) and rounded
+ * (ds4c_to_half) would give. */
 enum { DS4C_ATTN_QH = 2, DS4C_ATTN_OH = 4, DS4C_ATTN_QN = 8 };
 /* When ds4c_attention takes f16 queries and output for these arguments
  * (fast chunks of the flash kernel's shape, rotated dims roff … roff+rd

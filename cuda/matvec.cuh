@@ -1659,8 +1659,9 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe(PipeArgs p) {
 // Q8F_SEG values (32 blocks), a warp taking items w, w + 8, …: lane l
 // forms the dp4a sum of one block of the item (the even lane block l/2,
 // the odd 16 + l/2: q8f_blk) and scales it, and the warp's tree sum is the
-// item's partial, stored in its (row, segment) slot. After the tile's barrier one thread a row adds its
-// partials in segment order: the same bits run to run. A warp keeps its
+// item's partial, stored in its (row, segment) slot. After the tile's
+// barrier one thread a row adds its partials in segment order: the same
+// bits run to run. A warp keeps its
 // segment's activation units and scales in registers while its segment
 // and the selection stay (always, when the segments divide the 8 warps).
 // Per 32 weight bytes this is about a third of k_mv_pipe's instructions,

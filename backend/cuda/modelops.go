@@ -686,10 +686,10 @@ type AttentionArgs struct {
 	// QHalf: Q holds f16 rows (NormRopeHalf's); QNorm: Q holds the query
 	// rows before NormRope (no weight, QEps, the rotation of RopeFreqs),
 	// which the kernel applies itself; both: Q holds those rows as f16
-	// (the same operations on their float values); OutHalf: Out receives f16 rows, the
-	// inverse rotation applied (QAct must be 0) — the values that the float
-	// output rotated and passed through ToHalf would hold. Only in the form
-	// AttentionHalfIO names.
+	// (the same operations on their float values); OutHalf: Out receives
+	// f16 rows, the inverse rotation applied (QAct must be 0) — the values
+	// that the float output rotated and passed through ToHalf would hold.
+	// Only in the form AttentionHalfIO names.
 	QHalf, QNorm, OutHalf bool
 	QEps                  float32
 	// RopeTable: RopeTable's table of the N positions from Pos0 for
