@@ -736,7 +736,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	}
 	// Query LoRA: RMSNorm, then q_b (and the indexer's query product).
 	qjobs := []linJob{{w: L.qb, y: q, ldy: H * HD}}
-	ixJob := linJob{w: nil, y: iq, ldy: c.IndexerHeads * c.IndexerHeadDim}
+	ixJob := linJob{y: iq, ldy: c.IndexerHeads * c.IndexerHeadDim} // (w: the indexer's q_b when scoring)
 	if scoring {
 		ixJob.w = L.idx.qb
 	}
