@@ -37,7 +37,7 @@
 #          at most; TABLE_FRONTIERS: other frontiers) into table.csv/.svg; TABLE2=s the same sampled with
 #          ds4-server's defaults (--temp 1) into table-sampled.csv/.svg;
 #          TABLE_AB: environment assignments, the TABLE run again with them
-#          into table-ab.csv/.svg
+#          into table-ab.csv/.svg ('|'-separated sets: table-ab2.csv, … too)
 #   MTP=RATES  speculative decoding on the full-size q2 synth with a
 #          separate synthetic MTP file (ds4-gguf synth --mtp-only): ds4-bench
 #          --fast --mtp at 8k (--warmup 4096, GEN tokens, default 128) with
@@ -155,7 +155,13 @@ table() { # name seconds flags…
     echo "$n: exit $?"; cat "$OUT/$n.csv"; el
 }
 [ -n "${TABLE:-}" ] && table table "$TABLE"
-[ -n "${TABLE:-}" ] && [ -n "${TABLE_AB:-}" ] && { echo "table-ab: $TABLE_AB"; TABLE_ENV="$TABLE_AB" table table-ab "$TABLE"; }
+if [ -n "${TABLE:-}" ] && [ -n "${TABLE_AB:-}" ]; then # '|'-separated variants: table-ab, table-ab2, … (only the first with its plot)
+    IFS='|' read -ra TVS <<<"$TABLE_AB"; i=1
+    for v in "${TVS[@]}"; do
+        n=table-ab; [ $i -gt 1 ] && n=table-ab$i
+        echo "$n: $v"; TABLE_ENV="$v" table $n "$TABLE"; [ $i -gt 1 ] && rm -f "$OUT/$n.svg"; i=$((i + 1))
+    done
+fi
 [ -n "${TABLE2:-}" ] && table table-sampled "$TABLE2" --temp 1
 if [ -n "${KT:-}" ]; then
     ktargs="--fast --warmup 4096"
