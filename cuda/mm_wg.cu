@@ -422,6 +422,7 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
     const bool mat_ok = mat >= 0 && mat < a.n_mat;
     if (!mat_ok) mat = 0;
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, q = lane & 3;
+    const uint32_t gsel = 0x4440u | (uint32_t)q; // __byte_perm selector: byte q of a word, zero-extended (IQ2_XXS: the grid index)
     constexpr int MR = GLU ? M / 2 : M; // rows of a tensor a CTA
     const int row0 = blockIdx.x * MR;
     const int nbr = a.cols / 256;
@@ -516,6 +517,20 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
         for (int b = 0; b < nbr; b++) {
             const uint32_t sa = na, sb = nb;
             if (b + 1 < nbr) na = scale_of(bA + b + 1), nb = scale_of(bB + b + 1);
+            // IQ2_XXS: the rows' block scales d as f16 pairs and −1024·d
+            // (exact), and whether every sub-block scale d·(2s+1) of the
+            // warp's rows (s ≤ 15) is below 63, so that the fused forms hold
+            // for the whole block: |d| < 2 (one vote a block)
+            __half2 d2[2], e2[2];
+            bool fma_blk = false;
+            if (T == WG_TYPE_IQ2) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    d2[h] = __half2half2(__ushort_as_half((unsigned short)(h ? sb : sa)));
+                    e2[h] = __hmul2(d2[h], __float2half2_rn(-1024.f));
+                }
+                fma_blk = __all_sync(0xffffffffu, fabsf(__low2float(d2[0])) < 2.f && fabsf(__low2float(d2[1])) < 2.f);
+            }
 #pragma unroll
             for (int q4 = 0; q4 < 4; q4++) {
                 cp_async_wait<1>(); // stage 4b+q4 is here (the next may still be in flight)
@@ -536,15 +551,8 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
                         // unless a scale of the block is too large for it
                         uint2 qw[2];
                         __half2 s2[2], c2[2];
-                        bool small = true;
 #pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            qw[h] = *(const uint2 *)(rw + 16 * (h ? rb : ra) + 8 * jj);
-                            const float d = __half2float(__ushort_as_half((unsigned short)(h ? sb : sa)));
-                            s2[h] = __float2half2_rn(d * (float)(2 * (qw[h].y >> 28) + 1));
-                            c2[h] = __hmul2(s2[h], __float2half2_rn(-1024.f));
-                            small = small && fabsf(__low2float(s2[h])) < 63.f;
-                        }
+                        for (int h = 0; h < 2; h++) qw[h] = *(const uint2 *)(rw + 16 * (h ? rb : ra) + 8 * jj);
                         auto vals = [&](auto fma_tag) {
                             constexpr bool FMA = decltype(fma_tag)::value;
 #pragma unroll
@@ -552,14 +560,31 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
 #ifdef DS4_WG_PROBE_NODEC // (timing probe: the weights not decoded; wrong sums)
                                 o[h] = make_uint4(qw[h].x & 0x3bff3bffu, qw[h].y & 0x3bff3bffu, wg_bits(s2[h]), wg_bits(c2[h]));
 #else
-                                o[h] = wg_iq2_vals<FMA>(s_grid[(qw[h].x >> (8 * q)) & 0xff], (qw[h].y >> (7 * q)) & 127,
+                                o[h] = wg_iq2_vals<FMA>(s_grid[__byte_perm(qw[h].x, 0u, gsel)], (qw[h].y >> (7 * q)) & 127,
                                                         s2[h], c2[h]);
 #endif
                         };
-                        if (__all_sync(0xffffffffu, small))
+                        if (fma_blk) {
+                            // s2 = d·(2s+1) rounded once, as the float
+                            // product rounded to f16: (1024 + 2s+1)·d − 1024·d
+                            // fused, the biased f16 1024 + 2s+1 (twice) from
+                            // the sub-block's scale s (its top 4 bits)
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                const uint32_t hb = (qw[h].y >> 28) * 0x20002u + 0x64016401u;
+                                s2[h] = __hfma2(*(const __half2 *)&hb, d2[h], e2[h]);
+                                c2[h] = __hmul2(s2[h], __float2half2_rn(-1024.f));
+                            }
                             vals(WgFlag<true>{});
-                        else
+                        } else {
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                const float d = __low2float(d2[h]);
+                                s2[h] = __float2half2_rn(d * (float)(2 * (qw[h].y >> 28) + 1));
+                                c2[h] = __hmul2(s2[h], __float2half2_rn(-1024.f));
+                            }
                             vals(WgFlag<false>{});
+                        }
                     } else {
                         // Q2_K: the row's quant bytes 8q … 8q+7 of the half
                         // (plane 2·(q4 & 1) + jj) and its sub-block's scale byte

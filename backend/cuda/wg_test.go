@@ -49,6 +49,23 @@ func halfTerms(t testing.TB, typ quant.Type, row []byte, cols int) (w, m []float
 	return w, m
 }
 
+// bigScaleIQ2 uploads random IQ2_XXS matrices whose every third block has a
+// scale d in [2, 24): sub-block scales d·(2s+1) up to 744, past what the
+// fused f16 decode (1024 + g)·s − 1024·s holds, so that the RS kernels take
+// their unfused form for those blocks' warps.
+func bigScaleIQ2(t testing.TB, d *Device, rows, cols, mats int, seed uint64) (func(int) []byte, *Weight) {
+	t.Helper()
+	mb := weightBytes(quant.IQ2_XXS, rows, cols)
+	w := randomWeights(quant.IQ2_XXS, int64(mats)*mb/int64(quant.IQ2_XXS.BlockBytes()), seed)
+	r := rand.New(rand.NewPCG(seed, 9))
+	bb := quant.IQ2_XXS.BlockBytes()
+	for b := 0; b*bb < len(w); b += 3 {
+		binary.LittleEndian.PutUint16(w[b*bb:], quant.F32ToF16(float32(2+22*r.Float64())))
+	}
+	dw := uploadWeight(t, d, quant.IQ2_XXS, rows, cols, mats, w)
+	return func(m int) []byte { return w[int64(m)*mb : int64(m+1)*mb] }, dw
+}
+
 // TestGroupedHalf checks fast mode's wgmma products of grouped selections
 // (MatMulGroupedHalf: f16 activations, weights dequantized to f16) against
 // float64 sums over the exact weights and the same f16 activations. The
@@ -88,11 +105,13 @@ func groupedHalfCases(t *testing.T, d *Device, v int) {
 	cases := []struct {
 		typ        quant.Type
 		rows, cols int
+		big        bool // IQ2_XXS: every third block's d in [2, 24) (the RS kernels' unfused decode)
 	}{
-		{quant.IQ2_XXS, 300, 512},
-		{quant.IQ2_XXS, 520, 2048},
-		{quant.Q2_K, 300, 512},
-		{quant.Q2_K, 520, 2048},
+		{quant.IQ2_XXS, 300, 512, false},
+		{quant.IQ2_XXS, 520, 2048, false},
+		{quant.Q2_K, 300, 512, false},
+		{quant.Q2_K, 520, 2048, false},
+		{quant.IQ2_XXS, 264, 1024, true},
 	}
 	worst := 0.0
 	for ci, c := range cases {
@@ -102,8 +121,17 @@ func groupedHalfCases(t *testing.T, d *Device, v int) {
 			}
 			continue
 		}
+		if c.big && v < 5 { // (the other variants' large-scale forms are not checked here)
+			continue
+		}
 		const mats, K = 5, 3
-		mat, dw, _ := randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(4100+ci))
+		var mat func(int) []byte
+		var dw *Weight
+		if c.big {
+			mat, dw = bigScaleIQ2(t, d, c.rows, c.cols, mats, uint64(4100+ci))
+		} else {
+			mat, dw, _ = randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(4100+ci))
+		}
 		rb := int(weightBytes(c.typ, 1, c.cols))
 		// The rows checked: both ends, and three of every 37 (every warp's
 		// lanes and both halves of its m16 tiles across the row blocks).
