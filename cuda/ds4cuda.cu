@@ -78,7 +78,7 @@ static int g_opt_ix_query = 1; // ds4c_index_query: rotation, Hadamard/FP4 and w
 static int g_opt_mv_f32 = 3; // ds4c_matvec_f32, by bits: 1 the pipelined kernel forms its Q8_0 activation itself (matvec.cuh pipe_act_f32); 2 fast mode's F16 products normalise their row themselves (mv_float.cu k_mv_f16_norm, v35)
 static int g_opt_mv_dec = 2; // single-token IQ2_XXS and Q2_K products: k_mv_dec, 2 rows at a time, 2 CTAs an SM (matvec.cuh launch_dec; cuda/NOTES.md v20)
 static int g_opt_wg_glu = 1; // fast chunks: routed gate + up + SwiGLU in one wgmma launch (mm_wg.cu)
-static int g_opt_wg_moe = 5; // routed experts on wgmma, weights dequantized into its A registers (cuda/NOTES.md v18)
+static int g_opt_wg_moe = 7; // routed experts on wgmma, weights dequantized into its A registers, Q2_K in CTAs of 2 warpgroups (cuda/NOTES.md v18, v55)
 static int g_opt_tc_stage = 3; // IQ2_XXS 8 warps x 64 slots from 32 selections a matrix, else 4 x 32; Q2_K 4 x 32 (cuda/NOTES.md v12, v49)
 
 int ds4c_err(int code, const char *fmt, ...) {
@@ -501,7 +501,7 @@ static const struct {
     {DS4C_OPT_HC_CHUNK, "hc_chunk", &g_opt_hc_chunk, 0, 1},
     {DS4C_OPT_HC_MIX, "hc_mix", &g_opt_hc_mix, 0, 2},
     {DS4C_OPT_HAD_WARP, "had_warp", &g_opt_had_warp, 0, 1},
-    {DS4C_OPT_WG_MOE, "wg_moe", &g_opt_wg_moe, 0, 6},
+    {DS4C_OPT_WG_MOE, "wg_moe", &g_opt_wg_moe, 0, 7},
     {DS4C_OPT_ATTN_HALF, "attn_half", &g_opt_attn_half, 0, 3},
     {DS4C_OPT_WG_GLU, "wg_glu", &g_opt_wg_glu, 0, 1},
     {DS4C_OPT_MV_DEC, "mv_dec", &g_opt_mv_dec, 0, 3},

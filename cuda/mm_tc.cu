@@ -1265,7 +1265,7 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
 }
 
 int ds4c_grouped_glu_ok(int type, int64_t rows, int64_t cols, int n_sel) {
-    return ds4c_opt_wg_glu() && ds4c_opt_wg_moe() == 5 && rows > 0 && rows % 128 == 0 &&
+    return ds4c_opt_wg_glu() && (ds4c_opt_wg_moe() == 5 || ds4c_opt_wg_moe() == 7) && rows > 0 && rows % 128 == 0 &&
                    ds4c_grouped_half_ok(type, cols, n_sel) == 2
                ? 1
                : 0;
@@ -1303,7 +1303,7 @@ int ds4c_grouped_half_ok(int type, int64_t cols, int n_sel) {
     const int v = ds4c_opt_wg_moe();
     if (v == 0 || (v == 3 && type == DS4C_Q2_K)) return 0; // (3: Q2_K stays on the int8 kernels, faster there)
     if (n_sel <= 0 || n_sel < ds4c_opt_tc_min_sel() || !wg_supported(type, cols)) return 0;
-    return v >= 5 ? 2 : 1; // (5, 6: the RS form reads the activations permuted)
+    return v >= 5 ? 2 : 1; // (5, 6, 7: the RS form reads the activations permuted)
 }
 
 } // extern "C"

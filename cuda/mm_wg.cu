@@ -26,8 +26,8 @@
 // and waits only for the previous stage's, so the decoding of a stage
 // overlaps the products of the one before. Which products come here is
 // ds4c_grouped_half_ok's choice (wg_moe 3 leaves Q2_K to the int8 kernels).
-// The default, wg_moe 5, is k_wg_rs below: the weights decoded straight
-// into wgmma's A registers. Needs sm_90a (wgmma): the library builds this
+// wg_moe 5 is k_wg_rs below: the weights decoded straight into wgmma's A
+// registers; the default, 7, the same with Q2_K in CTAs of 2 warpgroups. Needs sm_90a (wgmma): the library builds this
 // file for it (scripts/cuda/build-lib.sh) and wg_supported checks the
 // device.
 #include "mm_tc.cuh"
@@ -693,15 +693,19 @@ int wg_grouped(int type, const TCArgs &p, int xcount, cudaStream_t st) {
     // 2: IQ2_XXS in CTAs of 2 warpgroups (Q2_K's buffers would not fit two
     // an SM); 3: IQ2_XXS in the 128-byte-swizzled layout (ds4c_grouped_half_ok
     // then leaves Q2_K to the int8 kernels); 4: Q2_K swizzled too; 5, 6: the
-    // RS form (k_wg_rs; permuted activations) in CTAs of 4 or 2 warpgroups
+    // RS form (k_wg_rs; permuted activations) in CTAs of 4 or 2 warpgroups;
+    // 7 (the default): IQ2_XXS as 5, Q2_K as 6 — two CTAs an SM, each with
+    // its own barrier a stage, beat one of 4 warpgroups for the down
+    // product (4096 tokens: 1202 against 1292 µs), not for IQ2_XXS, whose
+    // 2-warpgroup CTAs read the activations twice as often (1087 against 1035)
     const int v = ds4c_opt_wg_moe();
     const bool iq2 = type == DS4C_IQ2_XXS;
-    if (v == 5) {
+    if (v == 5 || (v == 7 && iq2)) {
         if (iq2)
             wg_go_rs<WG_TYPE_IQ2, 4>(p, xcount, st);
         else
             wg_go_rs<WG_TYPE_Q2K, 4>(p, xcount, st);
-    } else if (v == 6) {
+    } else if (v == 6 || v == 7) {
         if (iq2)
             wg_go_rs<WG_TYPE_IQ2, 2>(p, xcount, st);
         else

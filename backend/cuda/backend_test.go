@@ -773,7 +773,7 @@ func TestKernelVariants(t *testing.T) {
 			exact := run(Options{GraphLayers: -1}, 1)
 			i8 := agree(exact, run(Options{GraphLayers: -1, Fast: true}, 0))
 			t.Logf("chunks of %d: fast, int8 experts, against exact: %v", chunk, i8)
-			for _, v := range []int{1, 3, 4, 5} { // every expert on wgmma; IQ2_XXS only, swizzled; both swizzled; RS form
+			for _, v := range []int{1, 3, 4, 5, 7} { // every expert on wgmma; IQ2_XXS only, swizzled; both swizzled; RS form; RS form, Q2_K in CTAs of 2 warpgroups
 				wg := agree(exact, run(Options{GraphLayers: -1, Fast: true}, v))
 				t.Logf("chunks of %d: fast, wgmma experts (wg_moe %d), against exact: %v", chunk, v, wg)
 				if wg.median > 1.5*i8.median || wg.top1 < i8.top1-0.02 {

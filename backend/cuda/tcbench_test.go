@@ -133,7 +133,7 @@ func TestPrefillProducts(t *testing.T) {
 			report(label, float64(nsel)*float64(rows)*float64(cols), us)
 		}
 		// fast mode's wgmma product (f16 activations: ToHalf's, timed apart)
-		for _, v := range []int{1, 2, 3, 4, 5, 6} {
+		for _, v := range []int{1, 2, 3, 4, 5, 6, 7} {
 			label := fmt.Sprintf("%s %s %dx%d sel %d wg %d", name, typ, rows, cols, nsel, v)
 			must(t, d.SetOption(OptWGMoE, v))
 			lay := d.GroupedHalf(typ, cols, nsel)

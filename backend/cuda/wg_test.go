@@ -85,7 +85,7 @@ func TestGroupedHalf(t *testing.T) {
 		}
 		t.Skipf("no wgmma product on %s (compute capability %d.%d)", inf.Name, inf.Major, inf.Minor)
 	}
-	variants := []int{1, 2, 3, 4, 5, 6}
+	variants := []int{1, 2, 3, 4, 5, 6, 7}
 	if env := os.Getenv("DS4_CUDA_TEST_WG"); env != "" { // e.g. "4", one variant (compute-sanitizer runs)
 		variants = nil
 		for _, f := range strings.Split(env, ",") {
