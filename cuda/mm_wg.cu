@@ -27,9 +27,9 @@
 // overlaps the products of the one before. Which products come here is
 // ds4c_grouped_half_ok's choice (wg_moe 3 leaves Q2_K to the int8 kernels).
 // wg_moe 5 is k_wg_rs below: the weights decoded straight into wgmma's A
-// registers; the default, 7, the same with Q2_K in CTAs of 2 warpgroups. Needs sm_90a (wgmma): the library builds this
-// file for it (scripts/cuda/build-lib.sh) and wg_supported checks the
-// device.
+// registers; the default, 7, the same with Q2_K in CTAs of 2 warpgroups.
+// Needs sm_90a (wgmma): the library builds this file for it
+// (scripts/cuda/build-lib.sh) and wg_supported checks the device.
 #include "mm_tc.cuh"
 #include "wg.cuh"
 
