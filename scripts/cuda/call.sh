@@ -47,6 +47,10 @@
 #          (MTP_AB_ARGS: and these ds4-bench flags);
 #          MTP_ARGS: more ds4-bench flags for the first run (e.g.
 #          "--cpuprofile $OUT/mtp.pprof")
+#   BITS=1 the bit-identity check: ds4 --dump-logprobs (40 greedy steps of
+#          the full-size synth, --fast) with the main library and each
+#          /tmp/lib-*.so, and with the main library under each of BITS_AB's
+#          '|'-separated environment sets; prints each run's md5
 #   COLD=1 scripts/cuda/coldstart.sh: a fresh process's 8k prompt against
 #          warmed-up ones (WARMUPS, COLD_ARGS, COLD_ROUNDS; with
 #          DS4_CUDA_SLOW_CALL_US=n the slow calls summed, into cold-W.log)
@@ -72,7 +76,7 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
 synth=
-if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}${COLD:-}${SMALL:-}" ]; then
+if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then
     BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
     synth=$!
 fi
@@ -132,7 +136,7 @@ if [ -n "${NCU:-}" ]; then
     for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
-if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}${COLD:-}${SMALL:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
 if [ -n "${SMALL:-}" ]; then OUT=$OUT bash scripts/cuda/small-ab.sh; tar -czf "$OUT/small.tgz" -C "$OUT" small && rm -rf "$OUT/small"; el; fi
 if [ -n "${COLD:-}" ]; then OUT=$OUT bash scripts/cuda/coldstart.sh; el; fi
 if [ -n "${MTP:-}${KT_MTP:-}" ]; then
@@ -179,6 +183,18 @@ if [ -n "${KT:-}" ]; then
         env $KT_AB OUT=/tmp/kt2 BENCH_ARGS="$ktargs" bash scripts/cuda/ktrace.sh >/tmp/kt2.log 2>&1; cp /tmp/kt2/ktrace.txt "$OUT/ktrace-ab.txt"
         head -30 "$OUT/ktrace-ab.txt"
     fi
+    el
+fi
+if [ -n "${BITS:-}" ]; then # the same greedy logprobs from every library (and BITS_AB's switches)?
+    bits() { # name, environment assignments…
+        local n=$1; shift
+        env "$@" timeout 120 $F/ds4 -m /dev/shm/flash-q2.gguf --backend cuda --fast --temp 0 -n 40 --dump-logprobs "/tmp/lp-$n.json" \
+            -p "The quick brown fox jumps over the lazy dog because" >"/tmp/lp-$n.log" 2>&1
+        echo "bits $n: exit $? md5 $(md5sum <"/tmp/lp-$n.json" | cut -c1-32)"
+    }
+    for lib in $PWD/build/libds4cuda.so /tmp/lib-*.so; do [ -s "$lib" ] && bits "$(basename "$lib" .so)" DS4_CUDA_LIB="$lib"; done
+    IFS='|' read -ra BVS <<<"${BITS_AB:-}"
+    for v in "${BVS[@]}"; do [ -n "$v" ] && { read -ra kv <<<"$v"; bits "$(echo "$v" | tr -c 'A-Za-z0-9_\n' _)" "${kv[@]}"; }; done
     el
 fi
 if [ -n "${AB:-}" ]; then
