@@ -422,7 +422,8 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
     const bool mat_ok = mat >= 0 && mat < a.n_mat;
     if (!mat_ok) mat = 0;
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, q = lane & 3;
-    const uint32_t gsel = 0x4440u | (uint32_t)q; // __byte_perm selector: byte q of a word, zero-extended (IQ2_XXS: the grid index)
+    // __byte_perm selector: byte q of a word, zero-extended (IQ2_XXS: the grid index)
+    const uint32_t gsel = 0x4440u | (uint32_t)q;
     constexpr int MR = GLU ? M / 2 : M; // rows of a tensor a CTA
     const int row0 = blockIdx.x * MR;
     const int nbr = a.cols / 256;
@@ -560,8 +561,8 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
 #ifdef DS4_WG_PROBE_NODEC // (timing probe: the weights not decoded; wrong sums)
                                 o[h] = make_uint4(qw[h].x & 0x3bff3bffu, qw[h].y & 0x3bff3bffu, wg_bits(s2[h]), wg_bits(c2[h]));
 #else
-                                o[h] = wg_iq2_vals<FMA>(s_grid[__byte_perm(qw[h].x, 0u, gsel)], (qw[h].y >> (7 * q)) & 127,
-                                                        s2[h], c2[h]);
+                                o[h] = wg_iq2_vals<FMA>(s_grid[__byte_perm(qw[h].x, 0u, gsel)],
+                                                        (qw[h].y >> (7 * q)) & 127, s2[h], c2[h]);
 #endif
                         };
                         if (fma_blk) {
