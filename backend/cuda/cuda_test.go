@@ -307,8 +307,18 @@ func uploadWeight(t testing.TB, d *Device, typ quant.Type, rows, cols, mats int,
 // and the bytes of one activation row for it.
 func randomMats(t testing.TB, d *Device, typ quant.Type, rows, cols, mats int, seed uint64) (mat func(int) []byte, dw *Weight, ab int64) {
 	t.Helper()
+	return randomMatsEdit(t, d, typ, rows, cols, mats, seed, nil)
+}
+
+// randomMatsEdit is randomMats with edit (when not nil) applied to the
+// matrices' GGUF bytes before they are uploaded.
+func randomMatsEdit(t testing.TB, d *Device, typ quant.Type, rows, cols, mats int, seed uint64, edit func(w []byte)) (mat func(int) []byte, dw *Weight, ab int64) {
+	t.Helper()
 	mb := weightBytes(typ, rows, cols)
 	w := randomWeights(typ, int64(mats)*mb/int64(typ.BlockBytes()), seed)
+	if edit != nil {
+		edit(w)
+	}
 	dw = uploadWeight(t, d, typ, rows, cols, mats, w)
 	at, err := d.ActType(typ)
 	if err != nil {

@@ -49,21 +49,18 @@ func halfTerms(t testing.TB, typ quant.Type, row []byte, cols int) (w, m []float
 	return w, m
 }
 
-// bigScaleIQ2 uploads random IQ2_XXS matrices whose every third block has a
-// scale d in [2, 24): sub-block scales d·(2s+1) up to 744, past what the
-// fused f16 decode (1024 + g)·s − 1024·s holds, so that the RS kernels take
-// their unfused form for those blocks' warps.
-func bigScaleIQ2(t testing.TB, d *Device, rows, cols, mats int, seed uint64) (func(int) []byte, *Weight) {
-	t.Helper()
-	mb := weightBytes(quant.IQ2_XXS, rows, cols)
-	w := randomWeights(quant.IQ2_XXS, int64(mats)*mb/int64(quant.IQ2_XXS.BlockBytes()), seed)
-	r := rand.New(rand.NewPCG(seed, 9))
-	bb := quant.IQ2_XXS.BlockBytes()
-	for b := 0; b*bb < len(w); b += 3 {
-		binary.LittleEndian.PutUint16(w[b*bb:], quant.F32ToF16(float32(2+22*r.Float64())))
+// bigScalesIQ2 returns a randomMatsEdit edit for IQ2_XXS matrices: every
+// third block's scale d set in [2, 24) (seeded), so that sub-block scales
+// d·(2s+1) reach 744, past what the fused f16 decode (1024 + g)·s − 1024·s
+// holds, and the RS kernels take their unfused form for those blocks' warps.
+func bigScalesIQ2(seed uint64) func(w []byte) {
+	return func(w []byte) {
+		r := rand.New(rand.NewPCG(seed, 9))
+		bb := quant.IQ2_XXS.BlockBytes()
+		for b := 0; b*bb < len(w); b += 3 {
+			binary.LittleEndian.PutUint16(w[b*bb:], quant.F32ToF16(float32(2+22*r.Float64())))
+		}
 	}
-	dw := uploadWeight(t, d, quant.IQ2_XXS, rows, cols, mats, w)
-	return func(m int) []byte { return w[int64(m)*mb : int64(m+1)*mb] }, dw
 }
 
 // TestGroupedHalf checks fast mode's wgmma products of grouped selections
@@ -125,13 +122,11 @@ func groupedHalfCases(t *testing.T, d *Device, v int) {
 			continue
 		}
 		const mats, K = 5, 3
-		var mat func(int) []byte
-		var dw *Weight
+		var edit func([]byte)
 		if c.big {
-			mat, dw = bigScaleIQ2(t, d, c.rows, c.cols, mats, uint64(4100+ci))
-		} else {
-			mat, dw, _ = randomMats(t, d, c.typ, c.rows, c.cols, mats, uint64(4100+ci))
+			edit = bigScalesIQ2(uint64(4100 + ci))
 		}
+		mat, dw, _ := randomMatsEdit(t, d, c.typ, c.rows, c.cols, mats, uint64(4100+ci), edit)
 		rb := int(weightBytes(c.typ, 1, c.cols))
 		// The rows checked: both ends, and three of every 37 (every warp's
 		// lanes and both halves of its m16 tiles across the row blocks).
