@@ -364,6 +364,14 @@ __global__ void __launch_bounds__(WgShape<T, WGS, SW>::THREADS, WgShape<T, WGS, 
 #endif
 }
 
+// WG_GRID_COPIES: k_wg_rs's IQ2_XXS codebook in shared memory as 16
+// interleaved copies, entry e of copy c at e·16 + c, lane l reading copy
+// l mod 16: a half-warp's 16 lanes read 16 different 8-byte bank pairs
+// whatever the entries (32 KB of static shared memory), where one copy's
+// random lookups meet ≈ 3-way bank conflicts (cuda/NOTES.md v55, v56: the
+// gate product 1037 → 1023 µs for 4096 tokens, the same bits).
+constexpr int WG_GRID_COPIES = 16;
+
 // WgRsShape: the RS form's CTA (k_wg_rs) of WGS warpgroups over 64·WGS
 // weight rows; its buffers: activations and raw weight bytes (WG_NS each,
 // as WgShape), no decoded weights.
@@ -411,10 +419,10 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
     constexpr int NCH = WG_N * 8 / NT; // activation chunks a thread copies a stage (tiles of more than 64)
     mv_pdl_enter(p.a);
     __shared__ SlotsT<WG_N> s;
-    __shared__ uint64_t s_grid[T == WG_TYPE_IQ2 ? 256 : 1];
+    __shared__ uint64_t s_grid[T == WG_TYPE_IQ2 ? 256 * WG_GRID_COPIES : 1];
     extern __shared__ __align__(128) uint8_t s_wg[];
     if (T == WG_TYPE_IQ2)
-        for (int i = threadIdx.x; i < 256; i += NT) s_grid[i] = iq2xxs_grid[i];
+        for (int i = threadIdx.x; i < 256 * WG_GRID_COPIES; i += NT) s_grid[i] = iq2xxs_grid[i / WG_GRID_COPIES];
     int64_t mat;
     const int cnt = tc_slots<WG_N>(p, s, &mat, blockIdx.y); // synchronises (after the codebook too)
     if (cnt <= 0) return;
@@ -424,6 +432,7 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, q = lane & 3;
     // __byte_perm selector: byte q of a word, zero-extended (IQ2_XXS: the grid index)
     const uint32_t gsel = 0x4440u | (uint32_t)q;
+    const int gcopy = lane & (WG_GRID_COPIES - 1); // the codebook copy this lane reads (WG_GRID_COPIES)
     constexpr int MR = GLU ? M / 2 : M; // rows of a tensor a CTA
     const int row0 = blockIdx.x * MR;
     const int nbr = a.cols / 256;
@@ -561,7 +570,7 @@ __global__ void __launch_bounds__(WgRsShape<T, WGS>::THREADS, WgRsShape<T, WGS>:
 #ifdef DS4_WG_PROBE_NODEC // (timing probe: the weights not decoded; wrong sums)
                                 o[h] = make_uint4(qw[h].x & 0x3bff3bffu, qw[h].y & 0x3bff3bffu, wg_bits(s2[h]), wg_bits(c2[h]));
 #else
-                                o[h] = wg_iq2_vals<FMA>(s_grid[__byte_perm(qw[h].x, 0u, gsel)],
+                                o[h] = wg_iq2_vals<FMA>(s_grid[__byte_perm(qw[h].x, 0u, gsel) * WG_GRID_COPIES + gcopy],
                                                         (qw[h].y >> (7 * q)) & 127, s2[h], c2[h]);
 #endif
                         };
