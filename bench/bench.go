@@ -74,8 +74,9 @@ type Options struct {
 	HostGreedy bool
 	// Accept, for a session made with engine.Options.Draft and Accept's
 	// Accept as its ForceAccept, times speculative decoding at Accept's
-	// rate: at each frontier a plain greedy run (speculation off, timed as
-	// Row.PlainGenTPS), then a speculative one (Row.GenTPS).
+	// rate: at each frontier a plain run (greedy, or drawn with Sampling;
+	// speculation off, timed as Row.PlainGenTPS), then a speculative one
+	// (Row.GenTPS).
 	Accept *Acceptance
 	// Progress, if set, is called after each row (for logs).
 	Progress func(Row)
@@ -193,6 +194,18 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 			sampled := o.Sampling.Temperature > 0
 			sm := engine.NewSampler(o.Sampling)
 			choose := sm.Sample
+			// decode generates n tokens: sampled through DecodePicked,
+			// else greedily through DecodeGreedy
+			decode := func(ctx context.Context, s *engine.Session, n int) error {
+				if sampled {
+					_, err := s.DecodePicked(ctx, n, engine.FilterFor(o.Sampling), func(l *engine.Logits) (int32, bool) {
+						return sm.SampleLogits(l, o.Sampling), true
+					})
+					return err
+				}
+				_, err := s.DecodeGreedy(ctx, n, func(int32) bool { return true })
+				return err
+			}
 			t0 = time.Now()
 			var err error
 			switch {
@@ -204,14 +217,10 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 					}
 					err = s.Decode(ctx, choose(logits))
 				}
-			case sampled:
-				_, err = s.DecodePicked(ctx, o.Gen, engine.FilterFor(o.Sampling), func(l *engine.Logits) (int32, bool) {
-					return sm.SampleLogits(l, o.Sampling), true
-				})
 			case o.Accept != nil:
-				err = o.Accept.run(ctx, s, f, o.Gen, &r)
+				err = o.Accept.run(ctx, s, f, o.Gen, &r, decode)
 			default:
-				_, err = s.DecodeGreedy(ctx, o.Gen, func(int32) bool { return true })
+				err = decode(ctx, s, o.Gen)
 			}
 			if err != nil {
 				return rows, fmt.Errorf("bench: decode at %d: %w", s.Pos(), err)
@@ -312,14 +321,15 @@ func NewAcceptance(rate float64, seed uint64) (*Acceptance, error) {
 // Accept is an engine.Options.ForceAccept.
 func (a *Acceptance) Accept(int) bool { return a.rng.Float64() < a.rate }
 
-// run decodes gen tokens at frontier f twice: plainly (speculation off),
-// then, rewound, speculatively at the acceptance rate, and fills r.
-func (a *Acceptance) run(ctx context.Context, s *engine.Session, f, gen int, r *Row) error {
+// run decodes gen tokens at frontier f with decode twice: plainly
+// (speculation off), then, rewound, speculatively at the acceptance rate,
+// and fills r.
+func (a *Acceptance) run(ctx context.Context, s *engine.Session, f, gen int, r *Row, decode func(context.Context, *engine.Session, int) error) error {
 	if !s.SetSpeculate(false) {
 		return errors.New("bench: a forced acceptance needs a session with drafting (engine.Options.Draft)")
 	}
 	t0 := time.Now()
-	if _, err := s.DecodeGreedy(ctx, gen, func(int32) bool { return true }); err != nil {
+	if err := decode(ctx, s, gen); err != nil {
 		return err
 	}
 	r.PlainGenTPS = rate(gen, time.Since(t0).Seconds())
@@ -329,7 +339,7 @@ func (a *Acceptance) run(ctx context.Context, s *engine.Session, f, gen int, r *
 	s.SetSpeculate(true)
 	st0 := s.Stats()
 	t0 = time.Now()
-	_, err := s.DecodeGreedy(ctx, gen, func(int32) bool { return true })
+	err := decode(ctx, s, gen)
 	r.GenS = time.Since(t0).Seconds()
 	st := s.Stats()
 	r.Drafted, r.Accepted, r.Checked = st.Drafted-st0.Drafted, st.Accepted-st0.Accepted, st.Checked-st0.Checked

@@ -86,9 +86,9 @@ type TurnStats struct {
 	SessionTokens int
 	Text          string
 	Reasoning     string
-	// Drafts counts the turn's speculative drafts (--mtp-draft 2 with
-	// greedy answers): verified, committed, and only checked while the
-	// session paused speculation (engine.Stats).
+	// Drafts counts the turn's speculative drafts (--mtp-draft 2):
+	// verified, committed, and only checked while the session paused
+	// speculation (engine.Stats).
 	Drafts engine.Stats
 }
 

@@ -54,9 +54,10 @@ type Options struct {
 	Inspect bool
 	Color   string
 	// MTP names a separate MTP file (ds4's DeepSeek-V4-Flash-MTP GGUF);
-	// MTPDraft ≥ 2 decodes greedy answers speculatively with the MTP block
-	// (Options.MTP's, or the model file's own), one draft a pass; 1, the
-	// default as in ds4.c, does not speculate.
+	// MTPDraft ≥ 2 decodes answers speculatively with the MTP block
+	// (Options.MTP's, or the model file's own), one draft a pass, greedy or
+	// sampled (the same tokens as without it); 1, the default as in ds4.c,
+	// does not speculate.
 	MTP      string
 	MTPDraft int
 	// MTPMargin is accepted for ds4.c compatibility (its confidence gate);
@@ -113,8 +114,8 @@ flags (-x and --x are the same):
   --dump-logprobs FILE write the greedy continuation's top-k logprobs per step as JSON, print nothing
   --logprobs-top-k K   alternatives per step for --dump-logprobs (20, at most 128)
   --no-warm            do not ready the backend before the first token: page the weights in (CPU), a warm-up chunk through one layer of each kind (CUDA) (--warm-weights: do, the default)
-  --mtp FILE           separate MTP GGUF (the draft head); --mtp-draft 2: greedy answers (--temp 0)
-                       decoded speculatively, one drafted token verified a pass (1, the default: off)
+  --mtp FILE           separate MTP GGUF (the draft head); --mtp-draft 2: answers decoded speculatively,
+                       one drafted token verified a pass, greedy or sampled (1, the default: off)
 `
 
 // errUsage marks a command-line error (exit status 2).
@@ -169,7 +170,7 @@ func newFlagSet(o *Options, stderr io.Writer) *flag.FlagSet {
 	boolean(&o.NoWarm, "do not page the weights in before the first token", "no-warm")
 	str(&o.Color, "auto", "dim reasoning with ANSI colours: auto, always, never", "color")
 	str(&o.MTP, "", "separate MTP GGUF (the draft head of speculative decoding)", "mtp")
-	integer(&o.MTPDraft, 1, "tokens a speculative pass aims at: 2 drafts one token with the MTP block for greedy answers (--temp 0); 1: no speculation", "mtp-draft")
+	integer(&o.MTPDraft, 1, "tokens a speculative pass aims at: 2 drafts one token with the MTP block (greedy or sampled answers, the same tokens); 1: no speculation", "mtp-draft")
 	fs.Float64Var(&o.MTPMargin, "mtp-margin", 0, "accepted for ds4.c compatibility; every draft is verified (ignored)")
 	fs.Usage = func() { io.WriteString(stderr, usageText) }
 	return fs

@@ -544,3 +544,133 @@ func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32, che
 	s.tokens = append(s.tokens, tok, d)
 	return d, c0, c1, nil
 }
+
+// decodePickedSpeculative is DecodePicked with drafts (Options.Draft). A
+// pass takes tok, the token pick chose at the session's position P: the MTP
+// block drafts d greedily for P+1, the chunk [tok, d] gives the logits after
+// tok and after d, and pick gets the logits after tok. When it chooses d,
+// d is decoded already and pick then gets the logits after d; otherwise
+// d's position is dropped and its choice goes into the next pass. pick sees
+// plain DecodePicked's logits in the same order, so a sampler's draws are
+// plain decoding's draw for draw: the same tokens from the same seed. This
+// is speculative sampling with a one-token proposal: a draft taken exactly
+// when the pick's own draw lands on it leaves the distribution unchanged,
+// and it is taken with the pick's probability of d — what rejection
+// sampling (accept with min(1, p(d)/q(d)) for the draft's q = 1) would
+// give. The passes are the greedy loop's (draftPolicy included): on a
+// SpecPipeliner the draft is made on the device, and each pass then fetches
+// the logits pick reads (one row, two when the draft is taken).
+func (s *Session) decodePickedSpeculative(ctx context.Context, max int, pick func(*Logits) (int32, bool)) (int, error) {
+	sp, _ := s.be.(SpecPipeliner)
+	if s.opts.DraftOverride != nil || s.opts.Trace != nil {
+		sp = nil
+	}
+	row0 := make([]float32, s.cfg.Vocab)
+	n := 0
+	var tok int32
+	have := false // tok chosen by pick, not yet decoded
+	for n < max {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		if !have {
+			if !s.logitsOK {
+				return n, ErrNoLogits
+			}
+			t, ok := pick(DenseLogits(s.logits))
+			if !ok {
+				return n, nil
+			}
+			tok, have = t, true
+		}
+		if err := s.checkTokens([]int32{tok}); err != nil {
+			return n, err
+		}
+		P := len(s.tokens)
+		if n+2 > max || P+2 > s.opts.MaxContext || !s.canDraft() || s.plainStep() {
+			if err := s.Decode(ctx, tok); err != nil {
+				return n, err
+			}
+			n, have = n+1, false
+			continue
+		}
+		check := s.checking()
+		d, err := s.pickPass(ctx, sp, tok, check, row0)
+		if err != nil {
+			s.logitsOK = false
+			return n, err
+		}
+		n, have = n+1, false // tok is decoded
+		x, ok := pick(DenseLogits(row0))
+		if check { // the session holds tok, with the logits row0
+			if !ok {
+				return n, nil
+			}
+			s.observeDraft(P+1, d, x, true)
+			tok, have = x, true
+			continue
+		}
+		if ok && s.observeDraft(P+1, d, x, false) {
+			// d is decoded (ForceAccept may commit it over another choice)
+			if sp != nil {
+				if err := sp.VerifyLogits(s.b, 1, s.logits); err != nil {
+					return n, s.opError(P+1, "head", -1, err)
+				}
+				s.logitsOK = true
+			}
+			n++
+			continue
+		}
+		// Keep tok only: the logits after it (row0), its staged row.
+		s.tokens = s.tokens[:P+1]
+		copy(s.logits, row0)
+		s.logitsOK = true
+		s.mtp.staged = 1
+		if err := s.mtp.be.DropStagedMTP(s.mtp.b, 1); err != nil {
+			s.logitsOK = false
+			return n, s.opError(P, "MTP stage", -1, err)
+		}
+		if !ok {
+			return n, nil
+		}
+		tok, have = x, true
+	}
+	return n, nil
+}
+
+// pickPass runs one pass of decodePickedSpeculative for tok at the
+// session's position P and returns the draft d: the block's draft, then the
+// chunk [tok, d] (check: [tok] alone), the logits after tok in row0. The
+// session then holds tok and d (check: tok, with the logits row0); after
+// d, its logits are current on the host path and on the device (row 1 of
+// the verification) on sp's.
+func (s *Session) pickPass(ctx context.Context, sp SpecPipeliner, tok int32, check bool, row0 []float32) (int32, error) {
+	P := len(s.tokens)
+	if sp == nil {
+		d, err := s.draft(ctx, tok)
+		if err != nil {
+			return 0, err
+		}
+		if check {
+			if err := s.Decode(ctx, tok); err != nil {
+				return 0, err
+			}
+			copy(row0, s.logits)
+			return d, nil
+		}
+		return d, s.verify(ctx, tok, d, row0)
+	}
+	s.logitsOK = false
+	d, _, _, err := s.specPass(ctx, sp, tok, check)
+	if err != nil {
+		return 0, err
+	}
+	if err := sp.VerifyLogits(s.b, 0, row0); err != nil {
+		return 0, s.opError(P, "head", -1, err)
+	}
+	if check {
+		copy(s.logits, row0)
+		s.logitsOK = true
+	}
+	return d, nil
+}

@@ -58,7 +58,7 @@ type GreedySession interface {
 	DecodeGreedy(ctx context.Context, max int, emit func(tok int32) bool) (int, error)
 }
 
-// DraftSession is a Session that may decode greedy requests speculatively
+// DraftSession is a Session that may decode requests speculatively
 // (engine.Options.Draft) and counts its drafts (engine.Session.Stats): the
 // server logs each generation's.
 type DraftSession interface {

@@ -363,3 +363,70 @@ func specDecode(t *testing.T, be engine.Backend, o engine.Options, prompt []int3
 	}
 	return specResult{out, s.Tokens(), slices.Clone(s.Logits()), s.Stats()}
 }
+
+// TestSpecPickedMatchesHost: sampled speculative decoding (DecodePicked
+// with Options.Draft) through the device's pass (the draft made on the
+// GPU, the rows read with VerifyLogits) draws the host path's tokens, with
+// its stats and final logits, drafts committed or not; with no commits
+// forced (every draft verified, DraftAlways; the random block's drafts taken
+// only where a draw lands on them) exact mode's are plain sampled
+// decoding's, the same seed drawing the same tokens. Exact and fast mode.
+func TestSpecPickedMatchesHost(t *testing.T) {
+	gpu(t)
+	c := quantTiny()
+	w := mtpWeights(t, c, model.SchemeQ2)
+	toks := testTokens(120, c.Vocab)
+	so := engine.SamplerOptions{Temperature: 0.8, MinP: 0.02, Seed: 5}
+	ctx := context.Background()
+	decode := func(be engine.Backend, o engine.Options) specResult {
+		s, err := engine.NewSession(be, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.Prefill(ctx, toks[:70]); err != nil {
+			t.Fatal(err)
+		}
+		sm := engine.NewSampler(so)
+		var out []int32
+		if _, err := s.DecodePicked(ctx, 50, engine.FilterFor(so), func(l *engine.Logits) (int32, bool) {
+			tok := sm.SampleLogits(l, so)
+			out = append(out, tok)
+			return tok, true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return specResult{out, s.Tokens(), slices.Clone(s.Logits()), s.Stats()}
+	}
+	for _, fast := range []bool{false, true} {
+		be := testBackend(t, w, Options{Fast: fast})
+		plain := decode(be, engine.Options{ChunkSize: 32, MaxContext: 4096})
+		for _, accept := range []struct {
+			name   string
+			commit func(pos int) bool
+		}{{"none", nil}, {"2 in 3", func(pos int) bool { return pos%3 != 0 }}} {
+			o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true, DraftAlways: true, ForceAccept: accept.commit}
+			heads := be.GraphStats().SpecHeads
+			dev := decode(be, o)
+			if be.GraphStats().SpecHeads == heads {
+				t.Fatalf("fast %v: no pass with its draft on the device", fast)
+			}
+			o.DraftOverride = func(_ int, d int32) int32 { return d }
+			host := decode(be, o)
+			t.Logf("fast %v, commits %s: %d drafts, %d committed", fast, accept.name, dev.stats.Drafted, dev.stats.Accepted)
+			if !slices.Equal(dev.toks, host.toks) || dev.stats != host.stats {
+				t.Fatalf("fast %v, commits %s: device %v %+v, host %v %+v", fast, accept.name, dev.toks[70:], dev.stats, host.toks[70:], host.stats)
+			}
+			if k, ok := firstBitDiff(dev.logits, host.logits); !ok {
+				t.Fatalf("fast %v, commits %s: final logits differ at %d", fast, accept.name, k)
+			}
+			if dev.stats.Drafted == 0 || (accept.commit != nil && dev.stats.Accepted == 0) {
+				t.Fatalf("fast %v, commits %s: stats %+v", fast, accept.name, dev.stats)
+			}
+			if accept.commit == nil && !fast && !slices.Equal(dev.toks, plain.toks) {
+				t.Fatalf("exact, no draft committed: %v, plain sampled decoding %v", dev.toks[70:], plain.toks[70:])
+			}
+		}
+		be.Close()
+	}
+}

@@ -56,7 +56,7 @@ func openEngine(o *options, log *slog.Logger) (server.Engine, string, func(), er
 			log.Warn("ds4go drafts one token a pass", "flag", "--mtp-draft", "value", o.mtpDraft)
 		}
 		eng.Opts.Draft = true
-		log.Info("speculative decoding of greedy requests with the MTP block")
+		log.Info("speculative decoding with the MTP block (greedy and sampled requests)")
 	}
 	if o.warmup < 0 { // auto: one prefill chunk on CUDA (its kernels and cuBLAS load on first use)
 		o.warmup = 0

@@ -147,7 +147,9 @@ func serveCalls(t *testing.T, e server.Engine, calls []call, dir string, logw ..
 // TestSpeculativeRequests: with speculative decoding (engine.Options.Draft,
 // ds4-server --mtp-draft 2) greedy requests — to the length limit, to a
 // stop sequence, raw completions, a continued conversation — get the
-// replies of plain greedy decoding, and drafts were verified on the way;
+// replies of plain greedy decoding, and sampled requests with a seed those
+// of plain sampled decoding (the same draws), and drafts were verified on
+// the way;
 // each generation's log line counts its drafts (adding up to the
 // sessions' counts), a plain server's none.
 func TestSpeculativeRequests(t *testing.T) {
@@ -176,6 +178,8 @@ func TestSpeculativeRequests(t *testing.T) {
 		chat(`,"temperature":0,"max_tokens":40,"stop":[` + string(stop) + `]`),
 		{"/v1/completions", `{"model":"deepseek-chat","prompt":"Once upon a time","temperature":0,"max_tokens":30}`},
 		chat(`,"temperature":0,"max_tokens":12`),
+		chat(`,"temperature":0.9,"seed":7,"max_tokens":40`),
+		{"/v1/completions", `{"model":"deepseek-chat","prompt":"Once upon a time","temperature":1.2,"top_p":0.9,"seed":3,"max_tokens":30}`},
 	}
 	var sessions []*session
 	var plainLog, specLog bytes.Buffer
@@ -191,6 +195,14 @@ func TestSpeculativeRequests(t *testing.T) {
 	}
 	if len(sessions) == 0 || drafted == 0 {
 		t.Errorf("%d sessions, %d drafts verified", len(sessions), drafted)
+	}
+	// the sampled requests (the last two) went through the drafting path
+	done := regexp.MustCompile(`msg="generation done".*`).FindAllString(specLog.String(), -1)
+	for i, line := range done[max(0, len(done)-2):] {
+		m := regexp.MustCompile(` drafts=(\d+) .* drafts_checked=(\d+)`).FindStringSubmatch(line)
+		if m == nil || m[1]+m[2] == "00" {
+			t.Errorf("sampled request %d: no drafts verified or checked: %s", i, line)
+		}
 	}
 	logged := 0
 	for _, m := range regexp.MustCompile(`msg="generation done".* drafts=(\d+) `).FindAllStringSubmatch(specLog.String(), -1) {

@@ -1,0 +1,216 @@
+package engine_test
+
+import (
+	"context"
+	"hash/fnv"
+	"math"
+	"slices"
+	"testing"
+
+	"ds4go/engine"
+)
+
+// pickedRun decodes n tokens through DecodePicked, each drawn by a sampler
+// seeded with seed, and returns them with a hash of every logits row the
+// draws read, in order.
+func pickedRun(t *testing.T, s *engine.Session, n int, seed uint64) (toks []int32, seen []uint64) {
+	t.Helper()
+	o := engine.SamplerOptions{Temperature: 1.3, TopK: 40, MinP: 0.01, Seed: seed}
+	sm := engine.NewSampler(o)
+	got, err := s.DecodePicked(context.Background(), n, engine.FilterFor(o), func(l *engine.Logits) (int32, bool) {
+		seen = append(seen, hashRow(l.All()))
+		tok := sm.SampleLogits(l, o)
+		toks = append(toks, tok)
+		return tok, true
+	})
+	if err != nil || got != n || len(toks) != n {
+		t.Fatalf("decoded %d (%d picked) of %d: %v", got, len(toks), n, err)
+	}
+	return toks, seen
+}
+
+func hashRow(xs []float32) uint64 {
+	h := fnv.New64a()
+	var b [4]byte
+	for _, x := range xs {
+		u := math.Float32bits(x)
+		b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+		h.Write(b[:])
+	}
+	return h.Sum64()
+}
+
+// TestDraftPickedSameTokens: speculative sampled decoding (DecodePicked
+// with Options.Draft) draws plain DecodePicked's tokens from the same seed,
+// its picks reading the same logits in the same order, whatever the drafts:
+// the MTP block's own (rejected on random weights), always right (an
+// oracle of plain decoding's draws), right every other time, or wrong
+// until speculation pauses and right after; across a prefill, a continued
+// prompt and a rewind.
+func TestDraftPickedSameTokens(t *testing.T) {
+	onHostPath(t, draftPickedSameTokens)
+}
+
+// TestDraftPickedPipelinedSameTokens is TestDraftPickedSameTokens through
+// the pipelined pass (SpecPipeliner: the draft made by the adapter's
+// device-side ops, the rows read with VerifyLogits).
+func TestDraftPickedPipelinedSameTokens(t *testing.T) {
+	onPipelinedPath(t, draftPickedSameTokens)
+}
+
+func draftPickedSameTokens(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32)) {
+	ctx := context.Background()
+	prompt := tokens(45, 512)
+	more := tokens(70, 512)[50:]
+	type step struct {
+		name  string
+		start func(s *engine.Session) // what comes before the decode
+		gen   int
+	}
+	steps := []step{
+		{"prefill", func(s *engine.Session) {
+			if err := s.Prefill(ctx, prompt); err != nil {
+				t.Fatal(err)
+			}
+		}, 31},
+		{"continue", func(s *engine.Session) {
+			if err := s.Prefill(ctx, more); err != nil {
+				t.Fatal(err)
+			}
+		}, 9},
+		{"rewind", func(s *engine.Session) {
+			if err := s.Rewind(ctx, s.Pos()-7); err != nil {
+				t.Fatal(err)
+			}
+		}, 40},
+	}
+	plain := newSess(t, be, engine.Options{ChunkSize: 7})
+	var want [][]int32
+	var wantSeen [][]uint64
+	var wantLogits [][]float32
+	starts := make([]int, len(steps))
+	for i, st := range steps {
+		st.start(plain)
+		starts[i] = plain.Pos()
+		toks, seen := pickedRun(t, plain, st.gen, uint64(i+1))
+		want, wantSeen = append(want, toks), append(wantSeen, seen)
+		wantLogits = append(wantLogits, slices.Clone(plain.Logits()))
+	}
+	for _, mode := range []string{"model", "oracle", "alternate", "wrong, then oracle"} {
+		t.Run(mode, func(t *testing.T) {
+			var truth map[int]int32
+			step := 0
+			o := engine.Options{ChunkSize: 7, Draft: true}
+			if mode != "model" {
+				setOverride(&o, func(pos int, d int32) int32 {
+					oracle := mode == "oracle" || (mode == "alternate" && pos%2 == 0) || (mode == "wrong, then oracle" && step >= 2)
+					if tok, ok := truth[pos]; ok && oracle {
+						return tok
+					}
+					return (d + 1) % 512
+				})
+			}
+			s := newSess(t, be, o)
+			var byStep []engine.Stats
+			for i, st := range steps {
+				step = i
+				st.start(s)
+				truth = map[int]int32{}
+				for j, tok := range want[i] {
+					truth[starts[i]+j] = tok
+				}
+				got, seen := pickedRun(t, s, st.gen, uint64(i+1))
+				if !slices.Equal(got, want[i]) {
+					t.Fatalf("%s: tokens %v, want %v", st.name, got, want[i])
+				}
+				if !slices.Equal(seen, wantSeen[i]) {
+					t.Fatalf("%s: the picks read other logits (or in another order)", st.name)
+				}
+				if !slices.Equal(s.Logits(), wantLogits[i]) {
+					t.Fatalf("%s: logits differ", st.name)
+				}
+				if want := append(slices.Clone(plain.Tokens()[:starts[i]]), want[i]...); !slices.Equal(s.Tokens(), want) {
+					t.Fatalf("%s: session tokens differ", st.name)
+				}
+				byStep = append(byStep, s.Stats())
+			}
+			st := s.Stats()
+			t.Logf("%s: %d drafts, %d accepted; %d checked, %d matched", mode, st.Drafted, st.Accepted, st.Checked, st.CheckAccepted)
+			if st.Drafted == 0 {
+				t.Fatal("nothing drafted")
+			}
+			switch mode {
+			case "oracle":
+				if st.Accepted != st.Drafted || st.Checked != 0 {
+					t.Errorf("oracle drafts: %d of %d accepted, %d only checked", st.Accepted, st.Drafted, st.Checked)
+				}
+			case "alternate":
+				if st.Accepted == 0 || st.Accepted == st.Drafted {
+					t.Errorf("alternate drafts: %d of %d accepted", st.Accepted, st.Drafted)
+				}
+			case "wrong, then oracle":
+				if byStep[1].Checked == 0 || byStep[1].Accepted != 0 {
+					t.Errorf("wrong drafts: %d only checked, %d of %d verified accepted", byStep[1].Checked, byStep[1].Accepted, byStep[1].Drafted)
+				}
+				if last, before := byStep[2], byStep[1]; last.Accepted == before.Accepted {
+					t.Errorf("oracle drafts after wrong ones: none accepted in the last step (%+v)", last)
+				}
+			}
+		})
+	}
+}
+
+// TestDraftPickedRefused: a pick that refuses the token after a verified
+// pass ends the run with the session holding the tokens picked before it
+// and the logits after the last; a pick that refuses the confirmed draft
+// itself leaves the draft out. Then decoding goes on with plain decoding's
+// draws. On the host path and the pipelined one.
+func TestDraftPickedRefused(t *testing.T) {
+	onHostPath(t, draftPickedRefused)
+	onPipelinedPath(t, draftPickedRefused)
+}
+
+func draftPickedRefused(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32)) {
+	ctx := context.Background()
+	prompt := tokens(30, 512)
+	plain := newSess(t, be, engine.Options{})
+	if err := plain.Prefill(ctx, prompt); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := pickedRun(t, plain, 12, 9)
+	for _, stop := range []int{1, 2, 3, 4, 5} {
+		o := engine.Options{Draft: true}
+		setOverride(&o, func(pos int, d int32) int32 { return want[pos-len(prompt)] })
+		s := newSess(t, be, o)
+		if err := s.Prefill(ctx, prompt); err != nil {
+			t.Fatal(err)
+		}
+		so := engine.SamplerOptions{Temperature: 1.3, TopK: 40, MinP: 0.01, Seed: 9}
+		sm := engine.NewSampler(so)
+		var got []int32
+		n, err := s.DecodePicked(ctx, 12, nil, func(l *engine.Logits) (int32, bool) {
+			tok := sm.SampleLogits(l, so)
+			if len(got) == stop {
+				return tok, false
+			}
+			got = append(got, tok)
+			return tok, true
+		})
+		if err != nil || n != stop || !slices.Equal(got, want[:stop]) {
+			t.Fatalf("stop %d: decoded %d %v (%v), want %v", stop, n, got, err, want[:stop])
+		}
+		if !slices.Equal(s.Tokens()[len(prompt):], want[:stop]) {
+			t.Fatalf("stop %d: session holds %v", stop, s.Tokens()[len(prompt):])
+		}
+		ref := newSess(t, be, engine.Options{})
+		if err := ref.Prefill(ctx, s.Tokens()); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(s.Logits(), ref.Logits()) {
+			t.Fatalf("stop %d: logits are not those after the session's tokens", stop)
+		}
+		if s.Stats().Drafted == 0 && stop > 2 {
+			t.Fatalf("stop %d: nothing drafted", stop)
+		}
+	}
+}
