@@ -252,6 +252,22 @@ type SpecPipeliner interface {
 	VerifyLogits(b Batch, row int, dst []float32) error
 }
 
+// SpecCandidater is implemented by SpecPipeliners whose verification head
+// can also find min-p's candidates of its rows on the device, so that a
+// sampled speculative pass (DecodePicked with Options.Draft and a
+// PickFilter) downloads and draws from a few values instead of rows of the
+// vocabulary.
+type SpecCandidater interface {
+	// SetVerifyFilter makes the following HeadVerify calls on b find each
+	// row's min-p candidates under f; nil stops it.
+	SetVerifyFilter(b Batch, f *PickFilter) error
+	// VerifyCandidates returns the candidates of row (0 or 1) of the latest
+	// HeadVerify on b, which VerifyResult has waited for; nil when that
+	// head had no filter or found more candidates than the backend sends
+	// (VerifyLogits then fetches the row). Valid until the next HeadVerify.
+	VerifyCandidates(b Batch, row int) (*Candidates, error)
+}
+
 // ErrPickAhead is returned (wrapped) by a PickPipeliner's ops on a step
 // queued with EmbedPicked that cannot run before its token is known.
 var ErrPickAhead = errors.New("engine: the step cannot be queued before its token is known")

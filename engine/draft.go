@@ -557,120 +557,195 @@ func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32, che
 // when the pick's own draw lands on it leaves the distribution unchanged,
 // and it is taken with the pick's probability of d — what rejection
 // sampling (accept with min(1, p(d)/q(d)) for the draft's q = 1) would
-// give. The passes are the greedy loop's (draftPolicy included): on a
-// SpecPipeliner the draft is made on the device, and each pass then fetches
-// the logits pick reads (one row, two when the draft is taken).
-func (s *Session) decodePickedSpeculative(ctx context.Context, max int, pick func(*Logits) (int32, bool)) (int, error) {
+// give. The passes are the greedy loop's (draftPolicy included). On a
+// SpecPipeliner the draft is made on the device, and a pass then fetches
+// the rows pick reads (one, two when the draft is taken) — with f, on a
+// SpecCandidater, only their min-p candidates, the session's logits then
+// fetched when the run ends.
+func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickFilter, pick func(*Logits) (int32, bool)) (n int, err error) {
 	sp, _ := s.be.(SpecPipeliner)
 	if s.opts.DraftOverride != nil || s.opts.Trace != nil {
 		sp = nil
 	}
+	var sc SpecCandidater
+	if sp != nil && f != nil {
+		if c, ok := sp.(SpecCandidater); ok && c.SetVerifyFilter(s.b, f) == nil {
+			sc = c
+			defer func() { _ = sc.SetVerifyFilter(s.b, nil) }()
+		}
+	}
+	// pending ≥ 0: the session's logits are row pending of the latest
+	// verification, still on the device (only candidates came).
+	pending := -1
+	defer func() {
+		if pending < 0 {
+			return
+		}
+		if e := sp.VerifyLogits(s.b, pending, s.logits); e != nil {
+			s.logitsOK = false
+			if err == nil {
+				err = s.opError(len(s.tokens)-1, "head", -1, e)
+			}
+			return
+		}
+		s.logitsOK = true
+	}()
 	row0 := make([]float32, s.cfg.Vocab)
-	n := 0
+	// rowLogits offers row of the latest verification to pick: its
+	// candidates when they came, else the row fetched into dst.
+	rowLogits := func(row int, dst []float32) (*Logits, bool, error) {
+		if sc != nil {
+			c, err := sc.VerifyCandidates(s.b, row)
+			if err != nil {
+				return nil, false, err
+			}
+			if c != nil {
+				fetch := func() ([]float32, error) { return dst, sp.VerifyLogits(s.b, row, dst) }
+				return &Logits{cand: c, fetch: fetch}, false, nil
+			}
+		}
+		if err := sp.VerifyLogits(s.b, row, dst); err != nil {
+			return nil, false, err
+		}
+		return DenseLogits(dst), true, nil
+	}
 	var tok int32
-	have := false // tok chosen by pick, not yet decoded
+	have := false    // tok chosen by pick, not yet decoded
+	var next *Logits // what the next pick reads (nil: the session's logits)
 	for n < max {
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
 		if !have {
-			if !s.logitsOK {
-				return n, ErrNoLogits
+			l := next
+			if l == nil {
+				if !s.logitsOK {
+					return n, ErrNoLogits
+				}
+				l = DenseLogits(s.logits)
 			}
-			t, ok := pick(DenseLogits(s.logits))
+			t, ok := pick(l)
 			if !ok {
 				return n, nil
 			}
-			tok, have = t, true
+			tok, have, next = t, true, nil
 		}
 		if err := s.checkTokens([]int32{tok}); err != nil {
 			return n, err
 		}
 		P := len(s.tokens)
-		if n+2 > max || P+2 > s.opts.MaxContext || !s.canDraft() || s.plainStep() {
+		pending = -1 // a pass or step writes the logits after tok
+		if n+2 > max || P+2 > s.opts.MaxContext || !s.canDraft() {
 			if err := s.Decode(ctx, tok); err != nil {
 				return n, err
 			}
 			n, have = n+1, false
 			continue
 		}
+		if s.plainStep() { // paused: a step that stages its row, no draft
+			if sp == nil {
+				if err := s.Decode(ctx, tok); err != nil {
+					return n, err
+				}
+				n, have = n+1, false
+				continue
+			}
+			s.logitsOK = false
+			if _, err := s.stepPass(ctx, sp, tok); err != nil {
+				return n, err
+			}
+			l, dense, err := rowLogits(0, s.logits)
+			if err != nil {
+				return n, s.opError(P, "head", -1, err)
+			}
+			if pending = 0; dense {
+				pending, s.logitsOK = -1, true
+			}
+			n, have, next = n+1, false, l
+			continue
+		}
 		check := s.checking()
-		d, err := s.pickPass(ctx, sp, tok, check, row0)
+		d, l0, err := s.pickPass(ctx, sp, tok, check, row0, rowLogits)
 		if err != nil {
 			s.logitsOK = false
 			return n, err
 		}
 		n, have = n+1, false // tok is decoded
-		x, ok := pick(DenseLogits(row0))
-		if check { // the session holds tok, with the logits row0
+		x, ok := pick(l0)
+		if check || !ok || !s.observeDraft(P+1, d, x, false) {
+			if !check {
+				// Keep tok only: the logits after it (row 0), its staged row.
+				s.tokens = s.tokens[:P+1]
+				s.mtp.staged = 1
+				if err := s.mtp.be.DropStagedMTP(s.mtp.b, 1); err != nil {
+					s.logitsOK = false
+					return n, s.opError(P, "MTP stage", -1, err)
+				}
+			}
+			if sp != nil {
+				pending = 0
+			} else {
+				copy(s.logits, row0)
+				s.logitsOK = true
+			}
 			if !ok {
 				return n, nil
 			}
-			s.observeDraft(P+1, d, x, true)
+			if check {
+				s.observeDraft(P+1, d, x, true)
+			}
 			tok, have = x, true
 			continue
 		}
-		if ok && s.observeDraft(P+1, d, x, false) {
-			// d is decoded (ForceAccept may commit it over another choice)
-			if sp != nil {
-				if err := sp.VerifyLogits(s.b, 1, s.logits); err != nil {
-					return n, s.opError(P+1, "head", -1, err)
-				}
-				s.logitsOK = true
+		// d is decoded (ForceAccept may commit it over another choice); on
+		// the host path the session's logits are those after it already
+		if sp != nil {
+			l1, dense, err := rowLogits(1, s.logits)
+			if err != nil {
+				return n, s.opError(P+1, "head", -1, err)
 			}
-			n++
-			continue
+			if pending = 1; dense {
+				pending, s.logitsOK = -1, true
+			}
+			next = l1
 		}
-		// Keep tok only: the logits after it (row0), its staged row.
-		s.tokens = s.tokens[:P+1]
-		copy(s.logits, row0)
-		s.logitsOK = true
-		s.mtp.staged = 1
-		if err := s.mtp.be.DropStagedMTP(s.mtp.b, 1); err != nil {
-			s.logitsOK = false
-			return n, s.opError(P, "MTP stage", -1, err)
-		}
-		if !ok {
-			return n, nil
-		}
-		tok, have = x, true
+		n++
 	}
 	return n, nil
 }
 
 // pickPass runs one pass of decodePickedSpeculative for tok at the
-// session's position P and returns the draft d: the block's draft, then the
-// chunk [tok, d] (check: [tok] alone), the logits after tok in row0. The
-// session then holds tok and d (check: tok, with the logits row0); after
-// d, its logits are current on the host path and on the device (row 1 of
-// the verification) on sp's.
-func (s *Session) pickPass(ctx context.Context, sp SpecPipeliner, tok int32, check bool, row0 []float32) (int32, error) {
+// session's position P and returns the draft d and the logits after tok:
+// the block's draft, then the chunk [tok, d] (check: [tok] alone). The
+// session then holds tok and d (check: tok). On the host path (sp nil) the
+// logits after tok are row0, and after d the session's; on sp's the
+// verification's rows stay on the device, rowLogits offering row 0.
+func (s *Session) pickPass(ctx context.Context, sp SpecPipeliner, tok int32, check bool, row0 []float32,
+	rowLogits func(int, []float32) (*Logits, bool, error)) (int32, *Logits, error) {
 	P := len(s.tokens)
 	if sp == nil {
 		d, err := s.draft(ctx, tok)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if check {
 			if err := s.Decode(ctx, tok); err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 			copy(row0, s.logits)
-			return d, nil
+		} else if err := s.verify(ctx, tok, d, row0); err != nil {
+			return 0, nil, err
 		}
-		return d, s.verify(ctx, tok, d, row0)
+		return d, DenseLogits(row0), nil
 	}
 	s.logitsOK = false
 	d, _, _, err := s.specPass(ctx, sp, tok, check)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	if err := sp.VerifyLogits(s.b, 0, row0); err != nil {
-		return 0, s.opError(P, "head", -1, err)
+	l0, _, err := rowLogits(0, row0)
+	if err != nil {
+		return 0, nil, s.opError(P, "head", -1, err)
 	}
-	if check {
-		copy(s.logits, row0)
-		s.logitsOK = true
-	}
-	return d, nil
+	return d, l0, nil
 }

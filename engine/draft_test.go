@@ -72,6 +72,9 @@ func onPipelinedPath(t *testing.T, c draftCase) {
 	if h.passes == 0 {
 		t.Fatal("no pipelined pass")
 	}
+	if h.filter != nil {
+		t.Fatal("a verification filter left set after the run")
+	}
 }
 
 // hostSpec is a backend with an MTP block whose SpecPipeliner ops run
@@ -87,6 +90,8 @@ type hostSpec struct {
 	n        int       // the verification chunk's tokens: 2, or 1 after EmbedAfterDraft
 	logits   []float32 // the verification's rows
 	passes   int
+	filter   *engine.PickFilter // SetVerifyFilter's
+	cands    int                // VerifyCandidates calls with a filter
 }
 
 func newHostSpec(be engine.Backend) *hostSpec {
@@ -165,7 +170,28 @@ func (h *hostSpec) VerifyLogits(_ engine.Batch, row int, dst []float32) error {
 	return nil
 }
 
-var _ engine.SpecPipeliner = (*hostSpec)(nil)
+func (h *hostSpec) SetVerifyFilter(_ engine.Batch, f *engine.PickFilter) error {
+	h.filter = f
+	return nil
+}
+
+// VerifyCandidates sends a row's candidates as a device may (candidates),
+// but every third time none, as for too many.
+func (h *hostSpec) VerifyCandidates(_ engine.Batch, row int) (*engine.Candidates, error) {
+	if h.filter == nil || row >= h.n {
+		return nil, nil
+	}
+	if h.cands++; h.cands%3 == 0 {
+		return nil, nil
+	}
+	V := h.Config().Vocab
+	return candidates(h.logits[row*V:(row+1)*V], h.filter), nil
+}
+
+var (
+	_ engine.SpecPipeliner  = (*hostSpec)(nil)
+	_ engine.SpecCandidater = (*hostSpec)(nil)
+)
 
 // draftSameTokens runs TestDraftSameTokens on be, setOverride installing
 // the drafts' override for a session's options.

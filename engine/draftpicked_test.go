@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"hash/fnv"
 	"math"
 	"slices"
 	"testing"
@@ -10,15 +9,32 @@ import (
 	"ds4go/engine"
 )
 
+// pickedOptions are the draws of pickedRun with seed: with a top-k cap
+// (no PickFilter: the logits whole) for odd seeds, else min-p alone (a
+// filter: a SpecCandidater's candidates).
+func pickedOptions(seed uint64) engine.SamplerOptions {
+	o := engine.SamplerOptions{Temperature: 1.3, MinP: 0.01, Seed: seed}
+	if seed%2 == 1 {
+		o.TopK = 40
+	}
+	return o
+}
+
 // pickedRun decodes n tokens through DecodePicked, each drawn by a sampler
-// seeded with seed, and returns them with a hash of every logits row the
-// draws read, in order.
+// with pickedOptions(seed), and returns them with the top logit of every
+// step the draws read (the greedy choice's, through the candidates when
+// they came), in order.
 func pickedRun(t *testing.T, s *engine.Session, n int, seed uint64) (toks []int32, seen []uint64) {
 	t.Helper()
-	o := engine.SamplerOptions{Temperature: 1.3, TopK: 40, MinP: 0.01, Seed: seed}
+	o := pickedOptions(seed)
 	sm := engine.NewSampler(o)
 	got, err := s.DecodePicked(context.Background(), n, engine.FilterFor(o), func(l *engine.Logits) (int32, bool) {
-		seen = append(seen, hashRow(l.All()))
+		if c := l.Candidates(); c != nil {
+			seen = append(seen, uint64(c.Top)<<32|uint64(math.Float32bits(c.TopLogit)))
+		} else {
+			top := engine.Greedy(l.All())
+			seen = append(seen, uint64(top)<<32|uint64(math.Float32bits(l.All()[top])))
+		}
 		tok := sm.SampleLogits(l, o)
 		toks = append(toks, tok)
 		return tok, true
@@ -27,17 +43,6 @@ func pickedRun(t *testing.T, s *engine.Session, n int, seed uint64) (toks []int3
 		t.Fatalf("decoded %d (%d picked) of %d: %v", got, len(toks), n, err)
 	}
 	return toks, seen
-}
-
-func hashRow(xs []float32) uint64 {
-	h := fnv.New64a()
-	var b [4]byte
-	for _, x := range xs {
-		u := math.Float32bits(x)
-		b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
-		h.Write(b[:])
-	}
-	return h.Sum64()
 }
 
 // TestDraftPickedSameTokens: speculative sampled decoding (DecodePicked
@@ -53,7 +58,9 @@ func TestDraftPickedSameTokens(t *testing.T) {
 
 // TestDraftPickedPipelinedSameTokens is TestDraftPickedSameTokens through
 // the pipelined pass (SpecPipeliner: the draft made by the adapter's
-// device-side ops, the rows read with VerifyLogits).
+// device-side ops; SpecCandidater: the rows' candidates where the draws
+// have a filter, every third time too many of them, the rows then read
+// with VerifyLogits).
 func TestDraftPickedPipelinedSameTokens(t *testing.T) {
 	onPipelinedPath(t, draftPickedSameTokens)
 }
@@ -134,6 +141,9 @@ func draftPickedSameTokens(t *testing.T, be engine.Backend, setOverride func(*en
 				}
 				byStep = append(byStep, s.Stats())
 			}
+			if h, ok := be.(*hostSpec); ok && h.cands == 0 {
+				t.Fatal("the pipelined pass read no candidates")
+			}
 			st := s.Stats()
 			t.Logf("%s: %d drafts, %d accepted; %d checked, %d matched", mode, st.Drafted, st.Accepted, st.Checked, st.CheckAccepted)
 			if st.Drafted == 0 {
@@ -185,10 +195,10 @@ func draftPickedRefused(t *testing.T, be engine.Backend, setOverride func(*engin
 		if err := s.Prefill(ctx, prompt); err != nil {
 			t.Fatal(err)
 		}
-		so := engine.SamplerOptions{Temperature: 1.3, TopK: 40, MinP: 0.01, Seed: 9}
+		so := pickedOptions(9)
 		sm := engine.NewSampler(so)
 		var got []int32
-		n, err := s.DecodePicked(ctx, 12, nil, func(l *engine.Logits) (int32, bool) {
+		n, err := s.DecodePicked(ctx, 12, engine.FilterFor(so), func(l *engine.Logits) (int32, bool) {
 			tok := sm.SampleLogits(l, so)
 			if len(got) == stop {
 				return tok, false

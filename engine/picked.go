@@ -34,15 +34,16 @@ import (
 // (decodePickedSpeculative): each pass drafts the token after the picked
 // one with the MTP block, decodes both, and keeps the draft when pick, given
 // the logits after the picked token, chooses it. pick still sees plain
-// decoding's logits in the same order (dense; f is not used), so a seeded
-// sampler draws the same tokens; Stats counts the drafts, and the pausing
-// policy is DecodeGreedy's.
+// decoding's logits in the same order (with f, on a backend that
+// implements SpecCandidater, min-p's candidates of the verification's
+// rows), so a seeded sampler draws the same tokens; Stats counts the
+// drafts, and the pausing policy is DecodeGreedy's.
 func (s *Session) DecodePicked(ctx context.Context, max int, f *PickFilter, pick func(l *Logits) (int32, bool)) (int, error) {
 	if s.closed {
 		return 0, ErrClosed
 	}
 	if s.mtp != nil && !s.mtp.off {
-		return s.decodePickedSpeculative(ctx, max, pick)
+		return s.decodePickedSpeculative(ctx, max, f, pick)
 	}
 	n := 0
 	if pp, ok := s.be.(PickPipeliner); ok && s.pipelinable(max) {

@@ -365,12 +365,13 @@ func specDecode(t *testing.T, be engine.Backend, o engine.Options, prompt []int3
 }
 
 // TestSpecPickedMatchesHost: sampled speculative decoding (DecodePicked
-// with Options.Draft) through the device's pass (the draft made on the
-// GPU, the rows read with VerifyLogits) draws the host path's tokens, with
-// its stats and final logits, drafts committed or not; with no commits
-// forced (every draft verified, DraftAlways; the random block's drafts taken
-// only where a draw lands on them) exact mode's are plain sampled
-// decoding's, the same seed drawing the same tokens. Exact and fast mode.
+// with Options.Draft) through the device's pass (the draft made on the GPU,
+// the draws from the rows' min-p candidates found there) draws the host
+// path's tokens (from the rows whole), with its stats and final logits,
+// drafts committed or not; with no commits forced (every draft verified,
+// DraftAlways; the random block's drafts taken only where a draw lands on
+// them) exact mode's are plain sampled decoding's, the same seed drawing the
+// same tokens. Exact and fast mode.
 func TestSpecPickedMatchesHost(t *testing.T) {
 	gpu(t)
 	c := quantTiny()
@@ -378,6 +379,7 @@ func TestSpecPickedMatchesHost(t *testing.T) {
 	toks := testTokens(120, c.Vocab)
 	so := engine.SamplerOptions{Temperature: 0.8, MinP: 0.02, Seed: 5}
 	ctx := context.Background()
+	cands := 0 // draws from the device's candidates
 	decode := func(be engine.Backend, o engine.Options) specResult {
 		s, err := engine.NewSession(be, o)
 		if err != nil {
@@ -390,6 +392,9 @@ func TestSpecPickedMatchesHost(t *testing.T) {
 		sm := engine.NewSampler(so)
 		var out []int32
 		if _, err := s.DecodePicked(ctx, 50, engine.FilterFor(so), func(l *engine.Logits) (int32, bool) {
+			if l.Candidates() != nil {
+				cands++
+			}
 			tok := sm.SampleLogits(l, so)
 			out = append(out, tok)
 			return tok, true
@@ -407,9 +412,10 @@ func TestSpecPickedMatchesHost(t *testing.T) {
 		}{{"none", nil}, {"2 in 3", func(pos int) bool { return pos%3 != 0 }}} {
 			o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true, DraftAlways: true, ForceAccept: accept.commit}
 			heads := be.GraphStats().SpecHeads
+			cands = 0
 			dev := decode(be, o)
-			if be.GraphStats().SpecHeads == heads {
-				t.Fatalf("fast %v: no pass with its draft on the device", fast)
+			if be.GraphStats().SpecHeads == heads || cands == 0 {
+				t.Fatalf("fast %v: no pass with its draft on the device (%d draws from its candidates)", fast, cands)
 			}
 			o.DraftOverride = func(_ int, d int32) int32 { return d }
 			host := decode(be, o)

@@ -3,7 +3,9 @@ package cuda
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
+	"unsafe"
 
 	"ds4go/engine"
 )
@@ -33,6 +35,57 @@ type specQueue struct {
 	done       Event // the result's copy done (main stream)
 	verified   bool  // a HeadVerify whose result VerifyResult has not read
 	draftReady bool  // an MTPHeadDraft's draft not yet embedded by EmbedDraft
+	cq         candQueue
+}
+
+// candQueue is a main batch's state for the verification rows' min-p
+// candidates (engine.SpecCandidater), made on the first SetVerifyFilter.
+type candQueue struct {
+	filt  *engine.PickFilter // SetVerifyFilter's (nil: none)
+	vfilt *engine.PickFilter // the latest HeadVerify's (its candidates in pin)
+	vrows int                // … its rows
+	work  Ptr                // PickCandidates' argmax work area
+	top   Ptr                // … its greedy choice (int32)
+	cnt   Ptr                // … its counts (CandidateCTAs words)
+	cand  [2]Ptr             // … its output for rows 0 and 1 (CandidateWords(pickCandCap) words each)
+	pin   [2][]byte          // pinned: the rows' candidates
+}
+
+func (c *candQueue) init(d *Device) error {
+	var err error
+	words := 4 * int64(CandidateWords(pickCandCap))
+	allocs := []struct {
+		p *Ptr
+		n int64
+	}{{&c.work, ArgmaxWork}, {&c.top, 16}, {&c.cnt, 4 * CandidateCTAs}, {&c.cand[0], words}, {&c.cand[1], words}}
+	for _, a := range allocs {
+		if *a.p, err = d.Malloc(a.n); err != nil {
+			return err
+		}
+	}
+	if err := d.Upload(c.work, make([]byte, ArgmaxWork)); err != nil {
+		return err
+	}
+	for i := range c.pin {
+		if c.pin[i], err = d.MallocHost(int(words)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *candQueue) release(d *Device) {
+	for _, p := range []Ptr{c.work, c.top, c.cnt, c.cand[0], c.cand[1]} {
+		if p != 0 {
+			d.Free(p)
+		}
+	}
+	for _, p := range c.pin {
+		if p != nil {
+			d.FreeHost(p)
+		}
+	}
+	*c = candQueue{}
 }
 
 func (q *specQueue) ready() bool { return q.res != 0 }
@@ -83,6 +136,7 @@ func (q *specQueue) release(d *Device) {
 			d.DestroyEvent(e)
 		}
 	}
+	q.cq.release(d)
 	*q = specQueue{}
 }
 
@@ -218,12 +272,31 @@ func (be *Backend) HeadVerify(bi engine.Batch) error {
 			return err
 		}
 	}
+	c := &q.cq
+	f := c.filt
+	c.vfilt = nil
+	if f != nil { // each row's min-p candidates (SetVerifyFilter)
+		for r := 0; r < n; r++ {
+			if err := d.PickCandidates(b.s, q.logits+Ptr(4*int64(r*V)), V, f.Temperature, f.MinP, c.work, c.top, c.cnt, c.cand[r], pickCandCap); err != nil {
+				return err
+			}
+		}
+		b.g.shape = append(b.g.shape, 'c')
+	}
 	b.g.shape = append(b.g.shape, 'V')
 	if err := b.finish(); err != nil {
 		return err
 	}
 	if err := d.DownloadAsync(q.pin[:12], q.res, b.s); err != nil {
 		return err
+	}
+	if f != nil {
+		for r := 0; r < n; r++ {
+			if err := d.DownloadAsync(c.pin[r], c.cand[r], b.s); err != nil {
+				return err
+			}
+		}
+		c.vfilt, c.vrows = f, n
 	}
 	if err := d.Record(q.done, b.s); err != nil {
 		return err
@@ -274,4 +347,64 @@ func (be *Backend) VerifyLogits(bi engine.Batch, row int, dst []float32) error {
 		return err
 	}
 	return DownloadSlice(be.dev, dst[:V], q.logits+Ptr(4*int64(row*V)))
+}
+
+var _ engine.SpecCandidater = (*Backend)(nil)
+
+// SetVerifyFilter makes the following HeadVerify calls on bi find each
+// row's min-p candidates under f (PickCandidates, as HeadPicked does) and
+// download them with the pass's result; nil, or a filter without a
+// temperature and min-p, stops it (engine.SpecCandidater).
+func (be *Backend) SetVerifyFilter(bi engine.Batch, f *engine.PickFilter) error {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return err
+	}
+	c := &b.sq.cq
+	if f == nil || !(f.Temperature > 0 && f.MinP > 0) {
+		c.filt = nil
+		return nil
+	}
+	if c.pin[0] == nil {
+		if err := b.flush(); err != nil {
+			return err
+		}
+		if err := c.init(be.dev); err != nil {
+			c.release(be.dev)
+			return fmt.Errorf("cuda: verification candidates: %w", err)
+		}
+	}
+	fc := *f
+	c.filt = &fc
+	return nil
+}
+
+// VerifyCandidates returns the min-p candidates of row (0 or 1) of the
+// latest HeadVerify on bi, after VerifyResult: in pinned memory, valid
+// until the next HeadVerify; nil when that head had no filter or found more
+// than pickCandCap (engine.SpecCandidater).
+func (be *Backend) VerifyCandidates(bi engine.Batch, row int) (*engine.Candidates, error) {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return nil, err
+	}
+	q := &b.sq
+	c := &q.cq
+	if c.vfilt == nil || row < 0 || row >= c.vrows {
+		return nil, nil
+	}
+	if q.verified {
+		return nil, fmt.Errorf("cuda: verification candidates before VerifyResult")
+	}
+	w := unsafe.Slice((*int32)(unsafe.Pointer(&c.pin[row][0])), CandidateWords(pickCandCap))
+	n, top := int(w[0]), w[1]
+	if n < 1 || top < 0 || int(top) >= be.cfg.Vocab {
+		return nil, fmt.Errorf("cuda: verification candidates: %d, greedy choice %d", n, top)
+	}
+	if n > pickCandCap {
+		be.gstats.pickOverflows.Add(1)
+		return nil, nil
+	}
+	vals := unsafe.Slice((*float32)(unsafe.Pointer(&w[4+pickCandCap])), n)
+	return &engine.Candidates{Filter: *c.vfilt, Top: top, TopLogit: math.Float32frombits(uint32(w[2])), IDs: w[4 : 4+n], Values: vals}, nil
 }

@@ -232,8 +232,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 				logf("frontier %d: prefill %d tokens in %.2f s (%.1f tok/s), gen %d in %.2f s (%.2f tok/s), kv %.1f MiB",
 					r.Frontier, r.PrefillTokens, r.PrefillS, r.PrefillTPS, r.GenTokens, r.GenS, r.GenTPS, float64(r.KVBytes)/(1<<20))
 				if acc != nil {
-					logf("frontier %d: speculative %.2f tok/s (%d drafts, %d committed: %.0f %%; %d only checked) against plain greedy %.2f tok/s (×%.3f)",
-						r.Frontier, r.GenTPS, r.Drafted, r.Accepted, 100*float64(r.Accepted)/float64(max(r.Drafted, 1)), r.Checked, r.PlainGenTPS, r.GenTPS/r.PlainGenTPS)
+					mode := "greedy"
+					if *temp > 0 {
+						mode = "sampled"
+					}
+					logf("frontier %d: speculative %.2f tok/s (%d drafts, %d committed: %.0f %%; %d only checked) against plain %s %.2f tok/s (×%.3f)",
+						r.Frontier, r.GenTPS, r.Drafted, r.Accepted, 100*float64(r.Accepted)/float64(max(r.Drafted, 1)), r.Checked, mode, r.PlainGenTPS, r.GenTPS/r.PlainGenTPS)
 				}
 			}})
 		st = s.Stats()
