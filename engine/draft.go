@@ -600,7 +600,12 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 				return nil, false, err
 			}
 			if c != nil {
-				fetch := func() ([]float32, error) { return dst, sp.VerifyLogits(s.b, row, dst) }
+				fetch := func() ([]float32, error) {
+					if err := sp.VerifyLogits(s.b, row, dst); err != nil {
+						return nil, s.opError(len(s.tokens)-1, "head", -1, err)
+					}
+					return dst, nil
+				}
 				return &Logits{cand: c, fetch: fetch}, false, nil
 			}
 		}
@@ -610,6 +615,16 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 		return DenseLogits(dst), true, nil
 	}
 	var tok int32
+	// choose is pick, failing when it asked for logits that could not be
+	// fetched (the session then has none)
+	choose := func(l *Logits) (int32, bool, error) {
+		t, ok := pick(l)
+		if err := l.Err(); err != nil {
+			pending, s.logitsOK = -1, false
+			return 0, false, err
+		}
+		return t, ok, nil
+	}
 	have := false    // tok chosen by pick, not yet decoded
 	var next *Logits // what the next pick reads (nil: the session's logits)
 	for n < max {
@@ -624,9 +639,9 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 				}
 				l = DenseLogits(s.logits)
 			}
-			t, ok := pick(l)
-			if !ok {
-				return n, nil
+			t, ok, err := choose(l)
+			if err != nil || !ok {
+				return n, err
 			}
 			tok, have, next = t, true, nil
 		}
@@ -671,7 +686,10 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 			return n, err
 		}
 		n, have = n+1, false // tok is decoded
-		x, ok := pick(l0)
+		x, ok, err := choose(l0)
+		if err != nil {
+			return n, err
+		}
 		if check || !ok || !s.observeDraft(P+1, d, x, false) {
 			if !check {
 				// Keep tok only: the logits after it (row 0), its staged row.

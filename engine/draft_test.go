@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -83,15 +84,16 @@ func onPipelinedPath(t *testing.T, c draftCase) {
 // draft for position pos (as Options.DraftOverride does on the host path).
 type hostSpec struct {
 	engine.Backend
-	dr       engine.Drafter
-	override func(pos int, d int32) int32
-	draft    int32
-	res      [3]int32
-	n        int       // the verification chunk's tokens: 2, or 1 after EmbedAfterDraft
-	logits   []float32 // the verification's rows
-	passes   int
-	filter   *engine.PickFilter // SetVerifyFilter's
-	cands    int                // VerifyCandidates calls with a filter
+	dr         engine.Drafter
+	override   func(pos int, d int32) int32
+	draft      int32
+	res        [3]int32
+	n          int       // the verification chunk's tokens: 2, or 1 after EmbedAfterDraft
+	logits     []float32 // the verification's rows
+	passes     int
+	filter     *engine.PickFilter // SetVerifyFilter's
+	cands      int                // VerifyCandidates calls with a filter
+	failLogits bool               // VerifyLogits fails
 }
 
 func newHostSpec(be engine.Backend) *hostSpec {
@@ -165,6 +167,9 @@ func (h *hostSpec) VerifyResult(engine.Batch) (int32, int32, int32, error) {
 }
 
 func (h *hostSpec) VerifyLogits(_ engine.Batch, row int, dst []float32) error {
+	if h.failLogits {
+		return errors.New("verification logits lost")
+	}
 	V := h.Config().Vocab
 	copy(dst, h.logits[row*V:(row+1)*V])
 	return nil

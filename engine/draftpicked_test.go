@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"ds4go/engine"
@@ -222,5 +223,37 @@ func draftPickedRefused(t *testing.T, be engine.Backend, setOverride func(*engin
 		if s.Stats().Drafted == 0 && stop > 2 {
 			t.Fatalf("stop %d: nothing drafted", stop)
 		}
+	}
+}
+
+// TestDraftPickedFetchError: a verification row that cannot be fetched
+// when a pick asks for it ends the run with the error, and the session
+// without logits (no draw from stale ones).
+func TestDraftPickedFetchError(t *testing.T) {
+	ctx := context.Background()
+	h := newHostSpec(mtpBackend(t))
+	s := newSess(t, h, engine.Options{Draft: true, DraftAlways: true})
+	if err := s.Prefill(ctx, tokens(30, 512)); err != nil {
+		t.Fatal(err)
+	}
+	so := pickedOptions(2) // a filter: the rows' candidates come first
+	sm := engine.NewSampler(so)
+	picks, fails := 0, false
+	_, err := s.DecodePicked(ctx, 20, engine.FilterFor(so), func(l *engine.Logits) (int32, bool) {
+		picks++
+		if l.Candidates() != nil && !fails {
+			h.failLogits, fails = true, true
+			if l.All() != nil {
+				t.Error("logits fetched from a failing backend")
+			}
+			h.failLogits = false // only this fetch fails
+		}
+		return sm.SampleLogits(l, so), true
+	})
+	if err == nil || !strings.Contains(err.Error(), "verification logits lost") {
+		t.Fatalf("got %v after %d picks", err, picks)
+	}
+	if s.Logits() != nil {
+		t.Fatal("the session has logits after the failed fetch")
 	}
 }
