@@ -42,7 +42,8 @@
 #          separate synthetic MTP file (ds4-gguf synth --mtp-only): ds4-bench
 #          --fast --mtp at 8k (--warmup 4096, GEN tokens, default 128) with
 #          drafts right at each of the comma-separated RATES, each against
-#          a plain greedy run of the same tokens, into mtp.csv/mtp.log;
+#          a plain run of the same tokens (greedy; sampled with MTP_ARGS
+#          '--temp 1'), into mtp.csv/mtp.log;
 #          MTP_AB: environment assignments, the same run again with them
 #          (MTP_AB_ARGS: and these ds4-bench flags);
 #          MTP_ARGS: more ds4-bench flags for the first run (e.g.
