@@ -361,19 +361,7 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 	// pending ≥ 0: the logits after the session's last token are row
 	// pending of the latest verification, still on the device.
 	pending := -1
-	defer func() {
-		if pending < 0 {
-			return
-		}
-		if e := sp.VerifyLogits(s.b, pending, s.logits); e != nil {
-			s.logitsOK = false
-			if err == nil {
-				err = s.opError(len(s.tokens)-1, "head", -1, e)
-			}
-			return
-		}
-		s.logitsOK = true
-	}()
+	defer func() { s.fetchPending(sp, pending, &err) }()
 	tok := Greedy(s.logits)
 	for n < max {
 		if err := ctx.Err(); err != nil {
@@ -435,6 +423,24 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 		tok = c0
 	}
 	return n, nil
+}
+
+// fetchPending makes row pending (≥ 0; < 0: none) of the latest
+// verification on sp the session's logits as a pipelined run ends; a
+// failure leaves the session without logits and becomes *err unless it
+// holds one already.
+func (s *Session) fetchPending(sp SpecPipeliner, pending int, err *error) {
+	if pending < 0 {
+		return
+	}
+	if e := sp.VerifyLogits(s.b, pending, s.logits); e != nil {
+		s.logitsOK = false
+		if *err == nil {
+			*err = s.opError(len(s.tokens)-1, "head", -1, e)
+		}
+		return
+	}
+	s.logitsOK = true
 }
 
 // stepPass queues a one-token step on the device for tok, the greedy choice
@@ -577,19 +583,7 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 	// pending ≥ 0: the session's logits are row pending of the latest
 	// verification, still on the device (only candidates came).
 	pending := -1
-	defer func() {
-		if pending < 0 {
-			return
-		}
-		if e := sp.VerifyLogits(s.b, pending, s.logits); e != nil {
-			s.logitsOK = false
-			if err == nil {
-				err = s.opError(len(s.tokens)-1, "head", -1, e)
-			}
-			return
-		}
-		s.logitsOK = true
-	}()
+	defer func() { s.fetchPending(sp, pending, &err) }()
 	row0 := make([]float32, s.cfg.Vocab)
 	// rowLogits offers row of the latest verification to pick: its
 	// candidates when they came, else the row fetched into dst.

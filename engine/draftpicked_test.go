@@ -172,10 +172,9 @@ func draftPickedSameTokens(t *testing.T, be engine.Backend, setOverride func(*en
 }
 
 // TestDraftPickedRefused: a pick that refuses the token after a verified
-// pass ends the run with the session holding the tokens picked before it
-// and the logits after the last; a pick that refuses the confirmed draft
-// itself leaves the draft out. Then decoding goes on with plain decoding's
-// draws. On the host path and the pipelined one.
+// pass, the confirmed draft or the token after it, ends the run with the
+// session holding the tokens picked before (plain decoding's draws) and the
+// logits after the last of them. On the host path and the pipelined one.
 func TestDraftPickedRefused(t *testing.T) {
 	onHostPath(t, draftPickedRefused)
 	onPipelinedPath(t, draftPickedRefused)
@@ -184,18 +183,11 @@ func TestDraftPickedRefused(t *testing.T) {
 func draftPickedRefused(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32)) {
 	ctx := context.Background()
 	prompt := tokens(30, 512)
-	plain := newSess(t, be, engine.Options{})
-	if err := plain.Prefill(ctx, prompt); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := pickedRun(t, plain, 12, 9)
+	want, _ := pickedRun(t, prefilled(t, be, engine.Options{}, prompt), 12, 9)
 	for _, stop := range []int{1, 2, 3, 4, 5} {
 		o := engine.Options{Draft: true}
 		setOverride(&o, func(pos int, d int32) int32 { return want[pos-len(prompt)] })
-		s := newSess(t, be, o)
-		if err := s.Prefill(ctx, prompt); err != nil {
-			t.Fatal(err)
-		}
+		s := prefilled(t, be, o, prompt)
 		so := pickedOptions(9)
 		sm := engine.NewSampler(so)
 		var got []int32
@@ -213,11 +205,7 @@ func draftPickedRefused(t *testing.T, be engine.Backend, setOverride func(*engin
 		if !slices.Equal(s.Tokens()[len(prompt):], want[:stop]) {
 			t.Fatalf("stop %d: session holds %v", stop, s.Tokens()[len(prompt):])
 		}
-		ref := newSess(t, be, engine.Options{})
-		if err := ref.Prefill(ctx, s.Tokens()); err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Equal(s.Logits(), ref.Logits()) {
+		if ref := prefilled(t, be, engine.Options{}, s.Tokens()); !slices.Equal(s.Logits(), ref.Logits()) {
 			t.Fatalf("stop %d: logits are not those after the session's tokens", stop)
 		}
 		if s.Stats().Drafted == 0 && stop > 2 {
@@ -232,10 +220,7 @@ func draftPickedRefused(t *testing.T, be engine.Backend, setOverride func(*engin
 func TestDraftPickedFetchError(t *testing.T) {
 	ctx := context.Background()
 	h := newHostSpec(mtpBackend(t))
-	s := newSess(t, h, engine.Options{Draft: true, DraftAlways: true})
-	if err := s.Prefill(ctx, tokens(30, 512)); err != nil {
-		t.Fatal(err)
-	}
+	s := prefilled(t, h, engine.Options{Draft: true, DraftAlways: true}, tokens(30, 512))
 	so := pickedOptions(2) // a filter: the rows' candidates come first
 	sm := engine.NewSampler(so)
 	picks, fails := 0, false
