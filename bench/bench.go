@@ -35,7 +35,7 @@ type Row struct {
 	GenTPS        float64 // GenTokens / GenS
 	KVBytes       int64   // KV/state bytes the session holds at the frontier (StateLayout, f32)
 
-	// With Options.Accept (not in the CSV): the plain greedy run's speed,
+	// With Options.Accept (not in the CSV): the plain run's speed,
 	// and the speculative run's drafts, accepted drafts and drafts only
 	// checked while speculation paused (engine.Stats; GenTPS is the
 	// speculative run's speed).
