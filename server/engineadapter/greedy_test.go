@@ -212,6 +212,20 @@ func TestSpeculativeRequests(t *testing.T) {
 	if logged != drafted || strings.Contains(plainLog.String(), "drafts=") {
 		t.Errorf("logged drafts %d, verified %d; plain log with drafts: %v", logged, drafted, strings.Contains(plainLog.String(), "drafts="))
 	}
+	// With a disk KV cache whose checkpoints every 48 tokens pause a
+	// generation (a decode run's pick refuses a token, the checkpoint is
+	// written, decoding goes on), the same replies.
+	var kvLog bytes.Buffer
+	want = serveCalls(t, plain, calls, t.TempDir())
+	got = serveCalls(t, spec, calls, t.TempDir(), &kvLog)
+	for i := range calls {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Errorf("with checkpoints, request %d (%s):\n speculative: %v\n plain:       %v", i, calls[i].body, got[i], want[i])
+		}
+	}
+	if !strings.Contains(kvLog.String(), "reason=continued") {
+		t.Errorf("no continued checkpoint written during a generation:\n%s", kvLog.String())
+	}
 }
 
 // recording serves e's sessions as they are, keeping them in *ss.
