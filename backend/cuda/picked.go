@@ -289,19 +289,30 @@ func (be *Backend) PickedLogits(bi engine.Batch) ([]float32, *engine.Candidates,
 	}
 	be.gstats.pickedHeads.Add(1)
 	if f := q.filt[k]; f != nil {
-		w := unsafe.Slice((*int32)(unsafe.Pointer(&q.host[k][0])), CandidateWords(pickCandCap))
-		n, top := int(w[0]), w[1]
-		if n < 1 || top < 0 || int(top) >= be.cfg.Vocab {
-			return nil, nil, fmt.Errorf("cuda: picked candidates: %d, greedy choice %d", n, top)
+		c, err := be.candidatesIn(q.host[k], *f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cuda: picked %w", err)
 		}
-		if n > pickCandCap {
-			be.gstats.pickOverflows.Add(1)
-			return nil, nil, nil
-		}
-		vals := unsafe.Slice((*float32)(unsafe.Pointer(&w[4+pickCandCap])), n)
-		return nil, &engine.Candidates{Filter: *f, Top: top, TopLogit: math.Float32frombits(uint32(w[2])), IDs: w[4 : 4+n], Values: vals}, nil
+		return nil, c, nil
 	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(&q.host[k][0])), be.cfg.Vocab), nil, nil
+}
+
+// candidatesIn reads PickCandidates' output (CandidateWords(pickCandCap)
+// words, downloaded to pinned memory) as the candidates under f, in place:
+// nil when there were more than pickCandCap (counted in the graph stats).
+func (be *Backend) candidatesIn(buf []byte, f engine.PickFilter) (*engine.Candidates, error) {
+	w := unsafe.Slice((*int32)(unsafe.Pointer(&buf[0])), CandidateWords(pickCandCap))
+	n, top := int(w[0]), w[1]
+	if n < 1 || top < 0 || int(top) >= be.cfg.Vocab {
+		return nil, fmt.Errorf("candidates: %d, greedy choice %d", n, top)
+	}
+	if n > pickCandCap {
+		be.gstats.pickOverflows.Add(1)
+		return nil, nil
+	}
+	vals := unsafe.Slice((*float32)(unsafe.Pointer(&w[4+pickCandCap])), n)
+	return &engine.Candidates{Filter: f, Top: top, TopLogit: math.Float32frombits(uint32(w[2])), IDs: w[4 : 4+n], Values: vals}, nil
 }
 
 // PickedAll copies the logits of the HeadPicked whose logits PickedLogits

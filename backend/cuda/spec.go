@@ -3,9 +3,7 @@ package cuda
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"time"
-	"unsafe"
 
 	"ds4go/engine"
 )
@@ -396,15 +394,9 @@ func (be *Backend) VerifyCandidates(bi engine.Batch, row int) (*engine.Candidate
 	if q.verified {
 		return nil, fmt.Errorf("cuda: verification candidates before VerifyResult")
 	}
-	w := unsafe.Slice((*int32)(unsafe.Pointer(&c.pin[row][0])), CandidateWords(pickCandCap))
-	n, top := int(w[0]), w[1]
-	if n < 1 || top < 0 || int(top) >= be.cfg.Vocab {
-		return nil, fmt.Errorf("cuda: verification candidates: %d, greedy choice %d", n, top)
+	cs, err := be.candidatesIn(c.pin[row], *c.vfilt)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: verification %w", err)
 	}
-	if n > pickCandCap {
-		be.gstats.pickOverflows.Add(1)
-		return nil, nil
-	}
-	vals := unsafe.Slice((*float32)(unsafe.Pointer(&w[4+pickCandCap])), n)
-	return &engine.Candidates{Filter: *c.vfilt, Top: top, TopLogit: math.Float32frombits(uint32(w[2])), IDs: w[4 : 4+n], Values: vals}, nil
+	return cs, nil
 }
