@@ -56,7 +56,8 @@ type Options struct {
 	// MTP names a separate MTP file (ds4's DeepSeek-V4-Flash-MTP GGUF);
 	// MTPDraft ≥ 2 decodes answers speculatively with the MTP block
 	// (Options.MTP's, or the model file's own), one draft a pass, greedy or
-	// sampled (the same tokens as without it); 1, the default as in ds4.c,
+	// sampled (the same tokens as without it, but for near ties that CUDA
+	// fast mode's two-token passes may flip); 1, the default as in ds4.c,
 	// does not speculate.
 	MTP      string
 	MTPDraft int
@@ -170,7 +171,7 @@ func newFlagSet(o *Options, stderr io.Writer) *flag.FlagSet {
 	boolean(&o.NoWarm, "do not page the weights in before the first token", "no-warm")
 	str(&o.Color, "auto", "dim reasoning with ANSI colours: auto, always, never", "color")
 	str(&o.MTP, "", "separate MTP GGUF (the draft head of speculative decoding)", "mtp")
-	integer(&o.MTPDraft, 1, "tokens a speculative pass aims at: 2 drafts one token with the MTP block (greedy or sampled answers, the same tokens); 1: no speculation", "mtp-draft")
+	integer(&o.MTPDraft, 1, "tokens a speculative pass aims at: 2 drafts one token with the MTP block (greedy or sampled answers; the same tokens, but for near ties --fast may flip); 1: no speculation", "mtp-draft")
 	fs.Float64Var(&o.MTPMargin, "mtp-margin", 0, "accepted for ds4.c compatibility; every draft is verified (ignored)")
 	fs.Usage = func() { io.WriteString(stderr, usageText) }
 	return fs
