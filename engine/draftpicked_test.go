@@ -48,7 +48,9 @@ func pickedRun(t *testing.T, s *engine.Session, n int, seed uint64) (toks []int3
 
 // TestDraftPickedSameTokens: speculative sampled decoding (DecodePicked
 // with Options.Draft) draws plain DecodePicked's tokens from the same seed,
-// its picks reading the same logits in the same order, whatever the drafts:
+// its picks reading the same steps' logits in the same order (each step's
+// greedy choice and top logit compared, the whole rows or their
+// candidates), and ends with plain decoding's logits, whatever the drafts:
 // the MTP block's own (rejected on random weights), always right (an
 // oracle of plain decoding's draws), right every other time, or wrong
 // until speculation pauses and right after; across a prefill, a continued
