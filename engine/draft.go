@@ -644,21 +644,16 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 		}
 		P := len(s.tokens)
 		pending = -1 // a pass or step writes the logits after tok
-		if n+2 > max || P+2 > s.opts.MaxContext || !s.canDraft() {
+		single := n+2 > max || P+2 > s.opts.MaxContext || !s.canDraft()
+		paused := !single && s.plainStep() // paused: a step that stages its row, no draft
+		if single || (paused && sp == nil) {
 			if err := s.Decode(ctx, tok); err != nil {
 				return n, err
 			}
 			n, have = n+1, false
 			continue
 		}
-		if s.plainStep() { // paused: a step that stages its row, no draft
-			if sp == nil {
-				if err := s.Decode(ctx, tok); err != nil {
-					return n, err
-				}
-				n, have = n+1, false
-				continue
-			}
+		if paused {
 			s.logitsOK = false
 			if _, err := s.stepPass(ctx, sp, tok); err != nil {
 				return n, err

@@ -78,6 +78,12 @@ func onPipelinedPath(t *testing.T, c draftCase) {
 	}
 }
 
+// onBothPaths runs c on the host path, then on the pipelined one.
+func onBothPaths(t *testing.T, c draftCase) {
+	onHostPath(t, c)
+	onPipelinedPath(t, c)
+}
+
 // hostSpec is a backend with an MTP block whose SpecPipeliner ops run
 // through the host (MTPHead, Head and Greedy): the engine's pipelined
 // speculative loop on the CPU backend. override, when set, replaces the
@@ -338,8 +344,7 @@ func draftSameTokens(t *testing.T, be engine.Backend, setOverride func(*engine.O
 // decoded; the session holds the token before it, with its logits. On the
 // host path and the pipelined one (hostSpec).
 func TestDraftRefusedToken(t *testing.T) {
-	onHostPath(t, draftRefusedToken)
-	onPipelinedPath(t, draftRefusedToken)
+	onBothPaths(t, draftRefusedToken)
 }
 
 func draftRefusedToken(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32)) {
@@ -393,8 +398,7 @@ func TestDraftNeedsMTP(t *testing.T) {
 // the same tokens: its logits bit for bit; speculation can be turned off
 // and on. On the host path and the pipelined one (hostSpec).
 func TestDraftForceAccept(t *testing.T) {
-	onHostPath(t, draftForceAccept)
-	onPipelinedPath(t, draftForceAccept)
+	onBothPaths(t, draftForceAccept)
 }
 
 func draftForceAccept(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32)) {

@@ -178,8 +178,7 @@ func draftPickedSameTokens(t *testing.T, be engine.Backend, setOverride func(*en
 // session holding the tokens picked before (plain decoding's draws) and the
 // logits after the last of them. On the host path and the pipelined one.
 func TestDraftPickedRefused(t *testing.T) {
-	onHostPath(t, draftPickedRefused)
-	onPipelinedPath(t, draftPickedRefused)
+	onBothPaths(t, draftPickedRefused)
 }
 
 func draftPickedRefused(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32)) {
