@@ -68,6 +68,7 @@ int ds4c_opt_topk_cl(void);
 int ds4c_opt_ix_flash_split(void);
 int ds4c_opt_topk_cl_tok(void);
 int ds4c_opt_topk_wide(void);
+int ds4c_opt_mv_exq8(void);
 int ds4c_opt_ix_query(void);
 int ds4c_opt_attn_wave(void);
 int ds4c_opt_attn_cluster(void);

@@ -1751,6 +1751,30 @@ __device__ __forceinline__ void q8f_items(int items, int nsh, int warp, int lane
     }
 }
 
+// q8e_items is q8f_items for exact mode (k_mv_pipe_q8f<CP, 1, true>):
+// the same items, loads and dp4a sums, but each lane's block term —
+// k_mv_pipe's, TQ8_0::dot's roundings — is stored in its row's terms
+// (terms + row · tstride, the block's index in the row) instead of entering
+// a tree; the rows are then added in block order (ordered_sum).
+template <int U>
+__device__ __forceinline__ void q8e_items(int items, int nsh, int warp, int lane, const uint8_t *qs, const __half *ds,
+                                          int cols, int dstride, int4 x0, int4 x1, float xd, float *terms,
+                                          int tstride) {
+    const int nseg = 1 << nsh, col = (warp & (nseg - 1)) * 32 + q8f_blk(lane);
+    for (int it0 = warp; it0 < items; it0 += 8 * U) {
+        int4 w0[U], w1[U];
+        __half d[U];
+        q8f_load<U>(it0, items, nsh, lane, qs, ds, cols, dstride, w0, w1, d);
+#pragma unroll
+        for (int j = 0; j < U; j++)
+            if (it0 + 8 * j < items) {
+                const int sum = dot4(w1[j], x1, dot4(w0[j], x0, 0)); // (integers: TQ8_0::dot's sum)
+                terms[(size_t)((it0 + 8 * j) >> nsh) * tstride + col] =
+                    __fmul_rn((float)sum, __fmul_rn(__half2float(d[j]), xd));
+            }
+    }
+}
+
 // q8f_sums2 is q8f_sums for two tokens' activations (x0/x1/xd[t]) with
 // their trees packed: at the tree's first step (lanes l and l ^ 16) the
 // lower half of the warp keeps token 0's sums and the upper half token
@@ -1808,9 +1832,15 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
 // the ilp form (segments dividing the warps), no ids (selections: one, or
 // each its own matrix, as the grouped wo_a), no yq (launch_pipe); xf: both
 // tokens' rows formed by pipe_act_f32.
-template <int CP, int NT = 1>
+// EX (exact mode, DS4C_OPT_MV_EXQ8; one token): the items' block terms are
+// stored, two buffers of [rt][tstride] floats (q8e_items), and a tile's
+// rows added in block order (ordered_sum; on the last warp's lanes with
+// p.sumw, else a thread a row): k_mv_pipe's terms, order and bits, with
+// the items' fewer instructions a weight byte.
+template <int CP, int NT = 1, bool EX = false>
 __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     static_assert(NT == 1 || NT == 2, "k_mv_pipe_q8f: one or two tokens");
+    static_assert(!EX || NT == 1, "k_mv_pipe_q8f: exact terms for one token");
     extern __shared__ __align__(16) uint8_t s_mem[];
     __shared__ float s_yq[32]; // p.yq: the CTA's block of y
     const MVArgs &a = p.a;
@@ -1909,6 +1939,17 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
     // warp, which does not request copies, each row's partials in one or
     // two vector loads (DS4C_OPT_MV_SUMW); the same adds in segment order
     auto sums = [&](int k) { // rows of tile k (its partials complete)
+        if constexpr (EX) { // the block terms in block order
+            const float *tb = s_part + (size_t)(k & 1) * p.rt * p.tstride;
+            const int nb = a.cols / 32;
+            if (p.sumw) {
+                if (warp == PIPE_THREADS / 32 - 1)
+                    for (int i = lane; i < prev.nr; i += 32) put(i, ordered_sum(tb + (size_t)i * p.tstride, nb));
+            } else if (tid < prev.nr) {
+                put(tid, ordered_sum(tb + (size_t)tid * p.tstride, nb));
+            }
+            return;
+        }
         if (p.sumw) {
             if (warp != PIPE_THREADS / 32 - 1) return;
 #pragma unroll
@@ -1977,7 +2018,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             xseg = -1;
             __syncthreads();
         }
-        float *part = s_part + (size_t)(k & 1) * p.rt * nseg * NT;
+        float *part = s_part + (size_t)(k & 1) * p.rt * (EX ? p.tstride : nseg * NT);
         MVP({
             const unsigned long long t = mvp_now();
             mv_t[4] += t - t_last;
@@ -2004,7 +2045,14 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             const uint8_t *qs = stg + p.soff[0] + seg * Q8F_SEG;
             const __half *ds = (const __half *)(stg + p.soff[1]) + seg * 32 + blk;
             const int items = nr * nseg, dstride = p.bpr[1] / 2;
-            if (p.ilp >= 4)
+            if (EX) {
+                if (p.ilp >= 4)
+                    q8e_items<4>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0, x1, xd, part, p.tstride);
+                else if (p.ilp == 3)
+                    q8e_items<3>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0, x1, xd, part, p.tstride);
+                else
+                    q8e_items<2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0, x1, xd, part, p.tstride);
+            } else if (p.ilp >= 4)
                 q8f_items<4>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0, x1, xd, part);
             else if (p.ilp == 3)
                 q8f_items<3>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0, x1, xd, part);
@@ -2018,6 +2066,11 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
                 const uint8_t *q = stg + p.soff[0] + (size_t)row * a.cols + seg * Q8F_SEG;
                 const int4 w0 = *(const int4 *)(q + xo0), w1 = *(const int4 *)(q + xo1);
                 const __half d = ((const __half *)(stg + p.soff[1] + (size_t)row * p.bpr[1]))[seg * 32 + blk];
+                if (EX) {
+                    part[(size_t)row * p.tstride + seg * 32 + blk] =
+                        __fmul_rn((float)dot4(w1, x1, dot4(w0, x0, 0)), __fmul_rn(__half2float(d), xd));
+                    continue;
+                }
                 const float v = warp_sum((float)dot4(w1, x1, dot4(w0, x0, 0)) * (__half2float(d) * xd));
                 if (lane == 0) part[row * nseg + seg] = v;
             }
@@ -2157,6 +2210,9 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const int cp = BULK_COPY ? ds4c_opt_mv_copy() : min(ds4c_opt_mv_copy(), 1);
         const bool q8f =
             std::is_same<T, TQ8_0>::value && !exact && cp == 2 && (ds4c_opt_mv_fast() & 1) && a.cols % Q8F_SEG == 0;
+        // q8e: exact mode's on k_mv_pipe_q8f's items (DS4C_OPT_MV_EXQ8; one token, no yq)
+        const bool q8e = std::is_same<T, TQ8_0>::value && exact && cp == 2 && ds4c_opt_mv_exq8() &&
+                         a.cols % Q8F_SEG == 0 && nt == 1 && !yq;
         if (nt == 2 && !q8f) return false;
         const int64_t act_stride = (act_smem + 15) & ~(int64_t)15; // nt = 2: the tokens' copies apart
         // yq (ds4c_matmul_q8out): k_mv_pipe_q8f only, y one row of whole
@@ -2195,7 +2251,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // further down: shorter tiles keep fewer bytes in flight, and that
         // costs more than the balance gains (wo_b in 8 tiles of 2 rows
         // against 6 of 3: 19.0 against 14.9 µs; cuda/NOTES.md v27).
-        if (q8f && !yq && ds4c_opt_mv_even() && ds4c_opt_mv_stage() == 0) {
+        if ((q8f || q8e) && !yq && ds4c_opt_mv_even() && ds4c_opt_mv_stage() == 0) {
             const int64_t G = (int64_t)per * ds4c_sm_count();
             int64_t best = INT64_MAX;
             for (int rt = p.rt, top = p.rt; rt >= max(1, (7 * top + 7) / 8); rt--) {
@@ -2234,11 +2290,15 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         if (total > INT32_MAX / 2) return false;
         p.total = (int)total;
         void (*k)(PipeArgs) = cp == 2 ? k_mv_pipe<T, 2> : (cp == 1 ? k_mv_pipe<T, 1> : k_mv_pipe<T, 0>);
-        if constexpr (std::is_same<T, TQ8_0>::value)
-            if (q8f) k = nt == 2 ? k_mv_pipe_q8f<2, 2> : k_mv_pipe_q8f<2>;
-        // the largest opt-in done for each copy flavour, k_mv_pipe_q8f and its two-token form
-        static int64_t set[5] = {0, 0, 0, 0, 0};
-        const int fl = q8f ? (nt == 2 ? 4 : 3) : cp;
+        if constexpr (std::is_same<T, TQ8_0>::value) {
+            if (q8f)
+                k = nt == 2 ? k_mv_pipe_q8f<2, 2> : k_mv_pipe_q8f<2>;
+            else if (q8e)
+                k = k_mv_pipe_q8f<2, 1, true>;
+        }
+        // the largest opt-in done for each copy flavour, k_mv_pipe_q8f, its two-token form and its exact one
+        static int64_t set[6] = {0, 0, 0, 0, 0, 0};
+        const int fl = q8f ? (nt == 2 ? 4 : 3) : (q8e ? 5 : cp);
         if (smem > 48 * 1024 && smem > set[fl]) {
             cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (e != cudaSuccess) {

@@ -19,8 +19,11 @@ import (
 // bits: the segments are added in order), again with two stages of
 // taller tiles, four of shorter ones and the tallest tiles (OptMVEven
 // off), the same bits too, and exact mode is checked to keep quant.Dot's
-// bits with the option on. MatVecF32 (the activation
-// formed in the kernel, with q_b's RMSNorm) is compared the same way.
+// bits with the option on — on fast mode's items since v57 (OptMVExQ8:
+// the terms stored and added in block order), under each of those shapes
+// and with OptMVExQ8 off. MatVecF32 (the activation formed in the kernel,
+// with q_b's RMSNorm) is compared the same way, exact mode's bit for bit
+// with quant.Dot of RMSNormRef's row.
 func TestMatVecFastQ8(t *testing.T) {
 	d := gpu(t)
 	pipeEverywhere(t, d)
@@ -83,15 +86,19 @@ func TestMatVecFastQ8(t *testing.T) {
 		// the launch's shape (two stages of taller tiles, four of shorter
 		// ones; the tallest tiles that fit) moves rows between CTAs, and
 		// the items a warp forms at once and the warp that adds the row
-		// sums reorder instructions, not the bits
+		// sums reorder instructions, not the bits, in either mode; exact
+		// mode's k_mv_pipe units (OptMVExQ8 0) give its bits too
 		for _, o := range []struct{ key, v, def int }{{OptMVStages, 2, 3}, {OptMVStages, 4, 3}, {OptMVEven, 0, 1},
 			{OptMVILP, 1, DefaultMVILP}, {OptMVILP, 2, DefaultMVILP}, {OptMVILP, 3, DefaultMVILP},
-			{OptMVSumW, 1 - DefaultMVSumW, DefaultMVSumW}} {
+			{OptMVSumW, 1 - DefaultMVSumW, DefaultMVSumW}, {OptMVExQ8, 0, DefaultMVExQ8}} {
 			must(t, d.SetOption(o.key, o.v))
-			got := run(false)
+			got, gotEx := run(false), run(true)
 			must(t, d.SetOption(o.key, o.def))
 			if k, ok := firstBitDiff(got, fast); !ok {
 				t.Errorf("%s: option %d = %d changed row %d: %v against %v", c.name, o.key, o.v, k, got[k], fast[k])
+			}
+			if k, ok := firstBitDiff(gotEx, exact); !ok {
+				t.Errorf("%s: option %d = %d changed exact mode's row %d: %v against %v", c.name, o.key, o.v, k, gotEx[k], exact[k])
 			}
 		}
 		// the option off: fast mode takes the exact terms
@@ -128,6 +135,17 @@ func TestMatVecFastQ8(t *testing.T) {
 			}
 		}
 		must(t, d.SetOption(OptMVRoom, DefaultMVRoom))
+		// exact mode: quant.Dot's bits of RMSNormRef's row quantized (the
+		// reference), on fast mode's items and on k_mv_pipe's units
+		for _, v := range []int{DefaultMVExQ8, 0} {
+			must(t, d.SetOption(OptMVExQ8, v))
+			poison(t, d, y, rows)
+			must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, true, false, 1))
+			if i, ok := firstBitDiff(download(t, d, y, rows), want); !ok {
+				t.Errorf("MatVecF32 exact (OptMVExQ8 %d) differs from quant.Dot at row %d", v, i)
+			}
+		}
+		must(t, d.SetOption(OptMVExQ8, DefaultMVExQ8))
 	})
 
 	// Two tokens (speculative decoding's verification): both rows'

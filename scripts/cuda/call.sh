@@ -37,7 +37,9 @@
 #          at most; TABLE_FRONTIERS: other frontiers) into table.csv/.svg; TABLE2=s the same sampled with
 #          ds4-server's defaults (--temp 1) into table-sampled.csv/.svg;
 #          TABLE_AB: environment assignments, the TABLE run again with them
-#          into table-ab.csv/.svg ('|'-separated sets: table-ab2.csv, … too)
+#          into table-ab.csv/.svg ('|'-separated sets: table-ab2.csv, … too);
+#          TABLEX=s the greedy table in exact mode (no --fast, the CLI's and
+#          the server's default) into table-exact.csv/.svg
 #   MTP=RATES  speculative decoding on the full-size q2 synth with a
 #          separate synthetic MTP file (ds4-gguf synth --mtp-only): ds4-bench
 #          --fast --mtp at 8k (--warmup 4096, GEN tokens, default 128) with
@@ -62,6 +64,7 @@
 #          into ktrace-layers.txt, the raw CSV as ktrace.csv.gz; KT_MTP=RATE:
 #          the speculative run of ds4-bench --mtp --accept RATE traced
 #          instead (the summary per pass; layer -1 is the MTP block's);
+#          KT_EXACT=1: exact mode's decode traced instead of fast mode's;
 #          KT_PLAIN=1 with KT_MTP: plain decode traced after it, its layers
 #          into ktrace-layers-plain.txt; PREFILL_LINES=n (PREFILL_ARGS,
 #          PREFILL_SPANS) the prompt's chunks too, into ktrace-prefill.txt
@@ -77,7 +80,7 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
 synth=
-if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then
+if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then
     BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
     synth=$!
 fi
@@ -137,7 +140,7 @@ if [ -n "${NCU:-}" ]; then
     for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
-if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
 if [ -n "${SMALL:-}" ]; then OUT=$OUT bash scripts/cuda/small-ab.sh; tar -czf "$OUT/small.tgz" -C "$OUT" small && rm -rf "$OUT/small"; el; fi
 if [ -n "${COLD:-}" ]; then OUT=$OUT bash scripts/cuda/coldstart.sh; el; fi
 if [ -n "${MTP:-}${KT_MTP:-}" ]; then
@@ -153,9 +156,9 @@ if [ -n "${MTP:-}" ]; then
         echo "mtp (${MTP_AB:-} ${MTP_AB_ARGS:-}): exit $?"; grep -E "speculative|error" "$OUT/mtp-ab.log" | head -20; el
     fi
 fi
-table() { # name seconds flags…
+table() { # name seconds flags… (TABLE_MODE: --fast unless set, empty for exact mode)
     local n=$1 s=$2; shift 2
-    env ${TABLE_ENV:-} timeout $((s + 30)) $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --fast --frontiers ${TABLE_FRONTIERS:-2048,4096,8192,16384,32768} \
+    env ${TABLE_ENV:-} timeout $((s + 30)) $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda ${TABLE_MODE---fast} --frontiers ${TABLE_FRONTIERS:-2048,4096,8192,16384,32768} \
         --gen 128 --time-limit "${s}s" --csv "$OUT/$n.csv" --plot "$OUT/$n.svg" "$@" >"/tmp/$n.log" 2>&1
     echo "$n: exit $?"; cat "$OUT/$n.csv"; el
 }
@@ -168,8 +171,10 @@ if [ -n "${TABLE:-}" ] && [ -n "${TABLE_AB:-}" ]; then # '|'-separated variants:
     done
 fi
 [ -n "${TABLE2:-}" ] && table table-sampled "$TABLE2" --temp 1
+[ -n "${TABLEX:-}" ] && TABLE_MODE= table table-exact "$TABLEX"
 if [ -n "${KT:-}" ]; then
     ktargs="--fast --warmup 4096"
+    [ -n "${KT_EXACT:-}" ] && ktargs="--warmup 4096"
     [ -n "${KT_MTP:-}" ] && ktargs="$ktargs --mtp /dev/shm/flash-q2-mtp.gguf --accept $KT_MTP"
     OUT=/tmp/kt BENCH_ARGS="$ktargs" bash scripts/cuda/ktrace.sh >/tmp/kt.log 2>&1; cp /tmp/kt/ktrace.txt "$OUT/"
     [ -n "${PREFILL_LINES:-}" ] && cp /tmp/kt/ktrace-prefill.txt "$OUT/" # (PREFILL_ARGS, PREFILL_SPANS: ktrace.sh)
