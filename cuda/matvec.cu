@@ -410,11 +410,11 @@ int ds4c_matmul_q8out(int type, const void *d_w, int64_t rows, int64_t cols, int
                         act_div);
     if (rows % 32 != 0) return ds4c_err(DS4C_EINVAL, "matmul_q8out: %lld rows (whole blocks of 32)", (long long)rows);
     const int64_t n = (int64_t)n_sel * rows;
-    if (type == DS4C_Q8_0 && (flags & DS4C_MM_EXACT) == 0) {
+    if (type == DS4C_Q8_0) {
         MVArgs a = mv_args(d_w, rows, cols, n_mat, nullptr, n_sel > 1, d_act,
                            (int64_t)ds4c_act_bytes(DS4C_Q8_0, cols), act_sel, act_div, d_y, n, rows);
         a.late = (flags & DS4C_MM_LATE) != 0;
-        if (pipe_q8_0_q8out(a, n_sel, (uint8_t *)d_yq, as_stream(stream), &rc)) return rc;
+        if (pipe_q8_0_q8out(a, n_sel, (uint8_t *)d_yq, (flags & DS4C_MM_EXACT) != 0, as_stream(stream), &rc)) return rc;
     }
     // the separate steps: the product, then y's quantization
     if ((rc = ds4c_matmul_ex(type, d_w, rows, cols, n_mat, nullptr, n_sel, d_act, 0, act_sel, act_div, 1, d_y, n, rows,

@@ -2210,14 +2210,14 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const int cp = BULK_COPY ? ds4c_opt_mv_copy() : min(ds4c_opt_mv_copy(), 1);
         const bool q8f =
             std::is_same<T, TQ8_0>::value && !exact && cp == 2 && (ds4c_opt_mv_fast() & 1) && a.cols % Q8F_SEG == 0;
-        // q8e: exact mode's on k_mv_pipe_q8f's items (DS4C_OPT_MV_EXQ8; one token, no yq)
+        // q8e: exact mode's on k_mv_pipe_q8f's items (DS4C_OPT_MV_EXQ8; one token)
         const bool q8e = std::is_same<T, TQ8_0>::value && exact && cp == 2 && ds4c_opt_mv_exq8() &&
-                         a.cols % Q8F_SEG == 0 && nt == 1 && !yq;
+                         a.cols % Q8F_SEG == 0 && nt == 1;
         if (nt == 2 && !q8f) return false;
         const int64_t act_stride = (act_smem + 15) & ~(int64_t)15; // nt = 2: the tokens' copies apart
-        // yq (ds4c_matmul_q8out): k_mv_pipe_q8f only, y one row of whole
-        // blocks of 32 values (selections rows apart), no ids
-        if (yq && (!q8f || xf || a.ids || a.rows % 32 != 0 || (n_sel > 1 && a.y_sel != a.rows) ||
+        // yq (ds4c_matmul_q8out): k_mv_pipe_q8f only (either mode), y one
+        // row of whole blocks of 32 values (selections rows apart), no ids
+        if (yq && (!(q8f || q8e) || xf || a.ids || a.rows % 32 != 0 || (n_sel > 1 && a.y_sel != a.rows) ||
                    ((uintptr_t)yq & 15) != 0))
             return false;
         // the terms of a row: k_mv_pipe's nb + 4 floats, k_mv_pipe_q8f's partials
@@ -2379,11 +2379,11 @@ bool dec_iq2_xxs(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
 // launch's status.
 bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps, bool exact, bool room, cudaStream_t st,
                    int *rc, int n = 1);
-// ds4c_matmul_q8out's one launch (mv_q8_0.cu; fast mode): whether
-// k_mv_pipe_q8f took a's single-token product of n_sel selections (no ids)
-// with each CTA writing its block of y's Q8_0 activation to yq as well, *rc
-// the launch's status.
-bool pipe_q8_0_q8out(const MVArgs &a, int n_sel, uint8_t *yq, cudaStream_t st, int *rc);
+// ds4c_matmul_q8out's one launch (mv_q8_0.cu): whether k_mv_pipe_q8f
+// (exact: its exact terms, DS4C_OPT_MV_EXQ8) took a's single-token product
+// of n_sel selections (no ids) with each CTA writing its block of y's Q8_0
+// activation to yq as well, *rc the launch's status.
+bool pipe_q8_0_q8out(const MVArgs &a, int n_sel, uint8_t *yq, bool exact, cudaStream_t st, int *rc);
 // ds4c_matvec_f32's fused launch for an F16 matrix (mv_float.cu; fast mode,
 // nw set, 1024, 2048 or 4096 columns, 16-byte aligned): whether
 // k_mv_f16_norm took a's product of the float row xf after RMSNorm with nw

@@ -205,10 +205,11 @@ type Backend struct {
 	// that HCPost forms the next mixes (the same results; off with
 	// DS4_CUDA_MOE_FOLD=0, for comparison)
 	moeFold bool
-	// woQ8: a fast decode step's wo_a quantizes its output for wo_b in its
-	// own launch (MatMulQ8Out: each CTA one block of 32 rows), and wo_b
-	// copies that Q8_0 row instead of every CTA reading wo_a's floats and
-	// quantizing them (the same bits; off with DS4_CUDA_WO_Q8=0)
+	// woQ8: a decode step's wo_a quantizes its output for wo_b in its own
+	// launch (MatMulQ8Out: each CTA one block of 32 rows; exact mode too
+	// since v57), and wo_b copies that Q8_0 row instead of every CTA
+	// reading wo_a's floats and quantizing them (the same bits; off with
+	// DS4_CUDA_WO_Q8=0)
 	woQ8        bool
 	fingerprint []byte
 	gstats      graphCounters

@@ -976,7 +976,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		if err != nil {
 			return err
 		}
-		if n == 1 && !halfOA && be.woQ8 && !be.exact() && at == quant.Q8_0 && L.outA.Type == quant.Q8_0 &&
+		if n == 1 && !halfOA && be.woQ8 && at == quant.Q8_0 && L.outA.Type == quant.Q8_0 &&
 			L.outB.Type == quant.Q8_0 && L.outB.Cols == G*OL && OL%32 == 0 {
 			// wo_a's CTAs quantize their blocks of its output for wo_b
 			// (MatMulQ8Out), which then copies that row instead of reading
@@ -986,10 +986,10 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			if err != nil {
 				return err
 			}
-			if err := d.MatMulQ8Out(s, L.outA, G, act, actSel, 1, oa, oq, false); err != nil {
+			if err := d.MatMulQ8Out(s, L.outA, G, act, actSel, 1, oa, oq, be.exact()); err != nil {
 				return err
 			}
-			if err := d.MatMulEx(s, L.outB, 0, 1, oq, qb, 0, 1, 1, b.out, int64(D), 0, false); err != nil {
+			if err := d.MatMulEx(s, L.outB, 0, 1, oq, qb, 0, 1, 1, b.out, int64(D), 0, be.exact()); err != nil {
 				return err
 			}
 		} else {

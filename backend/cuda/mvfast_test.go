@@ -347,11 +347,11 @@ func firstBitDiff(a, b []float32) (int, bool) {
 // TestMatMulQ8Out checks MatMulQ8Out (a product that also writes its
 // output's Q8_0 activation; a decode step's wo_a for wo_b) against the two
 // steps it replaces, MatMulEx then Quantize, bit for bit — y and the
-// activation's bytes — in fast mode where the pipelined kernel takes it
+// activation's bytes — in both modes where the pipelined kernel takes it
 // (each CTA one block of 32 rows: wo_a's eight selections, one matrix of
-// 4096 rows, tiles shorter than a block), where it does not (columns not
-// whole 1024-value segments) and in exact mode; and that rows that are not
-// whole blocks are refused.
+// 4096 rows, tiles shorter than a block; exact mode's terms since v57,
+// OptMVExQ8) and where it does not (columns not whole 1024-value
+// segments); and that rows that are not whole blocks are refused.
 func TestMatMulQ8Out(t *testing.T) {
 	d := gpu(t)
 	pipeEverywhere(t, d)
