@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 43
+#define DS4C_ABI_VERSION 44
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -407,7 +407,9 @@ int ds4c_rmsnorm_ref(const float *d_x, int64_t x_stride, const float *d_w, float
  * activation; bits 16 and up (with bit 1): P > 0, d_mix holds
  * ds4c_hc_post_mix's P parts [P][M + 1] (a token's, up to 4 tokens),
  * which it adds in order (the logits and the streams' sum of squares)
- * instead of reading M raw logits. */
+ * instead of reading M raw logits; with bit 4 too, P is DS4C_HC_EX_PARTS
+ * and d_mix holds ds4c_hc_post_mix_ex's running sums and squares, whose
+ * tree it completes in quant's float-weight order. */
 int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const float *d_base,
                 int hc, int iters, float hc_eps, const float *d_h, int64_t D,
                 const float *d_normw, float norm_eps, float *d_x, float *d_post, float *d_comb,
@@ -431,6 +433,21 @@ int ds4c_hc_post_mix(float *d_h, const float *d_out, const float *d_post, const 
 int ds4c_hc_post_mix_moe(float *d_h, const float *d_ye, const int32_t *d_sel, const float *d_ysh, int K,
                          const float *d_post, const float *d_comb, int hc, int64_t D, int fn_type,
                          const void *d_fn, int M, int parts, float *d_part, int n, void *stream);
+/* ds4c_hc_post_mix for exact mode (hc 4, D == DS4C_HC_EX_D): the next
+ * ds4c_hc_pre's M (at most 24) mixing products fn·flat(h) in quant's
+ * float-weight order, as its 256 running sums: token t's d_part holds
+ * [M][256] floats, then DS4C_HC_EX_PARTS doubles (8-byte aligned), partial
+ * sums of the new streams' squares; token t + 1's follow (stride M·256 +
+ * 2·DS4C_HC_EX_PARTS floats). ds4c_hc_pre (mode bit 4) completes the sums'
+ * tree: the same logits as the exact product kernels. The sub-block output
+ * is d_out [n][D], or (d_out null) each token's MoE sum of d_ye, d_sel,
+ * d_ysh as ds4c_hc_post_mix_moe forms it. n tokens: 1 … 4. */
+#define DS4C_HC_EX_D 4096
+#define DS4C_HC_EX_PARTS 128
+int ds4c_hc_post_mix_ex(float *d_h, const float *d_out, const float *d_ye, const int32_t *d_sel,
+                        const float *d_ysh, int K, const float *d_post, const float *d_comb, int hc,
+                        int64_t D, int fn_type, const void *d_fn, int M, float *d_part, int n,
+                        void *stream);
 int ds4c_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int64_t off,
               const float *d_freqs, int rd, int64_t pos0, int64_t pos_step, int n_tok,
               int inverse, void *stream);

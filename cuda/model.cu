@@ -430,8 +430,33 @@ __device__ __forceinline__ void phase_end(int) {}
 // launch) — and the M logits at m scaled by rsqrt(mean(h²) + eps) into
 // s_mix. It returns the logits to read (m itself unless raw); every thread
 // calls it (waited: the caller has waited already, so it does not wait again).
+// ex (with parts): m holds k_hc_post_mix_ex's [M][256] running sums, then
+// parts doubles of squares; a warp a row completes the sums' tree (lane l
+// the sums 8l … 8l + 7: three levels in the lane, then xor-shuffles 1 … 16
+// pair the adjacent subtrees, a + b == b + a), quant's float-weight order.
 __device__ const float *hc_pre_mix(bool raw, bool early, const float *m, int M, const float *hr, int64_t nh, bool vec,
-                                   float norm_eps, float *s_mix, int parts = 0, bool waited = false) {
+                                   float norm_eps, float *s_mix, int parts = 0, bool waited = false, bool ex = false) {
+    if (parts > 0 && ex) {
+        if (!waited) pdl_wait();
+        const int lane = threadIdx.x & 31, nw = (int)(blockDim.x >> 5);
+        for (int r = (int)(threadIdx.x >> 5); r < M; r += nw) {
+            const float4 a = *(const float4 *)(m + (int64_t)r * 256 + 8 * lane);
+            const float4 b = *(const float4 *)(m + (int64_t)r * 256 + 8 * lane + 4);
+            float v = fadd(fadd(fadd(a.x, a.y), fadd(a.z, a.w)), fadd(fadd(b.x, b.y), fadd(b.z, b.w)));
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) v = fadd(v, __shfl_xor_sync(FULL_MASK, v, o));
+            if (lane == 0) s_mix[r] = v;
+        }
+        const double *sq = (const double *)(m + (int64_t)M * 256);
+        double ss = 0;
+        for (int p = threadIdx.x; p < parts; p += blockDim.x) ss += sq[p];
+        ss = block_sum_d(ss); // (its barriers also publish s_mix)
+        const float r = rms_from_sumsq(ss, nh, norm_eps);
+        __syncthreads();
+        for (int i = threadIdx.x; i < M; i += blockDim.x) s_mix[i] = fmul(s_mix[i], r);
+        __syncthreads();
+        return s_mix;
+    }
     if (parts > 0) { // m: k_hc_post_mix's parts [parts][M + 1]
         if (!waited) pdl_wait();
         PHASE_MARK(3);
@@ -503,6 +528,7 @@ __global__ void __launch_bounds__(512) k_hc_pre(int mode, const float *mix, int 
     phase_begin();
     pdl_launch();
     const int parts = mode >> 16; // the logits are k_hc_post_mix's parts
+    const bool pex = parts > 0 && (mode & 16) != 0; // … k_hc_post_mix_ex's
     const bool early = (mode & 6) == 6;
     mode &= 3;
     const int hc = HC ? HC : hc_rt;
@@ -510,7 +536,8 @@ __global__ void __launch_bounds__(512) k_hc_pre(int mode, const float *mix, int 
     const int t = blockIdx.x;
     const int tid = threadIdx.x, nn = hc * hc;
     // (parts: token t's are [parts][M + 1] after the tokens' before it)
-    const float *m = mix + (int64_t)t * (parts > 0 ? (int64_t)parts * (M + 1) : M);
+    const float *m =
+        mix + (int64_t)t * (pex ? (int64_t)M * 256 + 2 * parts : parts > 0 ? (int64_t)parts * (M + 1) : M);
     // HC > 0 and D a multiple of 4 that the threads cover in at most
     // HP_G float4 groups each: the streams are read as float4 (every load of
     // a thread in flight at once) and x stays in registers
@@ -559,7 +586,7 @@ __global__ void __launch_bounds__(512) k_hc_pre(int mode, const float *mix, int 
         }
     }
     // the streams' sum of squares and the scaled logits (mode bit 1)
-    m = hc_pre_mix(mode & 2, early, m, M, ht, (int64_t)hc * D, vec, norm_eps, s_mix, parts, loaded);
+    m = hc_pre_mix(mode & 2, early, m, M, ht, (int64_t)hc * D, vec, norm_eps, s_mix, parts, loaded, pex);
     mode &= 1;
     const bool warp_split = mode == 0 && nn <= 32 && blockDim.x > 32;
     if (two && blockIdx.y == 1) {
@@ -869,6 +896,96 @@ __global__ void __launch_bounds__(32 * NW) k_hc_post_mix(float *h, const float *
         for (int m = 16; m > 0; m >>= 1) acc += __shfl_xor_sync(FULL_MASK, acc, m);
         if (lane == 0) pp[r] = acc;
     }
+}
+
+// ------------------------------------------------------------ hc_post + the next mixes, exact
+// k_hc_post_mix_ex is k_hc_post_mix for exact mode: the next mixing
+// products in quant's float-weight order (quant/floatdot.go: product i,
+// rounded, joins running sum (i/8) mod 256 in ascending i; the 256 sums
+// then a tree of adjacent pairs), which hc_pre completes. With 4 streams of
+// D = 2048·HPX_PER values, element i = s·D + d of flat(h) joins sum
+// (d/8) mod 256 whatever its stream, so running sum j takes exactly the
+// new stream values at the 8·HPX_PER values of d in {2048p + 8j + e}: CTA c
+// forms the streams there for its HPX_J sums (k_hc_post's operations: the
+// same streams) and runs each (row, sum) chain whole, in ascending i
+// (streams, then p, then e), into part[t][r][j]; and the squares of those
+// stream values, summed in double, into the token's part count of doubles
+// after the M × 256 sums (hc_pre adds them: the streams' sum of squares in
+// another double order, as k_hc_pre's own). The rows' weights are loaded
+// before the wait (the kernels before do not write them). MOE as
+// k_hc_post_mix: the sub-block output is the token's MoE sum.
+constexpr int HPX_J = 2;                    // running sums a CTA
+constexpr int HPX_PER = 2;                  // periods of 2048 in D (Flash's 4096)
+constexpr int HPX_D = 8 * HPX_J * HPX_PER;  // values of d a CTA (its hc_post threads)
+constexpr int HPX_P = 256 / HPX_J;          // CTAs a token: the parts
+constexpr int HPX_T = 64;                   // threads: ≥ HPX_D and ≥ HPM_M · HPX_J chains
+static_assert(HPX_T >= HPX_D && HPX_T >= HPM_M * HPX_J, "k_hc_post_mix_ex: a thread a value of d and a chain");
+static_assert(HPX_P == DS4C_HC_EX_PARTS && 2048 * HPX_PER == DS4C_HC_EX_D, "k_hc_post_mix_ex: the header's shape");
+
+template <int TYPE, bool MOE>
+__global__ void __launch_bounds__(HPX_T) k_hc_post_mix_ex(float *h, const float *out, const float *post,
+                                                          const float *comb, const void *fn, int M, float *part,
+                                                          MoESum moe) {
+    constexpr int HC = 4, D = 2048 * HPX_PER, CL = HC * HPX_PER * 8; // a chain's elements
+    pdl_launch();
+    const int tid = threadIdx.x, j0 = blockIdx.x * HPX_J;
+    const int64_t t = blockIdx.y;
+    h += t * HC * D;
+    post += t * HC;
+    comb += t * HC * HC;
+    part += t * ((int64_t)M * 256 + 2 * HPX_P);
+    if constexpr (MOE) {
+        moe.ye += t * moe.K * D;
+        moe.sel += t * moe.K;
+        if (moe.ysh) moe.ysh += t * D;
+    } else {
+        out += t * D;
+    }
+    // the chain's weights: row r, sum j0 + jj, elements s·D + 2048p + 8(j0 + jj) + e
+    const int r = tid / HPX_J, jj = tid % HPX_J;
+    const bool chain = r < M;
+    float w[CL];
+#pragma unroll
+    for (int s = 0; s < HC; s++)
+#pragma unroll
+        for (int p = 0; p < HPX_PER; p++)
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                w[(s * HPX_PER + p) * 8 + e] =
+                    chain ? load_elem(TYPE, (const uint8_t *)fn, M, HC * D, r, s * D + 2048 * p + 8 * (j0 + jj) + e)
+                          : 0.f;
+    pdl_wait();
+    __shared__ float s_h[HC][HPX_D]; // the new streams at the CTA's values of d, local index (p·HPX_J + jj)·8 + e
+    __shared__ int s_ord[16];
+    if (MOE) {
+        moe_rank_order(moe.sel, moe.K, s_ord);
+        __syncthreads();
+    }
+    double sq = 0;
+    if (tid < HPX_D) {
+        const int64_t d = 2048 * (tid / (8 * HPX_J)) + 8 * j0 + tid % (8 * HPX_J);
+        const float o = MOE ? moe_sum_at(moe.ye, s_ord, moe.K, D, d, moe.ysh) : out[d];
+        float nv[HC];
+        hc_post_at<HC>(h, D, d, o, post, comb, HC, nv);
+#pragma unroll
+        for (int k = 0; k < HC; k++) {
+            s_h[k][tid] = nv[k];
+            sq += (double)nv[k] * (double)nv[k];
+        }
+    }
+    sq = block_sum_d(sq); // (its barriers also order s_h's stores before the chains)
+    if (chain) {
+        float acc = 0.f;
+#pragma unroll
+        for (int s = 0; s < HC; s++)
+#pragma unroll
+            for (int p = 0; p < HPX_PER; p++)
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    acc = fadd(acc, fmul(w[(s * HPX_PER + p) * 8 + e], s_h[s][(p * HPX_J + jj) * 8 + e]));
+        part[(int64_t)r * 256 + j0 + jj] = acc;
+    }
+    if (tid == 0) ((double *)(part + (int64_t)M * 256))[blockIdx.x] = sq;
 }
 
 // ------------------------------------------------------------ RoPE
@@ -4155,6 +4272,8 @@ int ds4c_hc_pre(int mode, const float *d_mix, int M, const float *d_scale, const
     if ((mode & 2) && M > 288) return ds4c_err(DS4C_EINVAL, "hc_pre: %d mixing logits to scale (at most 288)", M);
     if ((mode >> 16) && (n > HPM_N || !(mode & 2)))
         return ds4c_err(DS4C_EINVAL, "hc_pre: mixing parts need at most %d tokens and raw logits (%d tokens)", HPM_N, n);
+    if ((mode & 16) && ((mode >> 16) != DS4C_HC_EX_PARTS || hc != 4 || D != DS4C_HC_EX_D || ((uintptr_t)d_mix & 7)))
+        return ds4c_err(DS4C_EINVAL, "hc_pre: exact mixing parts: %d parts, %d streams of %lld", mode >> 16, hc, (long long)D);
     if (n <= 0) return 0;
     // two CTAs per token (the split beside x) unless the option is off or
     // this is the head's (no split)
@@ -4258,6 +4377,31 @@ int ds4c_hc_post_mix_moe(float *d_h, const float *d_ye, const int32_t *d_sel, co
     if (!d_ye) return ds4c_err(DS4C_EINVAL, "hc_post_mix_moe: no expert outputs");
     return hc_post_mix(d_h, nullptr, d_ye, d_sel, d_ysh, K, d_post, d_comb, hc, D, fn_type, d_fn, M, parts, d_part, n,
                        stream);
+}
+
+int ds4c_hc_post_mix_ex(float *d_h, const float *d_out, const float *d_ye, const int32_t *d_sel, const float *d_ysh,
+                        int K, const float *d_post, const float *d_comb, int hc, int64_t D, int fn_type,
+                        const void *d_fn, int M, float *d_part, int n, void *stream) {
+    DS4C_READY();
+    if (!d_ye == !d_out) return ds4c_err(DS4C_EINVAL, "hc_post_mix_ex: one of the output and the expert outputs");
+    if (d_ye && (K < 1 || K > 16 || !d_sel)) return ds4c_err(DS4C_EINVAL, "hc_post_mix_ex: %d experts (1 … 16)", K);
+    if (n < 1 || n > HPM_N) return ds4c_err(DS4C_EINVAL, "hc_post_mix_ex: %d tokens (1 … %d)", n, HPM_N);
+    if (hc != 4 || D != 2048 * HPX_PER)
+        return ds4c_err(DS4C_EINVAL, "hc_post_mix_ex: %d streams of %lld (4 of %d only)", hc, (long long)D, 2048 * HPX_PER);
+    if (M <= 0 || M > HPM_M) return ds4c_err(DS4C_EINVAL, "hc_post_mix_ex: %d mixing rows (at most %d)", M, HPM_M);
+    if (((uintptr_t)d_part & 7) != 0) return ds4c_err(DS4C_EINVAL, "hc_post_mix_ex: parts not 8-byte aligned");
+    using KF = void (*)(float *, const float *, const float *, const float *, const void *, int, float *, MoESum);
+    static const KF ks[2][3] = {
+        {k_hc_post_mix_ex<DS4C_F16, false>, k_hc_post_mix_ex<DS4C_BF16, false>, k_hc_post_mix_ex<DS4C_F32, false>},
+        {k_hc_post_mix_ex<DS4C_F16, true>, k_hc_post_mix_ex<DS4C_BF16, true>, k_hc_post_mix_ex<DS4C_F32, true>},
+    };
+    const int ti = fn_type == DS4C_F16 ? 0 : fn_type == DS4C_BF16 ? 1 : fn_type == DS4C_F32 ? 2 : -1;
+    if (ti < 0) return ds4c_err(DS4C_ETYPE, "hc_post_mix_ex: weight type %d", fn_type);
+    const MoESum moe{d_ye, d_sel, d_ysh, K};
+    ds4c_launch(ks[d_ye ? 1 : 0][ti], dim3((unsigned)HPX_P, (unsigned)n), HPX_T, 0, as_stream(stream), d_h, d_out,
+                d_post, d_comb, d_fn, M, d_part, moe);
+    DS4C_CHECK_LAUNCH("hc_post_mix_ex");
+    return 0;
 }
 
 int ds4c_rope(float *d_x, int64_t tok_stride, int heads, int64_t head_stride, int64_t off, const float *d_freqs,

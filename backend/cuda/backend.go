@@ -152,6 +152,10 @@ type Backend struct {
 	// them (off with DS4_CUDA_HC_POST_MIX=0, for comparison; float sums in
 	// another order)
 	hcPostMix bool
+	// hcPostMixEx: exact mode's decode steps do the same in the products'
+	// float-weight order (HCPostMixEx: the same bits as the product kernel;
+	// off with DS4_CUDA_HC_POST_MIX_EX=0, for comparison)
+	hcPostMixEx bool
 	// postMixMax: the most tokens of a chunk whose HCPost forms the mixing
 	// products (hcPostMix): speculative decoding's two-token passes too
 	// (DS4_CUDA_POST_MIX_MAX=1: decode steps only, for comparison)
@@ -312,7 +316,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		ixPar:     os.Getenv("DS4_CUDA_IX_PAR") != "0",
 		ixMarkAll: os.Getenv("DS4_CUDA_IX_MARK") == "1", topkAny: os.Getenv("DS4_CUDA_TOPK_ANY") != "0",
 		qbRoom:    os.Getenv("DS4_CUDA_QB_ROOM") != "0",
-		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0",
+		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0", hcPostMixEx: os.Getenv("DS4_CUDA_HC_POST_MIX_EX") != "0",
 		routerAct: os.Getenv("DS4_CUDA_ROUTER_ACT") != "0",
 		downGLU:   os.Getenv("DS4_CUDA_DOWN_GLU") != "0",
 		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") == "1",

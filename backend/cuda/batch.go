@@ -63,11 +63,12 @@ type batch struct {
 	profiling bool // the profiler runs for this chunk (Backend.profileAt)
 
 	// mixFn, when set, is the mixing weight whose raw products the last
-	// HCPost formed in parts (HCPostMix: mixParts parts at mixPart) for
-	// the HCPre that follows.
+	// HCPost formed in parts (HCPostMix: mixParts parts at mixPart; mixEx:
+	// HCPostMixEx's) for the HCPre that follows.
 	mixFn    *Weight
 	mixPart  Ptr
 	mixParts int
+	mixEx    bool
 
 	xq8 Ptr // x's Q8_0 activation, formed by the last HCPre (0: none)
 	xh  Ptr // x in f16, formed by the last HCPre for MatMulHalf (0: none)

@@ -264,6 +264,7 @@ type mixOut struct {
 	raw   bool // HCPreArgs.RawMix
 	late  bool // HCPreArgs.HDone
 	parts int  // HCPreArgs.Parts
+	ex    bool // HCPreArgs.PartsEx
 }
 
 // mixes computes the hyper-connection mixing logits fn·flat(h_t) into out
@@ -277,7 +278,7 @@ type mixOut struct {
 func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (mixOut, error) {
 	if b.mixFn != nil && b.mixFn == fn {
 		b.mixFn = nil
-		return mixOut{ptr: b.mixPart, raw: true, parts: b.mixParts}, nil
+		return mixOut{ptr: b.mixPart, raw: true, parts: b.mixParts, ex: b.mixEx}, nil
 	}
 	b.mixFn = nil
 	HCD := be.cfg.HC * be.cfg.Embed
@@ -296,13 +297,20 @@ func (be *Backend) mixes(b *batch, fn *Weight, out Ptr) (mixOut, error) {
 }
 
 // postMixParts returns the parts in which HCPost after the sub-block forms
-// the next HCPre's mixing products (HCPostMix: fast mode's decode steps),
-// or 0 where it does not.
-func (be *Backend) postMixParts(b *batch, layer int, sub engine.SubBlock) int {
-	if !be.hcPostMix || be.exact() || b.n > be.postMixMax {
-		return 0
+// the next HCPre's mixing products (HCPostMix: fast mode's decode steps;
+// ex, HCPostMixEx: exact mode's, Flash's shapes), or 0 where it does not.
+func (be *Backend) postMixParts(b *batch, layer int, sub engine.SubBlock) (parts int, ex bool) {
+	if !be.hcPostMix || b.n > be.postMixMax {
+		return 0, false
 	}
-	return HCPostMixParts(be.cfg.HC, be.cfg.Embed, be.nextMixFn(layer, sub))
+	fn := be.nextMixFn(layer, sub)
+	if be.exact() {
+		if be.hcPostMixEx && HCPostMixExOK(be.cfg.HC, be.cfg.Embed, fn) {
+			return HCPostMixExParts, true
+		}
+		return 0, false
+	}
+	return HCPostMixParts(be.cfg.HC, be.cfg.Embed, fn), false
 }
 
 // nextMixFn is the mixing weight of the HCPre that follows HCPost(layer,
@@ -367,7 +375,7 @@ func (be *Backend) HCPre(bi engine.Batch, layer int, sub engine.SubBlock) error 
 	if err := be.dev.HCPre(b.s, &HCPreArgs{
 		Mix: mo.ptr, RawMix: mo.raw, M: M, Scale: hw.scale, Base: hw.base, HC: c.HC, Iters: c.SinkhornIters, HCEps: c.HCEps,
 		H: b.h, D: c.Embed, NormW: normW, NormEps: c.NormEps, X: b.x, Post: b.post, Comb: b.comb, XQ: xq, XHalf: xhalf, N: b.n,
-		HDone: mo.late, Parts: mo.parts,
+		HDone: mo.late, Parts: mo.parts, PartsEx: mo.ex,
 	}); err != nil {
 		return err
 	}
@@ -392,24 +400,34 @@ func (be *Backend) HCPost(bi engine.Batch, layer int, sub engine.SubBlock) error
 	if sub != engine.FFNSub {
 		moe = moeSum{}
 	}
-	// Fast mode's decode steps: the next HCPre's mixing products formed
-	// here, in parts, instead of by a product kernel of their own.
+	// Decode steps: the next HCPre's mixing products formed here, in
+	// parts, instead of by a product kernel of their own (exact mode:
+	// their running sums in the products' order).
 	b.mixFn = nil
 	next := be.nextMixFn(layer, sub)
-	if parts := be.postMixParts(b, layer, sub); parts > 0 {
-		part, err := b.sc.f32("hc.parts", b.n*parts*(next.Rows+1))
+	if parts, ex := be.postMixParts(b, layer, sub); parts > 0 {
+		size := b.n * parts * (next.Rows + 1)
+		if ex {
+			size = b.n * HCPostMixExFloats(next.Rows)
+		}
+		part, err := b.sc.f32("hc.parts", size)
 		if err != nil {
 			return err
 		}
-		if moe.k > 0 {
+		switch {
+		case ex && moe.k > 0:
+			err = be.dev.HCPostMixEx(b.s, b.h, 0, moe.ye, moe.sel, moe.ysh, moe.k, b.post, b.comb, c.HC, c.Embed, next, part, b.n)
+		case ex:
+			err = be.dev.HCPostMixEx(b.s, b.h, b.out, 0, 0, 0, 0, b.post, b.comb, c.HC, c.Embed, next, part, b.n)
+		case moe.k > 0:
 			err = be.dev.HCPostMixMoE(b.s, b.h, moe.ye, moe.sel, moe.ysh, moe.k, b.post, b.comb, c.HC, c.Embed, next, parts, part, b.n)
-		} else {
+		default:
 			err = be.dev.HCPostMix(b.s, b.h, b.out, b.post, b.comb, c.HC, c.Embed, next, parts, part, b.n)
 		}
 		if err != nil {
 			return err
 		}
-		b.mixFn, b.mixPart, b.mixParts = next, part, parts
+		b.mixFn, b.mixPart, b.mixParts, b.mixEx = next, part, parts, ex
 	} else {
 		if moe.k > 0 { // (not expected: FFN asks postMixParts)
 			b.moe = moe
@@ -552,6 +570,7 @@ func (be *Backend) headIn(b *batch, hw *dhead) error {
 	return be.dev.HCPre(b.s, &HCPreArgs{
 		Head: true, Mix: mo.ptr, RawMix: mo.raw, M: c.HC, Scale: hw.scale, Base: hw.base, HC: c.HC, HCEps: c.HCEps,
 		H: b.h, D: c.Embed, NormW: hw.norm, NormEps: c.NormEps, X: b.headIn, N: b.n, HDone: mo.late, Parts: mo.parts,
+		PartsEx: mo.ex,
 	})
 }
 
@@ -1317,7 +1336,7 @@ func (be *Backend) FFN(bi engine.Batch, layer int) error {
 	if err := b.join(); err != nil {
 		return err
 	}
-	if be.moeFold && n <= be.stepMax && be.postMixParts(b, layer, engine.FFNSub) > 0 {
+	if parts, _ := be.postMixParts(b, layer, engine.FFNSub); be.moeFold && n <= be.stepMax && parts > 0 {
 		b.moe = moeSum{ye: ye, sel: sel, ysh: ysh, k: K}
 		return nil
 	}

@@ -245,3 +245,106 @@ func hcPostMixMoECase(t *testing.T, d *Device, D int, fn *Weight, parts, n int, 
 		}
 	}
 }
+
+// TestHCPostMixEx: exact mode's HCPostMixEx leaves the streams HCPost
+// leaves, bit for bit, and HCPre from its parts (PartsEx) gives the x and
+// post/comb, bit for bit, that HCPre gives from the logits quant's
+// float-weight order computes on the host from those streams
+// (quant.DotFloatRow, the CPU backend's products) — with and without the
+// stream loads hoisted — for Flash's shape in each float type, the head's
+// 4 rows, one token and two. The MoE form (each token's MoE sum as the
+// sub-block output, with and without a shared expert's row) leaves the
+// streams and parts of MoECombine then HCPostMixEx.
+func TestHCPostMixEx(t *testing.T) {
+	d := gpu(t)
+	for _, c := range []struct {
+		M   int
+		typ quant.Type
+	}{{24, quant.F16}, {24, quant.F32}, {24, quant.BF16}, {4, quant.F16}} {
+		for _, n := range []int{1, 2} {
+			t.Run(fmt.Sprintf("M%d_%v_n%d", c.M, c.typ, n), func(t *testing.T) { hcPostMixExCase(t, d, c.M, c.typ, n) })
+		}
+	}
+}
+
+func hcPostMixExCase(t *testing.T, d *Device, M int, typ quant.Type, n int) {
+	const hc, D = 4, HCPostMixExD
+	raw := randomWeights(typ, weightBytes(typ, M, hc*D)/int64(typ.BlockBytes()), 78)
+	fn := uploadWeight(t, d, typ, M, hc*D, 1, raw)
+	if !HCPostMixExOK(hc, D, fn) {
+		t.Fatalf("HCPostMixExOK refused %d rows of %v", M, typ)
+	}
+	rb := len(raw) / M
+	h0 := gaussian(n*hc*D, 21)
+	out := upload(t, d, gaussian(n*D, 22))
+	post := upload(t, d, gaussian(n*hc, 23))
+	comb := upload(t, d, gaussian(n*hc*hc, 24))
+	hA, hB := upload(t, d, h0), upload(t, d, h0)
+	pf := HCPostMixExFloats(M)
+	part := alloc(t, d, int64(4*n*pf))
+	must(t, d.HCPost(0, hA, out, post, comb, hc, D, n))
+	must(t, d.HCPostMixEx(0, hB, out, 0, 0, 0, 0, post, comb, hc, D, fn, part, n))
+	want, got := download(t, d, hA, n*hc*D), download(t, d, hB, n*hc*D)
+	if i, ok := firstBitDiff(want, got); !ok {
+		t.Fatalf("stream value %d: %v, HCPost %v", i, got[i], want[i])
+	}
+	// the MoE form
+	const K = 6
+	ye := upload(t, d, gaussian(n*K*D, 25))
+	ids := make([]int32, n*K)
+	for tok := range n {
+		copy(ids[tok*K:], []int32{200, 3, 77 + int32(tok), 3, 150, 9})
+	}
+	sel := tempAlloc(t, d, int64(4*n*K))
+	t.Cleanup(func() { d.Free(sel) })
+	must(t, UploadSlice(d, sel, ids))
+	for _, ysh := range []Ptr{0, upload(t, d, gaussian(n*D, 26))} {
+		sum := alloc(t, d, int64(4*n*D))
+		hC, hD := upload(t, d, h0), upload(t, d, h0)
+		partC, partD := alloc(t, d, int64(4*n*pf)), alloc(t, d, int64(4*n*pf))
+		must(t, d.MoECombine(0, ye, sel, ysh, sum, n, K, D))
+		must(t, d.HCPostMixEx(0, hC, sum, 0, 0, 0, 0, post, comb, hc, D, fn, partC, n))
+		must(t, d.HCPostMixEx(0, hD, 0, ye, sel, ysh, K, post, comb, hc, D, fn, partD, n))
+		a := append(download(t, d, hC, n*hc*D), download(t, d, partC, n*pf)...)
+		b := append(download(t, d, hD, n*hc*D), download(t, d, partD, n*pf)...)
+		if i, ok := firstBitDiff(a, b); !ok {
+			t.Fatalf("MoE form (shared row %v), value %d of streams and parts: %v, MoECombine then HCPostMixEx %v", ysh != 0, i, b[i], a[i])
+		}
+	}
+	// HCPre from the parts against HCPre from the host's logits in the
+	// float-weight order
+	logits := make([]float32, n*M)
+	for tok := range n {
+		for r := range M {
+			logits[tok*M+r] = quant.DotFloatRow(typ, raw[r*rb:(r+1)*rb], want[tok*hc*D:(tok+1)*hc*D])
+		}
+	}
+	head := M == hc
+	scale := upload(t, d, []float32{0.5, 0.7, 0.9})
+	base := upload(t, d, gaussian(M, 27))
+	normw := upload(t, d, gaussian(D, 28))
+	pre := func(a HCPreArgs) []float32 {
+		x := alloc(t, d, int64(4*n*D))
+		a.Head, a.M, a.Scale, a.Base, a.HC, a.Iters, a.HCEps = head, M, scale, base, hc, 20, 1e-6
+		a.H, a.D, a.NormW, a.NormEps, a.X, a.N = hB, D, normw, 1e-6, x, n
+		if !head {
+			a.Post, a.Comb = alloc(t, d, 4*int64(n*hc)), alloc(t, d, 4*int64(n*hc*hc))
+		}
+		must(t, d.HCPre(0, &a))
+		r := download(t, d, x, n*D)
+		if !head {
+			r = append(r, download(t, d, a.Post, n*hc)...)
+			r = append(r, download(t, d, a.Comb, n*hc*hc)...)
+		}
+		return r
+	}
+	ref := pre(HCPreArgs{Mix: upload(t, d, logits), RawMix: true})
+	for _, hoist := range []int{1, 0} {
+		must(t, d.SetOption(OptHCHoist, hoist))
+		got := pre(HCPreArgs{Mix: part, Parts: HCPostMixExParts, PartsEx: true})
+		if i, ok := firstBitDiff(ref, got); !ok {
+			t.Errorf("HCPre from the exact parts (hoist %d), value %d: %v, from the host's logits %v", hoist, i, got[i], ref[i])
+		}
+	}
+	must(t, d.SetOption(OptHCHoist, 1))
+}

@@ -20,7 +20,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 43
+const abiVersion = 44
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -110,6 +110,7 @@ type lib struct {
 	pickCands    func(x uintptr, n int64, temp, minP float32, work, top, counts, out uintptr, cap int32, s uintptr) int32
 	hcPostMix    func(h, out, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m, parts int32, part uintptr, n int32, s uintptr) int32
 	hcPostMixMoE func(h, ye, sel, ysh uintptr, k int32, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m, parts int32, part uintptr, n int32, s uintptr) int32
+	hcPostMixEx  func(h, out, ye, sel, ysh uintptr, k int32, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m int32, part uintptr, n int32, s uintptr) int32
 	rmsnormRef   func(x uintptr, xStride int64, w, y uintptr, yStride, n int64, rows int32, eps float32, s uintptr) int32
 	hcPre        func(mode int32, mix uintptr, m int32, scale, base uintptr, hc, iters int32, hcEps float32, h uintptr, d int64, normw uintptr, normEps float32, x, post, comb, xq uintptr, n int32, s uintptr) int32
 	hcPost       func(h, out, post, comb uintptr, hc int32, d int64, n int32, s uintptr) int32
@@ -295,6 +296,7 @@ func load() (*lib, error) {
 		{&l.pickCands, "ds4c_pick_candidates"},
 		{&l.hcPostMix, "ds4c_hc_post_mix"},
 		{&l.hcPostMixMoE, "ds4c_hc_post_mix_moe"},
+		{&l.hcPostMixEx, "ds4c_hc_post_mix_ex"},
 		{&l.rmsnormRef, "ds4c_rmsnorm_ref"},
 		{&l.hcPre, "ds4c_hc_pre"},
 		{&l.hcPost, "ds4c_hc_post"},

@@ -102,6 +102,10 @@ func (l *lib) direct(sym func(name string) uintptr) error {
 	l.hcPostMixMoE = func(h, ye, sel, ysh uintptr, k int32, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m, parts int32, part uintptr, n int32, s uintptr) int32 {
 		return cint(call(hcPostMixMoE, h, ye, sel, ysh, arg(k), post, comb, arg(hc), arg(d), arg(fnType), fn, arg(m), arg(parts), part, arg(n), s))
 	}
+	hcPostMixEx := f("ds4c_hc_post_mix_ex")
+	l.hcPostMixEx = func(h, out, ye, sel, ysh uintptr, k int32, post, comb uintptr, hc int32, d int64, fnType int32, fn uintptr, m int32, part uintptr, n int32, s uintptr) int32 {
+		return cint(call(hcPostMixEx, h, out, ye, sel, ysh, arg(k), post, comb, arg(hc), arg(d), arg(fnType), fn, arg(m), part, arg(n), s))
+	}
 	argmax := f("ds4c_argmax")
 	l.argmax = func(x uintptr, n int64, work, out, s uintptr) int32 {
 		return cint(call(argmax, x, arg(n), work, out, s))

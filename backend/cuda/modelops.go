@@ -347,8 +347,11 @@ type HCPreArgs struct {
 	HDone bool
 	// Parts > 0 (at most HCPostMixMaxTokens tokens): Mix holds HCPostMix's
 	// parts [N][Parts][M+1], added in order for each token's raw logits and
-	// streams' sum of squares.
-	Parts int
+	// streams' sum of squares; with PartsEx, HCPostMixEx's running sums
+	// and squares (Parts is HCPostMixExParts), whose tree it completes in
+	// the float-weight order (exact mode).
+	Parts   int
+	PartsEx bool
 }
 
 // HCPre computes the sub-block (or head) input from the streams.
@@ -368,6 +371,9 @@ func (d *Device) HCPre(s Stream, a *HCPreArgs) error {
 	}
 	if a.Parts > 0 {
 		mode |= 2 | int32(a.Parts)<<16
+		if a.PartsEx {
+			mode |= 16
+		}
 	}
 	return d.l.call("hc_pre", func() int32 {
 		return d.l.hcPre(mode, uintptr(a.Mix), int32(a.M), uintptr(a.Scale), uintptr(a.Base), int32(a.HC), int32(a.Iters), a.HCEps,
@@ -426,6 +432,42 @@ func (d *Device) HCPostMixMoE(s Stream, h, ye, sel, ysh Ptr, k int, post, comb P
 	return d.l.call("hc_post_mix_moe", func() int32 {
 		return d.l.hcPostMixMoE(uintptr(h), uintptr(ye), uintptr(sel), uintptr(ysh), int32(k), uintptr(post), uintptr(comb), int32(hc), int64(D),
 			int32(fn.Type), uintptr(fn.Ptr), int32(fn.Rows), int32(parts), uintptr(part), int32(n), uintptr(s))
+	})
+}
+
+// HCPostMixExParts is the number of parts (CTAs a token) of HCPostMixEx,
+// and HCPostMixExD the embedding it takes (Flash's; cuda/ds4cuda.h
+// DS4C_HC_EX_PARTS, DS4C_HC_EX_D).
+const (
+	HCPostMixExParts = 128
+	HCPostMixExD     = 4096
+)
+
+// HCPostMixExOK reports whether HCPostMixEx takes an embedding of D
+// values in hc streams and the mixing weight fn (4 streams of
+// HCPostMixExD, at most 24 float rows of 4·D values).
+func HCPostMixExOK(hc, D int, fn *Weight) bool {
+	return hc == 4 && D == HCPostMixExD && fn != nil && fn.Rows <= 24 && fn.Mats == 1 && fn.Cols == hc*D &&
+		(fn.Type == quant.F16 || fn.Type == quant.BF16 || fn.Type == quant.F32)
+}
+
+// HCPostMixExFloats is the floats of HCPostMixEx's parts for one token
+// and m mixing rows: the [m][256] running sums, then HCPostMixExParts
+// doubles.
+func HCPostMixExFloats(m int) int { return 256*m + 2*HCPostMixExParts }
+
+// HCPostMixEx is HCPostMix for exact mode (HCPostMixExOK shapes; n tokens,
+// 1 … HCPostMixMaxTokens): the streams HCPost forms, and the next
+// HCPre's raw mixing products in quant's float-weight order as their 256
+// running sums, with the new streams' squares summed in double in
+// HCPostMixExParts partial sums (token t's HCPostMixExFloats(fn.Rows)
+// floats at part + t·that; part 8-byte aligned), for HCPreArgs.PartsEx:
+// the same logits as the exact product. ye set (out 0): the sub-block
+// output is each token's MoE sum as HCPostMixMoE forms it.
+func (d *Device) HCPostMixEx(s Stream, h, out, ye, sel, ysh Ptr, k int, post, comb Ptr, hc, D int, fn *Weight, part Ptr, n int) error {
+	return d.l.call("hc_post_mix_ex", func() int32 {
+		return d.l.hcPostMixEx(uintptr(h), uintptr(out), uintptr(ye), uintptr(sel), uintptr(ysh), int32(k), uintptr(post), uintptr(comb),
+			int32(hc), int64(D), int32(fn.Type), uintptr(fn.Ptr), int32(fn.Rows), uintptr(part), int32(n), uintptr(s))
 	})
 }
 
