@@ -835,6 +835,24 @@ struct MoESum {
     int K;
 };
 
+// hpm_token moves k_hc_post_mix's and k_hc_post_mix_ex's pointers to token
+// t's streams (hc of D), post and comb weights, and sub-block output (out,
+// or with MOE the MoE sum's inputs); the parts are each kernel's own.
+template <int HC, bool MOE>
+__device__ __forceinline__ void hpm_token(int64_t t, int64_t D, float *&h, const float *&post, const float *&comb,
+                                          const float *&out, MoESum &moe) {
+    h += t * HC * D;
+    post += t * HC;
+    comb += t * HC * HC;
+    if constexpr (MOE) {
+        moe.ye += t * moe.K * D;
+        moe.sel += t * moe.K;
+        if (moe.ysh) moe.ysh += t * D;
+    } else {
+        out += t * D;
+    }
+}
+
 template <int TYPE, int NW, bool MOE>
 __global__ void __launch_bounds__(32 * NW) k_hc_post_mix(float *h, const float *out, const float *post, const float *comb,
                                                          int64_t D, const void *fn, int M, float *part, MoESum moe) {
@@ -844,17 +862,8 @@ __global__ void __launch_bounds__(32 * NW) k_hc_post_mix(float *h, const float *
     const int64_t d0 = blockIdx.x * (int64_t)(32 * NW);
     if (gridDim.y > 1) { // token blockIdx.y: its streams, output (or MoE sum's), weights and parts
         const int64_t t = blockIdx.y;
-        h += t * HC * D;
-        post += t * HC;
-        comb += t * HC * HC;
+        hpm_token<HC, MOE>(t, D, h, post, comb, out, moe);
         part += t * gridDim.x * (int64_t)(M + 1);
-        if constexpr (MOE) {
-            moe.ye += t * moe.K * D;
-            moe.sel += t * moe.K;
-            if (moe.ysh) moe.ysh += t * D;
-        } else {
-            out += t * D;
-        }
     }
     float w[RPW][VPL];
 #pragma unroll
@@ -930,30 +939,21 @@ __global__ void __launch_bounds__(HPX_T) k_hc_post_mix_ex(float *h, const float 
     pdl_launch();
     const int tid = threadIdx.x, j0 = blockIdx.x * HPX_J;
     const int64_t t = blockIdx.y;
-    h += t * HC * D;
-    post += t * HC;
-    comb += t * HC * HC;
+    hpm_token<HC, MOE>(t, D, h, post, comb, out, moe);
     part += t * ((int64_t)M * 256 + 2 * HPX_P);
-    if constexpr (MOE) {
-        moe.ye += t * moe.K * D;
-        moe.sel += t * moe.K;
-        if (moe.ysh) moe.ysh += t * D;
-    } else {
-        out += t * D;
-    }
     // the chain's weights: row r, sum j0 + jj, elements s·D + 2048p + 8(j0 + jj) + e
     const int r = tid / HPX_J, jj = tid % HPX_J;
     const bool chain = r < M;
+    // (chain element c = (s·HPX_PER + p)·8 + e: stream s, period p, e; in
+    // ascending i)
+    auto s_of = [](int c) { return c / (8 * HPX_PER); };
+    auto p_of = [](int c) { return c / 8 % HPX_PER; };
     float w[CL];
 #pragma unroll
-    for (int s = 0; s < HC; s++)
-#pragma unroll
-        for (int p = 0; p < HPX_PER; p++)
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                w[(s * HPX_PER + p) * 8 + e] =
-                    chain ? load_elem(TYPE, (const uint8_t *)fn, M, HC * D, r, s * D + 2048 * p + 8 * (j0 + jj) + e)
-                          : 0.f;
+    for (int c = 0; c < CL; c++)
+        w[c] = chain ? load_elem(TYPE, (const uint8_t *)fn, M, HC * D, r,
+                                 s_of(c) * D + 2048 * p_of(c) + 8 * (j0 + jj) + c % 8)
+                     : 0.f;
     pdl_wait();
     __shared__ float s_h[HC][HPX_D]; // the new streams at the CTA's values of d, local index (p·HPX_J + jj)·8 + e
     __shared__ int s_ord[16];
@@ -977,12 +977,7 @@ __global__ void __launch_bounds__(HPX_T) k_hc_post_mix_ex(float *h, const float 
     if (chain) {
         float acc = 0.f;
 #pragma unroll
-        for (int s = 0; s < HC; s++)
-#pragma unroll
-            for (int p = 0; p < HPX_PER; p++)
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    acc = fadd(acc, fmul(w[(s * HPX_PER + p) * 8 + e], s_h[s][(p * HPX_J + jj) * 8 + e]));
+        for (int c = 0; c < CL; c++) acc = fadd(acc, fmul(w[c], s_h[s_of(c)][(p_of(c) * HPX_J + jj) * 8 + c % 8]));
         part[(int64_t)r * 256 + j0 + jj] = acc;
     }
     if (tid == 0) ((double *)(part + (int64_t)M * 256))[blockIdx.x] = sq;

@@ -106,26 +106,8 @@ func hcPostMixCase(t *testing.T, d *Device, D, M int, typ quant.Type, n int) {
 	if M != 24 && M != hc {
 		return
 	}
-	head := M == hc
-	scale := upload(t, d, []float32{0.5, 0.7, 0.9})
-	base := upload(t, d, gaussian(M, 5))
-	normw := upload(t, d, gaussian(D, 6))
 	mix := upload(t, d, logits)
-	pre := func(a HCPreArgs) []float32 {
-		x := alloc(t, d, int64(4*n*D))
-		a.Head, a.M, a.Scale, a.Base, a.HC, a.Iters, a.HCEps = head, M, scale, base, hc, 20, 1e-6
-		a.H, a.D, a.NormW, a.NormEps, a.X, a.N = hB, D, normw, 1e-6, x, n
-		if !head {
-			a.Post, a.Comb = alloc(t, d, 4*int64(n*hc)), alloc(t, d, 4*int64(n*hc*hc))
-		}
-		must(t, d.HCPre(0, &a))
-		r := download(t, d, x, n*D)
-		if !head {
-			r = append(r, download(t, d, a.Post, n*hc)...)
-			r = append(r, download(t, d, a.Comb, n*hc*hc)...)
-		}
-		return r
-	}
+	pre := hcPreRunner(t, d, M, D, n, hB, 5)
 	ref := pre(HCPreArgs{Mix: mix, RawMix: true})
 	fromParts := pre(HCPreArgs{Mix: part, Parts: parts})
 	// the stream loads issued before the parts are added: the same bits
@@ -221,15 +203,8 @@ func TestHostMemAvailable(t *testing.T) {
 // streams and parts, bit for bit, with and without the shared expert's row.
 func hcPostMixMoECase(t *testing.T, d *Device, D int, fn *Weight, parts, n int, h0 []float32, post, comb Ptr) {
 	t.Helper()
-	const hc, K = 4, 6
-	ye := upload(t, d, gaussian(n*K*D, 11))
-	ids := make([]int32, n*K)
-	for tok := range n {
-		copy(ids[tok*K:], []int32{200, 3, 77 + int32(tok), 3, 150, 9})
-	}
-	sel := tempAlloc(t, d, int64(4*n*K))
-	t.Cleanup(func() { d.Free(sel) })
-	must(t, UploadSlice(d, sel, ids))
+	const hc, K = 4, hcTestExperts
+	ye, sel := hcMoEInputs(t, d, n, D, 11)
 	M := fn.Rows
 	for _, ysh := range []Ptr{0, upload(t, d, gaussian(n*D, 12))} {
 		sum := alloc(t, d, int64(4*n*D))
@@ -289,15 +264,8 @@ func hcPostMixExCase(t *testing.T, d *Device, M int, typ quant.Type, n int) {
 		t.Fatalf("stream value %d: %v, HCPost %v", i, got[i], want[i])
 	}
 	// the MoE form
-	const K = 6
-	ye := upload(t, d, gaussian(n*K*D, 25))
-	ids := make([]int32, n*K)
-	for tok := range n {
-		copy(ids[tok*K:], []int32{200, 3, 77 + int32(tok), 3, 150, 9})
-	}
-	sel := tempAlloc(t, d, int64(4*n*K))
-	t.Cleanup(func() { d.Free(sel) })
-	must(t, UploadSlice(d, sel, ids))
+	const K = hcTestExperts
+	ye, sel := hcMoEInputs(t, d, n, D, 25)
 	for _, ysh := range []Ptr{0, upload(t, d, gaussian(n*D, 26))} {
 		sum := alloc(t, d, int64(4*n*D))
 		hC, hD := upload(t, d, h0), upload(t, d, h0)
@@ -319,14 +287,32 @@ func hcPostMixExCase(t *testing.T, d *Device, M int, typ quant.Type, n int) {
 			logits[tok*M+r] = quant.DotFloatRow(typ, raw[r*rb:(r+1)*rb], want[tok*hc*D:(tok+1)*hc*D])
 		}
 	}
+	pre := hcPreRunner(t, d, M, D, n, hB, 27)
+	ref := pre(HCPreArgs{Mix: upload(t, d, logits), RawMix: true})
+	for _, hoist := range []int{1, 0} {
+		must(t, d.SetOption(OptHCHoist, hoist))
+		got := pre(HCPreArgs{Mix: part, Parts: HCPostMixExParts, PartsEx: true})
+		if i, ok := firstBitDiff(ref, got); !ok {
+			t.Errorf("HCPre from the exact parts (hoist %d), value %d: %v, from the host's logits %v", hoist, i, got[i], ref[i])
+		}
+	}
+	must(t, d.SetOption(OptHCHoist, 1))
+}
+
+// hcPreRunner returns a function that runs HCPre of n tokens on the 4
+// streams of D values at h with M mixing rows (the head's variant when M is
+// 4, else the Sinkhorn split), random scale, base and norm weights from
+// seed, and a's mixing input, and returns x, then post and comb.
+func hcPreRunner(t *testing.T, d *Device, M, D, n int, h Ptr, seed uint64) func(a HCPreArgs) []float32 {
+	const hc = 4
 	head := M == hc
 	scale := upload(t, d, []float32{0.5, 0.7, 0.9})
-	base := upload(t, d, gaussian(M, 27))
-	normw := upload(t, d, gaussian(D, 28))
-	pre := func(a HCPreArgs) []float32 {
+	base := upload(t, d, gaussian(M, seed))
+	normw := upload(t, d, gaussian(D, seed+1))
+	return func(a HCPreArgs) []float32 {
 		x := alloc(t, d, int64(4*n*D))
 		a.Head, a.M, a.Scale, a.Base, a.HC, a.Iters, a.HCEps = head, M, scale, base, hc, 20, 1e-6
-		a.H, a.D, a.NormW, a.NormEps, a.X, a.N = hB, D, normw, 1e-6, x, n
+		a.H, a.D, a.NormW, a.NormEps, a.X, a.N = h, D, normw, 1e-6, x, n
 		if !head {
 			a.Post, a.Comb = alloc(t, d, 4*int64(n*hc)), alloc(t, d, 4*int64(n*hc*hc))
 		}
@@ -338,13 +324,23 @@ func hcPostMixExCase(t *testing.T, d *Device, M int, typ quant.Type, n int) {
 		}
 		return r
 	}
-	ref := pre(HCPreArgs{Mix: upload(t, d, logits), RawMix: true})
-	for _, hoist := range []int{1, 0} {
-		must(t, d.SetOption(OptHCHoist, hoist))
-		got := pre(HCPreArgs{Mix: part, Parts: HCPostMixExParts, PartsEx: true})
-		if i, ok := firstBitDiff(ref, got); !ok {
-			t.Errorf("HCPre from the exact parts (hoist %d), value %d: %v, from the host's logits %v", hoist, i, got[i], ref[i])
-		}
+}
+
+// hcTestExperts is the routed experts a token of hcMoEInputs.
+const hcTestExperts = 6
+
+// hcMoEInputs uploads n tokens' routed outputs ye [n][6][D] (random, from
+// seed) and their expert ids (one id repeated, in no order), for the MoE
+// sum's tests.
+func hcMoEInputs(t *testing.T, d *Device, n, D int, seed uint64) (ye, sel Ptr) {
+	const K = hcTestExperts
+	ye = upload(t, d, gaussian(n*K*D, seed))
+	ids := make([]int32, n*K)
+	for tok := range n {
+		copy(ids[tok*K:], []int32{200, 3, 77 + int32(tok), 3, 150, 9})
 	}
-	must(t, d.SetOption(OptHCHoist, 1))
+	sel = tempAlloc(t, d, int64(4*n*K))
+	t.Cleanup(func() { d.Free(sel) })
+	must(t, UploadSlice(d, sel, ids))
+	return ye, sel
 }

@@ -120,32 +120,32 @@ func TestMatVecFastQ8(t *testing.T) {
 		must(t, d.RMSNormRef(0, dx, cols, nw, xn, cols, cols, 1, eps))
 		want, mag := reference(t, quant.Q8_0, mat(0), rows, cols, download(t, d, xn, cols))
 		y, xn2, act := alloc(t, d, 4*rows), alloc(t, d, 4*cols), alloc(t, d, ab)
-		poison(t, d, y, rows)
-		must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false, false, 1))
-		got := download(t, d, y, rows)
+		// f32 runs MatVecF32 with option key set to v (key 0: none)
+		f32 := func(exact, room bool, key, v, def int) []float32 {
+			if key != 0 {
+				must(t, d.SetOption(key, v))
+				defer d.SetOption(key, def)
+			}
+			poison(t, d, y, rows)
+			must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, exact, room, 1))
+			return download(t, d, y, rows)
+		}
+		got := f32(false, false, 0, 0, 0)
 		compare(t, "MatVecF32 fast", got, want, mag, nterms(quant.Q8_0, cols))
 		// with room (one CTA an SM, taller tiles; or OptMVRoom's bit 1:
 		// two CTAs an SM within the room's budget): the same bits
 		for _, opt := range []int{0, 1} {
-			must(t, d.SetOption(OptMVRoom, opt))
-			poison(t, d, y, rows)
-			must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, false, true, 1))
-			if i, ok := firstBitDiff(download(t, d, y, rows), got); !ok {
+			if i, ok := firstBitDiff(f32(false, true, OptMVRoom, opt, DefaultMVRoom), got); !ok {
 				t.Errorf("MatVecF32 fast with room (OptMVRoom %d) differs at row %d", opt, i)
 			}
 		}
-		must(t, d.SetOption(OptMVRoom, DefaultMVRoom))
 		// exact mode: quant.Dot's bits of RMSNormRef's row quantized (the
 		// reference), on fast mode's items and on k_mv_pipe's units
 		for _, v := range []int{DefaultMVExQ8, 0} {
-			must(t, d.SetOption(OptMVExQ8, v))
-			poison(t, d, y, rows)
-			must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, act, y, true, false, 1))
-			if i, ok := firstBitDiff(download(t, d, y, rows), want); !ok {
+			if i, ok := firstBitDiff(f32(true, false, OptMVExQ8, v, DefaultMVExQ8), want); !ok {
 				t.Errorf("MatVecF32 exact (OptMVExQ8 %d) differs from quant.Dot at row %d", v, i)
 			}
 		}
-		must(t, d.SetOption(OptMVExQ8, DefaultMVExQ8))
 	})
 
 	// Two tokens (speculative decoding's verification): both rows'
