@@ -242,6 +242,8 @@ func TestHCPostMixEx(t *testing.T) {
 	}
 }
 
+// hcPostMixExCase is one case of TestHCPostMixEx: n tokens, M rows of type
+// typ, Flash's 4 streams of HCPostMixExD values.
 func hcPostMixExCase(t *testing.T, d *Device, M int, typ quant.Type, n int) {
 	const hc, D = 4, HCPostMixExD
 	raw := randomWeights(typ, weightBytes(typ, M, hc*D)/int64(typ.BlockBytes()), 78)
