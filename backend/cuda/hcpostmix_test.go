@@ -346,3 +346,42 @@ func hcMoEInputs(t *testing.T, d *Device, n, D int, seed uint64) (ye, sel Ptr) {
 	must(t, UploadSlice(d, sel, ids))
 	return ye, sel
 }
+
+// TestHCPostMixShapes (no GPU): which mixing weights and embeddings the
+// hc_post forms take — fast mode's parts for 4 streams of D a multiple of
+// 32 and float rows of 4·D, at most 24 of them; exact mode's only for
+// Flash's D (HCPostMixExD) — and the exact parts' size, which hc_pre's
+// kernel reads (M × 256 running sums, then HCPostMixExParts doubles).
+func TestHCPostMixShapes(t *testing.T) {
+	w := func(typ quant.Type, rows, cols int) *Weight {
+		return &Weight{Type: typ, Rows: rows, Cols: cols, Mats: 1}
+	}
+	for _, c := range []struct {
+		hc, D int
+		fn    *Weight
+		parts int
+		exact bool
+		what  string
+	}{
+		{4, 4096, w(quant.F16, 24, 4*4096), 32, true, "Flash's mixing rows"},
+		{4, 4096, w(quant.F32, 4, 4*4096), 32, true, "the head's"},
+		{4, 4096, w(quant.BF16, 24, 4*4096), 32, true, "bf16"},
+		{4, 4096, w(quant.Q8_0, 24, 4*4096), 0, false, "a quantized weight"},
+		{4, 4096, w(quant.F16, 25, 4*4096), 0, false, "25 rows"},
+		{4, 4096, w(quant.F16, 24, 4096), 0, false, "columns not 4·D"},
+		{4, 2048, w(quant.F16, 24, 4*2048), 16, false, "D 2048"},
+		{4, 96, w(quant.F16, 24, 4*96), 3, false, "D 96"},
+		{2, 4096, w(quant.F16, 8, 2*4096), 0, false, "2 streams"},
+		{4, 4096, nil, 0, false, "no weight"},
+	} {
+		if got := HCPostMixParts(c.hc, c.D, c.fn); got != c.parts {
+			t.Errorf("%s: HCPostMixParts = %d, want %d", c.what, got, c.parts)
+		}
+		if got := HCPostMixExOK(c.hc, c.D, c.fn); got != c.exact {
+			t.Errorf("%s: HCPostMixExOK = %v, want %v", c.what, got, c.exact)
+		}
+	}
+	if got, want := HCPostMixExFloats(24), 24*256+2*HCPostMixExParts; got != want {
+		t.Errorf("HCPostMixExFloats(24) = %d, want %d", got, want)
+	}
+}
