@@ -61,7 +61,7 @@ static int g_opt_mv_ilp = 4; // fast pipelined Q8_0 products: items a warp forms
 static int g_opt_mv_sumw = 1; // fast pipelined Q8_0 products: the row sums on the last warp (matvec.cuh k_mv_pipe_q8f; cuda/NOTES.md v40)
 static int g_opt_mv_two = 1; // fast mode's Q8_0 products of two tokens as one k_mv_pipe_q8f<2, 2> (weights streamed once; cuda/NOTES.md v45)
 static int g_opt_topk_cl = 8193; // top-k of this many candidate rows or more on a cluster of CTAs a token (model.cu k_topk_cl; 0 never; cuda/NOTES.md v51)
-static int g_opt_mv_exq8 = 1; // exact pipelined Q8_0 products on k_mv_pipe_q8f's items, terms added in block order (cuda/NOTES.md v57)
+static int g_opt_mv_exq8 = 2; // exact pipelined Q8_0 products on k_mv_pipe_q8f's items, terms added in block order (cuda/NOTES.md v57), by a ninth warp (2, v58)
 static int g_opt_topk_wide = 1; // prefill chunks' top-k past 8192 rows in two walks (k_topk_wide), cuda/NOTES.md v53
 static int g_opt_topk_cl_tok = 16; // … for launches of at most this many tokens (decode steps and passes: prefill chunks measured slower so)
 static int g_opt_ix_flash_split = 2; // fast chunks' indexer scores (k_index_flash): rows split into runs for this many waves of CTAs (0: a CTA walks every row; cuda/NOTES.md v51)
@@ -527,7 +527,7 @@ static const struct {
     {DS4C_OPT_TOPK_CL, "topk_cl", &g_opt_topk_cl, 0, 1 << 30},
     {DS4C_OPT_TOPK_CL_TOK, "topk_cl_tok", &g_opt_topk_cl_tok, 0, 65535},
     {DS4C_OPT_TOPK_WIDE, "topk_wide", &g_opt_topk_wide, 0, 1},
-    {DS4C_OPT_MV_EXQ8, "mv_exq8", &g_opt_mv_exq8, 0, 1},
+    {DS4C_OPT_MV_EXQ8, "mv_exq8", &g_opt_mv_exq8, 0, 2},
 };
 
 // env_option sets option key from the environment variable name when it

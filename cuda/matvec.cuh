@@ -1382,10 +1382,13 @@ struct PipeArgs {
 // together (4 floats for the squares, up to 4 × 8 for the blocks).
 __device__ __forceinline__ void pipe_act_f32(const PipeArgs &p, const float *xf, uint8_t *s_act) {
     const int n = p.a.cols, tid = threadIdx.x;
+    // (a summing warp past PIPE_THREADS, k_mv_pipe_q8f's W9, forms nothing:
+    // its zero joins block_sum_d's serial sum last, leaving it unchanged)
+    const bool former = tid < PIPE_THREADS;
     float r = 0.f;
     if (p.nw) {
         double ss = 0;
-        for (int i0 = tid; i0 < n; i0 += 4 * PIPE_THREADS) {
+        for (int i0 = tid; former && i0 < n; i0 += 4 * PIPE_THREADS) {
             float v[4];
 #pragma unroll
             for (int k = 0; k < 4; k++) v[k] = i0 + k * PIPE_THREADS < n ? xf[i0 + k * PIPE_THREADS] : 0.f;
@@ -1398,7 +1401,7 @@ __device__ __forceinline__ void pipe_act_f32(const PipeArgs &p, const float *xf,
     }
     constexpr int GB = PIPE_THREADS / 4; // blocks a pass of the CTA
     const int nb = n / 32, part = tid & 3;
-    for (int b0 = tid >> 2; b0 - (tid >> 2) < nb; b0 += 4 * GB) {
+    for (int b0 = tid >> 2; former && b0 - (tid >> 2) < nb; b0 += 4 * GB) {
         float v[4][8];
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -1530,7 +1533,7 @@ __device__ __forceinline__ void pipe_start(const PipeArgs &p, uint8_t *s_mem, in
     // before the wait: pipe_act_f32's second pass then waits on no L2
     // round trip of its own (cuda/NOTES.md v41)
     if (std::is_same<T, TQ8_0>::value && p.xf && p.nw)
-        for (int i = tid * 32; i < a.cols; i += PIPE_THREADS * 32) prefetch_l1(p.nw + i);
+        for (int i = tid * 32; tid < PIPE_THREADS && i < a.cols; i += PIPE_THREADS * 32) prefetch_l1(p.nw + i);
     mv_pdl_wait(a);
     MVP(if (probe) *probe = mvp_now();)
     if (T::GRID)
@@ -1837,16 +1840,23 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
 // rows added in block order (ordered_sum; on the last warp's lanes with
 // p.sumw, else a thread a row): k_mv_pipe's terms, order and bits, with
 // the items' fewer instructions a weight byte.
-template <int CP, int NT = 1, bool EX = false>
-__global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
+// W9 (EX only; DS4C_OPT_MV_EXQ8 2): a ninth warp, which forms no items and
+// copies nothing, adds tile k − 1's rows while the eight form tile k's
+// items, so that a row's serial chain of cols/32 adds (128 for 4096
+// columns) no longer follows the last warp's items before the next
+// tile's barrier. The same terms and order: the same bits.
+template <int CP, int NT = 1, bool EX = false, bool W9 = false>
+__global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(PipeArgs p) {
     static_assert(NT == 1 || NT == 2, "k_mv_pipe_q8f: one or two tokens");
     static_assert(!EX || NT == 1, "k_mv_pipe_q8f: exact terms for one token");
+    static_assert(!W9 || EX, "k_mv_pipe_q8f: a summing warp for exact terms");
     extern __shared__ __align__(16) uint8_t s_mem[];
     __shared__ float s_yq[32]; // p.yq: the CTA's block of y
     const MVArgs &a = p.a;
     uint64_t *s_bar = (uint64_t *)s_mem;
     float *s_part = (float *)(s_mem + p.terms_off); // two buffers of [rt][nseg]
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const bool former = !W9 || tid < PIPE_THREADS; // (W9: not the summing warp)
     const int nseg = a.cols / Q8F_SEG;
     // an item's row and segment by a shift and a mask where nseg is a power
     // of two (Flash's 1, 4 and 8), not a division (≈ 20 instructions an
@@ -1868,7 +1878,7 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             // a pass waited on each before the next (wo_a's 4.6 KB: two;
             // cuda/NOTES.md v41)
             const int n16 = p.act_bytes / 16;
-            for (int i0 = tid; i0 < n16; i0 += 4 * PIPE_THREADS) {
+            for (int i0 = tid; former && i0 < n16; i0 += 4 * PIPE_THREADS) {
                 int4 v[4];
 #pragma unroll
                 for (int j = 0; j < 4; j++)
@@ -1942,7 +1952,10 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
         if constexpr (EX) { // the block terms in block order
             const float *tb = s_part + (size_t)(k & 1) * p.rt * p.tstride;
             const int nb = a.cols / 32;
-            if (p.sumw) {
+            if (W9) {
+                if (!former)
+                    for (int i = lane; i < prev.nr; i += 32) put(i, ordered_sum(tb + (size_t)i * p.tstride, nb));
+            } else if (p.sumw) {
                 if (warp == PIPE_THREADS / 32 - 1)
                     for (int i = lane; i < prev.nr; i += 32) put(i, ordered_sum(tb + (size_t)i * p.tstride, nb));
             } else if (tid < prev.nr) {
@@ -2024,7 +2037,9 @@ __global__ void __launch_bounds__(PIPE_THREADS) k_mv_pipe_q8f(PipeArgs p) {
             mv_t[4] += t - t_last;
             t_last = t;
         })
-        if (NT == 2 && mat >= 0) { // (launch_pipe: the ilp form only)
+        if (!former) {
+            // (W9: the summing warp forms no items)
+        } else if (NT == 2 && mat >= 0) { // (launch_pipe: the ilp form only)
             const int seg = warp & (nseg - 1);
             load_x(seg);
             const uint8_t *qs = stg + p.soff[0] + seg * Q8F_SEG;
@@ -2213,6 +2228,8 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // q8e: exact mode's on k_mv_pipe_q8f's items (DS4C_OPT_MV_EXQ8; one token)
         const bool q8e = std::is_same<T, TQ8_0>::value && exact && cp == 2 && ds4c_opt_mv_exq8() &&
                          a.cols % Q8F_SEG == 0 && nt == 1;
+        // w9: its rows added by a ninth warp (DS4C_OPT_MV_EXQ8 2; the segments divide the 8 warps)
+        const bool w9 = q8e && ds4c_opt_mv_exq8() == 2 && seg_warps;
         if (nt == 2 && !q8f) return false;
         const int64_t act_stride = (act_smem + 15) & ~(int64_t)15; // nt = 2: the tokens' copies apart
         // yq (ds4c_matmul_q8out): k_mv_pipe_q8f only (either mode), y one
@@ -2294,11 +2311,11 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
             if (q8f)
                 k = nt == 2 ? k_mv_pipe_q8f<2, 2> : k_mv_pipe_q8f<2>;
             else if (q8e)
-                k = k_mv_pipe_q8f<2, 1, true>;
+                k = w9 ? k_mv_pipe_q8f<2, 1, true, true> : k_mv_pipe_q8f<2, 1, true>;
         }
         // the largest opt-in done for each copy flavour, k_mv_pipe_q8f, its two-token form and its exact one
-        static int64_t set[6] = {0, 0, 0, 0, 0, 0};
-        const int fl = q8f ? (nt == 2 ? 4 : 3) : (q8e ? 5 : cp);
+        static int64_t set[7] = {0, 0, 0, 0, 0, 0, 0};
+        const int fl = q8f ? (nt == 2 ? 4 : 3) : (q8e ? (w9 ? 6 : 5) : cp);
         if (smem > 48 * 1024 && smem > set[fl]) {
             cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (e != cudaSuccess) {
@@ -2314,7 +2331,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
             p.yq = yq;
             p.yq_n = n_sel * a.rows;
         }
-        ds4c_launch(k, (unsigned)grid, PIPE_THREADS, (size_t)smem, st, p);
+        ds4c_launch(k, (unsigned)grid, PIPE_THREADS + (w9 ? 32 : 0), (size_t)smem, st, p);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) *rc = ds4c_cuda_err(e, "pipelined matvec");
         return true;

@@ -334,7 +334,7 @@ const (
 	OptTopKClTok    = 63 // OptTopKCl only for launches of at most this many tokens (default 16: decode steps and speculative passes; a prefill chunk's 4096 tokens measured slower on it; env DS4_CUDA_TOPK_CL_TOK)
 	OptIXFlashSplit = 64 // fast chunks' indexer scores on the f16 tensor cores: where a chunk's token groups are too few for this many waves of the kernel's CTAs (two an SM for OptIXFlash 1, one for 2 and 3), each group's compressed rows split into runs, a CTA a run (the same bits; DefaultIXFlashSplit; env DS4_CUDA_IX_FLASH_SPLIT); 0: a CTA walks every row
 	OptTopKWide     = 65 // 1: the top-k of launches of more than OptTopKClTok tokens whose rows pass 8192 (prefill chunks deep in a long context) in two walks over the scores, a histogram of the keys' top 11 bits and the candidates at and above the cut gathered in index order (k_topk_wide; the same picks in the same slots as 0; DefaultTopKWide; env DS4_CUDA_TOPK_WIDE); 0: k_topk_warp's five walks
-	OptMVExQ8       = 66 // 1: exact mode's pipelined Q8_0 products (columns a multiple of 1024 dividing the CTA's 8 warps) form their block terms on fast mode's items (a lane a block; the terms stored, not tree-summed) and add them in block order: the same bits as 0 with about a third of the instructions (default, DefaultMVExQ8; env DS4_CUDA_MV_EXQ8); 0: the pipelined kernel's 16-byte units, two lanes a block
+	OptMVExQ8       = 66 // 1: exact mode's pipelined Q8_0 products (columns a multiple of 1024 dividing the CTA's 8 warps) form their block terms on fast mode's items (a lane a block; the terms stored, not tree-summed) and add them in block order: the same bits as 0 with about a third of the instructions; 2: the same with a ninth warp, which forms no items, adding the previous tile's rows while the eight form the next (default, DefaultMVExQ8; env DS4_CUDA_MV_EXQ8); 1: the last warp adds them after its items; 0: the pipelined kernel's 16-byte units, two lanes a block
 	OptMVTwo        = 59 // 1: fast mode's products of two tokens: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined product, the weights streamed once and each token's bits its one-token product's; the others split over up to 8 warps a row where the rows are few (default, DefaultMVTwo; env DS4_CUDA_MV_TWO); 0: the generic two-token kernel, a warp a row
 	OptMVPair       = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits in exact mode (in fast mode a lone Q8_0 product runs pipelined, which adds in another order)
 	OptHadWarp      = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
@@ -439,8 +439,9 @@ const DefaultTopKWide = 1
 const DefaultIXFlashSplit = 2
 
 // DefaultMVExQ8 is the library's default of OptMVExQ8: exact mode's
-// pipelined Q8_0 products on fast mode's items (cuda/NOTES.md v57).
-const DefaultMVExQ8 = 1
+// pipelined Q8_0 products on fast mode's items (cuda/NOTES.md v57), the
+// rows added by a ninth warp (v58).
+const DefaultMVExQ8 = 2
 
 // DefaultMVFast is the library's default of OptMVFast: both kinds of
 // single-token product summed in parallel in fast mode.

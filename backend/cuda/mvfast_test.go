@@ -20,10 +20,11 @@ import (
 // taller tiles, four of shorter ones and the tallest tiles (OptMVEven
 // off), the same bits too, and exact mode is checked to keep quant.Dot's
 // bits with the option on — on fast mode's items since v57 (OptMVExQ8:
-// the terms stored and added in block order), under each of those shapes
-// and with OptMVExQ8 off. MatVecF32 (the activation formed in the kernel,
-// with q_b's RMSNorm) is compared the same way, exact mode's bit for bit
-// with quant.Dot of RMSNormRef's row.
+// the terms stored and added in block order, by the last warp or, 2, by a
+// ninth), under each of those shapes and with OptMVExQ8 off. MatVecF32
+// (the activation formed in the kernel, with q_b's RMSNorm) is compared
+// the same way, exact mode's bit for bit with quant.Dot of RMSNormRef's
+// row.
 func TestMatVecFastQ8(t *testing.T) {
 	d := gpu(t)
 	pipeEverywhere(t, d)
@@ -90,7 +91,8 @@ func TestMatVecFastQ8(t *testing.T) {
 		// mode's k_mv_pipe units (OptMVExQ8 0) give its bits too
 		for _, o := range []struct{ key, v, def int }{{OptMVStages, 2, 3}, {OptMVStages, 4, 3}, {OptMVEven, 0, 1},
 			{OptMVILP, 1, DefaultMVILP}, {OptMVILP, 2, DefaultMVILP}, {OptMVILP, 3, DefaultMVILP},
-			{OptMVSumW, 1 - DefaultMVSumW, DefaultMVSumW}, {OptMVExQ8, 0, DefaultMVExQ8}} {
+			{OptMVSumW, 1 - DefaultMVSumW, DefaultMVSumW}, {OptMVExQ8, 0, DefaultMVExQ8}, {OptMVExQ8, 1, DefaultMVExQ8},
+			{OptMVExQ8, 2, DefaultMVExQ8}} {
 			must(t, d.SetOption(o.key, o.v))
 			got, gotEx := run(false), run(true)
 			must(t, d.SetOption(o.key, o.def))
@@ -140,8 +142,9 @@ func TestMatVecFastQ8(t *testing.T) {
 			}
 		}
 		// exact mode: quant.Dot's bits of RMSNormRef's row quantized (the
-		// reference), on fast mode's items and on k_mv_pipe's units
-		for _, v := range []int{DefaultMVExQ8, 0} {
+		// reference), on fast mode's items with the rows added by a ninth
+		// warp (2) or the last (1), and on k_mv_pipe's units (0)
+		for _, v := range []int{2, 1, 0} {
 			if i, ok := firstBitDiff(f32(true, false, OptMVExQ8, v, DefaultMVExQ8), want); !ok {
 				t.Errorf("MatVecF32 exact (OptMVExQ8 %d) differs from quant.Dot at row %d", v, i)
 			}
