@@ -557,11 +557,11 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
 /* Top-k of each token's scores: the min(K, R) best (ties: lower index)
  * into d_sel [n][K], best first, and their count into d_nsel [n] (may be
  * NULL); R is R_fixed, or (pos0+t+1)/ratio. all_if_few holds flags:
- * DS4C_TOPK_ALL, with R ≤ K all rows in order; DS4C_TOPK_ANY, the same
- * picks in any order (the single-CTA radix kernel, DS4C_OPT_TOPK_WARP,
- * then skips its sort: keys above the K-th in index order, then the ties
- * that make the cut). */
-enum { DS4C_TOPK_ALL = 1, DS4C_TOPK_ANY = 2 };
+ * DS4C_TOPK_ALL, with R ≤ K all rows in order; DS4C_TOPK_ROWS, the same
+ * picks in row order (ascending index; the radix kernels then skip their
+ * sort; K at most 1024 where R passes K), the order the CPU backend's
+ * indexer gives and the attention adds its picked rows in. */
+enum { DS4C_TOPK_ALL = 1, DS4C_TOPK_ROWS = 2 };
 int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio,
               int K, int all_if_few, int32_t *d_sel, int32_t *d_nsel, int n, void *stream);
 /* Sparse attention with sinks of n query tokens into d_out [n][H][HD]. With

@@ -2199,13 +2199,14 @@ __device__ __forceinline__ int64_t topk_count(int64_t R_fixed, int64_t pos0, int
 }
 
 // The top-k kernels' all_if_few holds ds4c_topk's flags (DS4C_TOPK_ALL,
-// DS4C_TOPK_ANY).
-// topk_all_rows handles the case of R ≤ K with DS4C_TOPK_ALL: every row, in
-// order (this thread writes rows i0, i0+step, …; the thread of i0 == 0 the
-// count). It reports whether it did, so that the caller returns.
+// DS4C_TOPK_ROWS).
+// topk_all_rows handles the case of R ≤ K with DS4C_TOPK_ALL or
+// DS4C_TOPK_ROWS: every row, in order (this thread writes rows i0,
+// i0+step, …; the thread of i0 == 0 the count). It reports whether it did,
+// so that the caller returns.
 __device__ __forceinline__ bool topk_all_rows(int64_t R, int K, int all_if_few, int t, int64_t i0, int64_t step,
                                               int32_t *sel, int32_t *nsel) {
-    if (R > K || !(all_if_few & DS4C_TOPK_ALL)) return false;
+    if (R > K || !(all_if_few & (DS4C_TOPK_ALL | DS4C_TOPK_ROWS))) return false;
     for (int64_t i = i0; i < R; i += step) sel[(int64_t)t * K + i] = (int32_t)i;
     if (i0 == 0 && nsel) nsel[t] = (int32_t)R;
     return true;
@@ -2256,6 +2257,13 @@ __global__ void k_topk(const float *scores, int64_t stride, int64_t R_fixed, int
 // index asc) gives the ranks. Needs K ≤ TK_THREADS.
 constexpr int TK_THREADS = 1024;
 
+// topk_row_slot is a pick's slot in row order: og keys above T and oe ties
+// at T come before it in row order (gt: it is above T; else it is a tie
+// with oe < need_eq), and of the ties only the first need_eq are picks.
+__device__ __forceinline__ int topk_row_slot(bool gt, int og, int oe, int need_eq) {
+    return og + (gt ? min(oe, need_eq) : oe);
+}
+
 __device__ __forceinline__ uint32_t topk_key(float f) {
     if (f == 0.f) f = 0.f;
     const uint32_t u = __float_as_uint(f);
@@ -2263,11 +2271,12 @@ __device__ __forceinline__ uint32_t topk_key(float f) {
 }
 
 // One chunk of the top-k's ordered compaction, run by every thread of the
-// CTA (NW warps) on its row i (key k, ok: a row of the chunk): keys above T
-// go to out[…] in any slot, the first need_eq keys equal to T (lowest
-// indices first) to out[n_gt + …]; s_base holds both counts so far.
+// CTA (NW warps) on its row i (key k, ok: a row of the chunk), the chunks in
+// row order: the picks — keys above T and the first need_eq keys equal to
+// T (lowest indices first) — go to out[…] in row order (topk_row_slot);
+// s_base holds both counts so far.
 template <int NW>
-__device__ __forceinline__ void topk_compact(int64_t i, uint32_t k, bool ok, uint32_t T, int need_eq, int n_gt,
+__device__ __forceinline__ void topk_compact(int64_t i, uint32_t k, bool ok, uint32_t T, int need_eq,
                                              unsigned long long *out, int (*s_wcnt)[2], int *s_base, int tid, int lane,
                                              int warp) {
     const bool gt = ok && k > T, eq = ok && k == T;
@@ -2285,8 +2294,8 @@ __device__ __forceinline__ void topk_compact(int64_t i, uint32_t k, bool ok, uin
     const unsigned below = (1u << lane) - 1;
     og += __popc(bg & below);
     oe += __popc(be & below);
-    if (gt) out[og] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
-    if (eq && oe < need_eq) out[n_gt + oe] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
+    if (gt || (eq && oe < need_eq))
+        out[topk_row_slot(gt, og, oe, need_eq)] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
     __syncthreads();
     if (tid == 0) {
         int tg = 0, te = 0;
@@ -2349,16 +2358,19 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_radix(const float *scores, 
     }
     const uint32_t T = s_prefix;
     const int need_eq = s_kleft; // keys equal to T that make the cut (lowest indices first)
-    // 2. ordered compaction: keys above T (any slot), the first need_eq equal to T
+    // 2. ordered compaction: keys above T and the first need_eq equal to T, in row order
     if (tid < 2) s_base[tid] = 0;
     s_sort[tid] = 0; // padding sorts last
     __syncthreads();
-    const int n_gt = take - need_eq;
     for (int64_t c0 = 0; c0 < R; c0 += TK_THREADS) {
         const int64_t i = c0 + tid;
         const bool ok = i < R;
-        topk_compact<TK_THREADS / 32>(i, ok ? topk_key(sc[i]) : 0u, ok, T, need_eq, n_gt, s_sort, s_wcnt, s_base, tid,
-                                      lane, warp);
+        topk_compact<TK_THREADS / 32>(i, ok ? topk_key(sc[i]) : 0u, ok, T, need_eq, s_sort, s_wcnt, s_base, tid, lane,
+                                      warp);
+    }
+    if (all_if_few & DS4C_TOPK_ROWS) { // the picks in row order
+        if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(s_sort[tid] & 0xffffffffu));
+        return;
     }
     // 3. bitonic sort, descending
     for (int size = 2; size <= TK_THREADS; size <<= 1) {
@@ -2458,9 +2470,9 @@ template <int NT> struct TopkSmem {
 // keys that each(f) walks (f(i, key, valid) for row i of the token, in
 // chunks of NT rows in index order, every thread of the CTA together:
 // warp-wide intrinsics inside): the take-th largest key 8 bits at a pass,
-// the ordered compaction (keys above it in index order, then the first
-// ties), then the picks as compacted (DS4C_TOPK_ANY) or sorted descending,
-// into sel[t][0 … take). Every thread calls it.
+// the ordered compaction (the keys above it and the first ties, in row
+// order), then the picks as compacted (DS4C_TOPK_ROWS) or sorted
+// descending, into sel[t][0 … take). Every thread calls it.
 template <int NT, class Each>
 __device__ __forceinline__ void topk_finish(TopkSmem<NT> &sm, Each &&each, int take, int t, int K, int all_if_few,
                                             int32_t *sel, int32_t *nsel) {
@@ -2483,15 +2495,14 @@ __device__ __forceinline__ void topk_finish(TopkSmem<NT> &sm, Each &&each, int t
     }
     const uint32_t T = sm.prefix;
     const int need_eq = sm.kleft; // keys equal to T that make the cut (lowest indices first)
-    // 2. ordered compaction: keys above T (any slot), the first need_eq equal to T
+    // 2. ordered compaction: keys above T and the first need_eq equal to T, in row order
     if (tid < 2) sm.base[tid] = 0;
     sm.x[0][tid] = 0; // padding sorts last
     __syncthreads();
-    const int n_gt = take - need_eq;
     each([&](int64_t i, uint32_t k, bool ok) {
-        topk_compact<NT / 32>(i, k, ok, T, need_eq, n_gt, sm.x[0], sm.wcnt, sm.base, tid, lane, warp);
+        topk_compact<NT / 32>(i, k, ok, T, need_eq, sm.x[0], sm.wcnt, sm.base, tid, lane, warp);
     });
-    if (all_if_few & DS4C_TOPK_ANY) { // the picks as compacted (the sort was half the instructions)
+    if (all_if_few & DS4C_TOPK_ROWS) { // the picks as compacted, in row order (the sort was half the instructions)
         if (tid < take) sel[(int64_t)t * K + tid] = (int32_t)(0xffffffffu - (uint32_t)(sm.x[0][tid] & 0xffffffffu));
         return;
     }
@@ -2707,10 +2718,10 @@ __global__ void __launch_bounds__(TKW_T) k_topk_wide(const float *scores, int64_
 // reads it), and after a cluster barrier every CTA adds the TKC_CL
 // histograms from distributed shared memory and takes the same bin. The
 // compaction numbers a thread's keys above the cut and its ties by the
-// counts of the threads, then the CTAs, before it: the keys above T in
-// index order, then the first need_eq ties in index order — k_topk_warp's
-// slots, so its picks in its order; sorted (without DS4C_TOPK_ANY) by
-// CTA 0, which gathers the picks into its shared memory.
+// counts of the threads, then the CTAs, before it: the picks in row order
+// (topk_row_slot) — k_topk_warp's slots, so its picks in its order; sorted
+// (without DS4C_TOPK_ROWS) by CTA 0, which gathers the picks into its
+// shared memory.
 constexpr int TKC_CL = 8, TKC_T = 512, TKC_REG = 16;
 
 __global__ void __cluster_dims__(TKC_CL, 1, 1) __launch_bounds__(TKC_T)
@@ -2780,7 +2791,6 @@ __global__ void __cluster_dims__(TKC_CL, 1, 1) __launch_bounds__(TKC_T)
     }
     const uint32_t T = s_prefix;
     const int need_eq = s_kleft; // keys equal to T that make the cut (lowest indices first)
-    const int n_gt = take - need_eq;
     // 2. each key's slot: the counts of the threads, then the CTAs, before it
     long long mine = 0; // ties << 32 | above
     each([&](int64_t, uint32_t k, bool ok) { mine += ok ? (k > T ? 1ll : (k == T ? 1ll << 32 : 0ll)) : 0ll; });
@@ -2808,11 +2818,11 @@ __global__ void __cluster_dims__(TKC_CL, 1, 1) __launch_bounds__(TKC_T)
     __syncthreads();
     before += s_off;
     int og = (int)(before & 0xffffffffll), oe = (int)(before >> 32);
-    const bool any = (all_if_few & DS4C_TOPK_ANY) != 0;
-    unsigned long long *x0 = any ? nullptr : cl.map_shared_rank(&s_x[0][0], 0);
+    const bool rows = (all_if_few & DS4C_TOPK_ROWS) != 0;
+    unsigned long long *x0 = rows ? nullptr : cl.map_shared_rank(&s_x[0][0], 0);
     int32_t *out = sel + (int64_t)t * K;
     auto put = [&](int slot, int64_t i, uint32_t k) {
-        if (any)
+        if (rows)
             out[slot] = (int32_t)i;
         else
             x0[slot] = ((unsigned long long)k << 32) | (0xffffffffu - (uint32_t)i);
@@ -2820,14 +2830,14 @@ __global__ void __cluster_dims__(TKC_CL, 1, 1) __launch_bounds__(TKC_T)
     each([&](int64_t i, uint32_t k, bool ok) {
         if (!ok) return;
         if (k > T) {
-            put(og++, i, k);
+            put(topk_row_slot(true, og++, oe, need_eq), i, k);
         } else if (k == T) {
-            if (oe < need_eq) put(n_gt + oe, i, k);
+            if (oe < need_eq) put(topk_row_slot(false, og, oe, need_eq), i, k);
             oe++;
         }
     });
     cl.sync(); // the picks are in CTA 0; no CTA's shared memory is read after this
-    if (any || rank != 0) return;
+    if (rows || rank != 0) return;
     // 3. CTA 0 sorts them (take ≤ K ≤ TKC_T)
     const unsigned long long x = topk_sort_desc<TKC_T>(s_x[0][tid], s_x, take, tid);
     if (tid < take) out[tid] = (int32_t)(0xffffffffu - (uint32_t)(x & 0xffffffffu));
@@ -4767,6 +4777,8 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     if (R_fixed <= 0 && ratio <= 0) return ds4c_err(DS4C_EINVAL, "topk: neither a count nor a ratio");
     const int64_t maxR = R_fixed > 0 ? R_fixed : (pos0 + n) / ratio;
     if (n > 65535) return ds4c_err(DS4C_EINVAL, "topk: %d tokens (at most 65535)", n);
+    if ((all_if_few & DS4C_TOPK_ROWS) && K > TK_THREADS && maxR > K)
+        return ds4c_err(DS4C_EINVAL, "topk: %d picks in row order (at most %d)", K, TK_THREADS);
     const int cl_min = ds4c_opt_topk_cl();
     if (K <= TKC_T && maxR > K && cl_min > 0 && maxR >= cl_min && n <= ds4c_opt_topk_cl_tok()) {
         ds4c_launch(k_topk_cl, dim3(TKC_CL, (unsigned)n), TKC_T, 0, as_stream(stream), d_scores, stride, R_fixed, pos0,

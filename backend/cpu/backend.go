@@ -33,7 +33,7 @@ type Options struct {
 	// model.py does not ("# no swiglu_limit"), and neither does the default.
 	ClampSharedExpert bool
 	// OnTopK, if set, is called during Attention of ratio-4 layers with the
-	// compressed rows the indexer picked for each position, best first (for
+	// compressed rows the indexer picked for each position, in row order (for
 	// tests and debugging; rows is reused after the call).
 	OnTopK func(layer, pos int, rows []int32)
 }

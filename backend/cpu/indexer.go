@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 
 	"ds4go/engine"
 )
@@ -15,8 +16,10 @@ import (
 //	score_i = Σ_h relu(q_h·k_i)·w_h over the indexer's own compressed rows
 //	      i < (p+1)/4 (its compressor: Hadamard + FP4 rows)
 //	picks = the min(IndexerTopK, visible) best rows (ties: lower row first),
-//	      best first; all visible rows, in row order, when there are at most
-//	      IndexerTopK of them (then nothing needs scoring: ds4.c skips it too)
+//	      in row order (the attention adds them in that order, as it does
+//	      the window's and a dense layer's rows); all visible rows when
+//	      there are at most IndexerTopK of them (then nothing needs
+//	      scoring: ds4.c skips it too)
 //
 // index returns the picks of every chunk token: rows sel[t·TopK : t·TopK+nsel[t]].
 func (be *Backend) index(b *batch, L *layer, tabs []*table, iq, ikv, isc, iw, cs []float32) (sel, nsel []int32) {
@@ -121,8 +124,9 @@ func (be *Backend) reportPicks(L *layer, b *batch, sel, nsel []int32) {
 	}
 }
 
-// topK writes the indices of the k best scores to out, best first; a
-// higher score is better, and of equal scores the lower index.
+// topK writes the indices of the k best scores to out in row order
+// (ascending index); a higher score is better, and of equal scores the
+// lower index.
 func topK(scores []float32, k int, out, heap []int32) {
 	better := func(a, b int32) bool {
 		sa, sb := scores[a], scores[b]
@@ -169,11 +173,6 @@ func topK(scores []float32, k int, out, heap []int32) {
 			down(0)
 		}
 	}
-	// Pop worst first into the back of out.
-	for i := k - 1; i >= 0; i-- {
-		out[i] = h[0]
-		h[0] = h[len(h)-1]
-		h = h[:len(h)-1]
-		down(0)
-	}
+	copy(out, h)
+	slices.Sort(out[:k])
 }

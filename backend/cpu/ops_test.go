@@ -139,15 +139,19 @@ func TestTopK(t *testing.T) {
 	scores := []float32{3, 1, 3, 2, 5}
 	out := make([]int32, 3)
 	topK(scores, 3, out, make([]int32, 3))
-	if !slices.Equal(out, []int32{4, 0, 2}) {
+	if !slices.Equal(out, []int32{0, 2, 4}) {
 		t.Errorf("topK = %v", out)
+	}
+	topK(scores, 2, out[:2], make([]int32, 2)) // the tie at 3: the lower row
+	if !slices.Equal(out[:2], []int32{0, 4}) {
+		t.Errorf("topK of 2 = %v", out[:2])
 	}
 	out = make([]int32, 5)
 	topK(scores, 5, out, make([]int32, 5))
-	if !slices.Equal(out, []int32{4, 0, 2, 3, 1}) {
+	if !slices.Equal(out, []int32{0, 1, 2, 3, 4}) {
 		t.Errorf("topK all = %v", out)
 	}
-	// Random cross-check against a full sort.
+	// Random cross-check against a full sort: the first 37, in row order.
 	rng := rand.New(rand.NewPCG(3, 4))
 	s := make([]float32, 1000)
 	for i := range s {
@@ -168,8 +172,10 @@ func TestTopK(t *testing.T) {
 	})
 	got := make([]int32, 37)
 	topK(s, 37, got, make([]int32, 37))
-	if !slices.Equal(got, idx[:37]) {
-		t.Errorf("topK differs from a stable sort")
+	want := slices.Clone(idx[:37])
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("topK differs from a stable sort's first 37: %v, want %v", got, want)
 	}
 }
 

@@ -137,9 +137,11 @@ type Backend struct {
 	// (the scores read no other of its writes; DS4_CUDA_IX_MARK=1, for
 	// comparison)
 	ixMarkAll bool
-	// topkAny: fast mode's indexer picks come in any order (TopKAnyOrder:
-	// the top-k skips its sort; the attention adds them in any order; off
-	// with DS4_CUDA_TOPK_ANY=0, for comparison)
+	// topkAny: the indexer's picks come in row order, the CPU backend's
+	// (TopKRowOrder: the top-k skips its sort); off with
+	// DS4_CUDA_TOPK_ANY=0, for timing only: best first, the sort kept
+	// (exact mode then no longer adds the picked rows in the CPU
+	// backend's order, so its bits differ)
 	topkAny bool
 	// qbRoom: a scoring decode step's q_b runs one CTA an SM and leaves
 	// part of each SM's shared memory free (MatVecF32's room), so that the

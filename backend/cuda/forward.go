@@ -1145,11 +1145,12 @@ func (be *Backend) indexPick(b *batch, s Stream, L *dlayer, tabs []*dtable, iq, 
 	if err := d.IndexScores(s, iq, iw, rows.p, IH, IHD, b.pos, ratio, n, scores, int64(maxRows), !be.exact()); err != nil {
 		return 0, 0, err
 	}
-	// fast mode: the picks in any order (the attention adds them in any
-	// order; the sort was half the top-k's instructions)
+	// the picks in row order, as the CPU backend's indexer gives them (the
+	// attention adds them in that order; the sort was half the top-k's
+	// instructions); best first with DS4_CUDA_TOPK_ANY=0, for timing
 	flags := TopKAllIfFew
-	if !be.exact() && be.topkAny {
-		flags |= TopKAnyOrder
+	if be.topkAny {
+		flags |= TopKRowOrder
 	}
 	return sel, nsel, d.TopK(s, scores, int64(maxRows), 0, b.pos, ratio, K, flags, sel, nsel, n)
 }

@@ -672,21 +672,21 @@ func (d *Device) IndexScores(s Stream, q, w, rows Ptr, ih, ihd, pos0, ratio, n i
 	})
 }
 
-// TopK's flags (ds4c_topk's DS4C_TOPK_ALL and DS4C_TOPK_ANY).
+// TopK's flags (ds4c_topk's DS4C_TOPK_ALL and DS4C_TOPK_ROWS).
 const (
 	// TopKAllIfFew: with R ≤ k, all R rows in order.
 	TopKAllIfFew = 1
-	// TopKAnyOrder: the same picks in any order. The single-CTA radix
-	// kernel (OptTopKWarp) then skips its sort, half its instructions: the
-	// keys above the k-th in index order, then the ties that make the cut.
-	// Fast mode's indexer, whose attention sums its picks in any order.
-	TopKAnyOrder = 2
+	// TopKRowOrder: the same picks in row order (ascending index), as the
+	// CPU backend's indexer gives them and the attention adds them; the
+	// radix kernels then skip their sort, half their instructions. k at
+	// most 1024 where R passes k.
+	TopKRowOrder = 2
 )
 
 // TopK picks, per token t < n, the min(k, R) best scores (ties: lower
-// index) best first (TopKAnyOrder: in any order) into sel[t][…] and the
+// index) best first (TopKRowOrder: in row order) into sel[t][…] and the
 // count into nsel[t] (nsel may be 0); R is rFixed, or (pos0+t+1)/ratio
-// when rFixed is 0. flags: TopKAllIfFew, TopKAnyOrder.
+// when rFixed is 0. flags: TopKAllIfFew, TopKRowOrder.
 func (d *Device) TopK(s Stream, scores Ptr, stride int64, rFixed, pos0, ratio, k int, flags int, sel, nsel Ptr, n int) error {
 	return d.l.call("topk", func() int32 {
 		return d.l.topk(uintptr(scores), stride, int64(rFixed), int64(pos0), int32(ratio), int32(k), int32(flags), uintptr(sel), uintptr(nsel), int32(n), uintptr(s))

@@ -127,9 +127,9 @@ func TestOpLatency(t *testing.T) {
 			})
 		}
 		report(fmt.Sprintf("top-k %d of %d topk_warp=1 any order", TopK, R), OptTopKWarp, 1, func(int) error {
-			return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, TopKAllIfFew|TopKAnyOrder, isel, insel, 1)
+			return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, TopKAllIfFew|TopKRowOrder, isel, insel, 1)
 		})
-		for _, flags := range []int{TopKAllIfFew, TopKAllIfFew | TopKAnyOrder} {
+		for _, flags := range []int{TopKAllIfFew, TopKAllIfFew | TopKRowOrder} {
 			report(fmt.Sprintf("top-k %d of %d topk_cl (flags %d)", TopK, R, flags), OptTopKCl, 1, func(int) error {
 				return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, flags, isel, insel, 1)
 			})

@@ -364,7 +364,7 @@ func TestPrefillProducts(t *testing.T) {
 		}
 		must(t, d.SetOption(OptTopKWide, wide))
 		us := gt.time(calls, func(int) error {
-			return d.TopK(s, iscores, int64(IR), 0, ipos, 4, topK, TopKAllIfFew|TopKAnyOrder, tsel, tnsel, ntok)
+			return d.TopK(s, iscores, int64(IR), 0, ipos, 4, topK, TopKAllIfFew|TopKRowOrder, tsel, tnsel, ntok)
 		})
 		report(label, 0, us)
 	}
