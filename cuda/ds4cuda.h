@@ -559,7 +559,8 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
  * NULL); R is R_fixed, or (pos0+t+1)/ratio. all_if_few holds flags:
  * DS4C_TOPK_ALL, with R ≤ K all rows in order; DS4C_TOPK_ROWS, the same
  * picks in row order (ascending index; the radix kernels then skip their
- * sort; K at most 1024 where R passes K), the order the CPU backend's
+ * sort; past 1024 picks the ranking kernel's are put in row order after
+ * it, K at most 12288 there), the order the CPU backend's
  * indexer gives and the attention adds its picked rows in. */
 enum { DS4C_TOPK_ALL = 1, DS4C_TOPK_ROWS = 2 };
 int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t pos0, int ratio,

@@ -2248,6 +2248,27 @@ __global__ void k_topk(const float *scores, int64_t stride, int64_t R_fixed, int
     if (rank < K) out[rank] = (int32_t)i;
 }
 
+// k_topk_rows puts each token's picks, best first from k_topk, in row
+// order (DS4C_TOPK_ROWS past the radix kernels' K): a CTA a token, the
+// min(K, R) picks in dynamic shared memory, each one's slot the number of
+// picks with a lower row (the rows are distinct).
+__global__ void k_topk_rows(int64_t R_fixed, int64_t pos0, int ratio, int K, int32_t *sel) {
+    pdl_enter();
+    extern __shared__ int32_t s_pick[];
+    const int t = blockIdx.x;
+    const int64_t R = topk_count(R_fixed, pos0, t, ratio);
+    const int take = (int)(R < K ? R : K);
+    int32_t *out = sel + (int64_t)t * K;
+    for (int i = threadIdx.x; i < take; i += blockDim.x) s_pick[i] = out[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < take; i += blockDim.x) {
+        const int32_t r = s_pick[i];
+        int slot = 0;
+        for (int j = 0; j < take; j++) slot += s_pick[j] < r ? 1 : 0;
+        out[slot] = r;
+    }
+}
+
 // Radix top-k, the same picks in the same order as k_topk without its
 // O(R²) ranking: one CTA of TK_THREADS per token. Scores map to ordered
 // 32-bit keys (-0 taken as +0, so equal keys are equal floats); four 8-bit
@@ -4777,8 +4798,10 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     if (R_fixed <= 0 && ratio <= 0) return ds4c_err(DS4C_EINVAL, "topk: neither a count nor a ratio");
     const int64_t maxR = R_fixed > 0 ? R_fixed : (pos0 + n) / ratio;
     if (n > 65535) return ds4c_err(DS4C_EINVAL, "topk: %d tokens (at most 65535)", n);
-    if ((all_if_few & DS4C_TOPK_ROWS) && K > TK_THREADS && maxR > K)
-        return ds4c_err(DS4C_EINVAL, "topk: %d picks in row order (at most %d)", K, TK_THREADS);
+    // (row order past the radix kernels: k_topk's ranks, then k_topk_rows)
+    constexpr int TOPK_ROWS_MAX = 12288; // k_topk_rows's picks in 48 KiB of shared memory
+    if ((all_if_few & DS4C_TOPK_ROWS) && K > TOPK_ROWS_MAX && maxR > K)
+        return ds4c_err(DS4C_EINVAL, "topk: %d picks in row order (at most %d)", K, TOPK_ROWS_MAX);
     const int cl_min = ds4c_opt_topk_cl();
     if (K <= TKC_T && maxR > K && cl_min > 0 && maxR >= cl_min && n <= ds4c_opt_topk_cl_tok()) {
         ds4c_launch(k_topk_cl, dim3(TKC_CL, (unsigned)n), TKC_T, 0, as_stream(stream), d_scores, stride, R_fixed, pos0,
@@ -4804,6 +4827,11 @@ int ds4c_topk(const float *d_scores, int64_t stride, int64_t R_fixed, int64_t po
     ds4c_launch(k_topk, g, 64, 0, as_stream(stream), d_scores, stride, R_fixed, pos0, ratio, K, all_if_few, d_sel,
                 d_nsel);
     DS4C_CHECK_LAUNCH("topk");
+    if ((all_if_few & DS4C_TOPK_ROWS) && maxR > K) {
+        ds4c_launch(k_topk_rows, (unsigned)n, 256, (size_t)K * sizeof(int32_t), as_stream(stream), R_fixed, pos0, ratio,
+                    K, d_sel);
+        DS4C_CHECK_LAUNCH("topk rows");
+    }
     return 0;
 }
 

@@ -1274,6 +1274,9 @@ func testTopK(t *testing.T, d *Device, flags int) {
 		{4, 0, 4, 40, scoresTies}, {512, 1900, 4, 8, scoresTies}, {512, 20000, 4, 3, scoresTies},
 		{64, 0, 1, 300, scoresTies}, {512, 8191, 4, 1, scoresTies}, {512, 32700, 4, 1, scoresTies},
 		{1024, 8000, 2, 2, scoresTies}, {3, 40, 1, 2, scoresTies},
+		// more picks than the radix kernels take (the ranking kernel, then
+		// k_topk_rows for row order)
+		{1500, 3000, 1, 2, scoresTies},
 		// a long context's rows: the cluster kernel's keys in registers
 		// (65500 rows: 16 a thread), then past them (75000: 19 a thread)
 		{512, 262000, 4, 1, scoresTies}, {512, 300000, 4, 2, scoresTies}, {512, 140000, 4, 3, scoresTies},

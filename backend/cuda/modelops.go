@@ -678,8 +678,9 @@ const (
 	TopKAllIfFew = 1
 	// TopKRowOrder: the same picks in row order (ascending index), as the
 	// CPU backend's indexer gives them and the attention adds them; the
-	// radix kernels then skip their sort, half their instructions. k at
-	// most 1024 where R passes k.
+	// radix kernels then skip their sort, half their instructions (past
+	// 1024 picks the ranking kernel's are reordered after it; k at most
+	// 12288 there).
 	TopKRowOrder = 2
 )
 

@@ -126,7 +126,7 @@ func TestOpLatency(t *testing.T) {
 				return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, TopKAllIfFew, isel, insel, 1)
 			})
 		}
-		report(fmt.Sprintf("top-k %d of %d topk_warp=1 any order", TopK, R), OptTopKWarp, 1, func(int) error {
+		report(fmt.Sprintf("top-k %d of %d topk_warp=1 row order", TopK, R), OptTopKWarp, 1, func(int) error {
 			return d.TopK(s, scores, int64(R), 0, ctx-1, 4, TopK, TopKAllIfFew|TopKRowOrder, isel, insel, 1)
 		})
 		for _, flags := range []int{TopKAllIfFew, TopKAllIfFew | TopKRowOrder} {
