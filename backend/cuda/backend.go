@@ -137,12 +137,12 @@ type Backend struct {
 	// (the scores read no other of its writes; DS4_CUDA_IX_MARK=1, for
 	// comparison)
 	ixMarkAll bool
-	// topkAny: the indexer's picks come in row order, the CPU backend's
+	// topkRows: the indexer's picks come in row order, the CPU backend's
 	// (TopKRowOrder: the top-k skips its sort); off with
 	// DS4_CUDA_TOPK_ANY=0, for timing only: best first, the sort kept
 	// (exact mode then no longer adds the picked rows in the CPU
 	// backend's order, so its bits differ)
-	topkAny bool
+	topkRows bool
 	// qbRoom: a scoring decode step's q_b runs one CTA an SM and leaves
 	// part of each SM's shared memory free (MatVecF32's room), so that the
 	// indexer's path (side2: its query product, scores and top-k) runs
@@ -316,7 +316,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ropeTable: os.Getenv("DS4_CUDA_ROPE_TABLE") != "0",
 		ringNorm:  os.Getenv("DS4_CUDA_RING_NORM") != "0",
 		ixPar:     os.Getenv("DS4_CUDA_IX_PAR") != "0",
-		ixMarkAll: os.Getenv("DS4_CUDA_IX_MARK") == "1", topkAny: os.Getenv("DS4_CUDA_TOPK_ANY") != "0",
+		ixMarkAll: os.Getenv("DS4_CUDA_IX_MARK") == "1", topkRows: os.Getenv("DS4_CUDA_TOPK_ANY") != "0",
 		qbRoom:    os.Getenv("DS4_CUDA_QB_ROOM") != "0",
 		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0", hcPostMixEx: os.Getenv("DS4_CUDA_HC_POST_MIX_EX") != "0",
 		routerAct: os.Getenv("DS4_CUDA_ROUTER_ACT") != "0",

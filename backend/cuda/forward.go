@@ -1149,7 +1149,7 @@ func (be *Backend) indexPick(b *batch, s Stream, L *dlayer, tabs []*dtable, iq, 
 	// attention adds them in that order; the sort was half the top-k's
 	// instructions); best first with DS4_CUDA_TOPK_ANY=0, for timing
 	flags := TopKAllIfFew
-	if be.topkAny {
+	if be.topkRows {
 		flags |= TopKRowOrder
 	}
 	return sel, nsel, d.TopK(s, scores, int64(maxRows), 0, b.pos, ratio, K, flags, sel, nsel, n)
