@@ -76,7 +76,7 @@ static int g_opt_mv_even = 1; // pipelined products: the tile height that evens 
 static int g_opt_mv_fast = 3; // fast mode's single-token products sum in parallel: 1 the pipelined Q8_0 ones (matvec.cuh k_mv_pipe_q8f), 2 k_mv_dec's (cuda/NOTES.md v27)
 static int g_opt_hc_hoist = 1; // single-token hc_pre with k_hc_post_mix's parts: the stream loads issued right after the wait (model.cu k_hc_pre)
 static int g_opt_ix_query = 1; // ds4c_index_query: rotation, Hadamard/FP4 and weight scale in one launch (k_ix_query)
-static int g_opt_mv_f32 = 3; // ds4c_matvec_f32, by bits: 1 the pipelined kernel forms its Q8_0 activation itself (matvec.cuh pipe_act_f32); 2 fast mode's F16 products normalise their row themselves (mv_float.cu k_mv_f16_norm, v35)
+static int g_opt_mv_f32 = 7; // ds4c_matvec_f32, by bits: 1 the pipelined kernel forms its Q8_0 activation itself (matvec.cuh pipe_act_f32); 2 fast mode's F16 products normalise their row themselves (mv_float.cu k_mv_f16_norm, v35); 4 exact mode's too (fexact.cuh k_fexact_warp with MVArgs.nw; branch wip/fexact-norm)
 static int g_opt_mv_dec = 2; // single-token IQ2_XXS and Q2_K products: k_mv_dec, 2 rows at a time, 2 CTAs an SM (matvec.cuh launch_dec; cuda/NOTES.md v20)
 static int g_opt_wg_glu = 1; // fast chunks: routed gate + up + SwiGLU in one wgmma launch (mm_wg.cu)
 static int g_opt_wg_moe = 7; // routed experts on wgmma, weights dequantized into its A registers, Q2_K in CTAs of 2 warpgroups (cuda/NOTES.md v18, v55)
@@ -507,7 +507,7 @@ static const struct {
     {DS4C_OPT_ATTN_HALF, "attn_half", &g_opt_attn_half, 0, 3},
     {DS4C_OPT_WG_GLU, "wg_glu", &g_opt_wg_glu, 0, 1},
     {DS4C_OPT_MV_DEC, "mv_dec", &g_opt_mv_dec, 0, 3},
-    {DS4C_OPT_MV_F32, "mv_f32", &g_opt_mv_f32, 0, 3},
+    {DS4C_OPT_MV_F32, "mv_f32", &g_opt_mv_f32, 0, 7},
     {DS4C_OPT_MV_PRE, "mv_pre", &g_opt_mv_pre, 0, 7},
     {DS4C_OPT_MV_PAIR, "mv_pair", &g_opt_mv_pair, 0, 1},
     {DS4C_OPT_IX_QUERY, "ix_query", &g_opt_ix_query, 0, 1},

@@ -453,7 +453,12 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wr(MVArgs a, int nt) {
 // waiting for the previous kernel (they are not its output); the input row
 // is staged in shared memory once per CTA. Made for the compressors' and
 // the router's products: a few hundred short rows, which k_fexact_rows ran
-// as one small CTA each.
+// as one small CTA each. With a.nw (ds4c_matvec_f32 in exact mode: the
+// indexer's query product from q_a's row) the CTA stages the row after its
+// RMSNorm: the float64 sum of squares in k_rmsnorm_ref's order (thread t
+// adds values t, t + 256, …; block_sum_d over the 256 threads), then w ·
+// (x · r) with that kernel's two roundings — its output, without its
+// launch.
 template <int FT, int P, int G>
 __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     static_assert(FT != 0, "16-bit weights");
@@ -479,7 +484,17 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
         }
     mv_pdl_wait(a);
     const float4 *x4 = (const float4 *)(a.act + (sel / a.act_div) * a.act_sel);
-    for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x) s_x4[i] = __ldg(x4 + i);
+    if (a.nw) {
+        const float *xf = (const float *)x4;
+        double ss = 0;
+        for (int i = threadIdx.x; i < a.cols; i += blockDim.x) ss += (double)xf[i] * (double)xf[i];
+        ss = block_sum_d(ss);
+        const float r = rms_from_sumsq(ss, a.cols, a.eps);
+        for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x)
+            s_x4[i] = rms_scale4(__ldg((const float4 *)a.nw + i), __ldg(x4 + i), r);
+    } else {
+        for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x) s_x4[i] = __ldg(x4 + i);
+    }
     __syncthreads();
     const float *sx = (const float *)s_x4;
     float acc[G];

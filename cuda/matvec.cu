@@ -369,16 +369,18 @@ int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const
     if (rc) return rc;
     if (cols % 32 != 0) return ds4c_err(DS4C_EINVAL, "matvec_f32: %lld columns", (long long)cols);
     // One launch where a fused kernel takes the product: F16 weights in fast
-    // mode normalise the row themselves (k_mv_f16_norm, bit 2), Q8_0 weights
+    // mode normalise the row themselves (k_mv_f16_norm, bit 2), in exact
+    // mode k_fexact_warp stages the row after its norm (bit 4), Q8_0 weights
     // form their activation in the pipelined kernel (pipe_act_f32, bit 1).
     const bool f16 = type == DS4C_F16;
     const bool exact = (flags & DS4C_MM_EXACT) != 0;
     const int opt = ds4c_opt_mv_f32();
-    if (f16 ? (!exact && (opt & 2) && n == 1) : (opt & 1)) {
+    if (f16 ? ((opt & (exact ? 4 : 2)) && n == 1) : (opt & 1)) {
         const int64_t ab = f16 ? 4 * cols : (int64_t)ds4c_act_bytes(DS4C_Q8_0, cols);
         MVArgs a = mv_args(d_w, rows, cols, 1, nullptr, false, nullptr, ab, 0, 1, d_y, rows, 0);
         a.late = (flags & DS4C_MM_LATE) != 0;
-        const bool took = f16 ? f16_norm(a, d_x, d_nw, eps, as_stream(stream), &rc)
+        const bool took = f16 ? (exact ? f16_norm_exact(a, d_x, d_nw, eps, as_stream(stream), &rc)
+                                       : f16_norm(a, d_x, d_nw, eps, as_stream(stream), &rc))
                               : pipe_q8_0_f32(a, d_x, d_nw, eps, exact, (flags & DS4C_MM_ROOM) != 0,
                                               as_stream(stream), &rc, n);
         if (took) return rc;

@@ -74,6 +74,11 @@ struct MVArgs {
     int64_t glu_stride;
     float glu_lim;
     int glu_fast; // swiglu_as's fast form (DS4C_SWIGLU_FAST)
+    // k_fexact_warp (ds4c_matvec_f32, exact F16 weights): act is the float
+    // row before its RMSNorm with weights nw, which each CTA applies while
+    // it stages the row (k_rmsnorm_ref's operations); null: act as it is
+    const float *nw;
+    float eps;
 };
 
 // The programmatic-launch halves of a product kernel (pdl_launch,
@@ -122,6 +127,8 @@ inline MVArgs mv_args(const void *d_w, int64_t rows, int64_t cols, int64_t n_mat
     a.glu_stride = 0;
     a.glu_lim = 0.f;
     a.glu_fast = 0;
+    a.nw = nullptr;
+    a.eps = 0.f;
     return a;
 }
 
@@ -2406,6 +2413,10 @@ bool pipe_q8_0_q8out(const MVArgs &a, int n_sel, uint8_t *yq, bool exact, cudaSt
 // k_mv_f16_norm took a's product of the float row xf after RMSNorm with nw
 // and eps, *rc the launch's status.
 bool f16_norm(const MVArgs &a, const float *xf, const float *nw, float eps, cudaStream_t st, int *rc);
+// f16_norm_exact is f16_norm for exact mode: k_fexact_warp staging the
+// row after its RMSNorm (MVArgs.nw), the same bits as ds4c_rmsnorm_ref and
+// the exact product's launch (DS4C_OPT_MV_F32 bit 4).
+bool f16_norm_exact(const MVArgs &a, const float *xf, const float *nw, float eps, cudaStream_t st, int *rc);
 int launch_float(int type, const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t st);
 
 // Tensor-core products (mm_tc.cu): whether type/cols have one, and the dense

@@ -197,6 +197,27 @@ __global__ void __launch_bounds__(256) k_mv_f16_norm(const uint8_t *w, int rows,
     if (lane == 0) y[row] = acc;
 }
 
+bool f16_norm_exact(const MVArgs &a, const float *xf, const float *nw, float eps, cudaStream_t st, int *rc) {
+    *rc = 0;
+    // (k_fexact_warp's shapes: at most two periods, rows enough for its CTAs)
+    if (!nw || a.cols % 32 != 0 || a.cols > 2 * FX_PERIOD || a.rows < 16 || !ds4c_opt_fx_warp() ||
+        (((uintptr_t)a.w | (uintptr_t)xf | (uintptr_t)nw) & 15) != 0)
+        return false;
+    MVArgs b = a;
+    b.act = (const uint8_t *)xf;
+    b.act_sel = 0;
+    b.act_div = 1;
+    b.nw = nw;
+    b.eps = eps;
+    if (a.cols <= FX_PERIOD)
+        launch_fexact_warp<1, 1>(b, 1, st);
+    else
+        launch_fexact_warp<1, 2>(b, 1, st);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) *rc = ds4c_cuda_err(e, "matvec_f32 (F16, exact, normalised)");
+    return true;
+}
+
 bool f16_norm(const MVArgs &a, const float *xf, const float *nw, float eps, cudaStream_t st, int *rc) {
     *rc = 0;
     if (!nw || a.rows > INT32_MAX - 8 || (((uintptr_t)a.w | (uintptr_t)xf | (uintptr_t)nw) & 15) != 0) return false;

@@ -728,6 +728,44 @@ func TestMatVecF32(t *testing.T) {
 	}
 }
 
+// TestMatVecF32ExactF16 (branch wip/fexact-norm): exact mode's MatVecF32
+// of a single F16 matrix — the indexer's query product from q_a's row —
+// in one launch (OptMVF32 bit 4: k_fexact_warp staging the row after its
+// RMSNorm) gives the bits of RMSNormRef then the exact product, as the
+// separate launches (the bit off) do: one period (1024 and 2048 columns)
+// and two (4096), x unchanged.
+func TestMatVecF32ExactF16(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() { d.SetOption(OptMVF32, DefaultMVF32) })
+	const eps = 1e-6
+	for ci, c := range []struct{ rows, cols int }{{8192, 1024}, {300, 2048}, {64, 4096}} {
+		_, dw, _ := randomMats(t, d, quant.F16, c.rows, c.cols, 1, uint64(4400+ci))
+		x := gaussian(c.cols, uint64(4500+ci))
+		dx, nw := upload(t, d, x), upload(t, d, gaussian(c.cols, uint64(4600+ci)))
+		xn := alloc(t, d, 4*int64(c.cols))
+		must(t, d.RMSNormRef(0, dx, int64(c.cols), nw, xn, int64(c.cols), c.cols, 1, eps))
+		ref := alloc(t, d, 4*int64(c.rows))
+		must(t, d.MatMulEx(0, dw, 0, 1, xn, 4*int64(c.cols), 0, 1, 1, ref, int64(c.rows), 0, true))
+		want := download(t, d, ref, c.rows)
+		for _, opt := range []int{DefaultMVF32, DefaultMVF32 &^ 4} {
+			must(t, d.SetOption(OptMVF32, opt))
+			y, xn2 := alloc(t, d, 4*int64(c.rows)), alloc(t, d, 4*int64(c.cols))
+			poison(t, d, y, c.rows)
+			must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, 0, y, true, false, 1))
+			got := download(t, d, y, c.rows)
+			if i, ok := firstBitDiff(got, want); !ok {
+				t.Fatalf("%dx%d mv_f32 %d: row %d = %v, want %v", c.rows, c.cols, opt, i, got[i], want[i])
+			}
+		}
+		for i, v := range download(t, d, dx, c.cols) {
+			if math.Float32bits(v) != math.Float32bits(x[i]) {
+				t.Fatalf("%dx%d: x[%d] changed to %v", c.rows, c.cols, i, v)
+			}
+		}
+		d.FreeWeight(dw)
+	}
+}
+
 func TestSplitKAndLoadFlavours(t *testing.T) {
 	d := gpu(t)
 	defer d.SetOption(OptSplitK, 0)

@@ -316,7 +316,7 @@ const (
 	OptAttnHalf     = 43 // the form of fast chunks' f16 queries and output through the flash attention kernel (AttentionHalfIO; env DS4_CUDA_ATTN_HALF): 1 NormRopeHalf's f16 queries in, f16 output rows out with the inverse rotation applied; 2 the same with the queries' norm and rotation in the kernel too; both give the same bits as the float queries and output; 3 as 2 from q_b's output as f16 rows (MatMulHalfH: half the bytes written and read; other bits; DefaultAttnHalf); 0 neither
 	OptWGGLU        = 44 // 1: fast chunks' routed gate and up products in one wgmma launch with SwiGLU in its epilogue (GroupedGLUOK, MatMulGroupedGLU: the same bits as the two products and SwiGLUHalf; default; env DS4_CUDA_WG_GLU); 0: apart
 	OptMVDec        = 45 // single-token IQ2_XXS and Q2_K products as k_mv_dec (each warp a run of one selection's rows, the activation in registers, the next rows in flight; bit-identical to the CPU in exact mode, and in fast mode unless OptMVFast's bit 2); the value picks rows at a time and CTAs an SM: 1 (1, 3), 2 (2, 2; DefaultMVDec), 3 (3, 2); env DS4_CUDA_MV_DEC; 0: k_matvec or the pipelined kernel
-	OptMVF32        = 46 // MatVecF32 in one launch, by bits (default 3, DefaultMVF32; env DS4_CUDA_MV_F32): 1 the Q8_0 products that the pipelined kernel takes form their Q8_0 activation (after the RMSNorm) inside it, every CTA for itself (one launch for three; the same bits); 2 fast mode's F16 products of 1024, 2048 or 4096 columns with a norm as k_mv_f16_norm (each warp's row in registers before the wait, every CTA normalising the row itself; one launch for two; the same bits as RMSNormRef and k_matvec's one-row-a-warp launch); a bit off: separate launches
+	OptMVF32        = 46 // MatVecF32 in one launch, by bits (default 7, DefaultMVF32; env DS4_CUDA_MV_F32): 1 the Q8_0 products that the pipelined kernel takes form their Q8_0 activation (after the RMSNorm) inside it, every CTA for itself (one launch for three; the same bits); 2 fast mode's F16 products of 1024, 2048 or 4096 columns with a norm as k_mv_f16_norm (each warp's row in registers before the wait, every CTA normalising the row itself; one launch for two; the same bits as RMSNormRef and k_matvec's one-row-a-warp launch); 4 exact mode's F16 products of at most 4096 columns with a norm as k_fexact_warp staging the row after its norm (RMSNormRef's operations; one launch for two; the same bits); a bit off: separate launches
 	OptMVPre        = 47 // the pipelined products without ids: tiles requested before the wait for the previous kernel, capped at OptMVStages − 1 (default 7: all of them; env DS4_CUDA_MV_PRE); the rest after it
 	OptIXQuery      = 49 // IndexQuery in one launch (1, default; env DS4_CUDA_IX_QUERY) or as Rope, HadamardFP4 and Scale (0); the same bits
 	OptAttnWave     = 50 // fast single-token split attention: when its chunk splits make more CTAs than the GPU holds at once, as many splits as fit one wave (1, default; env DS4_CUDA_ATTN_WAVE); 0 two waves; fast mode, not the same bits
@@ -393,8 +393,8 @@ const DefaultCompEmit = 1
 // single-query scores, on the tensor cores in fast mode (cuda/NOTES.md v29).
 const DefaultIXTile = 2
 
-// DefaultMVF32 is the library's default of OptMVF32: both fused forms.
-const DefaultMVF32 = 3
+// DefaultMVF32 is the library's default of OptMVF32: the three fused forms.
+const DefaultMVF32 = 7
 
 // DefaultMVILP is the library's default of OptMVILP: four items a warp at
 // once.
