@@ -24,6 +24,7 @@ static int g_opt_pdl = 1;
 static int g_opt_attn_po = 1;
 static int g_opt_prefetch = 1;
 static int g_opt_fx_warp = 1;
+static int g_opt_fx_live = 1; // k_fexact_warp: rows of at most 1024 columns skip the four empty groups (fexact.cuh; branch wip/fexact-norm)
 static int g_opt_hc_two = 1;
 static int g_opt_norm_rope = 1;
 static int g_opt_hc_quant = 1;
@@ -115,6 +116,7 @@ int ds4c_opt_pdl(void) { return g_opt_pdl; }
 int ds4c_opt_attn_po(void) { return g_opt_attn_po; }
 int ds4c_opt_prefetch(void) { return g_opt_prefetch; }
 int ds4c_opt_fx_warp(void) { return g_opt_fx_warp; }
+int ds4c_opt_fx_live(void) { return g_opt_fx_live; }
 int ds4c_opt_hc_two(void) { return g_opt_hc_two; }
 int ds4c_opt_norm_rope(void) { return g_opt_norm_rope; }
 int ds4c_opt_hc_quant(void) { return g_opt_hc_quant; }
@@ -471,6 +473,7 @@ static const struct {
     {DS4C_OPT_ATTN_PO, "attn_po", &g_opt_attn_po, 0, 1},
     {DS4C_OPT_PREFETCH, "prefetch", &g_opt_prefetch, 0, 1},
     {DS4C_OPT_FX_WARP, "fx_warp", &g_opt_fx_warp, 0, 1},
+    {DS4C_OPT_FX_LIVE, "fx_live", &g_opt_fx_live, 0, 1},
     {DS4C_OPT_HC_TWO, "hc_two", &g_opt_hc_two, 0, 1},
     {DS4C_OPT_NORM_ROPE, "norm_rope", &g_opt_norm_rope, 0, 1},
     {DS4C_OPT_HC_QUANT, "hc_quant", &g_opt_hc_quant, 0, 1},

@@ -681,6 +681,7 @@ enum {
     DS4C_OPT_ATTN_PO = 7, /* 1: single-token attention's softmax and output in one kernel (default); 0: two */
     DS4C_OPT_PREFETCH = 8, /* 1: matrix products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 sets 0) */
     DS4C_OPT_FX_WARP = 9, /* 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA */
+    DS4C_OPT_FX_LIVE = 68, /* 1: DS4C_OPT_FX_WARP's kernel with 8 rows a CTA on rows of at most 1024 columns (the indexer's query product) keeps only the four groups of running sums that hold columns, the other four's totals written as +0 (default; env DS4_CUDA_FX_LIVE; the same bits); 0: all eight groups */
     DS4C_OPT_HC_TWO = 10, /* 1: hc_pre runs the Sinkhorn split in a second CTA per token (default; env DS4_CUDA_HC_TWO); 0: one CTA */
     DS4C_OPT_NORM_ROPE = 11, /* 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three */
     DS4C_OPT_HC_QUANT = 12, /* 1: hc_pre forms x's Q8_0 activation itself when asked (default); 0: a quantize kernel after it */

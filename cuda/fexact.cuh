@@ -459,10 +459,16 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wr(MVArgs a, int nt) {
 // adds values t, t + 256, …; block_sum_d over the 256 threads), then w ·
 // (x · r) with that kernel's two roundings — its output, without its
 // launch.
-template <int FT, int P, int G>
+// LIVE < G (G 8, one period: rows of at most 256·LIVE columns, the
+// indexer's query product's 1024): only the warp's first LIVE groups hold
+// columns; the others' totals are +0 (sums of no products, and +0 through
+// the xor-shuffle tree), written without their registers, loads and
+// shuffles — the same bits.
+template <int FT, int P, int G, int LIVE = G>
 __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     static_assert(FT != 0, "16-bit weights");
     static_assert(G == 2 || G == 4 || G == 8, "groups per warp");
+    static_assert(LIVE == G || (G == 8 && P == 1 && LIVE > 0 && LIVE < G), "live groups: one period, a warp a row");
     constexpr int WPR = 8 / G; // warps per row
     extern __shared__ float4 s_x4[]; // the input row, a.cols floats
     __shared__ float s_tot[G][8];
@@ -474,11 +480,11 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     const int64_t r = (int64_t)blockIdx.x * G + rl;
     const bool row_ok = mat_ok && r < a.rows;
     const uint8_t *row = a.w + ((size_t)(mat_ok ? mat : 0) * a.rows + (row_ok ? r : 0)) * a.cols * 2;
-    int4 w[P][G];
+    int4 w[P][LIVE];
 #pragma unroll
     for (int p = 0; p < P; p++)
 #pragma unroll
-        for (int k = 0; k < G; k++) {
+        for (int k = 0; k < LIVE; k++) {
             const int c = p * FX_PERIOD + (lane + 32 * (q * G + k)) * FX_RUN;
             w[p][k] = row_ok && c < a.cols ? ldw16(row + (size_t)c * 2, a.wl) : make_int4(0, 0, 0, 0);
         }
@@ -497,13 +503,13 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     }
     __syncthreads();
     const float *sx = (const float *)s_x4;
-    float acc[G];
+    float acc[LIVE];
 #pragma unroll
-    for (int k = 0; k < G; k++) acc[k] = 0.f;
+    for (int k = 0; k < LIVE; k++) acc[k] = 0.f;
 #pragma unroll
     for (int p = 0; p < P; p++)
 #pragma unroll
-        for (int k = 0; k < G; k++) {
+        for (int k = 0; k < LIVE; k++) {
             const int c = p * FX_PERIOD + (lane + 32 * (q * G + k)) * FX_RUN;
             if (c >= a.cols) continue;
             float wf[8];
@@ -514,12 +520,15 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
             for (int e = 0; e < 8; e++) acc[k] = __fadd_rn(acc[k], __fmul_rn(wf[e], xv[e]));
         }
 #pragma unroll
-    for (int k = 0; k < G; k++) {
+    for (int k = 0; k < LIVE; k++) {
         float v = acc[k];
 #pragma unroll
         for (int m = 1; m < 32; m <<= 1) v = __fadd_rn(v, __shfl_xor_sync(FULL_MASK, v, m));
         if (lane == 0) s_tot[rl][q * G + k] = v;
     }
+#pragma unroll
+    for (int k = LIVE; k < G; k++)
+        if (lane == 0) s_tot[rl][q * G + k] = 0.f;
     __syncthreads();
     const int64_t ro = (int64_t)blockIdx.x * G + threadIdx.x;
     if (threadIdx.x < G && ro < a.rows)
@@ -533,7 +542,9 @@ void launch_fexact_warp(const MVArgs &a, int n_sel, cudaStream_t st) {
     int G = 8; // fewer rows per CTA until the grid covers the SMs twice
     while (G > 2 && (a.rows + G - 1) / G * n_sel < 2 * sms) G /= 2;
     const dim3 g((unsigned)((a.rows + G - 1) / G), (unsigned)n_sel, 1);
-    if (G == 8)
+    if (G == 8 && P == 1 && a.cols <= 4 * 256 && ds4c_opt_fx_live())
+        ds4c_launch(k_fexact_warp<FT, 1, 8, 4>, g, 256, smem, st, a); // (the first four groups hold the columns)
+    else if (G == 8)
         ds4c_launch(k_fexact_warp<FT, P, 8>, g, 256, smem, st, a);
     else if (G == 4)
         ds4c_launch(k_fexact_warp<FT, P, 4>, g, 256, smem, st, a);

@@ -481,7 +481,7 @@ func TestKernelVariants(t *testing.T) {
 		chunk int
 	}{
 		{"attn_po", OptAttnPO, 1, 1}, {"norm_rope", OptNormRope, 1, 1}, {"hc_two", OptHCTwo, 1, 1},
-		{"fx_warp", OptFXWarp, 1, 1}, {"prefetch", OptPrefetch, 1, 1}, {"hc_quant", OptHCQuant, 1, 1},
+		{"fx_warp", OptFXWarp, 1, 1}, {"fx_live", OptFXLive, 1, 1}, {"prefetch", OptPrefetch, 1, 1}, {"hc_quant", OptHCQuant, 1, 1},
 		{"mv_pipe", OptMVPipe, 2, 1}, {"mv_copy", OptMVCopy, 2, 1}, {"ix_tile", OptIXTile, DefaultIXTile, 1},
 		{"topk_warp", OptTopKWarp, 1, 1}, {"router_warp", OptRouterWarp, 1, 1}, {"attn_ecache", OptAttnECache, 1, 1},
 		{"attn_rope", OptAttnRope, 1, 1}, {"attn_quant", OptAttnQuant, 1, 1},

@@ -936,6 +936,8 @@ func TestMatMulExact(t *testing.T) {
 		{quant.F16, 1000, 2048, 2}, // short rows, many: a row per warp (single token, no ids)
 		{quant.BF16, 520, 4096, 1},
 		{quant.F16, 4096, 2048, 1}, // 8 rows per CTA
+		{quant.F16, 8192, 1024, 1}, // 8 rows per CTA, four live groups (the indexer's query product)
+		{quant.BF16, 4096, 640, 1}, // … the fourth group partly past the row
 	}
 	// IQ2_XXS and Q2_K single tokens: k_mv_dec (the default), then the
 	// kernels it replaces (k_matvec, the pipeline); Q8_0 and Q4_K single

@@ -281,6 +281,7 @@ const (
 	OptAttnPO       = 7  // 1: single-token attention's softmax and output in one kernel (default); 0: two kernels
 	OptPrefetch     = 8  // 1: products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 turns it off)
 	OptFXWarp       = 9  // 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA
+	OptFXLive       = 68 // 1: OptFXWarp's kernel with 8 rows a CTA on rows of at most 1024 columns (the indexer's query product) keeps only the four groups of running sums that hold columns, the other four's totals written as +0 (default; env DS4_CUDA_FX_LIVE; the same bits); 0: all eight groups
 	OptHCTwo        = 10 // 1: hc_pre runs the Sinkhorn split in a second CTA per token (default; env DS4_CUDA_HC_TWO); 0: one CTA
 	OptNormRope     = 11 // 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three kernels
 	OptHCQuant      = 12 // 1: hc_pre forms x's Q8_0 activation itself when asked (default); 0: a quantize kernel after it
