@@ -105,7 +105,7 @@ flags (-x and --x are the same):
   --temp T (1)  --top-p P (1: off)  --top-k K (0: off)  --min-p P (0.05)  --seed S (0: random)
   --think (default) | --nothink | --think-max (Think-Max needs --ctx >= 393216)
   -t, --threads N      CPU threads (0: all cores)
-  --backend cpu|cuda   (--cpu, --cuda: the same)   --fast: CUDA ≈4× faster prompts, ≈1.25× decode, not bit-exact (--quality: exact, default)
+  --backend cpu|cuda   (--cpu, --cuda: the same)   --fast: CUDA ≈4× faster prompts, ≈1.2× decode, not bit-exact (--quality: exact, default)
   --inspect            load the model, print a summary and exit
   --color auto|always|never   dim the reasoning with ANSI colours
   --dump-tokens        print the token ids and pieces of the prompt (chat template applied,
@@ -156,7 +156,7 @@ func newFlagSet(o *Options, stderr io.Writer) *flag.FlagSet {
 	str(&o.Backend, "cpu", "backend: cpu or cuda", "backend")
 	fs.BoolFunc("cuda", "same as --backend cuda", func(string) error { o.Backend = "cuda"; return nil })
 	fs.BoolFunc("cpu", "same as --backend cpu", func(string) error { o.Backend = "cpu"; return nil })
-	boolean(&o.Fast, "CUDA: fast mode (on an H200 ≈ 4× faster prompts and ≈ 1.25× faster decode than exact mode: README's Performance) — parallel sums, prompts' attention and indexer scores in f16 on the tensor cores, their Q8_0 and F16 products in f16 through cuBLAS, decode attention split over the keys (not bit-identical to the CPU backend)", "fast")
+	boolean(&o.Fast, "CUDA: fast mode (on an H200 ≈ 4× faster prompts and ≈ 1.2× faster decode than exact mode: README's Performance) — parallel sums, prompts' attention and indexer scores in f16 on the tensor cores, their Q8_0 and F16 products in f16 through cuBLAS, decode attention split over the keys (not bit-identical to the CPU backend)", "fast")
 	fs.BoolFunc("quality", "exact kernels (the default; --fast turns it off)", func(string) error { o.Fast = false; return nil })
 	boolean(&o.Inspect, "load the model, print a summary and exit", "inspect")
 	fs.BoolFunc("warm-weights", "page the weights in before the first token (the default)", func(string) error { o.NoWarm = false; return nil })

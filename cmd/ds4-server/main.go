@@ -82,7 +82,7 @@ func parseFlags(args []string) (*options, error) {
 	str(&o.logLevel, "info", "log level: debug, info, warn, error", "log-level")
 	str(&o.backend, "", "backend: cpu or cuda (cuda needs libds4cuda.so, docs/cuda.md)", "backend")
 	str(&o.chdir, "", "change directory before loading the model", "chdir")
-	fs.BoolVar(&o.fast, "fast", false, "CUDA: fast mode (on an H200 ≈ 4× faster prompts and ≈ 1.25× faster decode than exact mode: README's Performance) — parallel sums, prompts' attention and products in f16 on the tensor cores, decode attention split over the keys (not bit-identical to the CPU backend; docs/cuda.md)")
+	fs.BoolVar(&o.fast, "fast", false, "CUDA: fast mode (on an H200 ≈ 4× faster prompts and ≈ 1.2× faster decode than exact mode: README's Performance) — parallel sums, prompts' attention and products in f16 on the tensor cores, decode attention split over the keys (not bit-identical to the CPU backend; docs/cuda.md)")
 	num(&o.warmup, -1, "prefill N tokens at start and rewind, so that the first request pays no one-time costs (kernel loading, scratch buffers); -1: one prefill chunk on the CUDA backend, none on the CPU", "warmup")
 	var cpu, cuda, metal bool
 	fs.BoolVar(&cpu, "cpu", false, "use the CPU backend")
