@@ -728,12 +728,11 @@ func TestMatVecF32(t *testing.T) {
 	}
 }
 
-// TestMatVecF32ExactF16 (branch wip/fexact-norm): exact mode's MatVecF32
-// of a single F16 matrix — the indexer's query product from q_a's row —
-// in one launch (OptMVF32 bit 4: k_fexact_warp staging the row after its
-// RMSNorm) gives the bits of RMSNormRef then the exact product, as the
-// separate launches (the bit off) do: one period (1024 and 2048 columns)
-// and two (4096), x unchanged.
+// TestMatVecF32ExactF16: exact mode's MatVecF32 of a single F16 matrix —
+// the indexer's query product from q_a's row — in one launch (OptMVF32
+// bit 4: k_fexact_warp staging the row after its RMSNorm) gives the bits
+// of RMSNormRef then the exact product, as the separate launches (the bit
+// off) do: one period (1024 and 2048 columns) and two (4096), x unchanged.
 func TestMatVecF32ExactF16(t *testing.T) {
 	d := gpu(t)
 	t.Cleanup(func() { d.SetOption(OptMVF32, DefaultMVF32) })
