@@ -27,6 +27,7 @@ int ds4c_opt_attn_po(void);
 int ds4c_opt_prefetch(void);
 int ds4c_opt_fx_warp(void);
 int ds4c_opt_fx_live(void);
+int ds4c_opt_mv_dec_sum(void);
 int ds4c_opt_hc_two(void);
 int ds4c_opt_norm_rope(void);
 int ds4c_opt_hc_quant(void);

@@ -25,6 +25,7 @@ static int g_opt_attn_po = 1;
 static int g_opt_prefetch = 1;
 static int g_opt_fx_warp = 1;
 static int g_opt_fx_live = 1; // k_fexact_warp: rows of at most 1024 columns skip the four empty groups (fexact.cuh; cuda/NOTES.md v59)
+static int g_opt_mv_dec_sum = 1; // exact k_mv_dec rows summed on lane p from shared memory (matvec.cuh; cuda/NOTES.md v60)
 static int g_opt_hc_two = 1;
 static int g_opt_norm_rope = 1;
 static int g_opt_hc_quant = 1;
@@ -42,7 +43,7 @@ static int g_opt_attn_rope = 1;
 static int g_opt_attn_quant = 1;
 static int g_opt_attn_tile = 1;
 static int g_opt_ix_chunk = 1;
-static int g_opt_fx_wreg = 1;
+static int g_opt_fx_wreg = 2; // 2: k_fexact_tile_wv where the stages are whole (fexact.cuh; cuda/NOTES.md v60)
 static int g_opt_tc_q8w = 2;
 static int g_opt_quant_vec = 1;
 static int g_opt_norm_rope_w = 1;
@@ -117,6 +118,7 @@ int ds4c_opt_attn_po(void) { return g_opt_attn_po; }
 int ds4c_opt_prefetch(void) { return g_opt_prefetch; }
 int ds4c_opt_fx_warp(void) { return g_opt_fx_warp; }
 int ds4c_opt_fx_live(void) { return g_opt_fx_live; }
+int ds4c_opt_mv_dec_sum(void) { return g_opt_mv_dec_sum; }
 int ds4c_opt_hc_two(void) { return g_opt_hc_two; }
 int ds4c_opt_norm_rope(void) { return g_opt_norm_rope; }
 int ds4c_opt_hc_quant(void) { return g_opt_hc_quant; }
@@ -474,6 +476,7 @@ static const struct {
     {DS4C_OPT_PREFETCH, "prefetch", &g_opt_prefetch, 0, 1},
     {DS4C_OPT_FX_WARP, "fx_warp", &g_opt_fx_warp, 0, 1},
     {DS4C_OPT_FX_LIVE, "fx_live", &g_opt_fx_live, 0, 1},
+    {DS4C_OPT_MV_DEC_SUM, "mv_dec_sum", &g_opt_mv_dec_sum, 0, 1},
     {DS4C_OPT_HC_TWO, "hc_two", &g_opt_hc_two, 0, 1},
     {DS4C_OPT_NORM_ROPE, "norm_rope", &g_opt_norm_rope, 0, 1},
     {DS4C_OPT_HC_QUANT, "hc_quant", &g_opt_hc_quant, 0, 1},
@@ -491,7 +494,7 @@ static const struct {
     {DS4C_OPT_ATTN_QUANT, "attn_quant", &g_opt_attn_quant, 0, 1},
     {DS4C_OPT_ATTN_TILE, "attn_tile", &g_opt_attn_tile, 0, 1},
     {DS4C_OPT_IX_CHUNK, "ix_chunk", &g_opt_ix_chunk, 0, 1},
-    {DS4C_OPT_FX_WREG, "fx_wreg", &g_opt_fx_wreg, 0, 1},
+    {DS4C_OPT_FX_WREG, "fx_wreg", &g_opt_fx_wreg, 0, 2},
     {DS4C_OPT_TC_STAGE, "tc_stage", &g_opt_tc_stage, 0, 3},
     {DS4C_OPT_TC_Q8W, "tc_q8w", &g_opt_tc_q8w, 0, 2},
     {DS4C_OPT_QUANT_VEC, "quant_vec", &g_opt_quant_vec, 0, 1},

@@ -444,6 +444,121 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wr(MVArgs a, int nt) {
     fxt_finish(a, s_tot, groups, row0, tok0, nt, sel, mat_ok);
 }
 
+// k_fexact_tile_wv: k_fexact_tile_wr for matrices whose every stage is
+// whole (fxv_whole: the columns a multiple of the 2048-column period, or
+// fewer than one period and a multiple of 256), with the staged inputs
+// laid out so that a lane reads its 8 tokens' inputs of element e with two
+// 16-byte loads instead of eight 4-byte ones: [e][sum l][token], FXV_LD
+// floats a sum (16 tokens and 4 of padding) and FXV_PS a plane. Each thread
+// loads the same 4 columns of 4 tokens (a token quad) and stores them as 4
+// 16-byte rows, one an element. The padding makes both conflict-free (a
+// quarter-warp's 16-byte addresses fall in 8 different bank groups: lane
+// l's row starts 5l slots on, plane e's 161e). With the stages whole, the
+// column checks and the load flavour's branches are gone, and rows and
+// tokens past the product load clamped ones. Same sums, same order, same bits
+// (cuda/NOTES.md v60: k_fexact_tile_wr spent ≈ 40 % of its instructions
+// outside the products).
+constexpr int FXV_LD = FXT_T + 4, FXV_PS = 32 * FXV_LD + 4, FXV_STAGE = FX_RUN * FXV_PS;
+static_assert(FXT_T == 16, "four token quads a stage");
+
+inline bool fxv_whole(const MVArgs &a) {
+    return a.cols > 0 && (a.cols % FX_PERIOD == 0 || (a.cols < FX_PERIOD && a.cols % (32 * FX_RUN) == 0));
+}
+
+template <int FT>
+__global__ void __launch_bounds__(256, 2) k_fexact_tile_wv(MVArgs a, int nt) {
+    static_assert(FT != 0, "16-bit weights");
+    mv_pdl_enter(a);
+    extern __shared__ __align__(16) float s_fv[];
+    float *s_tot = s_fv + 2 * FXV_STAGE; // [FXT_G][FXT_R][FXT_T]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sel = blockIdx.y;
+    const int row0 = blockIdx.x * FXT_R, tok0 = blockIdx.z * FXT_T;
+    int64_t mat = a.sel_mat ? sel : 0;
+    if (a.ids) mat = a.ids[sel];
+    const bool mat_ok = mat >= 0 && mat < a.n_mat;
+    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel;
+    const uint8_t *wbase = a.w + ((size_t)(mat_ok ? mat : 0) * a.rows) * a.cols * 2;
+    const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
+    const int groups = min(FXT_G, a.cols / (32 * FX_RUN));
+    const int steps = groups * periods;
+    const int rb = 4 * (warp & 3), tb = 8 * (warp >> 2); // the warp's rows and tokens
+    // Rows and tokens past the product load a row or token inside it
+    // instead (their sums are never stored, and each output's sum stays
+    // its own through the reductions), so the loads need no predicate.
+    const size_t rowb = (size_t)a.cols * 2;
+    const int wrow = mat_ok ? (int)min((int64_t)row0 + rb, (int64_t)a.rows - 1) : 0; // the warp's first row, clamped
+    const int wlast = mat_ok ? (int)a.rows - 1 : 0;
+    const uint8_t *wr[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) wr[r] = wbase + (size_t)min(wrow + r, wlast) * rowb + (size_t)lane * FX_RUN * 2;
+    // this thread's input loads: token quad tq, sum xl, half xh (columns 8·xl + 4·xh … +3 of a stage)
+    const int tq = tid >> 6, xl = (tid >> 1) & 31, xh = tid & 1;
+    const float *xs[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        xs[i] = (const float *)(act + (int64_t)min(tok0 + 4 * tq + i, nt - 1) * a.act_tok) + FX_RUN * xl + 4 * xh;
+    int4 wq[4], wn[4]; // this stage's and the next stage's weights (8 halves a row)
+    float4 xr[4];      // the quad's 4 tokens' inputs
+    int lg = 0, lk = 0; // the group and period of the next stage to load
+    auto load = [&](int4 (&w)[4]) {
+        const int cb = lk * FX_PERIOD + lg * 32 * FX_RUN; // first column of the stage
+        if (++lk == periods) lk = 0, lg++;
+#pragma unroll
+        for (int r = 0; r < 4; r++) w[r] = __ldg((const int4 *)(wr[r] + (size_t)cb * 2));
+#pragma unroll
+        for (int i = 0; i < 4; i++) xr[i] = __ldg((const float4 *)(xs[i] + cb));
+    };
+    auto store = [&](int buf) {
+        float *st = s_fv + buf * FXV_STAGE + (4 * xh) * FXV_PS + xl * FXV_LD + 4 * tq;
+        *(float4 *)(st + 0 * FXV_PS) = make_float4(xr[0].x, xr[1].x, xr[2].x, xr[3].x);
+        *(float4 *)(st + 1 * FXV_PS) = make_float4(xr[0].y, xr[1].y, xr[2].y, xr[3].y);
+        *(float4 *)(st + 2 * FXV_PS) = make_float4(xr[0].z, xr[1].z, xr[2].z, xr[3].z);
+        *(float4 *)(st + 3 * FXV_PS) = make_float4(xr[0].w, xr[1].w, xr[2].w, xr[3].w);
+    };
+    float acc[32]; // [row r][token t] = acc[r·8 + t]
+#pragma unroll
+    for (int o = 0; o < 32; o++) acc[o] = 0.f;
+    if (steps > 0) {
+        load(wq);
+        store(0);
+    }
+    __syncthreads();
+    int cg = 0, ck = 0; // the current stage's group and period
+    for (int s = 0; s < steps; s++) {
+        const int cur = s & 1;
+        if (s + 1 < steps) load(wn);
+        const float *st = s_fv + cur * FXV_STAGE + lane * FXV_LD + tb;
+#pragma unroll
+        for (int e = 0; e < FX_RUN; e++) {
+            float w[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++) { // weight e of row r (half e of the 16 bytes), unpacked where used
+                const uint32_t q = (uint32_t)(e < 4 ? (e < 2 ? wq[r].x : wq[r].y) : (e < 6 ? wq[r].z : wq[r].w));
+                const uint32_t hv = (e & 1) ? q >> 16 : q & 0xffffu;
+                w[r] = FT == 1 ? __half2float(__ushort_as_half((unsigned short)hv)) : __uint_as_float(hv << 16);
+            }
+            const float4 xa = *(const float4 *)(st + e * FXV_PS), xb = *(const float4 *)(st + e * FXV_PS + 4);
+            const float x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int t = 0; t < 8; t++) acc[r * 8 + t] = __fadd_rn(acc[r * 8 + t], __fmul_rn(w[r], x[t]));
+        }
+        if (++ck == periods) { // the group's 32 sums of each output
+            fxt_group_total(acc, s_tot, cg, rb, tb);
+            ck = 0;
+            cg++;
+        }
+        if (s + 1 < steps) {
+            store(cur ^ 1);
+#pragma unroll
+            for (int r = 0; r < 4; r++) wq[r] = wn[r];
+        }
+        __syncthreads();
+    }
+    fxt_finish(a, s_tot, groups, row0, tok0, nt, sel, mat_ok);
+}
+
 // k_fexact_warp: single token, 16-bit weights, rows of at most P periods
 // (P·2048 columns), no ids; a row per 8/G warps, G rows per CTA. Warp q of
 // a row runs the sum groups qG … qG+G−1, lane l of group k running sum
@@ -595,6 +710,18 @@ int launch_fexact(const MVArgs &a, int n_sel, int nt, cudaStream_t st) {
         dim3 g((unsigned)((a.rows + FXT_R - 1) / FXT_R), (unsigned)n_sel, (unsigned)((nt + FXT_T - 1) / FXT_T));
         if (g.z > 65535) return ds4c_err(DS4C_EINVAL, "too many tokens (%d)", nt);
         if constexpr (FT != 0) {
+            if (vec && ds4c_opt_fx_wreg() == 2 && fxv_whole(a)) {
+                const size_t vsmem = (size_t)(2 * FXV_STAGE + FXT_G * FXT_R * FXT_T) * sizeof(float); // 48.25 KB
+                static bool vset = false;
+                if (!vset) {
+                    cudaError_t e = cudaFuncSetAttribute(k_fexact_tile_wv<FT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)vsmem);
+                    if (e != cudaSuccess) return ds4c_cuda_err(e, "matmul (float, exact, tiled, whole stages) shared memory");
+                    vset = true;
+                }
+                ds4c_launch(k_fexact_tile_wv<FT>, g, 256, vsmem, st, a, nt);
+                DS4C_CHECK_LAUNCH("matmul (float, exact, tiled, whole stages)");
+                return 0;
+            }
             if (vec && ds4c_opt_fx_wreg()) {
                 const size_t wsmem = (size_t)(2 * FXW_STAGE + FXT_G * FXT_R * FXT_T) * sizeof(float); // 40 KB
                 ds4c_launch(k_fexact_tile_wr<FT>, g, 256, wsmem, st, a, nt);

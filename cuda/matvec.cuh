@@ -1042,9 +1042,16 @@ __device__ __forceinline__ void mv_glu_act(const MVArgs &a, uint8_t *s_act, int 
 // capped for. With a.glu_g (ds4c_matmul_grouped_swiglu) the CTA forms the
 // activation rows of its warps' selections in shared memory after its
 // wait (mv_glu_act), the warps' first rows' weights already requested.
+//
+// dsum (exact mode, DS4C_OPT_MV_DEC_SUM): the lanes holding a row's block
+// terms store them in shared memory and lane p adds row p's in block order,
+// instead of every lane adding all of them after a broadcast shuffle each
+// (16 shuffles and 16 additions a row of 4096 columns, on every lane): the
+// same terms in the same order, so the same bits.
 template <class T, int UPL, int P, int MB, bool FAST>
-__global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run, int wps) {
+__global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run, int wps, int dsum) {
     extern __shared__ __align__(16) uint32_t s_tab[]; // T::TAB_WORDS (GRID types)
+    __shared__ __align__(16) float s_dsum[FAST ? 1 : 8][P][8 * UPL]; // (dsum) warp w's rows' block terms
     mv_pdl_launch(a);
     if constexpr (T::GRID) T::fill_tabs(s_tab);
     mv_pdl_wait(a);
@@ -1099,6 +1106,28 @@ __global__ void __launch_bounds__(256, MB) k_mv_dec(MVArgs a, int n_sel, int run
             return;
         }
         // block b's term is on lane 4 (b % 8) of unit round b / 8
+        if (dsum) {
+            float(*ss)[8 * UPL] = s_dsum[FAST ? 0 : threadIdx.x >> 5];
+            if ((lane & 3) == 0)
+#pragma unroll
+                for (int p = 0; p < P; p++)
+#pragma unroll
+                    for (int j = 0; j < UPL; j++) ss[p][8 * j + (lane >> 2)] = term[p][j];
+            __syncwarp();
+            if (lane < P) {
+                const float4 *r4 = (const float4 *)ss[lane];
+                float sum = 0.f;
+#pragma unroll
+                for (int k = 0; k < 2 * UPL; k++) {
+                    const float4 v = r4[k];
+                    sum = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(sum, v.x), v.y), v.z), v.w);
+                }
+                if (T::FINAL != 1.0f) sum = __fmul_rn(T::FINAL, sum);
+                if (i + lane < n) y[i + lane] = sum;
+            }
+            __syncwarp(); // (read before the next rows' terms are stored)
+            return;
+        }
 #pragma unroll
         for (int p = 0; p < P; p++) {
             float sum = 0.f;
@@ -1177,7 +1206,8 @@ cudaError_t launch_dec_as(const MVArgs &a, int n_sel, cudaStream_t st) {
     // (DS4C_OPT_MV_DEC_LATE: not launched early beside the kernel before it)
     const int late = ds4c_opt_mv_dec_late();
     const bool early = !(late >= 2 || (late == 1 && a.w2 != nullptr));
-    ds4c_launch_as(early, k_mv_dec<T, UPL, P, MB, FAST>, grid, 256, smem, st, a, n_sel, (int)run, (int)wps);
+    ds4c_launch_as(early, k_mv_dec<T, UPL, P, MB, FAST>, grid, 256, smem, st, a, n_sel, (int)run, (int)wps,
+                   FAST ? 0 : ds4c_opt_mv_dec_sum());
     return cudaGetLastError();
 }
 

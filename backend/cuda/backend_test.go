@@ -485,14 +485,14 @@ func TestKernelVariants(t *testing.T) {
 		{"mv_pipe", OptMVPipe, 2, 1}, {"mv_copy", OptMVCopy, 2, 1}, {"ix_tile", OptIXTile, DefaultIXTile, 1},
 		{"topk_warp", OptTopKWarp, 1, 1}, {"router_warp", OptRouterWarp, 1, 1}, {"attn_ecache", OptAttnECache, 1, 1},
 		{"attn_rope", OptAttnRope, 1, 1}, {"attn_quant", OptAttnQuant, 1, 1},
-		{"attn_tile", OptAttnTile, 1, 64}, {"ix_chunk", OptIXChunk, 1, 64}, {"fx_wreg", OptFXWReg, 1, 64},
+		{"attn_tile", OptAttnTile, 1, 64}, {"ix_chunk", OptIXChunk, 1, 64}, {"fx_wreg", OptFXWReg, DefaultFXWReg, 64},
 		{"tc_stage", OptTCStage, 3, 64}, {"tc_q8w", OptTCQ8W, 2, 64},
 		{"quant_vec", OptQuantVec, 1, 64},
 		{"norm_rope_w", OptNormRopeW, 1, 64}, {"hc_chunk", OptHCChunk, 1, 64},
 		{"had_warp", OptHadWarp, 1, 1}, {"had_warp", OptHadWarp, 1, 64},
 		{"mv_dec", OptMVDec, DefaultMVDec, 1}, {"mv_f32", OptMVF32, DefaultMVF32, 1}, {"mv_pair", OptMVPair, 1, 1},
 		{"ix_query", OptIXQuery, 1, 1}, {"ix_query", OptIXQuery, 1, 64}, {"hc_hoist", OptHCHoist, 1, 1},
-		{"mv_dec_late", OptMVDecLate, 2, 1},
+		{"mv_dec_late", OptMVDecLate, 2, 1}, {"mv_dec_sum", OptMVDecSum, 1, 1},
 	}
 	for _, tc := range []struct {
 		name   string

@@ -942,16 +942,35 @@ func TestMatMulExact(t *testing.T) {
 	// kernels it replaces (k_matvec, the pipeline); Q8_0 and Q4_K single
 	// tokens pipelined (the default), then on k_matvec (a pipeline
 	// threshold past every size)
-	t.Cleanup(func() { d.SetOption(OptMVDec, DefaultMVDec) })
-	for _, v := range []struct{ dec, pipeMin int }{{DefaultMVDec, 0}, {0, 0}, {DefaultMVDec, 1 << 20}} {
+	// (then the 16-bit weights' tiled products of 16+ tokens with the
+	// inputs staged for 4-byte reads, OptFXWReg 1, against the default's
+	// 16-byte reads where the stages are whole; and k_mv_dec's rows summed
+	// by every lane after broadcast shuffles, OptMVDecSum 0)
+	t.Cleanup(func() {
+		d.SetOption(OptMVDec, DefaultMVDec)
+		d.SetOption(OptFXWReg, DefaultFXWReg)
+		d.SetOption(OptMVDecSum, 1)
+	})
+	for _, v := range []struct{ dec, pipeMin, wreg, dsum int }{
+		{DefaultMVDec, 0, DefaultFXWReg, 1}, {0, 0, DefaultFXWReg, 1}, {DefaultMVDec, 1 << 20, DefaultFXWReg, 1},
+		{DefaultMVDec, 0, 1, 1}, {DefaultMVDec, 0, DefaultFXWReg, 0},
+	} {
 		dec := v.dec
 		must(t, d.SetOption(OptMVDec, dec))
 		must(t, d.SetOption(OptMVPipeMin, v.pipeMin))
+		must(t, d.SetOption(OptFXWReg, v.wreg))
+		must(t, d.SetOption(OptMVDecSum, v.dsum))
 		for ci, c := range cases {
 			if dec == 0 && c.typ != quant.Q2_K && c.typ != quant.IQ2_XXS {
 				continue
 			}
 			if v.pipeMin > 0 && c.typ != quant.Q8_0 && c.typ != quant.Q4_K {
+				continue
+			}
+			if v.wreg != DefaultFXWReg && c.typ != quant.F16 && c.typ != quant.BF16 {
+				continue
+			}
+			if v.dsum == 0 && c.typ != quant.Q2_K && c.typ != quant.IQ2_XXS {
 				continue
 			}
 			mat, dw, ab := randomMats(t, d, c.typ, c.rows, c.cols, c.mats, uint64(1100+ci))
@@ -978,7 +997,7 @@ func TestMatMulExact(t *testing.T) {
 					}
 				}
 				if bad > 0 {
-					t.Errorf("%s %dx%d nt=%d mv_dec %d, pipeline from %d MiB: %d values not bit-identical", c.typ, c.rows, c.cols, nt, dec, v.pipeMin, bad)
+					t.Errorf("%s %dx%d nt=%d mv_dec %d, pipeline from %d MiB, fx_wreg %d, mv_dec_sum %d: %d values not bit-identical", c.typ, c.rows, c.cols, nt, dec, v.pipeMin, v.wreg, v.dsum, bad)
 				}
 				if nt == 1 { // matrix 0 without ids (the single-token kernels that load weights before the wait)
 					poison(t, d, y, c.rows)

@@ -282,6 +282,7 @@ const (
 	OptPrefetch     = 8  // 1: products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 turns it off)
 	OptFXWarp       = 9  // 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA
 	OptFXLive       = 68 // 1: OptFXWarp's kernel with 8 rows a CTA on rows of at most 1024 columns (the indexer's query product) keeps only the four groups of running sums that hold columns, the other four's totals written as +0 (default; env DS4_CUDA_FX_LIVE; the same bits); 0: all eight groups
+	OptMVDecSum     = 71 // 1: exact mode's single-token IQ2_XXS / Q2_K products (OptMVDec) add a row's block terms on one lane from shared memory, in block order (default; env DS4_CUDA_MV_DEC_SUM; the same bits); 0: every lane adds them after a broadcast shuffle each
 	OptHCTwo        = 10 // 1: hc_pre runs the Sinkhorn split in a second CTA per token (default; env DS4_CUDA_HC_TWO); 0: one CTA
 	OptNormRope     = 11 // 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three kernels
 	OptHCQuant      = 12 // 1: hc_pre forms x's Q8_0 activation itself when asked (default); 0: a quantize kernel after it
@@ -299,7 +300,7 @@ const (
 	OptAttnQuant    = 24 // 1: single-token attention forms the output's Q8_0 activation in its output kernel (default); 0: a quantize launch after it
 	OptAttnTile     = 25 // 1: chunk attention register-tiled: scores 4 heads × 4 keys a thread, weighted sum 8 heads × 4 dims (default; env DS4_CUDA_ATTN_TILE); 0: the untiled kernels
 	OptIXChunk      = 26 // 1: chunk indexer scores register-tiled, 4 heads × 4 rows per thread (default; env DS4_CUDA_IX_CHUNK); 0: a (row, head) dot per thread
-	OptFXWReg       = 27 // 1: exact 16-bit-weight products of 16+ tokens keep each warp's weights in registers, only the inputs staged (default; env DS4_CUDA_FX_WREG); 0: both staged in shared memory
+	OptFXWReg       = 27 // 2: exact 16-bit-weight products of 16+ tokens keep each warp's weights in registers, only the inputs staged, and where every stage is whole (columns a multiple of 2048, or fewer and a multiple of 256) the inputs staged for 16-byte reads (default, DefaultFXWReg; env DS4_CUDA_FX_WREG); 1: the weights in registers only; 0: both staged in shared memory; the same bits
 	OptTCStage      = 28 // tensor-core Q2_K and IQ2_XXS products of many tokens: 1 weights and activations staged in shared memory three blocks deep, CTAs of 4 warps × 32 slots; 2 the same with CTAs of 8 warps × 64 slots; 3 (default; env DS4_CUDA_TC_STAGE) IQ2_XXS as 2 from 32 selections a matrix on average (tokens, dense) and as 1 below, Q2_K as 1; 0 unstaged
 	OptTCQ8W        = 29 // tensor-core Q8_0 products of many tokens (env DS4_CUDA_TC_Q8W): 1: CTAs of 8 warps × 64 slots, stages of 4 blocks three deep; 0: 4 warps × 32 slots, stages of 8 blocks two deep; 2 (default): the first for matrices of at most 1024 columns, the second for longer rows
 	OptQuantVec     = 30 // 1: Q8_0 and Q8_K activations quantized 8 values a lane with 16-byte loads, the blocks of all tokens flattened (default; env DS4_CUDA_QUANT_VEC); 0: a lane a value (Q8_0 a warp a block, Q8_K a CTA a block)
@@ -443,6 +444,11 @@ const DefaultIXFlashSplit = 2
 // pipelined Q8_0 products on fast mode's items (cuda/NOTES.md v57), the
 // rows added by a ninth warp (v58).
 const DefaultMVExQ8 = 2
+
+// DefaultFXWReg is the library's default of OptFXWReg: exact prompt
+// chunks' 16-bit-weight products with the inputs staged for 16-byte reads
+// where every stage is whole (cuda/NOTES.md v60).
+const DefaultFXWReg = 2
 
 // DefaultMVFast is the library's default of OptMVFast: both kinds of
 // single-token product summed in parallel in fast mode.

@@ -195,7 +195,8 @@ func TestPrefillProducts(t *testing.T) {
 	dense("rows_8192", 8192, 1024) // not a Flash Q8_0 matrix: a second shape of 1024 columns for OptTCQ8W 2
 	dense("attn_q_a", 1024, 4096)
 
-	// exact 16-bit-weight products of 2048 tokens (k_fexact_tile_wr): the
+	// exact 16-bit-weight products of 2048 tokens (k_fexact_tile_wv, and
+	// k_fexact_tile_wr with OptFXWReg 1): the
 	// indexer's query (main stream, ratio-4 layers), a compressor's KV, a
 	// hyper-connection mixer, the router. Exact mode rounds every product and
 	// sum, so the FP32 floor is 2 instructions a multiply-add.
@@ -207,18 +208,20 @@ func TestPrefillProducts(t *testing.T) {
 		defer d.FreeWeight(dw)
 		x := upload(t, d, gaussian(ntok*cols, 59))
 		y := alloc(t, d, int64(4*rows*ntok))
-		for _, exact := range []bool{true, false} {
-			mode := "exact"
-			if !exact {
-				mode = "fast"
-			}
-			label := fmt.Sprintf("%s F16 %dx%d nt %d %s", name, rows, cols, ntok, mode)
+		for _, m := range []struct {
+			mode  string
+			exact bool
+			wreg  int // OptFXWReg (exact mode's tiled kernels)
+		}{{"exact", true, DefaultFXWReg}, {"exact fx_wreg 1", true, 1}, {"fast", false, DefaultFXWReg}} {
+			label := fmt.Sprintf("%s F16 %dx%d nt %d %s", name, rows, cols, ntok, m.mode)
 			if !keep.MatchString(label) {
 				continue
 			}
+			must(t, d.SetOption(OptFXWReg, m.wreg))
 			us := gt.time(calls, func(int) error {
-				return d.MatMulEx(s, dw, 0, 1, x, int64(4*cols), 0, 1, ntok, y, int64(rows), 0, exact)
+				return d.MatMulEx(s, dw, 0, 1, x, int64(4*cols), 0, 1, ntok, y, int64(rows), 0, m.exact)
 			})
+			must(t, d.SetOption(OptFXWReg, DefaultFXWReg))
 			report(label, float64(ntok)*float64(rows)*float64(cols), us)
 		}
 		if label := fmt.Sprintf("%s F16 %dx%d nt %d half", name, rows, cols, ntok); keep.MatchString(label) {
