@@ -683,6 +683,7 @@ enum {
     DS4C_OPT_FX_WARP = 9, /* 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA */
     DS4C_OPT_FX_LIVE = 68, /* 1: DS4C_OPT_FX_WARP's kernel with 8 rows a CTA on rows of at most 1024 columns (the indexer's query product) keeps only the four groups of running sums that hold columns, the other four's totals written as +0 (default; env DS4_CUDA_FX_LIVE; the same bits); 0: all eight groups */
     DS4C_OPT_MV_DEC_SUM = 71, /* 1: exact mode's single-token IQ2_XXS / Q2_K products (k_mv_dec) add a row's block terms on one lane from shared memory, in block order (default; env DS4_CUDA_MV_DEC_SUM; the same bits); 0: every lane adds them after a broadcast shuffle each */
+    DS4C_OPT_ATTN_PO_VEC = 72, /* 1: single-token attention's softmax and output kernel (DS4C_OPT_ATTN_PO) finds its first 1024 keys' rows once a CTA and reads its staged key slices and probabilities four keys a load (default; env DS4_CUDA_ATTN_PO_VEC; the same bits); 0: each key's row found by every thread loading it, a key a load */
     DS4C_OPT_HC_TWO = 10, /* 1: hc_pre runs the Sinkhorn split in a second CTA per token (default; env DS4_CUDA_HC_TWO); 0: one CTA */
     DS4C_OPT_NORM_ROPE = 11, /* 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three */
     DS4C_OPT_HC_QUANT = 12, /* 1: hc_pre forms x's Q8_0 activation itself when asked (default); 0: a quantize kernel after it */

@@ -3341,11 +3341,22 @@ __device__ __forceinline__ void attn_out_store(const AttnArgs &a, int t, int h, 
     }
 }
 
+// vec (DS4C_OPT_ATTN_PO_VEC, cuda/NOTES.md v60): the first AP_KEYS keys'
+// rows found once a CTA into shared memory (attn_key's window index is a
+// 64-bit remainder and a ratio-4 row a dependent load of the pick, which
+// each of the 8 threads loading a key's row formed again), and the staged
+// key slices laid out [key / 4][dim], a dim's 4 keys in one float4, so that
+// a lane reads 8 keys' values and probabilities with four 16-byte loads
+// instead of sixteen 4-byte ones. The same products and additions in the
+// same order: the same bits.
+constexpr int AP_KEYS = 1024;
+
 template <bool FAST>
-__global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap) {
+__global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap, int vec) {
     pdl_enter();
-    __shared__ float4 s_v[AP_K][AP_D / 4];
-    __shared__ float s_p[AP_H][AP_K];
+    __shared__ __align__(16) float4 s_v[AP_K][AP_D / 4]; // vec: as float4 [AP_K / 4][AP_D], a dim's 4 keys each
+    __shared__ __align__(16) float s_p[AP_H][AP_K];
+    __shared__ const float *s_kr[AP_KEYS]; // vec: the first AP_KEYS keys' rows
     extern __shared__ float s_e[]; // [AP_H][ecap]
     const int t = blockIdx.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int64_t p = a.pos0 + t;
@@ -3354,6 +3365,10 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     const int h = blockIdx.z * AP_H + w;
     const bool hok = h < a.H;
     const int d0 = blockIdx.x * AP_D;
+    if (vec) {
+        for (int k = tid; k < min(nk, (int64_t)AP_KEYS); k += AP_T) s_kr[k] = attn_key(a, t, p, k, nwin);
+        __syncthreads();
+    }
     // loads of a chunk: float4 column tid % 8 of keys tid / 8 + 32·u
     const int lc = tid % (AP_D / 4), lk = tid / (AP_D / 4);
     float4 nv[AP_LD];
@@ -3361,7 +3376,8 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
 #pragma unroll
         for (int u = 0; u < AP_LD; u++) {
             const int64_t k = kc + lk + u * (AP_T / (AP_D / 4));
-            nv[u] = k < nk ? __ldg((const float4 *)(attn_key(a, t, p, k, nwin) + d0) + lc) : make_float4(0, 0, 0, 0);
+            const float *row = k < nk ? (vec && k < AP_KEYS ? s_kr[k] : attn_key(a, t, p, k, nwin)) : nullptr;
+            nv[u] = k < nk ? __ldg((const float4 *)(row + d0) + lc) : make_float4(0, 0, 0, 0);
         }
     };
     load(0);
@@ -3408,11 +3424,25 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     }
     float acc = 0.f;
     const float *vcol = (const float *)s_v + lane; // this thread's dim in a staged row
+    const float4 *vq = (const float4 *)s_v + lane; // vec: this thread's dim's key quads, AP_D float4s apart
     for (int64_t kc = 0; kc < nk; kc += AP_K) {
         const int m = (int)min((int64_t)AP_K, nk - kc);
         __syncthreads(); // the previous chunk is consumed
+        if (vec) {
+            float *sv = (float *)s_v;
 #pragma unroll
-        for (int u = 0; u < AP_LD; u++) s_v[lk + u * (AP_T / (AP_D / 4))][lc] = nv[u];
+            for (int u = 0; u < AP_LD; u++) {
+                const int kk = lk + u * (AP_T / (AP_D / 4));
+                float *q = sv + ((kk >> 2) * AP_D + 4 * lc) * 4 + (kk & 3); // dims 4lc … 4lc+3 of key kk
+                q[0] = nv[u].x;
+                q[4] = nv[u].y;
+                q[8] = nv[u].z;
+                q[12] = nv[u].w;
+            }
+        } else {
+#pragma unroll
+            for (int u = 0; u < AP_LD; u++) s_v[lk + u * (AP_T / (AP_D / 4))][lc] = nv[u];
+        }
         if (ecap) {
             sp = se + kc; // this warp's own row: the exponentials become the probabilities in place
             for (int j = lane; j < m; j += 32) sp[j] = __fdiv_rn(sp[j], sum);
@@ -3423,6 +3453,21 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         __syncthreads();
         if (kc + AP_K < nk) load(kc + AP_K);
         int j = 0;
+        if (vec) {
+            for (; j + 8 <= m; j += 8) {
+                const float4 va = vq[(j >> 2) * AP_D], vb = vq[((j >> 2) + 1) * AP_D];
+                const float4 qa = *(const float4 *)(sp + j), qb = *(const float4 *)(sp + j + 4);
+                const float v[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+                const float q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+                for (int u = 0; u < 8; u++) acc = FAST ? fmaf(q[u], v[u], acc) : fadd(acc, fmul(q[u], v[u]));
+            }
+            for (; j < m; j++) {
+                const float v = ((const float *)(vq + (j >> 2) * AP_D))[j & 3];
+                acc = FAST ? fmaf(sp[j], v, acc) : fadd(acc, fmul(sp[j], v));
+            }
+            continue;
+        }
         for (; j + 8 <= m; j += 8) {
             float v[8], q[8];
 #pragma unroll
@@ -5088,7 +5133,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         if (fuse) a.rfreqs = d_rfreqs;
         if (fuseq) a.qact = (uint8_t *)d_qact;
         ds4c_launch((flags & DS4C_FAST) ? k_attn_po<true> : k_attn_po<false>, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T,
-                    esmem, st, a, d_work, max_keys, ecap);
+                    esmem, st, a, d_work, max_keys, ecap, ds4c_opt_attn_po_vec());
         DS4C_CHECK_LAUNCH("attention softmax and output");
         return unfused();
     }

@@ -224,3 +224,75 @@ func (in attnInputs) free(d *Device) {
 		d.Free(p)
 	}
 }
+
+// TestAttentionPOVec holds exact mode's single-token attention with the
+// key rows found once a CTA and the key slices read four keys a load
+// (OptAttnPOVec 1, k_attn_po) to the kernel's earlier form (0), bit for
+// bit: output and Q8_0 activation, one and two tokens, on Flash's shape
+// with 133, 640, 1299 (past the 1024 staged rows) and 2471 keys (past
+// the exponentials' shared-memory cache too, so recomputed).
+func TestAttentionPOVec(t *testing.T) {
+	d := gpu(t)
+	restoreAttnOptions(t, d)
+	t.Cleanup(func() { d.SetOption(OptAttnPOVec, 1) })
+	const H, HD, W = 64, 512, 128
+	const rd, roff, qseg = 64, HD - 64, 4096
+	freqs := make([]float32, rd/2)
+	for i := range freqs {
+		freqs[i] = 0.011 * float32(i+1)
+	}
+	freqp := tempUpload(t, d, freqs)
+	defer d.Free(freqp)
+	for _, c := range []struct{ pos0, ratio, K int }{
+		{700, 128, 0}, {12000, 4, 512}, {150000, 128, 0}, {300000, 128, 0},
+	} {
+		for _, nt := range []int{1, 2} {
+			nComp := (c.pos0 + nt) / c.ratio
+			q, kv := tempUpload(t, d, gaussian(nt*H*HD, 41)), tempUpload(t, d, gaussian(nt*HD, 42))
+			win := tempUpload(t, d, gaussian(2*W*HD, 43))
+			comp := tempUpload(t, d, gaussian(nComp*HD, 44))
+			sinks := tempUpload(t, d, gaussian(H, 45))
+			K := max(c.K, 1)
+			sel := make([]int32, nt*K)
+			nsel := make([]int32, nt)
+			r := rand.New(rand.NewPCG(46, 46))
+			for tok := range nt {
+				R := (c.pos0 + tok + 1) / 4
+				nsel[tok] = int32(min(c.K, R))
+				for k := range int(nsel[tok]) {
+					sel[tok*K+k] = int32(r.IntN(R))
+				}
+			}
+			selp, nselp := tempAlloc(t, d, int64(4*len(sel))), tempAlloc(t, d, int64(4*nt))
+			must(t, UploadSlice(d, selp, sel))
+			must(t, UploadSlice(d, nselp, nsel))
+			maxKeys := W + c.K
+			if c.ratio == 128 {
+				maxKeys = W + nComp
+			}
+			work := tempAlloc(t, d, int64(4*AttentionWork(nt, H, HD, maxKeys)))
+			run := func(vec int, fused bool) (out []float32, act []byte) {
+				must(t, d.SetOption(OptAttnPOVec, vec))
+				poison(t, d, work, AttentionWork(nt, H, HD, maxKeys))
+				a := &AttentionArgs{Q: q, KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: c.ratio, Sel: selp, NSel: nselp,
+					K: K, Sinks: sinks, Pos0: c.pos0, N: nt, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work}
+				return attentionOut(t, d, a, fused, freqp, rd, roff, qseg)
+			}
+			for _, fused := range []bool{false, true} {
+				label := fmt.Sprintf("pos0 %d, ratio %d, %d keys, %d tokens, fused %v", c.pos0, c.ratio, maxKeys, nt, fused)
+				ref, refAct := run(0, fused)
+				got, gotAct := run(1, fused)
+				if i, ok := firstBitDiff(ref, got); !ok {
+					t.Fatalf("%s: output value %d (head %d): %v, the earlier form %v", label, i, i/HD, got[i], ref[i])
+				}
+				if i := firstByteDiff(refAct, gotAct); i >= 0 {
+					t.Fatalf("%s: activation byte %d differs", label, i)
+				}
+			}
+			d.Free(work)
+			for _, p := range []Ptr{q, kv, win, comp, sinks, selp, nselp} {
+				d.Free(p)
+			}
+		}
+	}
+}
