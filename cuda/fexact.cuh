@@ -258,21 +258,44 @@ __device__ __forceinline__ void fxt_finish(const MVArgs &a, float *s_tot, int gr
             mat_ok ? fx_tree8(&s_tot[r * FXT_T + t], FXT_R * FXT_T) : __int_as_float(0x7fc00000);
 }
 
+// FxtCta is a tiled exact kernel's CTA (blockIdx x: its FXT_R rows, y:
+// the selection, z: its FXT_T tokens): the selection's matrix (a.ids, or
+// the selection itself with a.sel_mat) and whether it is inside the
+// tensor, the selection's input rows, the matrix's first weight byte (esz
+// bytes a weight; matrix 0 when outside, whose outputs are NaN), and a
+// row's periods of FX_PERIOD columns.
+struct FxtCta {
+    int sel, row0, tok0, periods;
+    bool mat_ok;
+    const uint8_t *act, *wbase;
+};
+
+__device__ __forceinline__ FxtCta fxt_cta(const MVArgs &a, size_t esz) {
+    FxtCta c;
+    c.sel = blockIdx.y;
+    c.row0 = blockIdx.x * FXT_R;
+    c.tok0 = blockIdx.z * FXT_T;
+    int64_t mat = a.sel_mat ? c.sel : 0;
+    if (a.ids) mat = a.ids[c.sel];
+    c.mat_ok = mat >= 0 && mat < a.n_mat;
+    c.act = a.act + (c.sel / a.act_div) * a.act_sel;
+    c.wbase = a.w + ((size_t)(c.mat_ok ? mat : 0) * a.rows) * a.cols * esz;
+    c.periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
+    return c;
+}
+
 template <int FT>
 __global__ void __launch_bounds__(256) k_fexact_tile(MVArgs a, int nt, int vec) {
     mv_pdl_enter(a);
     constexpr int WV = FT == 0 ? 4 : 2; // 16-byte weight loads per thread per stage
     extern __shared__ float s_ft[];
     float *s_tot = s_ft + 2 * FXT_STAGE; // [FXT_G][FXT_R][FXT_T]
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sel = blockIdx.y;
-    const int row0 = blockIdx.x * FXT_R, tok0 = blockIdx.z * FXT_T;
-    int64_t mat = a.sel_mat ? sel : 0;
-    if (a.ids) mat = a.ids[sel];
-    const bool mat_ok = mat >= 0 && mat < a.n_mat;
-    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const size_t esz = FT == 0 ? 4 : 2;
-    const uint8_t *wbase = a.w + ((size_t)(mat_ok ? mat : 0) * a.rows) * a.cols * esz;
-    const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
+    const FxtCta cta = fxt_cta(a, esz);
+    const int sel = cta.sel, row0 = cta.row0, tok0 = cta.tok0, periods = cta.periods;
+    const bool mat_ok = cta.mat_ok;
+    const uint8_t *act = cta.act, *wbase = cta.wbase;
     const int groups = min(FXT_G, (a.cols + 32 * FX_RUN - 1) / (32 * FX_RUN)); // groups with any column
     const int steps = groups * periods;
     // Stage loads: weights as (row, sum) pairs of 8 values, inputs as
@@ -379,14 +402,11 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wr(MVArgs a, int nt) {
     mv_pdl_enter(a);
     extern __shared__ float s_fw[];
     float *s_tot = s_fw + 2 * FXW_STAGE; // [FXT_G][FXT_R][FXT_T]
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sel = blockIdx.y;
-    const int row0 = blockIdx.x * FXT_R, tok0 = blockIdx.z * FXT_T;
-    int64_t mat = a.sel_mat ? sel : 0;
-    if (a.ids) mat = a.ids[sel];
-    const bool mat_ok = mat >= 0 && mat < a.n_mat;
-    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel;
-    const uint8_t *wbase = a.w + ((size_t)(mat_ok ? mat : 0) * a.rows) * a.cols * 2;
-    const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const FxtCta cta = fxt_cta(a, 2);
+    const int sel = cta.sel, row0 = cta.row0, tok0 = cta.tok0, periods = cta.periods;
+    const bool mat_ok = cta.mat_ok;
+    const uint8_t *act = cta.act, *wbase = cta.wbase;
     const int groups = min(FXT_G, (a.cols + 32 * FX_RUN - 1) / (32 * FX_RUN));
     const int steps = groups * periods;
     const int rb = 4 * (warp & 3), tb = 8 * (warp >> 2); // the warp's rows and tokens
@@ -471,14 +491,11 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wv(MVArgs a, int nt) {
     mv_pdl_enter(a);
     extern __shared__ __align__(16) float s_fv[];
     float *s_tot = s_fv + 2 * FXV_STAGE; // [FXT_G][FXT_R][FXT_T]
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, sel = blockIdx.y;
-    const int row0 = blockIdx.x * FXT_R, tok0 = blockIdx.z * FXT_T;
-    int64_t mat = a.sel_mat ? sel : 0;
-    if (a.ids) mat = a.ids[sel];
-    const bool mat_ok = mat >= 0 && mat < a.n_mat;
-    const uint8_t *act = a.act + (sel / a.act_div) * a.act_sel;
-    const uint8_t *wbase = a.w + ((size_t)(mat_ok ? mat : 0) * a.rows) * a.cols * 2;
-    const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const FxtCta cta = fxt_cta(a, 2);
+    const int sel = cta.sel, row0 = cta.row0, tok0 = cta.tok0, periods = cta.periods;
+    const bool mat_ok = cta.mat_ok;
+    const uint8_t *act = cta.act, *wbase = cta.wbase;
     const int groups = min(FXT_G, a.cols / (32 * FX_RUN));
     const int steps = groups * periods;
     const int rb = 4 * (warp & 3), tb = 8 * (warp >> 2); // the warp's rows and tokens

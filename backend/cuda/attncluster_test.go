@@ -26,13 +26,9 @@ func TestAttentionCluster(t *testing.T) {
 	d := gpu(t)
 	restoreAttnOptions(t, d)
 	must(t, d.SetOption(OptAttnSplit, DefaultAttnSplit))
-	const H, HD, W = 64, 512, 128
+	const H, HD = attnH, attnHD
 	const rd, roff, qseg = 64, HD - 64, 4096
-	freqs := make([]float32, rd/2)
-	for i := range freqs {
-		freqs[i] = 0.013 * float32(i+1)
-	}
-	freqp := tempUpload(t, d, freqs)
+	freqp := uploadFreqs(t, d, rd/2, 0.013)
 	defer d.Free(freqp)
 	for _, c := range []struct {
 		pos0, ratio, K int
@@ -46,36 +42,12 @@ func TestAttentionCluster(t *testing.T) {
 		{12000, 4, 512, true, 0},     // 640 keys: the flash kernel
 	} {
 		for _, nt := range []int{1, 2} {
-			nComp := (c.pos0 + nt) / c.ratio
-			q, kv := tempUpload(t, d, gaussian(nt*H*HD, 31)), tempUpload(t, d, gaussian(nt*HD, 32))
-			win := tempUpload(t, d, gaussian(2*W*HD, 33))
-			comp := tempUpload(t, d, gaussian(nComp*HD, 34))
-			sinks := tempUpload(t, d, gaussian(H, 35))
-			K := max(c.K, 1)
-			sel := make([]int32, nt*K)
-			nsel := make([]int32, nt)
-			r := rand.New(rand.NewPCG(36, 36))
-			for tok := range nt {
-				R := (c.pos0 + tok + 1) / 4
-				nsel[tok] = int32(min(c.K, R))
-				for k := range int(nsel[tok]) {
-					sel[tok*K+k] = int32(r.IntN(R))
-				}
-			}
-			selp, nselp := tempAlloc(t, d, int64(4*len(sel))), tempAlloc(t, d, int64(4*nt))
-			must(t, UploadSlice(d, selp, sel))
-			must(t, UploadSlice(d, nselp, nsel))
-			maxKeys := W + c.K
-			if c.ratio == 128 {
-				maxKeys = W + nComp
-			}
-			work := tempAlloc(t, d, int64(4*AttentionWork(nt, H, HD, maxKeys)))
+			in := newDecAttn(t, d, c.pos0, c.ratio, c.K, nt, 31)
+			maxKeys := in.maxKeys
 			run := func(cluster int, fused bool) (out []float32, act []byte) {
 				must(t, d.SetOption(OptAttnCluster, cluster))
-				poison(t, d, work, AttentionWork(nt, H, HD, maxKeys))
-				a := &AttentionArgs{Q: q, KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: c.ratio, Sel: selp, NSel: nselp,
-					K: K, Sinks: sinks, Pos0: c.pos0, N: nt, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys,
-					Work: work, Fast: true}
+				a := in.args(t, d)
+				a.Fast = true
 				return attentionOut(t, d, a, fused, freqp, rd, roff, qseg)
 			}
 			for _, fused := range []bool{false, true} {
@@ -101,12 +73,78 @@ func TestAttentionCluster(t *testing.T) {
 				}
 				t.Logf("%s: largest row error against the two launches %.3g", label, worst)
 			}
-			d.Free(work)
-			for _, p := range []Ptr{q, kv, win, comp, sinks, selp, nselp} {
-				d.Free(p)
-			}
+			in.free(d)
 		}
 	}
+}
+
+// decAttn is one single-token attention case's inputs on the device,
+// Flash's shape (attnH heads of attnHD, window attnW): nt tokens' queries
+// and KV rows, a window ring of 2·attnW rows, the compressed rows up to
+// pos0 + nt, the sinks, and for ratio 4 up to K random picks a token; work
+// holds the scores of maxKeys keys.
+type decAttn struct {
+	pos0, ratio, k, nt, maxKeys              int
+	q, kv, win, comp, sinks, sel, nsel, work Ptr
+}
+
+const attnH, attnHD, attnW = 64, 512, 128 // (decAttn's shape: Flash's)
+
+// newDecAttn uploads a case's inputs, random from seeds seed … seed+5.
+func newDecAttn(t *testing.T, d *Device, pos0, ratio, k, nt int, seed uint64) *decAttn {
+	t.Helper()
+	in := &decAttn{pos0: pos0, ratio: ratio, k: max(k, 1), nt: nt}
+	nComp := (pos0 + nt) / ratio
+	in.q, in.kv = tempUpload(t, d, gaussian(nt*attnH*attnHD, seed)), tempUpload(t, d, gaussian(nt*attnHD, seed+1))
+	in.win = tempUpload(t, d, gaussian(2*attnW*attnHD, seed+2))
+	in.comp = tempUpload(t, d, gaussian(nComp*attnHD, seed+3))
+	in.sinks = tempUpload(t, d, gaussian(attnH, seed+4))
+	sel := make([]int32, nt*in.k)
+	nsel := make([]int32, nt)
+	r := rand.New(rand.NewPCG(seed+5, seed+5))
+	for tok := range nt {
+		R := (pos0 + tok + 1) / 4
+		nsel[tok] = int32(min(k, R))
+		for j := range int(nsel[tok]) {
+			sel[tok*in.k+j] = int32(r.IntN(R))
+		}
+	}
+	in.sel, in.nsel = tempAlloc(t, d, int64(4*len(sel))), tempAlloc(t, d, int64(4*nt))
+	must(t, UploadSlice(d, in.sel, sel))
+	must(t, UploadSlice(d, in.nsel, nsel))
+	in.maxKeys = attnW + k
+	if ratio == 128 {
+		in.maxKeys = attnW + nComp
+	}
+	in.work = tempAlloc(t, d, int64(4*AttentionWork(nt, attnH, attnHD, in.maxKeys)))
+	return in
+}
+
+// args poisons the scores' work buffer and returns the case's exact-mode
+// arguments (no output yet: attentionOut sets it).
+func (in *decAttn) args(t *testing.T, d *Device) *AttentionArgs {
+	t.Helper()
+	poison(t, d, in.work, AttentionWork(in.nt, attnH, attnHD, in.maxKeys))
+	return &AttentionArgs{Q: in.q, KV: in.kv, Win: in.win, WCap: 2 * attnW, Comp: in.comp, Ratio: in.ratio, Sel: in.sel,
+		NSel: in.nsel, K: in.k, Sinks: in.sinks, Pos0: in.pos0, N: in.nt, H: attnH, HD: attnHD, W: attnW, Scale: 0.044,
+		MaxKeys: in.maxKeys, Work: in.work}
+}
+
+// free releases the case's device buffers.
+func (in *decAttn) free(d *Device) {
+	for _, p := range []Ptr{in.q, in.kv, in.win, in.comp, in.sinks, in.sel, in.nsel, in.work} {
+		d.Free(p)
+	}
+}
+
+// uploadFreqs uploads n rotation frequencies step·(i+1).
+func uploadFreqs(t *testing.T, d *Device, n int, step float32) Ptr {
+	t.Helper()
+	freqs := make([]float32, n)
+	for i := range freqs {
+		freqs[i] = step * float32(i+1)
+	}
+	return tempUpload(t, d, freqs)
 }
 
 // attentionOut runs a into a fresh output (poisoned first) and, fused,
@@ -235,48 +273,19 @@ func TestAttentionPOVec(t *testing.T) {
 	d := gpu(t)
 	restoreAttnOptions(t, d)
 	t.Cleanup(func() { d.SetOption(OptAttnPOVec, 1) })
-	const H, HD, W = 64, 512, 128
+	const HD = attnHD
 	const rd, roff, qseg = 64, HD - 64, 4096
-	freqs := make([]float32, rd/2)
-	for i := range freqs {
-		freqs[i] = 0.011 * float32(i+1)
-	}
-	freqp := tempUpload(t, d, freqs)
+	freqp := uploadFreqs(t, d, rd/2, 0.011)
 	defer d.Free(freqp)
 	for _, c := range []struct{ pos0, ratio, K int }{
 		{700, 128, 0}, {12000, 4, 512}, {150000, 128, 0}, {300000, 128, 0},
 	} {
 		for _, nt := range []int{1, 2} {
-			nComp := (c.pos0 + nt) / c.ratio
-			q, kv := tempUpload(t, d, gaussian(nt*H*HD, 41)), tempUpload(t, d, gaussian(nt*HD, 42))
-			win := tempUpload(t, d, gaussian(2*W*HD, 43))
-			comp := tempUpload(t, d, gaussian(nComp*HD, 44))
-			sinks := tempUpload(t, d, gaussian(H, 45))
-			K := max(c.K, 1)
-			sel := make([]int32, nt*K)
-			nsel := make([]int32, nt)
-			r := rand.New(rand.NewPCG(46, 46))
-			for tok := range nt {
-				R := (c.pos0 + tok + 1) / 4
-				nsel[tok] = int32(min(c.K, R))
-				for k := range int(nsel[tok]) {
-					sel[tok*K+k] = int32(r.IntN(R))
-				}
-			}
-			selp, nselp := tempAlloc(t, d, int64(4*len(sel))), tempAlloc(t, d, int64(4*nt))
-			must(t, UploadSlice(d, selp, sel))
-			must(t, UploadSlice(d, nselp, nsel))
-			maxKeys := W + c.K
-			if c.ratio == 128 {
-				maxKeys = W + nComp
-			}
-			work := tempAlloc(t, d, int64(4*AttentionWork(nt, H, HD, maxKeys)))
+			in := newDecAttn(t, d, c.pos0, c.ratio, c.K, nt, 41)
+			maxKeys := in.maxKeys
 			run := func(vec int, fused bool) (out []float32, act []byte) {
 				must(t, d.SetOption(OptAttnPOVec, vec))
-				poison(t, d, work, AttentionWork(nt, H, HD, maxKeys))
-				a := &AttentionArgs{Q: q, KV: kv, Win: win, WCap: 2 * W, Comp: comp, Ratio: c.ratio, Sel: selp, NSel: nselp,
-					K: K, Sinks: sinks, Pos0: c.pos0, N: nt, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work}
-				return attentionOut(t, d, a, fused, freqp, rd, roff, qseg)
+				return attentionOut(t, d, in.args(t, d), fused, freqp, rd, roff, qseg)
 			}
 			for _, fused := range []bool{false, true} {
 				label := fmt.Sprintf("pos0 %d, ratio %d, %d keys, %d tokens, fused %v", c.pos0, c.ratio, maxKeys, nt, fused)
@@ -289,10 +298,7 @@ func TestAttentionPOVec(t *testing.T) {
 					t.Fatalf("%s: activation byte %d differs", label, i)
 				}
 			}
-			d.Free(work)
-			for _, p := range []Ptr{q, kv, win, comp, sinks, selp, nselp} {
-				d.Free(p)
-			}
+			in.free(d)
 		}
 	}
 }
