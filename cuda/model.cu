@@ -3341,22 +3341,20 @@ __device__ __forceinline__ void attn_out_store(const AttnArgs &a, int t, int h, 
     }
 }
 
-// vec (DS4C_OPT_ATTN_PO_VEC, cuda/NOTES.md v60): the first AP_KEYS keys'
-// rows found once a CTA into shared memory (attn_key's window index is a
-// 64-bit remainder and a ratio-4 row a dependent load of the pick, which
-// each of the 8 threads loading a key's row formed again), and the staged
-// key slices laid out [key / 4][dim], a dim's 4 keys in one float4, so that
-// a lane reads 8 keys' values and probabilities with four 16-byte loads
-// instead of sixteen 4-byte ones. The same products and additions in the
-// same order: the same bits.
-constexpr int AP_KEYS = 1024;
+// vec (DS4C_OPT_ATTN_PO_VEC, cuda/NOTES.md v60): the first AOT_KEYS keys'
+// rows found once a CTA into shared memory (attn_keys_stage, as the chunk
+// kernels do: each of the 8 threads loading a key's row formed it again),
+// and the staged key slices laid out [key / 4][dim], a dim's 4 keys in one
+// float4, so that a lane reads 8 keys' values and probabilities with four
+// 16-byte loads instead of sixteen 4-byte ones. The same products and
+// additions in the same order: the same bits.
 
 template <bool FAST>
 __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap, int vec) {
     pdl_enter();
     __shared__ __align__(16) float4 s_v[AP_K][AP_D / 4]; // vec: as float4 [AP_K / 4][AP_D], a dim's 4 keys each
     __shared__ __align__(16) float s_p[AP_H][AP_K];
-    __shared__ const float *s_kr[AP_KEYS]; // vec: the first AP_KEYS keys' rows
+    __shared__ const float *s_kr[AOT_KEYS]; // vec: the first AOT_KEYS keys' rows
     extern __shared__ float s_e[]; // [AP_H][ecap]
     const int t = blockIdx.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int64_t p = a.pos0 + t;
@@ -3366,7 +3364,7 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     const bool hok = h < a.H;
     const int d0 = blockIdx.x * AP_D;
     if (vec) {
-        for (int k = tid; k < min(nk, (int64_t)AP_KEYS); k += AP_T) s_kr[k] = attn_key(a, t, p, k, nwin);
+        attn_keys_stage(a, t, p, nk, nwin, s_kr);
         __syncthreads();
     }
     // loads of a chunk: float4 column tid % 8 of keys tid / 8 + 32·u
@@ -3376,7 +3374,7 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
 #pragma unroll
         for (int u = 0; u < AP_LD; u++) {
             const int64_t k = kc + lk + u * (AP_T / (AP_D / 4));
-            const float *row = k < nk ? (vec && k < AP_KEYS ? s_kr[k] : attn_key(a, t, p, k, nwin)) : nullptr;
+            const float *row = k >= nk ? nullptr : vec && k < AOT_KEYS ? s_kr[k] : attn_key(a, t, p, k, nwin);
             nv[u] = k < nk ? __ldg((const float4 *)(row + d0) + lc) : make_float4(0, 0, 0, 0);
         }
     };
