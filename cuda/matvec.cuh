@@ -1330,7 +1330,7 @@ int launch_chunks(const MVArgs &a, int n_sel, int nt, int S, int RPW, cudaStream
 } // namespace ds4mv
 #include <cstdio>
 namespace ds4mv {
-static __device__ unsigned long long g_mvp_sum[5][16], g_mvp_n[5], g_mvp_hist[5][6], g_mvp_exit[5][7];
+static __device__ unsigned long long g_mvp_sum[5][16], g_mvp_n[5], g_mvp_hist[5][6], g_mvp_exit[5][7], g_mvp_w9[5][4];
 __device__ __forceinline__ unsigned long long mvp_now() { return (unsigned long long)clock64(); }
 // mvp_bucket is the index of the first of the N edges (cycles) that v is
 // below, N when none: a probe histogram's bucket.
@@ -2141,7 +2141,16 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
         })
     }
     __syncthreads();
+    MVP(const unsigned long long t_fin = mvp_now();)
     if (my > 0) sums(my - 1);
+#ifdef DS4_MV_PROBE
+    if (W9 && tid == PIPE_THREADS && site >= 0) { // the summing warp: its row sums, barriers, and the last tile's
+        atomicAdd(&g_mvp_w9[site][0], mv_t[6]);
+        atomicAdd(&g_mvp_w9[site][1], mv_t[3]);
+        atomicAdd(&g_mvp_w9[site][2], mvp_now() - t_fin);
+        atomicAdd(&g_mvp_w9[site][3], 1ull);
+    }
+#endif
     if (NT == 1 && p.yq && my > 0) {
         // the CTA's block of 32 rows as the next product's Q8_0 activation
         // (q8_0_warp: pipe_act_f32's and ds4c_quantize's operations)
@@ -2187,6 +2196,11 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
                 printf("mv probe site %d entry-wait shares of CTAs: <0.3 µs %.3f, <1 %.3f, <3 %.3f, <6 %.3f, <10 %.3f, "
                        "more %.3f\n",
                        site, hb[0] * c, hb[1] * c, hb[2] * c, hb[3] * c, hb[4] * c, hb[5] * c);
+                const unsigned long long *w9 = g_mvp_w9[site];
+                if (W9 && w9[3])
+                    printf("mv probe site %d summing warp: µs a tile: sums %.3f sync %.3f | µs a CTA: last tile's "
+                           "sums %.3f\n",
+                           site, w9[0] * ut, w9[1] * ut, w9[2] / (double)w9[3] / 1980.0);
                 const unsigned long long *he = g_mvp_exit[site];
                 printf("mv probe site %d wait-exit shares of CTAs: <4 µs %.3f, <6 %.3f, <8 %.3f, <10 %.3f, <12 %.3f, "
                        "<16 %.3f, more %.3f\n",

@@ -374,9 +374,14 @@ __device__ double hc_sumsq(const float *hr, int64_t nh, bool vec) {
 // adds the deltas between consecutive marks to device sums; every 4096th
 // call of a site prints the running means (cycles from the previous mark
 // set, to marks 1 … 11; 11 is the end) and the ns a cycle (%globaltimer
-// over the same span). cuda/NOTES.md v34 and v37 read them.
+// over the same span). cuda/NOTES.md v34 and v37 read them. Exact mode's
+// single-token attention too (CTA (0, 0, 0) of each): k_attn_scores<1>
+// (site 3 for 512 keys or more, a ratio-4 layer; 4 fewer) and
+// k_attn_po<false> (5 and 6), with PHASE_SYNC barriers between their
+// phases so that a mark is the CTA's, not thread 0's (cuda/NOTES.md v61).
 #ifdef DS4_PHASE_PROBE
-__device__ unsigned long long g_phase_sum[3][12], g_phase_n[3], g_phase_ns[3], g_phase_cyc[3];
+__device__ unsigned long long g_phase_sum[7][12], g_phase_n[7], g_phase_ns[7], g_phase_cyc[7];
+#define PHASE_SYNC() __syncthreads()
 static __shared__ long long s_phase[12];
 static __shared__ unsigned long long s_phase_gt;
 #define PHASE_ON (threadIdx.x == 0 && blockIdx.y == 0 && blockIdx.x == 0)
@@ -418,8 +423,37 @@ __device__ void phase_end(int site) {
                q[10] * k, q[11] * k, (double)g_phase_ns[site] / (double)g_phase_cyc[site]);
     }
 }
+// The attention kernels keep their marks in registers (apm_: constant
+// indices), not in s_phase: k_attn_po's static shared memory is at the
+// 48 KiB limit already. Marks 1 … 5, then the end (11).
+#define APM_BEGIN()                                                                                                    \
+    unsigned long long apm_[6] = {0, 0, 0, 0, 0, 0};                                                                   \
+    apm_[0] = clock64();                                                                                               \
+    const unsigned long long apm_gt = phase_gt()
+#define APM(i) (apm_[i] = clock64())
+#define APM_END(site) attn_probe_end(site, apm_, apm_gt)
+__device__ void attn_probe_end(int site, const unsigned long long (&m)[6], unsigned long long gt0) {
+    if (threadIdx.x != 0 || blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
+    const unsigned long long end = clock64(), gt = phase_gt() - gt0;
+    for (int i = 1; i < 6; i++) atomicAdd(&g_phase_sum[site][i], m[i] - m[i - 1]);
+    atomicAdd(&g_phase_sum[site][11], end - m[5]);
+    atomicAdd(&g_phase_ns[site], gt);
+    atomicAdd(&g_phase_cyc[site], end - m[0]);
+    const unsigned long long n = atomicAdd(&g_phase_n[site], 1ull) + 1;
+    if (n % 2048 == 0) {
+        const double k = 1.0 / (double)n;
+        const unsigned long long *q = g_phase_sum[site];
+        printf("phase probe site %d n=%llu cycles to marks 1-5, end: %.0f %.0f %.0f %.0f %.0f %.0f; ns/cycle %.4f\n",
+               site, n, q[1] * k, q[2] * k, q[3] * k, q[4] * k, q[5] * k, q[11] * k,
+               (double)g_phase_ns[site] / (double)g_phase_cyc[site]);
+    }
+}
 #else
 #define PHASE_MARK(i) ((void)0)
+#define PHASE_SYNC() ((void)0)
+#define APM_BEGIN() ((void)0)
+#define APM(i) ((void)0)
+#define APM_END(site) ((void)0)
 __device__ __forceinline__ void phase_begin() {}
 __device__ __forceinline__ void phase_end(int) {}
 #endif
@@ -2884,7 +2918,9 @@ constexpr int AO_PK = 256;          // output: probabilities staged per pass
 // single tokens, whose few keys need more CTAs instead), AS_K keys per CTA.
 template <int KPT>
 __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int64_t maxk, int hg) {
+    APM_BEGIN();
     pdl_enter();
+    APM(1);
     constexpr int AS_K = 16 * KPT;
     extern __shared__ float s_at[];
     __shared__ const float *s_kp[AS_K];
@@ -2899,9 +2935,14 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
     float *sq = s_at, *sk = s_at + AS_H * ld;
     if (tid < nkt) s_kp[tid] = attn_key(a, t, p, k0 + tid, nwin);
     __syncthreads();
+    APM(2);
     for (int i = tid; i < nkt * v4; i += blockDim.x) {
         const int k = i / v4, c = i % v4;
         *(float4 *)&sk[k * ld + 4 * c] = __ldg((const float4 *)s_kp[k] + c);
+    }
+    if (KPT == 1) {
+        PHASE_SYNC();
+        APM(3);
     }
     // thread: head tid/16 of the group, keys tid%16 and tid%16 + 16 (two
     // dots sharing the query loads)
@@ -2915,6 +2956,7 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
         for (int i = tid; i < nh * v4; i += blockDim.x)
             *(float4 *)&sq[(i / v4) * ld + 4 * (i % v4)] = __ldg((const float4 *)qt + i);
         __syncthreads();
+        APM(4);
         if (hh >= nh || kk >= nkt) continue;
         const float *qa = sq + hh * ld, *ka = sk + kk * ld, *kb = sk + (KPT > 1 ? kk + 16 : kk) * ld;
         float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, b0 = 0.f, b1 = 0.f, b2 = 0.f, b3 = 0.f;
@@ -2936,7 +2978,9 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
         float *o = sc + ((int64_t)t * a.H + h0 + hh) * maxk + k0;
         o[kk] = fmul(fadd(fadd(a0, a1), fadd(a2, a3)), a.scale);
         if (KPT > 1 && kk + 16 < nkt) o[kk + 16] = fmul(fadd(fadd(b0, b1), fadd(b2, b3)), a.scale);
+        APM(5);
     }
+    if (KPT == 1) APM_END(nk >= 512 ? 3 : 4);
 }
 
 // Scores of a chunk through tile_dots: a CTA takes one token, ATS_A heads
@@ -3351,7 +3395,9 @@ __device__ __forceinline__ void attn_out_store(const AttnArgs &a, int t, int h, 
 
 template <bool FAST>
 __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap, int vec) {
+    APM_BEGIN();
     pdl_enter();
+    APM(1);
     __shared__ __align__(16) float4 s_v[AP_K][AP_D / 4]; // vec: as float4 [AP_K / 4][AP_D], a dim's 4 keys each
     __shared__ __align__(16) float s_p[AP_H][AP_K];
     __shared__ const float *s_kr[AOT_KEYS]; // vec: the first AOT_KEYS keys' rows
@@ -3367,6 +3413,7 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         attn_keys_stage(a, t, p, nk, nwin, s_kr);
         __syncthreads();
     }
+    APM(2);
     // loads of a chunk: float4 column tid % 8 of keys tid / 8 + 32·u
     const int lc = tid % (AP_D / 4), lk = tid / (AP_D / 4);
     float4 nv[AP_LD];
@@ -3385,6 +3432,10 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     float mx = sink;
     for (int64_t k = lane; k < nk; k += 32) mx = fmax_go(mx, s[k]);
     mx = warp_max(mx);
+    if (!FAST) {
+        PHASE_SYNC();
+        APM(3);
+    }
     float sum = FAST ? expf(sink - mx) : exp_ref(fsub(sink, mx)), part = 0.f;
     float *sp = s_p[w];
     float *se = s_e + (size_t)w * ecap;
@@ -3419,6 +3470,8 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         __syncwarp();
     } else {
         sum = __shfl_sync(FULL_MASK, sum, 0);
+        PHASE_SYNC();
+        APM(4);
     }
     float acc = 0.f;
     const float *vcol = (const float *)s_v + lane; // this thread's dim in a staged row
@@ -3478,7 +3531,12 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         }
         for (; j < m; j++) acc = FAST ? fmaf(sp[j], vcol[j * AP_D], acc) : fadd(acc, fmul(sp[j], vcol[j * AP_D]));
     }
+    if (!FAST) {
+        PHASE_SYNC();
+        APM(5);
+    }
     attn_out_store(a, t, h, hok, d0, lane, acc);
+    if (!FAST) APM_END(nk >= 512 ? 5 : 6);
 }
 
 // ------------------------------------------------------------ fast attention of single tokens

@@ -207,7 +207,12 @@ if [ -n "${AB:-}" ]; then
     eval "set -- $AB"
     LAYERS=43 MODEL=/dev/shm/flash-q2.gguf ROUNDS=${ROUNDS:-2} GEN=${GEN:-256} WARMUP=${WARMUP:-4096} ARGS=${ARGS:---fast} \
         AB_OUT=/tmp/ab bash scripts/cuda/ab-layers.sh "$@" | grep -v "^== "
-    grep -hE "phase probe|mv probe" /tmp/ab/*.csv 2>/dev/null | tail -30 >"$OUT/probe.txt"
+    for f in /tmp/ab/*.csv; do # each run's last line of each kind (probe, site, line)
+        grep -qE "phase probe|mv probe" "$f" 2>/dev/null || continue
+        echo "== $f"
+        grep -E "phase probe|mv probe" "$f" | awk '{k = $1 " " $2 " " $3 " " $4 " " ($5 ~ /^n=/ ? "" : $5); if (!(k in l)) o[n++] = k; l[k] = $0}
+            END {for (i = 0; i < n; i++) print l[o[i]]}'
+    done >"$OUT/probe.txt"
     [ -s "$OUT/probe.txt" ] && cat "$OUT/probe.txt" || rm -f "$OUT/probe.txt"
     tar -czf "$OUT/ab.tgz" -C /tmp ab; el
 fi
