@@ -2296,11 +2296,13 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // room (DS4C_MM_ROOM): DS4C_MV_ROOM_KIB of each SM left free, in one
         // CTA an SM, or (DS4C_OPT_MV_ROOM's bit for nt tokens) cps of them
         const int per = room && !(ds4c_opt_mv_room() & (nt == 2 ? 2 : 1)) ? 1 : cps;
+        // (the IQ2 codebook, 16 bytes of slack, the CTA's reserve)
+        const int64_t fixed = PIPE_BARS + (T::GRID ? 2048 : 0) + (nt == 1 ? act_smem : nt * act_stride) + 16 + 1024;
+        const int64_t budget = room ? (smem_sm - DS4C_MV_ROOM_KIB * 1024) / per : smem_sm / cps;
+        // the shared memory rt rows a tile and ns stages take beyond fixed
+        auto tile_smem = [&](int64_t rt, int ns) { return rt * (ns * row_bytes + 2 * row_terms * 4 * nt); };
         if (stage_bytes == 0) {
-            // (the IQ2 codebook, 16 bytes of slack, the CTA's reserve)
-            const int64_t fixed = PIPE_BARS + (T::GRID ? 2048 : 0) + (nt == 1 ? act_smem : nt * act_stride) + 16 + 1024;
-            const int64_t budget = room ? (smem_sm - DS4C_MV_ROOM_KIB * 1024) / per : smem_sm / cps;
-            const int64_t rows = (budget - fixed) / (p.ns * row_bytes + 2 * row_terms * 4 * nt);
+            const int64_t rows = (budget - fixed) / tile_smem(1, p.ns);
             stage_bytes = max((int64_t)1, rows) * row_bytes;
         }
         p.rt = (int)max((int64_t)1, min((int64_t)PIPE_THREADS, stage_bytes / row_bytes));
@@ -2308,6 +2310,17 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         if (yq) { // tiles that divide a block of 32 rows: the largest power of two that fits
             int rt = 1;
             while (rt < 32 && 2 * rt <= p.rt) rt *= 2;
+            // exact mode (automatic stages): tiles twice as tall and a stage
+            // fewer while that keeps more rows in flight and fits — wo_a's
+            // 4096 columns: 7 rows fit 3 stages beside the block terms, so 4
+            // a tile (12 in flight, 8 tiles a CTA), where 8 rows in 2 stages
+            // keep 16 in flight in 4 tiles (fast mode's: 8 rows, 3 stages;
+            // cuda/NOTES.md v61)
+            while (q8e && ds4c_opt_mv_stage() == 0 && p.ns > 2 && 2 * rt <= min(32, a.rows) &&
+                   (int64_t)(2 * rt) * (p.ns - 1) > (int64_t)rt * p.ns && tile_smem(2 * rt, p.ns - 1) <= budget - fixed) {
+                rt *= 2;
+                p.ns--;
+            }
             p.rt = rt;
         }
         // A CTA's tiles are a contiguous range and the CTAs' counts differ by

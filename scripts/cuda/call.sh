@@ -51,9 +51,10 @@
 #          MTP_ARGS: more ds4-bench flags for the first run (e.g.
 #          "--cpuprofile $OUT/mtp.pprof")
 #   BITS=1 the bit-identity check: ds4 --dump-logprobs (40 greedy steps of
-#          the full-size synth, --fast) with the main library and each
-#          /tmp/lib-*.so, and with the main library under each of BITS_AB's
-#          '|'-separated environment sets; prints each run's md5
+#          the full-size synth, --fast; BITS_MODE= for exact mode) with the
+#          main library and each /tmp/lib-*.so (BITS_LIBS: a regex their
+#          names must match), and with the main library under each of
+#          BITS_AB's '|'-separated environment sets; prints each run's md5
 #   COLD=1 scripts/cuda/coldstart.sh: a fresh process's 8k prompt against
 #          warmed-up ones (WARMUPS, COLD_ARGS, COLD_ROUNDS; with
 #          DS4_CUDA_SLOW_CALL_US=n the slow calls summed, into cold-W.log)
@@ -194,11 +195,15 @@ fi
 if [ -n "${BITS:-}" ]; then # the same greedy logprobs from every library (and BITS_AB's switches)?
     bits() { # name, environment assignments…
         local n=$1; shift
-        env "$@" timeout 120 $F/ds4 -m /dev/shm/flash-q2.gguf --backend cuda --fast --temp 0 -n 40 --dump-logprobs "/tmp/lp-$n.json" \
+        env "$@" timeout 120 $F/ds4 -m /dev/shm/flash-q2.gguf --backend cuda ${BITS_MODE---fast} --temp 0 -n 40 --dump-logprobs "/tmp/lp-$n.json" \
             -p "The quick brown fox jumps over the lazy dog because" >"/tmp/lp-$n.log" 2>&1
         echo "bits $n: exit $? md5 $(md5sum <"/tmp/lp-$n.json" | cut -c1-32)"
     }
-    for lib in $PWD/build/libds4cuda.so /tmp/lib-*.so; do [ -s "$lib" ] && bits "$(basename "$lib" .so)" DS4_CUDA_LIB="$lib"; done
+    for lib in $PWD/build/libds4cuda.so /tmp/lib-*.so; do
+        [ -s "$lib" ] || continue
+        [[ -n ${BITS_LIBS:-} && ! $(basename "$lib" .so) =~ $BITS_LIBS ]] && continue
+        bits "$(basename "$lib" .so)" DS4_CUDA_LIB="$lib"
+    done
     IFS='|' read -ra BVS <<<"${BITS_AB:-}"
     for v in "${BVS[@]}"; do [ -n "$v" ] && { read -ra kv <<<"$v"; bits "$(echo "$v" | tr -c 'A-Za-z0-9_\n' _)" "${kv[@]}"; }; done
     el
