@@ -63,3 +63,23 @@ echo "== prefill/decode tok/s at $FRONTIER, per round"
 for i in "${!variants[@]}"; do
     printf '%-60s%s\n' "${variants[$i]}" "${rows[$i]:-}"
 done
+# each variant's mean decode rate, and its ratio to the default's run of the
+# same round (mean, lowest … highest): a paired comparison, since the
+# machine drifts between rounds (a rebuilt library alone moves ≈ 1 %:
+# cuda/NOTES.md v61)
+echo "== decode tok/s: mean; against the default, round by round: mean (lowest … highest)"
+for i in "${!variants[@]}"; do
+    awk -v base="${rows[0]:-}" -v cur="${rows[$i]:-}" -v name="${variants[$i]}" 'BEGIN {
+        nb = split(base, b, " "); nc = split(cur, c, " "); s = 0; n = 0; rs = 0; rn = 0; lo = 1e9; hi = -1e9
+        for (k = 1; k <= nc; k++) {
+            split(c[k], x, "/"); if (x[2] == "") continue
+            s += x[2]; n++
+            if (k > nb) continue
+            split(b[k], y, "/"); if (y[2] + 0 <= 0) continue
+            r = x[2] / y[2]; rs += r; rn++; if (r < lo) lo = r; if (r > hi) hi = r
+        }
+        if (n == 0) { printf "%-60s(no runs)\n", name; exit }
+        if (rn) printf "%-60s%8.2f  %+.2f %% (%+.2f … %+.2f)\n", name, s / n, 100 * (rs / rn - 1), 100 * (lo - 1), 100 * (hi - 1)
+        else printf "%-60s%8.2f\n", name, s / n
+    }'
+done
