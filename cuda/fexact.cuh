@@ -232,6 +232,25 @@ __device__ __forceinline__ void fxt_store_x(float *st, const float (&xr)[4][4]) 
     }
 }
 
+// fxt_mac adds element e of the lane's 4 rows (wq[r]: 8 16-bit weights,
+// FT 1 f16, else bf16; half e of the 16 bytes, unpacked where used) times
+// its 8 tokens' inputs x to the running sums acc[r·8 + t], each product
+// rounded and then added: the tiled kernels' step.
+template <int FT>
+__device__ __forceinline__ void fxt_mac(float (&acc)[32], const int4 (&wq)[4], int e, const float (&x)[8]) {
+    float w[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const uint32_t q = (uint32_t)(e < 4 ? (e < 2 ? wq[r].x : wq[r].y) : (e < 6 ? wq[r].z : wq[r].w));
+        const uint32_t hv = (e & 1) ? q >> 16 : q & 0xffffu;
+        w[r] = FT == 1 ? __half2float(__ushort_as_half((unsigned short)hv)) : __uint_as_float(hv << 16);
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int t = 0; t < 8; t++) acc[r * 8 + t] = __fadd_rn(acc[r * 8 + t], __fmul_rn(w[r], x[t]));
+}
+
 // fxt_group_total reduces the warp's 32 running sums of each of its outputs
 // (acc[r·8 + t]) to group g's totals in s_tot [FXT_G][FXT_R][FXT_T] and
 // clears acc for the next group.
@@ -439,19 +458,10 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wr(MVArgs a, int nt) {
         const float *st = s_fw + cur * FXW_STAGE;
 #pragma unroll
         for (int e = 0; e < FX_RUN; e++) {
-            float w[4], x[8];
-#pragma unroll
-            for (int r = 0; r < 4; r++) { // weight e of row r (half e of the 16 bytes), unpacked where used
-                const uint32_t q = (uint32_t)(e < 4 ? (e < 2 ? wq[r].x : wq[r].y) : (e < 6 ? wq[r].z : wq[r].w));
-                const uint32_t hv = (e & 1) ? q >> 16 : q & 0xffffu;
-                w[r] = FT == 1 ? __half2float(__ushort_as_half((unsigned short)hv)) : __uint_as_float(hv << 16);
-            }
+            float x[8];
 #pragma unroll
             for (int t = 0; t < 8; t++) x[t] = st[((tb + t) * FX_RUN + e) * 32 + lane];
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int t = 0; t < 8; t++) acc[r * 8 + t] = __fadd_rn(acc[r * 8 + t], __fmul_rn(w[r], x[t]));
+            fxt_mac<FT>(acc, wq, e, x);
         }
         if ((s + 1) % periods == 0) fxt_group_total(acc, s_tot, s / periods, rb, tb);
         if (s + 1 < steps) {
@@ -547,19 +557,9 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wv(MVArgs a, int nt) {
         const float *st = s_fv + cur * FXV_STAGE + lane * FXV_LD + tb;
 #pragma unroll
         for (int e = 0; e < FX_RUN; e++) {
-            float w[4];
-#pragma unroll
-            for (int r = 0; r < 4; r++) { // weight e of row r (half e of the 16 bytes), unpacked where used
-                const uint32_t q = (uint32_t)(e < 4 ? (e < 2 ? wq[r].x : wq[r].y) : (e < 6 ? wq[r].z : wq[r].w));
-                const uint32_t hv = (e & 1) ? q >> 16 : q & 0xffffu;
-                w[r] = FT == 1 ? __half2float(__ushort_as_half((unsigned short)hv)) : __uint_as_float(hv << 16);
-            }
             const float4 xa = *(const float4 *)(st + e * FXV_PS), xb = *(const float4 *)(st + e * FXV_PS + 4);
             const float x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int t = 0; t < 8; t++) acc[r * 8 + t] = __fadd_rn(acc[r * 8 + t], __fmul_rn(w[r], x[t]));
+            fxt_mac<FT>(acc, wq, e, x);
         }
         if (++ck == periods) { // the group's 32 sums of each output
             fxt_group_total(acc, s_tot, cg, rb, tb);
