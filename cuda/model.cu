@@ -3393,6 +3393,44 @@ __device__ __forceinline__ void attn_out_store(const AttnArgs &a, int t, int h, 
 // 16-byte loads instead of sixteen 4-byte ones. The same products and
 // additions in the same order: the same bits.
 
+// vec 2 (the default since cuda/NOTES.md v62): as 1, and (a) the staged
+// quads' slots swizzled within each 8-dim group (po_slot) so that the
+// transposing stores of a warp fall in 32 different banks (they fell in
+// 8: four wavefronts a store) while a quarter-warp's reads stay in 8
+// different 16-byte slots; (b) lane 0's serial sum and the weighted sums
+// load the next group of 8 keys before they add the current one (two
+// groups in flight, ping-pong: the loads were issued right before their
+// adds, so each group of 8 dependent additions waited a shared-memory
+// round trip first). The same operations in the same order: the same bits.
+__device__ __forceinline__ int po_slot(int d) { return (d & ~7) | ((d + (d >> 3)) & 7); }
+__device__ __forceinline__ float4 ld4s(const float *p) { return *(const float4 *)p; }
+// sum + sp[0] + … + sp[m − 1], added one at a time in order (sp 16-byte
+// aligned, readable to m).
+__device__ __forceinline__ float po_sum_ahead(float sum, const float *sp, int m) {
+    int j = 0;
+    if (m >= 8) {
+        const int last = (m - 8) & ~3; // the last aligned group of 8 within m
+        float4 a0 = ld4s(sp), a1 = ld4s(sp + 4), b0, b1;
+        auto add8 = [&](const float4 &x, const float4 &y) {
+            sum = fadd(fadd(fadd(fadd(sum, x.x), x.y), x.z), x.w);
+            sum = fadd(fadd(fadd(fadd(sum, y.x), y.y), y.z), y.w);
+        };
+        for (; j + 16 <= m; j += 16) {
+            b0 = ld4s(sp + j + 8), b1 = ld4s(sp + j + 12);
+            add8(a0, a1);
+            const int n = min(j + 16, last);
+            a0 = ld4s(sp + n), a1 = ld4s(sp + n + 4);
+            add8(b0, b1);
+        }
+        if (j + 8 <= m) { // a0, a1 hold keys j … j + 7
+            add8(a0, a1);
+            j += 8;
+        }
+    }
+    for (; j < m; j++) sum = fadd(sum, sp[j]);
+    return sum;
+}
+
 template <bool FAST>
 __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap, int vec) {
     APM_BEGIN();
@@ -3401,6 +3439,7 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     __shared__ __align__(16) float4 s_v[AP_K][AP_D / 4]; // vec: as float4 [AP_K / 4][AP_D], a dim's 4 keys each
     __shared__ __align__(16) float s_p[AP_H][AP_K];
     __shared__ const float *s_kr[AOT_KEYS]; // vec: the first AOT_KEYS keys' rows
+    const bool swz = vec == 2;
     extern __shared__ float s_e[]; // [AP_H][ecap]
     const int t = blockIdx.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int64_t p = a.pos0 + t;
@@ -3452,7 +3491,9 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         }
         for (int j = lane; j < m; j += 32) sp[j] = exp_ref(fsub(s[kc + j], mx));
         __syncwarp();
-        if (lane == 0) {
+        if (lane == 0 && swz) {
+            sum = po_sum_ahead(sum, sp, m);
+        } else if (lane == 0) {
             int j = 0;
             for (; j + 8 <= m; j += 8) {
                 float e[8];
@@ -3475,7 +3516,7 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     }
     float acc = 0.f;
     const float *vcol = (const float *)s_v + lane; // this thread's dim in a staged row
-    const float4 *vq = (const float4 *)s_v + lane; // vec: this thread's dim's key quads, AP_D float4s apart
+    const float4 *vq = (const float4 *)s_v + (swz ? po_slot(lane) : lane); // vec: this thread's dim's key quads, AP_D float4s apart
     for (int64_t kc = 0; kc < nk; kc += AP_K) {
         const int m = (int)min((int64_t)AP_K, nk - kc);
         __syncthreads(); // the previous chunk is consumed
@@ -3484,11 +3525,19 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
 #pragma unroll
             for (int u = 0; u < AP_LD; u++) {
                 const int kk = lk + u * (AP_T / (AP_D / 4));
-                float *q = sv + ((kk >> 2) * AP_D + 4 * lc) * 4 + (kk & 3); // dims 4lc … 4lc+3 of key kk
-                q[0] = nv[u].x;
-                q[4] = nv[u].y;
-                q[8] = nv[u].z;
-                q[12] = nv[u].w;
+                float *q = sv + (kk >> 2) * AP_D * 4 + (kk & 3); // dims 4lc … 4lc+3 of key kk
+                if (swz) {
+                    q[po_slot(4 * lc) * 4] = nv[u].x;
+                    q[po_slot(4 * lc + 1) * 4] = nv[u].y;
+                    q[po_slot(4 * lc + 2) * 4] = nv[u].z;
+                    q[po_slot(4 * lc + 3) * 4] = nv[u].w;
+                } else {
+                    q += 4 * lc * 4;
+                    q[0] = nv[u].x;
+                    q[4] = nv[u].y;
+                    q[8] = nv[u].z;
+                    q[12] = nv[u].w;
+                }
             }
         } else {
 #pragma unroll
@@ -3504,6 +3553,31 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         __syncthreads();
         if (kc + AP_K < nk) load(kc + AP_K);
         int j = 0;
+        if (swz && m >= 8) { // two groups of 8 keys in flight (ping-pong), the last load clamped within m
+            const int last = (m - 8) & ~3;
+            float4 av0, av1, aq0, aq1, bv0, bv1, bq0, bq1;
+            auto grp = [&](int g, float4 &v0, float4 &v1, float4 &q0, float4 &q1) {
+                v0 = vq[(g >> 2) * AP_D], v1 = vq[((g >> 2) + 1) * AP_D];
+                q0 = ld4s(sp + g), q1 = ld4s(sp + g + 4);
+            };
+            auto mac8 = [&](const float4 &v0, const float4 &v1, const float4 &q0, const float4 &q1) {
+                const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+                const float q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+                for (int u = 0; u < 8; u++) acc = FAST ? fmaf(q[u], v[u], acc) : fadd(acc, fmul(q[u], v[u]));
+            };
+            grp(0, av0, av1, aq0, aq1);
+            for (; j + 16 <= m; j += 16) {
+                grp(j + 8, bv0, bv1, bq0, bq1);
+                mac8(av0, av1, aq0, aq1);
+                grp(min(j + 16, last), av0, av1, aq0, aq1);
+                mac8(bv0, bv1, bq0, bq1);
+            }
+            if (j + 8 <= m) {
+                mac8(av0, av1, aq0, aq1);
+                j += 8;
+            }
+        }
         if (vec) {
             for (; j + 8 <= m; j += 8) {
                 const float4 va = vq[(j >> 2) * AP_D], vb = vq[((j >> 2) + 1) * AP_D];

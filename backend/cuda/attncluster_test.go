@@ -265,14 +265,16 @@ func (in attnInputs) free(d *Device) {
 
 // TestAttentionPOVec holds exact mode's single-token attention with the
 // key rows found once a CTA and the key slices read four keys a load
-// (OptAttnPOVec 1, k_attn_po) to the kernel's earlier form (0), bit for
-// bit: output and Q8_0 activation, one and two tokens, on Flash's shape
-// with 133, 640, 1299 (past the 1024 staged rows) and 2471 keys (past
-// the exponentials' shared-memory cache too, so recomputed).
+// (OptAttnPOVec 1, k_attn_po), and with the slices' staging swizzled and
+// the serial loops' loads a group ahead (2), to the kernel's earlier form
+// (0), bit for bit: output and Q8_0 activation, one and two tokens, on
+// Flash's shape with 133, 640, 1299 (past the 1024 staged rows) and 2471
+// keys (past the exponentials' shared-memory cache too, so recomputed and
+// summed from the per-chunk rows).
 func TestAttentionPOVec(t *testing.T) {
 	d := gpu(t)
 	restoreAttnOptions(t, d)
-	t.Cleanup(func() { d.SetOption(OptAttnPOVec, 1) })
+	t.Cleanup(func() { d.SetOption(OptAttnPOVec, 2) })
 	const HD = attnHD
 	const rd, roff, qseg = 64, HD - 64, 4096
 	freqp := uploadFreqs(t, d, rd/2, 0.011)
@@ -290,12 +292,14 @@ func TestAttentionPOVec(t *testing.T) {
 			for _, fused := range []bool{false, true} {
 				label := fmt.Sprintf("pos0 %d, ratio %d, %d keys, %d tokens, fused %v", c.pos0, c.ratio, maxKeys, nt, fused)
 				ref, refAct := run(0, fused)
-				got, gotAct := run(1, fused)
-				if i, ok := firstBitDiff(ref, got); !ok {
-					t.Fatalf("%s: output value %d (head %d): %v, the earlier form %v", label, i, i/HD, got[i], ref[i])
-				}
-				if i := firstByteDiff(refAct, gotAct); i >= 0 {
-					t.Fatalf("%s: activation byte %d differs", label, i)
+				for _, vec := range []int{1, 2} {
+					got, gotAct := run(vec, fused)
+					if i, ok := firstBitDiff(ref, got); !ok {
+						t.Fatalf("%s, option %d: output value %d (head %d): %v, the earlier form %v", label, vec, i, i/HD, got[i], ref[i])
+					}
+					if i := firstByteDiff(refAct, gotAct); i >= 0 {
+						t.Fatalf("%s, option %d: activation byte %d differs", label, vec, i)
+					}
 				}
 			}
 			in.free(d)
