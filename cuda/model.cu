@@ -3402,6 +3402,12 @@ __device__ __forceinline__ void attn_out_store(const AttnArgs &a, int t, int h, 
 // groups in flight, ping-pong: the loads were issued right before their
 // adds, so each group of 8 dependent additions waited a shared-memory
 // round trip first). The same operations in the same order: the same bits.
+// vec 3 (exact mode only; not the default: +0.3 % in the decode graph,
+// within the spread, cuda/NOTES.md v62): as 2, and the weighted sums on
+// warps 0 … 3 only, heads 2w and 2w + 1 a warp, so that a key slice read
+// from shared memory serves two heads' sums (the softmax statistics stay a
+// head a warp on all 8 warps: with 4 warps for them too, k_attn_pox of
+// v62's first call, their double-precision exponentials doubled the phase).
 __device__ __forceinline__ int po_slot(int d) { return (d & ~7) | ((d + (d >> 3)) & 7); }
 __device__ __forceinline__ float4 ld4s(const float *p) { return *(const float4 *)p; }
 // sum + sp[0] + … + sp[m − 1], added one at a time in order (sp 16-byte
@@ -3439,7 +3445,7 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     __shared__ __align__(16) float4 s_v[AP_K][AP_D / 4]; // vec: as float4 [AP_K / 4][AP_D], a dim's 4 keys each
     __shared__ __align__(16) float s_p[AP_H][AP_K];
     __shared__ const float *s_kr[AOT_KEYS]; // vec: the first AOT_KEYS keys' rows
-    const bool swz = vec == 2;
+    const bool swz = vec >= 2, two = vec == 3 && !FAST; // two: warps 0 … 3 sum two heads each (heads 2w, 2w + 1)
     extern __shared__ float s_e[]; // [AP_H][ecap]
     const int t = blockIdx.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int64_t p = a.pos0 + t;
@@ -3514,7 +3520,7 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         PHASE_SYNC();
         APM(4);
     }
-    float acc = 0.f;
+    float acc = 0.f, acc1 = 0.f;
     const float *vcol = (const float *)s_v + lane; // this thread's dim in a staged row
     const float4 *vq = (const float4 *)s_v + (swz ? po_slot(lane) : lane); // vec: this thread's dim's key quads, AP_D float4s apart
     for (int64_t kc = 0; kc < nk; kc += AP_K) {
@@ -3553,6 +3559,48 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         __syncthreads();
         if (kc + AP_K < nk) load(kc + AP_K);
         int j = 0;
+        if (two) { // heads 2w and 2w + 1 over the same key slices, each in key order
+            if (w >= AP_H / 2) continue;
+            const float *p0 = ecap ? s_e + (size_t)(2 * w) * ecap + kc : s_p[2 * w];
+            const float *p1 = ecap ? s_e + (size_t)(2 * w + 1) * ecap + kc : s_p[2 * w + 1];
+            if (m >= 8) {
+                const int last = (m - 8) & ~3;
+                float4 av0, av1, ap0, ap1, aq0, aq1, bv0, bv1, bp0, bp1, bq0, bq1;
+                auto grp = [&](int g, float4 &v0, float4 &v1, float4 &x0, float4 &x1, float4 &y0, float4 &y1) {
+                    v0 = vq[(g >> 2) * AP_D], v1 = vq[((g >> 2) + 1) * AP_D];
+                    x0 = ld4s(p0 + g), x1 = ld4s(p0 + g + 4);
+                    y0 = ld4s(p1 + g), y1 = ld4s(p1 + g + 4);
+                };
+                auto mac8 = [&](const float4 &v0, const float4 &v1, const float4 &x0, const float4 &x1, const float4 &y0,
+                                const float4 &y1) {
+                    const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+                    const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                    const float y[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        acc = fadd(acc, fmul(x[u], v[u]));
+                        acc1 = fadd(acc1, fmul(y[u], v[u]));
+                    }
+                };
+                grp(0, av0, av1, ap0, ap1, aq0, aq1);
+                for (; j + 16 <= m; j += 16) {
+                    grp(j + 8, bv0, bv1, bp0, bp1, bq0, bq1);
+                    mac8(av0, av1, ap0, ap1, aq0, aq1);
+                    grp(min(j + 16, last), av0, av1, ap0, ap1, aq0, aq1);
+                    mac8(bv0, bv1, bp0, bp1, bq0, bq1);
+                }
+                if (j + 8 <= m) {
+                    mac8(av0, av1, ap0, ap1, aq0, aq1);
+                    j += 8;
+                }
+            }
+            for (; j < m; j++) {
+                const float v = ((const float *)(vq + (j >> 2) * AP_D))[j & 3];
+                acc = fadd(acc, fmul(p0[j], v));
+                acc1 = fadd(acc1, fmul(p1[j], v));
+            }
+            continue;
+        }
         if (swz && m >= 8) { // two groups of 8 keys in flight (ping-pong), the last load clamped within m
             const int last = (m - 8) & ~3;
             float4 av0, av1, aq0, aq1, bv0, bv1, bq0, bq1;
@@ -3609,7 +3657,15 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         PHASE_SYNC();
         APM(5);
     }
-    attn_out_store(a, t, h, hok, d0, lane, acc);
+    if (two) {
+        if (w < AP_H / 2) {
+            const int ha = blockIdx.z * AP_H + 2 * w;
+            attn_out_store(a, t, ha, ha < a.H, d0, lane, acc);
+            attn_out_store(a, t, ha + 1, ha + 1 < a.H, d0, lane, acc1);
+        }
+    } else {
+        attn_out_store(a, t, h, hok, d0, lane, acc);
+    }
     if (!FAST) APM_END(nk >= 512 ? 5 : 6);
 }
 
