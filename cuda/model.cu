@@ -3410,32 +3410,52 @@ __device__ __forceinline__ void attn_out_store(const AttnArgs &a, int t, int h, 
 // v62's first call, their double-precision exponentials doubled the phase).
 __device__ __forceinline__ int po_slot(int d) { return (d & ~7) | ((d + (d >> 3)) & 7); }
 __device__ __forceinline__ float4 ld4s(const float *p) { return *(const float4 *)p; }
-// sum + sp[0] + … + sp[m − 1], added one at a time in order (sp 16-byte
-// aligned, readable to m).
-__device__ __forceinline__ float po_sum_ahead(float sum, const float *sp, int m) {
+// po_ahead8 walks keys 0 … m − 1 in groups of 8, in order, with the next
+// group's loads issued before the current group is used: load(g, buf) fills
+// a Buf with keys g … g + 7 (g a multiple of 4), use(buf) consumes it. Two
+// Bufs alternate; the load past the last whole group is clamped to the last
+// aligned group within m, so it stays in bounds and is never used. Returns
+// the keys done (m rounded down to 8); the caller does the rest one by one.
+template <class Buf, class Load, class Use>
+__device__ __forceinline__ int po_ahead8(int m, Load load, Use use) {
     int j = 0;
     if (m >= 8) {
-        const int last = (m - 8) & ~3; // the last aligned group of 8 within m
-        float4 a0 = ld4s(sp), a1 = ld4s(sp + 4), b0, b1;
-        auto add8 = [&](const float4 &x, const float4 &y) {
-            sum = fadd(fadd(fadd(fadd(sum, x.x), x.y), x.z), x.w);
-            sum = fadd(fadd(fadd(fadd(sum, y.x), y.y), y.z), y.w);
-        };
+        const int last = (m - 8) & ~3;
+        Buf a, b;
+        load(0, a);
         for (; j + 16 <= m; j += 16) {
-            b0 = ld4s(sp + j + 8), b1 = ld4s(sp + j + 12);
-            add8(a0, a1);
-            const int n = min(j + 16, last);
-            a0 = ld4s(sp + n), a1 = ld4s(sp + n + 4);
-            add8(b0, b1);
+            load(j + 8, b);
+            use(a);
+            load(min(j + 16, last), a);
+            use(b);
         }
-        if (j + 8 <= m) { // a0, a1 hold keys j … j + 7
-            add8(a0, a1);
+        if (j + 8 <= m) { // a holds keys j … j + 7
+            use(a);
             j += 8;
         }
     }
-    for (; j < m; j++) sum = fadd(sum, sp[j]);
+    return j;
+}
+struct PoQ2 { // a group of 8 floats
+    float4 x0, x1;
+};
+// sum + sp[0] + … + sp[m − 1], added one at a time in order (sp 16-byte
+// aligned, readable to m).
+__device__ __forceinline__ float po_sum_ahead(float sum, const float *sp, int m) {
+    auto load = [&](int g, PoQ2 &b) { b.x0 = ld4s(sp + g), b.x1 = ld4s(sp + g + 4); };
+    auto add8 = [&](const PoQ2 &b) {
+        sum = fadd(fadd(fadd(fadd(sum, b.x0.x), b.x0.y), b.x0.z), b.x0.w);
+        sum = fadd(fadd(fadd(fadd(sum, b.x1.x), b.x1.y), b.x1.z), b.x1.w);
+    };
+    for (int j = po_ahead8<PoQ2>(m, load, add8); j < m; j++) sum = fadd(sum, sp[j]);
     return sum;
 }
+struct PoVP { // a group of 8 keys' values (a dim) and one head's probabilities
+    float4 v0, v1, q0, q1;
+};
+struct PoVPP { // the same with a second head's probabilities
+    float4 v0, v1, q0, q1, r0, r1;
+};
 
 template <bool FAST>
 __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap, int vec) {
@@ -3563,68 +3583,40 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
             if (w >= AP_H / 2) continue;
             const float *p0 = ecap ? s_e + (size_t)(2 * w) * ecap + kc : s_p[2 * w];
             const float *p1 = ecap ? s_e + (size_t)(2 * w + 1) * ecap + kc : s_p[2 * w + 1];
-            if (m >= 8) {
-                const int last = (m - 8) & ~3;
-                float4 av0, av1, ap0, ap1, aq0, aq1, bv0, bv1, bp0, bp1, bq0, bq1;
-                auto grp = [&](int g, float4 &v0, float4 &v1, float4 &x0, float4 &x1, float4 &y0, float4 &y1) {
-                    v0 = vq[(g >> 2) * AP_D], v1 = vq[((g >> 2) + 1) * AP_D];
-                    x0 = ld4s(p0 + g), x1 = ld4s(p0 + g + 4);
-                    y0 = ld4s(p1 + g), y1 = ld4s(p1 + g + 4);
-                };
-                auto mac8 = [&](const float4 &v0, const float4 &v1, const float4 &x0, const float4 &x1, const float4 &y0,
-                                const float4 &y1) {
-                    const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-                    const float x[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-                    const float y[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+            auto load = [&](int g, PoVPP &b) {
+                b.v0 = vq[(g >> 2) * AP_D], b.v1 = vq[((g >> 2) + 1) * AP_D];
+                b.q0 = ld4s(p0 + g), b.q1 = ld4s(p0 + g + 4);
+                b.r0 = ld4s(p1 + g), b.r1 = ld4s(p1 + g + 4);
+            };
+            auto mac8 = [&](const PoVPP &b) {
+                const float v[8] = {b.v0.x, b.v0.y, b.v0.z, b.v0.w, b.v1.x, b.v1.y, b.v1.z, b.v1.w};
+                const float x[8] = {b.q0.x, b.q0.y, b.q0.z, b.q0.w, b.q1.x, b.q1.y, b.q1.z, b.q1.w};
+                const float y[8] = {b.r0.x, b.r0.y, b.r0.z, b.r0.w, b.r1.x, b.r1.y, b.r1.z, b.r1.w};
 #pragma unroll
-                    for (int u = 0; u < 8; u++) {
-                        acc = fadd(acc, fmul(x[u], v[u]));
-                        acc1 = fadd(acc1, fmul(y[u], v[u]));
-                    }
-                };
-                grp(0, av0, av1, ap0, ap1, aq0, aq1);
-                for (; j + 16 <= m; j += 16) {
-                    grp(j + 8, bv0, bv1, bp0, bp1, bq0, bq1);
-                    mac8(av0, av1, ap0, ap1, aq0, aq1);
-                    grp(min(j + 16, last), av0, av1, ap0, ap1, aq0, aq1);
-                    mac8(bv0, bv1, bp0, bp1, bq0, bq1);
+                for (int u = 0; u < 8; u++) {
+                    acc = fadd(acc, fmul(x[u], v[u]));
+                    acc1 = fadd(acc1, fmul(y[u], v[u]));
                 }
-                if (j + 8 <= m) {
-                    mac8(av0, av1, ap0, ap1, aq0, aq1);
-                    j += 8;
-                }
-            }
-            for (; j < m; j++) {
+            };
+            for (j = po_ahead8<PoVPP>(m, load, mac8); j < m; j++) {
                 const float v = ((const float *)(vq + (j >> 2) * AP_D))[j & 3];
                 acc = fadd(acc, fmul(p0[j], v));
                 acc1 = fadd(acc1, fmul(p1[j], v));
             }
             continue;
         }
-        if (swz && m >= 8) { // two groups of 8 keys in flight (ping-pong), the last load clamped within m
-            const int last = (m - 8) & ~3;
-            float4 av0, av1, aq0, aq1, bv0, bv1, bq0, bq1;
-            auto grp = [&](int g, float4 &v0, float4 &v1, float4 &q0, float4 &q1) {
-                v0 = vq[(g >> 2) * AP_D], v1 = vq[((g >> 2) + 1) * AP_D];
-                q0 = ld4s(sp + g), q1 = ld4s(sp + g + 4);
+        if (swz) { // two groups of 8 keys in flight (po_ahead8); the rest below, one at a time
+            auto load = [&](int g, PoVP &b) {
+                b.v0 = vq[(g >> 2) * AP_D], b.v1 = vq[((g >> 2) + 1) * AP_D];
+                b.q0 = ld4s(sp + g), b.q1 = ld4s(sp + g + 4);
             };
-            auto mac8 = [&](const float4 &v0, const float4 &v1, const float4 &q0, const float4 &q1) {
-                const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-                const float q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+            auto mac8 = [&](const PoVP &b) {
+                const float v[8] = {b.v0.x, b.v0.y, b.v0.z, b.v0.w, b.v1.x, b.v1.y, b.v1.z, b.v1.w};
+                const float q[8] = {b.q0.x, b.q0.y, b.q0.z, b.q0.w, b.q1.x, b.q1.y, b.q1.z, b.q1.w};
 #pragma unroll
                 for (int u = 0; u < 8; u++) acc = FAST ? fmaf(q[u], v[u], acc) : fadd(acc, fmul(q[u], v[u]));
             };
-            grp(0, av0, av1, aq0, aq1);
-            for (; j + 16 <= m; j += 16) {
-                grp(j + 8, bv0, bv1, bq0, bq1);
-                mac8(av0, av1, aq0, aq1);
-                grp(min(j + 16, last), av0, av1, aq0, aq1);
-                mac8(bv0, bv1, bq0, bq1);
-            }
-            if (j + 8 <= m) {
-                mac8(av0, av1, aq0, aq1);
-                j += 8;
-            }
+            j = po_ahead8<PoVP>(m, load, mac8);
         }
         if (vec) {
             for (; j + 8 <= m; j += 8) {
