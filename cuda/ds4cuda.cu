@@ -555,27 +555,72 @@ static void env_option(const char *name, int key) {
     if (ds4c_set_option(key, (int)x) != 0) fprintf(stderr, "ds4cuda: %s=%s ignored: %s\n", name, v, ds4c_last_error());
 }
 
-// env_options reads every option's environment variable: DS4_CUDA_ and the
-// option's name in upper case (the table's, and the five checked by
-// ds4c_set_option's switch).
+// The options checked by ds4c_set_option's switch (not a plain range).
+static const struct {
+    int key;
+    const char *name;
+    int *value;
+} k_other[] = {{DS4C_OPT_MV_STAGE, "mv_stage", &g_opt_mv_stage},
+               {DS4C_OPT_RPW, "rpw", &g_opt_rpw},
+               {DS4C_OPT_SPLITK, "splitk", &g_opt_splitk},
+               {DS4C_OPT_TC_MIN_SEL, "tc_min_sel", &g_opt_tc_min_sel},
+               {DS4C_OPT_TC_MIN_TOK, "tc_min_tok", &g_opt_tc_min_tok}};
+
+// option_var writes an option's environment variable into var: DS4_CUDA_
+// and its name in upper case.
+static void option_var(const char *name, char (&var)[64]) {
+    size_t n = strlen("DS4_CUDA_");
+    memcpy(var, "DS4_CUDA_", n);
+    for (const char *c = name; *c && n + 1 < sizeof var; c++) var[n++] = (char)toupper((unsigned char)*c);
+    var[n] = 0;
+}
+
+// option_by_var returns the value of the option whose environment variable
+// is var (setting *key), or null when the library has none of that name.
+static int *option_by_var(const char *var, int *key) {
+    char v[64];
+    for (const auto &o : k_ranged) {
+        option_var(o.name, v);
+        if (strcmp(v, var) == 0) return *key = o.key, o.value;
+    }
+    for (const auto &o : k_other) {
+        option_var(o.name, v);
+        if (strcmp(v, var) == 0) return *key = o.key, o.value;
+    }
+    return nullptr;
+}
+
+// env_options reads every option's environment variable (option_var: the
+// table's, and the five checked by ds4c_set_option's switch).
 static void env_options(void) {
-    static const struct {
-        int key;
-        const char *name;
-    } k_other[] = {{DS4C_OPT_MV_STAGE, "mv_stage"},
-                   {DS4C_OPT_RPW, "rpw"},
-                   {DS4C_OPT_SPLITK, "splitk"},
-                   {DS4C_OPT_TC_MIN_SEL, "tc_min_sel"},
-                   {DS4C_OPT_TC_MIN_TOK, "tc_min_tok"}};
-    auto one = [](int key, const char *name) {
-        char var[64] = "DS4_CUDA_";
-        size_t n = strlen(var);
-        for (const char *c = name; *c && n + 1 < sizeof var; c++) var[n++] = (char)toupper((unsigned char)*c);
-        var[n] = 0;
-        env_option(var, key);
-    };
-    for (const auto &o : k_ranged) one(o.key, o.name);
-    for (const auto &o : k_other) one(o.key, o.name);
+    char var[64];
+    for (const auto &o : k_ranged) option_var(o.name, var), env_option(var, o.key);
+    for (const auto &o : k_other) option_var(o.name, var), env_option(var, o.key);
+}
+
+int ds4c_set_option_env(const char *assign) {
+    if (!assign) return ds4c_err(DS4C_EINVAL, "option: no assignment");
+    const char *eq = strchr(assign, '=');
+    const size_t n = eq ? (size_t)(eq - assign) : 0;
+    if (n == 0 || n >= 64) return ds4c_err(DS4C_EINVAL, "option \"%s\" is not NAME=VALUE", assign);
+    char var[64];
+    memcpy(var, assign, n);
+    var[n] = 0;
+    int key = 0;
+    if (!option_by_var(var, &key)) return ds4c_err(DS4C_EINVAL, "%s is not an option of this library", var);
+    char *end = nullptr;
+    const long x = strtol(eq + 1, &end, 10);
+    if (eq[1] == 0 || *end != 0 || x < -(1L << 30) || x > (1L << 30))
+        return ds4c_err(DS4C_EINVAL, "%s: \"%s\" is not a whole number within ±2^30", var, eq + 1);
+    return ds4c_set_option(key, (int)x);
+}
+
+int ds4c_get_option_env(const char *var, int *value) {
+    int key = 0;
+    const int *v = var ? option_by_var(var, &key) : nullptr;
+    if (!v) return ds4c_err(DS4C_EINVAL, "%s is not an option of this library", var ? var : "(null)");
+    *value = *v;
+    return 0;
 }
 
 int ds4c_set_option(int key, int value) {

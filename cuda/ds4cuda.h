@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-#define DS4C_ABI_VERSION 44
+#define DS4C_ABI_VERSION 45
 
 /* Element types, numbered as ggml/GGUF numbers them. */
 enum {
@@ -671,6 +671,14 @@ int ds4c_chain_q8(const ds4c_chain_op *h_ops, int n_ops, unsigned *d_count, int 
 
 /* Tuning knobs for experiments (key, value); unknown keys fail. */
 int ds4c_set_option(int key, int value);
+/* The same by the option's environment variable (DS4_CUDA_ and its name in
+ * upper case, as read at load): "NAME=VALUE" sets it (unknown names, values
+ * that are not whole numbers and values the option refuses fail), and
+ * ds4c_get_option_env reads its value now. For switching options inside one
+ * process (ds4-bench --ab); an option takes effect where the library reads
+ * it, which for most is each launch. */
+int ds4c_set_option_env(const char *assign);
+int ds4c_get_option_env(const char *name, int *value);
 enum {
     DS4C_OPT_WLOAD = 1,   /* weight loads: 0 __ldg, 1 ld.nc.L1::no_allocate.L2::256B (default), 2 __ldcs */
     DS4C_OPT_SPLITK = 2,  /* 0: automatic; 1, 2, 4, 8: warps per row (single token) */
@@ -683,7 +691,7 @@ enum {
     DS4C_OPT_FX_WARP = 9, /* 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA */
     DS4C_OPT_FX_LIVE = 68, /* 1: DS4C_OPT_FX_WARP's kernel with 8 rows a CTA on rows of at most 1024 columns (the indexer's query product) keeps only the four groups of running sums that hold columns, the other four's totals written as +0 (default; env DS4_CUDA_FX_LIVE; the same bits); 0: all eight groups */
     DS4C_OPT_MV_DEC_SUM = 71, /* 1: exact mode's single-token IQ2_XXS / Q2_K products (k_mv_dec) add a row's block terms on one lane from shared memory, in block order (default; env DS4_CUDA_MV_DEC_SUM; the same bits); 0: every lane adds them after a broadcast shuffle each */
-    DS4C_OPT_ATTN_PO_VEC = 72, /* 1: single-token attention's softmax and output kernel (DS4C_OPT_ATTN_PO) finds its first 1024 keys' rows once a CTA and reads its staged key slices and probabilities four keys a load (default; env DS4_CUDA_ATTN_PO_VEC; the same bits); 0: each key's row found by every thread loading it, a key a load */
+    DS4C_OPT_ATTN_PO_VEC = 72, /* 2: as 1, the staged key quads swizzled free of bank conflicts and the serial loops loading the next group of 8 keys before adding the current one (default; env DS4_CUDA_ATTN_PO_VEC; the same bits); 3: as 2, exact mode's weighted sums two heads a warp on warps 0-3; 1: single-token attention's softmax and output kernel (DS4C_OPT_ATTN_PO) finds its first 1024 keys' rows once a CTA and reads its staged key slices and probabilities four keys a load; 0: each key's row found by every thread loading it, a key a load */
     DS4C_OPT_HC_TWO = 10, /* 1: hc_pre runs the Sinkhorn split in a second CTA per token (default; env DS4_CUDA_HC_TWO); 0: one CTA */
     DS4C_OPT_NORM_ROPE = 11, /* 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three */
     DS4C_OPT_HC_QUANT = 12, /* 1: hc_pre forms x's Q8_0 activation itself when asked (default); 0: a quantize kernel after it */

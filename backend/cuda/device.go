@@ -460,6 +460,23 @@ func (d *Device) SetOption(key, value int) error {
 	return d.l.call("set_option", func() int32 { return d.l.setOption(int32(key), int32(value)) })
 }
 
+// SetOptionEnv sets an option by its environment variable, as the library
+// reads it at load: assign is "DS4_CUDA_NAME=VALUE". Names the library does
+// not have, values that are not whole numbers and values the option refuses
+// fail. The option takes effect where the library reads it — for most, at
+// each launch; a few (weight copies made at load) only at load.
+func (d *Device) SetOptionEnv(assign string) error {
+	return d.l.call("set_option_env", func() int32 { return d.l.setOptEnv(assign) })
+}
+
+// OptionEnv returns the current value of the option whose environment
+// variable is name ("DS4_CUDA_NAME").
+func (d *Device) OptionEnv(name string) (int, error) {
+	var v int32
+	err := d.l.call("get_option_env", func() int32 { return d.l.getOptEnv(name, &v) })
+	return int(v), err
+}
+
 // Graph is an executable CUDA graph captured from a stream.
 type Graph uintptr
 

@@ -20,7 +20,7 @@ import (
 const LibName = "libds4cuda.so"
 
 // abiVersion must equal DS4C_ABI_VERSION in cuda/ds4cuda.h.
-const abiVersion = 44
+const abiVersion = 45
 
 // ErrNotFound is wrapped by the error Load returns when no libds4cuda.so
 // exists in any searched place.
@@ -148,6 +148,8 @@ type lib struct {
 	softmax   func(x, y uintptr, n int64, rows int32, s uintptr) int32
 	swiglu    func(g, u, y uintptr, n int64, clamp float32, s uintptr) int32
 	setOption func(key, value int32) int32
+	setOptEnv func(assign string) int32
+	getOptEnv func(name string, value *int32) int32
 	benchRead func(src uintptr, n uint64, out uintptr, s uintptr) int32
 	chainQ8   func(ops uintptr, n int32, count uintptr, stages, flags int32, s uintptr) int32
 }
@@ -333,6 +335,8 @@ func load() (*lib, error) {
 		{&l.softmax, "ds4c_softmax"},
 		{&l.swiglu, "ds4c_swiglu"},
 		{&l.setOption, "ds4c_set_option"},
+		{&l.setOptEnv, "ds4c_set_option_env"},
+		{&l.getOptEnv, "ds4c_get_option_env"},
 		{&l.benchRead, "ds4c_bench_read"},
 		{&l.chainQ8, "ds4c_chain_q8"},
 	}

@@ -7,16 +7,30 @@
 //	          [--csv FILE] [--plot FILE.svg] [--time-limit DUR]
 //	          [--fast] [--graph-layers N] [--recapture] [--cpuprofile FILE]
 //	ds4-bench --plot-csv IN.csv --plot OUT.svg     (plot an existing CSV)
+//	ds4-bench --backend cuda --frontiers 8192 --gen 256 --ab 'default;DS4_CUDA_X=0' [--rounds 5]
+//	          (an A/B of CUDA library options inside one process)
 //
 // Without -m it runs ./ds4flash.gguf when present, else the built-in demo
 // model (synth.Demo: random weights, the real tokenizer).
 // The prompt is random valid token ids from --seed, or --prompt's text
 // tokenized (repeated to the last frontier). After each frontier's
 // generation the session is rewound to the frontier.
+//
+// With --ab, the CUDA backend's library options are compared inside one
+// process instead (bench.RunAB): the prompt is prefilled to the one
+// frontier, then each round decodes --gen tokens greedily once per variant,
+// each variant being the starting options plus its own NAME=VALUE
+// assignments (the library's environment variables, switched at run time),
+// rewinding to the frontier after each run. The CSV then has a line per
+// run (round, variant, gen_tokens, gen_s, gen_tps) and stderr a summary per
+// variant against the first. An option takes effect where the library
+// reads it: for most, each launch; for a few (weight copies made at load),
+// only at load, which --ab cannot switch.
 package main
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"flag"
 	"fmt"
@@ -65,6 +79,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run (after loading) to this file")
 	mtp := fs.String("mtp", "", "speculative decoding with an MTP block (greedy, or sampled with --temp: the same tokens either way, but for near ties --fast may flip): a separate MTP `FILE`, or \"model\" for the model file's own block")
 	draftAlways := fs.Bool("draft-always", false, "with --mtp: verify every draft, never pausing speculation while the drafts' acceptance is too low to pay (engine.Options.DraftAlways: the cost of a pass that commits nothing, at --accept 0)")
+	abSets := fs.String("ab", "", "CUDA backend: compare library option `SETS` inside one process: ';'-separated variants, each space-separated DS4_CUDA_NAME=VALUE assignments on top of the starting options (\"default\": none), decoded --gen tokens each at the one frontier, interleaved for --rounds rounds")
+	rounds := fs.Int("rounds", 3, "with --ab: rounds (each runs every variant once)")
+	abSettle := fs.Int("ab-settle", 16, "with --ab: tokens decoded untimed after each switch, before the timed run (the decode graphs whose kernels changed are built again in the first steps)")
 	accept := fs.String("accept", "", "with --mtp: time speculative decoding with the drafts committed at these `RATES` (comma-separated, 0-1; one run each) whatever the model's choice, against a plain run (greedy, or sampled with --temp): the speed a trained MTP block of that acceptance gives (random weights' drafts are never right; the tokens are then not plain decoding's)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -108,6 +125,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	last := fr[len(fr)-1]
 	need := last + *gen + 1
+	if *abSets != "" {
+		switch {
+		case len(fr) != 1:
+			return fail(fmt.Errorf("--ab runs at one frontier, not %v", fr))
+		case *gen <= 0 || *rounds <= 0 || *abSettle < 0:
+			return fail(fmt.Errorf("--ab needs --gen and --rounds > 0 and --ab-settle ≥ 0"))
+		case *temp > 0 || *hostGreedy || *accept != "" || *mtp != "":
+			return fail(errors.New("--ab decodes greedily without speculation: not with --temp, --host-greedy, --accept or --mtp"))
+		case strings.ToLower(*backend) != "cuda":
+			return fail(fmt.Errorf("--ab switches CUDA library options: --backend cuda, not %s", *backend))
+		}
+		need = last + max(*gen, *abSettle) + 1
+	}
 	if *ctxLen == 0 {
 		*ctxLen = need
 	} else if *ctxLen < need {
@@ -199,6 +229,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithDeadline(ctx, started.Add(*limit))
 		defer cancel()
 	}
+	if *abSets != "" {
+		dev, ok := be.(interface{ Device() *cuda.Device })
+		if !ok {
+			return fail(fmt.Errorf("--ab switches CUDA library options: --backend cuda, not %s", *backend))
+		}
+		return runAB(ctx, dev.Device(), be, prompt, out, abConfig{sets: *abSets, frontier: last, gen: *gen, rounds: *rounds,
+			settle: *abSettle, warmup: *warmup, chunk: *chunk, ctxLen: *ctxLen}, logf, fail)
+	}
 	var werr error
 	var st engine.Stats
 	runs := []float64{-1} // the block's own drafts (or none)
@@ -277,6 +315,49 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return status
+}
+
+// abConfig is what runAB takes from the flags.
+type abConfig struct {
+	sets                                                 string
+	frontier, gen, rounds, settle, warmup, chunk, ctxLen int
+}
+
+// runAB is ds4-bench --ab: bench.RunAB over the option variants of sets,
+// a CSV line per run to out and a summary line per variant to the log.
+func runAB(ctx context.Context, dev bench.OptionSetter, be engine.Backend, prompt []int32, out io.Writer, c abConfig,
+	logf func(string, ...any), fail func(error) int) int {
+	variants, err := bench.OptionVariants(c.sets, dev)
+	if err != nil {
+		return fail(err)
+	}
+	s, err := engine.NewSession(be, engine.Options{ChunkSize: c.chunk, MaxContext: c.ctxLen, RewindSlack: max(c.gen, c.settle) + 8})
+	if err != nil {
+		return fail(err)
+	}
+	defer s.Close()
+	cw := csv.NewWriter(out)
+	cw.Write([]string{"round", "variant", "gen_tokens", "gen_s", "gen_tps"})
+	cw.Flush()
+	logf("A/B at %d: %d variants, %d rounds of %d tokens (%d untimed after each switch)", c.frontier, len(variants), c.rounds, c.gen, c.settle)
+	runs, err := bench.RunAB(ctx, s, prompt, variants, bench.ABOptions{Frontier: c.frontier, Gen: c.gen, Rounds: c.rounds,
+		Settle: c.settle, Warmup: c.warmup, Progress: func(r bench.ABRun) {
+			name := variants[r.Variant].Name
+			cw.Write([]string{strconv.Itoa(r.Round), name, strconv.Itoa(c.gen), strconv.FormatFloat(r.GenS, 'f', 4, 64),
+				strconv.FormatFloat(r.GenTPS, 'f', 4, 64)})
+			cw.Flush()
+			logf("ab round %d, %s: gen %d in %.3f s (%.2f tok/s)", r.Round, name, c.gen, r.GenS, r.GenTPS)
+		}})
+	for _, sum := range bench.SummarizeAB(variants, runs) {
+		logf("ab %s", sum)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if err := cw.Error(); err != nil {
+		return fail(err)
+	}
+	return 0
 }
 
 func writePlot(path string, rows []bench.Row, title string) error {

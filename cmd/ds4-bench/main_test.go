@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"ds4go/bench"
+	"ds4go/loader"
 )
 
 // TestDemoCPU runs the demo model on the CPU backend to tiny frontiers and
@@ -69,9 +72,76 @@ func TestBadArgs(t *testing.T) {
 		{"--frontiers", "32,x"},
 		{"--frontiers", "64", "--ctx", "40"},
 		{"--backend", "tpu", "--frontiers", "16"},
+		// --ab: one frontier, greedy, the CUDA backend, rounds > 0 (checked before loading)
+		{"--backend", "cuda", "--frontiers", "32,64", "--ab", "default;DS4_CUDA_PDL=0"},
+		{"--frontiers", "32", "--ab", "default;DS4_CUDA_PDL=0"},
+		{"--backend", "cuda", "--frontiers", "32", "--ab", "default;DS4_CUDA_PDL=0", "--temp", "1"},
+		{"--backend", "cuda", "--frontiers", "32", "--ab", "default;DS4_CUDA_PDL=0", "--rounds", "0"},
+		{"--backend", "cuda", "--frontiers", "32", "--ab", "default;DS4_CUDA_PDL=0", "--gen", "0"},
 	} {
 		if code := run(args, &stdout, &stderr); code == 0 {
 			t.Errorf("%v: exit 0", args)
 		}
+	}
+}
+
+// abOptions is a bench.OptionSetter over a map (the CPU backend has no
+// library options).
+type abOptions map[string]int
+
+func (o abOptions) SetOptionEnv(assign string) error {
+	n, v, _ := strings.Cut(assign, "=")
+	x, err := strconv.Atoi(v)
+	if _, ok := o[n]; !ok || err != nil {
+		return fmt.Errorf("bad option %q", assign)
+	}
+	o[n] = x
+	return nil
+}
+
+func (o abOptions) OptionEnv(name string) (int, error) {
+	x, ok := o[name]
+	if !ok {
+		return 0, fmt.Errorf("no option %s", name)
+	}
+	return x, nil
+}
+
+// TestRunAB runs --ab's body on the demo model's CPU backend with options
+// that switch nothing: a CSV line per run, interleaved, and a summary line
+// per variant in the log.
+func TestRunAB(t *testing.T) {
+	m, err := loader.Open(loader.Options{Backend: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	prompt := bench.RandomTokens(32, m.Config.Vocab, 1)
+	var out, log bytes.Buffer
+	logf := func(f string, a ...any) { fmt.Fprintf(&log, f+"\n", a...) }
+	fail := func(err error) int { t.Errorf("runAB: %v", err); return 1 }
+	code := runAB(context.Background(), abOptions{"DS4_CUDA_X": 1}, m.Backend, prompt, &out,
+		abConfig{sets: "default;DS4_CUDA_X=0", frontier: 32, gen: 3, rounds: 2, settle: 2, ctxLen: 64}, logf, fail)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, log.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := []string{"1,default,3,", "1,DS4_CUDA_X=0,3,", "2,default,3,", "2,DS4_CUDA_X=0,3,"}
+	if len(lines) != 5 || lines[0] != "round,variant,gen_tokens,gen_s,gen_tps" {
+		t.Fatalf("CSV:\n%s", out.String())
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i+1], w) {
+			t.Errorf("line %d %q, want it to start %q", i+1, lines[i+1], w)
+		}
+	}
+	if n := strings.Count(log.String(), "ab default ") + strings.Count(log.String(), "ab DS4_CUDA_X=0 "); n != 2 {
+		t.Errorf("%d summary lines, want 2:\n%s", n, log.String())
+	}
+	// an unknown option fails before any work
+	code = runAB(context.Background(), abOptions{}, m.Backend, prompt, &out,
+		abConfig{sets: "default;DS4_CUDA_Y=0", frontier: 32, gen: 3, rounds: 1, ctxLen: 64}, logf, func(error) int { return 1 })
+	if code == 0 {
+		t.Error("unknown option: exit 0")
 	}
 }

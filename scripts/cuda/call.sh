@@ -20,6 +20,12 @@
 #   REUSE=1  skip the builds when build/libds4cuda.so is there (a warm
 #          machine keeps it and /tmp/lib-*.so from the call before)
 #   SMOKE=1  scripts/cuda/smoke.sh first (the whole correctness check)
+#   ABX    library option variants compared inside one ds4-bench process
+#          (ds4-bench --ab: ';'-separated sets of DS4_CUDA_NAME=VALUE, e.g.
+#          ABX='default;DS4_CUDA_ATTN_PO_VEC=1'; the full-size q2 synth at
+#          FRONTIER (8192), GEN (256) tokens a run, ROUNDS (5) rounds, ARGS
+#          (--fast; ' ' for exact mode)) into abx.csv / abx.log: no process
+#          start, model load or prefill a run, so many more rounds a call
 #   AB     variants for scripts/cuda/ab-layers.sh on the full-size q2 synth
 #          (quoted words, e.g. AB='"DS4_CUDA_LIB=/tmp/lib-base.so" DS4_CUDA_X=0');
 #          ROUNDS (default 2), GEN (256), WARMUP (4096), ARGS (--fast)
@@ -81,7 +87,7 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
 synth=
-if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then
+if [ -n "${AB:-}${ABX:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then
     BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
     synth=$!
 fi
@@ -141,7 +147,7 @@ if [ -n "${NCU:-}" ]; then
     for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
-if [ -n "${AB:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${AB:-}${ABX:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
 if [ -n "${SMALL:-}" ]; then OUT=$OUT bash scripts/cuda/small-ab.sh; tar -czf "$OUT/small.tgz" -C "$OUT" small && rm -rf "$OUT/small"; el; fi
 if [ -n "${COLD:-}" ]; then OUT=$OUT bash scripts/cuda/coldstart.sh; el; fi
 if [ -n "${MTP:-}${KT_MTP:-}" ]; then
@@ -220,4 +226,10 @@ if [ -n "${AB:-}" ]; then
     done >"$OUT/probe.txt"
     [ -s "$OUT/probe.txt" ] && cat "$OUT/probe.txt" || rm -f "$OUT/probe.txt"
     tar -czf "$OUT/ab.tgz" -C /tmp ab; el
+fi
+if [ -n "${ABX:-}" ]; then # library options A/B inside one ds4-bench process (ds4-bench --ab)
+    read -r -a xargs_ <<<"${ARGS:---fast}"
+    timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda "${xargs_[@]}" --frontiers "${FRONTIER:-8192}" \
+        --gen "${GEN:-256}" --warmup "${WARMUP:-4096}" --rounds "${ROUNDS:-5}" --ab "$ABX" --csv "$OUT/abx.csv" >"$OUT/abx.log" 2>&1
+    echo "abx: exit $?"; grep -E "ds4-bench: (ab |A/B|error|[^f])" "$OUT/abx.log" | grep -v "ab round" | tail -12; el
 fi

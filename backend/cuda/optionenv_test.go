@@ -1,0 +1,117 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"ds4go/backend/cpu"
+	"ds4go/model"
+)
+
+// TestOptionEnv sets and reads library options by their environment
+// variables (Device.SetOptionEnv and OptionEnv, what ds4-bench --ab
+// switches), refuses what the load-time reading refuses, and checks that a
+// switch between decode steps reaches the recorded graphs: with
+// DS4_CUDA_ATTN_PO=0 after 60 tokens (the single-token softmax and output
+// as two kernels instead of one) the next steps' graphs are built again
+// (GraphStats.Rebuilds), and every token's logits stay the CPU backend's,
+// bit for bit (exact mode, both forms).
+func TestOptionEnv(t *testing.T) {
+	d := gpu(t)
+	const po = "DS4_CUDA_ATTN_PO"
+	v0, err := d.OptionEnv(po)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.SetOptionEnv(fmt.Sprintf("%s=%d", po, v0)) })
+	if err := d.SetOptionEnv(po + "=0"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := d.OptionEnv(po); err != nil || v != 0 {
+		t.Fatalf("%s after setting 0: %d, %v", po, v, err)
+	}
+	for _, bad := range []string{"DS4_CUDA_NO_SUCH_OPTION=1", po + "=x", po + "=5", po + "=", po, "=1", "", "DS4_CUDA_SPLITK=3", "DS4_CUDA_MV_STAGE=100"} {
+		if err := d.SetOptionEnv(bad); err == nil {
+			t.Errorf("SetOptionEnv(%q): no error", bad)
+		}
+	}
+	if v, _ := d.OptionEnv(po); v != 0 {
+		t.Errorf("%s after refused assignments: %d, want 0", po, v)
+	}
+	if _, err := d.OptionEnv("DS4_CUDA_NO_SUCH_OPTION"); err == nil {
+		t.Error("OptionEnv of an unknown name: no error")
+	}
+	must(t, d.SetOptionEnv(fmt.Sprintf("%s=%d", po, v0)))
+
+	eachTinyModel(t, func(t *testing.T, cfg model.Config, w *model.Weights, ref *cpu.Backend) {
+		be, err := New(w, Options{GraphLayers: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer be.Close()
+		defer d.SetOptionEnv(fmt.Sprintf("%s=%d", po, v0))
+		toks := testTokens(120, cfg.Vocab)
+		want := allLogits(t, ref, 1, toks)
+		s := session(t, be, 1)
+		got := make([][]float32, len(toks))
+		keep := func(p int, l []float32) { got[p] = append([]float32(nil), l...) }
+		must(t, d.SetOptionEnv(po+"=1"))
+		if err := s.PrefillAll(context.Background(), toks[:60], keep); err != nil {
+			t.Fatal(err)
+		}
+		before := be.GraphStats()
+		must(t, d.SetOptionEnv(po+"=0"))
+		if err := s.PrefillAll(context.Background(), toks[60:], keep); err != nil {
+			t.Fatal(err)
+		}
+		after := be.GraphStats()
+		if after.Rebuilds <= before.Rebuilds {
+			t.Errorf("the switch did not reach the graphs: rebuilds %d before, %d after", before.Rebuilds, after.Rebuilds)
+		}
+		for p := range got {
+			for j := range got[p] {
+				if math.Float32bits(got[p][j]) != math.Float32bits(want[p][j]) {
+					t.Fatalf("position %d logit %d: %v, the CPU backend %v", p, j, got[p][j], want[p][j])
+				}
+			}
+		}
+	})
+}
+
+// TestABIHeader runs without a GPU: the Go side's abiVersion is the
+// header's DS4C_ABI_VERSION, and every C entry point the loader binds
+// (lib.go's ds4c_ names) is declared in cuda/ds4cuda.h, so that a change
+// to one side without the other fails here rather than at load on the GPU
+// machine.
+func TestABIHeader(t *testing.T) {
+	h, err := os.ReadFile(filepath.Join("..", "..", "cuda", "ds4cuda.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^#define DS4C_ABI_VERSION (\d+)`).FindSubmatch(h)
+	if m == nil {
+		t.Fatal("cuda/ds4cuda.h has no DS4C_ABI_VERSION")
+	}
+	if v, _ := strconv.Atoi(string(m[1])); v != abiVersion {
+		t.Errorf("cuda/ds4cuda.h's DS4C_ABI_VERSION %d, lib.go's abiVersion %d", v, abiVersion)
+	}
+	src, err := os.ReadFile("lib.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`"(ds4c_[a-z0-9_]+)"`).FindAllSubmatch(src, -1)
+	if len(names) < 50 {
+		t.Fatalf("found %d entry points in lib.go", len(names))
+	}
+	for _, n := range names {
+		if !regexp.MustCompile(`\b` + string(n[1]) + `\(`).Match(h) {
+			t.Errorf("lib.go binds %s, which cuda/ds4cuda.h does not declare", n[1])
+		}
+	}
+}
