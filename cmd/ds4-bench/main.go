@@ -351,7 +351,9 @@ func runAB(ctx context.Context, dev bench.OptionSetter, be engine.Backend, promp
 	for _, sum := range bench.SummarizeAB(variants, runs) {
 		logf("ab %s", sum)
 	}
-	if err != nil {
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		logf("time limit reached: %d of %d runs done", len(runs), c.rounds*len(variants))
+	} else if err != nil {
 		return fail(err)
 	}
 	if err := cw.Error(); err != nil {

@@ -138,6 +138,15 @@ func TestRunAB(t *testing.T) {
 	if n := strings.Count(log.String(), "ab default ") + strings.Count(log.String(), "ab DS4_CUDA_X=0 "); n != 2 {
 		t.Errorf("%d summary lines, want 2:\n%s", n, log.String())
 	}
+	// a context that ends (--time-limit) stops it with the runs done: exit 0
+	log.Reset()
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	code = runAB(cctx, abOptions{"DS4_CUDA_X": 1}, m.Backend, prompt, &out,
+		abConfig{sets: "default;DS4_CUDA_X=0", frontier: 32, gen: 3, rounds: 2, ctxLen: 64}, logf, fail)
+	if code != 0 || !strings.Contains(log.String(), "time limit reached: 0 of 4 runs") {
+		t.Errorf("cancelled: exit %d\n%s", code, log.String())
+	}
 	// an unknown option fails before any work
 	code = runAB(context.Background(), abOptions{}, m.Backend, prompt, &out,
 		abConfig{sets: "default;DS4_CUDA_Y=0", frontier: 32, gen: 3, rounds: 1, ctxLen: 64}, logf, func(error) int { return 1 })
