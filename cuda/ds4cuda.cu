@@ -581,11 +581,17 @@ static int *option_by_var(const char *var, int *key) {
     char v[64];
     for (const auto &o : k_ranged) {
         option_var(o.name, v);
-        if (strcmp(v, var) == 0) return *key = o.key, o.value;
+        if (strcmp(v, var) == 0) {
+            *key = o.key;
+            return o.value;
+        }
     }
     for (const auto &o : k_other) {
         option_var(o.name, v);
-        if (strcmp(v, var) == 0) return *key = o.key, o.value;
+        if (strcmp(v, var) == 0) {
+            *key = o.key;
+            return o.value;
+        }
     }
     return nullptr;
 }
@@ -594,8 +600,14 @@ static int *option_by_var(const char *var, int *key) {
 // table's, and the five checked by ds4c_set_option's switch).
 static void env_options(void) {
     char var[64];
-    for (const auto &o : k_ranged) option_var(o.name, var), env_option(var, o.key);
-    for (const auto &o : k_other) option_var(o.name, var), env_option(var, o.key);
+    for (const auto &o : k_ranged) {
+        option_var(o.name, var);
+        env_option(var, o.key);
+    }
+    for (const auto &o : k_other) {
+        option_var(o.name, var);
+        env_option(var, o.key);
+    }
 }
 
 int ds4c_set_option_env(const char *assign) {
