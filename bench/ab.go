@@ -67,14 +67,8 @@ func RunAB(ctx context.Context, s *engine.Session, prompt []int32, variants []Va
 	case o.Gen <= 0 || o.Rounds <= 0 || o.Settle < 0:
 		return nil, fmt.Errorf("bench: A/B needs gen and rounds > 0 and settle ≥ 0 (gen %d, rounds %d, settle %d)", o.Gen, o.Rounds, o.Settle)
 	}
-	if o.Warmup > 0 {
-		w := prompt[len(prompt)-min(o.Warmup, len(prompt)):]
-		if err := s.Prefill(ctx, w); err != nil {
-			return nil, fmt.Errorf("bench: warm-up prefill of %d tokens: %w", len(w), err)
-		}
-		if err := s.Rewind(ctx, 0); err != nil {
-			return nil, fmt.Errorf("bench: rewind after the warm-up: %w", err)
-		}
+	if err := warmUp(ctx, s, prompt, o.Warmup); err != nil {
+		return nil, err
 	}
 	if err := s.Prefill(ctx, prompt[:o.Frontier]); err != nil {
 		return nil, fmt.Errorf("bench: prefill to %d: %w", o.Frontier, err)

@@ -30,7 +30,7 @@ func TestRunABInterleaves(t *testing.T) {
 		{Name: "b", Apply: func() error { applied = append(applied, "b"); return nil }},
 	}
 	var seen []ABRun
-	runs, err := RunAB(context.Background(), s, prompt, variants, ABOptions{Frontier: 32, Gen: 4, Rounds: 3, Settle: 2,
+	runs, err := RunAB(context.Background(), s, prompt, variants, ABOptions{Frontier: 32, Gen: 4, Rounds: 3, Settle: 2, Warmup: 8,
 		Progress: func(r ABRun) {
 			if s.Pos() != 32 {
 				t.Errorf("round %d variant %d: session at %d after the run, want 32", r.Round, r.Variant, s.Pos())

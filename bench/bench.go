@@ -166,14 +166,8 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 	if len(prompt) < last {
 		return nil, fmt.Errorf("bench: prompt of %d tokens is shorter than frontier %d", len(prompt), last)
 	}
-	if o.Warmup > 0 {
-		w := prompt[len(prompt)-min(o.Warmup, len(prompt)):]
-		if err := s.Prefill(ctx, w); err != nil {
-			return nil, fmt.Errorf("bench: warm-up prefill of %d tokens: %w", len(w), err)
-		}
-		if err := s.Rewind(ctx, 0); err != nil {
-			return nil, fmt.Errorf("bench: rewind after the warm-up: %w", err)
-		}
+	if err := warmUp(ctx, s, prompt, o.Warmup); err != nil {
+		return nil, err
 	}
 	var rows []Row
 	prev := 0
@@ -241,6 +235,22 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 		prev = f
 	}
 	return rows, nil
+}
+
+// warmUp prefills the prompt's last n tokens (n > 0) into s and rewinds it
+// to empty (Options.Warmup).
+func warmUp(ctx context.Context, s *engine.Session, prompt []int32, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	w := prompt[len(prompt)-min(n, len(prompt)):]
+	if err := s.Prefill(ctx, w); err != nil {
+		return fmt.Errorf("bench: warm-up prefill of %d tokens: %w", len(w), err)
+	}
+	if err := s.Rewind(ctx, 0); err != nil {
+		return fmt.Errorf("bench: rewind after the warm-up: %w", err)
+	}
+	return nil
 }
 
 func rate(n int, s float64) float64 {
