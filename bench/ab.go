@@ -21,10 +21,17 @@ type Variant struct {
 
 // ABOptions configure RunAB.
 type ABOptions struct {
-	// Frontier is the context the timed runs decode from: the prompt's
+	// Frontier is the context the timed runs start from: the prompt's
 	// first Frontier tokens, prefilled once.
 	Frontier int
-	// Gen is the tokens each timed run decodes (greedily).
+	// Prefill, when positive, is the tokens each timed run prefills from
+	// the frontier (the prompt's next ones, in the session's chunks), timed
+	// apart from its decode; the session is rewound to the frontier after.
+	// A round of every variant's prefill, untimed, then comes before the
+	// first round (a kernel's or a cuBLAS algorithm's first use).
+	Prefill int
+	// Gen is the tokens each timed run decodes (greedily; 0: none) from
+	// the frontier.
 	Gen int
 	// Rounds: each round runs every variant once, in order.
 	Rounds int
@@ -40,32 +47,34 @@ type ABOptions struct {
 
 // ABRun is one timed run of RunAB.
 type ABRun struct {
-	Round   int // from 1
-	Variant int // index into the variants
-	GenS    float64
-	GenTPS  float64
+	Round                int // from 1
+	Variant              int // index into the variants
+	PrefillS, PrefillTPS float64
+	GenS, GenTPS         float64
 }
 
 // RunAB prefills prompt's first o.Frontier tokens into s (which must be
 // empty), then runs o.Rounds rounds; in each, every variant in turn is
-// applied, decodes o.Settle tokens untimed, and decodes o.Gen tokens
-// timed, the session rewound to the frontier after each decode. The
+// applied, decodes o.Settle tokens untimed, prefills o.Prefill tokens
+// timed and decodes o.Gen tokens timed, the session rewound to the
+// frontier after each prefill and decode. The
 // variants interleave round by round, so the machine's drift falls on all
 // of them alike, and share one process, so what differs between processes
 // (the model's placement in memory, a library's build) does not enter the
-// comparison. The session needs RewindSlack ≥ max(o.Gen, o.Settle) for
-// its rewinds to stay cheap. It returns the runs done so far with any
-// error.
+// comparison. The session needs RewindSlack ≥ max(o.Gen, o.Settle,
+// o.Prefill) for its rewinds to stay cheap. It returns the runs done so
+// far with any error.
 func RunAB(ctx context.Context, s *engine.Session, prompt []int32, variants []Variant, o ABOptions) ([]ABRun, error) {
 	switch {
 	case s.Pos() != 0:
 		return nil, errors.New("bench: session is not empty")
 	case len(variants) == 0:
 		return nil, errors.New("bench: no variants")
-	case o.Frontier <= 0 || o.Frontier > len(prompt):
-		return nil, fmt.Errorf("bench: frontier %d outside the prompt's %d tokens", o.Frontier, len(prompt))
-	case o.Gen <= 0 || o.Rounds <= 0 || o.Settle < 0:
-		return nil, fmt.Errorf("bench: A/B needs gen and rounds > 0 and settle ≥ 0 (gen %d, rounds %d, settle %d)", o.Gen, o.Rounds, o.Settle)
+	case o.Frontier <= 0 || o.Prefill < 0 || o.Frontier+o.Prefill > len(prompt):
+		return nil, fmt.Errorf("bench: frontier %d and %d tokens of prefill outside the prompt's %d tokens", o.Frontier, o.Prefill, len(prompt))
+	case o.Gen < 0 || o.Gen+o.Prefill <= 0 || o.Rounds <= 0 || o.Settle < 0:
+		return nil, fmt.Errorf("bench: A/B needs something timed, rounds > 0 and settle ≥ 0 (prefill %d, gen %d, rounds %d, settle %d)",
+			o.Prefill, o.Gen, o.Rounds, o.Settle)
 	}
 	if err := warmUp(ctx, s, prompt, o.Warmup); err != nil {
 		return nil, err
@@ -84,22 +93,52 @@ func RunAB(ctx context.Context, s *engine.Session, prompt []int32, variants []Va
 		}
 		return sec, nil
 	}
+	prefill := func() (float64, error) {
+		t0 := time.Now()
+		if err := s.Prefill(ctx, prompt[o.Frontier:o.Frontier+o.Prefill]); err != nil {
+			return 0, fmt.Errorf("bench: prefill from %d: %w", o.Frontier, err)
+		}
+		sec := time.Since(t0).Seconds()
+		if err := s.Rewind(ctx, o.Frontier); err != nil {
+			return 0, fmt.Errorf("bench: rewind to %d: %w", o.Frontier, err)
+		}
+		return sec, nil
+	}
 	var runs []ABRun
-	for r := 1; r <= o.Rounds; r++ {
+	for r := 0; r <= o.Rounds; r++ { // round 0: the prefills' untimed first round
+		if r == 0 && o.Prefill == 0 {
+			continue
+		}
 		for i, v := range variants {
 			if err := v.Apply(); err != nil {
 				return runs, fmt.Errorf("bench: variant %q: %w", v.Name, err)
+			}
+			if r == 0 {
+				if _, err := prefill(); err != nil {
+					return runs, err
+				}
+				continue
 			}
 			if o.Settle > 0 {
 				if _, err := decode(o.Settle); err != nil {
 					return runs, err
 				}
 			}
-			sec, err := decode(o.Gen)
-			if err != nil {
-				return runs, err
+			run := ABRun{Round: r, Variant: i}
+			if o.Prefill > 0 {
+				sec, err := prefill()
+				if err != nil {
+					return runs, err
+				}
+				run.PrefillS, run.PrefillTPS = sec, rate(o.Prefill, sec)
 			}
-			run := ABRun{Round: r, Variant: i, GenS: sec, GenTPS: rate(o.Gen, sec)}
+			if o.Gen > 0 {
+				sec, err := decode(o.Gen)
+				if err != nil {
+					return runs, err
+				}
+				run.GenS, run.GenTPS = sec, rate(o.Gen, sec)
+			}
 			runs = append(runs, run)
 			if o.Progress != nil {
 				o.Progress(run)
@@ -120,8 +159,15 @@ type ABSummary struct {
 	RoundMin, RoundMax float64 // per-round ratios to the first variant's run
 }
 
-// SummarizeAB summarises runs (RunAB's) by variant.
-func SummarizeAB(variants []Variant, runs []ABRun) []ABSummary {
+// ABDecode is SummarizeAB's metric of a run's decode rate.
+func ABDecode(r ABRun) float64 { return r.GenTPS }
+
+// ABPrefill is SummarizeAB's metric of a run's prefill rate.
+func ABPrefill(r ABRun) float64 { return r.PrefillTPS }
+
+// SummarizeAB summarises runs (RunAB's) by variant, on the rate metric
+// picks (ABDecode, ABPrefill).
+func SummarizeAB(variants []Variant, runs []ABRun, metric func(ABRun) float64) []ABSummary {
 	out := make([]ABSummary, len(variants))
 	base := map[int]float64{} // round → the first variant's rate
 	for i, v := range variants {
@@ -129,16 +175,17 @@ func SummarizeAB(variants []Variant, runs []ABRun) []ABSummary {
 	}
 	for _, r := range runs {
 		if r.Variant == 0 {
-			base[r.Round] = r.GenTPS
+			base[r.Round] = metric(r)
 		}
 	}
 	for _, r := range runs {
 		s := &out[r.Variant]
+		x := metric(r)
 		s.Runs++
-		s.MeanTPS += r.GenTPS
+		s.MeanTPS += x
 		if b := base[r.Round]; b > 0 {
-			s.RoundMin = math.Min(s.RoundMin, r.GenTPS/b)
-			s.RoundMax = math.Max(s.RoundMax, r.GenTPS/b)
+			s.RoundMin = math.Min(s.RoundMin, x/b)
+			s.RoundMax = math.Max(s.RoundMax, x/b)
 		}
 	}
 	for i := range out {

@@ -80,6 +80,49 @@ func TestRunABInterleaves(t *testing.T) {
 	}
 }
 
+// TestRunABPrefill times prefills instead of decodes: an untimed round of
+// every variant first, then each run prefills the prompt's next 8 tokens
+// from the frontier and rewinds there.
+func TestRunABPrefill(t *testing.T) {
+	be, w := tinyBackend(t)
+	s, err := engine.NewSession(be, engine.Options{ChunkSize: 4, MaxContext: 128, RewindSlack: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := RandomTokens(40, w.Config.Vocab, 5)
+	var applied []string
+	variants := []Variant{
+		{Name: "a", Apply: func() error { applied = append(applied, "a"); return nil }},
+		{Name: "b", Apply: func() error { applied = append(applied, "b"); return nil }},
+	}
+	runs, err := RunAB(context.Background(), s, prompt, variants, ABOptions{Frontier: 32, Prefill: 8, Rounds: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(applied, ""); got != "ababab" {
+		t.Errorf("applied %q, want ababab (the untimed round, then two)", got)
+	}
+	if len(runs) != 4 {
+		t.Fatalf("%d runs, want 4", len(runs))
+	}
+	for i, r := range runs {
+		if r.Round != i/2+1 || !(r.PrefillTPS > 0) || r.GenTPS != 0 {
+			t.Errorf("run %d: %+v", i, r)
+		}
+	}
+	if s.Pos() != 32 {
+		t.Errorf("session at %d, want 32", s.Pos())
+	}
+	if sum := SummarizeAB(variants, runs, ABPrefill); !(sum[1].MeanTPS > 0) || sum[0].Ratio != 1 {
+		t.Errorf("summary %+v", sum)
+	}
+	// the prompt must hold the prefilled tokens
+	s2, _ := engine.NewSession(be, engine.Options{MaxContext: 128})
+	if _, err := RunAB(context.Background(), s2, prompt, variants, ABOptions{Frontier: 36, Prefill: 8, Rounds: 1}); err == nil {
+		t.Error("prefill past the prompt: no error")
+	}
+}
+
 func TestRunABRejects(t *testing.T) {
 	be, w := tinyBackend(t)
 	prompt := RandomTokens(40, w.Config.Vocab, 3)
@@ -88,6 +131,7 @@ func TestRunABRejects(t *testing.T) {
 		{Frontier: 0, Gen: 4, Rounds: 1},
 		{Frontier: 41, Gen: 4, Rounds: 1},
 		{Frontier: 32, Gen: 0, Rounds: 1},
+		{Frontier: 32, Gen: -1, Prefill: 4, Rounds: 1},
 		{Frontier: 32, Gen: 4, Rounds: 0},
 		{Frontier: 32, Gen: 4, Rounds: 1, Settle: -1},
 	} {
@@ -111,7 +155,7 @@ func TestSummarizeAB(t *testing.T) {
 		{Round: 1, Variant: 0, GenTPS: 100}, {Round: 1, Variant: 1, GenTPS: 102},
 		{Round: 2, Variant: 0, GenTPS: 110}, {Round: 2, Variant: 1, GenTPS: 110},
 	}
-	s := SummarizeAB(vs, runs)
+	s := SummarizeAB(vs, runs, ABDecode)
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	if s[0].Runs != 2 || !near(s[0].MeanTPS, 105) || !near(s[0].Ratio, 1) || !near(s[0].RoundMin, 1) || !near(s[0].RoundMax, 1) {
 		t.Errorf("base: %+v", s[0])

@@ -8,7 +8,7 @@
 //	          [--fast] [--graph-layers N] [--recapture] [--cpuprofile FILE]
 //	ds4-bench --plot-csv IN.csv --plot OUT.svg     (plot an existing CSV)
 //	ds4-bench --backend cuda --frontiers 8192 --gen 256 --ab 'default;DS4_CUDA_X=0' [--rounds 5]
-//	          (an A/B of CUDA library options inside one process)
+//	          [--ab-prefill 4096]   (an A/B of CUDA library options inside one process)
 //
 // Without -m it runs ./ds4flash.gguf when present, else the built-in demo
 // model (synth.Demo: random weights, the real tokenizer).
@@ -18,12 +18,14 @@
 //
 // With --ab, the CUDA backend's library options are compared inside one
 // process instead (bench.RunAB): the prompt is prefilled to the one
-// frontier, then each round decodes --gen tokens greedily once per variant,
-// each variant being the starting options plus its own NAME=VALUE
-// assignments (the library's environment variables, switched at run time),
-// rewinding to the frontier after each run. The CSV then has a line per
-// run (round, variant, gen_tokens, gen_s, gen_tps) and stderr a summary per
-// variant against the first. An option takes effect where the library
+// frontier, then each round times, once per variant, the prefill of
+// --ab-prefill more tokens (if set) and the greedy decode of --gen tokens
+// (if set), each variant being the starting options plus its own
+// NAME=VALUE assignments (the library's environment variables, switched at
+// run time), rewinding to the frontier after each. The CSV then has a line
+// per run (round, variant, prefill_tokens, prefill_s, prefill_tps,
+// gen_tokens, gen_s, gen_tps) and stderr a summary per variant against the
+// first. An option takes effect where the library
 // reads it: for most, each launch; for a few (weight copies made at load),
 // only at load, which --ab cannot switch.
 package main
@@ -82,6 +84,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	abSets := fs.String("ab", "", "CUDA backend: compare library option `SETS` inside one process: ';'-separated variants, each space-separated DS4_CUDA_NAME=VALUE assignments on top of the starting options (\"default\": none), decoded --gen tokens each at the one frontier, interleaved for --rounds rounds")
 	rounds := fs.Int("rounds", 3, "with --ab: rounds (each runs every variant once)")
 	abSettle := fs.Int("ab-settle", 16, "with --ab: tokens decoded untimed after each switch, before the timed run (the decode graphs whose kernels changed are built again in the first steps)")
+	abPrefill := fs.Int("ab-prefill", 0, "with --ab: also time the prefill of this many tokens from the frontier in each run (--gen 0: the prefill only), after an untimed round of them")
 	accept := fs.String("accept", "", "with --mtp: time speculative decoding with the drafts committed at these `RATES` (comma-separated, 0-1; one run each) whatever the model's choice, against a plain run (greedy, or sampled with --temp): the speed a trained MTP block of that acceptance gives (random weights' drafts are never right; the tokens are then not plain decoding's)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -129,14 +132,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case len(fr) != 1:
 			return fail(fmt.Errorf("--ab runs at one frontier, not %v", fr))
-		case *gen <= 0 || *rounds <= 0 || *abSettle < 0:
-			return fail(fmt.Errorf("--ab needs --gen and --rounds > 0 and --ab-settle ≥ 0"))
+		case *gen+*abPrefill <= 0 || *abPrefill < 0 || *rounds <= 0 || *abSettle < 0:
+			return fail(fmt.Errorf("--ab needs --gen or --ab-prefill > 0, --rounds > 0 and --ab-settle ≥ 0"))
 		case *temp > 0 || *hostGreedy || *accept != "" || *mtp != "":
 			return fail(errors.New("--ab decodes greedily without speculation: not with --temp, --host-greedy, --accept or --mtp"))
 		case strings.ToLower(*backend) != "cuda":
 			return fail(fmt.Errorf("--ab switches CUDA library options: --backend cuda, not %s", *backend))
 		}
-		need = last + max(*gen, *abSettle) + 1
+		need = last + max(*gen, *abSettle, *abPrefill) + 1
 	}
 	if *ctxLen == 0 {
 		*ctxLen = need
@@ -202,10 +205,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if len(toks) == 0 {
 			return fail(fmt.Errorf("%s tokenizes to nothing", *promptFile))
 		}
-		logf("prompt %s: %d tokens (repeated to %d)", *promptFile, len(toks), last)
-		prompt = bench.Repeat(toks, last)
+		logf("prompt %s: %d tokens (repeated to %d)", *promptFile, len(toks), last+*abPrefill)
+		prompt = bench.Repeat(toks, last+*abPrefill)
 	} else {
-		prompt = bench.RandomTokens(last, c.Vocab, *seed)
+		prompt = bench.RandomTokens(last+*abPrefill, c.Vocab, *seed)
 	}
 
 	// Output.
@@ -234,8 +237,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if !ok {
 			return fail(fmt.Errorf("--ab switches CUDA library options: --backend cuda, not %s", *backend))
 		}
-		return runAB(ctx, dev.Device(), be, prompt, out, abConfig{sets: *abSets, frontier: last, gen: *gen, rounds: *rounds,
-			settle: *abSettle, warmup: *warmup, chunk: *chunk, ctxLen: *ctxLen}, logf, fail)
+		return runAB(ctx, dev.Device(), be, prompt, out, abConfig{sets: *abSets, frontier: last, prefill: *abPrefill, gen: *gen,
+			rounds: *rounds, settle: *abSettle, warmup: *warmup, chunk: *chunk, ctxLen: *ctxLen}, logf, fail)
 	}
 	var werr error
 	var st engine.Stats
@@ -319,8 +322,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // abConfig is what runAB takes from the flags.
 type abConfig struct {
-	sets                                                 string
-	frontier, gen, rounds, settle, warmup, chunk, ctxLen int
+	sets                                                          string
+	frontier, prefill, gen, rounds, settle, warmup, chunk, ctxLen int
 }
 
 // runAB is ds4-bench --ab: bench.RunAB over the option variants of sets,
@@ -331,25 +334,35 @@ func runAB(ctx context.Context, dev bench.OptionSetter, be engine.Backend, promp
 	if err != nil {
 		return fail(err)
 	}
-	s, err := engine.NewSession(be, engine.Options{ChunkSize: c.chunk, MaxContext: c.ctxLen, RewindSlack: max(c.gen, c.settle) + 8})
+	s, err := engine.NewSession(be, engine.Options{ChunkSize: c.chunk, MaxContext: c.ctxLen, RewindSlack: max(c.gen, c.settle, c.prefill) + 8})
 	if err != nil {
 		return fail(err)
 	}
 	defer s.Close()
 	cw := csv.NewWriter(out)
-	cw.Write([]string{"round", "variant", "gen_tokens", "gen_s", "gen_tps"})
+	cw.Write([]string{"round", "variant", "prefill_tokens", "prefill_s", "prefill_tps", "gen_tokens", "gen_s", "gen_tps"})
 	cw.Flush()
-	logf("A/B at %d: %d variants, %d rounds of %d tokens (%d untimed after each switch)", c.frontier, len(variants), c.rounds, c.gen, c.settle)
-	runs, err := bench.RunAB(ctx, s, prompt, variants, bench.ABOptions{Frontier: c.frontier, Gen: c.gen, Rounds: c.rounds,
-		Settle: c.settle, Warmup: c.warmup, Progress: func(r bench.ABRun) {
+	logf("A/B at %d: %d variants, %d rounds of a %d-token prefill and a %d-token decode (%d untimed after each switch)",
+		c.frontier, len(variants), c.rounds, c.prefill, c.gen, c.settle)
+	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
+	runs, err := bench.RunAB(ctx, s, prompt, variants, bench.ABOptions{Frontier: c.frontier, Prefill: c.prefill, Gen: c.gen,
+		Rounds: c.rounds, Settle: c.settle, Warmup: c.warmup, Progress: func(r bench.ABRun) {
 			name := variants[r.Variant].Name
-			cw.Write([]string{strconv.Itoa(r.Round), name, strconv.Itoa(c.gen), strconv.FormatFloat(r.GenS, 'f', 4, 64),
-				strconv.FormatFloat(r.GenTPS, 'f', 4, 64)})
+			cw.Write([]string{strconv.Itoa(r.Round), name, strconv.Itoa(c.prefill), f(r.PrefillS), f(r.PrefillTPS),
+				strconv.Itoa(c.gen), f(r.GenS), f(r.GenTPS)})
 			cw.Flush()
-			logf("ab round %d, %s: gen %d in %.3f s (%.2f tok/s)", r.Round, name, c.gen, r.GenS, r.GenTPS)
+			logf("ab round %d, %s: prefill %d in %.3f s (%.1f tok/s), gen %d in %.3f s (%.2f tok/s)", r.Round, name,
+				c.prefill, r.PrefillS, r.PrefillTPS, c.gen, r.GenS, r.GenTPS)
 		}})
-	for _, sum := range bench.SummarizeAB(variants, runs) {
-		logf("ab %s", sum)
+	if c.prefill > 0 {
+		for _, sum := range bench.SummarizeAB(variants, runs, bench.ABPrefill) {
+			logf("ab prefill %s", sum)
+		}
+	}
+	if c.gen > 0 {
+		for _, sum := range bench.SummarizeAB(variants, runs, bench.ABDecode) {
+			logf("ab decode %s", sum)
+		}
 	}
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		logf("time limit reached: %d of %d runs done", len(runs), c.rounds*len(variants))

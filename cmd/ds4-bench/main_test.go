@@ -116,7 +116,7 @@ func TestRunAB(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	prompt := bench.RandomTokens(32, m.Config.Vocab, 1)
+	prompt := bench.RandomTokens(40, m.Config.Vocab, 1)
 	var out, log bytes.Buffer
 	logf := func(f string, a ...any) { fmt.Fprintf(&log, f+"\n", a...) }
 	fail := func(err error) int { t.Errorf("runAB: %v", err); return 1 }
@@ -126,8 +126,8 @@ func TestRunAB(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, log.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	want := []string{"1,default,3,", "1,DS4_CUDA_X=0,3,", "2,default,3,", "2,DS4_CUDA_X=0,3,"}
-	if len(lines) != 5 || lines[0] != "round,variant,gen_tokens,gen_s,gen_tps" {
+	want := []string{"1,default,0,", "1,DS4_CUDA_X=0,0,", "2,default,0,", "2,DS4_CUDA_X=0,0,"}
+	if len(lines) != 5 || lines[0] != "round,variant,prefill_tokens,prefill_s,prefill_tps,gen_tokens,gen_s,gen_tps" {
 		t.Fatalf("CSV:\n%s", out.String())
 	}
 	for i, w := range want {
@@ -135,8 +135,18 @@ func TestRunAB(t *testing.T) {
 			t.Errorf("line %d %q, want it to start %q", i+1, lines[i+1], w)
 		}
 	}
-	if n := strings.Count(log.String(), "ab default ") + strings.Count(log.String(), "ab DS4_CUDA_X=0 "); n != 2 {
-		t.Errorf("%d summary lines, want 2:\n%s", n, log.String())
+	if n := strings.Count(log.String(), "ab decode default ") + strings.Count(log.String(), "ab decode DS4_CUDA_X=0 "); n != 2 ||
+		strings.Contains(log.String(), "ab prefill") {
+		t.Errorf("%d decode summary lines, want 2 and no prefill one:\n%s", n, log.String())
+	}
+	// the prefill timed too: 8 tokens from the frontier each run
+	out.Reset()
+	log.Reset()
+	code = runAB(context.Background(), abOptions{"DS4_CUDA_X": 1}, m.Backend, prompt, &out,
+		abConfig{sets: "default;DS4_CUDA_X=0", frontier: 32, prefill: 8, gen: 2, rounds: 1, ctxLen: 64}, logf, fail)
+	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
+	if code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[1], "1,default,8,") || !strings.Contains(log.String(), "ab prefill DS4_CUDA_X=0 ") {
+		t.Errorf("with the prefill: exit %d\n%s\n%s", code, out.String(), log.String())
 	}
 	// a context that ends (--time-limit) stops it with the runs done: exit 0
 	log.Reset()

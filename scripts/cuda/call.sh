@@ -24,8 +24,10 @@
 #          (ds4-bench --ab: ';'-separated sets of DS4_CUDA_NAME=VALUE, e.g.
 #          ABX='default;DS4_CUDA_ATTN_PO_VEC=1'; the full-size q2 synth at
 #          FRONTIER (8192), GEN (256) tokens a run, ROUNDS (5) rounds, ARGS
-#          (--fast; ' ' for exact mode)) into abx.csv / abx.log: no process
-#          start, model load or prefill a run, so many more rounds a call
+#          (--fast; ' ' for exact mode); ABX_PREFILL=n also times the
+#          prefill of n tokens from the frontier a run, GEN=0 only that)
+#          into abx.csv / abx.log: no process start, model load or 8k
+#          prefill a run, so many more rounds a call
 #   AB     variants for scripts/cuda/ab-layers.sh on the full-size q2 synth
 #          (quoted words, e.g. AB='"DS4_CUDA_LIB=/tmp/lib-base.so" DS4_CUDA_X=0');
 #          ROUNDS (default 2), GEN (256), WARMUP (4096), ARGS (--fast)
@@ -230,6 +232,7 @@ fi
 if [ -n "${ABX:-}" ]; then # library options A/B inside one ds4-bench process (ds4-bench --ab)
     read -r -a xargs_ <<<"${ARGS:---fast}"
     timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda "${xargs_[@]}" --frontiers "${FRONTIER:-8192}" \
-        --gen "${GEN:-256}" --warmup "${WARMUP:-4096}" --rounds "${ROUNDS:-5}" --ab "$ABX" --csv "$OUT/abx.csv" >"$OUT/abx.log" 2>&1
+        --gen "${GEN:-256}" --ab-prefill "${ABX_PREFILL:-0}" --warmup "${WARMUP:-4096}" --rounds "${ROUNDS:-5}" --ab "$ABX" \
+        --csv "$OUT/abx.csv" >"$OUT/abx.log" 2>&1
     echo "abx: exit $?"; grep -E "ds4-bench: (ab |A/B|error|[^f])" "$OUT/abx.log" | grep -v "ab round" | tail -12; el
 fi
