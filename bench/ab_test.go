@@ -12,23 +12,28 @@ import (
 	"ds4go/engine"
 )
 
+// abFixture is an A/B on the CPU backend's Tiny model: a session of the
+// chunk size, rewind slack 16; a 40-token prompt; variants "a" and "b" whose
+// Apply appends their names to *applied.
+func abFixture(t *testing.T, chunk int, seed uint64, applied *[]string) (*engine.Session, []int32, []Variant) {
+	t.Helper()
+	be, w := tinyBackend(t)
+	s, err := engine.NewSession(be, engine.Options{ChunkSize: chunk, MaxContext: 128, RewindSlack: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(n string) func() error { return func() error { *applied = append(*applied, n); return nil } }
+	return s, RandomTokens(40, w.Config.Vocab, seed), []Variant{{Name: "a", Apply: rec("a")}, {Name: "b", Apply: rec("b")}}
+}
+
 // TestRunABInterleaves runs two variants for three rounds on the CPU
 // backend: each run is preceded by its own variant's Apply, the variants
 // alternate round by round, every decode starts at the frontier (the
 // session is back there at the end, with the prompt's tokens), and a
 // failing Apply stops the run with the runs done so far.
 func TestRunABInterleaves(t *testing.T) {
-	be, w := tinyBackend(t)
-	s, err := engine.NewSession(be, engine.Options{ChunkSize: 16, MaxContext: 128, RewindSlack: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompt := RandomTokens(40, w.Config.Vocab, 3)
 	var applied []string
-	variants := []Variant{
-		{Name: "a", Apply: func() error { applied = append(applied, "a"); return nil }},
-		{Name: "b", Apply: func() error { applied = append(applied, "b"); return nil }},
-	}
+	s, prompt, variants := abFixture(t, 16, 3, &applied)
 	var seen []ABRun
 	runs, err := RunAB(context.Background(), s, prompt, variants, ABOptions{Frontier: 32, Gen: 4, Rounds: 3, Settle: 2, Warmup: 8,
 		Progress: func(r ABRun) {
@@ -62,10 +67,8 @@ func TestRunABInterleaves(t *testing.T) {
 	}
 
 	// a failing Apply: the runs before it come back with the error
-	s2, err := engine.NewSession(be, engine.Options{ChunkSize: 16, MaxContext: 128, RewindSlack: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var ignored []string
+	s2, _, _ := abFixture(t, 16, 3, &ignored)
 	boom := errors.New("boom")
 	n := 0
 	variants[1].Apply = func() error {
@@ -84,17 +87,8 @@ func TestRunABInterleaves(t *testing.T) {
 // every variant first, then each run prefills the prompt's next 8 tokens
 // from the frontier and rewinds there.
 func TestRunABPrefill(t *testing.T) {
-	be, w := tinyBackend(t)
-	s, err := engine.NewSession(be, engine.Options{ChunkSize: 4, MaxContext: 128, RewindSlack: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompt := RandomTokens(40, w.Config.Vocab, 5)
 	var applied []string
-	variants := []Variant{
-		{Name: "a", Apply: func() error { applied = append(applied, "a"); return nil }},
-		{Name: "b", Apply: func() error { applied = append(applied, "b"); return nil }},
-	}
+	s, prompt, variants := abFixture(t, 4, 5, &applied)
 	runs, err := RunAB(context.Background(), s, prompt, variants, ABOptions{Frontier: 32, Prefill: 8, Rounds: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +111,7 @@ func TestRunABPrefill(t *testing.T) {
 		t.Errorf("summary %+v", sum)
 	}
 	// the prompt must hold the prefilled tokens
-	s2, _ := engine.NewSession(be, engine.Options{MaxContext: 128})
+	s2, _, _ := abFixture(t, 4, 5, &applied)
 	if _, err := RunAB(context.Background(), s2, prompt, variants, ABOptions{Frontier: 36, Prefill: 8, Rounds: 1}); err == nil {
 		t.Error("prefill past the prompt: no error")
 	}
