@@ -221,24 +221,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer cf.Close()
 		out = cf
 	}
-	cw, err := bench.NewCSVWriter(out)
-	if err != nil {
-		return fail(err)
-	}
-
 	ctx := context.Background()
 	if *limit > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, started.Add(*limit))
 		defer cancel()
 	}
-	if *abSets != "" {
+	if *abSets != "" { // its own CSV columns: runAB writes the header
 		dev, ok := be.(interface{ Device() *cuda.Device })
 		if !ok {
 			return fail(fmt.Errorf("--ab switches CUDA library options: --backend cuda, not %s", *backend))
 		}
 		return runAB(ctx, dev.Device(), be, prompt, out, abConfig{sets: *abSets, frontier: last, prefill: *abPrefill, gen: *gen,
 			rounds: *rounds, settle: *abSettle, warmup: *warmup, chunk: *chunk, ctxLen: *ctxLen}, logf, fail)
+	}
+	cw, err := bench.NewCSVWriter(out)
+	if err != nil {
+		return fail(err)
 	}
 	var werr error
 	var st engine.Stats
