@@ -64,6 +64,8 @@ static int g_opt_mv_ilp = 4; // fast pipelined Q8_0 products: items a warp forms
 static int g_opt_mv_sumw = 1; // fast pipelined Q8_0 products: the row sums on the last warp (matvec.cuh k_mv_pipe_q8f; cuda/NOTES.md v40)
 static int g_opt_mv_two = 1; // fast mode's Q8_0 products of two tokens as one k_mv_pipe_q8f<2, 2> (weights streamed once; cuda/NOTES.md v45)
 static int g_opt_topk_cl = 8193; // top-k of this many candidate rows or more on a cluster of CTAs a token (model.cu k_topk_cl; 0 never; cuda/NOTES.md v51)
+static int g_opt_mv_q8_ns_ex = 200; // exact mode's pipelined Q8_0 products' stages by class: the shared expert's down in 2 (cuda/NOTES.md v63)
+static int g_opt_mv_q8_ns_fast = 0; // fast mode's: DS4C_OPT_MV_STAGES for all
 static int g_opt_mv_exq8 = 2; // exact pipelined Q8_0 products on k_mv_pipe_q8f's items, terms added in block order (cuda/NOTES.md v57), by a ninth warp (2, v58)
 static int g_opt_topk_wide = 1; // prefill chunks' top-k past 8192 rows in two walks (k_topk_wide), cuda/NOTES.md v53
 static int g_opt_topk_cl_tok = 16; // … for launches of at most this many tokens (decode steps and passes: prefill chunks measured slower so)
@@ -163,6 +165,7 @@ int ds4c_opt_topk_cl(void) { return g_opt_topk_cl; }
 int ds4c_opt_topk_cl_tok(void) { return g_opt_topk_cl_tok; }
 int ds4c_opt_topk_wide(void) { return g_opt_topk_wide; }
 int ds4c_opt_mv_exq8(void) { return g_opt_mv_exq8; }
+int ds4c_opt_mv_q8_ns(int exact) { return exact ? g_opt_mv_q8_ns_ex : g_opt_mv_q8_ns_fast; }
 int ds4c_opt_mv_ilp(void) { return g_opt_mv_ilp; }
 int ds4c_opt_ix_query(void) { return g_opt_ix_query; }
 int ds4c_opt_attn_wave(void) { return g_opt_attn_wave; }
@@ -564,7 +567,9 @@ static const struct {
                {DS4C_OPT_RPW, "rpw", &g_opt_rpw},
                {DS4C_OPT_SPLITK, "splitk", &g_opt_splitk},
                {DS4C_OPT_TC_MIN_SEL, "tc_min_sel", &g_opt_tc_min_sel},
-               {DS4C_OPT_TC_MIN_TOK, "tc_min_tok", &g_opt_tc_min_tok}};
+               {DS4C_OPT_TC_MIN_TOK, "tc_min_tok", &g_opt_tc_min_tok},
+               {DS4C_OPT_MV_Q8_NS_EX, "mv_q8_ns_ex", &g_opt_mv_q8_ns_ex},
+               {DS4C_OPT_MV_Q8_NS_FAST, "mv_q8_ns_fast", &g_opt_mv_q8_ns_fast}};
 
 // option_var writes an option's environment variable into var: DS4_CUDA_
 // and its name in upper case.
@@ -597,7 +602,7 @@ static int *option_by_var(const char *var, int *key) {
 }
 
 // env_options reads every option's environment variable (option_var: the
-// table's, and the five checked by ds4c_set_option's switch).
+// table's, and the seven checked by ds4c_set_option's switch).
 static void env_options(void) {
     char var[64];
     for (const auto &o : k_ranged) {
@@ -663,6 +668,16 @@ int ds4c_set_option(int key, int value) {
             return ds4c_err(DS4C_EINVAL, "mv_stage option %d not 0 or a multiple of 1024 up to 65536", value);
         g_opt_mv_stage = value;
         return 0;
+    case DS4C_OPT_MV_Q8_NS_EX:
+    case DS4C_OPT_MV_Q8_NS_FAST: {
+        bool ok = value >= 0 && value <= 8888;
+        for (int v = value; ok && v; v /= 10) ok = v % 10 != 1 && v % 10 != 9;
+        if (!ok)
+            return ds4c_err(DS4C_EINVAL, "%s option %d: not four decimal digits, each 0 or 2..8",
+                            key == DS4C_OPT_MV_Q8_NS_EX ? "mv_q8_ns_ex" : "mv_q8_ns_fast", value);
+        (key == DS4C_OPT_MV_Q8_NS_EX ? g_opt_mv_q8_ns_ex : g_opt_mv_q8_ns_fast) = value;
+        return 0;
+    }
     case DS4C_OPT_TC_MIN_SEL:
         if (value < 0) return ds4c_err(DS4C_EINVAL, "tc_min_sel option %d negative", value);
         g_opt_tc_min_sel = value;

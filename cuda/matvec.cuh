@@ -2282,6 +2282,22 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // w9: its rows added by a ninth warp (DS4C_OPT_MV_EXQ8 2; the segments divide the 8 warps)
         const bool w9 = q8e && ds4c_opt_mv_exq8() == 2 && seg_warps;
         if (nt == 2 && !q8f) return false;
+        // the Q8_0 products' own stage counts by class of columns
+        // (DS4C_OPT_MV_Q8_NS_EX / _FAST: a decimal digit a class, 0 for
+        // DS4C_OPT_MV_STAGES). Exact mode's default gives the shared
+        // expert's down (2048 columns) 2 stages: in 3, its two CTAs an SM
+        // (16 rows, one tile each, with the block terms' buffers) take all
+        // but ≈ 0.6 KB of the SM's shared memory, by this launch's
+        // arithmetic, and the routed experts' k_mv_dec beside it on the
+        // other stream need a few KB; in 2 (19 rows after the even rule
+        // below) they leave ≈ 40 KB. Fast mode's (no block terms) leave ≈
+        // 17 KB in 3. Exact decode +2.0 % (cuda/NOTES.md v63)
+        if ((q8f || q8e) && ds4c_opt_mv_stage() == 0) {
+            const int cls = a.cols <= 1024 ? 3 : a.cols <= 2048 ? 2 : a.cols <= 4096 ? 1 : 0; // the digit: 10^cls
+            int digit = ds4c_opt_mv_q8_ns(q8e);
+            for (int c = 0; c < cls; c++) digit /= 10;
+            if (digit % 10 >= 2) p.ns = digit % 10;
+        }
         const int64_t act_stride = (act_smem + 15) & ~(int64_t)15; // nt = 2: the tokens' copies apart
         // yq (ds4c_matmul_q8out): k_mv_pipe_q8f only (either mode), y one
         // row of whole blocks of 32 values (selections rows apart), no ids

@@ -337,6 +337,8 @@ const (
 	OptTopKClTok    = 63 // OptTopKCl only for launches of at most this many tokens (default 16: decode steps and speculative passes; a prefill chunk's 4096 tokens measured slower on it; env DS4_CUDA_TOPK_CL_TOK)
 	OptIXFlashSplit = 64 // fast chunks' indexer scores on the f16 tensor cores: where a chunk's token groups are too few for this many waves of the kernel's CTAs (two an SM for OptIXFlash 1, one for 2 and 3), each group's compressed rows split into runs, a CTA a run (the same bits; DefaultIXFlashSplit; env DS4_CUDA_IX_FLASH_SPLIT); 0: a CTA walks every row
 	OptTopKWide     = 65 // 1: the top-k of launches of more than OptTopKClTok tokens whose rows pass 8192 (prefill chunks deep in a long context) in two walks over the scores, a histogram of the keys' top 11 bits and the candidates at and above the cut gathered in index order (k_topk_wide; the same picks in the same slots as 0; DefaultTopKWide; env DS4_CUDA_TOPK_WIDE); 0: k_topk_warp's five walks
+	OptMVQ8NSEx     = 73 // stages of exact mode's pipelined Q8_0 products (on fast mode's items, OptMVExQ8) with automatic tiles (OptMVStage 0), a decimal digit a class of columns: thousands at most 1024, hundreds 2048, tens 4096, ones more; each 2..8, or 0 for OptMVStages (default DefaultMVQ8NSEx: the shared expert's down in 2 stages; env DS4_CUDA_MV_Q8_NS_EX; the same bits: stages change the tiles, not a row's order)
+	OptMVQ8NSFast   = 74 // the same for fast mode's pipelined Q8_0 products (default 0: OptMVStages for all; env DS4_CUDA_MV_Q8_NS_FAST)
 	OptMVExQ8       = 66 // 1: exact mode's pipelined Q8_0 products (columns a multiple of 1024 dividing the CTA's 8 warps) form their block terms on fast mode's items (a lane a block; the terms stored, not tree-summed) and add them in block order: the same bits as 0 with about a third of the instructions; 2: the same with a ninth warp, which forms no items, adding the previous tile's rows while the eight form the next (default, DefaultMVExQ8; env DS4_CUDA_MV_EXQ8); 1: the last warp adds them after its items; 0: the pipelined kernel's 16-byte units, two lanes a block
 	OptMVTwo        = 59 // 1: fast mode's products of two tokens: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined product, the weights streamed once and each token's bits its one-token product's; the others split over up to 8 warps a row where the rows are few (default, DefaultMVTwo; env DS4_CUDA_MV_TWO); 0: the generic two-token kernel, a warp a row
 	OptMVPair       = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits in exact mode (in fast mode a lone Q8_0 product runs pipelined, which adds in another order)
@@ -445,6 +447,14 @@ const DefaultIXFlashSplit = 2
 // pipelined Q8_0 products on fast mode's items (cuda/NOTES.md v57), the
 // rows added by a ninth warp (v58).
 const DefaultMVExQ8 = 2
+
+// DefaultMVQ8NSEx is the library's default of OptMVQ8NSEx: exact mode's
+// pipelined Q8_0 products of 2048 columns (the shared expert's down) in two
+// stages, which leaves each SM room for a routed expert's CTA beside its
+// two (exact decode +2.0 % against three stages; every exact class in two
+// stages +1.0 %; fast mode's products keep OptMVStages' three:
+// cuda/NOTES.md v63).
+const DefaultMVQ8NSEx = 200
 
 // DefaultFXWReg is the library's default of OptFXWReg: exact prompt
 // chunks' 16-bit-weight products with the inputs staged for 16-byte reads

@@ -17,9 +17,10 @@ import (
 // matrix each with their own activation rows (4096), a partial last tile,
 // and ids with one out of range (NaN rows). Each is run twice (the same
 // bits: the segments are added in order), again with two stages of
-// taller tiles, four of shorter ones and the tallest tiles (OptMVEven
-// off), the same bits too, and exact mode is checked to keep quant.Dot's
-// bits with the option on — on fast mode's items since v57 (OptMVExQ8:
+// taller tiles, four of shorter ones, the tallest tiles (OptMVEven off)
+// and stage counts by class of columns (OptMVQ8NSEx, OptMVQ8NSFast), the
+// same bits too, and exact mode is checked to keep quant.Dot's bits with
+// the option on — on fast mode's items since v57 (OptMVExQ8:
 // the terms stored and added in block order, by the last warp or, 2, by a
 // ninth), under each of those shapes and with OptMVExQ8 off. MatVecF32
 // (the activation formed in the kernel, with q_b's RMSNorm) is compared
@@ -92,7 +93,8 @@ func TestMatVecFastQ8(t *testing.T) {
 		for _, o := range []struct{ key, v, def int }{{OptMVStages, 2, 3}, {OptMVStages, 4, 3}, {OptMVEven, 0, 1},
 			{OptMVILP, 1, DefaultMVILP}, {OptMVILP, 2, DefaultMVILP}, {OptMVILP, 3, DefaultMVILP},
 			{OptMVSumW, 1 - DefaultMVSumW, DefaultMVSumW}, {OptMVExQ8, 0, DefaultMVExQ8}, {OptMVExQ8, 1, DefaultMVExQ8},
-			{OptMVExQ8, 2, DefaultMVExQ8}} {
+			{OptMVExQ8, 2, DefaultMVExQ8}, {OptMVQ8NSEx, 0, DefaultMVQ8NSEx}, {OptMVQ8NSEx, 2222, DefaultMVQ8NSEx},
+			{OptMVQ8NSEx, 4345, DefaultMVQ8NSEx}, {OptMVQ8NSFast, 2222, 0}, {OptMVQ8NSFast, 4345, 0}} {
 			must(t, d.SetOption(o.key, o.v))
 			got, gotEx := run(false), run(true)
 			must(t, d.SetOption(o.key, o.def))

@@ -48,6 +48,19 @@ func TestOptionEnv(t *testing.T) {
 		t.Error("OptionEnv of an unknown name: no error")
 	}
 	must(t, d.SetOptionEnv(fmt.Sprintf("%s=%d", po, v0)))
+	// the stage digits (switch-checked): each digit 0 or 2..8, at most four
+	const ns = "DS4_CUDA_MV_Q8_NS_EX"
+	t.Cleanup(func() { d.SetOption(OptMVQ8NSEx, DefaultMVQ8NSEx) })
+	for _, bad := range []string{ns + "=1200", ns + "=290", ns + "=10000", ns + "=-2"} {
+		if err := d.SetOptionEnv(bad); err == nil {
+			t.Errorf("SetOptionEnv(%q): no error", bad)
+		}
+	}
+	must(t, d.SetOptionEnv(ns+"=0802"))
+	if v, err := d.OptionEnv(ns); err != nil || v != 802 {
+		t.Errorf("%s after setting 0802: %d, %v", ns, v, err)
+	}
+	must(t, d.SetOption(OptMVQ8NSEx, DefaultMVQ8NSEx))
 
 	eachTinyModel(t, func(t *testing.T, cfg model.Config, w *model.Weights, ref *cpu.Backend) {
 		be, err := New(w, Options{GraphLayers: 1})

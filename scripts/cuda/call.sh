@@ -27,7 +27,9 @@
 #          (--fast; ' ' for exact mode); ABX_PREFILL=n also times the
 #          prefill of n tokens from the frontier a run, GEN=0 only that)
 #          into abx.csv / abx.log: no process start, model load or 8k
-#          prefill a run, so many more rounds a call
+#          prefill a run, so many more rounds a call; ABX2 (with ARGS2,
+#          default --fast) a second such A/B after it, into abx2.*;
+#          ABX_LIMIT each one's time limit in seconds (560)
 #   AB     variants for scripts/cuda/ab-layers.sh on the full-size q2 synth
 #          (quoted words, e.g. AB='"DS4_CUDA_LIB=/tmp/lib-base.so" DS4_CUDA_X=0');
 #          ROUNDS (default 2), GEN (256), WARMUP (4096), ARGS (--fast)
@@ -89,7 +91,7 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
 synth=
-if [ -n "${AB:-}${ABX:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then
+if [ -n "${AB:-}${ABX:-}${ABX2:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then
     BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
     synth=$!
 fi
@@ -149,7 +151,7 @@ if [ -n "${NCU:-}" ]; then
     for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
-if [ -n "${AB:-}${ABX:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${AB:-}${ABX:-}${ABX2:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
 if [ -n "${SMALL:-}" ]; then OUT=$OUT bash scripts/cuda/small-ab.sh; tar -czf "$OUT/small.tgz" -C "$OUT" small && rm -rf "$OUT/small"; el; fi
 if [ -n "${COLD:-}" ]; then OUT=$OUT bash scripts/cuda/coldstart.sh; el; fi
 if [ -n "${MTP:-}${KT_MTP:-}" ]; then
@@ -229,10 +231,13 @@ if [ -n "${AB:-}" ]; then
     [ -s "$OUT/probe.txt" ] && cat "$OUT/probe.txt" || rm -f "$OUT/probe.txt"
     tar -czf "$OUT/ab.tgz" -C /tmp ab; el
 fi
-if [ -n "${ABX:-}" ]; then # library options A/B inside one ds4-bench process (ds4-bench --ab)
-    read -r -a xargs_ <<<"${ARGS:---fast}"
-    timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda "${xargs_[@]}" --frontiers "${FRONTIER:-8192}" \
-        --gen "${GEN:-256}" --ab-prefill "${ABX_PREFILL:-0}" --warmup "${WARMUP:-4096}" --rounds "${ROUNDS:-5}" --ab "$ABX" \
-        --csv "$OUT/abx.csv" >"$OUT/abx.log" 2>&1
-    echo "abx: exit $?"; grep -E "ds4-bench: (ab |A/B|error|[^f])" "$OUT/abx.log" | grep -v "ab round" | tail -12; el
-fi
+# abx NAME SETS ARGS: library options A/B inside one ds4-bench process (ds4-bench --ab)
+abx() {
+    read -r -a xargs_ <<<"$3"
+    timeout "${ABX_LIMIT:-560}" $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda "${xargs_[@]}" --frontiers "${FRONTIER:-8192}" \
+        --gen "${GEN:-256}" --ab-prefill "${ABX_PREFILL:-0}" --warmup "${WARMUP:-4096}" --rounds "${ROUNDS:-5}" --ab "$2" --time-limit "$(( ${ABX_LIMIT:-560} - 15 ))s" \
+        --csv "$OUT/$1.csv" >"$OUT/$1.log" 2>&1
+    echo "$1: exit $?"; grep -E "ds4-bench: (ab |A/B|error|[^f])" "$OUT/$1.log" | grep -v "ab round" | tail -16; el
+}
+if [ -n "${ABX:-}" ]; then abx abx "$ABX" "${ARGS:---fast}"; fi
+if [ -n "${ABX2:-}" ]; then abx abx2 "$ABX2" "${ARGS2:---fast}"; fi
