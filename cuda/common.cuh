@@ -71,7 +71,8 @@ int ds4c_opt_ix_flash_split(void);
 int ds4c_opt_topk_cl_tok(void);
 int ds4c_opt_topk_wide(void);
 int ds4c_opt_mv_exq8(void);
-int ds4c_opt_mv_q8_ns(int exact); // DS4C_OPT_MV_Q8_NS_EX (exact) or _FAST
+int ds4c_opt_mv_q8_ns(int exact);   // DS4C_OPT_MV_Q8_NS_EX (exact) or _FAST
+int ds4c_opt_mv_q8_ctas(int exact); // DS4C_OPT_MV_Q8_CTAS_EX (exact) or _FAST
 int ds4c_opt_ix_query(void);
 int ds4c_opt_attn_wave(void);
 int ds4c_opt_attn_cluster(void);

@@ -66,6 +66,8 @@ static int g_opt_mv_two = 1; // fast mode's Q8_0 products of two tokens as one k
 static int g_opt_topk_cl = 8193; // top-k of this many candidate rows or more on a cluster of CTAs a token (model.cu k_topk_cl; 0 never; cuda/NOTES.md v51)
 static int g_opt_mv_q8_ns_ex = 200; // exact mode's pipelined Q8_0 products' stages by class: the shared expert's down in 2 (cuda/NOTES.md v63)
 static int g_opt_mv_q8_ns_fast = 0; // fast mode's: DS4C_OPT_MV_STAGES for all
+static int g_opt_mv_q8_ctas_ex = 0;   // their CTAs an SM at most by class (0: DS4C_OPT_MV_PIPE for all)
+static int g_opt_mv_q8_ctas_fast = 0;
 static int g_opt_mv_exq8 = 2; // exact pipelined Q8_0 products on k_mv_pipe_q8f's items, terms added in block order (cuda/NOTES.md v57), by a ninth warp (2, v58)
 static int g_opt_topk_wide = 1; // prefill chunks' top-k past 8192 rows in two walks (k_topk_wide), cuda/NOTES.md v53
 static int g_opt_topk_cl_tok = 16; // … for launches of at most this many tokens (decode steps and passes: prefill chunks measured slower so)
@@ -166,6 +168,7 @@ int ds4c_opt_topk_cl_tok(void) { return g_opt_topk_cl_tok; }
 int ds4c_opt_topk_wide(void) { return g_opt_topk_wide; }
 int ds4c_opt_mv_exq8(void) { return g_opt_mv_exq8; }
 int ds4c_opt_mv_q8_ns(int exact) { return exact ? g_opt_mv_q8_ns_ex : g_opt_mv_q8_ns_fast; }
+int ds4c_opt_mv_q8_ctas(int exact) { return exact ? g_opt_mv_q8_ctas_ex : g_opt_mv_q8_ctas_fast; }
 int ds4c_opt_mv_ilp(void) { return g_opt_mv_ilp; }
 int ds4c_opt_ix_query(void) { return g_opt_ix_query; }
 int ds4c_opt_attn_wave(void) { return g_opt_attn_wave; }
@@ -540,6 +543,8 @@ static const struct {
     {DS4C_OPT_TOPK_CL_TOK, "topk_cl_tok", &g_opt_topk_cl_tok, 0, 65535},
     {DS4C_OPT_TOPK_WIDE, "topk_wide", &g_opt_topk_wide, 0, 1},
     {DS4C_OPT_MV_EXQ8, "mv_exq8", &g_opt_mv_exq8, 0, 2},
+    {DS4C_OPT_MV_Q8_CTAS_EX, "mv_q8_ctas_ex", &g_opt_mv_q8_ctas_ex, 0, 9999},
+    {DS4C_OPT_MV_Q8_CTAS_FAST, "mv_q8_ctas_fast", &g_opt_mv_q8_ctas_fast, 0, 9999},
 };
 
 // env_option sets option key from the environment variable name when it

@@ -2282,21 +2282,25 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // w9: its rows added by a ninth warp (DS4C_OPT_MV_EXQ8 2; the segments divide the 8 warps)
         const bool w9 = q8e && ds4c_opt_mv_exq8() == 2 && seg_warps;
         if (nt == 2 && !q8f) return false;
-        // the Q8_0 products' own stage counts by class of columns
-        // (DS4C_OPT_MV_Q8_NS_EX / _FAST: a decimal digit a class, 0 for
-        // DS4C_OPT_MV_STAGES). Exact mode's default gives the shared
-        // expert's down (2048 columns) 2 stages: in 3, its two CTAs an SM
-        // (16 rows, one tile each, with the block terms' buffers) take all
-        // but ≈ 0.6 KB of the SM's shared memory, by this launch's
-        // arithmetic, and the routed experts' k_mv_dec beside it on the
-        // other stream need a few KB; in 2 (19 rows after the even rule
-        // below) they leave ≈ 40 KB. Fast mode's (no block terms) leave ≈
-        // 17 KB in 3. Exact decode +2.0 % (cuda/NOTES.md v63)
-        if ((q8f || q8e) && ds4c_opt_mv_stage() == 0) {
+        // the Q8_0 products' own stage counts and CTAs an SM by class of
+        // columns (DS4C_OPT_MV_Q8_NS_EX / _FAST, DS4C_OPT_MV_Q8_CTAS_EX /
+        // _FAST: a decimal digit a class, 0 for DS4C_OPT_MV_STAGES /
+        // DS4C_OPT_MV_PIPE). Exact mode's default gives the shared expert's
+        // down (2048 columns, on the side stream beside the routed experts)
+        // 2 stages: 19-row tiles, 216 CTAs, where 3 stages gave 16-row
+        // tiles, 256 CTAs. Two of its CTAs on an SM leave no room for a
+        // routed expert's k_mv_dec CTA — registers: two take 2 × 288 × 88
+        // = 50688 of the SM's 65536, a k_mv_dec CTA 256 × 128 = 32768
+        // (nvcc 11.8's counts); in 3 stages shared memory too, all but ≈
+        // 0.6 KB — one does, so fewer CTAs let the routed experts start on
+        // more SMs. Exact decode +2.0 % (cuda/NOTES.md v63)
+        int cap = 0; // DS4C_OPT_MV_Q8_CTAS_*: at most this many CTAs an SM (0: no cap)
+        if (q8f || q8e) {
             const int cls = a.cols <= 1024 ? 3 : a.cols <= 2048 ? 2 : a.cols <= 4096 ? 1 : 0; // the digit: 10^cls
-            int digit = ds4c_opt_mv_q8_ns(q8e);
-            for (int c = 0; c < cls; c++) digit /= 10;
-            if (digit % 10 >= 2) p.ns = digit % 10;
+            int ns = ds4c_opt_mv_q8_ns(q8e), ctas = ds4c_opt_mv_q8_ctas(q8e);
+            for (int c = 0; c < cls; c++) ns /= 10, ctas /= 10;
+            if (ns % 10 >= 2 && ds4c_opt_mv_stage() == 0) p.ns = ns % 10;
+            cap = ctas % 10;
         }
         const int64_t act_stride = (act_smem + 15) & ~(int64_t)15; // nt = 2: the tokens' copies apart
         // yq (ds4c_matmul_q8out): k_mv_pipe_q8f only (either mode), y one
@@ -2311,7 +2315,8 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         int64_t stage_bytes = ds4c_opt_mv_stage();
         // room (DS4C_MM_ROOM): DS4C_MV_ROOM_KIB of each SM left free, in one
         // CTA an SM, or (DS4C_OPT_MV_ROOM's bit for nt tokens) cps of them
-        const int per = room && !(ds4c_opt_mv_room() & (nt == 2 ? 2 : 1)) ? 1 : cps;
+        // (cap: at most that many, in the budget of cps)
+        const int per = room && !(ds4c_opt_mv_room() & (nt == 2 ? 2 : 1)) ? 1 : (cap > 0 ? min(cap, cps) : cps);
         // (the IQ2 codebook, 16 bytes of slack, the CTA's reserve)
         const int64_t fixed = PIPE_BARS + (T::GRID ? 2048 : 0) + (nt == 1 ? act_smem : nt * act_stride) + 16 + 1024;
         const int64_t budget = room ? (smem_sm - DS4C_MV_ROOM_KIB * 1024) / per : smem_sm / cps;

@@ -283,7 +283,7 @@ const (
 	OptFXWarp       = 9  // 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA
 	OptFXLive       = 68 // 1: OptFXWarp's kernel with 8 rows a CTA on rows of at most 1024 columns (the indexer's query product) keeps only the four groups of running sums that hold columns, the other four's totals written as +0 (default; env DS4_CUDA_FX_LIVE; the same bits); 0: all eight groups
 	OptMVDecSum     = 71 // 1: exact mode's single-token IQ2_XXS / Q2_K products (OptMVDec) add a row's block terms on one lane from shared memory, in block order (default; env DS4_CUDA_MV_DEC_SUM; the same bits); 0: every lane adds them after a broadcast shuffle each
-	OptAttnPOVec    = 72 // 2: single-token attention's softmax and output kernel (OptAttnPO) as 1, with its transposing stores of key slices swizzled free of bank conflicts and its serial loops (lane 0's sum, the weighted sums) loading the next group of 8 keys before adding the current one (default; env DS4_CUDA_ATTN_PO_VEC; the same bits); 3: as 2, exact mode's weighted sums on warps 0-3 with two heads a warp sharing each key slice read (measured +0.3 %, within the spread: cuda/NOTES.md v62); 1: it finds its first 1024 keys' rows once a CTA and reads its staged key slices and probabilities four keys a load; 0: each key's row found by every thread loading it, a key a load
+	OptAttnPOVec    = 72 // 2: single-token attention's softmax and output kernel (OptAttnPO) as 1, with its transposing stores of key slices swizzled free of bank conflicts and its serial loops (lane 0's sum, the weighted sums) loading the next group of 8 keys before adding the current one (default; env DS4_CUDA_ATTN_PO_VEC; the same bits); 3: as 2, exact mode's weighted sums on warps 0-3 with two heads a warp sharing each key slice read (measured +0.3 %, within the spread: cuda/NOTES.md v62; −0.6 % in v63's in-process A/B); 1: it finds its first 1024 keys' rows once a CTA and reads its staged key slices and probabilities four keys a load; 0: each key's row found by every thread loading it, a key a load
 	OptHCTwo        = 10 // 1: hc_pre runs the Sinkhorn split in a second CTA per token (default; env DS4_CUDA_HC_TWO); 0: one CTA
 	OptNormRope     = 11 // 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three kernels
 	OptHCQuant      = 12 // 1: hc_pre forms x's Q8_0 activation itself when asked (default); 0: a quantize kernel after it
@@ -339,6 +339,8 @@ const (
 	OptTopKWide     = 65 // 1: the top-k of launches of more than OptTopKClTok tokens whose rows pass 8192 (prefill chunks deep in a long context) in two walks over the scores, a histogram of the keys' top 11 bits and the candidates at and above the cut gathered in index order (k_topk_wide; the same picks in the same slots as 0; DefaultTopKWide; env DS4_CUDA_TOPK_WIDE); 0: k_topk_warp's five walks
 	OptMVQ8NSEx     = 73 // stages of exact mode's pipelined Q8_0 products (on fast mode's items, OptMVExQ8) with automatic tiles (OptMVStage 0), a decimal digit a class of columns: thousands at most 1024, hundreds 2048, tens 4096, ones more; each 2..8, or 0 for OptMVStages (default DefaultMVQ8NSEx: the shared expert's down in 2 stages; env DS4_CUDA_MV_Q8_NS_EX; the same bits: stages change the tiles, not a row's order)
 	OptMVQ8NSFast   = 74 // the same for fast mode's pipelined Q8_0 products (default 0: OptMVStages for all; env DS4_CUDA_MV_Q8_NS_FAST)
+	OptMVQ8CTAsEx   = 75 // exact mode's pipelined Q8_0 products (as OptMVQ8NSEx) run at most this many CTAs an SM, a decimal digit a class of columns as there, tiles still sized for OptMVPipe CTAs an SM (0: no cap, the default; env DS4_CUDA_MV_Q8_CTAS_EX; the same bits)
+	OptMVQ8CTAsFast = 76 // the same for fast mode's (default 0; env DS4_CUDA_MV_Q8_CTAS_FAST)
 	OptMVExQ8       = 66 // 1: exact mode's pipelined Q8_0 products (columns a multiple of 1024 dividing the CTA's 8 warps) form their block terms on fast mode's items (a lane a block; the terms stored, not tree-summed) and add them in block order: the same bits as 0 with about a third of the instructions; 2: the same with a ninth warp, which forms no items, adding the previous tile's rows while the eight form the next (default, DefaultMVExQ8; env DS4_CUDA_MV_EXQ8); 1: the last warp adds them after its items; 0: the pipelined kernel's 16-byte units, two lanes a block
 	OptMVTwo        = 59 // 1: fast mode's products of two tokens: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined product, the weights streamed once and each token's bits its one-token product's; the others split over up to 8 warps a row where the rows are few (default, DefaultMVTwo; env DS4_CUDA_MV_TWO); 0: the generic two-token kernel, a warp a row
 	OptMVPair       = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits in exact mode (in fast mode a lone Q8_0 product runs pipelined, which adds in another order)
@@ -450,8 +452,9 @@ const DefaultMVExQ8 = 2
 
 // DefaultMVQ8NSEx is the library's default of OptMVQ8NSEx: exact mode's
 // pipelined Q8_0 products of 2048 columns (the shared expert's down) in two
-// stages, which leaves each SM room for a routed expert's CTA beside its
-// two (exact decode +2.0 % against three stages; every exact class in two
+// stages: taller tiles and fewer CTAs (216 against 256), so that more SMs
+// hold one of them, which leaves room for a routed expert's CTA beside it
+// (exact decode +2.0 % against three stages; every exact class in two
 // stages +1.0 %; fast mode's products keep OptMVStages' three:
 // cuda/NOTES.md v63).
 const DefaultMVQ8NSEx = 200

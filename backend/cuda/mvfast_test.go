@@ -18,7 +18,7 @@ import (
 // and ids with one out of range (NaN rows). Each is run twice (the same
 // bits: the segments are added in order), again with two stages of
 // taller tiles, four of shorter ones, the tallest tiles (OptMVEven off)
-// and stage counts by class of columns (OptMVQ8NSEx, OptMVQ8NSFast), the
+// and stage counts and CTAs an SM by class of columns (OptMVQ8NSEx, …), the
 // same bits too, and exact mode is checked to keep quant.Dot's bits with
 // the option on — on fast mode's items since v57 (OptMVExQ8:
 // the terms stored and added in block order, by the last warp or, 2, by a
@@ -94,7 +94,7 @@ func TestMatVecFastQ8(t *testing.T) {
 			{OptMVILP, 1, DefaultMVILP}, {OptMVILP, 2, DefaultMVILP}, {OptMVILP, 3, DefaultMVILP},
 			{OptMVSumW, 1 - DefaultMVSumW, DefaultMVSumW}, {OptMVExQ8, 0, DefaultMVExQ8}, {OptMVExQ8, 1, DefaultMVExQ8},
 			{OptMVExQ8, 2, DefaultMVExQ8}, {OptMVQ8NSEx, 0, DefaultMVQ8NSEx}, {OptMVQ8NSEx, 2222, DefaultMVQ8NSEx},
-			{OptMVQ8NSEx, 4345, DefaultMVQ8NSEx}, {OptMVQ8NSFast, 2222, 0}, {OptMVQ8NSFast, 4345, 0}} {
+			{OptMVQ8NSEx, 4345, DefaultMVQ8NSEx}, {OptMVQ8NSFast, 2222, 0}, {OptMVQ8NSFast, 4345, 0}, {OptMVQ8CTAsEx, 1111, 0}, {OptMVQ8CTAsFast, 1111, 0}} {
 			must(t, d.SetOption(o.key, o.v))
 			got, gotEx := run(false), run(true)
 			must(t, d.SetOption(o.key, o.def))
