@@ -27,13 +27,14 @@ type ABOptions struct {
 	// Prefill, when positive, is the tokens each timed run prefills from
 	// the frontier (the prompt's next ones, in the session's chunks), timed
 	// apart from its decode; the session is rewound to the frontier after.
-	// A round of every variant's prefill, untimed, then comes before the
-	// first round (a kernel's or a cuBLAS algorithm's first use).
 	Prefill int
 	// Gen is the tokens each timed run decodes (greedily; 0: none) from
 	// the frontier.
 	Gen int
-	// Rounds: each round runs every variant once, in order.
+	// Rounds: each round runs every variant once, in order, after an
+	// untimed round of the same runs (a kernel's or a cuBLAS algorithm's
+	// first use, the graphs' first builds, the clocks: v63 saw the first
+	// timed decode of a call ≈ 0.4 % slow).
 	Rounds int
 	// Settle is the tokens decoded untimed (then rewound) after a variant
 	// is applied and before its timed run: the first steps after a switch
@@ -54,10 +55,10 @@ type ABRun struct {
 }
 
 // RunAB prefills prompt's first o.Frontier tokens into s (which must be
-// empty), then runs o.Rounds rounds; in each, every variant in turn is
-// applied, decodes o.Settle tokens untimed, prefills o.Prefill tokens
-// timed and decodes o.Gen tokens timed, the session rewound to the
-// frontier after each prefill and decode. The
+// empty), then runs an untimed round and o.Rounds timed ones; in each,
+// every variant in turn is applied, decodes o.Settle tokens untimed,
+// prefills o.Prefill tokens and decodes o.Gen tokens, the session rewound
+// to the frontier after each prefill and decode. The
 // variants interleave round by round, so the machine's drift falls on all
 // of them alike, and share one process, so what differs between processes
 // (the model's placement in memory, a library's build) does not enter the
@@ -105,19 +106,10 @@ func RunAB(ctx context.Context, s *engine.Session, prompt []int32, variants []Va
 		return sec, nil
 	}
 	var runs []ABRun
-	for r := 0; r <= o.Rounds; r++ { // round 0: the prefills' untimed first round
-		if r == 0 && o.Prefill == 0 {
-			continue
-		}
+	for r := 0; r <= o.Rounds; r++ { // round 0: untimed
 		for i, v := range variants {
 			if err := v.Apply(); err != nil {
 				return runs, fmt.Errorf("bench: variant %q: %w", v.Name, err)
-			}
-			if r == 0 {
-				if _, err := prefill(); err != nil {
-					return runs, err
-				}
-				continue
 			}
 			if o.Settle > 0 {
 				if _, err := decode(o.Settle); err != nil {
@@ -138,6 +130,9 @@ func RunAB(ctx context.Context, s *engine.Session, prompt []int32, variants []Va
 					return runs, err
 				}
 				run.GenS, run.GenTPS = sec, rate(o.Gen, sec)
+			}
+			if r == 0 {
+				continue
 			}
 			runs = append(runs, run)
 			if o.Progress != nil {

@@ -28,7 +28,7 @@ func abFixture(t *testing.T, chunk int, seed uint64, applied *[]string) (*engine
 
 // TestRunABInterleaves runs two variants for three rounds on the CPU
 // backend: each run is preceded by its own variant's Apply, the variants
-// alternate round by round, every decode starts at the frontier (the
+// alternate round by round after an untimed round of both, every decode starts at the frontier (the
 // session is back there at the end, with the prompt's tokens), and a
 // failing Apply stops the run with the runs done so far.
 func TestRunABInterleaves(t *testing.T) {
@@ -45,8 +45,8 @@ func TestRunABInterleaves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(applied, ""); got != "ababab" {
-		t.Errorf("applied %q, want ababab", got)
+	if got := strings.Join(applied, ""); got != "abababab" {
+		t.Errorf("applied %q, want abababab (the untimed round, then three)", got)
 	}
 	if len(runs) != 6 || len(seen) != 6 {
 		t.Fatalf("%d runs (%d reported), want 6", len(runs), len(seen))
@@ -66,13 +66,14 @@ func TestRunABInterleaves(t *testing.T) {
 		}
 	}
 
-	// a failing Apply: the runs before it come back with the error
+	// a failing Apply (b's third: round 2's): the runs before it come
+	// back with the error
 	var ignored []string
 	s2, _, _ := abFixture(t, 16, 3, &ignored)
 	boom := errors.New("boom")
 	n := 0
 	variants[1].Apply = func() error {
-		if n++; n == 2 {
+		if n++; n == 3 {
 			return boom
 		}
 		return nil

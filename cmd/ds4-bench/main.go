@@ -82,9 +82,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	mtp := fs.String("mtp", "", "speculative decoding with an MTP block (greedy, or sampled with --temp: the same tokens either way, but for near ties --fast may flip): a separate MTP `FILE`, or \"model\" for the model file's own block")
 	draftAlways := fs.Bool("draft-always", false, "with --mtp: verify every draft, never pausing speculation while the drafts' acceptance is too low to pay (engine.Options.DraftAlways: the cost of a pass that commits nothing, at --accept 0)")
 	abSets := fs.String("ab", "", "CUDA backend: compare library option `SETS` inside one process: ';'-separated variants, each space-separated DS4_CUDA_NAME=VALUE assignments on top of the starting options (\"default\": none), decoded --gen tokens each at the one frontier, interleaved for --rounds rounds")
-	rounds := fs.Int("rounds", 3, "with --ab: rounds (each runs every variant once)")
+	rounds := fs.Int("rounds", 3, "with --ab: timed rounds (each runs every variant once), after an untimed one")
 	abSettle := fs.Int("ab-settle", 16, "with --ab: tokens decoded untimed after each switch, before the timed run (the decode graphs whose kernels changed are built again in the first steps)")
-	abPrefill := fs.Int("ab-prefill", 0, "with --ab: also time the prefill of this many tokens from the frontier in each run (--gen 0: the prefill only), after an untimed round of them")
+	abPrefill := fs.Int("ab-prefill", 0, "with --ab: also time the prefill of this many tokens from the frontier in each run (--gen 0: the prefill only)")
 	accept := fs.String("accept", "", "with --mtp: time speculative decoding with the drafts committed at these `RATES` (comma-separated, 0-1; one run each) whatever the model's choice, against a plain run (greedy, or sampled with --temp): the speed a trained MTP block of that acceptance gives (random weights' drafts are never right; the tokens are then not plain decoding's)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -341,7 +341,7 @@ func runAB(ctx context.Context, dev bench.OptionSetter, be engine.Backend, promp
 	cw := csv.NewWriter(out)
 	cw.Write([]string{"round", "variant", "prefill_tokens", "prefill_s", "prefill_tps", "gen_tokens", "gen_s", "gen_tps"})
 	cw.Flush()
-	logf("A/B at %d: %d variants, %d rounds of a %d-token prefill and a %d-token decode (%d untimed after each switch)",
+	logf("A/B at %d: %d variants, an untimed round and %d timed ones of a %d-token prefill and a %d-token decode (%d untimed after each switch)",
 		c.frontier, len(variants), c.rounds, c.prefill, c.gen, c.settle)
 	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
 	runs, err := bench.RunAB(ctx, s, prompt, variants, bench.ABOptions{Frontier: c.frontier, Prefill: c.prefill, Gen: c.gen,
