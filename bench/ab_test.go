@@ -28,9 +28,10 @@ func abFixture(t *testing.T, chunk int, seed uint64, applied *[]string) (*engine
 
 // TestRunABInterleaves runs two variants for three rounds on the CPU
 // backend: each run is preceded by its own variant's Apply, the variants
-// alternate round by round after an untimed round of both, every decode starts at the frontier (the
-// session is back there at the end, with the prompt's tokens), and a
-// failing Apply stops the run with the runs done so far.
+// alternate round by round after an untimed round of both, every decode
+// starts at the frontier (the session is back there at the end, with the
+// prompt's tokens), and a failing Apply stops the run with the runs done
+// so far.
 func TestRunABInterleaves(t *testing.T) {
 	var applied []string
 	s, prompt, variants := abFixture(t, 16, 3, &applied)
