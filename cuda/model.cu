@@ -3350,6 +3350,7 @@ constexpr int AP_LD = AP_K / (AP_T / (AP_D / 4)); // float4 key loads per thread
 // slower with the cache (37.8 → 41.4 µs) and the ratio-128 layer's 192
 // faster (21.6 → 20.9): cuda/NOTES.md v8 has the runs.
 constexpr int AP_ECAP = 2048;
+constexpr int AP_CL = 8; // k_attn_po_cl's cluster: CTAs of consecutive output slices
 
 // attn_out_store ends a single-token attention kernel whose warp holds
 // output dims d0 + lane of head h (hok: h < H; the whole warp calls it): the
@@ -3457,8 +3458,109 @@ struct PoVPP { // the same with a second head's probabilities
     float4 v0, v1, q0, q1, r0, r1;
 };
 
-template <bool FAST>
-__global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap, int vec) {
+// cluster_sync_all: every thread of the cluster's CTAs arrives (releasing
+// its earlier writes, global memory's included, at cluster scope) and waits
+// for all of them (acquiring theirs). Every thread calls it.
+static __device__ __forceinline__ void cluster_sync_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+// cluster_sync_all in two halves: cluster_arrive (every thread, after its
+// last read of another CTA's shared memory) and later cluster_wait (before
+// the CTA exits, so that its shared memory outlives the others' reads).
+static __device__ __forceinline__ void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+// k_attn_po_cl's softmax statistics. Its cluster is the AP_CL CTAs of
+// consecutive output slices of one token's AP_H heads; CTA r of the cluster
+// forms head r's probabilities with all its threads — the maximum of the
+// sink and the scores, each score's exponential exp_ref(s − max), their sum
+// by one thread in key order after the sink's term (the CPU's order), each
+// exponential divided by it — into row r of s_e (its exponentials' cache,
+// [AP_H][ecap]); after a cluster barrier, warp w of every CTA copies row w
+// from CTA w. In two steps: PoScoresCL::load issues the head's score loads
+// (before the CTA's key slices', which would otherwise queue ahead of them),
+// stats the rest. Needs AP_CL == AP_H, nk ≤ ecap ≤ AP_ECAP (ecap a multiple
+// of 4); red: 16 floats of shared memory.
+static_assert(AP_CL == AP_H, "a cluster's CTA a head of the group");
+struct PoScoresCL {
+    static constexpr int PT = AP_ECAP / AP_T; // scores a thread at most
+    float v[PT], sink;
+    int r;     // the CTA's rank in the cluster: its head in the group
+    bool live; // head r exists
+
+    __device__ __forceinline__ void load(const AttnArgs &a, const float *sc, int64_t maxk, int nk, int t) {
+        r = (int)cg::this_cluster().block_rank();
+        const int hr = blockIdx.z * AP_H + r;
+        live = hr < a.H;
+        sink = live ? a.sinks[hr] : 0.f;
+        const float *s = sc + ((int64_t)t * a.H + (live ? hr : 0)) * maxk;
+#pragma unroll
+        for (int u = 0; u < PT; u++) {
+            const int k = threadIdx.x + u * AP_T;
+            v[u] = live && k < nk ? s[k] : sink;
+        }
+    }
+
+    __device__ __forceinline__ void stats(const AttnArgs &a, int ecap, int nk, float *s_e, float *red) const {
+        const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+        float *er = s_e + (size_t)r * ecap;
+        if (live) { // the same for the whole CTA
+            float mx = sink;
+#pragma unroll
+            for (int u = 0; u < PT; u++) mx = fmax_go(mx, v[u]);
+            mx = warp_max(mx);
+            if (lane == 0) red[w] = mx;
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < AP_T / 32; i++) mx = fmaxf(mx, red[i]);
+#pragma unroll
+            for (int u = 0; u < PT; u++) {
+                const int k = tid + u * AP_T;
+                if (k < nk) er[k] = exp_ref(fsub(v[u], mx));
+            }
+            __syncthreads();
+            if (tid == 0) red[AP_T / 32] = po_sum_ahead(exp_ref(fsub(sink, mx)), er, nk);
+            __syncthreads();
+            const float sum = red[AP_T / 32];
+#pragma unroll
+            for (int u = 0; u < PT; u++) {
+                const int k = tid + u * AP_T;
+                if (k < nk) er[k] = __fdiv_rn(er[k], sum);
+            }
+        }
+        cluster_sync_all(); // every CTA's row is whole
+        if (w != r && blockIdx.z * AP_H + w < a.H) { // 4 float4s a lane in flight
+            const float4 *src = (const float4 *)cg::this_cluster().map_shared_rank(s_e + (size_t)w * ecap, w);
+            float4 *dst = (float4 *)(s_e + (size_t)w * ecap);
+            for (int j0 = lane; 4 * j0 < nk; j0 += 4 * 32) {
+                float4 x[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (4 * (j0 + 32 * u) < nk) x[u] = src[j0 + 32 * u];
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (4 * (j0 + 32 * u) < nk) dst[j0 + 32 * u] = x[u];
+            }
+        }
+        __syncwarp();
+        cluster_arrive();
+    }
+};
+
+// attn_po_run is k_attn_po's body (CL false) and k_attn_po_cl's (CL true:
+// exact mode, the exponentials cached, vec 2's loops).
+template <bool FAST, bool CL>
+__device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, int64_t maxk, int ecap, int vec) {
     APM_BEGIN();
     pdl_enter();
     APM(1);
@@ -3490,13 +3592,17 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
             nv[u] = k < nk ? __ldg((const float4 *)(row + d0) + lc) : make_float4(0, 0, 0, 0);
         }
     };
+    [[maybe_unused]] PoScoresCL scl;
+    if constexpr (CL) scl.load(a, sc, maxk, (int)nk, t); // ahead of the key slices' loads
     load(0);
     // softmax statistics of head h: maximum, then the serial sum
     const float *s = sc + ((int64_t)t * a.H + (hok ? h : 0)) * maxk;
     const float sink = hok ? a.sinks[h] : 0.f;
     float mx = sink;
-    for (int64_t k = lane; k < nk; k += 32) mx = fmax_go(mx, s[k]);
-    mx = warp_max(mx);
+    if constexpr (!CL) {
+        for (int64_t k = lane; k < nk; k += 32) mx = fmax_go(mx, s[k]);
+        mx = warp_max(mx);
+    }
     if (!FAST) {
         PHASE_SYNC();
         APM(3);
@@ -3504,7 +3610,11 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     float sum = FAST ? expf(sink - mx) : exp_ref(fsub(sink, mx)), part = 0.f;
     float *sp = s_p[w];
     float *se = s_e + (size_t)w * ecap;
-    for (int64_t kc = 0; kc < nk; kc += AP_K) {
+    if constexpr (CL) { // every row of s_e already holds its head's probabilities
+        scl.stats(a, ecap, (int)nk, s_e, s_p[0]);
+        APM(4);
+    }
+    for (int64_t kc = 0; kc < (CL ? 0 : nk); kc += AP_K) {
         const int m = (int)min((int64_t)AP_K, nk - kc);
         if (ecap) sp = se + kc;
         if constexpr (FAST) { // lane sums, a shuffle tree after the last chunk
@@ -3535,7 +3645,7 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     if constexpr (FAST) {
         sum += warp_sum(part);
         __syncwarp();
-    } else {
+    } else if constexpr (!CL) {
         sum = __shfl_sync(FULL_MASK, sum, 0);
         PHASE_SYNC();
         APM(4);
@@ -3571,7 +3681,8 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
         }
         if (ecap) {
             sp = se + kc; // this warp's own row: the exponentials become the probabilities in place
-            for (int j = lane; j < m; j += 32) sp[j] = __fdiv_rn(sp[j], sum);
+            if constexpr (!CL)
+                for (int j = lane; j < m; j += 32) sp[j] = __fdiv_rn(sp[j], sum);
         } else {
             for (int j = lane; j < m; j += 32)
                 sp[j] = __fdiv_rn(FAST ? expf(s[kc + j] - mx) : exp_ref(fsub(s[kc + j], mx)), sum);
@@ -3658,7 +3769,25 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
     } else {
         attn_out_store(a, t, h, hok, d0, lane, acc);
     }
+    if constexpr (CL) cluster_wait(); // no CTA leaves while another may still read its row
     if (!FAST) APM_END(nk >= 512 ? 5 : 6);
+}
+
+template <bool FAST>
+__global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap, int vec) {
+    attn_po_run<FAST, false>(a, sc, maxk, ecap, vec);
+}
+
+// k_attn_po_cl (DS4C_OPT_ATTN_PO_VEC 4; exact mode, when a CTA caches its
+// heads' exponentials, ecap > 0): k_attn_po with option 2's loops, its
+// softmax statistics formed once a head within a thread-block cluster of
+// the AP_CL CTAs of consecutive output slices (PoScoresCL), instead
+// of by every output CTA of the head (16 on Flash), whose warps each walked
+// the head's scores a global load at a time while 15 other CTAs read the
+// same lines. The same operations in the same order: the same bits.
+__global__ void __cluster_dims__(AP_CL, 1, 1) __launch_bounds__(AP_T)
+    k_attn_po_cl(AttnArgs a, const float *sc, int64_t maxk, int ecap) {
+    attn_po_run<false, true>(a, sc, maxk, ecap, 2);
 }
 
 // ------------------------------------------------------------ fast attention of single tokens
@@ -3832,14 +3961,6 @@ __global__ void __launch_bounds__(AP_T) k_attn_combine(AttnArgs a, const float *
                     threadIdx.x & 31);
 }
 
-// cluster_sync_all: every thread of the cluster's CTAs arrives (releasing
-// its earlier writes, global memory's included, at cluster scope) and waits
-// for all of them (acquiring theirs). Every thread calls it.
-static __device__ __forceinline__ void cluster_sync_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
 
 // k_attn_split_cl is k_attn_split with its combine in the same launch
 // (DS4C_OPT_ATTN_CLUSTER): the DEC_CL splits of a (token, head group)
@@ -5306,12 +5427,18 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
             const int lim = (int)((size_t)AP_H * AP_ECAP * sizeof(float));
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_po<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_po<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po_cl, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
             eset = true;
         }
         if (fuse) a.rfreqs = d_rfreqs;
         if (fuseq) a.qact = (uint8_t *)d_qact;
-        ds4c_launch((flags & DS4C_FAST) ? k_attn_po<true> : k_attn_po<false>, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T,
-                    esmem, st, a, d_work, max_keys, ecap, ds4c_opt_attn_po_vec());
+        const dim3 pg(HD / AP_D, (unsigned)n, nblk(H, AP_H));
+        const int vec = ds4c_opt_attn_po_vec();
+        if (vec == 4 && !(flags & DS4C_FAST) && ecap && pg.x % AP_CL == 0)
+            ds4c_launch(k_attn_po_cl, pg, AP_T, esmem, st, a, d_work, max_keys, ecap);
+        else // (option 4 where k_attn_po_cl does not apply: option 2)
+            ds4c_launch((flags & DS4C_FAST) ? k_attn_po<true> : k_attn_po<false>, pg, AP_T, esmem, st, a, d_work,
+                        max_keys, ecap, vec == 4 ? 2 : vec);
         DS4C_CHECK_LAUNCH("attention softmax and output");
         return unfused();
     }

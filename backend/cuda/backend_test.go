@@ -492,7 +492,7 @@ func TestKernelVariants(t *testing.T) {
 		{"had_warp", OptHadWarp, 1, 1}, {"had_warp", OptHadWarp, 1, 64},
 		{"mv_dec", OptMVDec, DefaultMVDec, 1}, {"mv_f32", OptMVF32, DefaultMVF32, 1}, {"mv_pair", OptMVPair, 1, 1},
 		{"ix_query", OptIXQuery, 1, 1}, {"ix_query", OptIXQuery, 1, 64}, {"hc_hoist", OptHCHoist, 1, 1},
-		{"mv_dec_late", OptMVDecLate, 2, 1}, {"mv_dec_sum", OptMVDecSum, 1, 1}, {"attn_po_vec", OptAttnPOVec, 2, 1},
+		{"mv_dec_late", OptMVDecLate, 2, 1}, {"mv_dec_sum", OptMVDecSum, 1, 1}, {"attn_po_vec", OptAttnPOVec, DefaultAttnPOVec, 1},
 		{"mv_q8_ns_ex", OptMVQ8NSEx, DefaultMVQ8NSEx, 1},
 	}
 	for _, tc := range []struct {

@@ -283,7 +283,7 @@ const (
 	OptFXWarp       = 9  // 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA
 	OptFXLive       = 68 // 1: OptFXWarp's kernel with 8 rows a CTA on rows of at most 1024 columns (the indexer's query product) keeps only the four groups of running sums that hold columns, the other four's totals written as +0 (default; env DS4_CUDA_FX_LIVE; the same bits); 0: all eight groups
 	OptMVDecSum     = 71 // 1: exact mode's single-token IQ2_XXS / Q2_K products (OptMVDec) add a row's block terms on one lane from shared memory, in block order (default; env DS4_CUDA_MV_DEC_SUM; the same bits); 0: every lane adds them after a broadcast shuffle each
-	OptAttnPOVec    = 72 // 2: single-token attention's softmax and output kernel (OptAttnPO) as 1, with its transposing stores of key slices swizzled free of bank conflicts and its serial loops (lane 0's sum, the weighted sums) loading the next group of 8 keys before adding the current one (default; env DS4_CUDA_ATTN_PO_VEC; the same bits); 3: as 2, exact mode's weighted sums on warps 0-3 with two heads a warp sharing each key slice read (measured +0.3 %, within the spread: cuda/NOTES.md v62; −0.6 % in v63's in-process A/B); 1: it finds its first 1024 keys' rows once a CTA and reads its staged key slices and probabilities four keys a load; 0: each key's row found by every thread loading it, a key a load
+	OptAttnPOVec    = 72 // 2: single-token attention's softmax and output kernel (OptAttnPO) as 1, with its transposing stores of key slices swizzled free of bank conflicts and its serial loops (lane 0's sum, the weighted sums) loading the next group of 8 keys before adding the current one (env DS4_CUDA_ATTN_PO_VEC; the same bits; DefaultAttnPOVec); 3: as 2, exact mode's weighted sums on warps 0-3 with two heads a warp sharing each key slice read (measured +0.3 %, within the spread: cuda/NOTES.md v62; −0.6 % in v63's in-process A/B); 4 (default): as 2, exact mode's softmax statistics formed once a head in a thread-block cluster of 8 output CTAs (k_attn_po_cl; where the exponentials are cached, else 2; the same bits); 1: it finds its first 1024 keys' rows once a CTA and reads its staged key slices and probabilities four keys a load; 0: each key's row found by every thread loading it, a key a load
 	OptHCTwo        = 10 // 1: hc_pre runs the Sinkhorn split in a second CTA per token (default; env DS4_CUDA_HC_TWO); 0: one CTA
 	OptNormRope     = 11 // 1: rmsnorm, rope and FP8 rounding of query heads / KV rows in one kernel (default); 0: three kernels
 	OptHCQuant      = 12 // 1: hc_pre forms x's Q8_0 activation itself when asked (default); 0: a quantize kernel after it
@@ -458,6 +458,12 @@ const DefaultMVExQ8 = 2
 // stages +1.0 %; fast mode's products keep OptMVStages' three:
 // cuda/NOTES.md v63).
 const DefaultMVQ8NSEx = 200
+
+// DefaultAttnPOVec is the library's default of OptAttnPOVec: exact mode's
+// single-token softmax statistics formed once a head in a thread-block
+// cluster of the head group's output CTAs (k_attn_po_cl: exact decode +0.6
+// % against option 2, the same bits; cuda/NOTES.md v64).
+const DefaultAttnPOVec = 4
 
 // DefaultFXWReg is the library's default of OptFXWReg: exact prompt
 // chunks' 16-bit-weight products with the inputs staged for 16-byte reads
