@@ -316,6 +316,7 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 // commits; the tokens are not greedy decoding's).
 type Acceptance struct {
 	rate float64
+	seed uint64
 	rng  *rand.Rand
 }
 
@@ -325,8 +326,16 @@ func NewAcceptance(rate float64, seed uint64) (*Acceptance, error) {
 	if !(rate >= 0 && rate <= 1) {
 		return nil, fmt.Errorf("bench: draft acceptance rate %g must be in [0, 1]", rate)
 	}
-	return &Acceptance{rate: rate, rng: rand.New(rand.NewPCG(seed, seed^0x51afd7ed558ccd))}, nil
+	a := &Acceptance{rate: rate, seed: seed}
+	a.Reset()
+	return a, nil
 }
+
+// Reset restarts the draws: the same commits again, in the same order.
+func (a *Acceptance) Reset() { a.rng = rand.New(rand.NewPCG(a.seed, a.seed^0x51afd7ed558ccd)) }
+
+// Rate is the probability a draft is committed.
+func (a *Acceptance) Rate() float64 { return a.rate }
 
 // Accept is an engine.Options.ForceAccept.
 func (a *Acceptance) Accept(int) bool { return a.rng.Float64() < a.rate }

@@ -110,3 +110,28 @@ func TestParseFrontiers(t *testing.T) {
 		}
 	}
 }
+
+// TestAcceptanceReset: after Reset the same commits are drawn again.
+func TestAcceptanceReset(t *testing.T) {
+	a, err := NewAcceptance(0.5, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []bool
+	for i := 0; i < 64; i++ {
+		first = append(first, a.Accept(i))
+	}
+	a.Reset()
+	n := 0
+	for i, want := range first {
+		if a.Accept(i) != want {
+			t.Fatalf("draw %d after Reset differs", i)
+		}
+		if want {
+			n++
+		}
+	}
+	if n == 0 || n == len(first) || a.Rate() != 0.5 {
+		t.Errorf("%d of %d committed at rate %g", n, len(first), a.Rate())
+	}
+}

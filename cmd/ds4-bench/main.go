@@ -8,7 +8,8 @@
 //	          [--fast] [--graph-layers N] [--recapture] [--cpuprofile FILE]
 //	ds4-bench --plot-csv IN.csv --plot OUT.svg     (plot an existing CSV)
 //	ds4-bench --backend cuda --frontiers 8192 --gen 256 --ab 'default;DS4_CUDA_X=0' [--rounds 5]
-//	          [--ab-prefill 4096]   (an A/B of CUDA library options inside one process)
+//	          [--ab-prefill 4096] [--mtp FILE [--accept RATE]]
+//	          (an A/B of CUDA library options inside one process)
 //
 // Without -m it runs ./ds4flash.gguf when present, else the built-in demo
 // model (synth.Demo: random weights, the real tokenizer).
@@ -25,7 +26,8 @@
 // run time), rewinding to the frontier after each. The CSV then has a line
 // per run (round, variant, prefill_tokens, prefill_s, prefill_tps,
 // gen_tokens, gen_s, gen_tps) and stderr a summary per variant against the
-// first. An option takes effect where the library
+// first. With --mtp the decodes speculate (at one --accept rate if given,
+// the same draws of commits for every variant). An option takes effect where the library
 // reads it: for most, each launch; for a few (weight copies made at load),
 // only at load, which --ab cannot switch.
 package main
@@ -85,7 +87,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	rounds := fs.Int("rounds", 3, "with --ab: timed rounds (each runs every variant once), after an untimed one")
 	abSettle := fs.Int("ab-settle", 16, "with --ab: tokens decoded untimed after each switch, before the timed run (the decode graphs whose kernels changed are built again in the first steps)")
 	abPrefill := fs.Int("ab-prefill", 0, "with --ab: also time the prefill of this many tokens from the frontier in each run (--gen 0: the prefill only)")
-	accept := fs.String("accept", "", "with --mtp: time speculative decoding with the drafts committed at these `RATES` (comma-separated, 0-1; one run each) whatever the model's choice, against a plain run (greedy, or sampled with --temp): the speed a trained MTP block of that acceptance gives (random weights' drafts are never right; the tokens are then not plain decoding's)")
+	accept := fs.String("accept", "", "with --mtp: time speculative decoding with the drafts committed at these `RATES` (comma-separated, 0-1; one run each; with --ab one rate, the same draws for every variant) whatever the model's choice, against a plain run (greedy, or sampled with --temp): the speed a trained MTP block of that acceptance gives (random weights' drafts are never right; the tokens are then not plain decoding's)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -134,8 +136,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return fail(fmt.Errorf("--ab runs at one frontier, not %v", fr))
 		case *gen+*abPrefill <= 0 || *abPrefill < 0 || *rounds <= 0 || *abSettle < 0:
 			return fail(fmt.Errorf("--ab needs --gen or --ab-prefill > 0, --rounds > 0 and --ab-settle ≥ 0"))
-		case *temp > 0 || *hostGreedy || *accept != "" || *mtp != "":
-			return fail(errors.New("--ab decodes greedily without speculation: not with --temp, --host-greedy, --accept or --mtp"))
+		case *temp > 0 || *hostGreedy:
+			return fail(errors.New("--ab decodes greedily: not with --temp or --host-greedy"))
+		case strings.Contains(*accept, ","):
+			return fail(fmt.Errorf("--ab takes one --accept rate, not %q", *accept))
 		case strings.ToLower(*backend) != "cuda":
 			return fail(fmt.Errorf("--ab switches CUDA library options: --backend cuda, not %s", *backend))
 		}
@@ -232,8 +236,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if !ok {
 			return fail(fmt.Errorf("--ab switches CUDA library options: --backend cuda, not %s", *backend))
 		}
-		return runAB(ctx, dev.Device(), be, prompt, out, abConfig{sets: *abSets, frontier: last, prefill: *abPrefill, gen: *gen,
-			rounds: *rounds, settle: *abSettle, warmup: *warmup, chunk: *chunk, ctxLen: *ctxLen}, logf, fail)
+		ac := abConfig{sets: *abSets, frontier: last, prefill: *abPrefill, gen: *gen, rounds: *rounds, settle: *abSettle,
+			warmup: *warmup, chunk: *chunk, ctxLen: *ctxLen, draft: *mtp != "", draftAlways: *draftAlways}
+		if len(rates) == 1 {
+			if ac.accept, err = bench.NewAcceptance(rates[0], *seed); err != nil {
+				return fail(err)
+			}
+		}
+		return runAB(ctx, dev.Device(), be, prompt, out, ac, logf, fail)
 	}
 	cw, err := bench.NewCSVWriter(out)
 	if err != nil {
@@ -323,6 +333,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 type abConfig struct {
 	sets                                                          string
 	frontier, prefill, gen, rounds, settle, warmup, chunk, ctxLen int
+	// draft: speculative decoding with the model's MTP block (--mtp);
+	// accept, if set, commits the drafts at its rate (--accept), reset
+	// before each variant's runs so that every variant draws the same
+	// commits.
+	draft, draftAlways bool
+	accept             *bench.Acceptance
 }
 
 // runAB is ds4-bench --ab: bench.RunAB over the option variants of sets,
@@ -333,7 +349,19 @@ func runAB(ctx context.Context, dev bench.OptionSetter, be engine.Backend, promp
 	if err != nil {
 		return fail(err)
 	}
-	s, err := engine.NewSession(be, engine.Options{ChunkSize: c.chunk, MaxContext: c.ctxLen, RewindSlack: max(c.gen, c.settle, c.prefill) + 8})
+	so := engine.Options{ChunkSize: c.chunk, MaxContext: c.ctxLen, RewindSlack: max(c.gen, c.settle, c.prefill) + 8,
+		Draft: c.draft, DraftAlways: c.draftAlways}
+	if c.accept != nil {
+		so.ForceAccept = c.accept.Accept
+		for i := range variants { // the same commits for every variant: the draws restart at its switch
+			apply := variants[i].Apply
+			variants[i].Apply = func() error {
+				c.accept.Reset()
+				return apply()
+			}
+		}
+	}
+	s, err := engine.NewSession(be, so)
 	if err != nil {
 		return fail(err)
 	}
@@ -341,8 +369,15 @@ func runAB(ctx context.Context, dev bench.OptionSetter, be engine.Backend, promp
 	cw := csv.NewWriter(out)
 	cw.Write([]string{"round", "variant", "prefill_tokens", "prefill_s", "prefill_tps", "gen_tokens", "gen_s", "gen_tps"})
 	cw.Flush()
-	logf("A/B at %d: %d variants, an untimed round and %d timed ones of a %d-token prefill and a %d-token decode (%d untimed after each switch)",
-		c.frontier, len(variants), c.rounds, c.prefill, c.gen, c.settle)
+	spec := ""
+	if c.draft {
+		spec = ", speculative (MTP drafts: the model's choice)"
+		if c.accept != nil {
+			spec = fmt.Sprintf(", speculative (MTP drafts committed at the rate %g)", c.accept.Rate())
+		}
+	}
+	logf("A/B at %d: %d variants, an untimed round and %d timed ones of a %d-token prefill and a %d-token decode%s (%d untimed after each switch)",
+		c.frontier, len(variants), c.rounds, c.prefill, c.gen, spec, c.settle)
 	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 4, 64) }
 	runs, err := bench.RunAB(ctx, s, prompt, variants, bench.ABOptions{Frontier: c.frontier, Prefill: c.prefill, Gen: c.gen,
 		Rounds: c.rounds, Settle: c.settle, Warmup: c.warmup, Progress: func(r bench.ABRun) {
@@ -362,6 +397,10 @@ func runAB(ctx context.Context, dev bench.OptionSetter, be engine.Backend, promp
 		for _, sum := range bench.SummarizeAB(variants, runs, bench.ABDecode) {
 			logf("ab decode %s", sum)
 		}
+	}
+	if c.draft {
+		st := s.Stats()
+		logf("ab speculation over every run: %d drafts, %d committed, %d only checked", st.Drafted, st.Accepted, st.Checked)
 	}
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		logf("time limit reached: %d of %d runs done", len(runs), c.rounds*len(variants))

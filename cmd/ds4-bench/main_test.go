@@ -12,6 +12,7 @@ import (
 
 	"ds4go/bench"
 	"ds4go/loader"
+	"ds4go/synth"
 )
 
 // TestDemoCPU runs the demo model on the CPU backend to tiny frontiers and
@@ -78,6 +79,7 @@ func TestBadArgs(t *testing.T) {
 		{"--backend", "cuda", "--frontiers", "32", "--ab", "default;DS4_CUDA_PDL=0", "--temp", "1"},
 		{"--backend", "cuda", "--frontiers", "32", "--ab", "default;DS4_CUDA_PDL=0", "--rounds", "0"},
 		{"--backend", "cuda", "--frontiers", "32", "--ab", "default;DS4_CUDA_PDL=0", "--gen", "0"},
+		{"--backend", "cuda", "--frontiers", "32", "--ab", "default;DS4_CUDA_PDL=0", "--mtp", "model", "--accept", "0.5,1"},
 	} {
 		if code := run(args, &stdout, &stderr); code == 0 {
 			t.Errorf("%v: exit 0", args)
@@ -162,5 +164,67 @@ func TestRunAB(t *testing.T) {
 		abConfig{sets: "default;DS4_CUDA_Y=0", frontier: 32, gen: 3, rounds: 1, ctxLen: 64}, logf, func(error) int { return 1 })
 	if code == 0 {
 		t.Error("unknown option: exit 0")
+	}
+}
+
+// TestRunABSpeculative runs --ab's body with speculative decoding (--mtp,
+// the model file's own block, on the CPU backend): every draft committed at
+// the rate 1, some at 0.5, and the same draws of commits for each variant
+// (Acceptance.Reset at each switch: two variants that switch nothing commit
+// as many drafts).
+func TestRunABSpeculative(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mtp.gguf")
+	if err := synth.WriteFile(context.Background(), path, synth.Options{Config: synth.Tiny(), Seed: 2, MTP: synth.MTPInclude}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := loader.Open(loader.Options{Path: path, Backend: "cpu", Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if !m.HasMTP() {
+		t.Fatal("no MTP block")
+	}
+	prompt := bench.RandomTokens(40, m.Config.Vocab, 1)
+	for _, rate := range []float64{1, 0.5} {
+		acc, err := bench.NewAcceptance(rate, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, log bytes.Buffer
+		logf := func(f string, a ...any) { fmt.Fprintf(&log, f+"\n", a...) }
+		fail := func(err error) int { t.Errorf("runAB: %v", err); return 1 }
+		code := runAB(context.Background(), abOptions{"DS4_CUDA_X": 1}, m.Backend, prompt, &out,
+			abConfig{sets: "default;DS4_CUDA_X=0", frontier: 32, gen: 12, rounds: 1, settle: 2, ctxLen: 64, draft: true, accept: acc}, logf, fail)
+		if code != 0 {
+			t.Fatalf("rate %g: exit %d\n%s", rate, code, log.String())
+		}
+		if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 3 {
+			t.Fatalf("rate %g: CSV:\n%s", rate, out.String())
+		}
+		if !strings.Contains(log.String(), fmt.Sprintf("committed at the rate %g", rate)) {
+			t.Errorf("rate %g: no speculation in the header:\n%s", rate, log.String())
+		}
+		var drafts, committed, checked int
+		i := strings.Index(log.String(), "ab speculation over every run: ")
+		if i < 0 {
+			t.Fatalf("rate %g: no speculation summary:\n%s", rate, log.String())
+		}
+		if _, err := fmt.Sscanf(log.String()[i:], "ab speculation over every run: %d drafts, %d committed, %d only checked", &drafts, &committed, &checked); err != nil {
+			t.Fatal(err)
+		}
+		// 4 runs (2 variants, an untimed round and a timed one) of 2 + 12 tokens
+		switch {
+		case drafts == 0:
+			t.Errorf("rate %g: no drafts", rate)
+		case rate == 1 && committed != drafts:
+			t.Errorf("rate 1: %d of %d drafts committed", committed, drafts)
+		case rate == 0.5 && (committed == 0 || committed == drafts):
+			t.Errorf("rate 0.5: %d of %d drafts committed", committed, drafts)
+		case committed%2 != 0 || drafts%2 != 0:
+			// each variant's runs draw the same commits, and its tokens then
+			// take the same passes: the totals are twice one variant's
+			t.Errorf("rate %g: %d drafts, %d committed: odd, so the two variants differ", rate, drafts, committed)
+		}
 	}
 }

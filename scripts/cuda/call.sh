@@ -29,7 +29,9 @@
 #          into abx.csv / abx.log: no process start, model load or 8k
 #          prefill a run, so many more rounds a call; ABX2 (with ARGS2,
 #          default --fast) a second such A/B after it, into abx2.*;
-#          ABX_LIMIT each one's time limit in seconds (560)
+#          ABX_LIMIT each one's time limit in seconds (560); speculative
+#          decoding: ARGS='--fast --mtp /dev/shm/flash-q2-mtp.gguf --accept 0.8'
+#          (the MTP file is synthesised when ARGS or ARGS2 names it)
 #   AB     variants for scripts/cuda/ab-layers.sh on the full-size q2 synth
 #          (quoted words, e.g. AB='"DS4_CUDA_LIB=/tmp/lib-base.so" DS4_CUDA_X=0');
 #          ROUNDS (default 2), GEN (256), WARMUP (4096), ARGS (--fast)
@@ -154,7 +156,7 @@ fi
 if [ -n "${AB:-}${ABX:-}${ABX2:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
 if [ -n "${SMALL:-}" ]; then OUT=$OUT bash scripts/cuda/small-ab.sh; tar -czf "$OUT/small.tgz" -C "$OUT" small && rm -rf "$OUT/small"; el; fi
 if [ -n "${COLD:-}" ]; then OUT=$OUT bash scripts/cuda/coldstart.sh; el; fi
-if [ -n "${MTP:-}${KT_MTP:-}" ]; then
+if [ -n "${MTP:-}${KT_MTP:-}" ] || [[ "${ARGS:-} ${ARGS2:-}" == *flash-q2-mtp.gguf* ]]; then
     $F/ds4-gguf synth --flash-q2 --mtp-only -o /dev/shm/flash-q2-mtp.gguf >/tmp/synth-mtp.log 2>&1 || tail -3 /tmp/synth-mtp.log
 fi
 if [ -n "${MTP:-}" ]; then
