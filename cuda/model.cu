@@ -3458,17 +3458,12 @@ struct PoVPP { // the same with a second head's probabilities
     float4 v0, v1, q0, q1, r0, r1;
 };
 
-// cluster_sync_all: every thread of the cluster's CTAs arrives (releasing
-// its earlier writes, global memory's included, at cluster scope) and waits
-// for all of them (acquiring theirs). Every thread calls it.
-static __device__ __forceinline__ void cluster_sync_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-// cluster_sync_all in two halves: cluster_arrive (every thread, after its
-// last read of another CTA's shared memory) and later cluster_wait (before
-// the CTA exits, so that its shared memory outlives the others' reads).
+// A cluster barrier in two halves: cluster_arrive (every thread: its
+// earlier writes, global memory's included, released at cluster scope) and
+// cluster_wait (until every thread of the cluster's CTAs has arrived; theirs
+// acquired). Work between the two overlaps the others' arrival — k_attn_po_cl
+// waits only before it exits, so that its shared memory outlives the other
+// CTAs' reads of it.
 static __device__ __forceinline__ void cluster_arrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
@@ -3478,6 +3473,11 @@ static __device__ __forceinline__ void cluster_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
+}
+// cluster_sync_all: both halves at once. Every thread calls it.
+static __device__ __forceinline__ void cluster_sync_all() {
+    cluster_arrive();
+    cluster_wait();
 }
 
 // k_attn_po_cl's softmax statistics. Its cluster is the AP_CL CTAs of
