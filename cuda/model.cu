@@ -3557,9 +3557,10 @@ struct PoScoresCL {
     }
 };
 
-// attn_po_run is k_attn_po's body (CL false) and k_attn_po_cl's (CL true:
-// exact mode, the exponentials cached, vec 2's loops).
-template <bool FAST, bool CL>
+// attn_po_run is k_attn_po's body (CL 0) and k_attn_po_cl's (CL 1 or 2:
+// exact mode, the exponentials cached, vec 2's loops, the key slices'
+// loads CL chunks ahead).
+template <bool FAST, int CL>
 __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, int64_t maxk, int ecap, int vec) {
     APM_BEGIN();
     pdl_enter();
@@ -3584,17 +3585,20 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
     // loads of a chunk: float4 column tid % 8 of keys tid / 8 + 32·u
     const int lc = tid % (AP_D / 4), lk = tid / (AP_D / 4);
     float4 nv[AP_LD];
-    auto load = [&](int64_t kc) {
+    [[maybe_unused]] float4 nv2[CL == 2 ? AP_LD : 1]; // CL 2: the second chunk's
+    auto load_into = [&](int64_t kc, float4(&buf)[AP_LD]) {
 #pragma unroll
         for (int u = 0; u < AP_LD; u++) {
             const int64_t k = kc + lk + u * (AP_T / (AP_D / 4));
             const float *row = k >= nk ? nullptr : vec && k < AOT_KEYS ? s_kr[k] : attn_key(a, t, p, k, nwin);
-            nv[u] = k < nk ? __ldg((const float4 *)(row + d0) + lc) : make_float4(0, 0, 0, 0);
+            buf[u] = k < nk ? __ldg((const float4 *)(row + d0) + lc) : make_float4(0, 0, 0, 0);
         }
     };
     [[maybe_unused]] PoScoresCL scl;
     if constexpr (CL) scl.load(a, sc, maxk, (int)nk, t); // ahead of the key slices' loads
-    load(0);
+    load_into(0, nv);
+    if constexpr (CL == 2)
+        if (AP_K < nk) load_into(AP_K, nv2);
     // softmax statistics of head h: maximum, then the serial sum
     const float *s = sc + ((int64_t)t * a.H + (hok ? h : 0)) * maxk;
     const float sink = hok ? a.sinks[h] : 0.f;
@@ -3653,7 +3657,9 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
     float acc = 0.f, acc1 = 0.f;
     const float *vcol = (const float *)s_v + lane; // this thread's dim in a staged row
     const float4 *vq = (const float4 *)s_v + (swz ? po_slot(lane) : lane); // vec: this thread's dim's key quads, AP_D float4s apart
-    for (int64_t kc = 0; kc < nk; kc += AP_K) {
+    // chunk sums the keys from kc on (at most AP_K) after staging their
+    // slices from buf, which then takes the loads of the chunk ahead ahead
+    auto chunk = [&](int64_t kc, float4(&buf)[AP_LD], int ahead) {
         const int m = (int)min((int64_t)AP_K, nk - kc);
         __syncthreads(); // the previous chunk is consumed
         if (vec) {
@@ -3663,21 +3669,21 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
                 const int kk = lk + u * (AP_T / (AP_D / 4));
                 float *q = sv + (kk >> 2) * AP_D * 4 + (kk & 3); // dims 4lc … 4lc+3 of key kk
                 if (swz) {
-                    q[po_slot(4 * lc) * 4] = nv[u].x;
-                    q[po_slot(4 * lc + 1) * 4] = nv[u].y;
-                    q[po_slot(4 * lc + 2) * 4] = nv[u].z;
-                    q[po_slot(4 * lc + 3) * 4] = nv[u].w;
+                    q[po_slot(4 * lc) * 4] = buf[u].x;
+                    q[po_slot(4 * lc + 1) * 4] = buf[u].y;
+                    q[po_slot(4 * lc + 2) * 4] = buf[u].z;
+                    q[po_slot(4 * lc + 3) * 4] = buf[u].w;
                 } else {
                     q += 4 * lc * 4;
-                    q[0] = nv[u].x;
-                    q[4] = nv[u].y;
-                    q[8] = nv[u].z;
-                    q[12] = nv[u].w;
+                    q[0] = buf[u].x;
+                    q[4] = buf[u].y;
+                    q[8] = buf[u].z;
+                    q[12] = buf[u].w;
                 }
             }
         } else {
 #pragma unroll
-            for (int u = 0; u < AP_LD; u++) s_v[lk + u * (AP_T / (AP_D / 4))][lc] = nv[u];
+            for (int u = 0; u < AP_LD; u++) s_v[lk + u * (AP_T / (AP_D / 4))][lc] = buf[u];
         }
         if (ecap) {
             sp = se + kc; // this warp's own row: the exponentials become the probabilities in place
@@ -3688,10 +3694,10 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
                 sp[j] = __fdiv_rn(FAST ? expf(s[kc + j] - mx) : exp_ref(fsub(s[kc + j], mx)), sum);
         }
         __syncthreads();
-        if (kc + AP_K < nk) load(kc + AP_K);
+        if (kc + ahead < nk) load_into(kc + ahead, buf);
         int j = 0;
         if (two) { // heads 2w and 2w + 1 over the same key slices, each in key order
-            if (w >= AP_H / 2) continue;
+            if (w >= AP_H / 2) return;
             const float *p0 = ecap ? s_e + (size_t)(2 * w) * ecap + kc : s_p[2 * w];
             const float *p1 = ecap ? s_e + (size_t)(2 * w + 1) * ecap + kc : s_p[2 * w + 1];
             auto load = [&](int g, PoVPP &b) {
@@ -3714,7 +3720,7 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
                 acc = fadd(acc, fmul(p0[j], v));
                 acc1 = fadd(acc1, fmul(p1[j], v));
             }
-            continue;
+            return;
         }
         if (swz) { // two groups of 8 keys in flight (po_ahead8); the rest below, one at a time
             auto load = [&](int g, PoVP &b) {
@@ -3742,7 +3748,7 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
                 const float v = ((const float *)(vq + (j >> 2) * AP_D))[j & 3];
                 acc = FAST ? fmaf(sp[j], v, acc) : fadd(acc, fmul(sp[j], v));
             }
-            continue;
+            return;
         }
         for (; j + 8 <= m; j += 8) {
             float v[8], q[8];
@@ -3755,6 +3761,14 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
             for (int u = 0; u < 8; u++) acc = FAST ? fmaf(q[u], v[u], acc) : fadd(acc, fmul(q[u], v[u]));
         }
         for (; j < m; j++) acc = FAST ? fmaf(sp[j], vcol[j * AP_D], acc) : fadd(acc, fmul(sp[j], vcol[j * AP_D]));
+    };
+    if constexpr (CL == 2) { // two chunks' loads in flight: nv and nv2 in turn
+        for (int64_t kc = 0; kc < nk; kc += 2 * AP_K) {
+            chunk(kc, nv, 2 * AP_K);
+            if (kc + AP_K < nk) chunk(kc + AP_K, nv2, 2 * AP_K);
+        }
+    } else {
+        for (int64_t kc = 0; kc < nk; kc += AP_K) chunk(kc, nv, AP_K);
     }
     if (!FAST) {
         PHASE_SYNC();
@@ -3775,19 +3789,22 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
 
 template <bool FAST>
 __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap, int vec) {
-    attn_po_run<FAST, false>(a, sc, maxk, ecap, vec);
+    attn_po_run<FAST, 0>(a, sc, maxk, ecap, vec);
 }
 
-// k_attn_po_cl (DS4C_OPT_ATTN_PO_VEC 4; exact mode, when a CTA caches its
+// k_attn_po_cl (DS4C_OPT_ATTN_PO_VEC 4, AHEAD 1; 5, AHEAD 2: the key
+// slices' loads two chunks ahead, the second chunk's issued before the
+// statistics, in 32 more registers; exact mode, when a CTA caches its
 // heads' exponentials, ecap > 0): k_attn_po with option 2's loops, its
 // softmax statistics formed once a head within a thread-block cluster of
 // the AP_CL CTAs of consecutive output slices (PoScoresCL), instead
 // of by every output CTA of the head (16 on Flash), whose warps each walked
 // the head's scores a global load at a time while 15 other CTAs read the
 // same lines. The same operations in the same order: the same bits.
+template <int AHEAD>
 __global__ void __cluster_dims__(AP_CL, 1, 1) __launch_bounds__(AP_T)
     k_attn_po_cl(AttnArgs a, const float *sc, int64_t maxk, int ecap) {
-    attn_po_run<false, true>(a, sc, maxk, ecap, 2);
+    attn_po_run<false, AHEAD>(a, sc, maxk, ecap, 2);
 }
 
 // ------------------------------------------------------------ fast attention of single tokens
@@ -5427,18 +5444,19 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
             const int lim = (int)((size_t)AP_H * AP_ECAP * sizeof(float));
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_po<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_po<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
-            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po_cl, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po_cl<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po_cl<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
             eset = true;
         }
         if (fuse) a.rfreqs = d_rfreqs;
         if (fuseq) a.qact = (uint8_t *)d_qact;
         const dim3 pg(HD / AP_D, (unsigned)n, nblk(H, AP_H));
         const int vec = ds4c_opt_attn_po_vec();
-        if (vec == 4 && !(flags & DS4C_FAST) && ecap && pg.x % AP_CL == 0)
-            ds4c_launch(k_attn_po_cl, pg, AP_T, esmem, st, a, d_work, max_keys, ecap);
-        else // (option 4 where k_attn_po_cl does not apply: option 2)
+        if (vec >= 4 && !(flags & DS4C_FAST) && ecap && pg.x % AP_CL == 0)
+            ds4c_launch(vec == 5 ? k_attn_po_cl<2> : k_attn_po_cl<1>, pg, AP_T, esmem, st, a, d_work, max_keys, ecap);
+        else // (options 4 and 5 where k_attn_po_cl does not apply: option 2)
             ds4c_launch((flags & DS4C_FAST) ? k_attn_po<true> : k_attn_po<false>, pg, AP_T, esmem, st, a, d_work,
-                        max_keys, ecap, vec == 4 ? 2 : vec);
+                        max_keys, ecap, vec >= 4 ? 2 : vec);
         DS4C_CHECK_LAUNCH("attention softmax and output");
         return unfused();
     }
