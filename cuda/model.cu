@@ -378,9 +378,10 @@ __device__ double hc_sumsq(const float *hr, int64_t nh, bool vec) {
 // single-token attention too (CTA (0, 0, 0) of each): k_attn_scores<1>
 // (site 3 for 512 keys or more, a ratio-4 layer; 4 fewer) and
 // k_attn_po<false> (5 and 6), with PHASE_SYNC barriers between their
-// phases so that a mark is the CTA's, not thread 0's (cuda/NOTES.md v61).
+// phases so that a mark is the CTA's, not thread 0's (cuda/NOTES.md v61),
+// and k_attn_po_cl (7 and 8: its statistics' steps marked too, v64).
 #ifdef DS4_PHASE_PROBE
-__device__ unsigned long long g_phase_sum[7][12], g_phase_n[7], g_phase_ns[7], g_phase_cyc[7];
+__device__ unsigned long long g_phase_sum[9][12], g_phase_n[9], g_phase_ns[9], g_phase_cyc[9];
 #define PHASE_SYNC() __syncthreads()
 static __shared__ long long s_phase[12];
 static __shared__ unsigned long long s_phase_gt;
@@ -425,27 +426,34 @@ __device__ void phase_end(int site) {
 }
 // The attention kernels keep their marks in registers (apm_: constant
 // indices), not in s_phase: k_attn_po's static shared memory is at the
-// 48 KiB limit already. Marks 1 … 5, then the end (11).
+// 48 KiB limit already. Marks 1 … 9 (those a kernel sets; each the cycles
+// since the mark set before it), then the end (11).
 #define APM_BEGIN()                                                                                                    \
-    unsigned long long apm_[6] = {0, 0, 0, 0, 0, 0};                                                                   \
+    unsigned long long apm_[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};                                                     \
     apm_[0] = clock64();                                                                                               \
     const unsigned long long apm_gt = phase_gt()
 #define APM(i) (apm_[i] = clock64())
 #define APM_END(site) attn_probe_end(site, apm_, apm_gt)
-__device__ void attn_probe_end(int site, const unsigned long long (&m)[6], unsigned long long gt0) {
+__device__ void attn_probe_end(int site, const unsigned long long (&m)[10], unsigned long long gt0) {
     if (threadIdx.x != 0 || blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
     const unsigned long long end = clock64(), gt = phase_gt() - gt0;
-    for (int i = 1; i < 6; i++) atomicAdd(&g_phase_sum[site][i], m[i] - m[i - 1]);
-    atomicAdd(&g_phase_sum[site][11], end - m[5]);
+    unsigned long long prev = m[0];
+    for (int i = 1; i < 10; i++) {
+        if (m[i] == 0) continue;
+        atomicAdd(&g_phase_sum[site][i], m[i] - prev);
+        prev = m[i];
+    }
+    atomicAdd(&g_phase_sum[site][11], end - prev);
     atomicAdd(&g_phase_ns[site], gt);
     atomicAdd(&g_phase_cyc[site], end - m[0]);
     const unsigned long long n = atomicAdd(&g_phase_n[site], 1ull) + 1;
     if (n % 2048 == 0) {
         const double k = 1.0 / (double)n;
         const unsigned long long *q = g_phase_sum[site];
-        printf("phase probe site %d n=%llu cycles to marks 1-5, end: %.0f %.0f %.0f %.0f %.0f %.0f; ns/cycle %.4f\n",
-               site, n, q[1] * k, q[2] * k, q[3] * k, q[4] * k, q[5] * k, q[11] * k,
-               (double)g_phase_ns[site] / (double)g_phase_cyc[site]);
+        printf("phase probe site %d n=%llu cycles to marks 1-9, end: %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f; "
+               "ns/cycle %.4f\n",
+               site, n, q[1] * k, q[2] * k, q[3] * k, q[4] * k, q[5] * k, q[6] * k, q[7] * k, q[8] * k, q[9] * k,
+               q[11] * k, (double)g_phase_ns[site] / (double)g_phase_cyc[site]);
     }
 }
 #else
@@ -3511,7 +3519,10 @@ struct PoScoresCL {
         }
     }
 
-    __device__ __forceinline__ void stats(const AttnArgs &a, int ecap, int nk, float *s_e, float *red) const {
+    // mark(i): the probe's mark i (4: the maximum, 5: the exponentials, 6:
+    // the sum, 7: the divisions and the cluster barrier).
+    template <class Mark>
+    __device__ __forceinline__ void stats(const AttnArgs &a, int ecap, int nk, float *s_e, float *red, Mark mark) const {
         const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
         float *er = s_e + (size_t)r * ecap;
         if (live) { // the same for the whole CTA
@@ -3521,6 +3532,7 @@ struct PoScoresCL {
             mx = warp_max(mx);
             if (lane == 0) red[w] = mx;
             __syncthreads();
+            mark(4);
 #pragma unroll
             for (int i = 0; i < AP_T / 32; i++) mx = fmaxf(mx, red[i]);
 #pragma unroll
@@ -3529,8 +3541,10 @@ struct PoScoresCL {
                 if (k < nk) er[k] = exp_ref(fsub(v[u], mx));
             }
             __syncthreads();
+            mark(5);
             if (tid == 0) red[AP_T / 32] = po_sum_ahead(exp_ref(fsub(sink, mx)), er, nk);
             __syncthreads();
+            mark(6);
             const float sum = red[AP_T / 32];
 #pragma unroll
             for (int u = 0; u < PT; u++) {
@@ -3539,6 +3553,7 @@ struct PoScoresCL {
             }
         }
         cluster_sync_all(); // every CTA's row is whole
+        mark(7);
         if (w != r && blockIdx.z * AP_H + w < a.H) { // 4 float4s a lane in flight
             const float4 *src = (const float4 *)cg::this_cluster().map_shared_rank(s_e + (size_t)w * ecap, w);
             float4 *dst = (float4 *)(s_e + (size_t)w * ecap);
@@ -3615,8 +3630,11 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
     float *sp = s_p[w];
     float *se = s_e + (size_t)w * ecap;
     if constexpr (CL) { // every row of s_e already holds its head's probabilities
-        scl.stats(a, ecap, (int)nk, s_e, s_p[0]);
-        APM(4);
+        scl.stats(a, ecap, (int)nk, s_e, s_p[0], [&](int i) {
+            (void)i;
+            APM(i);
+        });
+        APM(8);
     }
     for (int64_t kc = 0; kc < (CL ? 0 : nk); kc += AP_K) {
         const int m = (int)min((int64_t)AP_K, nk - kc);
@@ -3772,7 +3790,7 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
     }
     if (!FAST) {
         PHASE_SYNC();
-        APM(5);
+        APM(CL ? 9 : 5);
     }
     if (two) {
         if (w < AP_H / 2) {
@@ -3784,7 +3802,7 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
         attn_out_store(a, t, h, hok, d0, lane, acc);
     }
     if constexpr (CL) cluster_wait(); // no CTA leaves while another may still read its row
-    if (!FAST) APM_END(nk >= 512 ? 5 : 6);
+    if (!FAST) APM_END(CL ? (nk >= 512 ? 7 : 8) : nk >= 512 ? 5 : 6);
 }
 
 template <bool FAST>
