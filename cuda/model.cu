@@ -3675,8 +3675,9 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
     float acc = 0.f, acc1 = 0.f;
     const float *vcol = (const float *)s_v + lane; // this thread's dim in a staged row
     const float4 *vq = (const float4 *)s_v + (swz ? po_slot(lane) : lane); // vec: this thread's dim's key quads, AP_D float4s apart
-    // chunk sums the keys from kc on (at most AP_K) after staging their
-    // slices from buf, which then takes the loads of the chunk ahead ahead
+    // chunk stages the slices of keys kc … kc + AP_K − 1 (at most) from buf,
+    // issues the loads of the chunk at kc + ahead into buf, and sums the
+    // staged keys
     auto chunk = [&](int64_t kc, float4(&buf)[AP_LD], int ahead) {
         const int m = (int)min((int64_t)AP_K, nk - kc);
         __syncthreads(); // the previous chunk is consumed
@@ -3995,7 +3996,6 @@ __global__ void __launch_bounds__(AP_T) k_attn_combine(AttnArgs a, const float *
     attn_combine_at(a, work, nsplit, blockIdx.y, gridDim.y, blockIdx.z * AP_H + w, blockIdx.x * AP_D,
                     threadIdx.x & 31);
 }
-
 
 // k_attn_split_cl is k_attn_split with its combine in the same launch
 // (DS4C_OPT_ATTN_CLUSTER): the DEC_CL splits of a (token, head group)
