@@ -402,20 +402,20 @@ __device__ void phase_begin() {
         s_phase_gt = phase_gt();
     }
 }
-__device__ void phase_end(int site) {
-    if (!PHASE_ON) return;
-    s_phase[11] = clock64();
-    const unsigned long long gt = phase_gt() - s_phase_gt;
-    long long prev = s_phase[0];
+// phase_record adds one call's marks to site's sums and prints their means
+// every `every` calls: m[0] the start, m[11] the end, m[1 … 10] the marks
+// set (0: not set; a mark's cycles are those since the mark set before it).
+__device__ void phase_record(int site, const long long (&m)[12], unsigned long long gt, unsigned long long every) {
+    long long prev = m[0];
     for (int i = 1; i < 12; i++) {
-        if (s_phase[i] == 0) continue;
-        atomicAdd(&g_phase_sum[site][i], (unsigned long long)(s_phase[i] - prev));
-        prev = s_phase[i];
+        if (m[i] == 0) continue;
+        atomicAdd(&g_phase_sum[site][i], (unsigned long long)(m[i] - prev));
+        prev = m[i];
     }
     atomicAdd(&g_phase_ns[site], gt);
-    atomicAdd(&g_phase_cyc[site], (unsigned long long)(s_phase[11] - s_phase[0]));
+    atomicAdd(&g_phase_cyc[site], (unsigned long long)(m[11] - m[0]));
     const unsigned long long n = atomicAdd(&g_phase_n[site], 1ull) + 1;
-    if (n % 4096 == 0) {
+    if (n % every == 0) {
         const double k = 1.0 / (double)n;
         const unsigned long long *q = g_phase_sum[site];
         printf("phase probe site %d n=%llu cycles to marks 1-11: %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f; "
@@ -424,10 +424,15 @@ __device__ void phase_end(int site) {
                q[10] * k, q[11] * k, (double)g_phase_ns[site] / (double)g_phase_cyc[site]);
     }
 }
+__device__ void phase_end(int site) {
+    if (!PHASE_ON) return;
+    s_phase[11] = clock64();
+    phase_record(site, s_phase, phase_gt() - s_phase_gt, 4096);
+}
 // The attention kernels keep their marks in registers (apm_: constant
 // indices), not in s_phase: k_attn_po's static shared memory is at the
-// 48 KiB limit already. Marks 1 … 9 (those a kernel sets; each the cycles
-// since the mark set before it), then the end (11).
+// 48 KiB limit already. Marks 1 … 9 (those a kernel sets), then the end
+// (11), recorded as phase_end's.
 #define APM_BEGIN()                                                                                                    \
     unsigned long long apm_[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};                                                     \
     apm_[0] = clock64();                                                                                               \
@@ -436,25 +441,10 @@ __device__ void phase_end(int site) {
 #define APM_END(site) attn_probe_end(site, apm_, apm_gt)
 __device__ void attn_probe_end(int site, const unsigned long long (&m)[10], unsigned long long gt0) {
     if (threadIdx.x != 0 || blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
-    const unsigned long long end = clock64(), gt = phase_gt() - gt0;
-    unsigned long long prev = m[0];
-    for (int i = 1; i < 10; i++) {
-        if (m[i] == 0) continue;
-        atomicAdd(&g_phase_sum[site][i], m[i] - prev);
-        prev = m[i];
-    }
-    atomicAdd(&g_phase_sum[site][11], end - prev);
-    atomicAdd(&g_phase_ns[site], gt);
-    atomicAdd(&g_phase_cyc[site], end - m[0]);
-    const unsigned long long n = atomicAdd(&g_phase_n[site], 1ull) + 1;
-    if (n % 2048 == 0) {
-        const double k = 1.0 / (double)n;
-        const unsigned long long *q = g_phase_sum[site];
-        printf("phase probe site %d n=%llu cycles to marks 1-9, end: %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f; "
-               "ns/cycle %.4f\n",
-               site, n, q[1] * k, q[2] * k, q[3] * k, q[4] * k, q[5] * k, q[6] * k, q[7] * k, q[8] * k, q[9] * k,
-               q[11] * k, (double)g_phase_ns[site] / (double)g_phase_cyc[site]);
-    }
+    long long r[12] = {}; // mark 10 unused, 11 the end
+    for (int i = 0; i < 10; i++) r[i] = (long long)m[i];
+    r[11] = clock64();
+    phase_record(site, r, phase_gt() - gt0, 2048);
 }
 #else
 #define PHASE_MARK(i) ((void)0)
