@@ -551,16 +551,24 @@ static const struct {
 // holds a whole decimal number that ds4c_set_option accepts (the option's
 // own range checks); anything else keeps the default and is reported on
 // stderr.
+// whole_number parses s, all of it, as a decimal number within ±2^30.
+static bool whole_number(const char *s, int *x) {
+    char *end = nullptr;
+    const long v = strtol(s, &end, 10);
+    if (*s == 0 || *end != 0 || v < -(1L << 30) || v > (1L << 30)) return false;
+    *x = (int)v;
+    return true;
+}
+
 static void env_option(const char *name, int key) {
     const char *v = getenv(name);
     if (!v || !*v) return;
-    char *end = nullptr;
-    const long x = strtol(v, &end, 10);
-    if (*end != 0 || x < -(1L << 30) || x > (1L << 30)) {
+    int x = 0;
+    if (!whole_number(v, &x)) {
         fprintf(stderr, "ds4cuda: %s=%s ignored: not a whole number within ±2^30\n", name, v);
         return;
     }
-    if (ds4c_set_option(key, (int)x) != 0) fprintf(stderr, "ds4cuda: %s=%s ignored: %s\n", name, v, ds4c_last_error());
+    if (ds4c_set_option(key, x) != 0) fprintf(stderr, "ds4cuda: %s=%s ignored: %s\n", name, v, ds4c_last_error());
 }
 
 // The options checked by ds4c_set_option's switch (not a plain range).
@@ -585,39 +593,40 @@ static void option_var(const char *name, char (&var)[64]) {
     var[n] = 0;
 }
 
-// option_by_var returns the value of the option whose environment variable
-// is var (setting *key), or null when the library has none of that name.
-static int *option_by_var(const char *var, int *key) {
-    char v[64];
-    for (const auto &o : k_ranged) {
-        option_var(o.name, v);
-        if (strcmp(v, var) == 0) {
-            *key = o.key;
-            return o.value;
-        }
-    }
-    for (const auto &o : k_other) {
-        option_var(o.name, v);
-        if (strcmp(v, var) == 0) {
-            *key = o.key;
-            return o.value;
-        }
-    }
-    return nullptr;
-}
-
-// env_options reads every option's environment variable (option_var: the
-// table's, and the seven checked by ds4c_set_option's switch).
-static void env_options(void) {
+// each_option calls f(key, environment variable, value) for every option:
+// the table's, and those checked by ds4c_set_option's switch.
+extern "C++" {
+namespace {
+template <class F> void each_option(F f) {
     char var[64];
     for (const auto &o : k_ranged) {
         option_var(o.name, var);
-        env_option(var, o.key);
+        f(o.key, (const char *)var, o.value);
     }
     for (const auto &o : k_other) {
         option_var(o.name, var);
-        env_option(var, o.key);
+        f(o.key, (const char *)var, o.value);
     }
+}
+} // namespace
+} // extern "C++"
+
+// option_by_var returns the value of the option whose environment variable
+// is var (setting *key), or null when the library has none of that name.
+static int *option_by_var(const char *var, int *key) {
+    int *found = nullptr;
+    each_option([&](int k, const char *v, int *value) {
+        if (!found && strcmp(v, var) == 0) {
+            *key = k;
+            found = value;
+        }
+    });
+    return found;
+}
+
+// env_options reads every option's environment variable.
+static void env_options(void) {
+    each_option([](int k, const char *v, int *) { env_option(v, k); });
 }
 
 int ds4c_set_option_env(const char *assign) {
@@ -630,11 +639,10 @@ int ds4c_set_option_env(const char *assign) {
     var[n] = 0;
     int key = 0;
     if (!option_by_var(var, &key)) return ds4c_err(DS4C_EINVAL, "%s is not an option of this library", var);
-    char *end = nullptr;
-    const long x = strtol(eq + 1, &end, 10);
-    if (eq[1] == 0 || *end != 0 || x < -(1L << 30) || x > (1L << 30))
+    int x = 0;
+    if (!whole_number(eq + 1, &x))
         return ds4c_err(DS4C_EINVAL, "%s: \"%s\" is not a whole number within ±2^30", var, eq + 1);
-    return ds4c_set_option(key, (int)x);
+    return ds4c_set_option(key, x);
 }
 
 int ds4c_get_option_env(const char *var, int *value) {
