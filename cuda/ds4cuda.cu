@@ -26,7 +26,7 @@ static int g_opt_prefetch = 1;
 static int g_opt_fx_warp = 1;
 static int g_opt_fx_live = 1; // k_fexact_warp: rows of at most 1024 columns skip the four empty groups (fexact.cuh; cuda/NOTES.md v59)
 static int g_opt_mv_dec_sum = 1; // exact k_mv_dec rows summed on lane p from shared memory (matvec.cuh; cuda/NOTES.md v60)
-static int g_opt_attn_po_vec = 4; // k_attn_po: 1 key rows staged once a CTA, key slices read as float4 quads (cuda/NOTES.md v60); 2 also conflict-free staging and the serial loops' loads a group ahead; 3 also exact weighted sums two heads a warp (model.cu; cuda/NOTES.md v62); 4 (the default since v64) as 2, exact mode's softmax statistics once a head in clusters of 8 CTAs (k_attn_po_cl); 5 as 4 with the key slices' loads two chunks ahead
+static int g_opt_attn_po_vec = 4; // k_attn_po: 1 key rows staged once a CTA, key slices read as float4 quads (cuda/NOTES.md v60); 2 also conflict-free staging and the serial loops' loads a group ahead; 3 also exact weighted sums two heads a warp (model.cu; cuda/NOTES.md v62); 4 (the default since v64) as 2, exact mode's softmax statistics once a head in clusters of 8 CTAs (k_attn_po_cl)
 static int g_opt_hc_two = 1;
 static int g_opt_norm_rope = 1;
 static int g_opt_hc_quant = 1;
@@ -36,6 +36,7 @@ static int g_opt_mv_copy = 2; // their copies: cp.async, with the L2 hint, bulk
 static int g_opt_mv_stage = 0;  // their bytes per stage (0: what fits)
 static int g_opt_mv_stages = 3; // their stages
 static int g_opt_mv_timing = 0; // timing experiments only (wrong results)
+static int g_opt_ex_timing = 0; // timing experiments only (wrong results): exact single-token work on fast mode's kernels, by class (DS4C_OPT_EX_TIMING)
 static int g_opt_ix_tile = 2; // indexer scores of fewer than 8 queries: 1 k_index_tile, 2 fast mode's on the tensor cores (model.cu k_index_tile_tc; cuda/NOTES.md v29)
 static int g_opt_topk_warp = 1;
 static int g_opt_router_warp = 1;
@@ -73,7 +74,7 @@ static int g_opt_topk_wide = 1; // prefill chunks' top-k past 8192 rows in two w
 static int g_opt_topk_cl_tok = 16; // … for launches of at most this many tokens (decode steps and passes: prefill chunks measured slower so)
 static int g_opt_ix_flash_split = 2; // fast chunks' indexer scores (k_index_flash): rows split into runs for this many waves of CTAs (0: a CTA walks every row; cuda/NOTES.md v51)
 static int g_opt_tc_parts = 1; // grouped int8 products of 32-slot CTAs over the part list: only non-empty parts launched (cuda/NOTES.md v50)
-static int g_opt_mv_room = 2; // pipelined products given room (DS4C_MM_ROOM) run mv_pipe CTAs an SM in the room's budget, by bits: 1 one token's, 2 two tokens' (else one CTA; cuda/NOTES.md v47)
+static int g_opt_mv_room = 0; // pipelined products given room (DS4C_MM_ROOM) run mv_pipe CTAs an SM in the room's budget, by bits: 1 one token's, 2 two tokens' (else one CTA; cuda/NOTES.md v47; 2 was the default until v65: speculative +1.3 % without it)
 static int g_opt_mv_pair = 1; // ds4c_matmul_grouped_pair: one selection's Q8_0/Q4_K pair in one k_matvec grid
 static int g_opt_attn_cluster = 1; // fast split attention combined in its launch by clusters (model.cu, k_attn_split_cl)
 static int g_opt_comp_emit = 1;    // a decode step's compressed row in one launch (model.cu, k_comp_emit)
@@ -188,6 +189,7 @@ int ds4c_opt_topk_warp(void) { return g_opt_topk_warp; }
 int ds4c_opt_router_warp(void) { return g_opt_router_warp; }
 int ds4c_opt_attn_ecache(void) { return g_opt_attn_ecache; }
 int ds4c_opt_attn_po_vec(void) { return g_opt_attn_po_vec; }
+int ds4c_opt_ex_timing(void) { return g_opt_ex_timing; }
 int ds4c_opt_attn_rope(void) { return g_opt_attn_rope; }
 int ds4c_opt_attn_quant(void) { return g_opt_attn_quant; }
 
@@ -485,7 +487,7 @@ static const struct {
     {DS4C_OPT_FX_WARP, "fx_warp", &g_opt_fx_warp, 0, 1},
     {DS4C_OPT_FX_LIVE, "fx_live", &g_opt_fx_live, 0, 1},
     {DS4C_OPT_MV_DEC_SUM, "mv_dec_sum", &g_opt_mv_dec_sum, 0, 1},
-    {DS4C_OPT_ATTN_PO_VEC, "attn_po_vec", &g_opt_attn_po_vec, 0, 5},
+    {DS4C_OPT_ATTN_PO_VEC, "attn_po_vec", &g_opt_attn_po_vec, 0, 4},
     {DS4C_OPT_HC_TWO, "hc_two", &g_opt_hc_two, 0, 1},
     {DS4C_OPT_NORM_ROPE, "norm_rope", &g_opt_norm_rope, 0, 1},
     {DS4C_OPT_HC_QUANT, "hc_quant", &g_opt_hc_quant, 0, 1},
@@ -495,6 +497,7 @@ static const struct {
     {DS4C_OPT_MV_STAGES, "mv_stages", &g_opt_mv_stages, 2, 8},
     {DS4C_OPT_MV_PIPE_MIN, "mv_pipe_min", &g_opt_mv_pipe_min, 0, 1 << 20},
     {DS4C_OPT_MV_TIMING, "mv_timing", &g_opt_mv_timing, 0, 2},
+    {DS4C_OPT_EX_TIMING, "ex_timing", &g_opt_ex_timing, 0, 7},
     {DS4C_OPT_IX_TILE, "ix_tile", &g_opt_ix_tile, 0, 2},
     {DS4C_OPT_TOPK_WARP, "topk_warp", &g_opt_topk_warp, 0, 2},
     {DS4C_OPT_ROUTER_WARP, "router_warp", &g_opt_router_warp, 0, 1},

@@ -328,6 +328,16 @@ int ds4c_quantize(int act_type, const float *d_x, int64_t x_stride, void *d_act,
     return 0;
 }
 
+// ex_timed (DS4C_OPT_EX_TIMING, timing experiments only): an exact product
+// of at most two tokens whose class is chosen runs as fast mode's (another
+// summation order: wrong bits in exact mode).
+static int ex_timed(int flags, int type, int64_t n_tok) {
+    const int t = ds4c_opt_ex_timing();
+    if (!t || n_tok > 2 || !(flags & DS4C_MM_EXACT)) return flags;
+    const int bit = type == DS4C_Q8_0 ? 1 : type == DS4C_F16 || type == DS4C_BF16 || type == DS4C_F32 ? 4 : 0;
+    return (t & bit) ? flags & ~DS4C_MM_EXACT : flags;
+}
+
 int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids,
                    int n_sel, const void *d_act, int64_t act_tok, int64_t act_sel, int act_div, int n_tok, float *d_y,
                    int64_t y_tok, int64_t y_sel, int flags, void *stream) {
@@ -336,6 +346,7 @@ int ds4c_matmul_ex(int type, const void *d_w, int64_t rows, int64_t cols, int64_
     if (rc) return rc;
     if (n_tok <= 0 || n_sel <= 0) return 0;
     if (n_sel > 65535) return ds4c_err(DS4C_EINVAL, "too many selections (%d)", n_sel);
+    flags = ex_timed(flags, type, n_tok);
     if (act_div <= 0) return ds4c_err(DS4C_EINVAL, "act_div %d", act_div);
     if (act_tok == 0) act_tok = (int64_t)ds4c_act_bytes(ds4c_act_type(type), cols);
     if (y_tok == 0) y_tok = rows;
@@ -368,6 +379,7 @@ int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const
     int rc = check_shape(type, rows, cols, 1);
     if (rc) return rc;
     if (cols % 32 != 0) return ds4c_err(DS4C_EINVAL, "matvec_f32: %lld columns", (long long)cols);
+    flags = ex_timed(flags, type, n);
     // One launch where a fused kernel takes the product: F16 weights in fast
     // mode normalise the row themselves (k_mv_f16_norm, bit 2), in exact
     // mode k_fexact_warp stages the row after its norm (bit 4), Q8_0 weights
@@ -412,6 +424,7 @@ int ds4c_matmul_q8out(int type, const void *d_w, int64_t rows, int64_t cols, int
                         act_div);
     if (rows % 32 != 0) return ds4c_err(DS4C_EINVAL, "matmul_q8out: %lld rows (whole blocks of 32)", (long long)rows);
     const int64_t n = (int64_t)n_sel * rows;
+    flags = ex_timed(flags, type, 1);
     if (type == DS4C_Q8_0) {
         MVArgs a = mv_args(d_w, rows, cols, n_mat, nullptr, n_sel > 1, d_act,
                            (int64_t)ds4c_act_bytes(DS4C_Q8_0, cols), act_sel, act_div, d_y, n, rows);
@@ -430,6 +443,7 @@ int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64
                              float *d_y1, float *d_y2, int64_t y_sel, const void *d_scratch, int flags, void *stream) {
     DS4C_READY();
     if (n_sel <= 0) return 0;
+    if (n_sel == 1) flags = ex_timed(flags, type, 1);
     // (ds4c_matmul_grouped would run each as ds4c_matmul_ex: the forms below
     // only where that would be one single-token launch each)
     const bool aligned = (((uintptr_t)d_act | (uint64_t)act_sel) & 15) == 0;

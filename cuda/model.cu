@@ -3562,10 +3562,9 @@ struct PoScoresCL {
     }
 };
 
-// attn_po_run is k_attn_po's body (CL 0) and k_attn_po_cl's (CL 1 or 2:
-// exact mode, the exponentials cached, vec 2's loops, the key slices'
-// loads CL chunks ahead).
-template <bool FAST, int CL>
+// attn_po_run is k_attn_po's body (CL false) and k_attn_po_cl's (CL true:
+// exact mode, the exponentials cached, vec 2's loops).
+template <bool FAST, bool CL>
 __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, int64_t maxk, int ecap, int vec) {
     APM_BEGIN();
     pdl_enter();
@@ -3590,7 +3589,6 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
     // loads of a chunk: float4 column tid % 8 of keys tid / 8 + 32·u
     const int lc = tid % (AP_D / 4), lk = tid / (AP_D / 4);
     float4 nv[AP_LD];
-    [[maybe_unused]] float4 nv2[CL == 2 ? AP_LD : 1]; // CL 2: the second chunk's
     auto load_into = [&](int64_t kc, float4(&buf)[AP_LD]) {
 #pragma unroll
         for (int u = 0; u < AP_LD; u++) {
@@ -3602,8 +3600,6 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
     [[maybe_unused]] PoScoresCL scl;
     if constexpr (CL) scl.load(a, sc, maxk, (int)nk, t); // ahead of the key slices' loads
     load_into(0, nv);
-    if constexpr (CL == 2)
-        if (AP_K < nk) load_into(AP_K, nv2);
     // softmax statistics of head h: maximum, then the serial sum
     const float *s = sc + ((int64_t)t * a.H + (hok ? h : 0)) * maxk;
     const float sink = hok ? a.sinks[h] : 0.f;
@@ -3668,7 +3664,7 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
     // chunk stages the slices of keys kc … kc + AP_K − 1 (at most) from buf,
     // issues the loads of the chunk at kc + ahead into buf, and sums the
     // staged keys
-    auto chunk = [&](int64_t kc, float4(&buf)[AP_LD], int ahead) {
+    auto chunk = [&](int64_t kc, float4(&buf)[AP_LD]) {
         const int m = (int)min((int64_t)AP_K, nk - kc);
         __syncthreads(); // the previous chunk is consumed
         if (vec) {
@@ -3703,7 +3699,7 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
                 sp[j] = __fdiv_rn(FAST ? expf(s[kc + j] - mx) : exp_ref(fsub(s[kc + j], mx)), sum);
         }
         __syncthreads();
-        if (kc + ahead < nk) load_into(kc + ahead, buf);
+        if (kc + AP_K < nk) load_into(kc + AP_K, buf);
         int j = 0;
         if (two) { // heads 2w and 2w + 1 over the same key slices, each in key order
             if (w >= AP_H / 2) return;
@@ -3771,14 +3767,7 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
         }
         for (; j < m; j++) acc = FAST ? fmaf(sp[j], vcol[j * AP_D], acc) : fadd(acc, fmul(sp[j], vcol[j * AP_D]));
     };
-    if constexpr (CL == 2) { // two chunks' loads in flight: nv and nv2 in turn
-        for (int64_t kc = 0; kc < nk; kc += 2 * AP_K) {
-            chunk(kc, nv, 2 * AP_K);
-            if (kc + AP_K < nk) chunk(kc + AP_K, nv2, 2 * AP_K);
-        }
-    } else {
-        for (int64_t kc = 0; kc < nk; kc += AP_K) chunk(kc, nv, AP_K);
-    }
+    for (int64_t kc = 0; kc < nk; kc += AP_K) chunk(kc, nv);
     if (!FAST) {
         PHASE_SYNC();
         APM(CL ? 9 : 5);
@@ -3798,22 +3787,19 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
 
 template <bool FAST>
 __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, int64_t maxk, int ecap, int vec) {
-    attn_po_run<FAST, 0>(a, sc, maxk, ecap, vec);
+    attn_po_run<FAST, false>(a, sc, maxk, ecap, vec);
 }
 
-// k_attn_po_cl (DS4C_OPT_ATTN_PO_VEC 4, AHEAD 1; 5, AHEAD 2: the key
-// slices' loads two chunks ahead, the second chunk's issued before the
-// statistics, in 32 more registers; exact mode, when a CTA caches its
+// k_attn_po_cl (DS4C_OPT_ATTN_PO_VEC 4; exact mode, when a CTA caches its
 // heads' exponentials, ecap > 0): k_attn_po with option 2's loops, its
 // softmax statistics formed once a head within a thread-block cluster of
 // the AP_CL CTAs of consecutive output slices (PoScoresCL), instead
 // of by every output CTA of the head (16 on Flash), whose warps each walked
 // the head's scores a global load at a time while 15 other CTAs read the
 // same lines. The same operations in the same order: the same bits.
-template <int AHEAD>
 __global__ void __cluster_dims__(AP_CL, 1, 1) __launch_bounds__(AP_T)
     k_attn_po_cl(AttnArgs a, const float *sc, int64_t maxk, int ecap) {
-    attn_po_run<false, AHEAD>(a, sc, maxk, ecap, 2);
+    attn_po_run<false, true>(a, sc, maxk, ecap, 2);
 }
 
 // ------------------------------------------------------------ fast attention of single tokens
@@ -5072,6 +5058,7 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
     DS4C_READY();
     if (n <= 0) return 0;
     if (IHD % 4 || IH <= 0) return ds4c_err(DS4C_EINVAL, "index_scores: %d heads of %d", IH, IHD);
+    if (n < 8 && (ds4c_opt_ex_timing() & 2)) flags |= DS4C_FAST; // (timing experiments only: wrong bits)
     const int64_t maxR = (pos0 + n) / ratio;
     if (maxR <= 0) return 0;
     const size_t smem = ((size_t)(IH + IX_ROWS) * (IHD + 4) + (size_t)IX_ROWS * (IH + 1)) * sizeof(float);
@@ -5247,6 +5234,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     DS4C_READY();
     if (n <= 0) return 0;
     if (HD % 4) return ds4c_err(DS4C_EINVAL, "attention: head dim %d not a multiple of 4", HD);
+    if (n < 8 && (ds4c_opt_ex_timing() & 2)) flags |= DS4C_FAST; // (timing experiments only: wrong bits)
     if (n > 65535 || max_keys <= 0) return ds4c_err(DS4C_EINVAL, "attention: %d tokens, %lld keys", n, (long long)max_keys);
     if (d_rfreqs && (rd <= 0 || rd % 2 || roff < 0 || roff + rd > HD))
         return ds4c_err(DS4C_EINVAL, "attention: rotation of dims %d..%d of %d", roff, roff + rd, HD);
@@ -5452,8 +5440,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
             const int lim = (int)((size_t)AP_H * AP_ECAP * sizeof(float));
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_po<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_po<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
-            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po_cl<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
-            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po_cl<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po_cl, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
             eset = true;
         }
         if (fuse) a.rfreqs = d_rfreqs;
@@ -5461,8 +5448,8 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         const dim3 pg(HD / AP_D, (unsigned)n, nblk(H, AP_H));
         const int vec = ds4c_opt_attn_po_vec();
         if (vec >= 4 && !(flags & DS4C_FAST) && ecap && pg.x % AP_CL == 0)
-            ds4c_launch(vec == 5 ? k_attn_po_cl<2> : k_attn_po_cl<1>, pg, AP_T, esmem, st, a, d_work, max_keys, ecap);
-        else // (options 4 and 5 where k_attn_po_cl does not apply: option 2)
+            ds4c_launch(k_attn_po_cl, pg, AP_T, esmem, st, a, d_work, max_keys, ecap);
+        else // (option 4 where k_attn_po_cl does not apply: option 2)
             ds4c_launch((flags & DS4C_FAST) ? k_attn_po<true> : k_attn_po<false>, pg, AP_T, esmem, st, a, d_work,
                         max_keys, ecap, vec >= 4 ? 2 : vec);
         DS4C_CHECK_LAUNCH("attention softmax and output");

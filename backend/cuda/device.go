@@ -341,6 +341,7 @@ const (
 	OptMVQ8NSFast   = 74 // the same for fast mode's pipelined Q8_0 products (default 0: OptMVStages for all; env DS4_CUDA_MV_Q8_NS_FAST)
 	OptMVQ8CTAsEx   = 75 // exact mode's pipelined Q8_0 products (as OptMVQ8NSEx) run at most this many CTAs an SM, a decimal digit a class of columns as there, tiles still sized for OptMVPipe CTAs an SM (0: no cap, the default; env DS4_CUDA_MV_Q8_CTAS_EX; the same bits)
 	OptMVQ8CTAsFast = 76 // the same for fast mode's (default 0; env DS4_CUDA_MV_Q8_CTAS_FAST)
+	OptExTiming     = 77 // timing experiments only, wrong results in exact mode: exact single-token work runs fast mode's kernels, by bits: 1 Q8_0 products, 2 attention and indexer scores, 4 float products (env DS4_CUDA_EX_TIMING)
 	OptMVExQ8       = 66 // 1: exact mode's pipelined Q8_0 products (columns a multiple of 1024 dividing the CTA's 8 warps) form their block terms on fast mode's items (a lane a block; the terms stored, not tree-summed) and add them in block order: the same bits as 0 with about a third of the instructions; 2: the same with a ninth warp, which forms no items, adding the previous tile's rows while the eight form the next (default, DefaultMVExQ8; env DS4_CUDA_MV_EXQ8); 1: the last warp adds them after its items; 0: the pipelined kernel's 16-byte units, two lanes a block
 	OptMVTwo        = 59 // 1: fast mode's products of two tokens: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined product, the weights streamed once and each token's bits its one-token product's; the others split over up to 8 warps a row where the rows are few (default, DefaultMVTwo; env DS4_CUDA_MV_TWO); 0: the generic two-token kernel, a warp a row
 	OptMVPair       = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits in exact mode (in fast mode a lone Q8_0 product runs pipelined, which adds in another order)
@@ -411,10 +412,13 @@ const DefaultMVILP = 4
 // products pipelined together (cuda/NOTES.md v45).
 const DefaultMVTwo = 1
 
-// DefaultMVRoom is the library's default of OptMVRoom: two tokens' products
-// given room run two CTAs an SM (+0.4 / +2.3 % speculative at 81 / 100 %
-// committed; one token's were slower so, cuda/NOTES.md v47).
-const DefaultMVRoom = 2
+// DefaultMVRoom is the library's default of OptMVRoom: products given room
+// run one CTA an SM. Two tokens' in two (2) was the default from v47 (+0.4 /
+// +2.3 % speculative at 81 / 100 % committed then) until v65, where the
+// speculative A/B at 80 % ran +1.29 and +1.12 % faster without it (two
+// calls, 6 and 8 rounds); one token's were slower so (cuda/NOTES.md v47,
+// v65).
+const DefaultMVRoom = 0
 
 // DefaultMVSumW is the library's default of OptMVSumW: the row sums on
 // the last warp.

@@ -88,10 +88,11 @@ func TestRopeTable(t *testing.T) {
 		{700, 128, 0, true, DefaultAttnCluster, 1}, // 128 + 5 keys: clusters
 		{700, 128, 0, true, 0, 1},                  // the split kernel, then its combine
 		{40000, 128, 0, true, DefaultAttnCluster, 1},
-		{12000, 4, 512, true, DefaultAttnCluster, 1}, // 640 keys: the tensor-core split and its combine
-		{700, 128, 0, false, DefaultAttnCluster, 1},  // exact mode
-		{60, 0, 0, true, DefaultAttnCluster, 1},      // window keys only
-		{700, 128, 0, true, DefaultAttnCluster, 2},   // a speculative pass's two tokens
+		{12000, 4, 512, true, DefaultAttnCluster, 1},  // 640 keys: the tensor-core split and its combine
+		{700, 128, 0, false, DefaultAttnCluster, 1},   // exact mode
+		{12000, 4, 512, false, DefaultAttnCluster, 1}, // exact mode, 640 keys
+		{60, 0, 0, true, DefaultAttnCluster, 1},       // window keys only
+		{700, 128, 0, true, DefaultAttnCluster, 2},    // a speculative pass's two tokens
 		{12000, 4, 512, true, DefaultAttnCluster, 2},
 		{700, 128, 0, false, DefaultAttnCluster, 2},
 	} {

@@ -34,7 +34,8 @@
 #          (the MTP file is synthesised when ARGS or ARGS2 names it)
 #   AB     variants for scripts/cuda/ab-layers.sh on the full-size q2 synth
 #          (quoted words, e.g. AB='"DS4_CUDA_LIB=/tmp/lib-base.so" DS4_CUDA_X=0');
-#          ROUNDS (default 2), GEN (256), WARMUP (4096), ARGS (--fast)
+#          ROUNDS (default 2), GEN (256), WARMUP (4096), ARGS (--fast);
+#          AB_ROUNDS / AB_GEN set them for AB alone (ABX keeps ROUNDS / GEN)
 #   PP     token counts (e.g. '256 1024'): TestPrefillProducts' grouped
 #          expert products at those chunk sizes (DS4_CUDA_BENCH_GTOK), rows
 #          matching PP_TC (default 'stage 3'), for the main library and
@@ -222,7 +223,7 @@ if [ -n "${BITS:-}" ]; then # the same greedy logprobs from every library (and B
 fi
 if [ -n "${AB:-}" ]; then
     eval "set -- $AB"
-    LAYERS=43 MODEL=/dev/shm/flash-q2.gguf ROUNDS=${ROUNDS:-2} GEN=${GEN:-256} WARMUP=${WARMUP:-4096} ARGS=${ARGS:---fast} \
+    LAYERS=43 MODEL=/dev/shm/flash-q2.gguf ROUNDS=${AB_ROUNDS:-${ROUNDS:-2}} GEN=${AB_GEN:-${GEN:-256}} WARMUP=${WARMUP:-4096} ARGS=${ARGS:---fast} \
         AB_OUT=/tmp/ab bash scripts/cuda/ab-layers.sh "$@" | grep -v "^== "
     for f in /tmp/ab/*.csv; do # each run's last line of each kind (probe, site, line)
         grep -qE "phase probe|mv probe" "$f" 2>/dev/null || continue
