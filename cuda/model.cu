@@ -3349,6 +3349,13 @@ constexpr int AP_LD = AP_K / (AP_T / (AP_D / 4)); // float4 key loads per thread
 // faster (21.6 → 20.9): cuda/NOTES.md v8 has the runs.
 constexpr int AP_ECAP = 2048;
 constexpr int AP_CL = 8; // k_attn_po_cl's cluster: CTAs of consecutive output slices
+// The segmented order (DS4C_OPT_ATTN_ORDER 1; cpu.AttendHead with
+// cpu.AttnSegmentKeys): AP_SEG keys a segment, and a head's row of
+// exponentials in k_attn_po_cl followed by AP_SEGX floats: the segments'
+// scales c_j (at most AP_ECAP / AP_SEG of them), then the sum L.
+constexpr int AP_SEG = 64, AP_SEGX = AP_ECAP / AP_SEG + 4;
+static_assert(AP_K % AP_SEG == 0 && AP_T / 32 == 2 * (AP_T / AP_SEG) && AP_SEG == 64,
+              "a chunk holds whole segments, two warps' keys a segment");
 
 // attn_out_store ends a single-token attention kernel whose warp holds
 // output dims d0 + lane of head h (hok: h < H; the whole warp calls it): the
@@ -3560,12 +3567,115 @@ struct PoScoresCL {
         __syncwarp();
         cluster_arrive();
     }
+
+    // stats_seg is stats for the segmented order: row r of s_e (es floats
+    // apart, es ≥ ecap + AP_SEGX) gets head r's e_k = exp_ref(s_k − m_j),
+    // m_j the maximum of key k's segment j, and after ecap its segments'
+    // c_j = exp_ref(m_j − M) and then L = exp_ref(sink − M) + l_0·c_0 + …,
+    // l_j the sum of segment j's e_k in key order (by lane j of warp 0)
+    // and the l_j·c_j added in segment order; every CTA then copies the other
+    // rows whole. red: PT·AP_T/32 + AP_ECAP/AP_SEG floats of shared memory.
+    template <class Mark>
+    __device__ __forceinline__ void stats_seg(const AttnArgs &a, int ecap, int es, int nk, float *s_e, float *red,
+                                              Mark mark) const {
+        const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+        constexpr int NW = AP_T / 32;
+        float *er = s_e + (size_t)r * es, *segm = red + PT * NW;
+        if (live) {
+            // each warp's 32 keys lie in one segment (warp pair 2i, 2i + 1: segment 4u + i)
+#pragma unroll
+            for (int u = 0; u < PT; u++) {
+                const float m = warp_max(tid + u * AP_T < nk ? v[u] : -INFINITY);
+                if (lane == 0) red[u * NW + w] = m;
+            }
+            __syncthreads();
+            mark(4);
+            float M = sink;
+#pragma unroll
+            for (int i = 0; i < PT * NW; i++) M = fmaxf(M, red[i]);
+#pragma unroll
+            for (int u = 0; u < PT; u++) {
+                const int k = tid + u * AP_T;
+                const float mj = fmaxf(red[u * NW + (w & ~1)], red[u * NW + (w | 1)]);
+                if (k < nk) er[k] = exp_ref(fsub(v[u], mj));
+                if (k < nk && (k & (AP_SEG - 1)) == 0) segm[k / AP_SEG] = mj;
+            }
+            __syncthreads();
+            mark(5);
+            if (w == 0) {
+                const int nseg = (nk + AP_SEG - 1) / AP_SEG;
+                float lc = 0.f;
+                if (lane < nseg) {
+                    const float c = exp_ref(fsub(segm[lane], M));
+                    lc = fmul(po_sum_ahead(0.f, er + lane * AP_SEG, min(AP_SEG, nk - lane * AP_SEG)), c);
+                    er[ecap + lane] = c;
+                }
+                float L = exp_ref(fsub(sink, M));
+                for (int j = 0; j < nseg; j++) L = fadd(L, __shfl_sync(FULL_MASK, lc, j));
+                if (lane == 0) er[ecap + AP_ECAP / AP_SEG] = L;
+            }
+            mark(6);
+        }
+        cluster_sync_all(); // every CTA's row is whole
+        mark(7);
+        if (w != r && blockIdx.z * AP_H + w < a.H) { // 4 float4s a lane in flight
+            const float4 *src = (const float4 *)cg::this_cluster().map_shared_rank(s_e + (size_t)w * es, w);
+            float4 *dst = (float4 *)(s_e + (size_t)w * es);
+            const int n4 = (ecap + AP_SEGX) / 4;
+            for (int j0 = lane; j0 < n4; j0 += 4 * 32) {
+                float4 x[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (j0 + 32 * u < n4) x[u] = src[j0 + 32 * u];
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (j0 + 32 * u < n4) dst[j0 + 32 * u] = x[u];
+            }
+        }
+        __syncwarp();
+        cluster_arrive();
+    }
 };
 
+// po_seg_mac adds NS whole segments' weighted sums to acc in segment order:
+// o_s = Σ e_k·v_k (key order, from 0) for the AP_SEG keys of each segment s
+// = s0 … s0 + NS − 1 of the staged chunk (vq: this thread's dim's key
+// quads, AP_D float4s apart; sp: the chunk's exponentials of this warp's
+// head; cs: its segments' scales), then acc += c_s·o_s. The NS chains run
+// side by side.
+template <int NS>
+__device__ __forceinline__ float po_seg_mac(float acc, const float4 *vq, const float *sp, const float *cs, int s0) {
+    float o[NS];
+#pragma unroll
+    for (int s = 0; s < NS; s++) o[s] = 0.f;
+#pragma unroll 2
+    for (int i = 0; i < AP_SEG; i += 4) {
+        float4 v[NS], p[NS];
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            const int g = (s0 + s) * AP_SEG + i;
+            v[s] = vq[(g >> 2) * AP_D];
+            p[s] = ld4s(sp + g);
+        }
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            o[s] = fadd(o[s], fmul(p[s].x, v[s].x));
+            o[s] = fadd(o[s], fmul(p[s].y, v[s].y));
+            o[s] = fadd(o[s], fmul(p[s].z, v[s].z));
+            o[s] = fadd(o[s], fmul(p[s].w, v[s].w));
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < NS; s++) acc = fadd(acc, fmul(cs[s0 + s], o[s]));
+    return acc;
+}
+
 // attn_po_run is k_attn_po's body (CL false) and k_attn_po_cl's (CL true:
-// exact mode, the exponentials cached, vec 2's loops).
-template <bool FAST, bool CL>
+// exact mode, the exponentials cached, vec 2's loops; SEG: the segmented
+// order, its rows of exponentials ecap + AP_SEGX floats apart).
+template <bool FAST, bool CL, bool SEG = false>
 __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, int64_t maxk, int ecap, int vec) {
+    static_assert(CL || !SEG, "the segmented order is k_attn_po_cl's");
     APM_BEGIN();
     pdl_enter();
     APM(1);
@@ -3614,8 +3724,14 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
     }
     float sum = FAST ? expf(sink - mx) : exp_ref(fsub(sink, mx)), part = 0.f;
     float *sp = s_p[w];
-    float *se = s_e + (size_t)w * ecap;
-    if constexpr (CL) { // every row of s_e already holds its head's probabilities
+    float *se = s_e + (size_t)w * (SEG ? ecap + AP_SEGX : ecap);
+    if constexpr (SEG) { // every row of s_e holds its head's exponentials, scales and sum
+        scl.stats_seg(a, ecap, ecap + AP_SEGX, (int)nk, s_e, s_p[0], [&](int i) {
+            (void)i;
+            APM(i);
+        });
+        APM(8);
+    } else if constexpr (CL) { // every row of s_e already holds its head's probabilities
         scl.stats(a, ecap, (int)nk, s_e, s_p[0], [&](int i) {
             (void)i;
             APM(i);
@@ -3701,6 +3817,20 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
         __syncthreads();
         if (kc + AP_K < nk) load_into(kc + AP_K, buf);
         int j = 0;
+        if constexpr (SEG) { // the chunk's segments: whole ones 4 or 2 at a time, then the rest
+            const float *cs = se + ecap + kc / AP_SEG;
+            const int whole = m / AP_SEG;
+            int s0 = 0;
+            for (; s0 + 4 <= whole; s0 += 4) acc = po_seg_mac<4>(acc, vq, sp, cs, s0);
+            for (; s0 + 2 <= whole; s0 += 2) acc = po_seg_mac<2>(acc, vq, sp, cs, s0);
+            if (s0 < whole) acc = po_seg_mac<1>(acc, vq, sp, cs, s0++);
+            if (s0 * AP_SEG < m) { // the last, short segment
+                float o = 0.f;
+                for (j = s0 * AP_SEG; j < m; j++) o = fadd(o, fmul(sp[j], ((const float *)(vq + (j >> 2) * AP_D))[j & 3]));
+                acc = fadd(acc, fmul(cs[s0], o));
+            }
+            return;
+        }
         if (two) { // heads 2w and 2w + 1 over the same key slices, each in key order
             if (w >= AP_H / 2) return;
             const float *p0 = ecap ? s_e + (size_t)(2 * w) * ecap + kc : s_p[2 * w];
@@ -3768,6 +3898,7 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
         for (; j < m; j++) acc = FAST ? fmaf(sp[j], vcol[j * AP_D], acc) : fadd(acc, fmul(sp[j], vcol[j * AP_D]));
     };
     for (int64_t kc = 0; kc < nk; kc += AP_K) chunk(kc, nv);
+    if constexpr (SEG) acc = __fdiv_rn(acc, se[ecap + AP_ECAP / AP_SEG]);
     if (!FAST) {
         PHASE_SYNC();
         APM(CL ? 9 : 5);
@@ -3791,15 +3922,140 @@ __global__ void __launch_bounds__(AP_T) k_attn_po(AttnArgs a, const float *sc, i
 }
 
 // k_attn_po_cl (DS4C_OPT_ATTN_PO_VEC 4; exact mode, when a CTA caches its
-// heads' exponentials, ecap > 0): k_attn_po with option 2's loops, its
+// heads' exponentials, ecap > 0; SEG: the segmented order, stats_seg and
+// po_seg_mac, DS4C_OPT_ATTN_ORDER 1): k_attn_po with option 2's loops, its
 // softmax statistics formed once a head within a thread-block cluster of
 // the AP_CL CTAs of consecutive output slices (PoScoresCL), instead
 // of by every output CTA of the head (16 on Flash), whose warps each walked
 // the head's scores a global load at a time while 15 other CTAs read the
 // same lines. The same operations in the same order: the same bits.
+template <bool SEG>
 __global__ void __cluster_dims__(AP_CL, 1, 1) __launch_bounds__(AP_T)
     k_attn_po_cl(AttnArgs a, const float *sc, int64_t maxk, int ecap) {
-    attn_po_run<false, true>(a, sc, maxk, ecap, 2);
+    attn_po_run<false, true, SEG>(a, sc, maxk, ecap, 2);
+}
+
+// ------------------------------------------------------------ exact single tokens, split over segments
+// The segmented order (DS4C_OPT_ATTN_ORDER 2; cpu.AttendHead with
+// cpu.AttnSegmentKeys) split over the keys as flash decoding is, after
+// k_attn_scores<1>: k_attn_seg gives each CTA one segment of AP_SEG keys of
+// one token, SG_H heads and SG_D dims of each (warp w: head h0 + w, lane l:
+// dims 4l … 4l + 3); it forms the segment's maximum m_j, exponentials e_k =
+// exp_ref(s_k − m_j) and their sum l_j in key order (lane 0), stages the
+// segment's key slices, and writes o_j = Σ e_k·v_k (key order, from 0) and
+// (m_j, l_j) to the work buffer after the scores. k_attn_seg_combine then
+// gives each warp a head and 32 dims of a token: M, c_j = exp_ref(m_j − M),
+// L = exp_ref(sink − M) + l_0·c_0 + … and out = (c_0·o_0 + …) / L in segment
+// order, then attn_out_store (rotation, Q8_0 activation). Each (head,
+// segment)'s statistics are formed by the SG dim-slice CTAs alike (the same
+// bits); the first of them writes them.
+constexpr int SG_H = 8, SG_D = 128, SG_T = SG_H * 32;
+constexpr int SG_KV = AP_SEG * SG_D / 4 / SG_T; // float4 key loads a thread (8)
+static_assert(SG_D == 4 * 32 && SG_KV * SG_T * 4 == AP_SEG * SG_D, "a lane 4 dims, whole float4 loads");
+
+// the segment partials' place in the work buffer: after the n·H·maxk scores,
+// o [nseg][n][H][HD], then (m, l) [nseg][n][H]
+__host__ __device__ __forceinline__ int64_t seg_nseg(int64_t maxk) { return (maxk + AP_SEG - 1) / AP_SEG; }
+
+__global__ void __launch_bounds__(SG_T) k_attn_seg(AttnArgs a, float *work, int64_t maxk) {
+    __shared__ __align__(16) float4 s_v[AP_SEG][SG_D / 4];
+    __shared__ __align__(16) float s_ex[SG_H][AP_SEG];
+    pdl_enter();
+    const int j = blockIdx.x, t = blockIdx.y, n = gridDim.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int hgroups = (a.H + SG_H - 1) / SG_H;
+    const int h = (blockIdx.z % hgroups) * SG_H + w, d0 = (blockIdx.z / hgroups) * SG_D;
+    const int64_t p = a.pos0 + t;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin);
+    const int64_t k0 = (int64_t)j * AP_SEG;
+    if (k0 >= nk) return; // (this token has fewer segments)
+    const int m = (int)min((int64_t)AP_SEG, nk - k0);
+    // the segment's key slices, in flight while the statistics are formed
+    const int lc = tid % (SG_D / 4), lk = tid / (SG_D / 4);
+    float4 kv[SG_KV];
+#pragma unroll
+    for (int u = 0; u < SG_KV; u++) {
+        const int k = lk + u * (SG_T / (SG_D / 4));
+        kv[u] = k < m ? __ldg((const float4 *)(attn_key(a, t, p, k0 + k, nwin) + d0) + lc) : make_float4(0, 0, 0, 0);
+    }
+    const bool hok = h < a.H;
+    const float *sc = work + ((int64_t)t * a.H + (hok ? h : 0)) * maxk + k0;
+    const float s0 = lane < m ? sc[lane] : -INFINITY, s1 = lane + 32 < m ? sc[lane + 32] : -INFINITY;
+    const float mj = warp_max(fmaxf(s0, s1));
+    if (lane < m) s_ex[w][lane] = exp_ref(fsub(s0, mj));
+    if (lane + 32 < m) s_ex[w][lane + 32] = exp_ref(fsub(s1, mj));
+    __syncwarp();
+    const int64_t nseg = seg_nseg(maxk), row = ((int64_t)j * n + t) * a.H + h;
+    if (lane == 0 && hok && blockIdx.z < hgroups) {
+        const float l = po_sum_ahead(0.f, s_ex[w], m);
+        ((float2 *)(work + (int64_t)n * a.H * maxk + nseg * n * a.H * a.HD))[row] = make_float2(mj, l);
+    }
+#pragma unroll
+    for (int u = 0; u < SG_KV; u++) s_v[lk + u * (SG_T / (SG_D / 4))][lc] = kv[u];
+    __syncthreads();
+    float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
+    const float *ex = s_ex[w];
+    int k = 0;
+    for (; k + 4 <= m; k += 4) {
+        const float4 e = ld4s(ex + k);
+        const float ev[4] = {e.x, e.y, e.z, e.w};
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const float4 v = s_v[k + u][lane];
+            o0 = fadd(o0, fmul(ev[u], v.x));
+            o1 = fadd(o1, fmul(ev[u], v.y));
+            o2 = fadd(o2, fmul(ev[u], v.z));
+            o3 = fadd(o3, fmul(ev[u], v.w));
+        }
+    }
+    for (; k < m; k++) {
+        const float4 v = s_v[k][lane];
+        o0 = fadd(o0, fmul(ex[k], v.x));
+        o1 = fadd(o1, fmul(ex[k], v.y));
+        o2 = fadd(o2, fmul(ex[k], v.z));
+        o3 = fadd(o3, fmul(ex[k], v.w));
+    }
+    if (hok && d0 + 4 * lane < a.HD)
+        *(float4 *)(work + (int64_t)n * a.H * maxk + row * a.HD + d0 + 4 * lane) = make_float4(o0, o1, o2, o3);
+}
+
+__global__ void __launch_bounds__(AP_T) k_attn_seg_combine(AttnArgs a, const float *work, int64_t maxk) {
+    extern __shared__ float s_c[]; // [AP_H][2·nseg]: c_j, then l_j·c_j
+    pdl_enter();
+    const int t = blockIdx.y, n = gridDim.y, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = blockIdx.z * AP_H + w, d0 = blockIdx.x * AP_D;
+    const bool hok = h < a.H;
+    const int hc = hok ? h : 0;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin), nseg = seg_nseg(maxk), ns = seg_nseg(nk);
+    const float *o = work + (int64_t)n * a.H * maxk;
+    const float2 *ml = (const float2 *)(o + nseg * n * a.H * a.HD);
+    const float sink = a.sinks[hc];
+    float M = sink;
+    for (int64_t j = lane; j < ns; j += 32) M = fmaxf(M, ml[(j * n + t) * a.H + hc].x);
+    M = warp_max(M);
+    float *cw = s_c + (size_t)w * 2 * nseg;
+    for (int64_t j = lane; j < ns; j += 32) {
+        const float2 v = ml[(j * n + t) * a.H + hc];
+        const float c = exp_ref(fsub(v.x, M));
+        cw[j] = c;
+        cw[nseg + j] = fmul(v.y, c);
+    }
+    __syncwarp();
+    float L = exp_ref(fsub(sink, M)), acc = 0.f;
+    for (int64_t j = 0; j < ns; j++) L = fadd(L, cw[nseg + j]);
+    const float *oj = o + ((int64_t)t * a.H + hc) * a.HD + d0 + lane;
+    const int64_t jstride = (int64_t)n * a.H * a.HD;
+    int64_t j = 0;
+    for (; j + 4 <= ns; j += 4) {
+        float x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) x[u] = __ldcg(oj + (j + u) * jstride);
+#pragma unroll
+        for (int u = 0; u < 4; u++) acc = fadd(acc, fmul(cw[j + u], x[u]));
+    }
+    for (; j < ns; j++) acc = fadd(acc, fmul(cw[j], __ldcg(oj + j * jstride)));
+    attn_out_store(a, t, h, hok, d0, lane, __fdiv_rn(acc, L));
 }
 
 // ------------------------------------------------------------ fast attention of single tokens
@@ -5058,7 +5314,7 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
     DS4C_READY();
     if (n <= 0) return 0;
     if (IHD % 4 || IH <= 0) return ds4c_err(DS4C_EINVAL, "index_scores: %d heads of %d", IH, IHD);
-    if (n < 8 && (ds4c_opt_ex_timing() & 2)) flags |= DS4C_FAST; // (timing experiments only: wrong bits)
+    if (n < 8 && (ds4c_opt_ex_timing() & 8)) flags |= DS4C_FAST; // (timing experiments only: wrong bits)
     const int64_t maxR = (pos0 + n) / ratio;
     if (maxR <= 0) return 0;
     const size_t smem = ((size_t)(IH + IX_ROWS) * (IHD + 4) + (size_t)IX_ROWS * (IH + 1)) * sizeof(float);
@@ -5223,6 +5479,8 @@ int64_t ds4c_attention_work(int n, int H, int HD, int64_t max_keys, int flags) {
     int64_t w = (int64_t)n * H * max_keys;
     const int64_t split = (int64_t)n * H * DEC_SPLITS * (HD + 2); // k_attn_split's partial sums
     if (n < 8 && split > w) w = split;
+    const int64_t seg = (int64_t)n * H * max_keys + seg_nseg(max_keys) * n * H * (HD + 2); // k_attn_seg's, after the scores
+    if (n < 8 && seg > w) w = seg;
     return w;
 }
 
@@ -5262,6 +5520,18 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         if (!d_rfreqs) return 0;
         return ds4c_rope(d_out, (int64_t)H * HD, H, HD, roff, d_rfreqs, rd, pos0, 1, n, 1, stream);
     };
+    // the segmented order (DS4C_OPT_ATTN_ORDER 1): exact mode's single
+    // tokens through k_attn_po_cl alone so far (cuda/NOTES.md v65)
+    const int order = (flags & DS4C_FAST) ? 0 : ds4c_opt_attn_order();
+    const bool seg = order == 1, segsplit = order == 2 && n < 8 && HD % AP_D == 0 && HD % SG_D == 0;
+    if (seg && !(n < 8 && HD % AP_D == 0 && (HD / AP_D) % AP_CL == 0 && max_keys <= AP_ECAP && ds4c_opt_attn_po() &&
+                 ds4c_opt_attn_po_vec() >= 4 && ds4c_opt_attn_ecache()))
+        return ds4c_err(DS4C_EINVAL,
+                        "attention: the segmented order (option attn_order 1) for %d tokens of %lld keys: so far only "
+                        "single tokens' k_attn_po_cl (at most %d keys) has it",
+                        n, (long long)max_keys, AP_ECAP);
+    if (order == 2 && !segsplit)
+        return ds4c_err(DS4C_EINVAL, "attention: the segmented order (option attn_order 2) for %d tokens: so far only single tokens have it", n);
     // k_attn_flash needs no work buffer (ds4c_attention_work 0)
     const bool rows16 = (((uintptr_t)d_q | (uintptr_t)d_kv | (uintptr_t)d_win | (uintptr_t)d_comp) & 15) == 0;
     const bool flash = attn_flash_takes(n, H, HD, flags);
@@ -5428,10 +5698,27 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     else
         ds4c_launch(k_attn_scores<1>, gs, 256, smem, st, a, d_work, max_keys, hg);
     DS4C_CHECK_LAUNCH("attention scores");
+    if (segsplit) { // the segmented order split over the segments (k_attn_seg), then combined
+        const int hg = (int)nblk(H, SG_H);
+        ds4c_launch(k_attn_seg, dim3((unsigned)seg_nseg(max_keys), (unsigned)n, (unsigned)(hg * (HD / SG_D))), SG_T, 0, st, a,
+                    d_work, max_keys);
+        DS4C_CHECK_LAUNCH("attention (segments)");
+        if (fuse) a.rfreqs = d_rfreqs;
+        if (fuseq) a.qact = (uint8_t *)d_qact;
+        const size_t csmem = (size_t)AP_H * 2 * seg_nseg(max_keys) * sizeof(float);
+        static size_t cset = 48 * 1024;
+        if (csmem > cset) {
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_seg_combine, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)csmem));
+            cset = csmem;
+        }
+        ds4c_launch(k_attn_seg_combine, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, csmem, st, a, d_work, max_keys);
+        DS4C_CHECK_LAUNCH("attention (segments combined)");
+        return unfused();
+    }
     if (n < 8 && HD % AP_D == 0 && ds4c_opt_attn_po()) {
         // softmax and output in one kernel (k_attn_po)
         const int ecap = (max_keys <= AP_ECAP && ds4c_opt_attn_ecache()) ? (int)((max_keys + 3) / 4 * 4) : 0;
-        const size_t esmem = (size_t)AP_H * ecap * sizeof(float);
+        const size_t esmem = (size_t)AP_H * (seg ? ecap + AP_SEGX : ecap) * sizeof(float);
         // (the limit set once, whatever this call uses: with none in use,
         // the attribute alone changed a 640-key call run alone from 45.0
         // to 37.8 µs on the H200 — a larger shared-memory carve-out)
@@ -5440,7 +5727,9 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
             const int lim = (int)((size_t)AP_H * AP_ECAP * sizeof(float));
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_po<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
             DS4C_CHECK(cudaFuncSetAttribute(k_attn_po<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
-            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po_cl, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po_cl<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, lim));
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_po_cl<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)((size_t)AP_H * (AP_ECAP + AP_SEGX) * sizeof(float))));
             eset = true;
         }
         if (fuse) a.rfreqs = d_rfreqs;
@@ -5448,7 +5737,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         const dim3 pg(HD / AP_D, (unsigned)n, nblk(H, AP_H));
         const int vec = ds4c_opt_attn_po_vec();
         if (vec >= 4 && !(flags & DS4C_FAST) && ecap && pg.x % AP_CL == 0)
-            ds4c_launch(k_attn_po_cl, pg, AP_T, esmem, st, a, d_work, max_keys, ecap);
+            ds4c_launch(seg ? k_attn_po_cl<true> : k_attn_po_cl<false>, pg, AP_T, esmem, st, a, d_work, max_keys, ecap);
         else // (option 4 where k_attn_po_cl does not apply: option 2)
             ds4c_launch((flags & DS4C_FAST) ? k_attn_po<true> : k_attn_po<false>, pg, AP_T, esmem, st, a, d_work,
                         max_keys, ecap, vec >= 4 ? 2 : vec);

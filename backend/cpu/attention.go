@@ -148,7 +148,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			}
 			scores = scores[:len(keys)]
 			oh := o[j*HD : (j+1)*HD]
-			attendHead(oh, q[j*HD:(j+1)*HD], keys, scores, L.sinks[h], scale)
+			AttendHead(oh, q[j*HD:(j+1)*HD], keys, scores, L.sinks[h], scale, be.opts.AttnSegment)
 			rotateInv(oh[nope:], cs[t*rd:(t+1)*rd])
 		}
 	})
@@ -170,9 +170,33 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	return nil
 }
 
-// attendHead computes one head's attention output over the keys (which are
-// also the values) with a sink logit in the softmax denominator.
-func attendHead(out, q []float32, keys [][]float32, scores []float32, sink, scale float32) {
+// AttnSegmentKeys is the segment of AttendHead's segmented order: 64 keys.
+const AttnSegmentKeys = 64
+
+// AttendHead computes one head's attention output over the keys (which are
+// also the values) with a sink logit in the softmax denominator, in the
+// exact order that the CUDA backend's exact mode reproduces bit for bit.
+// scores needs room for len(keys) values; out gets len(q) values. Each
+// score is dotF32(q, key)·scale. seg selects the summation order:
+//
+//   - 0, the serial order: the maximum M of the sink and the scores,
+//     e_k = exp(s_k − M), their sum L = exp(sink − M) + e_0 + e_1 + … added
+//     in key order, p_k = e_k / L, and out = Σ p_k·key_k added in key order.
+//   - AttnSegmentKeys, the segmented order (flash decoding's, fixed so that
+//     it does not depend on how a GPU splits the work): the keys in segments
+//     of seg (the last one shorter); per segment j its maximum m_j, e_k =
+//     exp(s_k − m_j), l_j = e's sum in key order and o_j = Σ e_k·key_k in key
+//     order; then M = the maximum of the sink and the m_j, c_j = exp(m_j −
+//     M), L = exp(sink − M) + l_0·c_0 + l_1·c_1 + … and out = (c_0·o_0 +
+//     c_1·o_1 + …) / L, the sums in segment order. Its chains are a segment
+//     long, so a GPU sums the segments at once.
+//
+// Every product is rounded before its addition (no fused multiply-add).
+func AttendHead(out, q []float32, keys [][]float32, scores []float32, sink, scale float32, seg int) {
+	if seg > 0 {
+		attendHeadSegmented(out, q, keys, scores, sink, scale, seg)
+		return
+	}
 	mx := sink
 	for k, row := range keys {
 		s := dotF32(q, row) * scale
@@ -190,6 +214,60 @@ func attendHead(out, q []float32, keys [][]float32, scores []float32, sink, scal
 	}
 	for k, row := range keys {
 		axpy(out, scores[k]/sum, row)
+	}
+}
+
+// attendHeadSegmented is AttendHead's segmented order (seg keys a segment).
+func attendHeadSegmented(out, q []float32, keys [][]float32, scores []float32, sink, scale float32, seg int) {
+	nk := len(keys)
+	for k, row := range keys {
+		scores[k] = dotF32(q, row) * scale
+	}
+	for d := range out {
+		out[d] = 0
+	}
+	if nk == 0 {
+		return
+	}
+	nseg := (nk + seg - 1) / seg
+	segMax := make([]float32, nseg)
+	segSum := make([]float32, nseg)
+	M := sink
+	for j := range nseg {
+		lo, hi := j*seg, min(nk, (j+1)*seg)
+		m := scores[lo]
+		for _, s := range scores[lo+1 : hi] {
+			m = max(m, s)
+		}
+		var l float32
+		for k := lo; k < hi; k++ {
+			e := expf(scores[k] - m)
+			scores[k] = e
+			l += e
+		}
+		segMax[j], segSum[j] = m, l
+		M = max(M, m)
+	}
+	L := expf(sink - M)
+	o := make([]float32, len(out))
+	for j := range nseg {
+		c := expf(segMax[j] - M)
+		L += float32(segSum[j] * c)
+		for d := range o {
+			o[d] = 0
+		}
+		for k := j * seg; k < min(nk, (j+1)*seg); k++ {
+			e, row := scores[k], keys[k][:len(o)]
+			for d := range o {
+				o[d] += float32(e * row[d])
+			}
+		}
+		for d := range out {
+			out[d] += float32(c * o[d])
+		}
+	}
+	for d := range out {
+		out[d] /= L
 	}
 }
 

@@ -36,6 +36,11 @@ type Options struct {
 	// compressed rows the indexer picked for each position, in row order (for
 	// tests and debugging; rows is reused after the call).
 	OnTopK func(layer, pos int, rows []int32)
+	// AttnSegment selects the attention's summation order (AttendHead): 0
+	// the serial order (the default), or AttnSegmentKeys, the segmented
+	// order that the CUDA backend's exact kernels are moving to
+	// (cuda/NOTES.md v65).
+	AttnSegment int
 }
 
 // Backend runs the forward pass of one model on the CPU. It implements

@@ -121,14 +121,14 @@ func TestAttendHeadSink(t *testing.T) {
 	scores := make([]float32, 2)
 	e := math.E
 	for _, sink := range []float64{-1e30, 0, 2} {
-		attendHead(out, q, keys, scores, float32(sink), 1)
+		AttendHead(out, q, keys, scores, float32(sink), 1, 0)
 		z := e + 1 + math.Exp(sink)
 		if !near(float64(out[0]), e/z, 1e-6) || !near(float64(out[1]), 1/z, 1e-6) {
 			t.Errorf("sink %g: out = %v, want %v", sink, out, []float64{e / z, 1 / z})
 		}
 	}
 	// The scale multiplies q·k.
-	attendHead(out, q, keys, scores, -1e30, 2)
+	AttendHead(out, q, keys, scores, -1e30, 2, 0)
 	z := e*e + 1
 	if !near(float64(out[0]), e*e/z, 1e-6) {
 		t.Errorf("scaled: %v", out)
@@ -401,5 +401,65 @@ func TestStateTables(t *testing.T) {
 	}
 	if err := be.ReadState(si, 0, engine.PartComp, 0, 1, dst); err == nil {
 		t.Error("reading a part the layer lacks succeeded")
+	}
+}
+
+// TestAttendHeadSegmented holds AttendHead's segmented order to the softmax
+// it computes, in float64, for key counts below, at and past a segment and
+// past several (the last segment short), with a sink that dominates, one
+// that does not count, and scores spread wide enough that the segments'
+// maxima differ; and it checks that the order is not the serial one's in
+// disguise (some output differs in its bits for the longer cases).
+func TestAttendHeadSegmented(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	const hd = 24
+	for _, nk := range []int{1, 5, 64, 65, 130, 640, 1299} {
+		for _, sink := range []float32{-1e30, 0.5, 30} {
+			q := make([]float32, hd)
+			for i := range q {
+				q[i] = float32(rng.NormFloat64())
+			}
+			keys := make([][]float32, nk)
+			for k := range keys {
+				keys[k] = make([]float32, hd)
+				w := float32(1 + 3*rng.Float64()) // scores of a few units apart between keys
+				for i := range keys[k] {
+					keys[k][i] = w * float32(rng.NormFloat64())
+				}
+			}
+			scale := float32(0.3)
+			// the softmax in float64 from the same float32 scores
+			sc := make([]float64, nk)
+			mx := float64(sink)
+			for k, row := range keys {
+				sc[k] = float64(dotF32(q, row) * scale)
+				mx = math.Max(mx, sc[k])
+			}
+			z := math.Exp(float64(sink) - mx)
+			for k := range sc {
+				sc[k] = math.Exp(sc[k] - mx)
+				z += sc[k]
+			}
+			want := make([]float64, hd)
+			for k, row := range keys {
+				for d := range want {
+					want[d] += sc[k] / z * float64(row[d])
+				}
+			}
+			got, serial := make([]float32, hd), make([]float32, hd)
+			scores := make([]float32, nk)
+			AttendHead(got, q, keys, scores, sink, scale, AttnSegmentKeys)
+			AttendHead(serial, q, keys, scores, sink, scale, 0)
+			differs := false
+			for d := range want {
+				if !near(float64(got[d]), want[d], 2e-5) {
+					t.Fatalf("%d keys, sink %g: out[%d] = %g, want %g", nk, sink, d, got[d], want[d])
+				}
+				differs = differs || math.Float32bits(got[d]) != math.Float32bits(serial[d])
+			}
+			if nk >= 640 && sink < 1 && !differs {
+				t.Errorf("%d keys, sink %g: the segmented order's output is the serial order's bit for bit", nk, sink)
+			}
+		}
 	}
 }

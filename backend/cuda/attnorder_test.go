@@ -1,0 +1,138 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"ds4go/backend/cpu"
+)
+
+// TestAttentionSegmented holds exact mode's single-token attention in the
+// segmented order — OptAttnOrder 1 (k_attn_po_cl's stats_seg and
+// po_seg_mac) and 2 (split over the segments: k_attn_seg, then
+// k_attn_seg_combine) — to cpu.AttendHead's segmented order bit for bit, on Flash's
+// shape: one and two tokens, 133 keys (two whole segments and a short
+// one), 640 (a ratio-4 layer's window and top-k: chunks of four whole
+// segments), 1299 and 2042 (past the 1024 staged key rows; the last of 32
+// segments short) and, for 2 only, 2471 (past the exponentials' cache), the
+// key rows in the kernels' order (the window's positions from the chunk's
+// rows or the ring, then the compressed rows picked or all). And calls an
+// order does not reach yet (a prompt chunk; for 1, more keys than the
+// exponentials' cache) fail instead of summing in the serial order.
+func TestAttentionSegmented(t *testing.T) {
+	d := gpu(t)
+	restoreAttnOptions(t, d)
+	t.Cleanup(func() { d.SetOption(OptAttnOrder, 0) })
+	const H, HD, W = attnH, attnHD, attnW
+	const wcap = 2 * W
+	const scale = float32(0.044)
+	const rd, roff, qseg = 64, HD - 64, 4096
+	freqp := uploadFreqs(t, d, rd/2, 0.011)
+	for _, c := range []struct{ pos0, ratio, K, nt int }{
+		{700, 128, 0, 1}, {12000, 4, 512, 1}, {150000, 128, 0, 1}, {245000, 128, 0, 1}, {300000, 128, 0, 1},
+		{700, 128, 0, 2}, {12000, 4, 512, 2},
+	} {
+		label := fmt.Sprintf("pos0 %d, ratio %d, %d tokens", c.pos0, c.ratio, c.nt)
+		seed := uint64(c.pos0 + c.nt)
+		nComp := (c.pos0 + c.nt) / c.ratio
+		q, kv := gaussian(c.nt*H*HD, seed), gaussian(c.nt*HD, seed+1)
+		win, comp := gaussian(wcap*HD, seed+2), gaussian(nComp*HD, seed+3)
+		sinks := gaussian(H, seed+4)
+		K := max(c.K, 1)
+		sel, nsel := make([]int32, c.nt*K), make([]int32, c.nt)
+		r := rand.New(rand.NewPCG(seed+5, seed+5))
+		for tok := range c.nt {
+			R := (c.pos0 + tok + 1) / 4
+			nsel[tok] = int32(min(c.K, R))
+			for j := range int(nsel[tok]) {
+				sel[tok*K+j] = int32(r.IntN(R))
+			}
+		}
+		maxKeys := W + c.K
+		if c.ratio == 128 {
+			maxKeys = W + nComp
+		}
+		selp, nselp := tempAlloc(t, d, int64(4*len(sel))), tempAlloc(t, d, int64(4*c.nt))
+		must(t, UploadSlice(d, selp, sel))
+		must(t, UploadSlice(d, nselp, nsel))
+		work := tempAlloc(t, d, int64(4*AttentionWork(c.nt, H, HD, maxKeys)))
+		a := &AttentionArgs{Q: tempUpload(t, d, q), KV: tempUpload(t, d, kv), Win: tempUpload(t, d, win), WCap: wcap,
+			Comp: tempUpload(t, d, comp), Ratio: c.ratio, Sel: selp, NSel: nselp, K: K, Sinks: tempUpload(t, d, sinks),
+			Pos0: c.pos0, N: c.nt, H: H, HD: HD, W: W, Scale: scale, MaxKeys: maxKeys, Work: work}
+		must(t, d.SetOption(OptAttnOrder, 0))
+		serial, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
+		want := make([]float32, len(serial))
+		var keys [][]float32
+		var scores []float32
+		for tok := range c.nt {
+			p := c.pos0 + tok
+			keys = keys[:0]
+			nwin := min(p+1, W)
+			for k := range nwin {
+				qp := p - nwin + 1 + k
+				if qp >= c.pos0 {
+					keys = append(keys, kv[(qp-c.pos0)*HD:(qp-c.pos0+1)*HD])
+				} else {
+					keys = append(keys, win[(qp%wcap)*HD:(qp%wcap+1)*HD])
+				}
+			}
+			if c.ratio == 4 {
+				for _, i := range sel[tok*K : tok*K+int(nsel[tok])] {
+					keys = append(keys, comp[int(i)*HD:(int(i)+1)*HD])
+				}
+			} else {
+				for i := range (p + 1) / c.ratio {
+					keys = append(keys, comp[i*HD:(i+1)*HD])
+				}
+			}
+			scores = make([]float32, len(keys))
+			for h := range H {
+				o := (tok*H + h) * HD
+				cpu.AttendHead(want[o:o+HD], q[o:o+HD], keys, scores, sinks[h], scale, cpu.AttnSegmentKeys)
+			}
+		}
+		if _, ok := firstBitDiff(serial, want); ok {
+			t.Errorf("%s: the segmented order's output is the serial order's bit for bit", label)
+		}
+		for _, order := range []int{1, 2} {
+			if order == 1 && maxKeys > 2048 {
+				continue
+			}
+			must(t, d.SetOption(OptAttnOrder, order))
+			got, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
+			if i, ok := firstBitDiff(want, got); !ok {
+				t.Fatalf("%s, %d keys, order %d: output %d (token %d head %d) %v, cpu.AttendHead's segmented order %v", label,
+					len(keys), order, i, i/(H*HD), i/HD%H, got[i], want[i])
+			}
+		}
+		// fused (the inverse rotation and the Q8_0 activation in the output
+		// kernels): order 2's combine as order 1's kernel
+		if maxKeys <= 2048 {
+			var outs [2][]float32
+			var acts [2][]byte
+			for i, order := range []int{1, 2} {
+				must(t, d.SetOption(OptAttnOrder, order))
+				outs[i], acts[i] = attentionOut(t, d, a, true, freqp, rd, roff, qseg)
+			}
+			if i, ok := firstBitDiff(outs[0], outs[1]); !ok {
+				t.Fatalf("%s, fused: output %d: order 2 %v, order 1 %v", label, i, outs[1][i], outs[0][i])
+			}
+			if i := firstByteDiff(acts[0], acts[1]); i >= 0 {
+				t.Fatalf("%s, fused: activation byte %d differs", label, i)
+			}
+		}
+		must(t, d.SetOption(OptAttnOrder, 0))
+	}
+	// where an order does not reach yet: an error, not the serial order's sums
+	for _, c := range []struct{ order, n, pos0 int }{{1, 8, 700}, {1, 1, 300000}, {2, 8, 700}} {
+		must(t, d.SetOption(OptAttnOrder, c.order))
+		in := newDecAttn(t, d, c.pos0, 128, 0, c.n, 77)
+		a := in.args(t, d)
+		a.Out = tempAlloc(t, d, int64(4*c.n*H*HD))
+		if err := d.Attention(0, a); err == nil {
+			t.Errorf("%d tokens at %d (%d keys) in order %d: no error", c.n, c.pos0, in.maxKeys, c.order)
+		}
+	}
+	must(t, d.SetOption(OptAttnOrder, 0))
+}
