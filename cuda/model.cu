@@ -3938,49 +3938,52 @@ __global__ void __cluster_dims__(AP_CL, 1, 1) __launch_bounds__(AP_T)
 // ------------------------------------------------------------ exact single tokens, split over segments
 // The segmented order (DS4C_OPT_ATTN_ORDER 2; cpu.AttendHead with
 // cpu.AttnSegmentKeys) split over the keys as flash decoding is, after
-// k_attn_scores<1>: k_attn_seg gives each CTA one segment of AP_SEG keys of
-// one token, SG_H heads and SG_D dims of each (warp w: head h0 + w, lane l:
-// dims 4l … 4l + 3); it forms the segment's maximum m_j, exponentials e_k =
+// k_attn_scores<1>: k_attn_seg<SD> gives each CTA one segment of AP_SEG keys
+// of one token, SG_H heads and SD dims of each (warp w: head h0 + w, lane l:
+// dims l·SD/32 … on; SD 128 with option value 2, 64 with 3, 32 with 4: more
+// CTAs for a ratio-128 layer's three segments); it forms the segment's maximum m_j, exponentials e_k =
 // exp_ref(s_k − m_j) and their sum l_j in key order (lane 0), stages the
 // segment's key slices, and writes o_j = Σ e_k·v_k (key order, from 0) and
 // (m_j, l_j) to the work buffer after the scores. k_attn_seg_combine then
 // gives each warp a head and 32 dims of a token: M, c_j = exp_ref(m_j − M),
 // L = exp_ref(sink − M) + l_0·c_0 + … and out = (c_0·o_0 + …) / L in segment
 // order, then attn_out_store (rotation, Q8_0 activation). Each (head,
-// segment)'s statistics are formed by the SG dim-slice CTAs alike (the same
-// bits); the first of them writes them.
-constexpr int SG_H = 8, SG_D = 128, SG_T = SG_H * 32;
-constexpr int SG_KV = AP_SEG * SG_D / 4 / SG_T; // float4 key loads a thread (8)
-static_assert(SG_D == 4 * 32 && SG_KV * SG_T * 4 == AP_SEG * SG_D, "a lane 4 dims, whole float4 loads");
+// segment)'s statistics are formed by the HD / SD dim-slice CTAs alike (the
+// same bits); the first of them writes them.
+constexpr int SG_H = 8, SG_T = SG_H * 32;
 
 // the segment partials' place in the work buffer: after the n·H·maxk scores,
 // o [nseg][n][H][HD], then (m, l) [nseg][n][H]
 __host__ __device__ __forceinline__ int64_t seg_nseg(int64_t maxk) { return (maxk + AP_SEG - 1) / AP_SEG; }
 
+template <int SD>
 __global__ void __launch_bounds__(SG_T) k_attn_seg(AttnArgs a, float *work, int64_t maxk) {
-    __shared__ __align__(16) float4 s_v[AP_SEG][SG_D / 4];
+    constexpr int DL = SD / 32, KV = AP_SEG * SD / 4 / SG_T; // dims a lane, float4 key loads a thread
+    static_assert((DL == 4 || DL == 2 || DL == 1) && KV * SG_T * 4 == AP_SEG * SD, "a lane 1, 2 or 4 dims, whole float4 loads");
+    __shared__ __align__(16) float4 s_v[AP_SEG][SD / 4];
     __shared__ __align__(16) float s_ex[SG_H][AP_SEG];
     pdl_enter();
     const int j = blockIdx.x, t = blockIdx.y, n = gridDim.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int hgroups = (a.H + SG_H - 1) / SG_H;
-    const int h = (blockIdx.z % hgroups) * SG_H + w, d0 = (blockIdx.z / hgroups) * SG_D;
+    const int h = (blockIdx.z % hgroups) * SG_H + w, d0 = (blockIdx.z / hgroups) * SD;
     const int64_t p = a.pos0 + t;
     int64_t nwin;
     const int64_t nk = attn_nkeys(a, t, &nwin);
     const int64_t k0 = (int64_t)j * AP_SEG;
     if (k0 >= nk) return; // (this token has fewer segments)
     const int m = (int)min((int64_t)AP_SEG, nk - k0);
-    // the segment's key slices, in flight while the statistics are formed
-    const int lc = tid % (SG_D / 4), lk = tid / (SG_D / 4);
-    float4 kv[SG_KV];
-#pragma unroll
-    for (int u = 0; u < SG_KV; u++) {
-        const int k = lk + u * (SG_T / (SG_D / 4));
-        kv[u] = k < m ? __ldg((const float4 *)(attn_key(a, t, p, k0 + k, nwin) + d0) + lc) : make_float4(0, 0, 0, 0);
-    }
+    // the scores first, then the segment's key slices, in flight while the
+    // statistics are formed
     const bool hok = h < a.H;
     const float *sc = work + ((int64_t)t * a.H + (hok ? h : 0)) * maxk + k0;
     const float s0 = lane < m ? sc[lane] : -INFINITY, s1 = lane + 32 < m ? sc[lane + 32] : -INFINITY;
+    const int lc = tid % (SD / 4), lk = tid / (SD / 4);
+    float4 kv[KV];
+#pragma unroll
+    for (int u = 0; u < KV; u++) {
+        const int k = lk + u * (SG_T / (SD / 4));
+        kv[u] = k < m ? __ldg((const float4 *)(attn_key(a, t, p, k0 + k, nwin) + d0) + lc) : make_float4(0, 0, 0, 0);
+    }
     const float mj = warp_max(fmaxf(s0, s1));
     if (lane < m) s_ex[w][lane] = exp_ref(fsub(s0, mj));
     if (lane + 32 < m) s_ex[w][lane + 32] = exp_ref(fsub(s1, mj));
@@ -3991,32 +3994,51 @@ __global__ void __launch_bounds__(SG_T) k_attn_seg(AttnArgs a, float *work, int6
         ((float2 *)(work + (int64_t)n * a.H * maxk + nseg * n * a.H * a.HD))[row] = make_float2(mj, l);
     }
 #pragma unroll
-    for (int u = 0; u < SG_KV; u++) s_v[lk + u * (SG_T / (SG_D / 4))][lc] = kv[u];
+    for (int u = 0; u < KV; u++) s_v[lk + u * (SG_T / (SD / 4))][lc] = kv[u];
     __syncthreads();
-    float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
+    float o[DL];
+#pragma unroll
+    for (int i = 0; i < DL; i++) o[i] = 0.f;
     const float *ex = s_ex[w];
+    // this lane's DL dims of staged key k
+    auto val = [&](int k, float (&v)[DL]) {
+        if constexpr (DL == 4) {
+            const float4 x = s_v[k][lane];
+            v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+        } else if constexpr (DL == 2) {
+            const float2 x = ((const float2 *)s_v[k])[lane];
+            v[0] = x.x, v[1] = x.y;
+        } else {
+            v[0] = ((const float *)s_v[k])[lane];
+        }
+    };
     int k = 0;
     for (; k + 4 <= m; k += 4) {
         const float4 e = ld4s(ex + k);
         const float ev[4] = {e.x, e.y, e.z, e.w};
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const float4 v = s_v[k + u][lane];
-            o0 = fadd(o0, fmul(ev[u], v.x));
-            o1 = fadd(o1, fmul(ev[u], v.y));
-            o2 = fadd(o2, fmul(ev[u], v.z));
-            o3 = fadd(o3, fmul(ev[u], v.w));
+            float v[DL];
+            val(k + u, v);
+#pragma unroll
+            for (int i = 0; i < DL; i++) o[i] = fadd(o[i], fmul(ev[u], v[i]));
         }
     }
     for (; k < m; k++) {
-        const float4 v = s_v[k][lane];
-        o0 = fadd(o0, fmul(ex[k], v.x));
-        o1 = fadd(o1, fmul(ex[k], v.y));
-        o2 = fadd(o2, fmul(ex[k], v.z));
-        o3 = fadd(o3, fmul(ex[k], v.w));
+        float v[DL];
+        val(k, v);
+#pragma unroll
+        for (int i = 0; i < DL; i++) o[i] = fadd(o[i], fmul(ex[k], v[i]));
     }
-    if (hok && d0 + 4 * lane < a.HD)
-        *(float4 *)(work + (int64_t)n * a.H * maxk + row * a.HD + d0 + 4 * lane) = make_float4(o0, o1, o2, o3);
+    if (hok && d0 + DL * lane < a.HD) {
+        float *dst = work + (int64_t)n * a.H * maxk + row * a.HD + d0 + DL * lane;
+        if constexpr (DL == 4)
+            *(float4 *)dst = make_float4(o[0], o[1], o[2], o[3]);
+        else if constexpr (DL == 2)
+            *(float2 *)dst = make_float2(o[0], o[1]);
+        else
+            *dst = o[0];
+    }
 }
 
 __global__ void __launch_bounds__(AP_T) k_attn_seg_combine(AttnArgs a, const float *work, int64_t maxk) {
@@ -5523,15 +5545,15 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     // the segmented order (DS4C_OPT_ATTN_ORDER 1): exact mode's single
     // tokens through k_attn_po_cl alone so far (cuda/NOTES.md v65)
     const int order = (flags & DS4C_FAST) ? 0 : ds4c_opt_attn_order();
-    const bool seg = order == 1, segsplit = order == 2 && n < 8 && HD % AP_D == 0 && HD % SG_D == 0;
+    const bool seg = order == 1, segsplit = order >= 2 && n < 8 && HD % AP_D == 0 && HD % 128 == 0;
     if (seg && !(n < 8 && HD % AP_D == 0 && (HD / AP_D) % AP_CL == 0 && max_keys <= AP_ECAP && ds4c_opt_attn_po() &&
                  ds4c_opt_attn_po_vec() >= 4 && ds4c_opt_attn_ecache()))
         return ds4c_err(DS4C_EINVAL,
                         "attention: the segmented order (option attn_order 1) for %d tokens of %lld keys: so far only "
                         "single tokens' k_attn_po_cl (at most %d keys) has it",
                         n, (long long)max_keys, AP_ECAP);
-    if (order == 2 && !segsplit)
-        return ds4c_err(DS4C_EINVAL, "attention: the segmented order (option attn_order 2) for %d tokens: so far only single tokens have it", n);
+    if (order >= 2 && !segsplit)
+        return ds4c_err(DS4C_EINVAL, "attention: the segmented order (option attn_order %d) for %d tokens: so far only single tokens have it", order, n);
     // k_attn_flash needs no work buffer (ds4c_attention_work 0)
     const bool rows16 = (((uintptr_t)d_q | (uintptr_t)d_kv | (uintptr_t)d_win | (uintptr_t)d_comp) & 15) == 0;
     const bool flash = attn_flash_takes(n, H, HD, flags);
@@ -5699,9 +5721,9 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         ds4c_launch(k_attn_scores<1>, gs, 256, smem, st, a, d_work, max_keys, hg);
     DS4C_CHECK_LAUNCH("attention scores");
     if (segsplit) { // the segmented order split over the segments (k_attn_seg), then combined
-        const int hg = (int)nblk(H, SG_H);
-        ds4c_launch(k_attn_seg, dim3((unsigned)seg_nseg(max_keys), (unsigned)n, (unsigned)(hg * (HD / SG_D))), SG_T, 0, st, a,
-                    d_work, max_keys);
+        const int hg = (int)nblk(H, SG_H), sd = order == 4 ? 32 : order == 3 ? 64 : 128;
+        ds4c_launch(order == 4 ? k_attn_seg<32> : order == 3 ? k_attn_seg<64> : k_attn_seg<128>, dim3((unsigned)seg_nseg(max_keys), (unsigned)n, (unsigned)(hg * (HD / sd))),
+                    SG_T, 0, st, a, d_work, max_keys);
         DS4C_CHECK_LAUNCH("attention (segments)");
         if (fuse) a.rfreqs = d_rfreqs;
         if (fuseq) a.qact = (uint8_t *)d_qact;

@@ -10,12 +10,12 @@ import (
 
 // TestAttentionSegmented holds exact mode's single-token attention in the
 // segmented order — OptAttnOrder 1 (k_attn_po_cl's stats_seg and
-// po_seg_mac) and 2 (split over the segments: k_attn_seg, then
-// k_attn_seg_combine) — to cpu.AttendHead's segmented order bit for bit, on Flash's
+// po_seg_mac), 2, 3 and 4 (split over the segments: k_attn_seg of 128, 64
+// or 32 dims a CTA, then k_attn_seg_combine) — to cpu.AttendHead's segmented order bit for bit, on Flash's
 // shape: one and two tokens, 133 keys (two whole segments and a short
 // one), 640 (a ratio-4 layer's window and top-k: chunks of four whole
 // segments), 1299 and 2042 (past the 1024 staged key rows; the last of 32
-// segments short) and, for 2 only, 2471 (past the exponentials' cache), the
+// segments short) and, for 2 to 4 only, 2471 (past the exponentials' cache), the
 // key rows in the kernels' order (the window's positions from the chunk's
 // rows or the ring, then the compressed rows picked or all). And calls an
 // order does not reach yet (a prompt chunk; for 1, more keys than the
@@ -95,7 +95,7 @@ func TestAttentionSegmented(t *testing.T) {
 		if _, ok := firstBitDiff(serial, want); ok {
 			t.Errorf("%s: the segmented order's output is the serial order's bit for bit", label)
 		}
-		for _, order := range []int{1, 2} {
+		for _, order := range []int{1, 2, 3, 4} {
 			if order == 1 && maxKeys > 2048 {
 				continue
 			}
@@ -125,7 +125,7 @@ func TestAttentionSegmented(t *testing.T) {
 		must(t, d.SetOption(OptAttnOrder, 0))
 	}
 	// where an order does not reach yet: an error, not the serial order's sums
-	for _, c := range []struct{ order, n, pos0 int }{{1, 8, 700}, {1, 1, 300000}, {2, 8, 700}} {
+	for _, c := range []struct{ order, n, pos0 int }{{1, 8, 700}, {1, 1, 300000}, {2, 8, 700}, {3, 8, 700}, {4, 8, 700}} {
 		must(t, d.SetOption(OptAttnOrder, c.order))
 		in := newDecAttn(t, d, c.pos0, 128, 0, c.n, 77)
 		a := in.args(t, d)
