@@ -3049,6 +3049,50 @@ __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int6
     for (int64_t k = lane; k < nk; k += 32) s[k] = __fdiv_rn(s[k], sum);
 }
 
+// k_attn_softmax_seg: exact prompt chunks' softmax in the segmented order
+// (DS4C_OPT_ATTN_ORDER 1-4; cpu.AttendHead with cpu.AttnSegmentKeys), a warp
+// a (token, head) as k_attn_softmax: each segment of AP_SEG keys its maximum
+// m_j, its exponentials e_k = exp_ref(s_k − m_j) in place of the scores,
+// their sum l_j in key order (every lane the same serial sum); then into
+// the row's side entry (seg_side: after the n·H·maxk scores, 2·S + 1 floats
+// a row, S = seg_nseg(maxk)) c_j = exp_ref(m_j − M) at [j], l_j at [S + j]
+// and L = exp_ref(sink − M) + l_0·c_0 + … in segment order at [2S], for
+// k_attn_out_tile<false, true>.
+__host__ __device__ __forceinline__ int64_t seg_nseg(int64_t maxk) { return (maxk + 63) / 64; }
+__device__ __forceinline__ float *seg_side(float *sc, int n, int H, int64_t maxk, int t, int h) {
+    return sc + (int64_t)n * H * maxk + ((int64_t)t * H + h) * (2 * seg_nseg(maxk) + 1);
+}
+__global__ void __launch_bounds__(32) k_attn_softmax_seg(AttnArgs a, float *sc, int64_t maxk) {
+    pdl_enter();
+    const int n = gridDim.x / a.H, t = blockIdx.x / a.H, h = blockIdx.x % a.H, lane = threadIdx.x;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin), S = seg_nseg(maxk), ns = seg_nseg(nk);
+    float *s = sc + ((int64_t)t * a.H + h) * maxk;
+    float *side = seg_side(sc, n, a.H, maxk, t, h);
+    const float sink = a.sinks[h];
+    float M = sink;
+    for (int64_t j = 0; j < ns; j++) {
+        const int64_t k0 = j * 64;
+        const int m = (int)min((int64_t)64, nk - k0);
+        const float s0 = lane < m ? s[k0 + lane] : -INFINITY, s1 = lane + 32 < m ? s[k0 + lane + 32] : -INFINITY;
+        const float mj = warp_max(fmaxf(s0, s1));
+        const float e0 = lane < m ? exp_ref(fsub(s0, mj)) : 0.f, e1 = lane + 32 < m ? exp_ref(fsub(s1, mj)) : 0.f;
+        if (lane < m) s[k0 + lane] = e0;
+        if (lane + 32 < m) s[k0 + lane + 32] = e1;
+        float l = 0.f;
+        for (int i = 0; i < min(m, 32); i++) l = fadd(l, __shfl_sync(FULL_MASK, e0, i));
+        for (int i = 0; i < m - 32; i++) l = fadd(l, __shfl_sync(FULL_MASK, e1, i));
+        if (lane == 0) side[j] = mj, side[S + j] = l;
+        M = fmaxf(M, mj);
+    }
+    __syncwarp();
+    for (int64_t j = lane; j < ns; j += 32) side[j] = exp_ref(fsub(side[j], M));
+    __syncwarp();
+    float L = exp_ref(fsub(sink, M));
+    for (int64_t j = 0; j < ns; j++) L = fadd(L, fmul(side[S + j], side[j]));
+    if (lane == 0) side[2 * S] = L;
+}
+
 template <int OH>
 __global__ void __launch_bounds__(128) k_attn_out(AttnArgs a, const float *sc, int64_t maxk) {
     pdl_enter();
@@ -3195,9 +3239,13 @@ struct AotChunk {
     }
 };
 
-// FAST: fused multiply-adds (same order, one rounding a term).
-template <bool FAST>
+// FAST: fused multiply-adds (same order, one rounding a term). SEG (exact,
+// after k_attn_softmax_seg): the segmented order — sc holds the segments'
+// exponentials; each output sums a segment's terms in o from 0 and, at the
+// segment's end, adds c_j·o to its total; the total divided by L at the end.
+template <bool FAST, bool SEG = false>
 __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float *sc, int64_t maxk) {
+    static_assert(!(FAST && SEG) && 64 % AOT_K == 0, "exact mode's segments of whole chunks");
     pdl_enter();
     __shared__ __align__(16) float s_p[2][AOT_K * AOT_PLD];
     __shared__ __align__(16) float s_v[2][AOT_K * AOT_D];
@@ -3209,6 +3257,11 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
     float acc[AOT_RH][4];
 #pragma unroll
     for (int i = 0; i < AOT_RH; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    [[maybe_unused]] float o[AOT_RH][4]; // SEG: the current segment's sums
+    if constexpr (SEG) {
+#pragma unroll
+        for (int i = 0; i < AOT_RH; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    }
     auto step = [&](const float *pp, const float *vp) {
         float pr[AOT_RH];
 #pragma unroll
@@ -3221,6 +3274,11 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
                 acc[i][1] = fmaf(pr[i], v.y, acc[i][1]);
                 acc[i][2] = fmaf(pr[i], v.z, acc[i][2]);
                 acc[i][3] = fmaf(pr[i], v.w, acc[i][3]);
+            } else if constexpr (SEG) {
+                o[i][0] = fadd(o[i][0], fmul(pr[i], v.x));
+                o[i][1] = fadd(o[i][1], fmul(pr[i], v.y));
+                o[i][2] = fadd(o[i][2], fmul(pr[i], v.z));
+                o[i][3] = fadd(o[i][3], fmul(pr[i], v.w));
             } else {
                 acc[i][0] = fadd(acc[i][0], fmul(pr[i], v.x));
                 acc[i][1] = fadd(acc[i][1], fmul(pr[i], v.y));
@@ -3244,8 +3302,32 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
         } else {
             for (int k = 0; k < m; k++) step(pp + k * AOT_PLD, vp + k * AOT_D);
         }
+        if constexpr (SEG) { // a segment ends: its sums join the totals, scaled
+            if (((kc + m) & 63) == 0 || kc + m == nk) {
+                const int64_t j = kc / 64;
+#pragma unroll
+                for (int i = 0; i < AOT_RH; i++) {
+                    const int hh = min(hg * AOT_RH + i, nh - 1);
+                    const float c = seg_side((float *)sc, gridDim.y, a.H, maxk, t, h0 + hh)[j];
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        acc[i][q] = fadd(acc[i][q], fmul(c, o[i][q]));
+                        o[i][q] = 0.f;
+                    }
+                }
+            }
+        }
         if (kc + AOT_K < nk) ch.stash(s_p[st ^ 1], s_v[st ^ 1]);
         __syncthreads();
+    }
+    if constexpr (SEG) {
+#pragma unroll
+        for (int i = 0; i < AOT_RH; i++) {
+            const int hh = min(hg * AOT_RH + i, nh - 1);
+            const float L = seg_side((float *)sc, gridDim.y, a.H, maxk, t, h0 + hh)[2 * seg_nseg(maxk)];
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[i][q] = __fdiv_rn(acc[i][q], L);
+        }
     }
 #pragma unroll
     for (int i = 0; i < AOT_RH; i++) {
@@ -3953,8 +4035,8 @@ __global__ void __cluster_dims__(AP_CL, 1, 1) __launch_bounds__(AP_T)
 constexpr int SG_H = 8, SG_T = SG_H * 32;
 
 // the segment partials' place in the work buffer: after the n·H·maxk scores,
-// o [nseg][n][H][HD], then (m, l) [nseg][n][H]
-__host__ __device__ __forceinline__ int64_t seg_nseg(int64_t maxk) { return (maxk + AP_SEG - 1) / AP_SEG; }
+// o [nseg][n][H][HD] (seg_nseg), then (m, l) [nseg][n][H]
+static_assert(AP_SEG == 64, "seg_nseg's segments");
 
 template <int SD>
 __global__ void __launch_bounds__(SG_T) k_attn_seg(AttnArgs a, float *work, int64_t maxk) {
@@ -5503,6 +5585,8 @@ int64_t ds4c_attention_work(int n, int H, int HD, int64_t max_keys, int flags) {
     if (n < 8 && split > w) w = split;
     const int64_t seg = (int64_t)n * H * max_keys + seg_nseg(max_keys) * n * H * (HD + 2); // k_attn_seg's, after the scores
     if (n < 8 && seg > w) w = seg;
+    const int64_t side = (int64_t)n * H * max_keys + (int64_t)n * H * (2 * seg_nseg(max_keys) + 1); // k_attn_softmax_seg's
+    if (side > w) w = side;
     return w;
 }
 
@@ -5542,18 +5626,21 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         if (!d_rfreqs) return 0;
         return ds4c_rope(d_out, (int64_t)H * HD, H, HD, roff, d_rfreqs, rd, pos0, 1, n, 1, stream);
     };
-    // the segmented order (DS4C_OPT_ATTN_ORDER 1): exact mode's single
-    // tokens through k_attn_po_cl alone so far (cuda/NOTES.md v65)
+    // the segmented order (DS4C_OPT_ATTN_ORDER 1-4; cuda/NOTES.md v65):
+    // single tokens through k_attn_po_cl (1, where it applies) or split over
+    // the segments (k_attn_seg: 2-4, and 1 elsewhere), prompt chunks through
+    // k_attn_softmax_seg + k_attn_out_tile<false, true>; where none of them
+    // applies, an error rather than another order's sums
     const int order = (flags & DS4C_FAST) ? 0 : ds4c_opt_attn_order();
-    const bool seg = order == 1, segsplit = order >= 2 && n < 8 && HD % AP_D == 0 && HD % 128 == 0;
-    if (seg && !(n < 8 && HD % AP_D == 0 && (HD / AP_D) % AP_CL == 0 && max_keys <= AP_ECAP && ds4c_opt_attn_po() &&
-                 ds4c_opt_attn_po_vec() >= 4 && ds4c_opt_attn_ecache()))
+    const bool seg = order == 1 && n < 8 && HD % AP_D == 0 && (HD / AP_D) % AP_CL == 0 && max_keys <= AP_ECAP &&
+                     ds4c_opt_attn_po() && ds4c_opt_attn_po_vec() >= 4 && ds4c_opt_attn_ecache();
+    const bool segsplit = order && !seg && n < 8 && HD % AP_D == 0 && HD % 128 == 0;
+    const bool segchunk = order && n >= 8 && HD % AOT_D == 0 && ds4c_opt_attn_tile();
+    if (order && !seg && !segsplit && !segchunk)
         return ds4c_err(DS4C_EINVAL,
-                        "attention: the segmented order (option attn_order 1) for %d tokens of %lld keys: so far only "
-                        "single tokens' k_attn_po_cl (at most %d keys) has it",
-                        n, (long long)max_keys, AP_ECAP);
-    if (order >= 2 && !segsplit)
-        return ds4c_err(DS4C_EINVAL, "attention: the segmented order (option attn_order %d) for %d tokens: so far only single tokens have it", order, n);
+                        "attention: the segmented order (option attn_order %d) for %d tokens of %d heads of %d: no kernel "
+                        "has it for that shape (option attn_tile off?)",
+                        order, n, H, HD);
     // k_attn_flash needs no work buffer (ds4c_attention_work 0)
     const bool rows16 = (((uintptr_t)d_q | (uintptr_t)d_kv | (uintptr_t)d_win | (uintptr_t)d_comp) & 15) == 0;
     const bool flash = attn_flash_takes(n, H, HD, flags);
@@ -5721,8 +5808,8 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         ds4c_launch(k_attn_scores<1>, gs, 256, smem, st, a, d_work, max_keys, hg);
     DS4C_CHECK_LAUNCH("attention scores");
     if (segsplit) { // the segmented order split over the segments (k_attn_seg), then combined
-        const int hg = (int)nblk(H, SG_H), sd = order == 4 ? 32 : order == 3 ? 64 : 128;
-        ds4c_launch(order == 4 ? k_attn_seg<32> : order == 3 ? k_attn_seg<64> : k_attn_seg<128>, dim3((unsigned)seg_nseg(max_keys), (unsigned)n, (unsigned)(hg * (HD / sd))),
+        const int hg = (int)nblk(H, SG_H), sd = order == 4 ? 32 : order == 2 ? 128 : 64;
+        ds4c_launch(order == 4 ? k_attn_seg<32> : order == 2 ? k_attn_seg<128> : k_attn_seg<64>, dim3((unsigned)seg_nseg(max_keys), (unsigned)n, (unsigned)(hg * (HD / sd))),
                     SG_T, 0, st, a, d_work, max_keys);
         DS4C_CHECK_LAUNCH("attention (segments)");
         if (fuse) a.rfreqs = d_rfreqs;
@@ -5765,6 +5852,15 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
                         max_keys, ecap, vec >= 4 ? 2 : vec);
         DS4C_CHECK_LAUNCH("attention softmax and output");
         return unfused();
+    }
+    if (segchunk) { // exact prompt chunks in the segmented order
+        ds4c_launch(k_attn_softmax_seg, (unsigned)(n * H), 32, 0, st, a, d_work, max_keys);
+        DS4C_CHECK_LAUNCH("attention softmax (segments)");
+        ds4c_launch(k_attn_out_tile<false, true>, dim3(HD / AOT_D, (unsigned)n, nblk(H, AOT_H)), AOT_T, 0, st, a, d_work,
+                    max_keys);
+        DS4C_CHECK_LAUNCH("attention output (segments)");
+        int rc = rotate();
+        return rc ? rc : quantize();
     }
     ds4c_launch(fast ? k_attn_softmax<true> : k_attn_softmax<false>, (unsigned)(n * H), 32, 0, st, a, d_work, max_keys);
     DS4C_CHECK_LAUNCH("attention softmax");

@@ -8,18 +8,19 @@ import (
 	"ds4go/backend/cpu"
 )
 
-// TestAttentionSegmented holds exact mode's single-token attention in the
-// segmented order — OptAttnOrder 1 (k_attn_po_cl's stats_seg and
-// po_seg_mac), 2, 3 and 4 (split over the segments: k_attn_seg of 128, 64
-// or 32 dims a CTA, then k_attn_seg_combine) — to cpu.AttendHead's segmented order bit for bit, on Flash's
-// shape: one and two tokens, 133 keys (two whole segments and a short
-// one), 640 (a ratio-4 layer's window and top-k: chunks of four whole
-// segments), 1299 and 2042 (past the 1024 staged key rows; the last of 32
-// segments short) and, for 2 to 4 only, 2471 (past the exponentials' cache), the
-// key rows in the kernels' order (the window's positions from the chunk's
-// rows or the ring, then the compressed rows picked or all). And calls an
-// order does not reach yet (a prompt chunk; for 1, more keys than the
-// exponentials' cache) fail instead of summing in the serial order.
+// TestAttentionSegmented holds exact mode's attention in the segmented
+// order to cpu.AttendHead's segmented order bit for bit, on Flash's shape:
+// single tokens through OptAttnOrder 1 (k_attn_po_cl's stats_seg and
+// po_seg_mac; past the exponentials' cache, 2471 keys, the split below), 2,
+// 3 and 4 (split over the segments: k_attn_seg of 128, 64 or 32 dims a
+// CTA, then k_attn_seg_combine), and prompt chunks of 8 and 16 tokens
+// (k_attn_softmax_seg, then k_attn_out_tile<false, true>, whatever the
+// option's value): 133 keys (two whole segments and a short one), 640 (a
+// ratio-4 layer's window and top-k), 1299, 2042 (the last of 32 segments
+// short) and 2471, the key rows in the kernels' order (the window's
+// positions from the chunk's rows or the ring, then the compressed rows
+// picked or all). A chunk with the tiled kernels off, which have no
+// segmented form, fails instead of summing in the serial order.
 func TestAttentionSegmented(t *testing.T) {
 	d := gpu(t)
 	restoreAttnOptions(t, d)
@@ -31,7 +32,7 @@ func TestAttentionSegmented(t *testing.T) {
 	freqp := uploadFreqs(t, d, rd/2, 0.011)
 	for _, c := range []struct{ pos0, ratio, K, nt int }{
 		{700, 128, 0, 1}, {12000, 4, 512, 1}, {150000, 128, 0, 1}, {245000, 128, 0, 1}, {300000, 128, 0, 1},
-		{700, 128, 0, 2}, {12000, 4, 512, 2},
+		{700, 128, 0, 2}, {12000, 4, 512, 2}, {700, 128, 0, 8}, {12000, 4, 512, 16}, {245000, 128, 0, 8},
 	} {
 		label := fmt.Sprintf("pos0 %d, ratio %d, %d tokens", c.pos0, c.ratio, c.nt)
 		seed := uint64(c.pos0 + c.nt)
@@ -96,9 +97,6 @@ func TestAttentionSegmented(t *testing.T) {
 			t.Errorf("%s: the segmented order's output is the serial order's bit for bit", label)
 		}
 		for _, order := range []int{1, 2, 3, 4} {
-			if order == 1 && maxKeys > 2048 {
-				continue
-			}
 			must(t, d.SetOption(OptAttnOrder, order))
 			got, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
 			if i, ok := firstBitDiff(want, got); !ok {
@@ -108,7 +106,7 @@ func TestAttentionSegmented(t *testing.T) {
 		}
 		// fused (the inverse rotation and the Q8_0 activation in the output
 		// kernels): order 2's combine as order 1's kernel
-		if maxKeys <= 2048 {
+		if maxKeys <= 2048 && c.nt < 8 {
 			var outs [2][]float32
 			var acts [2][]byte
 			for i, order := range []int{1, 2} {
@@ -124,15 +122,18 @@ func TestAttentionSegmented(t *testing.T) {
 		}
 		must(t, d.SetOption(OptAttnOrder, 0))
 	}
-	// where an order does not reach yet: an error, not the serial order's sums
-	for _, c := range []struct{ order, n, pos0 int }{{1, 8, 700}, {1, 1, 300000}, {2, 8, 700}, {3, 8, 700}, {4, 8, 700}} {
-		must(t, d.SetOption(OptAttnOrder, c.order))
-		in := newDecAttn(t, d, c.pos0, 128, 0, c.n, 77)
+	// where no kernel has the order: an error, not the serial order's sums
+	t.Cleanup(func() { d.SetOption(OptAttnTile, 1) })
+	must(t, d.SetOption(OptAttnTile, 0))
+	for order := 1; order <= 4; order++ {
+		must(t, d.SetOption(OptAttnOrder, order))
+		in := newDecAttn(t, d, 700, 128, 0, 8, 77)
 		a := in.args(t, d)
-		a.Out = tempAlloc(t, d, int64(4*c.n*H*HD))
+		a.Out = tempAlloc(t, d, int64(4*8*H*HD))
 		if err := d.Attention(0, a); err == nil {
-			t.Errorf("%d tokens at %d (%d keys) in order %d: no error", c.n, c.pos0, in.maxKeys, c.order)
+			t.Errorf("8 tokens in order %d with the tiled kernels off: no error", order)
 		}
 	}
+	must(t, d.SetOption(OptAttnTile, 1))
 	must(t, d.SetOption(OptAttnOrder, 0))
 }

@@ -217,27 +217,37 @@ type schemeCase struct {
 	cfg    model.Config
 	scheme model.Scheme
 	fast   bool
+	// seg: the attention in the segmented order in both backends
+	// (cpu.Options.AttnSegment, OptAttnOrder 3; exact mode)
+	seg bool
 }
 
-// name is the case's subtest name: the scheme's, with "/fast" in fast mode.
+// name is the case's subtest name: the scheme's, with "/fast" in fast mode
+// and "/seg" in the segmented attention order.
 func (c schemeCase) name() string {
+	n := c.scheme.Name
 	if c.fast {
-		return c.scheme.Name + "/fast"
+		n += "/fast"
 	}
-	return c.scheme.Name
+	if c.seg {
+		n += "/seg"
+	}
+	return n
 }
 
 func TestBackendMatchesCPU(t *testing.T) {
 	gpu(t)
 	cases := []schemeCase{
-		{synth.Tiny(), model.SchemeQ8, false},
-		{synth.Tiny(), model.SchemeF16, false},
-		{synth.Tiny(), model.SchemeF32, false},
-		{quantTiny(), model.SchemeQ2, false},
-		{quantTiny(), model.SchemeQ4, false},
-		{synth.Tiny(), model.SchemeF16, true},
-		{synth.Tiny(), model.SchemeF32, true},
-		{quantTiny(), model.SchemeQ2, true},
+		{synth.Tiny(), model.SchemeQ8, false, false},
+		{synth.Tiny(), model.SchemeF16, false, false},
+		{synth.Tiny(), model.SchemeF32, false, false},
+		{quantTiny(), model.SchemeQ2, false, false},
+		{quantTiny(), model.SchemeQ4, false, false},
+		{synth.Tiny(), model.SchemeF16, true, false},
+		{synth.Tiny(), model.SchemeF32, true, false},
+		{quantTiny(), model.SchemeQ2, true, false},
+		{synth.Tiny(), model.SchemeQ8, false, true},
+		{quantTiny(), model.SchemeQ2, false, true},
 	}
 	defer func() { strict, fastBounds = true, false }()
 	for _, tc := range cases {
@@ -246,7 +256,14 @@ func TestBackendMatchesCPU(t *testing.T) {
 			strict = !tc.fast || tc.scheme.ExpertDown == model.SchemeF16.ExpertDown || tc.scheme.ExpertDown == model.SchemeF32.ExpertDown
 			fastBounds = tc.fast
 			w := synthWeights(t, tc.cfg, tc.scheme)
-			ref, err := cpu.New(w, cpu.Options{})
+			var ropts cpu.Options
+			if tc.seg {
+				ropts.AttnSegment = cpu.AttnSegmentKeys
+				d := gpu(t)
+				must(t, d.SetOption(OptAttnOrder, 3))
+				defer d.SetOption(OptAttnOrder, 0)
+			}
+			ref, err := cpu.New(w, ropts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -270,6 +287,16 @@ func TestBackendMatchesCPU(t *testing.T) {
 			got := allLogits(t, be, 64, toks)
 			t.Logf("prefill of %d tokens (chunk 64, logits of every row): cpu %v, cuda %v", len(toks), tCPU, time.Since(start))
 			checkAgree(t, "prefill chunk 64", want, got)
+			// the segmented order: the same bits as the CPU's (a median of 0
+			// allows the rare last-bit difference of a transcendental
+			// function), not merely within the bounds, which the serial
+			// order's logits would meet too
+			sameBits := func(what string, want, got [][]float32) {
+				if a := agree(want, got); tc.seg && a.median != 0 {
+					t.Errorf("%s: the segmented order's logits differ from the CPU's (%v)", what, a)
+				}
+			}
+			sameBits("prefill chunk 64", want, got)
 
 			// Decode token by token from position 90.
 			s := session(t, be, 64)
@@ -285,6 +312,7 @@ func TestBackendMatchesCPU(t *testing.T) {
 				dec = append(dec, slices.Clone(s.Logits()))
 			}
 			checkAgree(t, "decode", want[90:], dec)
+			sameBits("decode", want[90:], dec)
 
 			// Other chunkings.
 			checkAgree(t, "prefill chunk 7", want, allLogits(t, be, 7, toks))

@@ -788,12 +788,16 @@ func (d *Device) AttentionWorkFor(n, h, hd, maxKeys int, fast bool) int {
 }
 
 // AttentionWork is the number of floats of AttentionArgs.Work: the scores of
-// every (token, head, key), or, for fewer than 8 tokens, the partial sums of
-// fast mode's split attention if those need more.
+// every (token, head, key) and the segmented order's side rows (2·S + 1 a
+// (token, head), S = ⌈maxKeys/64⌉ segments: k_attn_softmax_seg's), or, for
+// fewer than 8 tokens, the partial sums of fast mode's split attention or
+// of the segmented order's (the scores, then HD + 2 a segment, token and
+// head) if those need more. ds4c_attention_work's rule.
 func AttentionWork(n, h, hd, maxKeys int) int {
-	w := n * h * maxKeys
+	nseg := (maxKeys + 63) / 64
+	w := n*h*maxKeys + n*h*(2*nseg+1)
 	if n < 8 {
-		w = max(w, n*h*attnSplits*(hd+2))
+		w = max(w, n*h*attnSplits*(hd+2), n*h*maxKeys+nseg*n*h*(hd+2))
 	}
 	return w
 }

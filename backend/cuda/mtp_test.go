@@ -129,9 +129,9 @@ func mtpRows(t testing.TB, be engine.Backend, toks []int32, chunk int) (mtp, mai
 func TestMTPMatchesCPU(t *testing.T) {
 	gpu(t)
 	cases := []schemeCase{
-		{synth.Tiny(), model.SchemeQ8, false},
-		{quantTiny(), model.SchemeQ2, false},
-		{synth.Tiny(), model.SchemeF16, true},
+		{synth.Tiny(), model.SchemeQ8, false, false},
+		{quantTiny(), model.SchemeQ2, false, false},
+		{synth.Tiny(), model.SchemeF16, true, false},
 	}
 	defer func() { strict, fastBounds = true, false }()
 	for _, tc := range cases {
