@@ -39,7 +39,8 @@ type Options struct {
 	// AttnSegment selects the attention's summation order (AttendHead): 0
 	// the serial order (the default), or AttnSegmentKeys, the segmented
 	// order that the CUDA backend's exact kernels are moving to
-	// (cuda/NOTES.md v65).
+	// (cuda/NOTES.md v65; other positive sizes run, but no GPU kernel has
+	// them). Negative is an error.
 	AttnSegment int
 }
 
@@ -140,6 +141,9 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 				return nil, fmt.Errorf("cpu: indexer head dim %d must be a power of two and a multiple of %d (Hadamard + FP4)", ihd, fp4Block)
 			}
 		}
+	}
+	if opts.AttnSegment < 0 {
+		return nil, fmt.Errorf("cpu: attention segment of %d keys (0: the serial order, or %d)", opts.AttnSegment, AttnSegmentKeys)
 	}
 	threads := opts.Threads
 	if threads <= 0 {
