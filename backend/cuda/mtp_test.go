@@ -125,20 +125,29 @@ func mtpRows(t testing.TB, be engine.Backend, toks []int32, chunk int) (mtp, mai
 
 // TestMTPMatchesCPU: the MTP block's logits (chunks and single positions)
 // and speculative greedy decoding against the CPU backend, in exact and
-// fast mode.
+// fast mode, and in exact mode with the attention in the segmented order
+// (/seg: OptAttnOrder 3 and cpu.Options.AttnSegment).
 func TestMTPMatchesCPU(t *testing.T) {
 	gpu(t)
 	cases := []schemeCase{
 		{synth.Tiny(), model.SchemeQ8, false, false},
 		{quantTiny(), model.SchemeQ2, false, false},
 		{synth.Tiny(), model.SchemeF16, true, false},
+		{synth.Tiny(), model.SchemeQ8, false, true},
 	}
 	defer func() { strict, fastBounds = true, false }()
 	for _, tc := range cases {
 		t.Run(tc.name(), func(t *testing.T) {
 			strict, fastBounds = true, tc.fast
 			w := mtpWeights(t, tc.cfg, tc.scheme)
-			ref, err := cpu.New(w, cpu.Options{})
+			var ropts cpu.Options
+			if tc.seg {
+				ropts.AttnSegment = cpu.AttnSegmentKeys
+				d := gpu(t)
+				must(t, d.SetOption(OptAttnOrder, 3))
+				defer d.SetOption(OptAttnOrder, 0)
+			}
+			ref, err := cpu.New(w, ropts)
 			if err != nil {
 				t.Fatal(err)
 			}
