@@ -230,8 +230,18 @@ func attendHeadSegmented(out, q []float32, keys [][]float32, scores []float32, s
 		return
 	}
 	nseg := (nk + seg - 1) / seg
-	segMax := make([]float32, nseg)
-	segSum := make([]float32, nseg)
+	// (on the stack for up to 160 segments and 512 dims: Flash's at 1M
+	// context; no allocation a head)
+	var mbuf, sbuf [160]float32
+	var obuf [512]float32
+	segMax, segSum, o := mbuf[:0], sbuf[:0], obuf[:0]
+	if nseg > len(mbuf) {
+		segMax, segSum = make([]float32, 0, nseg), make([]float32, 0, nseg)
+	}
+	if len(out) > len(obuf) {
+		o = make([]float32, 0, len(out))
+	}
+	segMax, segSum, o = segMax[:nseg], segSum[:nseg], o[:len(out)]
 	M := sink
 	for j := range nseg {
 		lo, hi := j*seg, min(nk, (j+1)*seg)
@@ -249,7 +259,6 @@ func attendHeadSegmented(out, q []float32, keys [][]float32, scores []float32, s
 		M = max(M, m)
 	}
 	L := expf(sink - M)
-	o := make([]float32, len(out))
 	for j := range nseg {
 		c := expf(segMax[j] - M)
 		L += float32(segSum[j] * c)

@@ -406,14 +406,15 @@ func TestStateTables(t *testing.T) {
 
 // TestAttendHeadSegmented holds AttendHead's segmented order to the softmax
 // it computes, in float64, for key counts below, at and past a segment and
-// past several (the last segment short), with a sink that dominates, one
-// that does not count, and scores spread wide enough that the segments'
-// maxima differ; and it checks that the order is not the serial one's in
-// disguise (some output differs in its bits for the longer cases).
+// past several (the last segment short; past the 160 segments kept on the
+// stack), with a sink that dominates, one that does not count, and scores
+// spread wide enough that the segments' maxima differ; and it checks that
+// the order is not the serial one's in disguise (some output differs in
+// its bits for the longer cases).
 func TestAttendHeadSegmented(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	const hd = 24
-	for _, nk := range []int{1, 5, 64, 65, 130, 640, 1299} {
+	for _, nk := range []int{1, 5, 64, 65, 130, 640, 1299, 161*AttnSegmentKeys + 1} {
 		for _, sink := range []float32{-1e30, 0.5, 30} {
 			q := make([]float32, hd)
 			for i := range q {
