@@ -222,6 +222,19 @@ type schemeCase struct {
 	seg bool
 }
 
+// refOptions returns the CPU reference's options for the case; with seg
+// it also sets the library's OptAttnOrder to 3 until the test ends.
+func (c schemeCase) refOptions(t *testing.T) cpu.Options {
+	t.Helper()
+	if !c.seg {
+		return cpu.Options{}
+	}
+	d := gpu(t)
+	must(t, d.SetOption(OptAttnOrder, 3))
+	t.Cleanup(func() { d.SetOption(OptAttnOrder, 0) })
+	return cpu.Options{AttnSegment: cpu.AttnSegmentKeys}
+}
+
 // name is the case's subtest name: the scheme's, with "/fast" in fast mode
 // and "/seg" in the segmented attention order.
 func (c schemeCase) name() string {
@@ -256,14 +269,7 @@ func TestBackendMatchesCPU(t *testing.T) {
 			strict = !tc.fast || tc.scheme.ExpertDown == model.SchemeF16.ExpertDown || tc.scheme.ExpertDown == model.SchemeF32.ExpertDown
 			fastBounds = tc.fast
 			w := synthWeights(t, tc.cfg, tc.scheme)
-			var ropts cpu.Options
-			if tc.seg {
-				ropts.AttnSegment = cpu.AttnSegmentKeys
-				d := gpu(t)
-				must(t, d.SetOption(OptAttnOrder, 3))
-				defer d.SetOption(OptAttnOrder, 0)
-			}
-			ref, err := cpu.New(w, ropts)
+			ref, err := cpu.New(w, tc.refOptions(t))
 			if err != nil {
 				t.Fatal(err)
 			}

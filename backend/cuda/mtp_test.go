@@ -140,14 +140,7 @@ func TestMTPMatchesCPU(t *testing.T) {
 		t.Run(tc.name(), func(t *testing.T) {
 			strict, fastBounds = true, tc.fast
 			w := mtpWeights(t, tc.cfg, tc.scheme)
-			var ropts cpu.Options
-			if tc.seg {
-				ropts.AttnSegment = cpu.AttnSegmentKeys
-				d := gpu(t)
-				must(t, d.SetOption(OptAttnOrder, 3))
-				defer d.SetOption(OptAttnOrder, 0)
-			}
-			ref, err := cpu.New(w, ropts)
+			ref, err := cpu.New(w, tc.refOptions(t))
 			if err != nil {
 				t.Fatal(err)
 			}
