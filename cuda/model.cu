@@ -3058,7 +3058,8 @@ __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int6
 // a row, S = seg_nseg(maxk)) c_j = exp_ref(m_j − M) at [j], l_j at [S + j]
 // and L = exp_ref(sink − M) + l_0·c_0 + … in segment order at [2S], for
 // k_attn_out_tile<false, true>.
-__host__ __device__ __forceinline__ int64_t seg_nseg(int64_t maxk) { return (maxk + 63) / 64; }
+constexpr int AP_SEG = 64; // the segmented order's keys a segment (cpu.AttnSegmentKeys): two warps' 32
+__host__ __device__ __forceinline__ int64_t seg_nseg(int64_t maxk) { return (maxk + AP_SEG - 1) / AP_SEG; }
 __device__ __forceinline__ float *seg_side(float *sc, int n, int H, int64_t maxk, int t, int h) {
     return sc + (int64_t)n * H * maxk + ((int64_t)t * H + h) * (2 * seg_nseg(maxk) + 1);
 }
@@ -3072,8 +3073,8 @@ __global__ void __launch_bounds__(32) k_attn_softmax_seg(AttnArgs a, float *sc, 
     const float sink = a.sinks[h];
     float M = sink;
     for (int64_t j = 0; j < ns; j++) {
-        const int64_t k0 = j * 64;
-        const int m = (int)min((int64_t)64, nk - k0);
+        const int64_t k0 = j * AP_SEG;
+        const int m = (int)min((int64_t)AP_SEG, nk - k0);
         const float s0 = lane < m ? s[k0 + lane] : -INFINITY, s1 = lane + 32 < m ? s[k0 + lane + 32] : -INFINITY;
         const float mj = warp_max(fmaxf(s0, s1));
         const float e0 = lane < m ? exp_ref(fsub(s0, mj)) : 0.f, e1 = lane + 32 < m ? exp_ref(fsub(s1, mj)) : 0.f;
@@ -3245,7 +3246,7 @@ struct AotChunk {
 // segment's end, adds c_j·o to its total; the total divided by L at the end.
 template <bool FAST, bool SEG = false>
 __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float *sc, int64_t maxk) {
-    static_assert(!(FAST && SEG) && 64 % AOT_K == 0, "exact mode's segments of whole chunks");
+    static_assert(!(FAST && SEG) && AP_SEG % AOT_K == 0, "exact mode's segments of whole chunks");
     pdl_enter();
     __shared__ __align__(16) float s_p[2][AOT_K * AOT_PLD];
     __shared__ __align__(16) float s_v[2][AOT_K * AOT_D];
@@ -3303,8 +3304,8 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
             for (int k = 0; k < m; k++) step(pp + k * AOT_PLD, vp + k * AOT_D);
         }
         if constexpr (SEG) { // a segment ends: its sums join the totals, scaled
-            if (((kc + m) & 63) == 0 || kc + m == nk) {
-                const int64_t j = kc / 64;
+            if ((kc + m) % AP_SEG == 0 || kc + m == nk) {
+                const int64_t j = kc / AP_SEG;
 #pragma unroll
                 for (int i = 0; i < AOT_RH; i++) {
                     const int hh = min(hg * AOT_RH + i, nh - 1);
@@ -3435,7 +3436,7 @@ constexpr int AP_CL = 8; // k_attn_po_cl's cluster: CTAs of consecutive output s
 // cpu.AttnSegmentKeys): AP_SEG keys a segment, and a head's row of
 // exponentials in k_attn_po_cl followed by AP_SEGX floats: the segments'
 // scales c_j (at most AP_ECAP / AP_SEG of them), then the sum L.
-constexpr int AP_SEG = 64, AP_SEGX = AP_ECAP / AP_SEG + 4;
+constexpr int AP_SEGX = AP_ECAP / AP_SEG + 4;
 static_assert(AP_K % AP_SEG == 0 && AP_T / 32 == 2 * (AP_T / AP_SEG) && AP_SEG == 64,
               "a chunk holds whole segments, two warps' keys a segment");
 
@@ -3807,19 +3808,15 @@ __device__ __forceinline__ void attn_po_run(const AttnArgs &a, const float *sc, 
     float sum = FAST ? expf(sink - mx) : exp_ref(fsub(sink, mx)), part = 0.f;
     float *sp = s_p[w];
     float *se = s_e + (size_t)w * (SEG ? ecap + AP_SEGX : ecap);
-    if constexpr (SEG) { // every row of s_e holds its head's exponentials, scales and sum
-        scl.stats_seg(a, ecap, ecap + AP_SEGX, (int)nk, s_e, s_p[0], [&](int i) {
-            (void)i;
-            APM(i);
-        });
-        APM(8);
-    } else if constexpr (CL) { // every row of s_e already holds its head's probabilities
-        scl.stats(a, ecap, (int)nk, s_e, s_p[0], [&](int i) {
-            (void)i;
-            APM(i);
-        });
-        APM(8);
-    }
+    [[maybe_unused]] auto mark = [&](int i) {
+        (void)i;
+        APM(i);
+    };
+    if constexpr (SEG) // every row of s_e holds its head's exponentials, scales and sum
+        scl.stats_seg(a, ecap, ecap + AP_SEGX, (int)nk, s_e, s_p[0], mark);
+    else if constexpr (CL) // every row of s_e already holds its head's probabilities
+        scl.stats(a, ecap, (int)nk, s_e, s_p[0], mark);
+    if constexpr (CL) APM(8);
     for (int64_t kc = 0; kc < (CL ? 0 : nk); kc += AP_K) {
         const int m = (int)min((int64_t)AP_K, nk - kc);
         if (ecap) sp = se + kc;
@@ -4036,7 +4033,6 @@ constexpr int SG_H = 8, SG_T = SG_H * 32;
 
 // the segment partials' place in the work buffer: after the n·H·maxk scores,
 // o [nseg][n][H][HD] (seg_nseg), then (m, l) [nseg][n][H]
-static_assert(AP_SEG == 64, "seg_nseg's segments");
 
 template <int SD>
 __global__ void __launch_bounds__(SG_T) k_attn_seg(AttnArgs a, float *work, int64_t maxk) {
