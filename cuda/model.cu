@@ -3053,18 +3053,26 @@ __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int6
 // (DS4C_OPT_ATTN_ORDER 1-4; cpu.AttendHead with cpu.AttnSegmentKeys), a warp
 // a (token, head) as k_attn_softmax: each segment of AP_SEG keys its maximum
 // m_j, its exponentials e_k = exp_ref(s_k − m_j) in place of the scores,
-// their sum l_j in key order (every lane the same serial sum); then into
-// the row's side entry (seg_side: after the n·H·maxk scores, 2·S + 1 floats
-// a row, S = seg_nseg(maxk)) c_j = exp_ref(m_j − M) at [j], l_j at [S + j]
-// and L = exp_ref(sink − M) + l_0·c_0 + … in segment order at [2S], for
-// k_attn_out_tile<false, true>.
+// their sum l_j in key order; then into the row's side entry (seg_side:
+// after the n·H·maxk scores, 2·S + 1 floats a row, S = seg_nseg(maxk))
+// c_j = exp_ref(m_j − M) at [j], l_j at [S + j] and L = exp_ref(sink − M) +
+// l_0·c_0 + … in segment order at [2S], for k_attn_out_tile<false, true>.
+// The segments' serial sums are independent, so they run side by side, a
+// lane a segment, 32 segments at a time: the group's scores staged in
+// shared memory (coalesced), each segment's maximum and exponentials formed
+// across the warp, then lane j sums segment j's exponentials from its row
+// (SMS_LD floats apart: lane j reads bank (j + i) mod 32 at step i). The
+// chain is a segment's 64 additions, not the row's every key (the serial
+// order's k_attn_softmax).
 constexpr int AP_SEG = 64; // the segmented order's keys a segment (cpu.AttnSegmentKeys): two warps' 32
+constexpr int SMS_LD = AP_SEG + 1;
 __host__ __device__ __forceinline__ int64_t seg_nseg(int64_t maxk) { return (maxk + AP_SEG - 1) / AP_SEG; }
 __device__ __forceinline__ float *seg_side(float *sc, int n, int H, int64_t maxk, int t, int h) {
     return sc + (int64_t)n * H * maxk + ((int64_t)t * H + h) * (2 * seg_nseg(maxk) + 1);
 }
 __global__ void __launch_bounds__(32) k_attn_softmax_seg(AttnArgs a, float *sc, int64_t maxk) {
     pdl_enter();
+    __shared__ float se[32 * SMS_LD]; // a group's 32 segments, a row each
     const int n = gridDim.x / a.H, t = blockIdx.x / a.H, h = blockIdx.x % a.H, lane = threadIdx.x;
     int64_t nwin;
     const int64_t nk = attn_nkeys(a, t, &nwin), S = seg_nseg(maxk), ns = seg_nseg(nk);
@@ -3072,25 +3080,58 @@ __global__ void __launch_bounds__(32) k_attn_softmax_seg(AttnArgs a, float *sc, 
     float *side = seg_side(sc, n, a.H, maxk, t, h);
     const float sink = a.sinks[h];
     float M = sink;
-    for (int64_t j = 0; j < ns; j++) {
-        const int64_t k0 = j * AP_SEG;
-        const int m = (int)min((int64_t)AP_SEG, nk - k0);
-        const float s0 = lane < m ? s[k0 + lane] : -INFINITY, s1 = lane + 32 < m ? s[k0 + lane + 32] : -INFINITY;
-        const float mj = warp_max(fmaxf(s0, s1));
-        const float e0 = lane < m ? exp_ref(fsub(s0, mj)) : 0.f, e1 = lane + 32 < m ? exp_ref(fsub(s1, mj)) : 0.f;
-        if (lane < m) s[k0 + lane] = e0;
-        if (lane + 32 < m) s[k0 + lane + 32] = e1;
-        float l = 0.f;
-        for (int i = 0; i < min(m, 32); i++) l = fadd(l, __shfl_sync(FULL_MASK, e0, i));
-        for (int i = 0; i < m - 32; i++) l = fadd(l, __shfl_sync(FULL_MASK, e1, i));
-        if (lane == 0) side[j] = mj, side[S + j] = l;
-        M = fmaxf(M, mj);
+    for (int64_t g = 0; g < ns; g += 32) {
+        const int gn = (int)min((int64_t)32, ns - g);
+        const float *sg = s + g * AP_SEG;
+        const int64_t gk = min((int64_t)gn * AP_SEG, nk - g * AP_SEG); // the group's keys
+#pragma unroll 4
+        for (int q = 0; q < gn; q++) { // its scores, past the keys −∞
+            const int k = q * AP_SEG + lane;
+            se[q * SMS_LD + lane] = k < gk ? sg[k] : -INFINITY;
+            se[q * SMS_LD + 32 + lane] = k + 32 < gk ? sg[k + 32] : -INFINITY;
+        }
+        __syncwarp();
+        float mine = 0.f; // this lane's segment's maximum
+#pragma unroll 2
+        for (int q = 0; q < gn; q++) {
+            float *r = se + q * SMS_LD;
+            const int k = q * AP_SEG + lane;
+            const float s0 = r[lane], s1 = r[32 + lane];
+            const float mj = warp_max(fmaxf(s0, s1));
+            const float e0 = k < gk ? exp_ref(fsub(s0, mj)) : 0.f, e1 = k + 32 < gk ? exp_ref(fsub(s1, mj)) : 0.f;
+            r[lane] = e0, r[32 + lane] = e1;
+            if (k < gk) s[g * AP_SEG + k] = e0;
+            if (k + 32 < gk) s[g * AP_SEG + k + 32] = e1;
+            if (lane == q) mine = mj;
+            M = fmaxf(M, mj);
+        }
+        __syncwarp();
+        if (lane < gn) { // segment g + lane's sum, in key order
+            const float *r = se + lane * SMS_LD;
+            const int m = (int)min((int64_t)AP_SEG, gk - lane * AP_SEG);
+            float l = 0.f;
+            if (m == AP_SEG) {
+#pragma unroll
+                for (int i = 0; i < AP_SEG; i++) l = fadd(l, r[i]);
+            } else {
+                for (int i = 0; i < m; i++) l = fadd(l, r[i]);
+            }
+            side[g + lane] = mine, side[S + g + lane] = l;
+        }
+        __syncwarp();
     }
-    __syncwarp();
-    for (int64_t j = lane; j < ns; j += 32) side[j] = exp_ref(fsub(side[j], M));
-    __syncwarp();
-    float L = exp_ref(fsub(sink, M));
-    for (int64_t j = 0; j < ns; j++) L = fadd(L, fmul(side[S + j], side[j]));
+    float L = exp_ref(fsub(sink, M)); // then c_j and L, in segment order
+    for (int64_t g = 0; g < ns; g += 32) {
+        const int64_t j = g + lane;
+        float p = 0.f;
+        if (j < ns) {
+            const float c = exp_ref(fsub(side[j], M));
+            side[j] = c;
+            p = fmul(side[S + j], c);
+        }
+        const int gn = (int)min((int64_t)32, ns - g);
+        for (int i = 0; i < gn; i++) L = fadd(L, __shfl_sync(FULL_MASK, p, i));
+    }
     if (lane == 0) side[2 * S] = L;
 }
 
@@ -3259,6 +3300,10 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
 #pragma unroll
     for (int i = 0; i < AOT_RH; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     [[maybe_unused]] float o[AOT_RH][4]; // SEG: the current segment's sums
+    // SEG: the segments' scales c_j of the CTA's heads, by segment parity;
+    // loaded (thread hh < nh: head h0 + hh) as a segment's first chunk
+    // starts, stored as it ends, read at the segment's end after a barrier
+    [[maybe_unused]] __shared__ float s_c[2][AOT_H];
     if constexpr (SEG) {
 #pragma unroll
         for (int i = 0; i < AOT_RH; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
@@ -3296,6 +3341,10 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
     for (int64_t kc = 0, c = 0; kc < nk; kc += AOT_K, c++) {
         const int st = (int)(c & 1), m = (int)min((int64_t)AOT_K, nk - kc);
         if (kc + AOT_K < nk) ch.fetch(kc + AOT_K);
+        [[maybe_unused]] const int64_t j = kc / AP_SEG; // SEG: the chunk's segment
+        [[maybe_unused]] float cl = 0.f;
+        if constexpr (SEG)
+            if (kc % AP_SEG == 0 && tid < nh) cl = seg_side((float *)sc, gridDim.y, a.H, maxk, t, h0 + tid)[j];
         const float *pp = &s_p[st][hg * AOT_RH], *vp = &s_v[st][4 * dg];
         if (m == AOT_K) {
 #pragma unroll
@@ -3303,13 +3352,15 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
         } else {
             for (int k = 0; k < m; k++) step(pp + k * AOT_PLD, vp + k * AOT_D);
         }
+        if constexpr (SEG)
+            if (kc % AP_SEG == 0 && tid < nh) s_c[j & 1][tid] = cl;
+        if (kc + AOT_K < nk) ch.stash(s_p[st ^ 1], s_v[st ^ 1]);
+        __syncthreads();
         if constexpr (SEG) { // a segment ends: its sums join the totals, scaled
             if ((kc + m) % AP_SEG == 0 || kc + m == nk) {
-                const int64_t j = kc / AP_SEG;
 #pragma unroll
                 for (int i = 0; i < AOT_RH; i++) {
-                    const int hh = min(hg * AOT_RH + i, nh - 1);
-                    const float c = seg_side((float *)sc, gridDim.y, a.H, maxk, t, h0 + hh)[j];
+                    const float c = s_c[j & 1][min(hg * AOT_RH + i, nh - 1)];
 #pragma unroll
                     for (int q = 0; q < 4; q++) {
                         acc[i][q] = fadd(acc[i][q], fmul(c, o[i][q]));
@@ -3318,8 +3369,6 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
                 }
             }
         }
-        if (kc + AOT_K < nk) ch.stash(s_p[st ^ 1], s_v[st ^ 1]);
-        __syncthreads();
     }
     if constexpr (SEG) {
 #pragma unroll
@@ -4029,32 +4078,60 @@ __global__ void __cluster_dims__(AP_CL, 1, 1) __launch_bounds__(AP_T)
 // order, then attn_out_store (rotation, Q8_0 activation). Each (head,
 // segment)'s statistics are formed by the HD / SD dim-slice CTAs alike (the
 // same bits); the first of them writes them.
-constexpr int SG_H = 8, SG_T = SG_H * 32;
+//
+// CL (option 5; SD 64 and HD = SG_CL · 64, Flash's 512): no k_attn_scores<1>
+// before it — the segment's HD / SD = SG_CL dim-slice CTAs of a head group
+// are a thread-block cluster (blockIdx.z = group · SG_CL + slice), CTA r
+// forms the scores of the segment's keys 8r … 8r + 7 for the group's 8 heads
+// (a dot a 4 lanes: lane i of the 4 the products of dims ≡ i mod 4 in dim
+// order, then (s_0 + s_1) + (s_2 + s_3) times the scale: dotF32's order and
+// k_attn_scores' bits) and stores each into every CTA's shared row of
+// scores (DSMEM); after the cluster barrier each CTA goes on as above.
+constexpr int SG_H = 8, SG_T = SG_H * 32, SG_CL = 8;
+// CL's staging: 16 rows of 512 dims, each as 4 planes of SGC_RS values
+// SGC_LD apart (a plane: the dims ≡ i mod 4), rows SGC_PS apart: a warp's
+// key loads (8 keys × 4 planes, 16 bytes each) fall in 32 different banks
+// a quarter-warp (SGC_LD ≡ 4, SGC_PS ≡ 16 mod 32)
+constexpr int SGC_ROWS = 2 * SG_H, SGC_RS = 128, SGC_LD = SGC_RS + 4, SGC_PS = 4 * SGC_LD;
 
 // the segment partials' place in the work buffer: after the n·H·maxk scores,
 // o [nseg][n][H][HD] (seg_nseg), then (m, l) [nseg][n][H]
 
-template <int SD>
-__global__ void __launch_bounds__(SG_T) k_attn_seg(AttnArgs a, float *work, int64_t maxk) {
+template <int SD, bool CL>
+__device__ __forceinline__ void attn_seg_run(const AttnArgs &a, float *work, int64_t maxk) {
     constexpr int DL = SD / 32, KV = AP_SEG * SD / 4 / SG_T; // dims a lane, float4 key loads a thread
     static_assert((DL == 4 || DL == 2 || DL == 1) && KV * SG_T * 4 == AP_SEG * SD, "a lane 1, 2 or 4 dims, whole float4 loads");
-    __shared__ __align__(16) float4 s_v[AP_SEG][SD / 4];
+    static_assert(!CL || (SD == 64 && SG_H * SG_CL * 4 == SG_T && AP_SEG == 8 * SG_CL), "CL: a dot a 4 lanes, 8 keys a CTA");
+    // CL: the scores' staged rows (SGC_ROWS: the group's 8 query rows, then
+    // the CTA's 8 key rows), de-interleaved (row ρ's dim 4s + i at [ρ][i][s])
+    // so that a chain reads its next 4 values with one load; the key slices
+    // s_v are staged after the scores, in the same bytes
+    constexpr int VROWS = CL ? (SGC_ROWS * SGC_PS + SD - 1) / SD : AP_SEG; // (CL: 132 rows, ≥ AP_SEG)
+    __shared__ __align__(16) float4 s_v[VROWS][SD / 4];
+    [[maybe_unused]] float *const s_buf = (float *)s_v;
     __shared__ __align__(16) float s_ex[SG_H][AP_SEG];
+    [[maybe_unused]] __shared__ float s_sc[CL ? SG_H : 1][AP_SEG]; // CL: the segment's scores, from the cluster
     pdl_enter();
     const int j = blockIdx.x, t = blockIdx.y, n = gridDim.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
     const int hgroups = (a.H + SG_H - 1) / SG_H;
-    const int h = (blockIdx.z % hgroups) * SG_H + w, d0 = (blockIdx.z / hgroups) * SD;
+    // the head group and dim slice (CL: the slice is the CTA's cluster rank)
+    const int h = (CL ? blockIdx.z / SG_CL : blockIdx.z % hgroups) * SG_H + w;
+    const int ds = CL ? blockIdx.z % SG_CL : 0, d0 = (CL ? ds : blockIdx.z / hgroups) * SD;
+    const bool first = CL ? ds == 0 : blockIdx.z < hgroups; // the slice that writes the statistics
     const int64_t p = a.pos0 + t;
     int64_t nwin;
     const int64_t nk = attn_nkeys(a, t, &nwin);
     const int64_t k0 = (int64_t)j * AP_SEG;
-    if (k0 >= nk) return; // (this token has fewer segments)
+    if (k0 >= nk) return; // (this token has fewer segments; a cluster's CTAs alike)
     const int m = (int)min((int64_t)AP_SEG, nk - k0);
     // the scores first, then the segment's key slices, in flight while the
-    // statistics are formed
+    // statistics are formed (CL: the slices first, then the scores)
     const bool hok = h < a.H;
-    const float *sc = work + ((int64_t)t * a.H + (hok ? h : 0)) * maxk + k0;
-    const float s0 = lane < m ? sc[lane] : -INFINITY, s1 = lane + 32 < m ? sc[lane + 32] : -INFINITY;
+    float s0 = -INFINITY, s1 = -INFINITY;
+    if constexpr (!CL) {
+        const float *sc = work + ((int64_t)t * a.H + (hok ? h : 0)) * maxk + k0;
+        s0 = lane < m ? sc[lane] : -INFINITY, s1 = lane + 32 < m ? sc[lane + 32] : -INFINITY;
+    }
     const int lc = tid % (SD / 4), lk = tid / (SD / 4);
     float4 kv[KV];
 #pragma unroll
@@ -4062,12 +4139,53 @@ __global__ void __launch_bounds__(SG_T) k_attn_seg(AttnArgs a, float *work, int6
         const int k = lk + u * (SG_T / (SD / 4));
         kv[u] = k < m ? __ldg((const float4 *)(attn_key(a, t, p, k0 + k, nwin) + d0) + lc) : make_float4(0, 0, 0, 0);
     }
+    if constexpr (CL) {
+        const int r = tid & 3, kk = (tid >> 2) & 7, kl = ds * (AP_SEG / SG_CL) + kk; // (warp w: head h)
+        {
+            float4 x[SGC_ROWS * SGC_RS / SG_T]; // the rows' float4s, coalesced
+#pragma unroll
+            for (int u = 0; u < SGC_ROWS * SGC_RS / SG_T; u++) {
+                const int f = tid + u * SG_T, row = f / SGC_RS, c = f % SGC_RS;
+                const int hq = min((h - w) + row, a.H - 1);
+                const float *src = row < SG_H ? a.q + ((int64_t)t * a.H + hq) * a.HD
+                                              : attn_key(a, t, p, k0 + min(ds * (AP_SEG / SG_CL) + row - SG_H, m - 1), nwin);
+                x[u] = __ldg((const float4 *)src + c);
+            }
+#pragma unroll
+            for (int u = 0; u < SGC_ROWS * SGC_RS / SG_T; u++) {
+                const int f = tid + u * SG_T, row = f / SGC_RS, c = f % SGC_RS;
+                float *d = s_buf + row * SGC_PS + c;
+                d[0] = x[u].x, d[SGC_LD] = x[u].y, d[2 * SGC_LD] = x[u].z, d[3 * SGC_LD] = x[u].w;
+            }
+        }
+        __syncthreads();
+        const float *qs = s_buf + w * SGC_PS + r * SGC_LD, *ks = s_buf + (SG_H + kk) * SGC_PS + r * SGC_LD;
+        float acc = 0.f;
+#pragma unroll 4
+        for (int s = 0; s < SGC_RS; s += 4) { // chain r: dims r, r + 4, … in order
+            const float4 qv = *(const float4 *)(qs + s), kv4 = *(const float4 *)(ks + s);
+            acc = fadd(acc, fmul(qv.x, kv4.x));
+            acc = fadd(acc, fmul(qv.y, kv4.y));
+            acc = fadd(acc, fmul(qv.z, kv4.z));
+            acc = fadd(acc, fmul(qv.w, kv4.w));
+        }
+        const float v1 = __shfl_down_sync(FULL_MASK, acc, 1), v2 = __shfl_down_sync(FULL_MASK, acc, 2),
+                    v3 = __shfl_down_sync(FULL_MASK, acc, 3);
+        if (r == 0 && kl < m) {
+            const float s = fmul(fadd(fadd(acc, v1), fadd(v2, v3)), a.scale);
+            cg::cluster_group cl = cg::this_cluster();
+#pragma unroll
+            for (int c = 0; c < SG_CL; c++) cl.map_shared_rank(&s_sc[w][0], c)[kl] = s;
+        }
+        cluster_sync_all(); // every CTA's row of scores whole; no remote access after it
+        s0 = lane < m ? s_sc[w][lane] : -INFINITY, s1 = lane + 32 < m ? s_sc[w][lane + 32] : -INFINITY;
+    }
     const float mj = warp_max(fmaxf(s0, s1));
     if (lane < m) s_ex[w][lane] = exp_ref(fsub(s0, mj));
     if (lane + 32 < m) s_ex[w][lane + 32] = exp_ref(fsub(s1, mj));
     __syncwarp();
     const int64_t nseg = seg_nseg(maxk), row = ((int64_t)j * n + t) * a.H + h;
-    if (lane == 0 && hok && blockIdx.z < hgroups) {
+    if (lane == 0 && hok && first) {
         const float l = po_sum_ahead(0.f, s_ex[w], m);
         ((float2 *)(work + (int64_t)n * a.H * maxk + nseg * n * a.H * a.HD))[row] = make_float2(mj, l);
     }
@@ -4117,6 +4235,14 @@ __global__ void __launch_bounds__(SG_T) k_attn_seg(AttnArgs a, float *work, int6
         else
             *dst = o[0];
     }
+}
+
+template <int SD>
+__global__ void __launch_bounds__(SG_T) k_attn_seg(AttnArgs a, float *work, int64_t maxk) {
+    attn_seg_run<SD, false>(a, work, maxk);
+}
+__global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T) k_attn_seg_cl(AttnArgs a, float *work, int64_t maxk) {
+    attn_seg_run<64, true>(a, work, maxk);
 }
 
 __global__ void __launch_bounds__(AP_T) k_attn_seg_combine(AttnArgs a, const float *work, int64_t maxk) {
@@ -5632,6 +5758,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
                      ds4c_opt_attn_po() && ds4c_opt_attn_po_vec() >= 4 && ds4c_opt_attn_ecache();
     const bool segsplit = order && !seg && n < 8 && HD % AP_D == 0 && HD % 128 == 0;
     const bool segchunk = order && n >= 8 && HD % AOT_D == 0 && ds4c_opt_attn_tile();
+    const bool segfused = segsplit && order == 5 && HD == SG_CL * 64; // k_attn_seg_cl: the scores in the kernel
     if (order && !seg && !segsplit && !segchunk)
         return ds4c_err(DS4C_EINVAL,
                         "attention: the segmented order (option attn_order %d) for %d tokens of %d heads of %d: no kernel "
@@ -5795,7 +5922,9 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     }
     const int hg = chunk ? (int)nblk(H, AS_H) : 1;
     const dim3 gs(nblk(max_keys, ak), (unsigned)n, nblk(H, AS_H * hg));
-    if (chunk && HD % ATS_SL == 0 && ds4c_opt_attn_tile())
+    if (segfused) {
+        // (k_attn_seg_cl forms the scores)
+    } else if (chunk && HD % ATS_SL == 0 && ds4c_opt_attn_tile())
         ds4c_launch(tc ? k_attn_scores_tile<true> : k_attn_scores_tile<false>, dim3(nblk(max_keys, ATS_B), (unsigned)n, nblk(H, ATS_A)), ATS_T, 0, st, a,
                     d_work, max_keys);
     else if (chunk)
@@ -5805,8 +5934,11 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     DS4C_CHECK_LAUNCH("attention scores");
     if (segsplit) { // the segmented order split over the segments (k_attn_seg), then combined
         const int hg = (int)nblk(H, SG_H), sd = order == 4 ? 32 : order == 2 ? 128 : 64;
-        ds4c_launch(order == 4 ? k_attn_seg<32> : order == 2 ? k_attn_seg<128> : k_attn_seg<64>, dim3((unsigned)seg_nseg(max_keys), (unsigned)n, (unsigned)(hg * (HD / sd))),
-                    SG_T, 0, st, a, d_work, max_keys);
+        const dim3 sgrid((unsigned)seg_nseg(max_keys), (unsigned)n, (unsigned)(hg * (HD / sd)));
+        if (segfused)
+            ds4c_launch(k_attn_seg_cl, sgrid, SG_T, 0, st, a, d_work, max_keys);
+        else
+            ds4c_launch(order == 4 ? k_attn_seg<32> : order == 2 ? k_attn_seg<128> : k_attn_seg<64>, sgrid, SG_T, 0, st, a, d_work, max_keys);
         DS4C_CHECK_LAUNCH("attention (segments)");
         if (fuse) a.rfreqs = d_rfreqs;
         if (fuseq) a.qact = (uint8_t *)d_qact;

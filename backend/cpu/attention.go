@@ -119,6 +119,10 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 	win := tabs[engine.PartWindow]
 	comp := tabs[engine.PartComp]
 	scale := float32(1 / math.Sqrt(float64(HD)))
+	attnSeg := AttnSegmentKeys
+	if be.opts.AttnSerial {
+		attnSeg = 0
+	}
 	be.pool.run(n*H, 1, func(lo, hi int) {
 		var keys [][]float32
 		var scores []float32
@@ -148,7 +152,7 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 			}
 			scores = scores[:len(keys)]
 			oh := o[j*HD : (j+1)*HD]
-			AttendHead(oh, q[j*HD:(j+1)*HD], keys, scores, L.sinks[h], scale, be.opts.AttnSegment)
+			AttendHead(oh, q[j*HD:(j+1)*HD], keys, scores, L.sinks[h], scale, attnSeg)
 			rotateInv(oh[nope:], cs[t*rd:(t+1)*rd])
 		}
 	})

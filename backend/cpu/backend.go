@@ -36,12 +36,13 @@ type Options struct {
 	// compressed rows the indexer picked for each position, in row order (for
 	// tests and debugging; rows is reused after the call).
 	OnTopK func(layer, pos int, rows []int32)
-	// AttnSegment selects the attention's summation order (AttendHead): 0
-	// the serial order (the default), or AttnSegmentKeys, the segmented
-	// order that the CUDA backend's exact kernels are moving to
-	// (cuda/NOTES.md v65; other positive sizes run, but no GPU kernel has
-	// them). Negative is an error.
-	AttnSegment int
+	// AttnSerial selects the attention's serial summation order (AttendHead
+	// with seg 0) instead of the default, the segmented order of
+	// AttnSegmentKeys keys a segment. The CUDA backend's exact mode sums in
+	// the segmented order by default too (its option OptAttnOrder; 0 is the
+	// serial order, the one both backends used before v66: cuda/NOTES.md
+	// v65 and v66).
+	AttnSerial bool
 }
 
 // Backend runs the forward pass of one model on the CPU. It implements
@@ -141,9 +142,6 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 				return nil, fmt.Errorf("cpu: indexer head dim %d must be a power of two and a multiple of %d (Hadamard + FP4)", ihd, fp4Block)
 			}
 		}
-	}
-	if opts.AttnSegment < 0 {
-		return nil, fmt.Errorf("cpu: attention segment of %d keys (0: the serial order, or %d)", opts.AttnSegment, AttnSegmentKeys)
 	}
 	threads := opts.Threads
 	if threads <= 0 {

@@ -142,12 +142,13 @@ func (c *capture) trace(ev engine.TraceEvent) {
 // stored position, the per-layer activations, the indexer picks and the
 // compressed rows; then the decode variants.
 func runGoldenCase(t *testing.T, name, run string, variants bool) {
-	runGoldenCaseSeg(t, name, run, variants, 0)
+	runGoldenCaseOrder(t, name, run, variants, false)
 }
 
-// runGoldenCaseSeg is runGoldenCase with the attention in the summation
-// order attnSeg selects (cpu.Options.AttnSegment).
-func runGoldenCaseSeg(t *testing.T, name, run string, variants bool, attnSeg int) {
+// runGoldenCaseOrder is runGoldenCase with the attention in the serial
+// summation order if serial (cpu.Options.AttnSerial), else the default
+// segmented one.
+func runGoldenCaseOrder(t *testing.T, name, run string, variants, serial bool) {
 	g := loadGolden(t, name)
 	c := g.w.Config
 	lg := readGolden(t, g, "logits.safetensors")
@@ -162,7 +163,7 @@ func runGoldenCaseSeg(t *testing.T, name, run string, variants bool, attnSeg int
 	for _, p := range hpos {
 		wantPick[int(p)] = true
 	}
-	be := newBackend(t, g.w, cpu.Options{AttnSegment: attnSeg, OnTopK: func(layer, pos int, rows []int32) {
+	be := newBackend(t, g.w, cpu.Options{AttnSerial: serial, OnTopK: func(layer, pos int, rows []int32) {
 		if wantPick[pos] {
 			pickMu.Lock()
 			picks[[2]int{layer, pos}] = slices.Clone(rows)
@@ -323,16 +324,16 @@ func TestGoldenFlash6Long(t *testing.T) { runGoldenCase(t, "flash6_w16_k8", "lon
 // seconds on two cores, so it is not gated).
 func TestGoldenFlash4K512(t *testing.T) { runGoldenCase(t, "flash4_w128_k512", "long", true) }
 
-// TestGoldenSegmented runs two golden cases with the attention in its
-// segmented order (cpu.AttnSegmentKeys), which exact mode's CUDA kernels are
-// moving to: the reference's logits, activations, picks and rows hold
-// within the same tolerances as in the serial order (640 keys a position
-// at the end of flash4_w128_k512: ten segments).
-func TestGoldenSegmented(t *testing.T) {
+// TestGoldenSerial runs two golden cases with the attention in the serial
+// order (cpu.Options.AttnSerial; the default before v66, the segmented
+// order of cpu.AttnSegmentKeys since): the reference's logits, activations,
+// picks and rows hold within the same tolerances in either order (640 keys
+// a position at the end of flash4_w128_k512: ten segments in the default).
+func TestGoldenSerial(t *testing.T) {
 	t.Run("flash6_w16_k8", func(t *testing.T) {
-		runGoldenCaseSeg(t, "flash6_w16_k8", "long", true, cpu.AttnSegmentKeys)
+		runGoldenCaseOrder(t, "flash6_w16_k8", "long", true, true)
 	})
 	t.Run("flash4_w128_k512", func(t *testing.T) {
-		runGoldenCaseSeg(t, "flash4_w128_k512", "long", true, cpu.AttnSegmentKeys)
+		runGoldenCaseOrder(t, "flash4_w128_k512", "long", true, true)
 	})
 }

@@ -277,7 +277,8 @@ func (in attnInputs) free(d *Device) {
 func TestAttentionPOVec(t *testing.T) {
 	d := gpu(t)
 	restoreAttnOptions(t, d)
-	t.Cleanup(func() { d.SetOption(OptAttnPOVec, DefaultAttnPOVec) })
+	t.Cleanup(func() { d.SetOption(OptAttnPOVec, DefaultAttnPOVec); d.SetOption(OptAttnOrder, DefaultAttnOrder) })
+	must(t, d.SetOption(OptAttnOrder, 0)) // (the serial order's kernels)
 	const HD = attnHD
 	const rd, roff, qseg = 64, HD - 64, 4096
 	freqp := uploadFreqs(t, d, rd/2, 0.011)

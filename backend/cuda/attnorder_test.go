@@ -13,7 +13,8 @@ import (
 // single tokens through OptAttnOrder 1 (k_attn_po_cl's stats_seg and
 // po_seg_mac; past the exponentials' cache, 2471 keys, the split below), 2,
 // 3 and 4 (split over the segments: k_attn_seg of 128, 64 or 32 dims a
-// CTA, then k_attn_seg_combine), and prompt chunks of 8 and 16 tokens
+// CTA, then k_attn_seg_combine), 5 (k_attn_seg_cl: 3 with the scores formed
+// in the kernel by a cluster of the 8 dim slices), and prompt chunks of 8 and 16 tokens
 // (k_attn_softmax_seg, then k_attn_out_tile<false, true>, whatever the
 // option's value): 133 keys (two whole segments and a short one), 640 (a
 // ratio-4 layer's window and top-k), 1299, 2042 (the last of 32 segments
@@ -24,7 +25,7 @@ import (
 func TestAttentionSegmented(t *testing.T) {
 	d := gpu(t)
 	restoreAttnOptions(t, d)
-	t.Cleanup(func() { d.SetOption(OptAttnOrder, 0) })
+	t.Cleanup(func() { d.SetOption(OptAttnOrder, DefaultAttnOrder) })
 	const H, HD, W = attnH, attnHD, attnW
 	const wcap = 2 * W
 	const scale = float32(0.044)
@@ -96,7 +97,7 @@ func TestAttentionSegmented(t *testing.T) {
 		if _, ok := firstBitDiff(serial, want); ok {
 			t.Errorf("%s: the segmented order's output is the serial order's bit for bit", label)
 		}
-		for _, order := range []int{1, 2, 3, 4} {
+		for _, order := range []int{1, 2, 3, 4, 5} {
 			must(t, d.SetOption(OptAttnOrder, order))
 			got, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
 			if i, ok := firstBitDiff(want, got); !ok {
@@ -105,19 +106,22 @@ func TestAttentionSegmented(t *testing.T) {
 			}
 		}
 		// fused (the inverse rotation and the Q8_0 activation in the output
-		// kernels): order 2's combine as order 1's kernel
+		// kernels): orders 2's and 5's combine as order 1's kernel
 		if maxKeys <= 2048 && c.nt < 8 {
-			var outs [2][]float32
-			var acts [2][]byte
-			for i, order := range []int{1, 2} {
+			var outs [3][]float32
+			var acts [3][]byte
+			orders := []int{1, 2, 5}
+			for i, order := range orders {
 				must(t, d.SetOption(OptAttnOrder, order))
 				outs[i], acts[i] = attentionOut(t, d, a, true, freqp, rd, roff, qseg)
 			}
-			if i, ok := firstBitDiff(outs[0], outs[1]); !ok {
-				t.Fatalf("%s, fused: output %d: order 2 %v, order 1 %v", label, i, outs[1][i], outs[0][i])
-			}
-			if i := firstByteDiff(acts[0], acts[1]); i >= 0 {
-				t.Fatalf("%s, fused: activation byte %d differs", label, i)
+			for i := 1; i < len(orders); i++ {
+				if j, ok := firstBitDiff(outs[0], outs[i]); !ok {
+					t.Fatalf("%s, fused: output %d: order %d %v, order 1 %v", label, j, orders[i], outs[i][j], outs[0][j])
+				}
+				if j := firstByteDiff(acts[0], acts[i]); j >= 0 {
+					t.Fatalf("%s, fused: order %d: activation byte %d differs", label, orders[i], j)
+				}
 			}
 		}
 		must(t, d.SetOption(OptAttnOrder, 0))
@@ -125,7 +129,7 @@ func TestAttentionSegmented(t *testing.T) {
 	// where no kernel has the order: an error, not the serial order's sums
 	t.Cleanup(func() { d.SetOption(OptAttnTile, 1) })
 	must(t, d.SetOption(OptAttnTile, 0))
-	for order := 1; order <= 4; order++ {
+	for order := 1; order <= 5; order++ {
 		must(t, d.SetOption(OptAttnOrder, order))
 		in := newDecAttn(t, d, 700, 128, 0, 8, 77)
 		a := in.args(t, d)

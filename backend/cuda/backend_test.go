@@ -217,33 +217,34 @@ type schemeCase struct {
 	cfg    model.Config
 	scheme model.Scheme
 	fast   bool
-	// seg: the attention in the segmented order in both backends
-	// (cpu.Options.AttnSegment, OptAttnOrder 3; exact mode)
-	seg bool
+	// serial: the attention in the serial order in both backends
+	// (cpu.Options.AttnSerial, OptAttnOrder 0; exact mode), not the
+	// default segmented one
+	serial bool
 }
 
-// refOptions returns the CPU reference's options for the case; with seg
-// it also sets the library's OptAttnOrder to 3 until the test ends.
+// refOptions returns the CPU reference's options for the case; serial also
+// sets the library's OptAttnOrder to 0 until the test ends.
 func (c schemeCase) refOptions(t *testing.T) cpu.Options {
 	t.Helper()
-	if !c.seg {
+	if !c.serial {
 		return cpu.Options{}
 	}
 	d := gpu(t)
-	must(t, d.SetOption(OptAttnOrder, 3))
-	t.Cleanup(func() { d.SetOption(OptAttnOrder, 0) })
-	return cpu.Options{AttnSegment: cpu.AttnSegmentKeys}
+	must(t, d.SetOption(OptAttnOrder, 0))
+	t.Cleanup(func() { d.SetOption(OptAttnOrder, DefaultAttnOrder) })
+	return cpu.Options{AttnSerial: true}
 }
 
 // name is the case's subtest name: the scheme's, with "/fast" in fast mode
-// and "/seg" in the segmented attention order.
+// and "/serial" in the serial attention order.
 func (c schemeCase) name() string {
 	n := c.scheme.Name
 	if c.fast {
 		n += "/fast"
 	}
-	if c.seg {
-		n += "/seg"
+	if c.serial {
+		n += "/serial"
 	}
 	return n
 }
@@ -293,13 +294,13 @@ func TestBackendMatchesCPU(t *testing.T) {
 			got := allLogits(t, be, 64, toks)
 			t.Logf("prefill of %d tokens (chunk 64, logits of every row): cpu %v, cuda %v", len(toks), tCPU, time.Since(start))
 			checkAgree(t, "prefill chunk 64", want, got)
-			// the segmented order: the same bits as the CPU's (a median of 0
-			// allows the rare last-bit difference of a transcendental
-			// function), not merely within the bounds, which the serial
+			// exact mode: the same bits as the CPU's (a median of 0 allows
+			// the rare last-bit difference of a transcendental function),
+			// not merely within the bounds, which the other attention
 			// order's logits would meet too
 			sameBits := func(what string, want, got [][]float32) {
-				if a := agree(want, got); tc.seg && a.median != 0 {
-					t.Errorf("%s: the segmented order's logits differ from the CPU's (%v)", what, a)
+				if a := agree(want, got); !tc.fast && a.median != 0 {
+					t.Errorf("%s: exact mode's logits differ from the CPU's (%v)", what, a)
 				}
 			}
 			sameBits("prefill chunk 64", want, got)
@@ -507,27 +508,31 @@ func TestKernelVariants(t *testing.T) {
 	flash := synth.Flash(4)
 	flash.Experts = 16
 	// chunk: the prefill chunk the variant is compared on (1: decoded one
-	// token at a time; the chunk kernels' variants: chunks of 64)
+	// token at a time; the chunk kernels' variants: chunks of 64); serial:
+	// a variant of the serial attention order's kernels, compared in that
+	// order (OptAttnOrder 0), the others in the default segmented order
 	opts := []struct {
-		name  string
-		key   int
-		on    int // the default value, restored after the variant's run
-		chunk int
+		name   string
+		key    int
+		on     int // the default value, restored after the variant's run
+		chunk  int
+		serial bool
 	}{
-		{"attn_po", OptAttnPO, 1, 1}, {"norm_rope", OptNormRope, 1, 1}, {"hc_two", OptHCTwo, 1, 1},
-		{"fx_warp", OptFXWarp, 1, 1}, {"fx_live", OptFXLive, 1, 1}, {"prefetch", OptPrefetch, 1, 1}, {"hc_quant", OptHCQuant, 1, 1},
-		{"mv_pipe", OptMVPipe, 2, 1}, {"mv_copy", OptMVCopy, 2, 1}, {"ix_tile", OptIXTile, DefaultIXTile, 1},
-		{"topk_warp", OptTopKWarp, 1, 1}, {"router_warp", OptRouterWarp, 1, 1}, {"attn_ecache", OptAttnECache, 1, 1},
-		{"attn_rope", OptAttnRope, 1, 1}, {"attn_quant", OptAttnQuant, 1, 1},
-		{"attn_tile", OptAttnTile, 1, 64}, {"ix_chunk", OptIXChunk, 1, 64}, {"fx_wreg", OptFXWReg, DefaultFXWReg, 64},
-		{"tc_stage", OptTCStage, 3, 64}, {"tc_q8w", OptTCQ8W, 2, 64},
-		{"quant_vec", OptQuantVec, 1, 64},
-		{"norm_rope_w", OptNormRopeW, 1, 64}, {"hc_chunk", OptHCChunk, 1, 64},
-		{"had_warp", OptHadWarp, 1, 1}, {"had_warp", OptHadWarp, 1, 64},
-		{"mv_dec", OptMVDec, DefaultMVDec, 1}, {"mv_f32", OptMVF32, DefaultMVF32, 1}, {"mv_pair", OptMVPair, 1, 1},
-		{"ix_query", OptIXQuery, 1, 1}, {"ix_query", OptIXQuery, 1, 64}, {"hc_hoist", OptHCHoist, 1, 1},
-		{"mv_dec_late", OptMVDecLate, 2, 1}, {"mv_dec_sum", OptMVDecSum, 1, 1}, {"attn_po_vec", OptAttnPOVec, DefaultAttnPOVec, 1},
-		{"mv_q8_ns_ex", OptMVQ8NSEx, DefaultMVQ8NSEx, 1},
+		{"attn_po", OptAttnPO, 1, 1, true}, {"norm_rope", OptNormRope, 1, 1, false}, {"hc_two", OptHCTwo, 1, 1, false},
+		{"fx_warp", OptFXWarp, 1, 1, false}, {"fx_live", OptFXLive, 1, 1, false}, {"prefetch", OptPrefetch, 1, 1, false}, {"hc_quant", OptHCQuant, 1, 1, false},
+		{"mv_pipe", OptMVPipe, 2, 1, false}, {"mv_copy", OptMVCopy, 2, 1, false}, {"ix_tile", OptIXTile, DefaultIXTile, 1, false},
+		{"topk_warp", OptTopKWarp, 1, 1, false}, {"router_warp", OptRouterWarp, 1, 1, false}, {"attn_ecache", OptAttnECache, 1, 1, true},
+		{"attn_rope", OptAttnRope, 1, 1, false}, {"attn_quant", OptAttnQuant, 1, 1, false},
+		{"attn_rope", OptAttnRope, 1, 1, true}, {"attn_quant", OptAttnQuant, 1, 1, true},
+		{"attn_tile", OptAttnTile, 1, 64, true}, {"ix_chunk", OptIXChunk, 1, 64, false}, {"fx_wreg", OptFXWReg, DefaultFXWReg, 64, false},
+		{"tc_stage", OptTCStage, 3, 64, false}, {"tc_q8w", OptTCQ8W, 2, 64, false},
+		{"quant_vec", OptQuantVec, 1, 64, false},
+		{"norm_rope_w", OptNormRopeW, 1, 64, false}, {"hc_chunk", OptHCChunk, 1, 64, false},
+		{"had_warp", OptHadWarp, 1, 1, false}, {"had_warp", OptHadWarp, 1, 64, false},
+		{"mv_dec", OptMVDec, DefaultMVDec, 1, false}, {"mv_f32", OptMVF32, DefaultMVF32, 1, false}, {"mv_pair", OptMVPair, 1, 1, false},
+		{"ix_query", OptIXQuery, 1, 1, false}, {"ix_query", OptIXQuery, 1, 64, false}, {"hc_hoist", OptHCHoist, 1, 1, false},
+		{"mv_dec_late", OptMVDecLate, 2, 1, false}, {"mv_dec_sum", OptMVDecSum, 1, 1, false}, {"attn_po_vec", OptAttnPOVec, DefaultAttnPOVec, 1, true},
+		{"mv_q8_ns_ex", OptMVQ8NSEx, DefaultMVQ8NSEx, 1, false},
 	}
 	for _, tc := range []struct {
 		name   string
@@ -550,10 +555,17 @@ func TestKernelVariants(t *testing.T) {
 			defer be.Close()
 			toks := testTokens(tc.n, tc.cfg.Vocab)
 			pipeEverywhere(t, be.dev)
-			bases := map[int][][]float32{} // every variant on (the defaults), by chunk
+			t.Cleanup(func() { be.dev.SetOption(OptAttnOrder, DefaultAttnOrder) })
+			// every variant on (the defaults), by chunk and attention order
+			bases := map[[2]int][][]float32{}
 			for _, o := range opts {
-				if bases[o.chunk] == nil {
-					bases[o.chunk] = allLogits(t, be, o.chunk, toks)
+				order := DefaultAttnOrder
+				if o.serial {
+					order = 0
+				}
+				must(t, be.dev.SetOption(OptAttnOrder, order))
+				if bases[[2]int{o.chunk, order}] == nil {
+					bases[[2]int{o.chunk, order}] = allLogits(t, be, o.chunk, toks)
 				}
 				if err := be.dev.SetOption(o.key, 0); err != nil {
 					t.Fatal(err)
@@ -562,10 +574,27 @@ func TestKernelVariants(t *testing.T) {
 				if err := be.dev.SetOption(o.key, o.on); err != nil {
 					t.Fatal(err)
 				}
-				if n := countDiff(bases[o.chunk], off); n != 0 {
-					t.Errorf("%s: the variant differs from the kernels it replaces in %d logits (chunk %d)", o.name, n, o.chunk)
+				if n := countDiff(bases[[2]int{o.chunk, order}], off); n != 0 {
+					t.Errorf("%s: the variant differs from the kernels it replaces in %d logits (chunk %d, attention order %d)", o.name, n, o.chunk, order)
 				}
 			}
+			// The segmented attention order's other single-token kernels,
+			// each against the default's: the same order, so the same bits
+			// (1: k_attn_po_cl<true> where it applies, 2, 3 and 4:
+			// k_attn_seg at 128, 64 and 32 dims a CTA after the scores
+			// kernel, 5: k_attn_seg_cl for head dim 512, the scores in the
+			// kernel, else as 3).
+			segBase := bases[[2]int{1, DefaultAttnOrder}]
+			for order := 1; order <= 5; order++ {
+				if order == DefaultAttnOrder {
+					continue
+				}
+				must(t, be.dev.SetOption(OptAttnOrder, order))
+				if n := countDiff(segBase, allLogits(t, be, 1, toks)); n != 0 {
+					t.Errorf("attn_order %d: differs from order %d in %d logits", order, DefaultAttnOrder, n)
+				}
+			}
+			must(t, be.dev.SetOption(OptAttnOrder, DefaultAttnOrder))
 			// The Go side's switches, each off against the default (on):
 			// hc_early, hc_pre summing the streams' squares before its wait
 			// (the mixes product queued late); pairs, the routed gate and up
@@ -589,8 +618,8 @@ func TestKernelVariants(t *testing.T) {
 				sw.set(false)
 				off := allLogits(t, be, 1, toks)
 				sw.set(true)
-				if p, j, ok := firstDiff(bases[1], off); !ok {
-					t.Fatalf("%s: logit %d of position %d differs: %v against %v", sw.name, j, p, bases[1][p][j], off[p][j])
+				if p, j, ok := firstDiff(segBase, off); !ok {
+					t.Fatalf("%s: logit %d of position %d differs: %v against %v", sw.name, j, p, segBase[p][j], off[p][j])
 				}
 			}
 		})

@@ -342,7 +342,7 @@ const (
 	OptMVQ8CTAsEx   = 75 // exact mode's pipelined Q8_0 products (as OptMVQ8NSEx) run at most this many CTAs an SM, a decimal digit a class of columns as there, tiles still sized for OptMVPipe CTAs an SM (0: no cap, the default; env DS4_CUDA_MV_Q8_CTAS_EX; the same bits)
 	OptMVQ8CTAsFast = 76 // the same for fast mode's (default 0; env DS4_CUDA_MV_Q8_CTAS_FAST)
 	OptExTiming     = 77 // timing experiments only, wrong results in exact mode: exact single-token work runs fast mode's kernels, by bits: 1 Q8_0 products, 2 attention, 4 float products, 8 indexer scores (env DS4_CUDA_EX_TIMING)
-	OptAttnOrder    = 78 // exact attention's summation order: 0 serial (default), 1 segmented (cpu.AttendHead with cpu.AttnSegmentKeys) in k_attn_po_cl, 2 the same split over the segments (k_attn_seg, 128 dims a CTA; 3: 64, 4: 32); prompt chunks in the order whatever the value (written in v65, not yet run) (env DS4_CUDA_ATTN_ORDER)
+	OptAttnOrder    = 78 // exact attention's summation order: 0 serial (cpu.Options.AttnSerial; the default until v66), 1 segmented (cpu.AttendHead with cpu.AttnSegmentKeys, the CPU backend's default) in k_attn_po_cl, 2 the same split over the segments (k_attn_seg, 128 dims a CTA; 3: 64; 4: 32; 5, DefaultAttnOrder: as 3 with the scores formed in the kernel, k_attn_seg_cl, a cluster of the 8 dim slices, for head dim 512, else as 3); prompt chunks in k_attn_softmax_seg + k_attn_out_tile whatever the value 1-4 (env DS4_CUDA_ATTN_ORDER)
 	OptMVExQ8       = 66 // 1: exact mode's pipelined Q8_0 products (columns a multiple of 1024 dividing the CTA's 8 warps) form their block terms on fast mode's items (a lane a block; the terms stored, not tree-summed) and add them in block order: the same bits as 0 with about a third of the instructions; 2: the same with a ninth warp, which forms no items, adding the previous tile's rows while the eight form the next (default, DefaultMVExQ8; env DS4_CUDA_MV_EXQ8); 1: the last warp adds them after its items; 0: the pipelined kernel's 16-byte units, two lanes a block
 	OptMVTwo        = 59 // 1: fast mode's products of two tokens: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined product, the weights streamed once and each token's bits its one-token product's; the others split over up to 8 warps a row where the rows are few (default, DefaultMVTwo; env DS4_CUDA_MV_TWO); 0: the generic two-token kernel, a warp a row
 	OptMVPair       = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits in exact mode (in fast mode a lone Q8_0 product runs pipelined, which adds in another order)
@@ -412,6 +412,15 @@ const DefaultMVILP = 4
 // DefaultMVTwo is the library's default of OptMVTwo: two tokens' Q8_0
 // products pipelined together (cuda/NOTES.md v45).
 const DefaultMVTwo = 1
+
+// DefaultAttnOrder is the library's default of OptAttnOrder: exact mode's
+// attention in the segmented order (the CPU backend's default, so exact
+// mode keeps its bits), single tokens split over the segments 64 dims a
+// CTA with their scores formed in the same kernel (k_attn_seg_cl; option 3,
+// k_attn_seg<64> after k_attn_scores<1>, for other head dims). Exact decode
+// at 8k on the H200: option 3 +2.2–2.5 % against the serial order, option
+// 5 another +1.2 % (cuda/NOTES.md v65, v66).
+const DefaultAttnOrder = 5
 
 // DefaultMVRoom is the library's default of OptMVRoom: products given room
 // run one CTA an SM. Two tokens' in two (2) was the default from v47 (+0.4 /

@@ -125,8 +125,9 @@ func mtpRows(t testing.TB, be engine.Backend, toks []int32, chunk int) (mtp, mai
 
 // TestMTPMatchesCPU: the MTP block's logits (chunks and single positions)
 // and speculative greedy decoding against the CPU backend, in exact and
-// fast mode, and in exact mode with the attention in the segmented order
-// (/seg: OptAttnOrder 3 and cpu.Options.AttnSegment).
+// fast mode, and in exact mode with the attention in the serial order
+// (/serial: OptAttnOrder 0 and cpu.Options.AttnSerial; the others use both
+// backends' default, the segmented order).
 func TestMTPMatchesCPU(t *testing.T) {
 	gpu(t)
 	cases := []schemeCase{
