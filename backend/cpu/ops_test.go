@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -461,6 +462,38 @@ func TestAttendHeadSegmented(t *testing.T) {
 			if nk >= 640 && sink < 1 && !differs {
 				t.Errorf("%d keys, sink %g: the segmented order's output is the serial order's bit for bit", nk, sink)
 			}
+		}
+	}
+}
+
+// BenchmarkAttendHead times one head's attention on Flash's shape (512
+// dims; a ratio-4 layer's 640 keys and a long ratio-128 layer's 2176) in
+// the serial order and the segmented one.
+func BenchmarkAttendHead(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const hd = 512
+	for _, nk := range []int{640, 2176} {
+		q := make([]float32, hd)
+		for i := range q {
+			q[i] = float32(rng.NormFloat64())
+		}
+		keys := make([][]float32, nk)
+		for k := range keys {
+			keys[k] = make([]float32, hd)
+			for i := range keys[k] {
+				keys[k][i] = float32(rng.NormFloat64())
+			}
+		}
+		out, scores := make([]float32, hd), make([]float32, nk)
+		for _, o := range []struct {
+			name string
+			seg  int
+		}{{"serial", 0}, {"segmented", AttnSegmentKeys}} {
+			b.Run(fmt.Sprintf("keys=%d/%s", nk, o.name), func(b *testing.B) {
+				for b.Loop() {
+					AttendHead(out, q, keys, scores, 0.5, 0.044, o.seg)
+				}
+			})
 		}
 	}
 }
