@@ -82,6 +82,9 @@
 #          KT_PLAIN=1 with KT_MTP: plain decode traced after it, its layers
 #          into ktrace-layers-plain.txt; PREFILL_LINES=n (PREFILL_ARGS,
 #          PREFILL_SPANS) the prompt's chunks too, into ktrace-prefill.txt
+#          (with KT_AB also ktrace-prefill-ab.txt: e.g. KT_EXACT=1
+#          PREFILL_LINES=40 KT_AB=DS4_CUDA_ATTN_ORDER=0, exact prefill's
+#          kernels in both attention orders)
 # Everything lands in $OUT (at most 8 files come back): log.txt holds the
 # summary lines.
 set -uo pipefail
@@ -201,6 +204,7 @@ if [ -n "${KT:-}" ]; then
     fi
     if [ -n "${KT_AB:-}" ]; then
         env $KT_AB OUT=/tmp/kt2 BENCH_ARGS="$ktargs" bash scripts/cuda/ktrace.sh >/tmp/kt2.log 2>&1; cp /tmp/kt2/ktrace.txt "$OUT/ktrace-ab.txt"
+        [ -n "${PREFILL_LINES:-}" ] && cp /tmp/kt2/ktrace-prefill.txt "$OUT/ktrace-prefill-ab.txt"
         head -30 "$OUT/ktrace-ab.txt"
     fi
     el
