@@ -3050,7 +3050,7 @@ __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int6
 }
 
 // k_attn_softmax_seg: exact prompt chunks' softmax in the segmented order
-// (DS4C_OPT_ATTN_ORDER 1-4; cpu.AttendHead with cpu.AttnSegmentKeys), a warp
+// (DS4C_OPT_ATTN_ORDER 1-5; cpu.AttendHead with cpu.AttnSegmentKeys), a warp
 // a (token, head) as k_attn_softmax: each segment of AP_SEG keys its maximum
 // m_j, its exponentials e_k = exp_ref(s_k − m_j) in place of the scores,
 // their sum l_j in key order; then into the row's side entry (seg_side:
@@ -4064,7 +4064,7 @@ __global__ void __cluster_dims__(AP_CL, 1, 1) __launch_bounds__(AP_T)
 }
 
 // ------------------------------------------------------------ exact single tokens, split over segments
-// The segmented order (DS4C_OPT_ATTN_ORDER 2; cpu.AttendHead with
+// The segmented order (DS4C_OPT_ATTN_ORDER 2-5; cpu.AttendHead with
 // cpu.AttnSegmentKeys) split over the keys as flash decoding is, after
 // k_attn_scores<1>: k_attn_seg<SD> gives each CTA one segment of AP_SEG keys
 // of one token, SG_H heads and SD dims of each (warp w: head h0 + w, lane l:
@@ -5748,9 +5748,10 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         if (!d_rfreqs) return 0;
         return ds4c_rope(d_out, (int64_t)H * HD, H, HD, roff, d_rfreqs, rd, pos0, 1, n, 1, stream);
     };
-    // the segmented order (DS4C_OPT_ATTN_ORDER 1-4; cuda/NOTES.md v65):
+    // the segmented order (DS4C_OPT_ATTN_ORDER 1-5; cuda/NOTES.md v65, v66):
     // single tokens through k_attn_po_cl (1, where it applies) or split over
-    // the segments (k_attn_seg: 2-4, and 1 elsewhere), prompt chunks through
+    // the segments (k_attn_seg: 2-4, 1 elsewhere; k_attn_seg_cl: 5 for head
+    // dim 512, 3 elsewhere), prompt chunks through
     // k_attn_softmax_seg + k_attn_out_tile<false, true>; where none of them
     // applies, an error rather than another order's sums
     const int order = (flags & DS4C_FAST) ? 0 : ds4c_opt_attn_order();
