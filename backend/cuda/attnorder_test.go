@@ -13,10 +13,10 @@ import (
 // single tokens through OptAttnOrder 1 (k_attn_po_cl's stats_seg and
 // po_seg_mac; past the exponentials' cache, 2471 keys, the split below), 2,
 // 3 and 4 (split over the segments: k_attn_seg of 128, 64 or 32 dims a
-// CTA, then k_attn_seg_combine), 5 (k_attn_seg_cl: 3 with the scores formed
-// in the kernel by a cluster of the 8 dim slices), and prompt chunks of 8 and 16 tokens
-// (k_attn_softmax_seg, then k_attn_out_tile<false, true>, whatever the
-// option's value): 133 keys (two whole segments and a short one), 640 (a
+// CTA, then k_attn_seg_combine), 5 (k_attn_seg_cl: 3 with the scores
+// formed in the kernel by a cluster of the 8 dim slices), and prompt chunks
+// of 8 and 16 tokens (k_attn_softmax_seg, then k_attn_out_tile<false,
+// true>, whatever the option's value): 133 keys (two whole segments and a short one), 640 (a
 // ratio-4 layer's window and top-k), 1299, 2042 (the last of 32 segments
 // short) and 2471, the key rows in the kernels' order (the window's
 // positions from the chunk's rows or the ring, then the compressed rows
