@@ -417,18 +417,8 @@ func TestAttendHeadSegmented(t *testing.T) {
 	const hd = 24
 	for _, nk := range []int{1, 5, 64, 65, 130, 640, 1299, 161*AttnSegmentKeys + 1} {
 		for _, sink := range []float32{-1e30, 0.5, 30} {
-			q := make([]float32, hd)
-			for i := range q {
-				q[i] = float32(rng.NormFloat64())
-			}
-			keys := make([][]float32, nk)
-			for k := range keys {
-				keys[k] = make([]float32, hd)
-				w := float32(1 + 3*rng.Float64()) // scores of a few units apart between keys
-				for i := range keys[k] {
-					keys[k][i] = w * float32(rng.NormFloat64())
-				}
-			}
+			q := randomRows(rng, 1, hd, false)[0]
+			keys := randomRows(rng, nk, hd, true) // scores of a few units apart between keys
 			scale := float32(0.3)
 			// the softmax in float64 from the same float32 scores
 			sc := make([]float64, nk)
@@ -473,17 +463,7 @@ func BenchmarkAttendHead(b *testing.B) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const hd = 512
 	for _, nk := range []int{640, 2176} {
-		q := make([]float32, hd)
-		for i := range q {
-			q[i] = float32(rng.NormFloat64())
-		}
-		keys := make([][]float32, nk)
-		for k := range keys {
-			keys[k] = make([]float32, hd)
-			for i := range keys[k] {
-				keys[k][i] = float32(rng.NormFloat64())
-			}
-		}
+		q, keys := randomRows(rng, 1, hd, false)[0], randomRows(rng, nk, hd, false)
 		out, scores := make([]float32, hd), make([]float32, nk)
 		for _, o := range []struct {
 			name string
@@ -496,4 +476,21 @@ func BenchmarkAttendHead(b *testing.B) {
 			})
 		}
 	}
+}
+
+// randomRows returns n rows of d standard normal values; spread scales each
+// row by its own factor in [1, 4), drawn before the row's values.
+func randomRows(rng *rand.Rand, n, d int, spread bool) [][]float32 {
+	rows := make([][]float32, n)
+	for k := range rows {
+		rows[k] = make([]float32, d)
+		w := float32(1)
+		if spread {
+			w = float32(1 + 3*rng.Float64())
+		}
+		for i := range rows[k] {
+			rows[k][i] = w * float32(rng.NormFloat64())
+		}
+	}
+	return rows
 }
