@@ -4101,7 +4101,7 @@ constexpr int SGC_ROWS = 2 * SG_H, SGC_RS = 128, SGC_LD = SGC_RS + 4, SGC_PS = 4
 // as CL, and no k_attn_seg_combine after it — each CTA counts itself done
 // (after a fence) on its (token, head group, dim slice)'s counter, and the
 // last of the token's segments to arrive combines that group's 8 heads × 64
-// dims as k_attn_seg_combine would (the same helpers: the same bits). Every
+// dims as k_attn_seg_combine would (seg_combine_warp: its lines, its bits). Every
 // dim slice writes the (m, l) pairs then (the same values), so that the
 // combining CTA reads pairs whose writers it has synchronised with. The
 // counters (g_seg_cnt, zero at load) go back to 0 with their last arrival
