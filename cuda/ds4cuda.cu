@@ -553,10 +553,6 @@ static const struct {
     {DS4C_OPT_MV_Q8_CTAS_FAST, "mv_q8_ctas_fast", &g_opt_mv_q8_ctas_fast, 0, 9999},
 };
 
-// env_option sets option key from the environment variable name when it
-// holds a whole decimal number that ds4c_set_option accepts (the option's
-// own range checks); anything else keeps the default and is reported on
-// stderr.
 // whole_number parses s, all of it, as a decimal number within ±2^30.
 static bool whole_number(const char *s, int *x) {
     char *end = nullptr;
@@ -566,6 +562,10 @@ static bool whole_number(const char *s, int *x) {
     return true;
 }
 
+// env_option sets option key from the environment variable name when it
+// holds a whole decimal number that ds4c_set_option accepts (the option's
+// own range checks); anything else keeps the default and is reported on
+// stderr.
 static void env_option(const char *name, int key) {
     const char *v = getenv(name);
     if (!v || !*v) return;

@@ -144,3 +144,11 @@ func TestAttentionSegmented(t *testing.T) {
 	must(t, d.SetOption(OptAttnTile, 1))
 	must(t, d.SetOption(OptAttnOrder, 0))
 }
+
+// TestAttnSegKeys: the work buffer's rule sizes the segmented order's rows
+// with the CPU's segment (no GPU needed).
+func TestAttnSegKeys(t *testing.T) {
+	if attnSegKeys != cpu.AttnSegmentKeys {
+		t.Fatalf("attnSegKeys %d, cpu.AttnSegmentKeys %d", attnSegKeys, cpu.AttnSegmentKeys)
+	}
+}

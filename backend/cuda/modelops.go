@@ -778,6 +778,11 @@ func fastFlag(fast bool) int32 {
 // leaves HD + 2 floats per (token, head) in the work buffer.
 const attnSplits = 64
 
+// attnSegKeys is the library's AP_SEG: the segmented attention order's keys
+// a segment (cpu.AttnSegmentKeys), which sizes its side rows and partial
+// sums in AttentionWork.
+const attnSegKeys = 64
+
 // AttentionWorkFor is the number of floats of AttentionArgs.Work that
 // Attention needs for n tokens, h heads of hd, maxKeys keys and the fast
 // flag under the library's current options (0: none, Work may be 0 —
@@ -794,7 +799,7 @@ func (d *Device) AttentionWorkFor(n, h, hd, maxKeys int, fast bool) int {
 // of the segmented order's (the scores, then HD + 2 a segment, token and
 // head) if those need more. ds4c_attention_work's rule.
 func AttentionWork(n, h, hd, maxKeys int) int {
-	nseg := (maxKeys + 63) / 64
+	nseg := (maxKeys + attnSegKeys - 1) / attnSegKeys
 	w := n*h*maxKeys + n*h*(2*nseg+1)
 	if n < 8 {
 		w = max(w, n*h*attnSplits*(hd+2), n*h*maxKeys+nseg*n*h*(hd+2))
