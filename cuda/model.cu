@@ -3304,9 +3304,15 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
     // loaded (thread hh < nh: head h0 + hh) as a segment's first chunk
     // starts, stored as it ends, read at the segment's end after a barrier
     [[maybe_unused]] __shared__ float s_c[2][AOT_H];
+    // SEG: the heads' sums L, loaded at the start (thread hh < nh: head
+    // h0 + hh; the barrier after the first chunk's stash orders it). Loaded
+    // at the end, each head's load waited for the division before it: 8 L2
+    // round trips a CTA (v67's prefill trace: the kernel +16 % over serial)
+    [[maybe_unused]] __shared__ float s_l[AOT_H];
     if constexpr (SEG) {
 #pragma unroll
         for (int i = 0; i < AOT_RH; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+        if (tid < nh) s_l[tid] = seg_side((float *)sc, gridDim.y, a.H, maxk, t, h0 + tid)[2 * seg_nseg(maxk)];
     }
     auto step = [&](const float *pp, const float *vp) {
         float pr[AOT_RH];
@@ -3373,8 +3379,7 @@ __global__ void __launch_bounds__(AOT_T) k_attn_out_tile(AttnArgs a, const float
     if constexpr (SEG) {
 #pragma unroll
         for (int i = 0; i < AOT_RH; i++) {
-            const int hh = min(hg * AOT_RH + i, nh - 1);
-            const float L = seg_side((float *)sc, gridDim.y, a.H, maxk, t, h0 + hh)[2 * seg_nseg(maxk)];
+            const float L = s_l[min(hg * AOT_RH + i, nh - 1)];
 #pragma unroll
             for (int q = 0; q < 4; q++) acc[i][q] = __fdiv_rn(acc[i][q], L);
         }
@@ -3617,6 +3622,23 @@ static __device__ __forceinline__ void cluster_sync_all() {
     cluster_wait();
 }
 
+// copy_peer_row copies n4 float4s of shared memory from the same address in
+// cluster CTA rank into this CTA (row: its start), by the 32 lanes of one
+// warp, 4 float4s a lane in flight.
+static __device__ __forceinline__ void copy_peer_row(float *row, int rank, int n4, int lane) {
+    const float4 *src = (const float4 *)cg::this_cluster().map_shared_rank(row, rank);
+    float4 *dst = (float4 *)row;
+    for (int j0 = lane; j0 < n4; j0 += 4 * 32) {
+        float4 x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (j0 + 32 * u < n4) x[u] = src[j0 + 32 * u];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (j0 + 32 * u < n4) dst[j0 + 32 * u] = x[u];
+    }
+}
+
 // k_attn_po_cl's softmax statistics. Its cluster is the AP_CL CTAs of
 // consecutive output slices of one token's AP_H heads; CTA r of the cluster
 // forms head r's probabilities with all its threads — the maximum of the
@@ -3683,19 +3705,8 @@ struct PoScoresCL {
         }
         cluster_sync_all(); // every CTA's row is whole
         mark(7);
-        if (w != r && blockIdx.z * AP_H + w < a.H) { // 4 float4s a lane in flight
-            const float4 *src = (const float4 *)cg::this_cluster().map_shared_rank(s_e + (size_t)w * ecap, w);
-            float4 *dst = (float4 *)(s_e + (size_t)w * ecap);
-            for (int j0 = lane; 4 * j0 < nk; j0 += 4 * 32) {
-                float4 x[4];
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    if (4 * (j0 + 32 * u) < nk) x[u] = src[j0 + 32 * u];
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    if (4 * (j0 + 32 * u) < nk) dst[j0 + 32 * u] = x[u];
-            }
-        }
+        if (w != r && blockIdx.z * AP_H + w < a.H)
+            copy_peer_row(s_e + (size_t)w * ecap, w, (nk + 3) / 4, lane);
         __syncwarp();
         cluster_arrive();
     }
@@ -3750,20 +3761,8 @@ struct PoScoresCL {
         }
         cluster_sync_all(); // every CTA's row is whole
         mark(7);
-        if (w != r && blockIdx.z * AP_H + w < a.H) { // 4 float4s a lane in flight
-            const float4 *src = (const float4 *)cg::this_cluster().map_shared_rank(s_e + (size_t)w * es, w);
-            float4 *dst = (float4 *)(s_e + (size_t)w * es);
-            const int n4 = (ecap + AP_SEGX) / 4;
-            for (int j0 = lane; j0 < n4; j0 += 4 * 32) {
-                float4 x[4];
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    if (j0 + 32 * u < n4) x[u] = src[j0 + 32 * u];
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    if (j0 + 32 * u < n4) dst[j0 + 32 * u] = x[u];
-            }
-        }
+        if (w != r && blockIdx.z * AP_H + w < a.H)
+            copy_peer_row(s_e + (size_t)w * es, w, (ecap + AP_SEGX) / 4, lane);
         __syncwarp();
         cluster_arrive();
     }
