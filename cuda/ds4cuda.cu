@@ -36,7 +36,7 @@ static int g_opt_mv_copy = 2; // their copies: cp.async, with the L2 hint, bulk
 static int g_opt_mv_stage = 0;  // their bytes per stage (0: what fits)
 static int g_opt_mv_stages = 3; // their stages
 static int g_opt_mv_timing = 0; // timing experiments only (wrong results)
-static int g_opt_attn_order = 5; // exact attention's summation order: 0 serial (the default until v66), 1 segmented (cpu.AttendHead) in k_attn_po_cl, 2 segmented split over the segments (k_attn_seg, 128-dim slices; 3: 64, 4: 32; 5, the default: as 3 with the scores formed in k_attn_seg_cl, a cluster of the 8 dim slices, for head dim 512, else as 3; 6: as 5 with the combine by each token's last segment CTA, k_attn_seg_clc, written in v66 after the last device call); chunks in k_attn_softmax_seg + k_attn_out_tile<false, true> (cuda/NOTES.md v65)
+static int g_opt_attn_order = 5; // exact attention's summation order: 0 serial (the default until v66), 1 segmented (cpu.AttendHead) in k_attn_po_cl, 2 segmented split over the segments (k_attn_seg, 128-dim slices; 3: 64, 4: 32; 5, the default: as 3 with the scores formed in k_attn_seg_cl, a cluster of the 8 dim slices, for head dim 512, else as 3); chunks in k_attn_softmax_seg + k_attn_out_tile<false, true> (cuda/NOTES.md v65)
 static int g_opt_ex_timing = 0; // timing experiments only (wrong results): exact single-token work on fast mode's kernels, by class (DS4C_OPT_EX_TIMING)
 static int g_opt_ix_tile = 2; // indexer scores of fewer than 8 queries: 1 k_index_tile, 2 fast mode's on the tensor cores (model.cu k_index_tile_tc; cuda/NOTES.md v29)
 static int g_opt_topk_warp = 1;
@@ -500,7 +500,7 @@ static const struct {
     {DS4C_OPT_MV_PIPE_MIN, "mv_pipe_min", &g_opt_mv_pipe_min, 0, 1 << 20},
     {DS4C_OPT_MV_TIMING, "mv_timing", &g_opt_mv_timing, 0, 2},
     {DS4C_OPT_EX_TIMING, "ex_timing", &g_opt_ex_timing, 0, 15},
-    {DS4C_OPT_ATTN_ORDER, "attn_order", &g_opt_attn_order, 0, 6},
+    {DS4C_OPT_ATTN_ORDER, "attn_order", &g_opt_attn_order, 0, 5},
     {DS4C_OPT_IX_TILE, "ix_tile", &g_opt_ix_tile, 0, 2},
     {DS4C_OPT_TOPK_WARP, "topk_warp", &g_opt_topk_warp, 0, 2},
     {DS4C_OPT_ROUTER_WARP, "router_warp", &g_opt_router_warp, 0, 1},

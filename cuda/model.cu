@@ -3050,7 +3050,7 @@ __global__ void __launch_bounds__(32) k_attn_softmax(AttnArgs a, float *sc, int6
 }
 
 // k_attn_softmax_seg: exact prompt chunks' softmax in the segmented order
-// (DS4C_OPT_ATTN_ORDER 1-6; cpu.AttendHead with cpu.AttnSegmentKeys), a warp
+// (DS4C_OPT_ATTN_ORDER 1-5; cpu.AttendHead with cpu.AttnSegmentKeys), a warp
 // a (token, head) as k_attn_softmax: each segment of AP_SEG keys its maximum
 // m_j, its exponentials e_k = exp_ref(s_k − m_j) in place of the scores,
 // their sum l_j in key order; then into the row's side entry (seg_side:
@@ -4063,7 +4063,7 @@ __global__ void __cluster_dims__(AP_CL, 1, 1) __launch_bounds__(AP_T)
 }
 
 // ------------------------------------------------------------ exact single tokens, split over segments
-// The segmented order (DS4C_OPT_ATTN_ORDER 2-6; cpu.AttendHead with
+// The segmented order (DS4C_OPT_ATTN_ORDER 2-5; cpu.AttendHead with
 // cpu.AttnSegmentKeys) split over the keys as flash decoding is, after
 // k_attn_scores<1>: k_attn_seg<SD> gives each CTA one segment of AP_SEG keys
 // of one token, SG_H heads and SD dims of each (warp w: head h0 + w, lane l:
@@ -4096,72 +4096,11 @@ constexpr int SGC_ROWS = 2 * SG_H, SGC_RS = 128, SGC_LD = SGC_RS + 4, SGC_PS = 4
 // the segment partials' place in the work buffer: after the n·H·maxk scores,
 // o [nseg][n][H][HD] (seg_nseg), then (m, l) [nseg][n][H]
 
-// COMB (option 6; cuda/NOTES.md v66, written after the last device call):
-// as CL, and no k_attn_seg_combine after it — each CTA counts itself done
-// (after a fence) on its (token, head group, dim slice)'s counter, and the
-// last of the token's segments to arrive combines that group's 8 heads × 64
-// dims as k_attn_seg_combine would (seg_combine_warp: its lines, its bits). Every
-// dim slice writes the (m, l) pairs then (the same values), so that the
-// combining CTA reads pairs whose writers it has synchronised with. The
-// counters (g_seg_cnt, zero at load) go back to 0 with their last arrival
-// (atomicInc), so one decode step's attention at a time may use them: the
-// backends run a device's attention calls one after another on one stream.
-// SGC_CMAX: the most segments whose c_j and l_j·c_j the combining CTA keeps
-// in the staging's shared memory (8 warps × 2 · nseg floats).
-constexpr int SGC_CNT = 8 * 16 * SG_CL, SGC_CMAX = SGC_ROWS * SGC_PS / (2 * SG_H);
-__device__ unsigned g_seg_cnt[SGC_CNT];
-
-// seg_combine_warp is k_attn_seg_combine's work for one warp, for COMB:
-// head h (hok: h < H) of token t (of n), dims d0 + lane: M, c_j =
-// exp_ref(m_j − M) and l_j·c_j into cw (2 · seg_nseg(maxk) floats), L =
-// exp_ref(sink − M) + l_0·c_0 + … and (c_0·o_0 + …) / L in segment order,
-// then attn_out_store. CG: the (m, l) pairs read from L2 (written by other
-// CTAs of the same grid; the partial sums are read from L2 either way).
-// k_attn_seg_combine keeps its own copy of these lines until option 6 has
-// run: moved into this function they compiled to other address arithmetic
-// (nvcc 11.8), which the default path must not take unmeasured; fold it in
-// once option 6 is measured (cuda/NOTES.md v66).
-template <bool CG>
-__device__ __forceinline__ void seg_combine_warp(const AttnArgs &a, const float *work, int64_t maxk, int t, int n, int h,
-                                                 bool hok, int d0, int lane, float *cw) {
-    const int hc = hok ? h : 0;
-    int64_t nwin;
-    const int64_t nk = attn_nkeys(a, t, &nwin), nseg = seg_nseg(maxk), ns = seg_nseg(nk);
-    const float *o = work + (int64_t)n * a.H * maxk;
-    const float2 *ml = (const float2 *)(o + nseg * n * a.H * a.HD);
-    const float sink = a.sinks[hc];
-    float M = sink;
-    for (int64_t j = lane; j < ns; j += 32) M = fmaxf(M, CG ? __ldcg(&ml[(j * n + t) * a.H + hc]).x : ml[(j * n + t) * a.H + hc].x);
-    M = warp_max(M);
-    for (int64_t j = lane; j < ns; j += 32) {
-        const float2 v = CG ? __ldcg(&ml[(j * n + t) * a.H + hc]) : ml[(j * n + t) * a.H + hc];
-        const float c = exp_ref(fsub(v.x, M));
-        cw[j] = c;
-        cw[nseg + j] = fmul(v.y, c);
-    }
-    __syncwarp();
-    float L = exp_ref(fsub(sink, M)), acc = 0.f;
-    for (int64_t j = 0; j < ns; j++) L = fadd(L, cw[nseg + j]);
-    const float *oj = o + ((int64_t)t * a.H + hc) * a.HD + d0 + lane;
-    const int64_t jstride = (int64_t)n * a.H * a.HD;
-    int64_t j = 0;
-    for (; j + 4 <= ns; j += 4) {
-        float x[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++) x[u] = __ldcg(oj + (j + u) * jstride);
-#pragma unroll
-        for (int u = 0; u < 4; u++) acc = fadd(acc, fmul(cw[j + u], x[u]));
-    }
-    for (; j < ns; j++) acc = fadd(acc, fmul(cw[j], __ldcg(oj + j * jstride)));
-    attn_out_store(a, t, h, hok, d0, lane, __fdiv_rn(acc, L));
-}
-
-template <int SD, bool CL, bool COMB = false>
+template <int SD, bool CL>
 __device__ __forceinline__ void attn_seg_run(const AttnArgs &a, float *work, int64_t maxk) {
     constexpr int DL = SD / 32, KV = AP_SEG * SD / 4 / SG_T; // dims a lane, float4 key loads a thread
     static_assert((DL == 4 || DL == 2 || DL == 1) && KV * SG_T * 4 == AP_SEG * SD, "a lane 1, 2 or 4 dims, whole float4 loads");
     static_assert(!CL || (SD == 64 && SG_H * SG_CL * 4 == SG_T && AP_SEG == 8 * SG_CL), "CL: a dot a 4 lanes, 8 keys a CTA");
-    static_assert(!COMB || CL, "COMB: CL's kernel");
     // CL: the scores' staged rows (SGC_ROWS: the group's 8 query rows, then
     // the CTA's 8 key rows), de-interleaved (row ρ's dim 4s + i at [ρ][i][s])
     // so that a chain reads its next 4 values with one load; the key slices
@@ -4177,7 +4116,7 @@ __device__ __forceinline__ void attn_seg_run(const AttnArgs &a, float *work, int
     // the head group and dim slice (CL: the slice is the CTA's cluster rank)
     const int h = (CL ? blockIdx.z / SG_CL : blockIdx.z % hgroups) * SG_H + w;
     const int ds = CL ? blockIdx.z % SG_CL : 0, d0 = (CL ? ds : blockIdx.z / hgroups) * SD;
-    const bool first = COMB || (CL ? ds == 0 : blockIdx.z < hgroups); // the slice(s) that write the statistics
+    const bool first = CL ? ds == 0 : blockIdx.z < hgroups; // the slice that writes the statistics
     const int64_t p = a.pos0 + t;
     int64_t nwin;
     const int64_t nk = attn_nkeys(a, t, &nwin);
@@ -4295,25 +4234,6 @@ __device__ __forceinline__ void attn_seg_run(const AttnArgs &a, float *work, int
         else
             *dst = o[0];
     }
-    if constexpr (COMB) { // the token's last segment to finish combines its group's slice
-        __shared__ unsigned s_last;
-        __threadfence(); // this CTA's sums and pairs, visible before it counts itself
-        __syncthreads();
-        const int64_t ns = seg_nseg(nk);
-        if (tid == 0) {
-            const int idx = (t * hgroups + (h - w) / SG_H) * SG_CL + ds;
-            s_last = atomicInc(&g_seg_cnt[idx], (unsigned)(ns - 1)) == (unsigned)(ns - 1);
-        }
-        __syncthreads();
-        if (!s_last) return;
-        __threadfence();
-        float *cw = s_buf + (size_t)w * 2 * seg_nseg(maxk); // (the staging's bytes: SGC_CMAX segments)
-#pragma unroll
-        for (int p = 0; p < SD / 32; p++) { // (its statistics formed again for each 32 dims: the same values)
-            if (p) __syncwarp();
-            seg_combine_warp<true>(a, work, maxk, t, n, h, hok, d0 + 32 * p, lane, cw);
-        }
-    }
 }
 
 template <int SD>
@@ -4322,9 +4242,6 @@ __global__ void __launch_bounds__(SG_T) k_attn_seg(AttnArgs a, float *work, int6
 }
 __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T) k_attn_seg_cl(AttnArgs a, float *work, int64_t maxk) {
     attn_seg_run<64, true>(a, work, maxk);
-}
-__global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T) k_attn_seg_clc(AttnArgs a, float *work, int64_t maxk) {
-    attn_seg_run<64, true, true>(a, work, maxk);
 }
 
 __global__ void __launch_bounds__(AP_T) k_attn_seg_combine(AttnArgs a, const float *work, int64_t maxk) {
@@ -5830,11 +5747,10 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         if (!d_rfreqs) return 0;
         return ds4c_rope(d_out, (int64_t)H * HD, H, HD, roff, d_rfreqs, rd, pos0, 1, n, 1, stream);
     };
-    // the segmented order (DS4C_OPT_ATTN_ORDER 1-6; cuda/NOTES.md v65, v66):
+    // the segmented order (DS4C_OPT_ATTN_ORDER 1-5; cuda/NOTES.md v65, v66):
     // single tokens through k_attn_po_cl (1, where it applies) or split over
     // the segments (k_attn_seg: 2-4, 1 elsewhere; k_attn_seg_cl: 5 for head
-    // dim 512, 3 elsewhere; k_attn_seg_clc: 6 where it fits, else as 5),
-    // prompt chunks through
+    // dim 512, 3 elsewhere), prompt chunks through
     // k_attn_softmax_seg + k_attn_out_tile<false, true>; where none of them
     // applies, an error rather than another order's sums
     const int order = (flags & DS4C_FAST) ? 0 : ds4c_opt_attn_order();
@@ -5842,9 +5758,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
                      ds4c_opt_attn_po() && ds4c_opt_attn_po_vec() >= 4 && ds4c_opt_attn_ecache();
     const bool segsplit = order && !seg && n < 8 && HD % AP_D == 0 && HD % 128 == 0;
     const bool segchunk = order && n >= 8 && HD % AOT_D == 0 && ds4c_opt_attn_tile();
-    const bool segfused = segsplit && order >= 5 && HD == SG_CL * 64; // k_attn_seg_cl(c): the scores in the kernel
-    const bool segcomb = segfused && order == 6 && seg_nseg(max_keys) <= SGC_CMAX &&
-                         (int64_t)n * nblk(H, SG_H) * SG_CL <= SGC_CNT; // k_attn_seg_clc: no combine launch
+    const bool segfused = segsplit && order == 5 && HD == SG_CL * 64; // k_attn_seg_cl: the scores in the kernel
     if (order && !seg && !segsplit && !segchunk)
         return ds4c_err(DS4C_EINVAL,
                         "attention: the segmented order (option attn_order %d) for %d tokens of %d heads of %d: no kernel "
@@ -6021,13 +5935,6 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     if (segsplit) { // the segmented order split over the segments (k_attn_seg), then combined
         const int hg = (int)nblk(H, SG_H), sd = order == 4 ? 32 : order == 2 ? 128 : 64;
         const dim3 sgrid((unsigned)seg_nseg(max_keys), (unsigned)n, (unsigned)(hg * (HD / sd)));
-        if (segcomb) { // the combine (rotation, Q8_0 activation) in the same kernel
-            if (fuse) a.rfreqs = d_rfreqs;
-            if (fuseq) a.qact = (uint8_t *)d_qact;
-            ds4c_launch(k_attn_seg_clc, sgrid, SG_T, 0, st, a, d_work, max_keys);
-            DS4C_CHECK_LAUNCH("attention (segments, combined by the last)");
-            return unfused();
-        }
         if (segfused)
             ds4c_launch(k_attn_seg_cl, sgrid, SG_T, 0, st, a, d_work, max_keys);
         else

@@ -14,9 +14,7 @@ import (
 // po_seg_mac; past the exponentials' cache, 2471 keys, the split below), 2,
 // 3 and 4 (split over the segments: k_attn_seg of 128, 64 or 32 dims a
 // CTA, then k_attn_seg_combine), 5 (k_attn_seg_cl: 3 with the scores
-// formed in the kernel by a cluster of the 8 dim slices), 6
-// (k_attn_seg_clc: 5 combined by each token's last segment CTA, no combine
-// launch), and prompt chunks
+// formed in the kernel by a cluster of the 8 dim slices), and prompt chunks
 // of 8 and 16 tokens (k_attn_softmax_seg, then k_attn_out_tile<false,
 // true>, whatever the option's value): 133 keys (two whole segments and a short one), 640 (a
 // ratio-4 layer's window and top-k), 1299, 2042 (the last of 32 segments
@@ -99,7 +97,7 @@ func TestAttentionSegmented(t *testing.T) {
 		if _, ok := firstBitDiff(serial, want); ok {
 			t.Errorf("%s: the segmented order's output is the serial order's bit for bit", label)
 		}
-		for _, order := range []int{1, 2, 3, 4, 5, 6} {
+		for _, order := range []int{1, 2, 3, 4, 5} {
 			must(t, d.SetOption(OptAttnOrder, order))
 			got, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
 			if i, ok := firstBitDiff(want, got); !ok {
@@ -108,12 +106,11 @@ func TestAttentionSegmented(t *testing.T) {
 			}
 		}
 		// fused (the inverse rotation and the Q8_0 activation in the output
-		// kernels): orders 2's and 5's combine and order 6's combining CTA as
-		// order 1's kernel
+		// kernels): orders 2's and 5's combine as order 1's kernel
 		if maxKeys <= 2048 && c.nt < 8 {
-			var outs [4][]float32
-			var acts [4][]byte
-			orders := []int{1, 2, 5, 6}
+			var outs [3][]float32
+			var acts [3][]byte
+			orders := []int{1, 2, 5}
 			for i, order := range orders {
 				must(t, d.SetOption(OptAttnOrder, order))
 				outs[i], acts[i] = attentionOut(t, d, a, true, freqp, rd, roff, qseg)
@@ -132,7 +129,7 @@ func TestAttentionSegmented(t *testing.T) {
 	// where no kernel has the order: an error, not the serial order's sums
 	t.Cleanup(func() { d.SetOption(OptAttnTile, 1) })
 	must(t, d.SetOption(OptAttnTile, 0))
-	for order := 1; order <= 6; order++ {
+	for order := 1; order <= 5; order++ {
 		must(t, d.SetOption(OptAttnOrder, order))
 		in := newDecAttn(t, d, 700, 128, 0, 8, 77)
 		a := in.args(t, d)

@@ -583,9 +583,9 @@ func TestKernelVariants(t *testing.T) {
 			// (1: k_attn_po_cl<true> where it applies, 2, 3 and 4:
 			// k_attn_seg at 128, 64 and 32 dims a CTA after the scores
 			// kernel, 5: k_attn_seg_cl for head dim 512, the scores in the
-			// kernel, else as 3; 6: 5 combined by the last segment CTA).
+			// kernel, else as 3).
 			segBase := bases[[2]int{1, DefaultAttnOrder}]
-			for order := 1; order <= 6; order++ {
+			for order := 1; order <= 5; order++ {
 				if order == DefaultAttnOrder {
 					continue
 				}
