@@ -4244,6 +4244,14 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T) k_attn_seg
     attn_seg_run<64, true>(a, work, maxk);
 }
 
+// BATCH (DS4C_OPT_SEG_COMB 1, the default): the same operations in the same
+// order with the lane's partials o_j requested before the statistics, up
+// to SCB segments a pass, and each lane's first (m_j, l_j) kept from the
+// maximum's loads. The v66 form (BATCH false) waited for the (m, l) pairs
+// twice and then for the partials four segments at a time, the last ns % 4
+// one after another: 3–5 L2 round trips after the kernel before ends.
+constexpr int SCB = 16;
+template <bool BATCH>
 __global__ void __launch_bounds__(AP_T) k_attn_seg_combine(AttnArgs a, const float *work, int64_t maxk) {
     extern __shared__ float s_c[]; // [AP_H][2·nseg]: c_j, then l_j·c_j
     pdl_enter();
@@ -4255,13 +4263,27 @@ __global__ void __launch_bounds__(AP_T) k_attn_seg_combine(AttnArgs a, const flo
     const int64_t nk = attn_nkeys(a, t, &nwin), nseg = seg_nseg(maxk), ns = seg_nseg(nk);
     const float *o = work + (int64_t)n * a.H * maxk;
     const float2 *ml = (const float2 *)(o + nseg * n * a.H * a.HD);
+    const float *oj = o + ((int64_t)t * a.H + hc) * a.HD + d0 + lane;
+    const int64_t jstride = (int64_t)n * a.H * a.HD;
+    [[maybe_unused]] float x[SCB];
+    [[maybe_unused]] float2 v0;
+    if constexpr (BATCH) {
+#pragma unroll
+        for (int u = 0; u < SCB; u++) x[u] = u < ns ? __ldcg(oj + u * jstride) : 0.f;
+        v0 = lane < ns ? ml[((int64_t)lane * n + t) * a.H + hc] : make_float2(-INFINITY, 0.f);
+    }
     const float sink = a.sinks[hc];
     float M = sink;
-    for (int64_t j = lane; j < ns; j += 32) M = fmaxf(M, ml[(j * n + t) * a.H + hc].x);
+    if constexpr (BATCH) {
+        if (lane < ns) M = fmaxf(M, v0.x);
+        for (int64_t j = lane + 32; j < ns; j += 32) M = fmaxf(M, ml[(j * n + t) * a.H + hc].x);
+    } else {
+        for (int64_t j = lane; j < ns; j += 32) M = fmaxf(M, ml[(j * n + t) * a.H + hc].x);
+    }
     M = warp_max(M);
     float *cw = s_c + (size_t)w * 2 * nseg;
     for (int64_t j = lane; j < ns; j += 32) {
-        const float2 v = ml[(j * n + t) * a.H + hc];
+        const float2 v = BATCH && j == lane ? v0 : ml[(j * n + t) * a.H + hc];
         const float c = exp_ref(fsub(v.x, M));
         cw[j] = c;
         cw[nseg + j] = fmul(v.y, c);
@@ -4269,17 +4291,27 @@ __global__ void __launch_bounds__(AP_T) k_attn_seg_combine(AttnArgs a, const flo
     __syncwarp();
     float L = exp_ref(fsub(sink, M)), acc = 0.f;
     for (int64_t j = 0; j < ns; j++) L = fadd(L, cw[nseg + j]);
-    const float *oj = o + ((int64_t)t * a.H + hc) * a.HD + d0 + lane;
-    const int64_t jstride = (int64_t)n * a.H * a.HD;
     int64_t j = 0;
-    for (; j + 4 <= ns; j += 4) {
-        float x[4];
+    if constexpr (BATCH) {
+        for (;;) {
 #pragma unroll
-        for (int u = 0; u < 4; u++) x[u] = __ldcg(oj + (j + u) * jstride);
+            for (int u = 0; u < SCB; u++)
+                if (j + u < ns) acc = fadd(acc, fmul(cw[j + u], x[u]));
+            j += SCB;
+            if (j >= ns) break;
 #pragma unroll
-        for (int u = 0; u < 4; u++) acc = fadd(acc, fmul(cw[j + u], x[u]));
+            for (int u = 0; u < SCB; u++) x[u] = j + u < ns ? __ldcg(oj + (j + u) * jstride) : 0.f;
+        }
+    } else {
+        for (; j + 4 <= ns; j += 4) {
+            float x4[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) x4[u] = __ldcg(oj + (j + u) * jstride);
+#pragma unroll
+            for (int u = 0; u < 4; u++) acc = fadd(acc, fmul(cw[j + u], x4[u]));
+        }
+        for (; j < ns; j++) acc = fadd(acc, fmul(cw[j], __ldcg(oj + j * jstride)));
     }
-    for (; j < ns; j++) acc = fadd(acc, fmul(cw[j], __ldcg(oj + j * jstride)));
     attn_out_store(a, t, h, hok, d0, lane, __fdiv_rn(acc, L));
 }
 
@@ -5945,10 +5977,12 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         const size_t csmem = (size_t)AP_H * 2 * seg_nseg(max_keys) * sizeof(float);
         static size_t cset = 48 * 1024;
         if (csmem > cset) {
-            DS4C_CHECK(cudaFuncSetAttribute(k_attn_seg_combine, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)csmem));
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_seg_combine<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)csmem));
+            DS4C_CHECK(cudaFuncSetAttribute(k_attn_seg_combine<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)csmem));
             cset = csmem;
         }
-        ds4c_launch(k_attn_seg_combine, dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, csmem, st, a, d_work, max_keys);
+        ds4c_launch(ds4c_opt_seg_comb() ? k_attn_seg_combine<true> : k_attn_seg_combine<false>,
+                    dim3(HD / AP_D, (unsigned)n, nblk(H, AP_H)), AP_T, csmem, st, a, d_work, max_keys);
         DS4C_CHECK_LAUNCH("attention (segments combined)");
         return unfused();
     }

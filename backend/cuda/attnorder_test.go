@@ -13,7 +13,8 @@ import (
 // single tokens through OptAttnOrder 1 (k_attn_po_cl's stats_seg and
 // po_seg_mac; past the exponentials' cache, 2471 keys, the split below), 2,
 // 3 and 4 (split over the segments: k_attn_seg of 128, 64 or 32 dims a
-// CTA, then k_attn_seg_combine), 5 (k_attn_seg_cl: 3 with the scores
+// CTA, then k_attn_seg_combine; for 2 and 5 both of its forms, OptSegComb),
+// 5 (k_attn_seg_cl: 3 with the scores
 // formed in the kernel by a cluster of the 8 dim slices), and prompt chunks
 // of 8 and 16 tokens (k_attn_softmax_seg, then k_attn_out_tile<false,
 // true>, whatever the option's value): 133 keys (two whole segments and a short one), 640 (a
@@ -25,7 +26,7 @@ import (
 func TestAttentionSegmented(t *testing.T) {
 	d := gpu(t)
 	restoreAttnOptions(t, d)
-	t.Cleanup(func() { d.SetOption(OptAttnOrder, DefaultAttnOrder) })
+	t.Cleanup(func() { d.SetOption(OptAttnOrder, DefaultAttnOrder); d.SetOption(OptSegComb, 1) })
 	const H, HD, W = attnH, attnHD, attnW
 	const wcap = 2 * W
 	const scale = float32(0.044)
@@ -97,30 +98,37 @@ func TestAttentionSegmented(t *testing.T) {
 		if _, ok := firstBitDiff(serial, want); ok {
 			t.Errorf("%s: the segmented order's output is the serial order's bit for bit", label)
 		}
-		for _, order := range []int{1, 2, 3, 4, 5} {
-			must(t, d.SetOption(OptAttnOrder, order))
+		// each order, and orders 2 and 5 with the v66 combine (OptSegComb 0)
+		type variant struct{ order, comb int }
+		for _, v := range []variant{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {2, 0}, {5, 0}} {
+			must(t, d.SetOption(OptAttnOrder, v.order))
+			must(t, d.SetOption(OptSegComb, v.comb))
 			got, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
 			if i, ok := firstBitDiff(want, got); !ok {
-				t.Fatalf("%s, %d keys, order %d: output %d (token %d head %d) %v, cpu.AttendHead's segmented order %v", label,
-					len(keys), order, i, i/(H*HD), i/HD%H, got[i], want[i])
+				t.Fatalf("%s, %d keys, order %d, combine %d: output %d (token %d head %d) %v, cpu.AttendHead's segmented order %v",
+					label, len(keys), v.order, v.comb, i, i/(H*HD), i/HD%H, got[i], want[i])
 			}
 		}
+		must(t, d.SetOption(OptSegComb, 1))
 		// fused (the inverse rotation and the Q8_0 activation in the output
-		// kernels): orders 2's and 5's combine as order 1's kernel
+		// kernels): orders 2's and 5's combine (both forms) as order 1's kernel
 		if maxKeys <= 2048 && c.nt < 8 {
-			var outs [3][]float32
-			var acts [3][]byte
-			orders := []int{1, 2, 5}
-			for i, order := range orders {
-				must(t, d.SetOption(OptAttnOrder, order))
+			var outs [4][]float32
+			var acts [4][]byte
+			vs := []variant{{1, 1}, {2, 1}, {5, 1}, {5, 0}}
+			for i, v := range vs {
+				must(t, d.SetOption(OptAttnOrder, v.order))
+				must(t, d.SetOption(OptSegComb, v.comb))
 				outs[i], acts[i] = attentionOut(t, d, a, true, freqp, rd, roff, qseg)
 			}
-			for i := 1; i < len(orders); i++ {
+			must(t, d.SetOption(OptSegComb, 1))
+			for i := 1; i < len(vs); i++ {
 				if j, ok := firstBitDiff(outs[0], outs[i]); !ok {
-					t.Fatalf("%s, fused: output %d: order %d %v, order 1 %v", label, j, orders[i], outs[i][j], outs[0][j])
+					t.Fatalf("%s, fused: output %d: order %d combine %d %v, order 1 %v", label, j, vs[i].order, vs[i].comb,
+						outs[i][j], outs[0][j])
 				}
 				if j := firstByteDiff(acts[0], acts[i]); j >= 0 {
-					t.Fatalf("%s, fused: order %d: activation byte %d differs", label, orders[i], j)
+					t.Fatalf("%s, fused: order %d combine %d: activation byte %d differs", label, vs[i].order, vs[i].comb, j)
 				}
 			}
 		}

@@ -61,6 +61,8 @@
 #          '--temp 1'), into mtp.csv/mtp.log;
 #          MTP_AB: environment assignments, the same run again with them
 #          (MTP_AB_ARGS: and these ds4-bench flags);
+#          MTP_MODE: the mode flag (default --fast; MTP_MODE= for exact
+#          mode, the CLI's and the server's default);
 #          MTP_ARGS: more ds4-bench flags for the first run (e.g.
 #          "--cpuprofile $OUT/mtp.pprof")
 #   BITS=1 the bit-identity check: ds4 --dump-logprobs (40 greedy steps of
@@ -164,11 +166,11 @@ if [ -n "${MTP:-}${KT_MTP:-}" ] || [[ "${ARGS:-} ${ARGS2:-}" == *flash-q2-mtp.gg
     $F/ds4-gguf synth --flash-q2 --mtp-only -o /dev/shm/flash-q2-mtp.gguf >/tmp/synth-mtp.log 2>&1 || tail -3 /tmp/synth-mtp.log
 fi
 if [ -n "${MTP:-}" ]; then
-    timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda --fast \
+    timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda ${MTP_MODE---fast} \
         --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp.csv" ${MTP_ARGS:-} >"$OUT/mtp.log" 2>&1
     echo "mtp: exit $?"; grep -E "speculative|error|ds4-bench: [^f]" "$OUT/mtp.log" | head -20; el
     if [ -n "${MTP_AB:-}${MTP_AB_ARGS:-}" ]; then # the same with environment assignments, into mtp-ab.csv/log
-        env ${MTP_AB:-} timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda --fast \
+        env ${MTP_AB:-} timeout 560 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda ${MTP_MODE---fast} \
             --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp-ab.csv" ${MTP_AB_ARGS:-} >"$OUT/mtp-ab.log" 2>&1
         echo "mtp (${MTP_AB:-} ${MTP_AB_ARGS:-}): exit $?"; grep -E "speculative|error" "$OUT/mtp-ab.log" | head -20; el
     fi
