@@ -18,10 +18,12 @@ import (
 // variables (Device.SetOptionEnv and OptionEnv, what ds4-bench --ab
 // switches), refuses what the load-time reading refuses, and checks that a
 // switch between decode steps reaches the recorded graphs: with
-// DS4_CUDA_ATTN_PO=0 after 60 tokens (the single-token softmax and output
-// as two kernels instead of one) the next steps' graphs are built again
+// DS4_CUDA_SEG_COMB=0 after 60 tokens (the segmented attention's combine
+// in its v66 form, another kernel) the next steps' graphs are built again
 // (GraphStats.Rebuilds), and every token's logits stay the CPU backend's,
-// bit for bit (exact mode, both forms).
+// bit for bit (exact mode, both forms). Until v66 the switch was
+// DS4_CUDA_ATTN_PO=0, which the segmented order's default path no longer
+// runs (the test failed in v67's first run of it since: no rebuild).
 func TestOptionEnv(t *testing.T) {
 	d := gpu(t)
 	const po = "DS4_CUDA_ATTN_PO"
@@ -62,24 +64,27 @@ func TestOptionEnv(t *testing.T) {
 	}
 	must(t, d.SetOption(OptMVQ8NSEx, DefaultMVQ8NSEx))
 
+	// the switch between decode steps: an option of the default exact path
+	// (k_attn_seg_combine's two forms, the same bits)
+	const sw = "DS4_CUDA_SEG_COMB"
 	eachTinyModel(t, func(t *testing.T, cfg model.Config, w *model.Weights, ref *cpu.Backend) {
 		be, err := New(w, Options{GraphLayers: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer be.Close()
-		defer d.SetOptionEnv(fmt.Sprintf("%s=%d", po, v0))
+		defer d.SetOption(OptSegComb, 1)
 		toks := testTokens(120, cfg.Vocab)
 		want := allLogits(t, ref, 1, toks)
 		s := session(t, be, 1)
 		got := make([][]float32, len(toks))
 		keep := func(p int, l []float32) { got[p] = append([]float32(nil), l...) }
-		must(t, d.SetOptionEnv(po+"=1"))
+		must(t, d.SetOptionEnv(sw+"=1"))
 		if err := s.PrefillAll(context.Background(), toks[:60], keep); err != nil {
 			t.Fatal(err)
 		}
 		before := be.GraphStats()
-		must(t, d.SetOptionEnv(po+"=0"))
+		must(t, d.SetOptionEnv(sw+"=0"))
 		if err := s.PrefillAll(context.Background(), toks[60:], keep); err != nil {
 			t.Fatal(err)
 		}
