@@ -1815,6 +1815,33 @@ __device__ __forceinline__ void q8e_items(int items, int nsh, int warp, int lane
     }
 }
 
+// q8e_items2 is q8e_items for two tokens (k_mv_pipe_q8f<CP, 2, true>):
+// each weight item loaded once, its units multiplied with both tokens'
+// activation units (x0/x1/xd[t]), token t's block terms stored at terms +
+// t·tterm. Each token's operations are q8e_items's for that token alone:
+// the same terms, so (ordered_sum) the same bits as a one-token product.
+template <int U>
+__device__ __forceinline__ void q8e_items2(int items, int nsh, int warp, int lane, const uint8_t *qs, const __half *ds,
+                                           int cols, int dstride, const int4 (&x0)[2], const int4 (&x1)[2],
+                                           const float (&xd)[2], float *terms, int tstride, int tterm) {
+    const int nseg = 1 << nsh, col = (warp & (nseg - 1)) * 32 + q8f_blk(lane);
+    for (int it0 = warp; it0 < items; it0 += 8 * U) {
+        int4 w0[U], w1[U];
+        __half d[U];
+        q8f_load<U>(it0, items, nsh, lane, qs, ds, cols, dstride, w0, w1, d);
+#pragma unroll
+        for (int j = 0; j < U; j++)
+            if (it0 + 8 * j < items) {
+                float *tm = terms + (size_t)((it0 + 8 * j) >> nsh) * tstride + col;
+#pragma unroll
+                for (int t = 0; t < 2; t++) {
+                    const int sum = dot4(w1[j], x1[t], dot4(w0[j], x0[t], 0));
+                    tm[t * tterm] = __fmul_rn((float)sum, __fmul_rn(__half2float(d[j]), xd[t]));
+                }
+            }
+    }
+}
+
 // q8f_sums2 is q8f_sums for two tokens' activations (x0/x1/xd[t]) with
 // their trees packed: at the tree's first step (lanes l and l ^ 16) the
 // lower half of the warp keeps token 0's sums and the upper half token
@@ -1866,9 +1893,10 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
     }
 }
 
-// NT = 2: two tokens' products of the same weights (fast mode's passes of
-// two tokens: speculative decoding's verification), the weights streamed
-// once; each token's bits those of a one-token product (q8f_items2). Only
+// NT = 2: two tokens' products of the same weights (speculative decoding's
+// verification passes), the weights streamed once; each token's bits
+// those of a one-token product (q8f_items2; EX: q8e_items2, each token's
+// terms in its own buffers, [NT][rt][tstride] a tile). Only
 // the ilp form (segments dividing the warps), no ids (selections: one, or
 // each its own matrix, as the grouped wo_a), no yq (launch_pipe); xf: both
 // tokens' rows formed by pipe_act_f32.
@@ -1885,7 +1913,6 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
 template <int CP, int NT = 1, bool EX = false, bool W9 = false>
 __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(PipeArgs p) {
     static_assert(NT == 1 || NT == 2, "k_mv_pipe_q8f: one or two tokens");
-    static_assert(!EX || NT == 1, "k_mv_pipe_q8f: exact terms for one token");
     static_assert(!W9 || EX, "k_mv_pipe_q8f: a summing warp for exact terms");
     extern __shared__ __align__(16) uint8_t s_mem[];
     __shared__ float s_yq[32]; // p.yq: the CTA's block of y
@@ -1986,7 +2013,7 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
     // warp, which does not request copies, each row's partials in one or
     // two vector loads (DS4C_OPT_MV_SUMW); the same adds in segment order
     auto sums = [&](int k) { // rows of tile k (its partials complete)
-        if constexpr (EX) { // the block terms in block order
+        if constexpr (EX && NT == 1) { // the block terms in block order
             const float *tb = s_part + (size_t)(k & 1) * p.rt * p.tstride;
             const int nb = a.cols / 32;
             if (W9) {
@@ -1997,6 +2024,23 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
                     for (int i = lane; i < prev.nr; i += 32) put(i, ordered_sum(tb + (size_t)i * p.tstride, nb));
             } else if (tid < prev.nr) {
                 put(tid, ordered_sum(tb + (size_t)tid * p.tstride, nb));
+            }
+            return;
+        } else if constexpr (EX) { // two tokens: row i of token t as i + t·nr
+            const float *tb = s_part + (size_t)(k & 1) * p.rt * p.tstride * NT;
+            const int nb = a.cols / 32, nr = prev.nr;
+            auto row = [&](int i) {
+                const int t = NT == 2 && i >= nr ? 1 : 0, r = i - t * nr;
+                put(r, ordered_sum(tb + ((size_t)t * p.rt + r) * p.tstride, nb), t);
+            };
+            if (W9) {
+                if (!former)
+                    for (int i = lane; i < NT * nr; i += 32) row(i);
+            } else if (p.sumw) {
+                if (warp == PIPE_THREADS / 32 - 1)
+                    for (int i = lane; i < NT * nr; i += 32) row(i);
+            } else if (tid < NT * nr) {
+                row(tid);
             }
             return;
         }
@@ -2068,7 +2112,7 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
             xseg = -1;
             __syncthreads();
         }
-        float *part = s_part + (size_t)(k & 1) * p.rt * (EX ? p.tstride : nseg * NT);
+        float *part = s_part + (size_t)(k & 1) * p.rt * (EX ? p.tstride * NT : nseg * NT);
         MVP({
             const unsigned long long t = mvp_now();
             mv_t[4] += t - t_last;
@@ -2082,7 +2126,15 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
             const uint8_t *qs = stg + p.soff[0] + seg * Q8F_SEG;
             const __half *ds = (const __half *)(stg + p.soff[1]) + seg * 32 + blk;
             const int items = nr * nseg, dstride = p.bpr[1] / 2;
-            if constexpr (NT == 2) {
+            if constexpr (NT == 2 && EX) {
+                const int tt = p.rt * p.tstride;
+                if (p.ilp >= 4)
+                    q8e_items2<4>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
+                else if (p.ilp == 3)
+                    q8e_items2<3>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
+                else
+                    q8e_items2<2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
+            } else if constexpr (NT == 2) {
                 if (p.ilp >= 4)
                     q8f_items2<4>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
                 else if (p.ilp == 3)
@@ -2276,12 +2328,13 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const int cp = BULK_COPY ? ds4c_opt_mv_copy() : min(ds4c_opt_mv_copy(), 1);
         const bool q8f =
             std::is_same<T, TQ8_0>::value && !exact && cp == 2 && (ds4c_opt_mv_fast() & 1) && a.cols % Q8F_SEG == 0;
-        // q8e: exact mode's on k_mv_pipe_q8f's items (DS4C_OPT_MV_EXQ8; one token)
+        // q8e: exact mode's on k_mv_pipe_q8f's items (DS4C_OPT_MV_EXQ8; two
+        // tokens with DS4C_OPT_MV_TWO's bit 2)
         const bool q8e = std::is_same<T, TQ8_0>::value && exact && cp == 2 && ds4c_opt_mv_exq8() &&
-                         a.cols % Q8F_SEG == 0 && nt == 1;
+                         a.cols % Q8F_SEG == 0 && (nt == 1 || (ds4c_opt_mv_two() & 2));
         // w9: its rows added by a ninth warp (DS4C_OPT_MV_EXQ8 2; the segments divide the 8 warps)
         const bool w9 = q8e && ds4c_opt_mv_exq8() == 2 && seg_warps;
-        if (nt == 2 && !q8f) return false;
+        if (nt == 2 && !q8f && !q8e) return false;
         // the Q8_0 products' own stage counts and CTAs an SM by class of
         // columns (DS4C_OPT_MV_Q8_NS_EX / _FAST, DS4C_OPT_MV_Q8_CTAS_EX /
         // _FAST: a decimal digit a class, 0 for DS4C_OPT_MV_STAGES /
@@ -2395,12 +2448,15 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         if constexpr (std::is_same<T, TQ8_0>::value) {
             if (q8f)
                 k = nt == 2 ? k_mv_pipe_q8f<2, 2> : k_mv_pipe_q8f<2>;
+            else if (q8e && nt == 2)
+                k = w9 ? k_mv_pipe_q8f<2, 2, true, true> : k_mv_pipe_q8f<2, 2, true>;
             else if (q8e)
                 k = w9 ? k_mv_pipe_q8f<2, 1, true, true> : k_mv_pipe_q8f<2, 1, true>;
         }
-        // the largest opt-in done for each copy flavour, k_mv_pipe_q8f, its two-token form and its exact one
-        static int64_t set[7] = {0, 0, 0, 0, 0, 0, 0};
-        const int fl = q8f ? (nt == 2 ? 4 : 3) : (q8e ? (w9 ? 6 : 5) : cp);
+        // the largest opt-in done for each copy flavour, k_mv_pipe_q8f, its
+        // two-token form and its exact ones (one token, two)
+        static int64_t set[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+        const int fl = q8f ? (nt == 2 ? 4 : 3) : (q8e ? (w9 ? 6 : 5) + (nt == 2 ? 2 : 0) : cp);
         if (smem > 48 * 1024 && smem > set[fl]) {
             cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (e != cudaSuccess) {
@@ -2427,7 +2483,12 @@ template <class T>
 int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
     const int units = a.cols / T::VPU;
     int S = 1, RPW = 1;
-    if (nt == 2 && !exact && ds4c_opt_mv_two()) {
+    if (nt == 2 && exact && (ds4c_opt_mv_two() & 2)) {
+        // exact mode's Q8_0 products of two tokens pipelined (launch_pipe's q8e)
+        int rc = 0;
+        if (!a.w2 && launch_pipe<T>(a, n_sel, exact, st, &rc, nullptr, nullptr, 0.f, false, nullptr, 2)) return rc;
+    }
+    if (nt == 2 && !exact && (ds4c_opt_mv_two() & 1)) {
         // fast mode's products of two tokens: Q8_0 pipelined (launch_pipe);
         // the others split over warps where the rows are too few to fill
         // the GPU (the mixers' 24 rows of 16384 columns), as one token's

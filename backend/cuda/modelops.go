@@ -26,8 +26,8 @@ func (d *Device) MatMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTo
 // MatVecF32 is n tokens' (1 or 2) products y = w · act(x) of a single Q8_0
 // or F16 matrix with the float rows x (w.Cols values, a multiple of 32; rows
 // w.Cols apart, y's w.Rows apart, xn's and act's likewise; two tokens: the
-// pipelined kernel forms both activations in fast mode (Q8_0), else the
-// separate steps). F16: act(x)
+// pipelined kernel forms both activations (Q8_0; in exact mode with
+// OptMVTwo's bit 2, since v67), else the separate steps). F16: act(x)
 // is RMSNormRef(x) with weights nw and eps when nw is set, else x, and act
 // is unused; in fast mode with nw set one launch normalises and multiplies
 // (OptMVF32 bit 2; xn not written), else RMSNormRef writes xn and MatMulEx

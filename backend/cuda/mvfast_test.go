@@ -155,7 +155,8 @@ func TestMatVecFastQ8(t *testing.T) {
 
 	// Two tokens (speculative decoding's verification): both rows'
 	// activations formed by the pipelined kernel, each token's products
-	// those of its one-token call bit for bit, with and without the norm,
+	// those of its one-token call bit for bit, in both modes (exact mode's
+	// through OptMVTwo's bit 2 since v67), with and without the norm,
 	// and with room (one CTA an SM, or OptMVRoom's bit 2: two within the
 	// room's budget); the rows between two outputs untouched is not asked
 	// (y is contiguous).
@@ -174,17 +175,19 @@ func TestMatVecFastQ8(t *testing.T) {
 				room bool
 				opt  int
 			}{{nw, false, 0}, {0, false, 0}, {nw, true, 0}, {nw, true, 2}} {
-				must(t, d.SetOption(OptMVRoom, v.opt))
-				poison(t, d, y, 2*c.rows)
-				must(t, d.MatVecF32(0, dw, dx, v.norm, eps, xn, act, y, false, v.room, 2))
-				two := download(t, d, y, 2*c.rows)
-				must(t, d.SetOption(OptMVRoom, DefaultMVRoom))
-				for tok := 0; tok < 2; tok++ {
-					poison(t, d, y, c.rows)
-					must(t, d.MatVecF32(0, dw, dx+Ptr(4*tok*c.cols), v.norm, eps, xn, act, y, false, false, 1))
-					one := download(t, d, y, c.rows)
-					if k, ok := firstBitDiff(two[tok*c.rows:(tok+1)*c.rows], one); !ok {
-						t.Errorf("%dx%d norm %v room %v (OptMVRoom %d) token %d: row %d = %v, one-token %v", c.rows, c.cols, v.norm != 0, v.room, v.opt, tok, k, two[tok*c.rows+k], one[k])
+				for _, exact := range []bool{false, true} {
+					must(t, d.SetOption(OptMVRoom, v.opt))
+					poison(t, d, y, 2*c.rows)
+					must(t, d.MatVecF32(0, dw, dx, v.norm, eps, xn, act, y, exact, v.room, 2))
+					two := download(t, d, y, 2*c.rows)
+					must(t, d.SetOption(OptMVRoom, DefaultMVRoom))
+					for tok := 0; tok < 2; tok++ {
+						poison(t, d, y, c.rows)
+						must(t, d.MatVecF32(0, dw, dx+Ptr(4*tok*c.cols), v.norm, eps, xn, act, y, exact, false, 1))
+						one := download(t, d, y, c.rows)
+						if k, ok := firstBitDiff(two[tok*c.rows:(tok+1)*c.rows], one); !ok {
+							t.Errorf("%dx%d exact %v norm %v room %v (OptMVRoom %d) token %d: row %d = %v, one-token %v", c.rows, c.cols, exact, v.norm != 0, v.room, v.opt, tok, k, two[tok*c.rows+k], one[k])
+						}
 					}
 				}
 			}
@@ -420,7 +423,9 @@ func TestMatMulQ8Out(t *testing.T) {
 // compressor). Every token's rows are within compare's bound of
 // quant.MatVec, the second token's at y's token stride (here wider than
 // the rows, the rows between untouched); with the option off the generic
-// two-token kernel is too.
+// two-token kernel is too. Exact mode's Q8_0 products of two tokens
+// (OptMVTwo's bit 2: pipelined, each token's block terms added in block
+// order; and with the bit off, the generic kernel) give quant.Dot's bits.
 func TestMatVecFastQ8Two(t *testing.T) {
 	d := gpu(t)
 	pipeEverywhere(t, d)
@@ -475,6 +480,32 @@ func TestMatVecFastQ8Two(t *testing.T) {
 		}
 		if k, ok := firstBitDiff(two(), got); !ok {
 			t.Errorf("%s: two runs differ at %d", c.name, k)
+		}
+		if c.typ == quant.Q8_0 {
+			// exact mode: each token's rows quant.Dot's bits, pipelined
+			// (OptMVTwo's bit 2) and on the generic kernel (the bit off)
+			for _, opt := range []int{DefaultMVTwo, 1} {
+				must(t, d.SetOption(OptMVTwo, opt))
+				poison(t, d, y, 2*ldy)
+				must(t, d.MatMulEx(0, dw, 0, G, act, int64(G)*ab, ab, 1, 2, y, int64(ldy), int64(c.rows), true))
+				ex := download(t, d, y, 2*ldy)
+				must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
+				for tok := 0; tok < 2; tok++ {
+					for g := 0; g < G; g++ {
+						want, _ := reference(t, c.typ, mat(g), c.rows, c.cols, x[(tok*G+g)*c.cols:(tok*G+g+1)*c.cols])
+						o := tok*ldy + g*c.rows
+						if k, ok := firstBitDiff(ex[o:o+c.rows], want); !ok {
+							t.Errorf("%s exact two-token (OptMVTwo %d) token %d selection %d: row %d = %v, quant.Dot's %v",
+								c.name, opt, tok, g, k, ex[o+k], want[k])
+						}
+					}
+				}
+				for r := G * c.rows; r < ldy; r++ {
+					if !math.IsNaN(float64(ex[r])) {
+						t.Fatalf("%s exact: y[%d], between the tokens' rows, written: %v", c.name, r, ex[r])
+					}
+				}
+			}
 		}
 		must(t, d.SetOption(OptMVTwo, 0))
 		off := two()
