@@ -596,14 +596,20 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wv(MVArgs a, int nt) {
 // columns; the others' totals are +0 (sums of no products, and +0 through
 // the xor-shuffle tree), written without their registers, loads and
 // shuffles — the same bits.
-template <int FT, int P, int G, int LIVE = G>
+// NT = 2 (exact mode's products of two tokens, DS4C_OPT_MV_TWO's bit 2):
+// each weight loaded once, both tokens' rows staged (a.act_tok bytes apart
+// in a.act, a.cols floats apart in shared memory; with a.nw each after its
+// own norm), token t's sums and tree its one-token launch's, its outputs
+// a.y_tok floats after token 0's.
+template <int FT, int P, int G, int LIVE = G, int NT = 1>
 __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     static_assert(FT != 0, "16-bit weights");
+    static_assert(NT == 1 || NT == 2, "one or two tokens");
     static_assert(G == 2 || G == 4 || G == 8, "groups per warp");
     static_assert(LIVE == G || (G == 8 && P == 1 && LIVE > 0 && LIVE < G), "live groups: one period, a warp a row");
     constexpr int WPR = 8 / G; // warps per row
-    extern __shared__ float4 s_x4[]; // the input row, a.cols floats
-    __shared__ float s_tot[G][8];
+    extern __shared__ float4 s_x4[]; // the input rows, a.cols floats each
+    __shared__ float s_tot[NT][G][8];
     mv_pdl_launch(a);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sel = blockIdx.y;
     const int rl = warp / WPR, q = warp % WPR;
@@ -621,23 +627,28 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
             w[p][k] = row_ok && c < a.cols ? ldw16(row + (size_t)c * 2, a.wl) : make_int4(0, 0, 0, 0);
         }
     mv_pdl_wait(a);
-    const float4 *x4 = (const float4 *)(a.act + (sel / a.act_div) * a.act_sel);
-    if (a.nw) {
-        const float *xf = (const float *)x4;
-        double ss = 0;
-        for (int i = threadIdx.x; i < a.cols; i += blockDim.x) ss += (double)xf[i] * (double)xf[i];
-        ss = block_sum_d(ss);
-        const float r = rms_from_sumsq(ss, a.cols, a.eps);
-        for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x)
-            s_x4[i] = rms_scale4(__ldg((const float4 *)a.nw + i), __ldg(x4 + i), r);
-    } else {
-        for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x) s_x4[i] = __ldg(x4 + i);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float4 *x4 = (const float4 *)(a.act + (sel / a.act_div) * a.act_sel + t * a.act_tok);
+        float4 *sx4 = s_x4 + t * (a.cols / 4);
+        if (a.nw) {
+            const float *xf = (const float *)x4;
+            double ss = 0;
+            for (int i = threadIdx.x; i < a.cols; i += blockDim.x) ss += (double)xf[i] * (double)xf[i];
+            ss = block_sum_d(ss);
+            const float r = rms_from_sumsq(ss, a.cols, a.eps);
+            for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x)
+                sx4[i] = rms_scale4(__ldg((const float4 *)a.nw + i), __ldg(x4 + i), r);
+        } else {
+            for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x) sx4[i] = __ldg(x4 + i);
+        }
     }
     __syncthreads();
-    const float *sx = (const float *)s_x4;
-    float acc[LIVE];
+    float acc[NT][LIVE];
 #pragma unroll
-    for (int k = 0; k < LIVE; k++) acc[k] = 0.f;
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int k = 0; k < LIVE; k++) acc[t][k] = 0.f;
 #pragma unroll
     for (int p = 0; p < P; p++)
 #pragma unroll
@@ -646,42 +657,58 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
             if (c >= a.cols) continue;
             float wf[8];
             fx_unpack<FT>(w[p][k], wf);
-            const float4 xa = *(const float4 *)(sx + c), xb = *(const float4 *)(sx + c + 4);
-            const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[k] = __fadd_rn(acc[k], __fmul_rn(wf[e], xv[e]));
+            for (int t = 0; t < NT; t++) {
+                const float *sx = (const float *)s_x4 + t * a.cols;
+                const float4 xa = *(const float4 *)(sx + c), xb = *(const float4 *)(sx + c + 4);
+                const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[t][k] = __fadd_rn(acc[t][k], __fmul_rn(wf[e], xv[e]));
+            }
         }
 #pragma unroll
-    for (int k = 0; k < LIVE; k++) {
-        float v = acc[k];
+    for (int t = 0; t < NT; t++)
 #pragma unroll
-        for (int m = 1; m < 32; m <<= 1) v = __fadd_rn(v, __shfl_xor_sync(FULL_MASK, v, m));
-        if (lane == 0) s_tot[rl][q * G + k] = v;
-    }
+        for (int k = 0; k < LIVE; k++) {
+            float v = acc[t][k];
 #pragma unroll
-    for (int k = LIVE; k < G; k++)
-        if (lane == 0) s_tot[rl][q * G + k] = 0.f;
+            for (int m = 1; m < 32; m <<= 1) v = __fadd_rn(v, __shfl_xor_sync(FULL_MASK, v, m));
+            if (lane == 0) s_tot[t][rl][q * G + k] = v;
+        }
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int k = LIVE; k < G; k++)
+            if (lane == 0) s_tot[t][rl][q * G + k] = 0.f;
     __syncthreads();
-    const int64_t ro = (int64_t)blockIdx.x * G + threadIdx.x;
-    if (threadIdx.x < G && ro < a.rows)
-        a.y[sel * a.y_sel + ro] = mat_ok ? fx_tree8(s_tot[threadIdx.x], 1) : __int_as_float(0x7fc00000);
+    if constexpr (NT == 1) {
+        const int64_t ro = (int64_t)blockIdx.x * G + threadIdx.x;
+        if (threadIdx.x < G && ro < a.rows)
+            a.y[sel * a.y_sel + ro] = mat_ok ? fx_tree8(s_tot[0][threadIdx.x], 1) : __int_as_float(0x7fc00000);
+    } else {
+        const int t = threadIdx.x / G;
+        const int64_t ro = (int64_t)blockIdx.x * G + threadIdx.x % G;
+        if (threadIdx.x < NT * G && ro < a.rows)
+            a.y[sel * a.y_sel + t * a.y_tok + ro] =
+                mat_ok ? fx_tree8(s_tot[t][threadIdx.x % G], 1) : __int_as_float(0x7fc00000);
+    }
 }
 
-template <int FT, int P>
+template <int FT, int P, int NT = 1>
 void launch_fexact_warp(const MVArgs &a, int n_sel, cudaStream_t st) {
-    const size_t smem = (size_t)a.cols * sizeof(float);
+    const size_t smem = (size_t)NT * a.cols * sizeof(float);
     const int64_t sms = ds4c_sm_count();
     int G = 8; // fewer rows per CTA until the grid covers the SMs twice
     while (G > 2 && (a.rows + G - 1) / G * n_sel < 2 * sms) G /= 2;
     const dim3 g((unsigned)((a.rows + G - 1) / G), (unsigned)n_sel, 1);
     if (G == 8 && P == 1 && a.cols <= 4 * 256 && ds4c_opt_fx_live())
-        ds4c_launch(k_fexact_warp<FT, 1, 8, 4>, g, 256, smem, st, a); // (the first four groups hold the columns)
+        ds4c_launch(k_fexact_warp<FT, 1, 8, 4, NT>, g, 256, smem, st, a); // (the first four groups hold the columns)
     else if (G == 8)
-        ds4c_launch(k_fexact_warp<FT, P, 8>, g, 256, smem, st, a);
+        ds4c_launch(k_fexact_warp<FT, P, 8, 8, NT>, g, 256, smem, st, a);
     else if (G == 4)
-        ds4c_launch(k_fexact_warp<FT, P, 4>, g, 256, smem, st, a);
+        ds4c_launch(k_fexact_warp<FT, P, 4, 4, NT>, g, 256, smem, st, a);
     else
-        ds4c_launch(k_fexact_warp<FT, P, 2>, g, 256, smem, st, a);
+        ds4c_launch(k_fexact_warp<FT, P, 2, 2, NT>, g, 256, smem, st, a);
 }
 
 template <int FT, int NT>
@@ -706,6 +733,18 @@ int launch_fexact_rows(const MVArgs &a, int n_sel, int vec, cudaStream_t st, int
         else
             ds4c_launch(k_fexact_rows<FT, 1, 2>, g, 256, 0, st, a, vec);
     } else {
+        // two tokens (exact mode's verification passes, DS4C_OPT_MV_TWO's
+        // bit 2): k_fexact_warp's shapes with both tokens' rows, the
+        // weights loaded once
+        const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
+        if (NT == 2 && FT != 0 && vec && !a.ids && periods <= 2 && a.rows >= 16 && ds4c_opt_fx_warp() &&
+            (ds4c_opt_mv_two() & 2) && 2 * (size_t)a.cols * sizeof(float) <= 48 * 1024) {
+            if (periods == 1)
+                launch_fexact_warp<FT == 0 ? 1 : FT, 1, 2>(a, n_sel, st);
+            else
+                launch_fexact_warp<FT == 0 ? 1 : FT, 2, 2>(a, n_sel, st);
+            return 0;
+        }
         constexpr int U = NT <= 2 ? 2 : 1;
         ds4c_launch(k_fexact_rows<FT, NT, U>, g, 256, 0, st, a, vec);
     }

@@ -131,13 +131,15 @@ func (be *Backend) inputAct(b *batch, s Stream, tag string, at quant.Type, x Ptr
 // quantization (after RMSNorm with weights nw, scratch xn, when nw is set)
 // in the pipelined kernel's launch where that kernel takes the product —
 // its fallback's activations in the scratch buffer tag + "Q8_0". ok reports
-// whether w, n and the strides allowed it (one token; two in fast mode,
-// rows contiguous, at most matVecTwoCols columns); else nothing was queued.
+// whether w, n and the strides allowed it (one token; two with rows
+// contiguous, at most matVecTwoCols columns — in exact mode too since v67,
+// where the library's exact two-token products take them, OptMVTwo's bit
+// 2); else nothing was queued.
 func (be *Backend) matVecF32(b *batch, s Stream, tag string, w *Weight, x Ptr, ldx int, nw, xn, y Ptr, ldy, n int, room bool) (ok bool, err error) {
 	if w.Type != quant.Q8_0 || w.Mats != 1 {
 		return false, nil
 	}
-	if n != 1 && (n != 2 || be.exact() || ldx != w.Cols || ldy != w.Rows || w.Cols > matVecTwoCols) {
+	if n != 1 && (n != 2 || ldx != w.Cols || ldy != w.Rows || w.Cols > matVecTwoCols) {
 		return false, nil
 	}
 	act, err := b.sc.get(tag+quant.Q8_0.String(), int64(n)*be.dev.ActBytes(quant.Q8_0, w.Cols))

@@ -423,9 +423,11 @@ func TestMatMulQ8Out(t *testing.T) {
 // compressor). Every token's rows are within compare's bound of
 // quant.MatVec, the second token's at y's token stride (here wider than
 // the rows, the rows between untouched); with the option off the generic
-// two-token kernel is too. Exact mode's Q8_0 products of two tokens
-// (OptMVTwo's bit 2: pipelined, each token's block terms added in block
-// order; and with the bit off, the generic kernel) give quant.Dot's bits.
+// two-token kernel is too. Exact mode's products of two tokens (OptMVTwo's
+// bit 2: Q8_0 pipelined, each token's block terms added in block order;
+// F16 on k_fexact_warp, the weights loaded once; and with the bit off, the
+// generic kernels) give each token its one-token exact product's bits, and
+// for Q8_0 quant.Dot's.
 func TestMatVecFastQ8Two(t *testing.T) {
 	d := gpu(t)
 	pipeEverywhere(t, d)
@@ -481,29 +483,43 @@ func TestMatVecFastQ8Two(t *testing.T) {
 		if k, ok := firstBitDiff(two(), got); !ok {
 			t.Errorf("%s: two runs differ at %d", c.name, k)
 		}
-		if c.typ == quant.Q8_0 {
-			// exact mode: each token's rows quant.Dot's bits, pipelined
-			// (OptMVTwo's bit 2) and on the generic kernel (the bit off)
-			for _, opt := range []int{DefaultMVTwo, 1} {
-				must(t, d.SetOption(OptMVTwo, opt))
-				poison(t, d, y, 2*ldy)
-				must(t, d.MatMulEx(0, dw, 0, G, act, int64(G)*ab, ab, 1, 2, y, int64(ldy), int64(c.rows), true))
-				ex := download(t, d, y, 2*ldy)
-				must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
-				for tok := 0; tok < 2; tok++ {
-					for g := 0; g < G; g++ {
-						want, _ := reference(t, c.typ, mat(g), c.rows, c.cols, x[(tok*G+g)*c.cols:(tok*G+g+1)*c.cols])
-						o := tok*ldy + g*c.rows
-						if k, ok := firstBitDiff(ex[o:o+c.rows], want); !ok {
-							t.Errorf("%s exact two-token (OptMVTwo %d) token %d selection %d: row %d = %v, quant.Dot's %v",
-								c.name, opt, tok, g, k, ex[o+k], want[k])
-						}
+		// exact mode: each token's rows its one-token exact product's (and
+		// for Q8_0 quant.Dot's) bits, two tokens pipelined or on
+		// k_fexact_warp (OptMVTwo's bit 2) and on the generic kernels (the
+		// bit off)
+		exOne := make([]float32, 2*ldy)
+		for tok := 0; tok < 2; tok++ {
+			poison(t, d, y, ldy)
+			must(t, d.MatMulEx(0, dw, 0, G, act+Ptr(int64(tok*G)*ab), int64(G)*ab, ab, 1, 1, y, int64(ldy), int64(c.rows), true))
+			copy(exOne[tok*ldy:], download(t, d, y, G*c.rows))
+		}
+		for _, opt := range []int{DefaultMVTwo, 1} {
+			must(t, d.SetOption(OptMVTwo, opt))
+			poison(t, d, y, 2*ldy)
+			must(t, d.MatMulEx(0, dw, 0, G, act, int64(G)*ab, ab, 1, 2, y, int64(ldy), int64(c.rows), true))
+			ex := download(t, d, y, 2*ldy)
+			must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
+			for tok := 0; tok < 2; tok++ {
+				o := tok * ldy
+				if k, ok := firstBitDiff(ex[o:o+G*c.rows], exOne[o:o+G*c.rows]); !ok {
+					t.Errorf("%s exact two-token (OptMVTwo %d) token %d: row %d = %v, its one-token exact product %v",
+						c.name, opt, tok, k, ex[o+k], exOne[o+k])
+				}
+				if c.typ != quant.Q8_0 {
+					continue
+				}
+				for g := 0; g < G; g++ {
+					want, _ := reference(t, c.typ, mat(g), c.rows, c.cols, x[(tok*G+g)*c.cols:(tok*G+g+1)*c.cols])
+					o := tok*ldy + g*c.rows
+					if k, ok := firstBitDiff(ex[o:o+c.rows], want); !ok {
+						t.Errorf("%s exact two-token (OptMVTwo %d) token %d selection %d: row %d = %v, quant.Dot's %v",
+							c.name, opt, tok, g, k, ex[o+k], want[k])
 					}
 				}
-				for r := G * c.rows; r < ldy; r++ {
-					if !math.IsNaN(float64(ex[r])) {
-						t.Fatalf("%s exact: y[%d], between the tokens' rows, written: %v", c.name, r, ex[r])
-					}
+			}
+			for r := G * c.rows; r < ldy; r++ {
+				if !math.IsNaN(float64(ex[r])) {
+					t.Fatalf("%s exact: y[%d], between the tokens' rows, written: %v", c.name, r, ex[r])
 				}
 			}
 		}
