@@ -140,6 +140,16 @@ type Fingerprinter interface {
 	WeightsFingerprint() []byte
 }
 
+// DraftCoster is implemented by backends that know what speculative
+// decoding's verification costs them. DraftPassCost is the time of a
+// two-token pass that commits no draft, in one-token passes (more than 1):
+// verification pays from an acceptance of about DraftPassCost − 1, where
+// the session's policy pauses it (without it: 1.25, the CUDA backend's fast
+// mode, cuda/NOTES.md v47).
+type DraftCoster interface {
+	DraftPassCost() float64
+}
+
 // ChunkSizer is implemented by backends whose prefill wants another chunk
 // size than DefaultChunkSize (Options.ChunkSize ≤ 0 takes it).
 type ChunkSizer interface {

@@ -48,11 +48,15 @@ type drafts struct {
 // the CUDA backend (cuda/NOTES.md v47: a verifying pass that commits no
 // draft costs ≈ 1.25 one-token checking passes, so it pays from ≈ 25 %
 // acceptance); the gap between them keeps the policy from switching back
-// and forth around either.
+// and forth around either. A backend that reports its own cost
+// (DraftCoster, e.g. CUDA's exact mode) moves both bounds (withCost).
 type draftPolicy struct {
-	rate   float64
-	paused bool
-	seen   bool // rate holds an observation
+	// pauseBelow and resumeAbove: the bounds (zero: draftPauseBelow and
+	// draftResumeAbove)
+	pauseBelow, resumeAbove float64
+	rate                    float64
+	paused                  bool
+	seen                    bool // rate holds an observation
 	// plain counts the one-token steps since the last checking pass while
 	// paused: only every draftCheckEvery-th token drafts and checks (the
 	// MTP block then runs over the rows staged since, in one chunk), the
@@ -68,6 +72,26 @@ const (
 	draftCheckEvery  = 4
 )
 
+// withCost sets the bounds for a backend whose verifying pass costs cost
+// one-token passes: pausing below the break-even acceptance cost − 1,
+// resuming 0.1 above it (draftPauseBelow and draftResumeAbove's gap),
+// within [0.05, 0.85]; a cost outside (1, 2) keeps the defaults.
+func (p *draftPolicy) withCost(cost float64) {
+	if !(cost > 1 && cost < 2) {
+		return
+	}
+	p.pauseBelow = min(max(cost-1, 0.05), 0.85)
+	p.resumeAbove = p.pauseBelow + (draftResumeAbove - draftPauseBelow)
+}
+
+// bounds returns the policy's pause and resume bounds.
+func (p *draftPolicy) bounds() (pause, resume float64) {
+	if p.pauseBelow == 0 {
+		return draftPauseBelow, draftResumeAbove
+	}
+	return p.pauseBelow, p.resumeAbove
+}
+
 // observe adds one pass's outcome (its draft matched the greedy choice, or
 // was committed) to the rate and updates paused.
 func (p *draftPolicy) observe(hit bool) {
@@ -79,10 +103,11 @@ func (p *draftPolicy) observe(hit bool) {
 		x = 1
 	}
 	p.rate += (x - p.rate) * draftRateWeight
+	pause, resume := p.bounds()
 	switch {
-	case p.paused && p.rate > draftResumeAbove:
+	case p.paused && p.rate > resume:
 		p.paused = false
-	case !p.paused && p.rate < draftPauseBelow:
+	case !p.paused && p.rate < pause:
 		p.paused = true
 	}
 }
@@ -144,7 +169,11 @@ func newDrafts(be Backend, layout *StateLayout) (*drafts, error) {
 		st.Release()
 		return nil, fmt.Errorf("engine: %s backend: MTP batch: %w", be.Name(), err)
 	}
-	return &drafts{be: d, b: b, st: st, logits: make([]float32, layout.Config.Vocab)}, nil
+	m := &drafts{be: d, b: b, st: st, logits: make([]float32, layout.Config.Vocab)}
+	if c, ok := be.(DraftCoster); ok {
+		m.policy.withCost(c.DraftPassCost())
+	}
+	return m, nil
 }
 
 func (m *drafts) release() {

@@ -1,6 +1,9 @@
 package engine
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 // TestDraftPolicy pins draftPolicy's switches: from its start (0.5) eleven
 // misses in a row pause speculation (0.5·(15/16)^11 < 0.25 < 0.5·(15/16)^10),
@@ -48,5 +51,40 @@ func TestDraftPolicy(t *testing.T) {
 	}
 	if switches == 0 {
 		t.Fatal("no switch in 400 passes of 30 % and 60 % hits")
+	}
+}
+
+// TestDraftPolicyCost: a backend's pass cost (DraftCoster) moves the
+// bounds to its break-even acceptance, cost − 1, and 0.1 above it (the
+// defaults' gap); a cost outside (1, 2) keeps the defaults. With CUDA exact
+// mode's ≈ 1.4 a rate of 0.35, which resumes under the defaults, pauses.
+func TestDraftPolicyCost(t *testing.T) {
+	for _, c := range []struct{ cost, pause, resume float64 }{
+		{1.4, 0.4, 0.5}, {1.25, 0.25, 0.35}, {1.02, 0.05, 0.15}, {1.95, 0.85, 0.95},
+		{0, draftPauseBelow, draftResumeAbove}, {2.5, draftPauseBelow, draftResumeAbove}, {1, draftPauseBelow, draftResumeAbove},
+	} {
+		var p draftPolicy
+		p.withCost(c.cost)
+		pause, resume := p.bounds()
+		if math.Abs(pause-c.pause) > 1e-12 || math.Abs(resume-c.resume) > 1e-12 {
+			t.Errorf("cost %v: bounds %v, %v; want %v, %v", c.cost, pause, resume, c.pause, c.resume)
+		}
+	}
+	var p, q draftPolicy
+	p.withCost(1.4)
+	p.rate, p.seen, q.rate, q.seen = 0.36, true, 0.36, true
+	p.observe(false) // 0.36 − 0.36/16 = 0.3375: below 0.4, above 0.25
+	q.observe(false)
+	if !p.paused || q.paused {
+		t.Fatalf("rate %.4f: paused %v with cost 1.4 (want true), %v with the defaults (want false)", p.rate, p.paused, q.paused)
+	}
+	for p.rate <= 0.5 {
+		if !p.paused {
+			t.Fatalf("resumed at rate %.3f (cost 1.4: above 0.5 only)", p.rate)
+		}
+		p.observe(true)
+	}
+	if p.paused {
+		t.Fatalf("still paused at rate %.3f", p.rate)
 	}
 }

@@ -67,6 +67,25 @@ func (be *Backend) prepareMTP(m *model.MTP, hc hcPrep, comp compPrep) error {
 // HasMTP reports whether the weights carry an MTP block (engine.Drafter).
 func (be *Backend) HasMTP() bool { return be.mtp != nil }
 
+// Verification passes' costs on the H200 with the full-size q2 synth at 8k,
+// in one-token passes, for a pass that commits no draft (ds4-bench --mtp
+// --accept 0 --draft-always against plain decoding): fast mode's 1.25
+// (cuda/NOTES.md v47), exact mode's draftCostExact (v67).
+const (
+	draftCostFast  = 1.25
+	draftCostExact = 1.4
+)
+
+// DraftPassCost is engine.DraftCoster's: what a verifying pass costs in this
+// backend's mode, so that the session's policy pauses speculation below
+// its break-even acceptance (≈ 25 % fast, ≈ 40 % exact).
+func (be *Backend) DraftPassCost() float64 {
+	if be.exact() {
+		return draftCostExact
+	}
+	return draftCostFast
+}
+
 // stageBuf holds an MTP batch's staged rows: main-model streams waiting for
 // MTPEmbed, in rows [head, head+count) of a buffer of twice the batch's
 // capacity (compacted to the front when an append would not fit).
@@ -304,3 +323,4 @@ func (be *Backend) MTPHead(mbi engine.Batch, rows []int, logits []float32) error
 }
 
 var _ engine.Drafter = (*Backend)(nil)
+var _ engine.DraftCoster = (*Backend)(nil)
