@@ -142,7 +142,8 @@ type Fingerprinter interface {
 
 // DraftCoster is implemented by backends that know what speculative
 // decoding's verification costs them. DraftPassCost is the time of a
-// two-token pass that commits no draft, in one-token passes (more than 1):
+// two-token pass that commits no draft, in the passes of paused speculation
+// (one-token steps, every few checking their draft; more than 1):
 // verification pays from an acceptance of about DraftPassCost − 1, where
 // the session's policy pauses it (without it: 1.25, the CUDA backend's fast
 // mode, cuda/NOTES.md v47).

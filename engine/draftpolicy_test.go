@@ -56,8 +56,8 @@ func TestDraftPolicy(t *testing.T) {
 
 // TestDraftPolicyCost: a backend's pass cost (DraftCoster) moves the
 // bounds to its break-even acceptance, cost − 1, and 0.1 above it (the
-// defaults' gap); a cost outside (1, 2) keeps the defaults. With CUDA exact
-// mode's ≈ 1.4 a rate of 0.35, which resumes under the defaults, pauses.
+// defaults' gap); a cost outside (1, 2) keeps the defaults. With a cost of
+// 1.4 a rate of 0.34, which stays verifying under the defaults, pauses.
 func TestDraftPolicyCost(t *testing.T) {
 	for _, c := range []struct{ cost, pause, resume float64 }{
 		{1.4, 0.4, 0.5}, {1.25, 0.25, 0.35}, {1.02, 0.05, 0.15}, {1.95, 0.85, 0.95},

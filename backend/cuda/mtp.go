@@ -68,17 +68,20 @@ func (be *Backend) prepareMTP(m *model.MTP, hc hcPrep, comp compPrep) error {
 func (be *Backend) HasMTP() bool { return be.mtp != nil }
 
 // Verification passes' costs on the H200 with the full-size q2 synth at 8k,
-// in one-token passes, for a pass that commits no draft (ds4-bench --mtp
-// --accept 0 --draft-always against plain decoding): fast mode's 1.25
-// (cuda/NOTES.md v47), exact mode's draftCostExact (v67).
+// for a pass that commits no draft, in the paused policy's passes (one-token
+// steps, every 4th checking its draft). Fast mode: 1.25 (cuda/NOTES.md v47:
+// 128 tok/s verifying every draft at 0 %, 162 paused, 171 plain). Exact
+// mode (v67): 107.9 tok/s verifying at 0 % against 149.6 plain (1.39 plain
+// steps), times fast mode's paused/plain ratio (162/171; exact mode's paused
+// rate not yet measured): ≈ 1.31.
 const (
 	draftCostFast  = 1.25
-	draftCostExact = 1.4
+	draftCostExact = 1.31
 )
 
 // DraftPassCost is engine.DraftCoster's: what a verifying pass costs in this
 // backend's mode, so that the session's policy pauses speculation below
-// its break-even acceptance (≈ 25 % fast, ≈ 40 % exact).
+// its break-even acceptance (≈ 25 % fast, ≈ 31 % exact).
 func (be *Backend) DraftPassCost() float64 {
 	if be.exact() {
 		return draftCostExact
