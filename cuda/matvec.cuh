@@ -1791,39 +1791,18 @@ __device__ __forceinline__ void q8f_items(int items, int nsh, int warp, int lane
     }
 }
 
-// q8e_items is q8f_items for exact mode (k_mv_pipe_q8f<CP, 1, true>):
+// q8e_items is q8f_items for exact mode (k_mv_pipe_q8f<CP, NT, true>):
 // the same items, loads and dp4a sums, but each lane's block term —
 // k_mv_pipe's, TQ8_0::dot's roundings — is stored in its row's terms
 // (terms + row · tstride, the block's index in the row) instead of entering
-// a tree; the rows are then added in block order (ordered_sum).
-template <int U>
-__device__ __forceinline__ void q8e_items(int items, int nsh, int warp, int lane, const uint8_t *qs, const __half *ds,
-                                          int cols, int dstride, int4 x0, int4 x1, float xd, float *terms,
-                                          int tstride) {
-    const int nseg = 1 << nsh, col = (warp & (nseg - 1)) * 32 + q8f_blk(lane);
-    for (int it0 = warp; it0 < items; it0 += 8 * U) {
-        int4 w0[U], w1[U];
-        __half d[U];
-        q8f_load<U>(it0, items, nsh, lane, qs, ds, cols, dstride, w0, w1, d);
-#pragma unroll
-        for (int j = 0; j < U; j++)
-            if (it0 + 8 * j < items) {
-                const int sum = dot4(w1[j], x1, dot4(w0[j], x0, 0)); // (integers: TQ8_0::dot's sum)
-                terms[(size_t)((it0 + 8 * j) >> nsh) * tstride + col] =
-                    __fmul_rn((float)sum, __fmul_rn(__half2float(d[j]), xd));
-            }
-    }
-}
-
-// q8e_items2 is q8e_items for two tokens (k_mv_pipe_q8f<CP, 2, true>):
+// a tree; the rows are then added in block order (ordered_sum). NT = 2:
 // each weight item loaded once, its units multiplied with both tokens'
-// activation units (x0/x1/xd[t]), token t's block terms stored at terms +
-// t·tterm. Each token's operations are q8e_items's for that token alone:
-// the same terms, so (ordered_sum) the same bits as a one-token product.
-template <int U>
-__device__ __forceinline__ void q8e_items2(int items, int nsh, int warp, int lane, const uint8_t *qs, const __half *ds,
-                                           int cols, int dstride, const int4 (&x0)[2], const int4 (&x1)[2],
-                                           const float (&xd)[2], float *terms, int tstride, int tterm) {
+// activation units (x0/x1/xd[t]), token t's terms at terms + t·tterm: each
+// token's operations those of a one-token product, so the same bits.
+template <int U, int NT>
+__device__ __forceinline__ void q8e_items(int items, int nsh, int warp, int lane, const uint8_t *qs, const __half *ds,
+                                          int cols, int dstride, const int4 (&x0)[NT], const int4 (&x1)[NT],
+                                          const float (&xd)[NT], float *terms, int tstride, int tterm) {
     const int nseg = 1 << nsh, col = (warp & (nseg - 1)) * 32 + q8f_blk(lane);
     for (int it0 = warp; it0 < items; it0 += 8 * U) {
         int4 w0[U], w1[U];
@@ -1834,8 +1813,8 @@ __device__ __forceinline__ void q8e_items2(int items, int nsh, int warp, int lan
             if (it0 + 8 * j < items) {
                 float *tm = terms + (size_t)((it0 + 8 * j) >> nsh) * tstride + col;
 #pragma unroll
-                for (int t = 0; t < 2; t++) {
-                    const int sum = dot4(w1[j], x1[t], dot4(w0[j], x0[t], 0));
+                for (int t = 0; t < NT; t++) {
+                    const int sum = dot4(w1[j], x1[t], dot4(w0[j], x0[t], 0)); // (integers: TQ8_0::dot's sum)
                     tm[t * tterm] = __fmul_rn((float)sum, __fmul_rn(__half2float(d[j]), xd[t]));
                 }
             }
@@ -1895,7 +1874,7 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
 
 // NT = 2: two tokens' products of the same weights (speculative decoding's
 // verification passes), the weights streamed once; each token's bits
-// those of a one-token product (q8f_items2; EX: q8e_items2, each token's
+// those of a one-token product (q8f_items2; EX: q8e_items<U, 2>, each token's
 // terms in its own buffers, [NT][rt][tstride] a tile). Only
 // the ilp form (segments dividing the warps), no ids (selections: one, or
 // each its own matrix, as the grouped wo_a), no yq (launch_pipe); xf: both
@@ -2129,11 +2108,11 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
             if constexpr (NT == 2 && EX) {
                 const int tt = p.rt * p.tstride;
                 if (p.ilp >= 4)
-                    q8e_items2<4>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
+                    q8e_items<4, 2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
                 else if (p.ilp == 3)
-                    q8e_items2<3>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
+                    q8e_items<3, 2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
                 else
-                    q8e_items2<2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
+                    q8e_items<2, 2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
             } else if constexpr (NT == 2) {
                 if (p.ilp >= 4)
                     q8f_items2<4>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
@@ -2150,12 +2129,14 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
             const __half *ds = (const __half *)(stg + p.soff[1]) + seg * 32 + blk;
             const int items = nr * nseg, dstride = p.bpr[1] / 2;
             if (EX) {
+                const int4 x0a[1] = {x0}, x1a[1] = {x1};
+                const float xda[1] = {xd};
                 if (p.ilp >= 4)
-                    q8e_items<4>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0, x1, xd, part, p.tstride);
+                    q8e_items<4, 1>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0a, x1a, xda, part, p.tstride, 0);
                 else if (p.ilp == 3)
-                    q8e_items<3>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0, x1, xd, part, p.tstride);
+                    q8e_items<3, 1>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0a, x1a, xda, part, p.tstride, 0);
                 else
-                    q8e_items<2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0, x1, xd, part, p.tstride);
+                    q8e_items<2, 1>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0a, x1a, xda, part, p.tstride, 0);
             } else if (p.ilp >= 4)
                 q8f_items<4>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0, x1, xd, part);
             else if (p.ilp == 3)
