@@ -73,7 +73,7 @@ const (
 )
 
 // withCost sets the bounds for a backend whose verifying pass costs cost
-// one-token passes: pausing below the break-even acceptance cost − 1,
+// paused passes (DraftCoster): pausing below the break-even acceptance cost − 1,
 // resuming 0.1 above it (draftPauseBelow and draftResumeAbove's gap),
 // within [0.05, 0.85]; a cost outside (1, 2) keeps the defaults.
 func (p *draftPolicy) withCost(cost float64) {
