@@ -714,18 +714,25 @@ void launch_fexact_warp(const MVArgs &a, int n_sel, cudaStream_t st) {
 template <int FT, int NT>
 int launch_fexact_rows(const MVArgs &a, int n_sel, int vec, cudaStream_t st, int pieces = 1) {
     dim3 g((unsigned)a.rows, (unsigned)n_sel, (unsigned)pieces);
+    const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
+    // k_fexact_warp's shapes (rows of at most two periods, rows enough for
+    // its CTAs): one token, or two (exact mode's verification passes,
+    // DS4C_OPT_MV_TWO's bit 2: both tokens' rows staged, the weights loaded
+    // once; two rows of at most 4096 floats fit its shared memory)
+    if constexpr (NT <= 2) {
+        if (FT != 0 && vec && !a.ids && periods <= 2 && a.rows >= 16 && ds4c_opt_fx_warp() &&
+            (NT == 1 || (ds4c_opt_mv_two() & 2))) {
+            // (FT is 1 or 2 here; the conditional keeps <0> uninstantiated)
+            if (periods == 1)
+                launch_fexact_warp<FT == 0 ? 1 : FT, 1, NT>(a, n_sel, st);
+            else
+                launch_fexact_warp<FT == 0 ? 1 : FT, 2, NT>(a, n_sel, st);
+            return 0;
+        }
+    }
     if constexpr (NT == 1) {
         // periods of 2048 columns in flight per thread: all of a row's
         // (hc_fn: 8) up to 8, so that a short grid waits for one round of loads
-        const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
-        if (FT != 0 && vec && !a.ids && periods <= 2 && a.rows >= 16 && ds4c_opt_fx_warp()) {
-            // (FT is 1 or 2 here; the conditional keeps <0> uninstantiated)
-            if (periods == 1)
-                launch_fexact_warp<FT == 0 ? 1 : FT, 1>(a, n_sel, st);
-            else
-                launch_fexact_warp<FT == 0 ? 1 : FT, 2>(a, n_sel, st);
-            return 0;
-        }
         if (periods > 4)
             ds4c_launch(k_fexact_rows<FT, 1, 8>, g, 256, 0, st, a, vec);
         else if (periods > 2)
@@ -733,18 +740,6 @@ int launch_fexact_rows(const MVArgs &a, int n_sel, int vec, cudaStream_t st, int
         else
             ds4c_launch(k_fexact_rows<FT, 1, 2>, g, 256, 0, st, a, vec);
     } else {
-        // two tokens (exact mode's verification passes, DS4C_OPT_MV_TWO's
-        // bit 2): k_fexact_warp's shapes with both tokens' rows, the
-        // weights loaded once
-        const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
-        if (NT == 2 && FT != 0 && vec && !a.ids && periods <= 2 && a.rows >= 16 && ds4c_opt_fx_warp() &&
-            (ds4c_opt_mv_two() & 2) && 2 * (size_t)a.cols * sizeof(float) <= 48 * 1024) {
-            if (periods == 1)
-                launch_fexact_warp<FT == 0 ? 1 : FT, 1, 2>(a, n_sel, st);
-            else
-                launch_fexact_warp<FT == 0 ? 1 : FT, 2, 2>(a, n_sel, st);
-            return 0;
-        }
         constexpr int U = NT <= 2 ? 2 : 1;
         ds4c_launch(k_fexact_rows<FT, NT, U>, g, 256, 0, st, a, vec);
     }

@@ -2464,19 +2464,15 @@ template <class T>
 int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
     const int units = a.cols / T::VPU;
     int S = 1, RPW = 1;
-    if (nt == 2 && exact && (ds4c_opt_mv_two() & 2)) {
-        // exact mode's Q8_0 products of two tokens pipelined (launch_pipe's q8e)
-        int rc = 0;
-        if (!a.w2 && launch_pipe<T>(a, n_sel, exact, st, &rc, nullptr, nullptr, 0.f, false, nullptr, 2)) return rc;
-    }
-    if (nt == 2 && !exact && (ds4c_opt_mv_two() & 1)) {
-        // fast mode's products of two tokens: Q8_0 pipelined (launch_pipe);
-        // the others split over warps where the rows are too few to fill
-        // the GPU (the mixers' 24 rows of 16384 columns), as one token's
+    if (nt == 2 && (ds4c_opt_mv_two() & (exact ? 2 : 1))) {
+        // products of two tokens: Q8_0 pipelined (launch_pipe: q8f, or in
+        // exact mode q8e); in fast mode the others split over warps where
+        // the rows are too few to fill the GPU (the mixers' 24 rows of 16384
+        // columns), as one token's
         int rc = 0;
         if (!a.w2 && launch_pipe<T>(a, n_sel, exact, st, &rc, nullptr, nullptr, 0.f, false, nullptr, 2)) return rc;
         const int64_t sms = ds4c_sm_count();
-        while (S < 8 && ((int64_t)a.rows * S / 8) * n_sel < 4 * sms && units >= 64 * S) S *= 2;
+        while (!exact && S < 8 && ((int64_t)a.rows * S / 8) * n_sel < 4 * sms && units >= 64 * S) S *= 2;
     }
     if (nt == 1) {
         int rc = 0;
