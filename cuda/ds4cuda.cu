@@ -65,7 +65,7 @@ static int g_opt_attn_half = 3; // fast chunks: q_b's f16 output rows normalised
 static int g_opt_mv_pre = 7; // pipelined products: tiles requested before the wait (matvec.cuh k_mv_pipe; capped at stages − 1)
 static int g_opt_mv_ilp = 4; // fast pipelined Q8_0 products: items a warp forms at once (matvec.cuh q8f_items; cuda/NOTES.md v40)
 static int g_opt_mv_sumw = 1; // fast pipelined Q8_0 products: the row sums on the last warp (matvec.cuh k_mv_pipe_q8f; cuda/NOTES.md v40)
-static int g_opt_mv_two = 3; // Q8_0 products of two tokens as one k_mv_pipe_q8f (weights streamed once), by bits: 1 fast mode's, <2, 2> (cuda/NOTES.md v45); 2 exact mode's, <2, 2, true> (v67)
+static int g_opt_mv_two = 15; // Q8_0 products of two tokens as one k_mv_pipe_q8f (weights streamed once), by bits: 1 fast mode's, <2, 2> (cuda/NOTES.md v45); 2 exact mode's, <2, 2, true> (v67); 4 (with bit 2) exact mode's ds4c_matmul_q8out of two tokens quantizing its output in the product (v68); 8 exact mode's k_hc_post_mix_ex of two tokens in one CTA a part (v68)
 static int g_opt_topk_cl = 8193; // top-k of this many candidate rows or more on a cluster of CTAs a token (model.cu k_topk_cl; 0 never; cuda/NOTES.md v51)
 static int g_opt_mv_q8_ns_ex = 200; // exact mode's pipelined Q8_0 products' stages by class: the shared expert's down in 2 (cuda/NOTES.md v63)
 static int g_opt_mv_q8_ns_fast = 0; // fast mode's: DS4C_OPT_MV_STAGES for all
@@ -544,7 +544,7 @@ static const struct {
     {DS4C_OPT_COMP_EMIT, "comp_emit", &g_opt_comp_emit, 0, 1},
     {DS4C_OPT_MV_ILP, "mv_ilp", &g_opt_mv_ilp, 1, 4},
     {DS4C_OPT_MV_SUMW, "mv_sumw", &g_opt_mv_sumw, 0, 1},
-    {DS4C_OPT_MV_TWO, "mv_two", &g_opt_mv_two, 0, 3},
+    {DS4C_OPT_MV_TWO, "mv_two", &g_opt_mv_two, 0, 15},
     {DS4C_OPT_MV_ROOM, "mv_room", &g_opt_mv_room, 0, 3},
     {DS4C_OPT_TC_PARTS, "tc_parts", &g_opt_tc_parts, 0, 1},
     {DS4C_OPT_IX_FLASH_SPLIT, "ix_flash_split", &g_opt_ix_flash_split, 0, 64},

@@ -211,18 +211,22 @@ int ds4c_group(const int32_t *d_ids, int n_sel, int64_t n_mat, void *d_scratch, 
 int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids,
                         int n_sel, const void *d_act, int64_t act_sel, int act_div, float *d_y, int64_t y_sel,
                         const void *d_scratch, int flags, void *stream);
-/* ds4c_matmul_q8out: ds4c_matmul_ex of one token without ids (n_sel
- * selections, selection s through matrix s when n_sel > 1, its activation
- * at d_act + (s / act_div)*act_sel bytes) with y[s*rows + r] (rows a
- * multiple of 32), that also writes d_yq, the Q8_0 activation of y's row
- * of n_sel*rows values (ds4c_quantize's bytes, ds4c_act_bytes(DS4C_Q8_0,
- * n_sel*rows) of them): the next product's input (a decode step's wo_a for
- * wo_b). In fast mode, where the pipelined kernel takes a Q8_0 product
- * (k_mv_pipe_q8f), each of its CTAs multiplies one block of 32 rows and
- * quantizes that block itself: one launch, no float row read back; else
- * ds4c_matmul_ex, then ds4c_quantize. The same bits either way. */
+/* ds4c_matmul_q8out: ds4c_matmul_ex of n_tok tokens (1 or 2; activation
+ * rows act_tok bytes apart) without ids (n_sel selections, selection s
+ * through matrix s when n_sel > 1, its activation at d_act + (s /
+ * act_div)*act_sel bytes) with token t's y[t*n_sel*rows + s*rows + r] (rows
+ * a multiple of 32), that also writes d_yq, each token's Q8_0 activation of
+ * its row of n_sel*rows values (ds4c_quantize's bytes, ds4c_act_bytes(
+ * DS4C_Q8_0, n_sel*rows) of them a token, token t's that many bytes after
+ * token 0's): the next product's input (a decode step's or a verification
+ * pass's wo_a for wo_b). Where the pipelined kernel takes a Q8_0 product
+ * (k_mv_pipe_q8f, either mode; two tokens where it takes them) each of its
+ * CTAs multiplies one block of 32 rows and quantizes that block itself:
+ * one launch, no float row read back; else ds4c_matmul_ex, then
+ * ds4c_quantize. The same bits either way. */
 int ds4c_matmul_q8out(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel, const void *d_act,
-                      int64_t act_sel, int act_div, float *d_y, void *d_yq, int flags, void *stream);
+                      int64_t act_tok, int64_t act_sel, int act_div, int n_tok, float *d_y, void *d_yq, int flags,
+                      void *stream);
 /* ds4c_matvec_f32: n tokens' (1 or 2) products y = W . act(x) of a
  * single Q8_0 or F16 matrix W (rows x cols, cols a multiple of 32) with the
  * float rows d_x (cols apart; y's rows apart, d_xn's and d_act's rows
@@ -748,7 +752,7 @@ enum {
     DS4C_OPT_COMP_EMIT = 56, /* 1: a decode step's compressed row (ds4c_comp_emit: one row, equal ring capacities) pooled, normalised, rotated, post-processed and stored, and the step's entries written into the rings, in one launch (k_comp_emit; the same bits; default; env DS4_CUDA_COMP_EMIT); 0: ds4c_comp_pool, ds4c_rmsnorm_ref, ds4c_rope, the post-processing and the ring writes apart */
     DS4C_OPT_MV_ILP = 57, /* fast mode's pipelined Q8_0 products (k_mv_pipe_q8f) whose 1024-column segments divide the CTA's 8 warps: each warp forms this many of its items (a row's segment of a tile) at once, their loads, dp4a sums and tree sums interleaved (q8f_items; 1 to 4, default 4; env DS4_CUDA_MV_ILP; the same bits); 1: one item after another */
     DS4C_OPT_MV_SUMW = 58, /* 1: fast mode's pipelined Q8_0 products (k_mv_pipe_q8f) whose 1024-column segments divide the CTA's 8 warps add a tile's row sums on the last warp, which requests no copies, each row's partials in one or two vector loads (default; env DS4_CUDA_MV_SUMW; the same bits); 0: warp 0's threads, a load a partial */
-    DS4C_OPT_MV_TWO = 59, /* products of two tokens (speculative decoding's verification passes), by bits: 1 fast mode's: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined k_mv_pipe_q8f<2, 2>, the weights streamed once and each token's bits those of its one-token product; the others on k_matvec split over up to 8 warps a row where the rows are too few to fill the GPU, as one token's; 2 exact mode's Q8_0 ones of the same shapes as one k_mv_pipe_q8f<2, 2, true> (each token's block terms stored and added in block order: quant.Dot's bits, its one-token product's; v67); 3 both (default; env DS4_CUDA_MV_TWO); 0: k_matvec's two-token form, a warp a row */
+    DS4C_OPT_MV_TWO = 59, /* products of two tokens (speculative decoding's verification passes), by bits: 1 fast mode's: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined k_mv_pipe_q8f<2, 2>, the weights streamed once and each token's bits those of its one-token product; the others on k_matvec split over up to 8 warps a row where the rows are too few to fill the GPU, as one token's; 2 exact mode's Q8_0 ones of the same shapes as one k_mv_pipe_q8f<2, 2, true> (each token's block terms stored and added in block order: quant.Dot's bits, its one-token product's; v67); 4, with bit 2: exact mode's ds4c_matmul_q8out of two tokens quantizes both tokens' output blocks in its CTAs (the same bits as ds4c_quantize after the product; fast mode's measured −0.2 / −0.5 %, within the spread, and left to the separate steps; v68); 8 ds4c_hc_post_mix_ex of two tokens in one CTA a part, the weights loaded once (each token's bits its one-token launch's; v68); 15 all (default; env DS4_CUDA_MV_TWO); 0: k_matvec's two-token form, a warp a row */
     DS4C_OPT_MV_ROOM = 60, /* pipelined products given room (DS4C_MM_ROOM: a scoring decode step's q_b beside the indexer's path), by bits: 1 one token's, 2 two tokens' run DS4C_OPT_MV_PIPE CTAs an SM within the room's budget (SM shared memory less DS4C_MV_ROOM_KIB), the others one CTA an SM (env DS4_CUDA_MV_ROOM; default 0 since v65, 2 before) */
     DS4C_OPT_TC_PARTS = 61, /* 1: grouped int8 tensor-core products in CTAs of 32 slots run a grid of only the tile parts that hold selections (ds4c_group's part list; default; env DS4_CUDA_TC_PARTS); 0: every tile's four parts in z, the empty ones starting and leaving; the same bits */
     DS4C_OPT_TOPK_CL = 62, /* the top-k of a launch whose tokens see this many candidate rows or more (K <= 512) on a thread-block cluster of 8 CTAs a token, each holding an eighth of the keys in registers and the radix passes' counts shared through distributed shared memory (the same picks in the same order as the one-CTA kernels; default 8193; env DS4_CUDA_TOPK_CL); 0: never */

@@ -414,7 +414,8 @@ int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const
 }
 
 int ds4c_matmul_q8out(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel, const void *d_act,
-                      int64_t act_sel, int act_div, float *d_y, void *d_yq, int flags, void *stream) {
+                      int64_t act_tok, int64_t act_sel, int act_div, int n_tok, float *d_y, void *d_yq, int flags,
+                      void *stream) {
     DS4C_READY();
     int rc = check_shape(type, rows, cols, n_mat);
     if (rc) return rc;
@@ -422,20 +423,23 @@ int ds4c_matmul_q8out(int type, const void *d_w, int64_t rows, int64_t cols, int
     if (n_sel > 65535 || (n_sel > 1 && n_sel > n_mat) || act_div <= 0)
         return ds4c_err(DS4C_EINVAL, "matmul_q8out: %d selections of %lld matrices, act_div %d", n_sel, (long long)n_mat,
                         act_div);
+    if (n_tok < 1 || n_tok > 2) return ds4c_err(DS4C_EINVAL, "matmul_q8out: %d tokens (1 or 2)", n_tok);
     if (rows % 32 != 0) return ds4c_err(DS4C_EINVAL, "matmul_q8out: %lld rows (whole blocks of 32)", (long long)rows);
     const int64_t n = (int64_t)n_sel * rows;
-    flags = ex_timed(flags, type, 1);
+    flags = ex_timed(flags, type, n_tok);
     if (type == DS4C_Q8_0) {
         MVArgs a = mv_args(d_w, rows, cols, n_mat, nullptr, n_sel > 1, d_act,
-                           (int64_t)ds4c_act_bytes(DS4C_Q8_0, cols), act_sel, act_div, d_y, n, rows);
+                           n_tok > 1 ? act_tok : (int64_t)ds4c_act_bytes(DS4C_Q8_0, cols), act_sel, act_div, d_y, n,
+                           rows);
         a.late = (flags & DS4C_MM_LATE) != 0;
-        if (pipe_q8_0_q8out(a, n_sel, (uint8_t *)d_yq, (flags & DS4C_MM_EXACT) != 0, as_stream(stream), &rc)) return rc;
+        if (pipe_q8_0_q8out(a, n_sel, (uint8_t *)d_yq, (flags & DS4C_MM_EXACT) != 0, as_stream(stream), &rc, n_tok))
+            return rc;
     }
     // the separate steps: the product, then y's quantization
-    if ((rc = ds4c_matmul_ex(type, d_w, rows, cols, n_mat, nullptr, n_sel, d_act, 0, act_sel, act_div, 1, d_y, n, rows,
-                             flags, stream)))
+    if ((rc = ds4c_matmul_ex(type, d_w, rows, cols, n_mat, nullptr, n_sel, d_act, act_tok, act_sel, act_div, n_tok, d_y,
+                             n, rows, flags, stream)))
         return rc;
-    return ds4c_quantize(DS4C_Q8_0, d_y, n, d_yq, n, 1, stream);
+    return ds4c_quantize(DS4C_Q8_0, d_y, n, d_yq, n, n_tok, stream);
 }
 
 int ds4c_matmul_grouped_pair(int type, const void *d_w1, const void *d_w2, int64_t rows, int64_t cols, int64_t n_mat,

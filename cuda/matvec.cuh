@@ -1399,7 +1399,8 @@ struct PipeArgs {
     // k_mv_pipe_q8f (ds4c_matmul_q8out): each CTA's tiles are one whole
     // block of 32 rows of one selection, and the CTA also writes that
     // block of y as the Q8_0 activation yq of the row of yq_n values
-    // y[0 … yq_n) (quants, then the float scales; ds4c_quantize's bytes);
+    // y[0 … yq_n) (quants, then the float scales; ds4c_quantize's bytes;
+    // NT = 2: token t's row at yq + t·yq_tok, from its y at a.y_tok);
     // null: y only
     uint8_t *yq;
     int yq_n;
@@ -1407,6 +1408,7 @@ struct PipeArgs {
     // tokens' activation copies act_stride bytes apart in shared memory;
     // their partials [2][NT][rt][nseg]
     int act_stride;
+    int yq_tok; // (yq, NT = 2: the bytes from token 0's activation row to token 1's)
 };
 
 // pipe_act_f32 writes the Q8_0 activation row of RMSNorm(xf) (p.nw set)
@@ -1877,8 +1879,8 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
 // those of a one-token product (q8f_items2; EX: q8e_items<U, 2>, each token's
 // terms in its own buffers, [NT][rt][tstride] a tile). Only
 // the ilp form (segments dividing the warps), no ids (selections: one, or
-// each its own matrix, as the grouped wo_a), no yq (launch_pipe); xf: both
-// tokens' rows formed by pipe_act_f32.
+// each its own matrix, as the grouped wo_a); xf: both tokens' rows formed
+// by pipe_act_f32; yq: warp t quantizes token t's block.
 // EX (exact mode, DS4C_OPT_MV_EXQ8; one token): the items' block terms are
 // stored, two buffers of [rt][tstride] floats (q8e_items), and a tile's
 // rows added in block order (ordered_sum; on the last warp's lanes with
@@ -1894,7 +1896,7 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
     static_assert(NT == 1 || NT == 2, "k_mv_pipe_q8f: one or two tokens");
     static_assert(!W9 || EX, "k_mv_pipe_q8f: a summing warp for exact terms");
     extern __shared__ __align__(16) uint8_t s_mem[];
-    __shared__ float s_yq[32]; // p.yq: the CTA's block of y
+    __shared__ float s_yq[NT][32]; // p.yq: the CTA's block of each token's y
     const MVArgs &a = p.a;
     uint64_t *s_bar = (uint64_t *)s_mem;
     float *s_part = (float *)(s_mem + p.terms_off); // two buffers of [rt][nseg]
@@ -1985,7 +1987,8 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
     auto put = [&](int i, float sum, int t = 0) {
         const float v = prev.ok ? sum : nan;
         a.y[prev.sel * a.y_sel + (NT > 1 ? t * a.y_tok : 0) + prev.r0 + i] = v;
-        if (NT == 1 && p.yq) s_yq[(prev.r0 & 31) + i] = v;
+        if (NT == 1 && p.yq) s_yq[0][(prev.r0 & 31) + i] = v;
+        if (NT == 2 && p.yq) s_yq[t][(prev.r0 & 31) + i] = v;
     };
     // the row sums of a tile: thread i of warp 0 row i, its partials one
     // load each; or (p.sumw, segments dividing the warps) lanes of the last
@@ -2184,13 +2187,20 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
         atomicAdd(&g_mvp_w9[site][3], 1ull);
     }
 #endif
-    if (NT == 1 && p.yq && my > 0) {
+    if (p.yq && my > 0) {
         // the CTA's block of 32 rows as the next product's Q8_0 activation
-        // (q8_0_warp: pipe_act_f32's and ds4c_quantize's operations)
+        // (q8_0_warp: pipe_act_f32's and ds4c_quantize's operations), warp t
+        // token t's
         __syncthreads();
-        if (warp == 0) {
+        if constexpr (NT == 1) {
+            if (warp == 0) {
+                const int blk = (t0 / p.tiles * a.rows + (t0 % p.tiles) * p.rt) >> 5;
+                q8_0_warp(s_yq[0][lane], lane, (int8_t *)p.yq + blk * 32, (float *)(p.yq + p.yq_n) + blk);
+            }
+        } else if (warp < NT) {
             const int blk = (t0 / p.tiles * a.rows + (t0 % p.tiles) * p.rt) >> 5;
-            q8_0_warp(s_yq[lane], lane, (int8_t *)p.yq + blk * 32, (float *)(p.yq + p.yq_n) + blk);
+            uint8_t *q = p.yq + (size_t)warp * p.yq_tok;
+            q8_0_warp(s_yq[warp][lane], lane, (int8_t *)q + blk * 32, (float *)(q + p.yq_n) + blk);
         }
     }
 #ifdef DS4_MV_PROBE
@@ -2277,7 +2287,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const bool seg_warps = nseg8 >= 1 && 8 % nseg8 == 0;
         p.ilp = seg_warps ? ds4c_opt_mv_ilp() : 1;
         p.sumw = seg_warps ? ds4c_opt_mv_sumw() : 0;
-        if (nt != 1 && (nt != 2 || p.ilp < 2 || yq || a.ids || (a.act_tok & 15) != 0 || (a.act_sel & 15) != 0))
+        if (nt != 1 && (nt != 2 || p.ilp < 2 || a.ids || (a.act_tok & 15) != 0 || (a.act_sel & 15) != 0))
             return false;
         if (xf) {
             if (!std::is_same<T, TQ8_0>::value || n_sel != 1 || a.cols % 32 != 0 ||
@@ -2340,7 +2350,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // yq (ds4c_matmul_q8out): k_mv_pipe_q8f only (either mode), y one
         // row of whole blocks of 32 values (selections rows apart), no ids
         if (yq && (!(q8f || q8e) || xf || a.ids || a.rows % 32 != 0 || (n_sel > 1 && a.y_sel != a.rows) ||
-                   ((uintptr_t)yq & 15) != 0))
+                   ((uintptr_t)yq & 15) != 0 || (nt == 2 && !(q8e && (ds4c_opt_mv_two() & 4)))))
             return false;
         // the terms of a row: k_mv_pipe's nb + 4 floats, k_mv_pipe_q8f's partials
         const int64_t row_terms = q8f ? a.cols / Q8F_SEG : nb + 4;
@@ -2452,6 +2462,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         if (yq) {
             p.yq = yq;
             p.yq_n = n_sel * a.rows;
+            p.yq_tok = (int)ds4c_act_bytes(DS4C_Q8_0, p.yq_n);
         }
         ds4c_launch(k, (unsigned)grid, PIPE_THREADS + (w9 ? 32 : 0), (size_t)smem, st, p);
         cudaError_t e = cudaGetLastError();
@@ -2520,10 +2531,13 @@ bool dec_iq2_xxs(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
 bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps, bool exact, bool room, cudaStream_t st,
                    int *rc, int n = 1);
 // ds4c_matmul_q8out's one launch (mv_q8_0.cu): whether k_mv_pipe_q8f
-// (exact: its exact terms, DS4C_OPT_MV_EXQ8) took a's single-token product
-// of n_sel selections (no ids) with each CTA writing its block of y's Q8_0
-// activation to yq as well, *rc the launch's status.
-bool pipe_q8_0_q8out(const MVArgs &a, int n_sel, uint8_t *yq, bool exact, cudaStream_t st, int *rc);
+// (exact: its exact terms, DS4C_OPT_MV_EXQ8) took a's product of n_sel
+// selections (no ids) for nt tokens (1, or 2 in exact mode where its
+// two-token form takes them and DS4C_OPT_MV_TWO has bit 4; activations
+// a.act_tok bytes apart)
+// with each CTA writing its block of each token's y as Q8_0 activation to
+// yq as well, *rc the launch's status.
+bool pipe_q8_0_q8out(const MVArgs &a, int n_sel, uint8_t *yq, bool exact, cudaStream_t st, int *rc, int nt = 1);
 // ds4c_matvec_f32's fused launch for an F16 matrix (mv_float.cu; fast mode,
 // nw set, 1024, 2048 or 4096 columns, 16-byte aligned): whether
 // k_mv_f16_norm took a's product of the float row xf after RMSNorm with nw

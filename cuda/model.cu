@@ -963,16 +963,26 @@ constexpr int HPX_T = 64;                   // threads: ≥ HPX_D and ≥ HPM_M 
 static_assert(HPX_T >= HPX_D && HPX_T >= HPM_M * HPX_J, "k_hc_post_mix_ex: a thread a value of d and a chain");
 static_assert(HPX_P == DS4C_HC_EX_PARTS && 2048 * HPX_PER == DS4C_HC_EX_D, "k_hc_post_mix_ex: the header's shape");
 
-template <int TYPE, bool MOE>
+// NT = 2 (a verification pass's two tokens, DS4C_OPT_MV_TWO's bit 8): one CTA
+// takes both tokens' running sums j0 … j0 + HPX_J − 1 with the rows'
+// weights loaded once — warp t forms token t's streams (HPX_D values: one
+// warp) and its squares, whose xor-shuffle tree is block_sum_d's for one
+// token (the other warp's total is +0 there) — then each chain thread runs
+// token 0's chain and token 1's: each token's operations, order and bits
+// those of its one-token CTA, in half the CTAs and weight loads.
+template <int TYPE, bool MOE, int NT = 1>
 __global__ void __launch_bounds__(HPX_T) k_hc_post_mix_ex(float *h, const float *out, const float *post,
                                                           const float *comb, const void *fn, int M, float *part,
                                                           MoESum moe) {
     constexpr int HC = 4, D = 2048 * HPX_PER, CL = HC * HPX_PER * 8; // a chain's elements
+    static_assert(NT == 1 || (NT == 2 && HPX_D == 32 && HPX_T == 64), "k_hc_post_mix_ex: two tokens a warp each");
     pdl_launch();
     const int tid = threadIdx.x, j0 = blockIdx.x * HPX_J;
     const int64_t t = blockIdx.y;
-    hpm_token<HC, MOE>(t, D, h, post, comb, out, moe);
-    part += t * ((int64_t)M * 256 + 2 * HPX_P);
+    if constexpr (NT == 1) {
+        hpm_token<HC, MOE>(t, D, h, post, comb, out, moe);
+        part += t * ((int64_t)M * 256 + 2 * HPX_P);
+    }
     // the chain's weights: row r, sum j0 + jj, elements s·D + 2048p + 8(j0 + jj) + e
     const int r = tid / HPX_J, jj = tid % HPX_J;
     const bool chain = r < M;
@@ -987,32 +997,74 @@ __global__ void __launch_bounds__(HPX_T) k_hc_post_mix_ex(float *h, const float 
                                  s_of(c) * D + 2048 * p_of(c) + 8 * (j0 + jj) + c % 8)
                      : 0.f;
     pdl_wait();
-    __shared__ float s_h[HC][HPX_D]; // the new streams at the CTA's values of d, local index (p·HPX_J + jj)·8 + e
-    __shared__ int s_ord[16];
-    if (MOE) {
-        moe_rank_order(moe.sel, moe.K, s_ord);
-        __syncthreads();
-    }
-    double sq = 0;
-    if (tid < HPX_D) {
-        const int64_t d = 2048 * (tid / (8 * HPX_J)) + 8 * j0 + tid % (8 * HPX_J);
-        const float o = MOE ? moe_sum_at(moe.ye, s_ord, moe.K, D, d, moe.ysh) : out[d];
+    // the new streams at the CTA's values of d, local index (p·HPX_J + jj)·8 + e
+    __shared__ float s_h[NT][HC][HPX_D];
+    __shared__ int s_ord[NT][16];
+    if constexpr (NT == 1) {
+        if (MOE) {
+            moe_rank_order(moe.sel, moe.K, s_ord[0]);
+            __syncthreads();
+        }
+        double sq = 0;
+        if (tid < HPX_D) {
+            const int64_t d = 2048 * (tid / (8 * HPX_J)) + 8 * j0 + tid % (8 * HPX_J);
+            const float o = MOE ? moe_sum_at(moe.ye, s_ord[0], moe.K, D, d, moe.ysh) : out[d];
+            float nv[HC];
+            hc_post_at<HC>(h, D, d, o, post, comb, HC, nv);
+#pragma unroll
+            for (int k = 0; k < HC; k++) {
+                s_h[0][k][tid] = nv[k];
+                sq += (double)nv[k] * (double)nv[k];
+            }
+        }
+        sq = block_sum_d(sq); // (its barriers also order s_h's stores before the chains)
+        if (chain) {
+            float acc = 0.f;
+#pragma unroll
+            for (int c = 0; c < CL; c++)
+                acc = fadd(acc, fmul(w[c], s_h[0][s_of(c)][(p_of(c) * HPX_J + jj) * 8 + c % 8]));
+            part[(int64_t)r * 256 + j0 + jj] = acc;
+        }
+        if (tid == 0) ((double *)(part + (int64_t)M * 256))[blockIdx.x] = sq;
+    } else {
+        // warp tt: token tt's streams (lane: the value), its rank order and squares
+        const int tt = tid >> 5, lane = tid & 31;
+        const int64_t tstride = (int64_t)M * 256 + 2 * HPX_P; // a token's parts
+        hpm_token<HC, MOE>(tt, D, h, post, comb, out, moe);
+        if (MOE) {
+            if (lane < moe.K) { // moe_rank_order's ranks, by lane
+                const int32_t me = moe.sel[lane];
+                int rk = 0;
+                for (int k = 0; k < moe.K; k++) rk += (moe.sel[k] < me || (moe.sel[k] == me && k < lane)) ? 1 : 0;
+                s_ord[tt][rk] = lane;
+            }
+            __syncwarp();
+        }
+        const int64_t d = 2048 * (lane / (8 * HPX_J)) + 8 * j0 + lane % (8 * HPX_J);
+        const float o = MOE ? moe_sum_at(moe.ye, s_ord[tt], moe.K, D, d, moe.ysh) : out[d];
         float nv[HC];
         hc_post_at<HC>(h, D, d, o, post, comb, HC, nv);
+        double sq = 0;
 #pragma unroll
         for (int k = 0; k < HC; k++) {
-            s_h[k][tid] = nv[k];
+            s_h[tt][k][lane] = nv[k];
             sq += (double)nv[k] * (double)nv[k];
         }
-    }
-    sq = block_sum_d(sq); // (its barriers also order s_h's stores before the chains)
-    if (chain) {
-        float acc = 0.f;
 #pragma unroll
-        for (int c = 0; c < CL; c++) acc = fadd(acc, fmul(w[c], s_h[s_of(c)][(p_of(c) * HPX_J + jj) * 8 + c % 8]));
-        part[(int64_t)r * 256 + j0 + jj] = acc;
+        for (int m = 16; m > 0; m >>= 1) sq += __shfl_xor_sync(FULL_MASK, sq, m);
+        if (lane == 0) ((double *)(part + tt * tstride + (int64_t)M * 256))[blockIdx.x] = sq;
+        __syncthreads(); // both tokens' streams before the chains
+        if (chain) {
+#pragma unroll
+            for (int u = 0; u < NT; u++) {
+                float acc = 0.f;
+#pragma unroll
+                for (int c = 0; c < CL; c++)
+                    acc = fadd(acc, fmul(w[c], s_h[u][s_of(c)][(p_of(c) * HPX_J + jj) * 8 + c % 8]));
+                part[u * tstride + (int64_t)r * 256 + j0 + jj] = acc;
+            }
+        }
     }
-    if (tid == 0) ((double *)(part + (int64_t)M * 256))[blockIdx.x] = sq;
 }
 
 // ------------------------------------------------------------ RoPE
@@ -5286,15 +5338,25 @@ int ds4c_hc_post_mix_ex(float *d_h, const float *d_out, const float *d_ye, const
     if (M <= 0 || M > HPM_M) return ds4c_err(DS4C_EINVAL, "hc_post_mix_ex: %d mixing rows (at most %d)", M, HPM_M);
     if (((uintptr_t)d_part & 7) != 0) return ds4c_err(DS4C_EINVAL, "hc_post_mix_ex: parts not 8-byte aligned");
     using KF = void (*)(float *, const float *, const float *, const float *, const void *, int, float *, MoESum);
-    static const KF ks[2][3] = {
-        {k_hc_post_mix_ex<DS4C_F16, false>, k_hc_post_mix_ex<DS4C_BF16, false>, k_hc_post_mix_ex<DS4C_F32, false>},
-        {k_hc_post_mix_ex<DS4C_F16, true>, k_hc_post_mix_ex<DS4C_BF16, true>, k_hc_post_mix_ex<DS4C_F32, true>},
+    static const KF ks[2][2][3] = {
+        {
+            {k_hc_post_mix_ex<DS4C_F16, false>, k_hc_post_mix_ex<DS4C_BF16, false>, k_hc_post_mix_ex<DS4C_F32, false>},
+            {k_hc_post_mix_ex<DS4C_F16, true>, k_hc_post_mix_ex<DS4C_BF16, true>, k_hc_post_mix_ex<DS4C_F32, true>},
+        },
+        {
+            {k_hc_post_mix_ex<DS4C_F16, false, 2>, k_hc_post_mix_ex<DS4C_BF16, false, 2>,
+             k_hc_post_mix_ex<DS4C_F32, false, 2>},
+            {k_hc_post_mix_ex<DS4C_F16, true, 2>, k_hc_post_mix_ex<DS4C_BF16, true, 2>,
+             k_hc_post_mix_ex<DS4C_F32, true, 2>},
+        },
     };
     const int ti = fn_type == DS4C_F16 ? 0 : fn_type == DS4C_BF16 ? 1 : fn_type == DS4C_F32 ? 2 : -1;
     if (ti < 0) return ds4c_err(DS4C_ETYPE, "hc_post_mix_ex: weight type %d", fn_type);
     const MoESum moe{d_ye, d_sel, d_ysh, K};
-    ds4c_launch(ks[d_ye ? 1 : 0][ti], dim3((unsigned)HPX_P, (unsigned)n), HPX_T, 0, as_stream(stream), d_h, d_out,
-                d_post, d_comb, d_fn, M, d_part, moe);
+    // two tokens in one CTA each part (the weights loaded once) unless off
+    const bool two = n == 2 && (ds4c_opt_mv_two() & 8);
+    ds4c_launch(ks[two ? 1 : 0][d_ye ? 1 : 0][ti], dim3((unsigned)HPX_P, two ? 1u : (unsigned)n), HPX_T, 0,
+                as_stream(stream), d_h, d_out, d_post, d_comb, d_fn, M, d_part, moe);
     DS4C_CHECK_LAUNCH("hc_post_mix_ex");
     return 0;
 }

@@ -9,8 +9,8 @@ bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps,
     return launch_pipe<TQ8_0>(a, 1, exact, st, rc, xf, nw, eps, room, nullptr, n);
 }
 
-bool pipe_q8_0_q8out(const MVArgs &a, int n_sel, uint8_t *yq, bool exact, cudaStream_t st, int *rc) {
-    return launch_pipe<TQ8_0>(a, n_sel, exact, st, rc, nullptr, nullptr, 0.f, false, yq);
+bool pipe_q8_0_q8out(const MVArgs &a, int n_sel, uint8_t *yq, bool exact, cudaStream_t st, int *rc, int nt) {
+    return launch_pipe<TQ8_0>(a, n_sel, exact, st, rc, nullptr, nullptr, 0.f, false, yq, nt);
 }
 
 } // namespace ds4mv

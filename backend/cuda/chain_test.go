@@ -64,7 +64,7 @@ func chainOps(t testing.TB, d *Device, shapes [][2]int, seed uint64) (ops, ref [
 func chainRef(d *Device, ref []ChainOp, s Stream) error {
 	for _, o := range ref {
 		w := &Weight{Type: quant.Q8_0, Rows: int(o.Rows), Cols: int(o.Cols), Mats: 1, Ptr: o.W}
-		if err := d.MatMulQ8Out(s, w, 1, o.Act, 0, 1, o.Y, o.YQ, false); err != nil {
+		if err := d.MatMulQ8Out(s, w, 1, o.Act, 0, 0, 1, 1, o.Y, o.YQ, false); err != nil {
 			return err
 		}
 	}

@@ -345,7 +345,7 @@ const (
 	OptAttnOrder    = 78 // exact attention's summation order: 0 serial (cpu.Options.AttnSerial; the default until v66), 1 segmented (cpu.AttendHead with cpu.AttnSegmentKeys, the CPU backend's default) in k_attn_po_cl, 2 the same split over the segments (k_attn_seg, 128 dims a CTA; 3: 64; 4: 32; 5, DefaultAttnOrder: as 3 with the scores formed in the kernel, k_attn_seg_cl, a cluster of the 8 dim slices, for head dim 512, else as 3); prompt chunks in k_attn_softmax_seg + k_attn_out_tile whatever the value 1-5 (env DS4_CUDA_ATTN_ORDER)
 	OptSegComb      = 79 // k_attn_seg_combine (exact decode in the segmented order): 1 its loads requested before the statistics (default), 0 the v66 form; the same bits (env DS4_CUDA_SEG_COMB)
 	OptMVExQ8       = 66 // 1: exact mode's pipelined Q8_0 products (columns a multiple of 1024 dividing the CTA's 8 warps) form their block terms on fast mode's items (a lane a block; the terms stored, not tree-summed) and add them in block order: the same bits as 0 with about a third of the instructions; 2: the same with a ninth warp, which forms no items, adding the previous tile's rows while the eight form the next (default, DefaultMVExQ8; env DS4_CUDA_MV_EXQ8); 1: the last warp adds them after its items; 0: the pipelined kernel's 16-byte units, two lanes a block
-	OptMVTwo        = 59 // products of two tokens, by bits: 1 fast mode's: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined product, the weights streamed once and each token's bits its one-token product's, the others split over up to 8 warps a row where the rows are few; 2 exact mode's Q8_0 ones of those shapes pipelined the same way (quant.Dot's bits, v67); 3 both (default, DefaultMVTwo; env DS4_CUDA_MV_TWO); 0: the generic two-token kernel, a warp a row
+	OptMVTwo        = 59 // products of two tokens, by bits: 1 fast mode's: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined product, the weights streamed once and each token's bits its one-token product's, the others split over up to 8 warps a row where the rows are few; 2 exact mode's Q8_0 ones of those shapes pipelined the same way (quant.Dot's bits, v67); 4, with bit 2: exact mode's MatMulQ8Out of two tokens quantizes both tokens' output blocks in its CTAs (a pass's wo_a for wo_b; the same bits as Quantize after the product; fast mode keeps the separate steps: −0.2 / −0.5 %, within the spread; v68); 8 exact mode's HCPostMixEx of two tokens in one CTA a part, the weights loaded once (each token's bits its one-token launch's; v68); 15 all (default, DefaultMVTwo; env DS4_CUDA_MV_TWO); 0: the generic two-token kernel, a warp a row
 	OptMVPair       = 48 // MatMulGroupedPair of one selection of one Q8_0 or Q4_K matrix (a shared expert's gate and up): both in one k_matvec grid (1, default; env DS4_CUDA_MV_PAIR) or two launches (0); the same bits in exact mode (in fast mode a lone Q8_0 product runs pipelined, which adds in another order)
 	OptHadWarp      = 42 // 1: Walsh–Hadamard transforms of rows of 32 … 512 values a warp a row in registers, with the FP4 simulation in the same kernel for HadamardFP4 (the same bits; default; env DS4_CUDA_HAD_WARP); 0: a CTA a row in shared memory, the FP4 simulation apart
 )
@@ -411,8 +411,10 @@ const DefaultMVF32 = 7
 const DefaultMVILP = 4
 
 // DefaultMVTwo is the library's default of OptMVTwo: two tokens' Q8_0
-// products pipelined together in both modes (cuda/NOTES.md v45, v67).
-const DefaultMVTwo = 3
+// products pipelined together in both modes (cuda/NOTES.md v45, v67), and
+// in exact mode wo_a's two-token output quantized in its product and the
+// two-token hc_post mixes in one CTA a part (v68).
+const DefaultMVTwo = 15
 
 // DefaultAttnOrder is the library's default of OptAttnOrder: exact mode's
 // attention in the segmented order (the CPU backend's default, so exact

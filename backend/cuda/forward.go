@@ -997,20 +997,21 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		if err != nil {
 			return err
 		}
-		if n == 1 && !halfOA && be.woQ8 && at == quant.Q8_0 && L.outA.Type == quant.Q8_0 &&
+		if n <= 2 && !halfOA && be.woQ8 && at == quant.Q8_0 && L.outA.Type == quant.Q8_0 &&
 			L.outB.Type == quant.Q8_0 && L.outB.Cols == G*OL && OL%32 == 0 {
 			// wo_a's CTAs quantize their blocks of its output for wo_b
-			// (MatMulQ8Out), which then copies that row instead of reading
-			// wo_a's floats and quantizing them in every CTA
+			// (MatMulQ8Out; a verification pass's two tokens too), which
+			// then copies that row instead of reading wo_a's floats and
+			// quantizing them in every CTA or in a launch of their own
 			qb := d.ActBytes(quant.Q8_0, G*OL)
-			oq, err := b.sc.get("attn.oa.q8", qb)
+			oq, err := b.sc.get("attn.oa.q8", qb*int64(n))
 			if err != nil {
 				return err
 			}
-			if err := d.MatMulQ8Out(s, L.outA, G, act, actSel, 1, oa, oq, be.exact()); err != nil {
+			if err := d.MatMulQ8Out(s, L.outA, G, act, actTok, actSel, 1, n, oa, oq, be.exact()); err != nil {
 				return err
 			}
-			if err := d.MatMulEx(s, L.outB, 0, 1, oq, qb, 0, 1, 1, b.out, int64(D), 0, be.exact()); err != nil {
+			if err := d.MatMulEx(s, L.outB, 0, 1, oq, qb, 0, 1, n, b.out, int64(D), 0, be.exact()); err != nil {
 				return err
 			}
 		} else {

@@ -229,7 +229,8 @@ func hcPostMixMoECase(t *testing.T, d *Device, D int, fn *Weight, parts, n int, 
 // stream loads hoisted — for Flash's shape in each float type, the head's
 // 4 rows, one token and two. The MoE form (each token's MoE sum as the
 // sub-block output, with and without a shared expert's row) leaves the
-// streams and parts of MoECombine then HCPostMixEx.
+// streams and parts of MoECombine then HCPostMixEx. Two tokens run in one
+// CTA a part (OptMVTwo's bit 8), and leave the bits of a CTA a token.
 func TestHCPostMixEx(t *testing.T) {
 	d := gpu(t)
 	for _, c := range []struct {
@@ -265,6 +266,17 @@ func hcPostMixExCase(t *testing.T, d *Device, M int, typ quant.Type, n int) {
 	if i, ok := firstBitDiff(want, got); !ok {
 		t.Fatalf("stream value %d: %v, HCPost %v", i, got[i], want[i])
 	}
+	if n == 2 { // two tokens in one CTA a part (OptMVTwo's bit 8) against a CTA a token
+		hE, partE := upload(t, d, h0), alloc(t, d, int64(4*n*pf))
+		must(t, d.SetOption(OptMVTwo, DefaultMVTwo&^8))
+		must(t, d.HCPostMixEx(0, hE, out, 0, 0, 0, 0, post, comb, hc, D, fn, partE, n))
+		must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
+		a := append(download(t, d, hE, n*hc*D), download(t, d, partE, n*pf)...)
+		b := append(got, download(t, d, part, n*pf)...)
+		if i, ok := firstBitDiff(a, b); !ok {
+			t.Fatalf("two tokens a CTA, value %d of streams and parts: %v, a CTA a token %v", i, b[i], a[i])
+		}
+	}
 	// the MoE form
 	const K = hcTestExperts
 	ye, sel := hcMoEInputs(t, d, n, D, 25)
@@ -279,6 +291,16 @@ func hcPostMixExCase(t *testing.T, d *Device, M int, typ quant.Type, n int) {
 		b := append(download(t, d, hD, n*hc*D), download(t, d, partD, n*pf)...)
 		if i, ok := firstBitDiff(a, b); !ok {
 			t.Fatalf("MoE form (shared row %v), value %d of streams and parts: %v, MoECombine then HCPostMixEx %v", ysh != 0, i, b[i], a[i])
+		}
+		if n == 2 { // the MoE form a CTA a token
+			hF, partF := upload(t, d, h0), alloc(t, d, int64(4*n*pf))
+			must(t, d.SetOption(OptMVTwo, DefaultMVTwo&^8))
+			must(t, d.HCPostMixEx(0, hF, 0, ye, sel, ysh, K, post, comb, hc, D, fn, partF, n))
+			must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
+			f := append(download(t, d, hF, n*hc*D), download(t, d, partF, n*pf)...)
+			if i, ok := firstBitDiff(f, b); !ok {
+				t.Fatalf("MoE form (shared row %v) two tokens a CTA, value %d: %v, a CTA a token %v", ysh != 0, i, b[i], f[i])
+			}
 		}
 	}
 	// HCPre from the parts against HCPre from the host's logits in the

@@ -86,7 +86,7 @@ type lib struct {
 	matmul        func(t int32, w uintptr, rows, cols, nMat int64, act uintptr, actStride int64, nTok int32, y uintptr, yStride int64, s uintptr) int32
 	matvecIDs     func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actStride int64, y uintptr, yStride int64, s uintptr) int32
 	matmulEx      func(t int32, w uintptr, rows, cols, nMat int64, ids uintptr, nSel int32, act uintptr, actTok, actSel int64, actDiv, nTok int32, y uintptr, yTok, ySel int64, flags int32, s uintptr) int32
-	matmulQ8Out   func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, act uintptr, actSel int64, actDiv int32, y, yq uintptr, flags int32, s uintptr) int32
+	matmulQ8Out   func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, act uintptr, actTok, actSel int64, actDiv, nTok int32, y, yq uintptr, flags int32, s uintptr) int32
 	profiler      func(on int32) int32
 	halfOK        func(t, xType, nTok int32) int32
 	halfWarm      func() int32

@@ -68,8 +68,8 @@ func (l *lib) direct(sym func(name string) uintptr) error {
 		return cint(call(matmulEx, arg(t), w, arg(rows), arg(cols), arg(nMat), ids, arg(nSel), act, arg(actTok), arg(actSel), arg(actDiv), arg(nTok), y, arg(yTok), arg(ySel), arg(flags), s))
 	}
 	matmulQ8Out := f("ds4c_matmul_q8out")
-	l.matmulQ8Out = func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, act uintptr, actSel int64, actDiv int32, y, yq uintptr, flags int32, s uintptr) int32 {
-		return cint(call(matmulQ8Out, arg(t), w, arg(rows), arg(cols), arg(nMat), arg(nSel), act, arg(actSel), arg(actDiv), y, yq, arg(flags), s))
+	l.matmulQ8Out = func(t int32, w uintptr, rows, cols, nMat int64, nSel int32, act uintptr, actTok, actSel int64, actDiv, nTok int32, y, yq uintptr, flags int32, s uintptr) int32 {
+		return cint(call(matmulQ8Out, arg(t), w, arg(rows), arg(cols), arg(nMat), arg(nSel), act, arg(actTok), arg(actSel), arg(actDiv), arg(nTok), y, yq, arg(flags), s))
 	}
 	group, matmulGroup := f("ds4c_group"), f("ds4c_matmul_grouped")
 	l.group = func(ids uintptr, nSel int32, nMat int64, scratch, s uintptr) int32 {

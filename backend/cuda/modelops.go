@@ -90,19 +90,21 @@ func (d *Device) matMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTo
 	})
 }
 
-// MatMulQ8Out is one token's MatMulEx without ids (nsel selections,
-// selection s through matrix s when nsel > 1, its activation at act +
-// (s/actDiv)·actSel bytes) into y[s·w.Rows + r] (w.Rows a multiple of 32)
-// that also writes yq, the Q8_0 activation of y's row of nsel·w.Rows values
-// (Quantize's bytes, ActBytes(Q8_0, nsel·w.Rows) of them): the input of the
-// product after it (a decode step's wo_b). In fast mode, where the
-// pipelined Q8_0 kernel takes the product, each CTA multiplies one block
-// of 32 rows and quantizes it (one launch); else MatMulEx, then Quantize.
-// The same bits either way.
-func (d *Device) MatMulQ8Out(s Stream, w *Weight, nsel int, act Ptr, actSel int64, actDiv int, y, yq Ptr, exact bool) error {
+// MatMulQ8Out is MatMulEx of ntok tokens (1 or 2; activation rows actTok
+// bytes apart) without ids (nsel selections, selection s through matrix s
+// when nsel > 1, its activation at act + (s/actDiv)·actSel bytes) into
+// token t's y[t·nsel·w.Rows + s·w.Rows + r] (w.Rows a multiple of 32) that
+// also writes yq, each token's Q8_0 activation of its row of nsel·w.Rows
+// values (Quantize's bytes, ActBytes(Q8_0, nsel·w.Rows) of them a token,
+// token 1's after token 0's): the input of the product after it (a decode
+// step's or a verification pass's wo_b). Where the pipelined Q8_0 kernel
+// takes the product, each CTA multiplies one block of 32 rows and
+// quantizes it (one launch); else MatMulEx, then Quantize. The same bits
+// either way.
+func (d *Device) MatMulQ8Out(s Stream, w *Weight, nsel int, act Ptr, actTok, actSel int64, actDiv, ntok int, y, yq Ptr, exact bool) error {
 	return d.l.call("matmul_q8out", func() int32 {
 		return d.l.matmulQ8Out(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), int32(nsel),
-			uintptr(act), actSel, int32(actDiv), uintptr(y), uintptr(yq), mmFlags(exact), uintptr(s))
+			uintptr(act), actTok, actSel, int32(actDiv), int32(ntok), uintptr(y), uintptr(yq), mmFlags(exact), uintptr(s))
 	})
 }
 

@@ -359,10 +359,14 @@ func firstBitDiff(a, b []float32) (int, bool) {
 // (each CTA one block of 32 rows: wo_a's eight selections, one matrix of
 // 4096 rows, tiles shorter than a block; exact mode's terms since v57,
 // OptMVExQ8) and where it does not (columns not whole 1024-value
-// segments); and that rows that are not whole blocks are refused.
+// segments), for one token and for two (a verification pass's: in exact
+// mode the two-token kernel where OptMVTwo has bits 2 and 4, each token's
+// block quantized by its own warp; else the separate steps); and
+// that rows that are not whole blocks are refused.
 func TestMatMulQ8Out(t *testing.T) {
 	d := gpu(t)
 	pipeEverywhere(t, d)
+	t.Cleanup(func() { d.SetOption(OptMVTwo, DefaultMVTwo) })
 	cases := []struct {
 		name             string
 		rows, cols, mats int
@@ -375,39 +379,52 @@ func TestMatMulQ8Out(t *testing.T) {
 	}
 	for ci, c := range cases {
 		_, dw, ab := randomMats(t, d, quant.Q8_0, c.rows, c.cols, c.mats, uint64(5300+ci))
-		x := gaussian(c.nsel*c.cols, uint64(5400+ci))
-		act := quantizeOnDevice(t, d, quant.Q8_0, x, c.cols, c.nsel)
+		x := gaussian(2*c.nsel*c.cols, uint64(5400+ci))
+		act := quantizeOnDevice(t, d, quant.Q8_0, x, c.cols, 2*c.nsel)
+		actTok := ab * int64(c.nsel)
 		n := c.rows * c.nsel
 		qb := d.ActBytes(quant.Q8_0, n)
-		y, yq := alloc(t, d, 4*int64(n)), alloc(t, d, qb)
-		yRef, yqRef := alloc(t, d, 4*int64(n)), alloc(t, d, qb)
-		for _, exact := range []bool{false, true} {
-			poison(t, d, y, n)
-			must(t, d.MemsetAsync(yq, 0x5a, qb, 0))
-			must(t, d.MatMulQ8Out(0, dw, c.nsel, act, ab, 1, y, yq, exact))
-			must(t, d.MatMulEx(0, dw, 0, c.nsel, act, ab, ab, 1, 1, yRef, int64(n), int64(c.rows), exact))
-			must(t, d.Quantize(0, quant.Q8_0, yRef, n, yqRef, n, 1))
-			got, want := download(t, d, y, n), download(t, d, yRef, n)
-			if k, ok := firstBitDiff(got, want); !ok {
-				t.Errorf("%s exact=%v: y[%d] = %v, MatMulEx's %v", c.name, exact, k, got[k], want[k])
-			}
-			// (the quants and the scales; not the row's padding to 16 bytes,
-			// which neither writes)
-			gq, wq := make([]byte, qb), make([]byte, qb)
-			must(t, d.Download(gq, yq))
-			must(t, d.Download(wq, yqRef))
-			for i := range n + n/32*4 {
-				if gq[i] != wq[i] {
-					t.Errorf("%s exact=%v: activation byte %d of %d = %#x, Quantize's %#x", c.name, exact, i, qb, gq[i], wq[i])
-					break
+		y, yq := alloc(t, d, 8*int64(n)), alloc(t, d, 2*qb)
+		yRef, yqRef := alloc(t, d, 8*int64(n)), alloc(t, d, 2*qb)
+		for _, v := range []struct{ ntok, two int }{{1, DefaultMVTwo}, {2, DefaultMVTwo}, {2, DefaultMVTwo &^ 4}, {2, 0}} {
+			must(t, d.SetOption(OptMVTwo, v.two))
+			for _, exact := range []bool{false, true} {
+				name := fmt.Sprintf("%s exact=%v tokens=%d OptMVTwo=%d", c.name, exact, v.ntok, v.two)
+				poison(t, d, y, v.ntok*n)
+				must(t, d.MemsetAsync(yq, 0x5a, int64(v.ntok)*qb, 0))
+				must(t, d.MatMulQ8Out(0, dw, c.nsel, act, actTok, ab, 1, v.ntok, y, yq, exact))
+				must(t, d.MatMulEx(0, dw, 0, c.nsel, act, actTok, ab, 1, v.ntok, yRef, int64(n), int64(c.rows), exact))
+				must(t, d.Quantize(0, quant.Q8_0, yRef, n, yqRef, n, v.ntok))
+				got, want := download(t, d, y, v.ntok*n), download(t, d, yRef, v.ntok*n)
+				if k, ok := firstBitDiff(got, want); !ok {
+					t.Errorf("%s: token %d y[%d] = %v, MatMulEx's %v", name, k/n, k%n, got[k], want[k])
+				}
+				// (the quants and the scales; not the row's padding to 16
+				// bytes, which neither writes)
+				gq, wq := make([]byte, int64(v.ntok)*qb), make([]byte, int64(v.ntok)*qb)
+				must(t, d.Download(gq, yq))
+				must(t, d.Download(wq, yqRef))
+				for tok := range v.ntok {
+					o := int64(tok) * qb
+					for i := range int64(n + n/32*4) {
+						if gq[o+i] != wq[o+i] {
+							t.Errorf("%s: token %d activation byte %d of %d = %#x, Quantize's %#x", name, tok, i, qb, gq[o+i], wq[o+i])
+							break
+						}
+					}
 				}
 			}
 		}
 	}
 	_, dw, ab := randomMats(t, d, quant.Q8_0, 48, 1024, 1, 5399)
 	buf := alloc(t, d, 4*48+d.ActBytes(quant.Q8_0, 48))
-	if err := d.MatMulQ8Out(0, dw, 1, buf, ab, 1, buf, buf, false); err == nil {
+	if err := d.MatMulQ8Out(0, dw, 1, buf, 0, ab, 1, 1, buf, buf, false); err == nil {
 		t.Errorf("48 rows (not whole blocks of 32): no error")
+	}
+	_, dw64, ab64 := randomMats(t, d, quant.Q8_0, 64, 1024, 1, 5398)
+	buf64 := alloc(t, d, 3*(4*64+d.ActBytes(quant.Q8_0, 64)))
+	if err := d.MatMulQ8Out(0, dw64, 1, buf64, ab64, ab64, 1, 3, buf64, buf64, false); err == nil {
+		t.Errorf("three tokens: no error")
 	}
 }
 
