@@ -71,17 +71,17 @@ func (be *Backend) HasMTP() bool { return be.mtp != nil }
 // for a pass that commits no draft, in the paused policy's passes (one-token
 // steps, every 4th checking its draft). Fast mode: 1.25 (cuda/NOTES.md v47:
 // 128 tok/s verifying every draft at 0 %, 162 paused, 171 plain). Exact
-// mode (v67): 107.9 tok/s verifying at 0 % against 149.6 plain (1.39 plain
-// steps), times fast mode's paused/plain ratio (162/171; exact mode's paused
-// rate not yet measured): ≈ 1.31.
+// mode (v68, one process each against plain decoding of the same tokens):
+// verifying every draft at 0 % ×0.707 of plain (106.74 against 151.02 tok/s),
+// paused ×0.945 and ×0.939 (143.11 / 151.46, 138.98 / 147.99): ≈ 1.33.
 const (
 	draftCostFast  = 1.25
-	draftCostExact = 1.31
+	draftCostExact = 1.33
 )
 
 // DraftPassCost is engine.DraftCoster's: what a verifying pass costs in this
 // backend's mode, so that the session's policy pauses speculation below
-// its break-even acceptance (≈ 25 % fast, ≈ 31 % exact).
+// its break-even acceptance (≈ 25 % fast, ≈ 33 % exact).
 func (be *Backend) DraftPassCost() float64 {
 	if be.exact() {
 		return draftCostExact

@@ -75,7 +75,8 @@
 #          DS4_CUDA_SLOW_CALL_US=n the slow calls summed, into cold-W.log)
 #   KT=1   scripts/cuda/ktrace.sh: the kernels of full-size fast decode tokens
 #          at 8k as they run, into $OUT/ktrace.txt (KT_AB: an environment
-#          assignment traced once more, into ktrace-ab.txt); KT_LAYERS: the
+#          assignment traced once more, into ktrace-ab.txt; KT_AB_CSV=1: its
+#          raw CSV too, as ktrace-ab.csv.gz); KT_LAYERS: the
 #          layers listed kernel by kernel (ktrace-layer.py, default "20 21")
 #          into ktrace-layers.txt, the raw CSV as ktrace.csv.gz; KT_MTP=RATE:
 #          the speculative run of ds4-bench --mtp --accept RATE traced
@@ -206,6 +207,7 @@ if [ -n "${KT:-}" ]; then
     fi
     if [ -n "${KT_AB:-}" ]; then
         env $KT_AB OUT=/tmp/kt2 BENCH_ARGS="$ktargs" bash scripts/cuda/ktrace.sh >/tmp/kt2.log 2>&1; cp /tmp/kt2/ktrace.txt "$OUT/ktrace-ab.txt"
+        [ -n "${KT_AB_CSV:-}" ] && gzip -c /tmp/ktrace.csv >"$OUT/ktrace-ab.csv.gz"
         [ -n "${PREFILL_LINES:-}" ] && cp /tmp/kt2/ktrace-prefill.txt "$OUT/ktrace-prefill-ab.txt"
         head -30 "$OUT/ktrace-ab.txt"
     fi
