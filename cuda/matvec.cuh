@@ -2347,8 +2347,10 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
             cap = ctas % 10;
         }
         const int64_t act_stride = (act_smem + 15) & ~(int64_t)15; // nt = 2: the tokens' copies apart
-        // yq (ds4c_matmul_q8out): k_mv_pipe_q8f only (either mode), y one
-        // row of whole blocks of 32 values (selections rows apart), no ids
+        // yq (ds4c_matmul_q8out): k_mv_pipe_q8f only (either mode; two
+        // tokens in exact mode, DS4C_OPT_MV_TWO's bit 4: fast mode measured
+        // no gain, cuda/NOTES.md v68), y one row of whole blocks of 32
+        // values a token (selections rows apart), no ids
         if (yq && (!(q8f || q8e) || xf || a.ids || a.rows % 32 != 0 || (n_sel > 1 && a.y_sel != a.rows) ||
                    ((uintptr_t)yq & 15) != 0 || (nt == 2 && !(q8e && (ds4c_opt_mv_two() & 4)))))
             return false;
@@ -2534,9 +2536,8 @@ bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps,
 // (exact: its exact terms, DS4C_OPT_MV_EXQ8) took a's product of n_sel
 // selections (no ids) for nt tokens (1, or 2 in exact mode where its
 // two-token form takes them and DS4C_OPT_MV_TWO has bit 4; activations
-// a.act_tok bytes apart)
-// with each CTA writing its block of each token's y as Q8_0 activation to
-// yq as well, *rc the launch's status.
+// a.act_tok bytes apart) with each CTA writing its block of each token's y
+// as Q8_0 activation to yq as well, *rc the launch's status.
 bool pipe_q8_0_q8out(const MVArgs &a, int n_sel, uint8_t *yq, bool exact, cudaStream_t st, int *rc, int nt = 1);
 // ds4c_matvec_f32's fused launch for an F16 matrix (mv_float.cu; fast mode,
 // nw set, 1024, 2048 or 4096 columns, 16-byte aligned): whether

@@ -814,16 +814,16 @@ __global__ void k_hc_post(float *h, const float *out, const float *post, const f
 }
 
 // ------------------------------------------------------------ MoE sum helpers
-// moe_rank_order: the CTA's first K threads place the token's experts ids[0
+// moe_rank_order: the threads with i < K (i: the thread's index, or its
+// lane when a warp ranks its own token's) place the token's experts ids[0
 // … K−1] by rank (ascending id, ties by position) into ord (K ≤ 16; the
 // caller synchronises before reading it).
-__device__ __forceinline__ void moe_rank_order(const int32_t *ids, int K, int *ord) {
-    const int tid = threadIdx.x;
-    if (tid < K) {
-        const int32_t me = ids[tid];
+__device__ __forceinline__ void moe_rank_order(const int32_t *ids, int K, int *ord, int i = threadIdx.x) {
+    if (i < K) { // (thread i: selection i's rank)
+        const int32_t me = ids[i];
         int r = 0;
-        for (int j = 0; j < K; j++) r += (ids[j] < me || (ids[j] == me && j < tid)) ? 1 : 0; // a permutation even with repeats
-        ord[r] = tid;
+        for (int j = 0; j < K; j++) r += (ids[j] < me || (ids[j] == me && j < i)) ? 1 : 0; // a permutation even with repeats
+        ord[r] = i;
     }
 }
 
@@ -1032,12 +1032,7 @@ __global__ void __launch_bounds__(HPX_T) k_hc_post_mix_ex(float *h, const float 
         const int64_t tstride = (int64_t)M * 256 + 2 * HPX_P; // a token's parts
         hpm_token<HC, MOE>(tt, D, h, post, comb, out, moe);
         if (MOE) {
-            if (lane < moe.K) { // moe_rank_order's ranks, by lane
-                const int32_t me = moe.sel[lane];
-                int rk = 0;
-                for (int k = 0; k < moe.K; k++) rk += (moe.sel[k] < me || (moe.sel[k] == me && k < lane)) ? 1 : 0;
-                s_ord[tt][rk] = lane;
-            }
+            moe_rank_order(moe.sel, moe.K, s_ord[tt], lane); // (the warp's own token)
             __syncwarp();
         }
         const int64_t d = 2048 * (lane / (8 * HPX_J)) + 8 * j0 + lane % (8 * HPX_J);
