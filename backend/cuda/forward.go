@@ -1000,7 +1000,8 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		if n <= 2 && !halfOA && be.woQ8 && at == quant.Q8_0 && L.outA.Type == quant.Q8_0 &&
 			L.outB.Type == quant.Q8_0 && L.outB.Cols == G*OL && OL%32 == 0 {
 			// wo_a's CTAs quantize their blocks of its output for wo_b
-			// (MatMulQ8Out; a verification pass's two tokens too), which
+			// (MatMulQ8Out; a verification pass's two tokens too in exact
+			// mode, where the library's two-token form takes them), which
 			// then copies that row instead of reading wo_a's floats and
 			// quantizing them in every CTA or in a launch of their own
 			qb := d.ActBytes(quant.Q8_0, G*OL)

@@ -98,9 +98,9 @@ func (d *Device) matMulEx(s Stream, w *Weight, ids Ptr, nsel int, act Ptr, actTo
 // values (Quantize's bytes, ActBytes(Q8_0, nsel·w.Rows) of them a token,
 // token 1's after token 0's): the input of the product after it (a decode
 // step's or a verification pass's wo_b). Where the pipelined Q8_0 kernel
-// takes the product, each CTA multiplies one block of 32 rows and
-// quantizes it (one launch); else MatMulEx, then Quantize. The same bits
-// either way.
+// takes the product (two tokens: in exact mode, OptMVTwo's bit 4), each
+// CTA multiplies one block of 32 rows and quantizes it (one launch); else
+// MatMulEx, then Quantize. The same bits either way.
 func (d *Device) MatMulQ8Out(s Stream, w *Weight, nsel int, act Ptr, actTok, actSel int64, actDiv, ntok int, y, yq Ptr, exact bool) error {
 	return d.l.call("matmul_q8out", func() int32 {
 		return d.l.matmulQ8Out(int32(w.Type), uintptr(w.Ptr), int64(w.Rows), int64(w.Cols), int64(w.Mats), int32(nsel),
