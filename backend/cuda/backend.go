@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -404,6 +405,73 @@ func (be *Backend) Config() *model.Config { return &be.cfg }
 
 // Device returns the device the backend runs on.
 func (be *Backend) Device() *Device { return be.dev }
+
+// goSwitch is one of the backend's own switches, read from its environment
+// variable at New, that keep a step's results: flipped between decode runs
+// it changes which kernels a step queues, not their bits
+// (TestFastDecodeSwitches flips each), so an in-process A/B may switch it
+// (SetOptionEnv).
+type goSwitch struct {
+	env string
+	v   *bool
+}
+
+func (be *Backend) goSwitches() []goSwitch {
+	return []goSwitch{
+		{"DS4_CUDA_MOE_FOLD", &be.moeFold},
+		{"DS4_CUDA_KV_SIDE", &be.kvSide},
+		{"DS4_CUDA_ACT_SIDE", &be.actSide},
+		{"DS4_CUDA_ROUTER_ACT", &be.routerAct},
+		{"DS4_CUDA_DOWN_GLU", &be.downGLU},
+		{"DS4_CUDA_ROPE_TABLE", &be.ropeTable},
+		{"DS4_CUDA_RING_NORM", &be.ringNorm},
+		{"DS4_CUDA_WO_Q8", &be.woQ8},
+	}
+}
+
+// SetOptionEnv sets an option by its environment variable ("NAME=VALUE"):
+// one of the backend's own result-keeping switches (goSwitches; 0 off, 1
+// on), else the library's (Device.SetOptionEnv). ds4-bench --ab switches
+// both kinds through it (bench.OptionSetter).
+func (be *Backend) SetOptionEnv(assign string) error {
+	name, val, _ := strings.Cut(assign, "=")
+	name, val = strings.TrimSpace(name), strings.TrimSpace(val)
+	for _, sw := range be.goSwitches() {
+		if sw.env != name {
+			continue
+		}
+		switch val {
+		case "0":
+			*sw.v = false
+		case "1":
+			*sw.v = true
+		default:
+			return fmt.Errorf("cuda: %s=%q: the switch takes 0 or 1", name, val)
+		}
+		return nil
+	}
+	if be.dev == nil {
+		return fmt.Errorf("cuda: option %q: no device", name)
+	}
+	return be.dev.SetOptionEnv(assign)
+}
+
+// OptionEnv returns the current value of the option whose environment
+// variable is name: a goSwitch's 0 or 1, else the library's.
+func (be *Backend) OptionEnv(name string) (int, error) {
+	for _, sw := range be.goSwitches() {
+		if sw.env == name {
+			if *sw.v {
+				return 1, nil
+			}
+			return 0, nil
+		}
+	}
+	if be.dev == nil {
+		return 0, fmt.Errorf("cuda: option %q: no device", name)
+	}
+	return be.dev.OptionEnv(name)
+}
 
 // WeightsFingerprint identifies the weights (engine.Fingerprinter), computed
 // exactly as backend/cpu computes it, so snapshots move between the two.

@@ -427,8 +427,9 @@ func flashLayers4(t *testing.T) (model.Config, *model.Weights) {
 // (whose HCPost forms the next mixes, so moe_fold's MoE sum is formed
 // there), without graphs and with a graph per token (where a step that
 // completes a compressed row flushes its recording between the side
-// stream's mark and the main stream's wait): moe_fold, kv_side,
-// act_side, router_act, down_glu, rope_table, ring_norm and wo_q8.
+// stream's mark and the main stream's wait): every goSwitch (moe_fold,
+// kv_side, act_side, router_act, down_glu, rope_table, ring_norm and
+// wo_q8), which ds4-bench --ab may flip between runs.
 func TestFastDecodeSwitches(t *testing.T) {
 	gpu(t)
 	// four layers: a ratio-4 layer whose indexer scores (a top-k of 32)
@@ -462,25 +463,14 @@ func TestFastDecodeSwitches(t *testing.T) {
 					t.Fatalf("HCPost does not form the next mixes here: moe_fold is not exercised")
 				}
 				base := allLogits(t, be, 1, toks)
-				// each switch flipped from its default and back
-				for _, sw := range []struct {
-					name string
-					v    *bool
-				}{
-					{"moe_fold", &be.moeFold},
-					{"kv_side", &be.kvSide},
-					{"act_side", &be.actSide},
-					{"router_act", &be.routerAct},
-					{"down_glu", &be.downGLU},
-					{"rope_table", &be.ropeTable},
-					{"ring_norm", &be.ringNorm},
-					{"wo_q8", &be.woQ8},
-				} {
+				// each switch that ds4-bench --ab may flip (goSwitches)
+				// flipped from its default and back
+				for _, sw := range be.goSwitches() {
 					*sw.v = !*sw.v
 					other := allLogits(t, be, 1, toks)
 					*sw.v = !*sw.v
 					if p, j, ok := firstDiff(base, other); !ok {
-						t.Errorf("graph layers %d: %s flipped: logit %d of position %d differs: %v against %v", gl, sw.name, j, p, base[p][j], other[p][j])
+						t.Errorf("graph layers %d: %s flipped: logit %d of position %d differs: %v against %v", gl, sw.env, j, p, base[p][j], other[p][j])
 					}
 				}
 				be.Close()

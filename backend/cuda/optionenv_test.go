@@ -133,3 +133,43 @@ func TestABIHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestGoSwitchOptions checks the backend's option setter on its own
+// switches (no GPU: a Backend without a device): each goSwitch set and
+// read back by its environment variable, values other than 0 and 1
+// refused with the switch unchanged, and a library option's name refused
+// without a device instead of reaching one.
+func TestGoSwitchOptions(t *testing.T) {
+	be := &Backend{}
+	sws := be.goSwitches()
+	if len(sws) == 0 {
+		t.Fatal("no switches")
+	}
+	seen := map[string]bool{}
+	for _, sw := range sws {
+		if seen[sw.env] {
+			t.Fatalf("%s listed twice", sw.env)
+		}
+		seen[sw.env] = true
+		for _, v := range []int{1, 0, 1} {
+			if err := be.SetOptionEnv(fmt.Sprintf("%s=%d", sw.env, v)); err != nil {
+				t.Fatalf("%s=%d: %v", sw.env, v, err)
+			}
+			if *sw.v != (v == 1) {
+				t.Fatalf("%s=%d left the switch %v", sw.env, v, *sw.v)
+			}
+			if got, err := be.OptionEnv(sw.env); err != nil || got != v {
+				t.Fatalf("%s reads back %d (%v), want %d", sw.env, got, err, v)
+			}
+		}
+		if err := be.SetOptionEnv(sw.env + "=2"); err == nil || !*sw.v {
+			t.Errorf("%s=2: error %v, switch %v (want an error and the switch on)", sw.env, err, *sw.v)
+		}
+	}
+	if err := be.SetOptionEnv("DS4_CUDA_MV_TWO=3"); err == nil {
+		t.Error("a library option without a device: no error")
+	}
+	if _, err := be.OptionEnv("DS4_CUDA_MV_TWO"); err == nil {
+		t.Error("reading a library option without a device: no error")
+	}
+}

@@ -23,7 +23,9 @@
 // --ab-prefill more tokens (if set) and the greedy decode of --gen tokens
 // (if set), each variant being the starting options plus its own
 // NAME=VALUE assignments (the library's environment variables, switched at
-// run time), rewinding to the frontier after each. The CSV then has a line
+// run time, and the CUDA backend's own result-keeping switches such as
+// DS4_CUDA_WO_Q8: cuda.Backend.SetOptionEnv), rewinding to the frontier
+// after each. The CSV then has a line
 // per run (round, variant, prefill_tokens, prefill_s, prefill_tps,
 // gen_tokens, gen_s, gen_tps) and stderr a summary per variant against the
 // first. With --mtp the decodes speculate (at one --accept rate if given,
@@ -83,7 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run (after loading) to this file")
 	mtp := fs.String("mtp", "", "speculative decoding with an MTP block (greedy, or sampled with --temp: the same tokens either way, but for near ties --fast may flip): a separate MTP `FILE`, or \"model\" for the model file's own block")
 	draftAlways := fs.Bool("draft-always", false, "with --mtp: verify every draft, never pausing speculation while the drafts' acceptance is too low to pay (engine.Options.DraftAlways: the cost of a pass that commits nothing, at --accept 0)")
-	abSets := fs.String("ab", "", "CUDA backend: compare library option `SETS` inside one process: ';'-separated variants, each space-separated DS4_CUDA_NAME=VALUE assignments on top of the starting options (\"default\": none), decoded --gen tokens each at the one frontier, interleaved for --rounds rounds")
+	abSets := fs.String("ab", "", "CUDA backend: compare option `SETS` inside one process (the library's, and the backend's own switches such as DS4_CUDA_WO_Q8): ';'-separated variants, each space-separated DS4_CUDA_NAME=VALUE assignments on top of the starting options (\"default\": none), decoded --gen tokens each at the one frontier, interleaved for --rounds rounds")
 	rounds := fs.Int("rounds", 3, "with --ab: timed rounds (each runs every variant once), after an untimed one")
 	abSettle := fs.Int("ab-settle", 16, "with --ab: tokens decoded untimed after each switch, before the timed run (the decode graphs whose kernels changed are built again in the first steps)")
 	abPrefill := fs.Int("ab-prefill", 0, "with --ab: also time the prefill of this many tokens from the frontier in each run (--gen 0: the prefill only)")
@@ -232,9 +234,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	if *abSets != "" { // its own CSV columns: runAB writes the header
-		dev, ok := be.(interface{ Device() *cuda.Device })
+		opts, ok := be.(bench.OptionSetter)
 		if !ok {
-			return fail(fmt.Errorf("--ab switches CUDA library options: --backend cuda, not %s", *backend))
+			return fail(fmt.Errorf("--ab switches CUDA options: --backend cuda, not %s", *backend))
 		}
 		ac := abConfig{sets: *abSets, frontier: last, prefill: *abPrefill, gen: *gen, rounds: *rounds, settle: *abSettle,
 			warmup: *warmup, chunk: *chunk, ctxLen: *ctxLen, draft: *mtp != "", draftAlways: *draftAlways}
@@ -243,7 +245,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				return fail(err)
 			}
 		}
-		return runAB(ctx, dev.Device(), be, prompt, out, ac, logf, fail)
+		return runAB(ctx, opts, be, prompt, out, ac, logf, fail)
 	}
 	cw, err := bench.NewCSVWriter(out)
 	if err != nil {
