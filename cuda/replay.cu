@@ -28,6 +28,7 @@
 #include <mutex>
 #include <string>
 #include <new>
+#include <unordered_map>
 #include <vector>
 
 #include "common.cuh"
@@ -209,6 +210,80 @@ int issue(ds4c_rec *r, const Log &L, std::vector<cudaGraphNode_t> *nodes) {
     return 0;
 }
 
+// edges_note (DS4_CUDA_REC_EDGES=1, a measuring aid; cuda/NOTES.md v68):
+// after each build, the edges into each kernel function's nodes by kind —
+// from kernel nodes: programmatic (an early launch at the upstream
+// kernel's trigger), launch completion, full (the upstream kernel
+// complete); and from other nodes — printed to stderr with the graph's
+// node and edge counts. v68's traces saw a layer's first side-stream
+// kernel start before hc_pre's end in some graphs and after it in others;
+// this shows which edges each build made. Written after v68's last device
+// call: not yet compiled by a CUDA 12.3+ toolkit.
+void edges_note(const RGraph &G) {
+    static const bool on = getenv("DS4_CUDA_REC_EDGES") && atoi(getenv("DS4_CUDA_REC_EDGES"));
+    if (!on || !G.g) return;
+#if CUDART_VERSION >= 12030
+    size_t n = 0;
+    auto edges = [&](cudaGraphNode_t *from, cudaGraphNode_t *to, cudaGraphEdgeData *data) {
+#if CUDART_VERSION >= 13000
+        return cudaGraphGetEdges(G.g, from, to, data, &n);
+#else
+        return cudaGraphGetEdges_v2(G.g, from, to, data, &n);
+#endif
+    };
+    if (edges(nullptr, nullptr, nullptr) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    std::vector<cudaGraphNode_t> from(n), to(n);
+    std::vector<cudaGraphEdgeData> data(n);
+    if (n > 0 && edges(from.data(), to.data(), data.data()) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    std::unordered_map<cudaGraphNode_t, size_t> op_of; // a node's operation in G.log
+    for (size_t i = 0; i < G.nodes.size(); i++)
+        if (G.nodes[i]) op_of[G.nodes[i]] = i;
+    struct Row {
+        std::string name;
+        long k[4];
+    };
+    std::vector<Row> rows;
+    std::unordered_map<const void *, size_t> row_of; // a kernel function's row
+    for (size_t e = 0; e < n; e++) {
+        const auto t = op_of.find(to[e]);
+        if (t == op_of.end() || G.log.ops[t->second].kind != OP_KERNEL) continue;
+        const Op &op = G.log.ops[t->second];
+        const auto f = op_of.find(from[e]);
+        const bool from_kernel = f != op_of.end() && G.log.ops[f->second].kind == OP_KERNEL;
+        int kind = 3;
+        if (from_kernel)
+            kind = data[e].type != cudaGraphDependencyTypeProgrammatic                ? 2
+                   : data[e].from_port == cudaGraphKernelNodePortLaunchCompletion ? 1
+                                                                                      : 0;
+        auto r = row_of.find(op.fn);
+        if (r == row_of.end()) {
+            const char *name = nullptr;
+            if (cudaFuncGetName(&name, op.fn) != cudaSuccess || !name) {
+                (void)cudaGetLastError();
+                name = "?";
+            }
+            r = row_of.emplace(op.fn, rows.size()).first;
+            rows.push_back(Row{name, {0, 0, 0, 0}});
+        }
+        rows[r->second].k[kind]++;
+    }
+    fprintf(stderr,
+            "replay edges: a graph of %zu nodes, %zu edges; into each kernel: programmatic, launch completion, full "
+            "(from kernels), from other nodes\n",
+            G.nodes.size(), n);
+    for (const Row &r : rows)
+        fprintf(stderr, "  %6ld %6ld %6ld %6ld  %s\n", r.k[0], r.k[1], r.k[2], r.k[3], r.name.c_str());
+#else
+    fprintf(stderr, "replay edges: edge data needs CUDA 12.3 or later\n");
+#endif
+}
+
 // build captures the log into a new graph for G (replacing what G had).
 int build(ds4c_rec *r, RGraph *G, Log &L) {
     G->drop();
@@ -231,6 +306,7 @@ int build(ds4c_rec *r, RGraph *G, Log &L) {
         return ds4c_cuda_err(err, "replay: cudaGraphInstantiate");
     }
     std::swap(G->log, L);
+    edges_note(*G);
     return 0;
 }
 
