@@ -314,17 +314,16 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", sameRoute: os.Getenv("DS4_CUDA_BENCH_SAME_ROUTE") == "1",
 		halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0",
 		pairs:     os.Getenv("DS4_CUDA_PAIRS") != "0", ixSideMax: 8,
-		nrPair: os.Getenv("DS4_CUDA_NR_PAIR") != "0", ropeTable: os.Getenv("DS4_CUDA_ROPE_TABLE") != "0",
-		ringNorm:  os.Getenv("DS4_CUDA_RING_NORM") != "0",
+		nrPair:    os.Getenv("DS4_CUDA_NR_PAIR") != "0",
 		ixPar:     os.Getenv("DS4_CUDA_IX_PAR") != "0",
 		ixMarkAll: os.Getenv("DS4_CUDA_IX_MARK") == "1", topkRows: os.Getenv("DS4_CUDA_TOPK_ANY") != "0",
 		qbRoom:    os.Getenv("DS4_CUDA_QB_ROOM") != "0",
 		hcPostMix: os.Getenv("DS4_CUDA_HC_POST_MIX") != "0", hcPostMixEx: os.Getenv("DS4_CUDA_HC_POST_MIX_EX") != "0",
-		routerAct: os.Getenv("DS4_CUDA_ROUTER_ACT") != "0",
-		downGLU:   os.Getenv("DS4_CUDA_DOWN_GLU") != "0",
-		kvSide:    os.Getenv("DS4_CUDA_KV_SIDE") != "0", actSide: os.Getenv("DS4_CUDA_ACT_SIDE") == "1",
-		moeFold: os.Getenv("DS4_CUDA_MOE_FOLD") != "0", woQ8: os.Getenv("DS4_CUDA_WO_Q8") != "0",
 		mtpGraph: os.Getenv("DS4_CUDA_MTP_GRAPH") == "1"}
+	for _, sw := range be.goSwitches() { // on unless "0"; off by default unless "1"
+		v := os.Getenv(sw.env)
+		*sw.v = v == "1" || (sw.on && v != "0")
+	}
 	be.postMixMax, be.stepMax = 2, 2
 	if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_STEP_MAX")); err == nil && v >= 1 && v <= HCPostMixMaxTokens {
 		be.stepMax = v
@@ -410,22 +409,24 @@ func (be *Backend) Device() *Device { return be.dev }
 // variable at New, that keep a step's results: flipped between decode runs
 // it changes which kernels a step queues, not their bits
 // (TestFastDecodeSwitches flips each), so an in-process A/B may switch it
-// (SetOptionEnv).
+// (SetOptionEnv). on is its default: "0" turns a switch on by default off,
+// and only "1" turns one off by default on.
 type goSwitch struct {
 	env string
 	v   *bool
+	on  bool
 }
 
 func (be *Backend) goSwitches() []goSwitch {
 	return []goSwitch{
-		{"DS4_CUDA_MOE_FOLD", &be.moeFold},
-		{"DS4_CUDA_KV_SIDE", &be.kvSide},
-		{"DS4_CUDA_ACT_SIDE", &be.actSide},
-		{"DS4_CUDA_ROUTER_ACT", &be.routerAct},
-		{"DS4_CUDA_DOWN_GLU", &be.downGLU},
-		{"DS4_CUDA_ROPE_TABLE", &be.ropeTable},
-		{"DS4_CUDA_RING_NORM", &be.ringNorm},
-		{"DS4_CUDA_WO_Q8", &be.woQ8},
+		{"DS4_CUDA_MOE_FOLD", &be.moeFold, true},
+		{"DS4_CUDA_KV_SIDE", &be.kvSide, true},
+		{"DS4_CUDA_ACT_SIDE", &be.actSide, false},
+		{"DS4_CUDA_ROUTER_ACT", &be.routerAct, true},
+		{"DS4_CUDA_DOWN_GLU", &be.downGLU, true},
+		{"DS4_CUDA_ROPE_TABLE", &be.ropeTable, true},
+		{"DS4_CUDA_RING_NORM", &be.ringNorm, true},
+		{"DS4_CUDA_WO_Q8", &be.woQ8, true},
 	}
 }
 
