@@ -150,7 +150,7 @@ func newChat(m *loader.Model, o *Options, out, errw io.Writer, color bool) (*Cha
 // an empty transcript (the system prompt kept).
 func (c *Chat) setContext(n int) error {
 	n = c.m.ContextSize(n)
-	s, err := engine.NewSession(c.m.Backend, engine.Options{MaxContext: n, Draft: c.opts.MTPDraft >= 2})
+	s, err := engine.NewSession(c.m.Backend, engine.Options{MaxContext: n, Draft: c.opts.MTPDraft >= 2, DraftDepth: max(c.opts.MTPDraft-1, 0)})
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"ds4go/chat"
+	"ds4go/engine"
 )
 
 // Options are the parsed command-line flags.
@@ -116,7 +117,8 @@ flags (-x and --x are the same):
   --logprobs-top-k K   alternatives per step for --dump-logprobs (20, at most 128)
   --no-warm            do not ready the backend before the first token: page the weights in (CPU), a warm-up chunk through one layer of each kind (CUDA) (--warm-weights: do, the default)
   --mtp FILE           separate MTP GGUF (the draft head); --mtp-draft 2: answers decoded speculatively,
-                       one drafted token verified a pass, greedy or sampled (1, the default: off)
+                       one drafted token verified a pass, greedy or sampled (1, the default: off); --mtp-draft k
+                       (3..16): greedy answers draft k-1 a pass, the block run again over its own output
 `
 
 // errUsage marks a command-line error (exit status 2).
@@ -171,7 +173,7 @@ func newFlagSet(o *Options, stderr io.Writer) *flag.FlagSet {
 	boolean(&o.NoWarm, "do not page the weights in before the first token", "no-warm")
 	str(&o.Color, "auto", "dim reasoning with ANSI colours: auto, always, never", "color")
 	str(&o.MTP, "", "separate MTP GGUF (the draft head of speculative decoding)", "mtp")
-	integer(&o.MTPDraft, 1, "tokens a speculative pass aims at: 2 drafts one token with the MTP block (greedy or sampled answers; the same tokens, but for near ties --fast may flip); 1: no speculation", "mtp-draft")
+	integer(&o.MTPDraft, 1, "tokens a speculative pass aims at: 2 drafts one token with the MTP block (greedy or sampled answers; the same tokens, but for near ties --fast may flip); k > 2 drafts k-1, the block run again over its own output (greedy answers; sampled ones draft one); 1: no speculation", "mtp-draft")
 	fs.Float64Var(&o.MTPMargin, "mtp-margin", 0, "accepted for ds4.c compatibility; every draft is verified (ignored)")
 	fs.Usage = func() { io.WriteString(stderr, usageText) }
 	return fs
@@ -238,12 +240,8 @@ func ParseFlags(args []string, stderr io.Writer) (*Options, error) {
 		return bad("--dump-logprobs and --dump-tokens exclude each other")
 	case o.LogprobsTopK <= 0 || o.LogprobsTopK > MaxLogprobsTopK:
 		return bad("--logprobs-top-k must be 1..%d", MaxLogprobsTopK)
-	case o.MTPDraft < 1:
-		return bad("--mtp-draft must be at least 1")
-	}
-	if o.MTPDraft > 2 {
-		fmt.Fprintf(stderr, "ds4: --mtp-draft %d: ds4go drafts one token a pass (as 2)\n", o.MTPDraft)
-		o.MTPDraft = 2
+	case o.MTPDraft < 1 || o.MTPDraft > engine.MaxDraftDepth+1:
+		return bad("--mtp-draft must be 1..%d", engine.MaxDraftDepth+1)
 	}
 	return o, nil
 }

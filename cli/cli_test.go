@@ -505,9 +505,10 @@ func TestInspect(t *testing.T) {
 	}
 }
 
-// TestMTPSpeculative: --mtp FILE --mtp-draft 2 answers a greedy prompt with
-// the tokens of plain greedy decoding, drafting with the separate MTP file;
-// --mtp-draft 2 without an MTP block is refused.
+// TestMTPSpeculative: --mtp FILE --mtp-draft 2 (and 3, 5) answers a greedy
+// prompt with the tokens of plain greedy decoding, drafting with the
+// separate MTP file; --mtp-draft 17, and --mtp-draft 2 without an MTP
+// block, are refused.
 func TestMTPSpeculative(t *testing.T) {
 	dir := t.TempDir()
 	main, mtp := filepath.Join(dir, "m.gguf"), filepath.Join(dir, "mtp.gguf")
@@ -523,6 +524,20 @@ func TestMTPSpeculative(t *testing.T) {
 	plain, rc := run(t, "", args...)
 	if rc != 0 {
 		t.Fatalf("rc %d: %s", rc, plain.stderr.String())
+	}
+	// --mtp-draft 3 and 5: deeper drafts (the block run again over its own
+	// output), the same answer
+	for _, k := range []string{"3", "5"} {
+		deep, rc := run(t, "", append(args, "--mtp", mtp, "--mtp-draft", k)...)
+		if rc != 0 {
+			t.Fatalf("--mtp-draft %s: rc %d: %s", k, rc, deep.stderr.String())
+		}
+		if deep.stdout.String() != plain.stdout.String() || deep.chat.sess.Stats().Drafted == 0 {
+			t.Errorf("--mtp-draft %s: answer differs or nothing drafted (%+v):\n%q\n%q", k, deep.chat.sess.Stats(), deep.stdout.String(), plain.stdout.String())
+		}
+	}
+	if _, rc := run(t, "", append(args, "--mtp", mtp, "--mtp-draft", "17")...); rc == 0 {
+		t.Error("--mtp-draft 17 accepted")
 	}
 	spec, rc := run(t, "", append(args, "--mtp", mtp, "--mtp-draft", "2")...)
 	if rc != 0 {

@@ -275,6 +275,56 @@ func (s *Session) draft(ctx context.Context, tok int32) (int32, error) {
 	return d, nil
 }
 
+// MaxDraftDepth is the most tokens Options.DraftDepth drafts a pass (a
+// pass of 16 tokens, ds4.c's limit).
+const MaxDraftDepth = 15
+
+// depth returns the drafts a verifying pass of greedy decoding makes
+// (Options.DraftDepth, at least 1), within the session's chunk and the
+// block's window.
+func (s *Session) depth() int {
+	return max(1, min(s.opts.DraftDepth, s.opts.ChunkSize-1, s.cfg.Window-1))
+}
+
+// draftChain returns k ≥ 1 greedy drafts after tok, the token chosen for
+// the session's position P: the first as draft makes it (the block over
+// the staged rows), each next one by the block run again at the next
+// position over its own output streams of the row before — its stand-in
+// for the main model's streams there, which only the verification
+// computes — with the draft before as its token (ds4.c's recursive
+// drafting). Those runs write the block's KV rows at P, P+1, … ahead of
+// the main model; the rows the verification stages go through the block
+// again before any draft reads them (every part of the KV state is
+// addressed by position). No staged row is left: the verification's chunk
+// stages its own.
+func (s *Session) draftChain(ctx context.Context, tok int32, k int) ([]int32, error) {
+	m := s.mtp
+	last := m.staged - 1 // the first run's last row (draft: every staged row, the last with tok)
+	d, err := s.draft(ctx, tok)
+	if err != nil {
+		return nil, err
+	}
+	ds := append(make([]int32, 0, k), d)
+	P := len(s.tokens)
+	for len(ds) < k {
+		pos := m.next
+		if err := m.be.StageMTP(m.b, m.b, last, 1); err != nil {
+			return nil, s.opError(pos, "MTP stage", -1, err)
+		}
+		m.staged++
+		if err := s.runMTP(ctx, ds[len(ds)-1:], 0); err != nil {
+			return nil, err
+		}
+		last = 0
+		d := Greedy(m.logits)
+		if f := s.opts.DraftOverride; f != nil {
+			d = f(P+1+len(ds), d)
+		}
+		ds = append(ds, d)
+	}
+	return ds, nil
+}
+
 // SetSpeculate turns speculative decoding off (DecodeGreedy then decodes
 // one token a pass, on the backend's pipelined path where it has one) or
 // back on, for a session with Options.Draft; it reports whether the session
@@ -289,11 +339,17 @@ func (s *Session) SetSpeculate(on bool) bool {
 
 // decodeSpeculative is DecodeGreedy with drafts (Options.Draft).
 func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int32) bool) (int, error) {
-	if sp, ok := s.be.(SpecPipeliner); ok && s.opts.DraftOverride == nil && s.opts.Trace == nil {
+	depth := s.depth()
+	if sp, ok := s.be.(SpecPipeliner); ok && depth == 1 && s.opts.DraftOverride == nil && s.opts.Trace == nil {
 		return s.specPipelined(ctx, sp, max, emit)
 	}
 	n := 0
-	row0 := make([]float32, s.cfg.Vocab)
+	// rows[i]: the logits after the verification's token i (the session's
+	// after its last)
+	rows := make([][]float32, depth)
+	for i := range rows {
+		rows[i] = make([]float32, s.cfg.Vocab)
+	}
 	for n < max {
 		if err := ctx.Err(); err != nil {
 			return n, err
@@ -306,7 +362,9 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 			return n, nil
 		}
 		P := len(s.tokens)
-		if n+2 > max || P+2 > s.opts.MaxContext || !s.canDraft() {
+		// k: the drafts of this pass, within max and the context
+		k := min(depth, max-n-1, s.opts.MaxContext-P-1)
+		if k < 1 || !s.canDraft() {
 			if err := s.Decode(ctx, tok); err != nil {
 				return n, err
 			}
@@ -320,12 +378,12 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 			n++
 			continue
 		}
-		d, err := s.draft(ctx, tok)
-		if err != nil {
-			s.logitsOK = false
-			return n, err
-		}
 		if s.checking() { // a one-token step; the draft only checked
+			d, err := s.draft(ctx, tok)
+			if err != nil {
+				s.logitsOK = false
+				return n, err
+			}
 			if err := s.Decode(ctx, tok); err != nil {
 				return n, err
 			}
@@ -333,28 +391,40 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 			s.observeDraft(P+1, d, Greedy(s.logits), true)
 			continue
 		}
-		if err := s.verify(ctx, tok, d, row0); err != nil {
+		ds, err := s.draftChain(ctx, tok, k)
+		if err != nil {
+			s.logitsOK = false
+			return n, err
+		}
+		if err := s.verifyChain(ctx, append([]int32{tok}, ds...), rows[:k]); err != nil {
 			s.logitsOK = false
 			return n, err
 		}
 		n++
-		ok := s.observeDraft(P+1, d, Greedy(row0), false)
-		if ok {
-			if emit(d) {
-				n++
-				continue
+		// c: the drafts committed, up to the first that is not the greedy
+		// choice after the token before it (or that emit refuses)
+		c, refused := 0, false
+		for c < k && s.observeDraft(P+1+c, ds[c], Greedy(rows[c]), false) {
+			if !emit(ds[c]) {
+				refused = true
+				break
 			}
+			n, c = n+1, c+1
 		}
-		// Keep t only: its logits, its staged row.
-		s.tokens = s.tokens[:P+1]
-		copy(s.logits, row0)
-		s.mtp.staged = 1
-		if err := s.mtp.be.DropStagedMTP(s.mtp.b, 1); err != nil {
+		if c == k {
+			continue // the session's logits are those after the last draft
+		}
+		// Keep tok and the committed drafts: the logits after the last of
+		// them, their staged rows.
+		s.tokens = s.tokens[:P+1+c]
+		copy(s.logits, rows[c])
+		s.mtp.staged = c + 1
+		if err := s.mtp.be.DropStagedMTP(s.mtp.b, c+1); err != nil {
 			s.logitsOK = false
 			return n, s.opError(P, "MTP stage", -1, err)
 		}
-		if ok {
-			return n, nil // emit refused the confirmed draft
+		if refused {
+			return n, nil // emit refused a confirmed draft
 		}
 	}
 	return n, nil
@@ -363,18 +433,24 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 // verify runs the chunk [tok, d] at the session's position, leaving the
 // logits after tok in row0 and those after d as the session's.
 func (s *Session) verify(ctx context.Context, tok, d int32, row0 []float32) error {
-	toks := []int32{tok, d}
+	return s.verifyChain(ctx, []int32{tok, d}, [][]float32{row0})
+}
+
+// verifyChain runs the chunk toks at the session's position, leaving the
+// logits after toks[i] in rows[i] (len(toks) − 1 rows) and those after the
+// last token as the session's.
+func (s *Session) verifyChain(ctx context.Context, toks []int32, rows [][]float32) error {
 	if err := s.checkTokens(toks); err != nil {
 		return err
 	}
 	P := len(s.tokens)
-	s.runEnd = P + 2
+	s.runEnd = P + len(toks)
 	if err := s.ensureContinuable(ctx); err != nil {
 		return err
 	}
 	return s.chunk(ctx, toks, P, func(pos int, l []float32) {
-		if pos == P {
-			copy(row0, l)
+		if i := pos - P; i >= 0 && i < len(rows) {
+			copy(rows[i], l)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -356,7 +357,12 @@ func draftRefusedToken(t *testing.T, be engine.Backend, setOverride func(*engine
 	}
 	want := greedyRun(t, plain, 6)
 	o := engine.Options{Draft: true}
-	setOverride(&o, func(pos int, d int32) int32 { return want[pos-len(prompt)] })
+	setOverride(&o, func(pos int, d int32) int32 {
+		if i := pos - len(prompt); i < len(want) {
+			return want[i]
+		}
+		return d // (deeper drafts past the run)
+	})
 	s := newSess(t, be, o)
 	if err := s.Prefill(ctx, prompt); err != nil {
 		t.Fatal(err)
@@ -405,7 +411,7 @@ func draftForceAccept(t *testing.T, be engine.Backend, setOverride func(*engine.
 	ctx := context.Background()
 	prompt := tokens(30, 512)
 	const X = 77
-	o := engine.Options{ChunkSize: 8, Draft: true, ForceAccept: func(pos int) bool { return pos%3 != 0 }}
+	o := engine.Options{ChunkSize: 8, Draft: true, ForceAccept: func(pos int) bool { return pos%3 != 0 && pos%5 != 0 }}
 	setOverride(&o, func(int, int32) int32 { return X })
 	s := newSess(t, be, o)
 	if err := s.Prefill(ctx, prompt); err != nil {
@@ -445,5 +451,116 @@ func draftForceAccept(t *testing.T, be engine.Backend, setOverride func(*engine.
 	}
 	if newSess(t, be, engine.Options{}).SetSpeculate(true) {
 		t.Error("SetSpeculate reports drafting on a session without Draft")
+	}
+}
+
+// TestDraftDeep runs TestDraftSameTokens, TestDraftRefusedToken and
+// TestDraftForceAccept with 2 and 3 drafts a pass (Options.DraftDepth: the
+// block run again over its own output streams), on the host path, which
+// deeper drafts take on every backend.
+func TestDraftDeep(t *testing.T) {
+	cases := []struct {
+		name string
+		c    draftCase
+	}{{"same tokens", draftSameTokens}, {"refused", draftRefusedToken}, {"force accept", draftForceAccept}}
+	for _, depth := range []int{2, 3} {
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s/depth %d", c.name, depth), func(t *testing.T) {
+				c.c(t, mtpBackend(t), func(o *engine.Options, f func(int, int32) int32) {
+					o.DraftOverride, o.DraftDepth = f, depth
+				})
+			})
+		}
+	}
+}
+
+// chunkCounter counts a backend's chunks by their token count.
+type chunkCounter struct {
+	engine.Backend
+	engine.Drafter
+	sizes map[int]int
+}
+
+func (c *chunkCounter) Embed(b engine.Batch, pos int, toks []int32) error {
+	c.sizes[len(toks)]++
+	return c.Backend.Embed(b, pos, toks)
+}
+
+// TestDraftDeepPasses: with drafts always right, a pass of depth k commits
+// k + 1 tokens — every verification is a chunk of k + 1 tokens but a last
+// shorter one within the run's length — and the drafts reach the
+// positions after the token of the pass (Options.DraftOverride's pos);
+// with the model's own drafts (rejected on random weights) every
+// verification still drafts k, and the tokens are plain decoding's.
+func TestDraftDeepPasses(t *testing.T) {
+	ctx := context.Background()
+	prompt := tokens(40, 512)
+	plain := newSess(t, mtpBackend(t), engine.Options{})
+	if err := plain.Prefill(ctx, prompt); err != nil {
+		t.Fatal(err)
+	}
+	want := greedyRun(t, plain, 22)
+	for _, depth := range []int{2, 3, 5} {
+		for _, oracle := range []bool{true, false} {
+			t.Run(fmt.Sprintf("depth %d, oracle %v", depth, oracle), func(t *testing.T) {
+				be := mtpBackend(t)
+				cc := &chunkCounter{Backend: be, Drafter: be.(engine.Drafter), sizes: map[int]int{}}
+				var seen []int
+				o := engine.Options{Draft: true, DraftDepth: depth, DraftAlways: true}
+				o.DraftOverride = func(pos int, d int32) int32 {
+					seen = append(seen, pos-len(prompt))
+					if i := pos - len(prompt); oracle && i < len(want) {
+						return want[i]
+					}
+					return d
+				}
+				s := newSess(t, cc, o)
+				if err := s.Prefill(ctx, prompt); err != nil {
+					t.Fatal(err)
+				}
+				clear(cc.sizes)
+				if got := greedyRun(t, s, len(want)); !slices.Equal(got, want) {
+					t.Fatalf("tokens %v, want %v", got, want)
+				}
+				st := s.Stats()
+				t.Logf("chunks by size %v; %d drafts, %d accepted", cc.sizes, st.Drafted, st.Accepted)
+				if oracle {
+					// passes of depth+1 tokens from the first; a shorter last
+					full := (len(want) - 1) / (depth + 1)
+					if cc.sizes[depth+1] != full || st.Accepted != st.Drafted {
+						t.Fatalf("oracle: %d chunks of %d tokens, want %d; %d of %d drafts accepted", cc.sizes[depth+1], depth+1, full, st.Accepted, st.Drafted)
+					}
+					// each pass drafts positions P+1 … P+k, the next pass
+					// from past them
+					for i := 1; i < len(seen); i++ {
+						if seen[i] <= seen[i-1] {
+							t.Fatalf("oracle passes drafted positions %v", seen)
+						}
+					}
+				} else {
+					// a token a pass: depth+1-token passes while the run has
+					// room for them, then one of each shorter size, the last
+					// a single step
+					for size := 1; size <= depth+1; size++ {
+						w := 1
+						if size == depth+1 {
+							w = len(want) - depth
+						}
+						if cc.sizes[size] != w {
+							t.Fatalf("model drafts: chunks by size %v, want %d of %d tokens", cc.sizes, w, size)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestDraftDepthOption: a depth outside [0, MaxDraftDepth] is refused.
+func TestDraftDepthOption(t *testing.T) {
+	for _, d := range []int{-1, engine.MaxDraftDepth + 1} {
+		if _, err := engine.NewSession(mtpBackend(t), engine.Options{Draft: true, DraftDepth: d}); err == nil || !strings.Contains(err.Error(), "draft depth") {
+			t.Errorf("depth %d: %v", d, err)
+		}
 	}
 }

@@ -70,6 +70,18 @@ type Options struct {
 	// which keeps the MTP block in step and measures the acceptance on,
 	// until it is high enough to verify again (see DecodeGreedy).
 	DraftAlways bool
+	// DraftDepth, with Draft, is how many tokens the MTP block drafts for a
+	// pass of greedy decoding (DecodeGreedy): 0 or 1 drafts one (a pass of
+	// two tokens); k > 1 drafts the next k − 1 by running the block again,
+	// each time over its own output streams of the row before (its
+	// stand-in for the main model's, which only the verification computes)
+	// and the draft before, as ds4.c's --mtp-draft k+1 does. A pass then
+	// verifies k + 1 tokens and commits the drafts up to the first one
+	// that is not the greedy choice: the same tokens as plain greedy
+	// decoding. Deeper drafts run on the engine's host path (not a
+	// SpecPipeliner's device-side pass); sampled decoding (DecodePicked)
+	// and the paused policy's checking passes draft one.
+	DraftDepth int
 }
 
 // Stage identifies the point of the forward pass a TraceEvent reports.
@@ -150,6 +162,9 @@ func NewSession(be Backend, opts Options) (*Session, error) {
 	}
 	if opts.MaxContext <= 0 {
 		return nil, fmt.Errorf("engine: the model has no context length; set Options.MaxContext")
+	}
+	if opts.DraftDepth < 0 || opts.DraftDepth > MaxDraftDepth {
+		return nil, fmt.Errorf("engine: draft depth %d outside [0, %d]", opts.DraftDepth, MaxDraftDepth)
 	}
 	switch {
 	case opts.RewindSlack == 0:

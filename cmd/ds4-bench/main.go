@@ -84,6 +84,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	limit := fs.Duration("time-limit", 0, "stop this long after the start (loading included), keeping the frontiers completed (0: none)")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run (after loading) to this file")
 	mtp := fs.String("mtp", "", "speculative decoding with an MTP block (greedy, or sampled with --temp: the same tokens either way, but for near ties --fast may flip): a separate MTP `FILE`, or \"model\" for the model file's own block")
+	mtpDraft := fs.Int("mtp-draft", 2, "with --mtp: tokens a speculative pass aims at, greedy decoding: 2 drafts one token with the MTP block; k > 2 drafts k-1, the block run again over its own output (the engine's host path; sampled decoding drafts one)")
+	draftHost := fs.Bool("draft-host", false, "with --mtp: speculative passes on the engine's host path (the drafts' and the verification's logits downloaded, the choices made by the host), where --mtp-draft 2 otherwise takes the device's pipelined pass (for comparison with deeper drafts, which take the host path)")
 	draftAlways := fs.Bool("draft-always", false, "with --mtp: verify every draft, never pausing speculation while the drafts' acceptance is too low to pay (engine.Options.DraftAlways: the cost of a pass that commits nothing, at --accept 0)")
 	abSets := fs.String("ab", "", "CUDA backend: compare option `SETS` inside one process (the library's, and the backend's own switches such as DS4_CUDA_WO_Q8): ';'-separated variants, each space-separated DS4_CUDA_NAME=VALUE assignments on top of the starting options (\"default\": none), decoded --gen tokens each at the one frontier, interleaved for --rounds rounds")
 	rounds := fs.Int("rounds", 3, "with --ab: timed rounds (each runs every variant once), after an untimed one")
@@ -166,6 +168,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		rates = append(rates, r)
 	}
+	if *mtpDraft < 2 || *mtpDraft > engine.MaxDraftDepth+1 {
+		return fail(fmt.Errorf("--mtp-draft %d must be 2..%d", *mtpDraft, engine.MaxDraftDepth+1))
+	}
 	if len(rates) > 0 && *mtp == "" {
 		return fail(errors.New("--accept needs --mtp"))
 	}
@@ -239,7 +244,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return fail(fmt.Errorf("--ab switches CUDA options: --backend cuda, not %s", *backend))
 		}
 		ac := abConfig{sets: *abSets, frontier: last, prefill: *abPrefill, gen: *gen, rounds: *rounds, settle: *abSettle,
-			warmup: *warmup, chunk: *chunk, ctxLen: *ctxLen, draft: *mtp != "", draftAlways: *draftAlways}
+			warmup: *warmup, chunk: *chunk, ctxLen: *ctxLen, draft: *mtp != "", draftAlways: *draftAlways, draftDepth: *mtpDraft - 1}
 		if len(rates) == 1 {
 			if ac.accept, err = bench.NewAcceptance(rates[0], *seed); err != nil {
 				return fail(err)
@@ -260,7 +265,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	status := 0
 	var rows []bench.Row
 	for i, rate := range runs {
-		so := engine.Options{ChunkSize: *chunk, MaxContext: *ctxLen, Draft: *mtp != "", DraftAlways: *draftAlways}
+		so := engine.Options{ChunkSize: *chunk, MaxContext: *ctxLen, Draft: *mtp != "", DraftAlways: *draftAlways, DraftDepth: *mtpDraft - 1}
+		if *draftHost {
+			so.DraftOverride = func(_ int, d int32) int32 { return d } // (the host path)
+		}
 		if rate >= 0 {
 			so.RewindSlack = *gen + 8 // the oracle's rewinds stay in place
 		}
@@ -340,6 +348,7 @@ type abConfig struct {
 	// before each variant's runs so that every variant draws the same
 	// commits.
 	draft, draftAlways bool
+	draftDepth         int // engine.Options.DraftDepth
 	accept             *bench.Acceptance
 }
 
@@ -352,7 +361,7 @@ func runAB(ctx context.Context, dev bench.OptionSetter, be engine.Backend, promp
 		return fail(err)
 	}
 	so := engine.Options{ChunkSize: c.chunk, MaxContext: c.ctxLen, RewindSlack: max(c.gen, c.settle, c.prefill) + 8,
-		Draft: c.draft, DraftAlways: c.draftAlways}
+		Draft: c.draft, DraftAlways: c.draftAlways, DraftDepth: c.draftDepth}
 	if c.accept != nil {
 		so.ForceAccept = c.accept.Accept
 		for i := range variants { // the same commits for every variant: the draws restart at its switch

@@ -52,11 +52,8 @@ func openEngine(o *options, log *slog.Logger) (server.Engine, string, func(), er
 			m.Close()
 			return nil, "", nil, fmt.Errorf("--mtp-draft %d needs an MTP block: --mtp FILE, or a model file that carries one", o.mtpDraft)
 		}
-		if o.mtpDraft > 2 {
-			log.Warn("ds4go drafts one token a pass", "flag", "--mtp-draft", "value", o.mtpDraft)
-		}
-		eng.Opts.Draft = true
-		log.Info("speculative decoding with the MTP block (greedy and sampled requests)")
+		eng.Opts.Draft, eng.Opts.DraftDepth = true, o.mtpDraft-1
+		log.Info("speculative decoding with the MTP block (greedy and sampled requests)", "drafts_greedy", o.mtpDraft-1, "drafts_sampled", 1)
 	}
 	if o.warmup < 0 { // auto: one prefill chunk on CUDA (its kernels and cuBLAS load on first use)
 		o.warmup = 0

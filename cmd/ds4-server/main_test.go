@@ -36,7 +36,7 @@ func TestFlagsCompatibleWithDS4(t *testing.T) {
 		t.Fatalf("defaults: %+v %v", o, err)
 	}
 	for _, bad := range [][]string{{"--metal"}, {"--ctx", "1"}, {"--port", "70000"}, {"--nope"}, {"extra"},
-		{"--kv-cache-min-tokens", "100", "--kv-cache-cold-max-tokens", "50"}, {"--kv-disk-space-mb", "-1"}, {"--mtp-draft", "0"}} {
+		{"--kv-cache-min-tokens", "100", "--kv-cache-cold-max-tokens", "50"}, {"--kv-disk-space-mb", "-1"}, {"--mtp-draft", "0"}, {"--mtp-draft", "17"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Fatalf("%v accepted", bad)
 		}

@@ -149,7 +149,7 @@ func serveCalls(t *testing.T, e server.Engine, calls []call, dir string, logw ..
 // stop sequence, raw completions, a continued conversation — get the
 // replies of plain greedy decoding, and sampled requests with a seed those
 // of plain sampled decoding (the same draws), and drafts were verified on
-// the way;
+// the way (with three drafts a greedy pass too);
 // each generation's log line counts its drafts (adding up to the
 // sessions' counts), a plain server's none.
 func TestSpeculativeRequests(t *testing.T) {
@@ -225,6 +225,25 @@ func TestSpeculativeRequests(t *testing.T) {
 	}
 	if !strings.Contains(kvLog.String(), "reason=continued") {
 		t.Errorf("no continued checkpoint written during a generation:\n%s", kvLog.String())
+	}
+	// Deeper drafts (--mtp-draft 4: three a greedy pass; sampled requests
+	// draft one): the same replies.
+	deep := open(true)
+	deep.Opts.DraftDepth = 3
+	var deepSessions []*session
+	got = serveCalls(t, recording{deep, &deepSessions}, calls, "")
+	want = serveCalls(t, plain, calls, "")
+	deepDrafted := 0
+	for _, x := range deepSessions {
+		deepDrafted += x.s.Stats().Drafted
+	}
+	for i := range calls {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Errorf("three drafts a pass, request %d (%s):\n speculative: %v\n plain:       %v", i, calls[i].body, got[i], want[i])
+		}
+	}
+	if deepDrafted == 0 {
+		t.Error("three drafts a pass: nothing drafted")
 	}
 }
 
