@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -437,5 +438,74 @@ func TestSpecPickedMatchesHost(t *testing.T) {
 			}
 		}
 		be.Close()
+	}
+}
+
+// TestSpecDeepMatchesCPU: deeper drafts (Options.DraftDepth 2 and 3: the
+// MTP block run again over its own output streams, StageMTP from its own
+// batch) on the GPU in exact mode make the CPU backend's drafts, position
+// by position, and decode the CPU's plain greedy tokens; with every draft
+// committed (ForceAccept) the session's final logits are the CPU's after
+// the same tokens. Fast mode: the CPU's tokens up to its near ties, drafts
+// made.
+func TestSpecDeepMatchesCPU(t *testing.T) {
+	gpu(t)
+	c := quantTiny()
+	w := mtpWeights(t, c, model.SchemeQ2)
+	toks := testTokens(120, c.Vocab)
+	defer func() { strict, fastBounds = true, false }()
+	for _, fast := range []bool{false, true} {
+		for _, depth := range []int{2, 3} {
+			t.Run(fmt.Sprintf("fast %v, depth %d", fast, depth), func(t *testing.T) {
+				strict, fastBounds = true, fast
+				ref, err := cpu.New(w, schemeCase{c, model.SchemeQ2, fast, false}.refOptions(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ref.Close()
+				be := testBackend(t, w, Options{Fast: fast})
+				plain := specDecode(t, ref, engine.Options{ChunkSize: 32, MaxContext: 4096}, toks[:60], 80, 80)
+				run := func(be engine.Backend, force bool) (specResult, map[int]int32) {
+					drafts := map[int]int32{}
+					o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true, DraftDepth: depth, DraftAlways: true,
+						DraftOverride: func(pos int, d int32) int32 { drafts[pos] = d; return d }}
+					if force {
+						o.ForceAccept = func(pos int) bool { return pos%4 != 0 }
+					}
+					return specDecode(t, be, o, toks[:60], 80, 80), drafts
+				}
+				for _, force := range []bool{false, true} {
+					want, wantDrafts := run(ref, force)
+					got, gotDrafts := run(be, force)
+					same := 0
+					for same < len(want.out) && same < len(got.out) && want.out[same] == got.out[same] {
+						same++
+					}
+					agreeDrafts := 0
+					for pos, d := range wantDrafts {
+						if gotDrafts[pos] == d {
+							agreeDrafts++
+						}
+					}
+					t.Logf("force %v: %d of %d tokens as the CPU's; drafts at %d positions, %d the CPU's; %d drafts, %d accepted",
+						force, same, len(want.out), len(gotDrafts), agreeDrafts, got.stats.Drafted, got.stats.Accepted)
+					if got.stats.Drafted == 0 || len(gotDrafts) == 0 {
+						t.Fatal("nothing drafted")
+					}
+					if !force && !slices.Equal(want.out, plain.out) {
+						t.Fatalf("the CPU's deep speculative tokens differ from its plain greedy ones")
+					}
+					if fast {
+						continue
+					}
+					if same < len(want.out) || agreeDrafts != len(wantDrafts) || len(gotDrafts) != len(wantDrafts) {
+						t.Fatalf("exact mode: tokens or drafts differ from the CPU's")
+					}
+					if force {
+						checkAgree(t, "final logits", [][]float32{want.logits}, [][]float32{got.logits})
+					}
+				}
+			})
+		}
 	}
 }
