@@ -211,7 +211,7 @@ int ds4c_group(const int32_t *d_ids, int n_sel, int64_t n_mat, void *d_scratch, 
 int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, const int32_t *d_ids,
                         int n_sel, const void *d_act, int64_t act_sel, int act_div, float *d_y, int64_t y_sel,
                         const void *d_scratch, int flags, void *stream);
-/* ds4c_matmul_q8out: ds4c_matmul_ex of n_tok tokens (1 or 2; activation
+/* ds4c_matmul_q8out: ds4c_matmul_ex of n_tok tokens (1 to 4; activation
  * rows act_tok bytes apart) without ids (n_sel selections, selection s
  * through matrix s when n_sel > 1, its activation at d_act + (s /
  * act_div)*act_sel bytes) with token t's y[t*n_sel*rows + s*rows + r] (rows
@@ -220,17 +220,17 @@ int ds4c_matmul_grouped(int type, const void *d_w, int64_t rows, int64_t cols, i
  * DS4C_Q8_0, n_sel*rows) of them a token, token t's that many bytes after
  * token 0's): the next product's input (a decode step's or a verification
  * pass's wo_a for wo_b). Where the pipelined kernel takes a Q8_0 product
- * (k_mv_pipe_q8f, either mode; two tokens where it takes them) each of its
+ * (k_mv_pipe_q8f, either mode; two to four tokens where it takes them) each of its
  * CTAs multiplies one block of 32 rows and quantizes that block itself:
  * one launch, no float row read back; else ds4c_matmul_ex, then
  * ds4c_quantize. The same bits either way. */
 int ds4c_matmul_q8out(int type, const void *d_w, int64_t rows, int64_t cols, int64_t n_mat, int n_sel, const void *d_act,
                       int64_t act_tok, int64_t act_sel, int act_div, int n_tok, float *d_y, void *d_yq, int flags,
                       void *stream);
-/* ds4c_matvec_f32: n tokens' (1 or 2) products y = W . act(x) of a
+/* ds4c_matvec_f32: n tokens' (1 to 4) products y = W . act(x) of a
  * single Q8_0 or F16 matrix W (rows x cols, cols a multiple of 32) with the
  * float rows d_x (cols apart; y's rows apart, d_xn's and d_act's rows
- * likewise; two tokens: Q8_0's pipelined kernel in fast mode, else the
+ * likewise; two to four tokens: Q8_0's pipelined kernel, else the
  * separate steps). F16: act(x) is RMSNorm(x) with weights d_nw and eps when d_nw is
  * set (ds4c_rmsnorm_ref's operations), else x, and d_act is unused; in
  * fast mode with d_nw set k_mv_f16_norm takes it in one launch

@@ -596,15 +596,16 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wv(MVArgs a, int nt) {
 // columns; the others' totals are +0 (sums of no products, and +0 through
 // the xor-shuffle tree), written without their registers, loads and
 // shuffles — the same bits.
-// NT = 2 (exact mode's products of two tokens, DS4C_OPT_MV_TWO's bit 2):
-// each weight loaded once, both tokens' rows staged (a.act_tok bytes apart
+// NT = 2 (exact mode's products of two tokens, DS4C_OPT_MV_TWO's bit 2;
+// NT = 3, 4 likewise, deeper drafts' verification passes): each weight
+// loaded once, every token's row staged (a.act_tok bytes apart
 // in a.act, a.cols floats apart in shared memory; with a.nw each after its
 // own norm), token t's sums and tree its one-token launch's, its outputs
 // a.y_tok floats after token 0's.
 template <int FT, int P, int G, int LIVE = G, int NT = 1>
 __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     static_assert(FT != 0, "16-bit weights");
-    static_assert(NT == 1 || NT == 2, "one or two tokens");
+    static_assert(NT >= 1 && NT <= 4, "one to four tokens");
     static_assert(G == 2 || G == 4 || G == 8, "groups per warp");
     static_assert(LIVE == G || (G == 8 && P == 1 && LIVE > 0 && LIVE < G), "live groups: one period, a warp a row");
     constexpr int WPR = 8 / G; // warps per row
@@ -701,6 +702,18 @@ void launch_fexact_warp(const MVArgs &a, int n_sel, cudaStream_t st) {
     int G = 8; // fewer rows per CTA until the grid covers the SMs twice
     while (G > 2 && (a.rows + G - 1) / G * n_sel < 2 * sms) G /= 2;
     const dim3 g((unsigned)((a.rows + G - 1) / G), (unsigned)n_sel, 1);
+    if (smem + sizeof(float) * NT * 8 * 8 > 48 * 1024) { // (three rows of 4096 floats and more, with s_tot: the opt-in, once for each form)
+        static bool set[4] = {};
+        const int i = G == 8 && P == 1 && a.cols <= 4 * 256 && ds4c_opt_fx_live() ? 0 : G == 8 ? 1 : G == 4 ? 2 : 3;
+        if (!set[i]) {
+            void (*k)(MVArgs) = i == 0 ? k_fexact_warp<FT, 1, 8, 4, NT>
+                                : i == 1 ? k_fexact_warp<FT, P, 8, 8, NT>
+                                : i == 2 ? k_fexact_warp<FT, P, 4, 4, NT>
+                                         : k_fexact_warp<FT, P, 2, 2, NT>;
+            (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            set[i] = true;
+        }
+    }
     if (G == 8 && P == 1 && a.cols <= 4 * 256 && ds4c_opt_fx_live())
         ds4c_launch(k_fexact_warp<FT, 1, 8, 4, NT>, g, 256, smem, st, a); // (the first four groups hold the columns)
     else if (G == 8)
@@ -716,10 +729,10 @@ int launch_fexact_rows(const MVArgs &a, int n_sel, int vec, cudaStream_t st, int
     dim3 g((unsigned)a.rows, (unsigned)n_sel, (unsigned)pieces);
     const int periods = (a.cols + FX_PERIOD - 1) / FX_PERIOD;
     // k_fexact_warp's shapes (rows of at most two periods, rows enough for
-    // its CTAs): one token, or two (exact mode's verification passes,
-    // DS4C_OPT_MV_TWO's bit 2: both tokens' rows staged, the weights loaded
-    // once; two rows of at most 4096 floats fit its shared memory)
-    if constexpr (NT <= 2) {
+    // its CTAs): one token, or two to four (exact mode's verification
+    // passes, DS4C_OPT_MV_TWO's bit 2: every token's row staged, the weights
+    // loaded once; four rows of at most 4096 floats: 64 KB of shared memory)
+    if constexpr (NT <= 4) {
         if (FT != 0 && vec && !a.ids && periods <= 2 && a.rows >= 16 && ds4c_opt_fx_warp() &&
             (NT == 1 || (ds4c_opt_mv_two() & 2))) {
             // (FT is 1 or 2 here; the conditional keeps <0> uninstantiated)

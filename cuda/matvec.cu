@@ -375,7 +375,7 @@ int ds4c_matvec_f32(int type, const void *d_w, int64_t rows, int64_t cols, const
     DS4C_READY();
     if (type != DS4C_Q8_0 && type != DS4C_F16)
         return ds4c_err(DS4C_ETYPE, "matvec_f32: weight type %d (Q8_0 or F16)", type);
-    if (n < 1 || n > 2) return ds4c_err(DS4C_EINVAL, "matvec_f32: %d tokens (1 or 2)", n);
+    if (n < 1 || n > 4) return ds4c_err(DS4C_EINVAL, "matvec_f32: %d tokens (1 to 4)", n);
     int rc = check_shape(type, rows, cols, 1);
     if (rc) return rc;
     if (cols % 32 != 0) return ds4c_err(DS4C_EINVAL, "matvec_f32: %lld columns", (long long)cols);
@@ -423,7 +423,7 @@ int ds4c_matmul_q8out(int type, const void *d_w, int64_t rows, int64_t cols, int
     if (n_sel > 65535 || (n_sel > 1 && n_sel > n_mat) || act_div <= 0)
         return ds4c_err(DS4C_EINVAL, "matmul_q8out: %d selections of %lld matrices, act_div %d", n_sel, (long long)n_mat,
                         act_div);
-    if (n_tok < 1 || n_tok > 2) return ds4c_err(DS4C_EINVAL, "matmul_q8out: %d tokens (1 or 2)", n_tok);
+    if (n_tok < 1 || n_tok > 4) return ds4c_err(DS4C_EINVAL, "matmul_q8out: %d tokens (1 to 4)", n_tok);
     if (rows % 32 != 0) return ds4c_err(DS4C_EINVAL, "matmul_q8out: %lld rows (whole blocks of 32)", (long long)rows);
     const int64_t n = (int64_t)n_sel * rows;
     flags = ex_timed(flags, type, n_tok);

@@ -1874,8 +1874,36 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
     }
 }
 
+// q8f_itemsN is q8f_items for NT = 3 or 4 tokens (fast mode's verification
+// passes of deeper drafts): each weight item loaded once, its units
+// multiplied with each token's activation units, each token's item sum its
+// own tree (q8f_sums's), token t's partials at part + t·tpart: each token's
+// operations and order those of a one-token product, so the same bits.
+template <int U, int NT>
+__device__ __forceinline__ void q8f_itemsN(int items, int nsh, int warp, int lane, const uint8_t *qs, const __half *ds,
+                                           int cols, int dstride, const int4 (&x0)[NT], const int4 (&x1)[NT],
+                                           const float (&xd)[NT], float *part, int tpart) {
+    const int nseg = 1 << nsh, seg = warp & (nseg - 1);
+    for (int it0 = warp; it0 < items; it0 += 8 * U) {
+        int4 w0[U], w1[U];
+        __half d[U];
+        q8f_load<U>(it0, items, nsh, lane, qs, ds, cols, dstride, w0, w1, d);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v[U];
+            q8f_sums<U>(w0, w1, d, x0[t], x1[t], xd[t], v);
+            if (lane == 0)
+#pragma unroll
+                for (int j = 0; j < U; j++)
+                    if (it0 + 8 * j < items) part[t * tpart + ((it0 + 8 * j) >> nsh) * nseg + seg] = v[j];
+        }
+    }
+}
+
 // NT = 2: two tokens' products of the same weights (speculative decoding's
-// verification passes), the weights streamed once; each token's bits
+// verification passes; NT = 3, 4: deeper drafts' — q8e_items<U, NT>, or in
+// fast mode q8f_itemsN, rows of token t at i + t·nr as NT = 2's), the
+// weights streamed once; each token's bits
 // those of a one-token product (q8f_items2; EX: q8e_items<U, 2>, each token's
 // terms in its own buffers, [NT][rt][tstride] a tile). Only
 // the ilp form (segments dividing the warps), no ids (selections: one, or
@@ -1893,7 +1921,7 @@ __device__ __forceinline__ void q8f_items2(int items, int nsh, int warp, int lan
 // tile's barrier. The same terms and order: the same bits.
 template <int CP, int NT = 1, bool EX = false, bool W9 = false>
 __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(PipeArgs p) {
-    static_assert(NT == 1 || NT == 2, "k_mv_pipe_q8f: one or two tokens");
+    static_assert(NT >= 1 && NT <= 4, "k_mv_pipe_q8f: one to four tokens");
     static_assert(!W9 || EX, "k_mv_pipe_q8f: a summing warp for exact terms");
     extern __shared__ __align__(16) uint8_t s_mem[];
     __shared__ float s_yq[NT][32]; // p.yq: the CTA's block of each token's y
@@ -1988,7 +2016,7 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
         const float v = prev.ok ? sum : nan;
         a.y[prev.sel * a.y_sel + (NT > 1 ? t * a.y_tok : 0) + prev.r0 + i] = v;
         if (NT == 1 && p.yq) s_yq[0][(prev.r0 & 31) + i] = v;
-        if (NT == 2 && p.yq) s_yq[t][(prev.r0 & 31) + i] = v;
+        if (NT >= 2 && p.yq) s_yq[t][(prev.r0 & 31) + i] = v;
     };
     // the row sums of a tile: thread i of warp 0 row i, its partials one
     // load each; or (p.sumw, segments dividing the warps) lanes of the last
@@ -2012,7 +2040,7 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
             const float *tb = s_part + (size_t)(k & 1) * p.rt * p.tstride * NT;
             const int nb = a.cols / 32, nr = prev.nr;
             auto row = [&](int i) {
-                const int t = NT == 2 && i >= nr ? 1 : 0, r = i - t * nr;
+                const int t = NT == 2 ? (i >= nr ? 1 : 0) : i / nr, r = i - t * nr;
                 put(r, ordered_sum(tb + ((size_t)t * p.rt + r) * p.tstride, nb), t);
             };
             if (W9) {
@@ -2102,20 +2130,27 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
         })
         if (!former) {
             // (W9: the summing warp forms no items)
-        } else if (NT == 2 && mat >= 0) { // (launch_pipe: the ilp form only)
+        } else if (NT >= 2 && mat >= 0) { // (launch_pipe: the ilp form only)
             const int seg = warp & (nseg - 1);
             load_x(seg);
             const uint8_t *qs = stg + p.soff[0] + seg * Q8F_SEG;
             const __half *ds = (const __half *)(stg + p.soff[1]) + seg * 32 + blk;
             const int items = nr * nseg, dstride = p.bpr[1] / 2;
-            if constexpr (NT == 2 && EX) {
+            if constexpr (NT >= 2 && EX) {
                 const int tt = p.rt * p.tstride;
                 if (p.ilp >= 4)
-                    q8e_items<4, 2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
+                    q8e_items<4, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
                 else if (p.ilp == 3)
-                    q8e_items<3, 2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
+                    q8e_items<3, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
                 else
-                    q8e_items<2, 2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
+                    q8e_items<2, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
+            } else if constexpr (NT > 2) {
+                if (p.ilp >= 4)
+                    q8f_itemsN<4, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
+                else if (p.ilp == 3)
+                    q8f_itemsN<3, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
+                else
+                    q8f_itemsN<2, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
             } else if constexpr (NT == 2) {
                 if (p.ilp >= 4)
                     q8f_items2<4>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
@@ -2287,7 +2322,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const bool seg_warps = nseg8 >= 1 && 8 % nseg8 == 0;
         p.ilp = seg_warps ? ds4c_opt_mv_ilp() : 1;
         p.sumw = seg_warps ? ds4c_opt_mv_sumw() : 0;
-        if (nt != 1 && (nt != 2 || p.ilp < 2 || a.ids || (a.act_tok & 15) != 0 || (a.act_sel & 15) != 0))
+        if (nt != 1 && (nt < 2 || nt > 4 || p.ilp < 2 || a.ids || (a.act_tok & 15) != 0 || (a.act_sel & 15) != 0))
             return false;
         if (xf) {
             if (!std::is_same<T, TQ8_0>::value || n_sel != 1 || a.cols % 32 != 0 ||
@@ -2325,7 +2360,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
                          a.cols % Q8F_SEG == 0 && (nt == 1 || (ds4c_opt_mv_two() & 2));
         // w9: its rows added by a ninth warp (DS4C_OPT_MV_EXQ8 2; the segments divide the 8 warps)
         const bool w9 = q8e && ds4c_opt_mv_exq8() == 2 && seg_warps;
-        if (nt == 2 && !q8f && !q8e) return false;
+        if (nt >= 2 && !q8f && !q8e) return false;
         // the Q8_0 products' own stage counts and CTAs an SM by class of
         // columns (DS4C_OPT_MV_Q8_NS_EX / _FAST, DS4C_OPT_MV_Q8_CTAS_EX /
         // _FAST: a decimal digit a class, 0 for DS4C_OPT_MV_STAGES /
@@ -2352,7 +2387,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // no gain, cuda/NOTES.md v68), y one row of whole blocks of 32
         // values a token (selections rows apart), no ids
         if (yq && (!(q8f || q8e) || xf || a.ids || a.rows % 32 != 0 || (n_sel > 1 && a.y_sel != a.rows) ||
-                   ((uintptr_t)yq & 15) != 0 || (nt == 2 && !(q8e && (ds4c_opt_mv_two() & 4)))))
+                   ((uintptr_t)yq & 15) != 0 || (nt >= 2 && !(q8e && (ds4c_opt_mv_two() & 4)))))
             return false;
         // the terms of a row: k_mv_pipe's nb + 4 floats, k_mv_pipe_q8f's partials
         const int64_t row_terms = q8f ? a.cols / Q8F_SEG : nb + 4;
@@ -2362,7 +2397,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // room (DS4C_MM_ROOM): DS4C_MV_ROOM_KIB of each SM left free, in one
         // CTA an SM, or (DS4C_OPT_MV_ROOM's bit for nt tokens) cps of them
         // (cap: at most that many, in the budget of cps)
-        const int per = room && !(ds4c_opt_mv_room() & (nt == 2 ? 2 : 1)) ? 1 : (cap > 0 ? min(cap, cps) : cps);
+        const int per = room && !(ds4c_opt_mv_room() & (nt >= 2 ? 2 : 1)) ? 1 : (cap > 0 ? min(cap, cps) : cps);
         // (the IQ2 codebook, 16 bytes of slack, the CTA's reserve)
         const int64_t fixed = PIPE_BARS + (T::GRID ? 2048 : 0) + (nt == 1 ? act_smem : nt * act_stride) + 16 + 1024;
         const int64_t budget = room ? (smem_sm - DS4C_MV_ROOM_KIB * 1024) / per : smem_sm / cps;
@@ -2440,16 +2475,21 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         void (*k)(PipeArgs) = cp == 2 ? k_mv_pipe<T, 2> : (cp == 1 ? k_mv_pipe<T, 1> : k_mv_pipe<T, 0>);
         if constexpr (std::is_same<T, TQ8_0>::value) {
             if (q8f)
-                k = nt == 2 ? k_mv_pipe_q8f<2, 2> : k_mv_pipe_q8f<2>;
+                k = nt == 2 ? k_mv_pipe_q8f<2, 2> : nt == 3 ? k_mv_pipe_q8f<2, 3> : nt == 4 ? k_mv_pipe_q8f<2, 4> : k_mv_pipe_q8f<2>;
             else if (q8e && nt == 2)
                 k = w9 ? k_mv_pipe_q8f<2, 2, true, true> : k_mv_pipe_q8f<2, 2, true>;
+            else if (q8e && nt == 3)
+                k = w9 ? k_mv_pipe_q8f<2, 3, true, true> : k_mv_pipe_q8f<2, 3, true>;
+            else if (q8e && nt == 4)
+                k = w9 ? k_mv_pipe_q8f<2, 4, true, true> : k_mv_pipe_q8f<2, 4, true>;
             else if (q8e)
                 k = w9 ? k_mv_pipe_q8f<2, 1, true, true> : k_mv_pipe_q8f<2, 1, true>;
         }
-        // the largest opt-in done for each copy flavour, k_mv_pipe_q8f, its
-        // two-token form and its exact ones (one token, two)
-        static int64_t set[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
-        const int fl = q8f ? (nt == 2 ? 4 : 3) : (q8e ? (w9 ? 6 : 5) + (nt == 2 ? 2 : 0) : cp);
+        // the largest opt-in done for each copy flavour (0-2), then
+        // k_mv_pipe_q8f's forms: fast, exact, exact with the summing warp,
+        // each for 1-4 tokens
+        static int64_t set[3 + 12] = {};
+        const int fl = q8f ? 3 + (nt - 1) : q8e ? (w9 ? 11 : 7) + (nt - 1) : cp;
         if (smem > 48 * 1024 && smem > set[fl]) {
             cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (e != cudaSuccess) {
@@ -2477,15 +2517,16 @@ template <class T>
 int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
     const int units = a.cols / T::VPU;
     int S = 1, RPW = 1;
-    if (nt == 2 && (ds4c_opt_mv_two() & (exact ? 2 : 1))) {
-        // products of two tokens: Q8_0 pipelined (launch_pipe: q8f, or in
-        // exact mode q8e); in fast mode the others split over warps where
+    if (nt >= 2 && nt <= 4 && (ds4c_opt_mv_two() & (exact ? 2 : 1))) {
+        // products of two tokens (three or four: deeper drafts'
+        // verifications): Q8_0 pipelined (launch_pipe: q8f, or in exact
+        // mode q8e); in fast mode two tokens' others split over warps where
         // the rows are too few to fill the GPU (the mixers' 24 rows of 16384
         // columns), as one token's
         int rc = 0;
-        if (!a.w2 && launch_pipe<T>(a, n_sel, exact, st, &rc, nullptr, nullptr, 0.f, false, nullptr, 2)) return rc;
+        if (!a.w2 && launch_pipe<T>(a, n_sel, exact, st, &rc, nullptr, nullptr, 0.f, false, nullptr, nt)) return rc;
         const int64_t sms = ds4c_sm_count();
-        while (!exact && S < 8 && ((int64_t)a.rows * S / 8) * n_sel < 4 * sms && units >= 64 * S) S *= 2;
+        while (nt == 2 && !exact && S < 8 && ((int64_t)a.rows * S / 8) * n_sel < 4 * sms && units >= 64 * S) S *= 2;
     }
     if (nt == 1) {
         int rc = 0;

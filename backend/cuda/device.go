@@ -275,7 +275,7 @@ const (
 	OptWeightLoad   = 1  // 0 __ldg, 1 ld.global.nc.L1::no_allocate.L2::256B (default), 2 __ldcs
 	OptSplitK       = 2  // 0 automatic; 1, 2, 4, 8 warps per row (single-token products)
 	OptRowsPerWarp  = 3  // 0 automatic; 1, 2, 4, 8 rows per warp (single-token products)
-	OptTCMinTokens  = 4  // tokens from which dense products use tensor cores (default 4; 0 never)
+	OptTCMinTokens  = 4  // tokens from which dense products use tensor cores (default 5 since v69: four tokens, a pass of three drafts, take the few-token forms; 0 never)
 	OptTCMinSel     = 5  // selections from which grouped products use tensor cores (default 32; 0 never)
 	OptPDL          = 6  // 1: programmatic dependent launch (default; env DS4_CUDA_PDL=0 turns it off); 0: plain launches
 	OptAttnPO       = 7  // 1: single-token attention's softmax and output in one kernel (default); 0: two kernels

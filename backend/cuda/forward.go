@@ -131,15 +131,15 @@ func (be *Backend) inputAct(b *batch, s Stream, tag string, at quant.Type, x Ptr
 // quantization (after RMSNorm with weights nw, scratch xn, when nw is set)
 // in the pipelined kernel's launch where that kernel takes the product —
 // its fallback's activations in the scratch buffer tag + "Q8_0". ok reports
-// whether w, n and the strides allowed it (one token; two with rows
-// contiguous, at most matVecTwoCols columns — in exact mode too since v67,
-// where the library's exact two-token products take them, OptMVTwo's bit
-// 2); else nothing was queued.
+// whether w, n and the strides allowed it (one token; two to
+// passTokensMax with rows contiguous, at most matVecTwoCols columns — in
+// exact mode too since v67, where the library's exact two-token products
+// take them, OptMVTwo's bit 2); else nothing was queued.
 func (be *Backend) matVecF32(b *batch, s Stream, tag string, w *Weight, x Ptr, ldx int, nw, xn, y Ptr, ldy, n int, room bool) (ok bool, err error) {
 	if w.Type != quant.Q8_0 || w.Mats != 1 {
 		return false, nil
 	}
-	if n != 1 && (n != 2 || ldx != w.Cols || ldy != w.Rows || w.Cols > matVecTwoCols) {
+	if n != 1 && (n > passTokensMax || ldx != w.Cols || ldy != w.Rows || w.Cols > matVecTwoCols) {
 		return false, nil
 	}
 	act, err := b.sc.get(tag+quant.Q8_0.String(), int64(n)*be.dev.ActBytes(quant.Q8_0, w.Cols))
@@ -155,6 +155,12 @@ func (be *Backend) matVecF32(b *batch, s Stream, tag string, w *Weight, x Ptr, l
 // (64 KB of floats read by each of its CTAs: +4.5 µs against a quantize
 // launch; cuda/NOTES.md v46).
 const matVecTwoCols = 2048
+
+// passTokensMax is the most tokens of a chunk that the library's products
+// of a few tokens take in one pipelined launch, the weights streamed once
+// (MatVecF32, MatMulQ8Out; OptMVTwo's bits): a speculative pass of up to
+// three drafts (engine.Options.DraftDepth).
+const passTokensMax = 4
 
 // quantAct quantizes n rows of cols floats at x (cols apart) on stream s
 // into the batch's scratch buffer name, in the activation format of
@@ -997,11 +1003,12 @@ func (be *Backend) Attention(bi engine.Batch, si engine.State, layer int) error 
 		if err != nil {
 			return err
 		}
-		if n <= 2 && !halfOA && be.woQ8 && at == quant.Q8_0 && L.outA.Type == quant.Q8_0 &&
+		if n <= passTokensMax && !halfOA && be.woQ8 && at == quant.Q8_0 && L.outA.Type == quant.Q8_0 &&
 			L.outB.Type == quant.Q8_0 && L.outB.Cols == G*OL && OL%32 == 0 {
 			// wo_a's CTAs quantize their blocks of its output for wo_b
-			// (MatMulQ8Out; a verification pass's two tokens too in exact
-			// mode, where the library's two-token form takes them), which
+			// (MatMulQ8Out; a verification pass's two to passTokensMax
+			// tokens too in exact mode, where the library's few-token form
+			// takes them), which
 			// then copies that row instead of reading wo_a's floats and
 			// quantizing them in every CTA or in a launch of their own
 			qb := d.ActBytes(quant.Q8_0, G*OL)

@@ -96,8 +96,9 @@ func (be *Backend) GraphStats() GraphStats {
 }
 
 // graphMaxTokens is the largest chunk whose work runs as graphs: a decode
-// step, or speculative decoding's pass of a token and its draft.
-const graphMaxTokens = 2
+// step, or speculative decoding's pass of a token and its drafts (up to
+// three: passTokensMax).
+const graphMaxTokens = passTokensMax
 
 // beginGraph starts recording the chunk's work (at most graphMaxTokens
 // tokens, graphs on).

@@ -359,10 +359,10 @@ func firstBitDiff(a, b []float32) (int, bool) {
 // (each CTA one block of 32 rows: wo_a's eight selections, one matrix of
 // 4096 rows, tiles shorter than a block; exact mode's terms since v57,
 // OptMVExQ8) and where it does not (columns not whole 1024-value
-// segments), for one token and for two (a verification pass's: in exact
-// mode the two-token kernel where OptMVTwo has bits 2 and 4, each token's
-// block quantized by its own warp; else the separate steps); and
-// that rows that are not whole blocks are refused.
+// segments), for one token and for two to four (a verification pass's: in
+// exact mode the few-token kernel where OptMVTwo has bits 2 and 4, each
+// token's block quantized by its own warp; else the separate steps); and
+// that rows that are not whole blocks, and five tokens, are refused.
 func TestMatMulQ8Out(t *testing.T) {
 	d := gpu(t)
 	pipeEverywhere(t, d)
@@ -379,14 +379,15 @@ func TestMatMulQ8Out(t *testing.T) {
 	}
 	for ci, c := range cases {
 		_, dw, ab := randomMats(t, d, quant.Q8_0, c.rows, c.cols, c.mats, uint64(5300+ci))
-		x := gaussian(2*c.nsel*c.cols, uint64(5400+ci))
-		act := quantizeOnDevice(t, d, quant.Q8_0, x, c.cols, 2*c.nsel)
+		x := gaussian(4*c.nsel*c.cols, uint64(5400+ci))
+		act := quantizeOnDevice(t, d, quant.Q8_0, x, c.cols, 4*c.nsel)
 		actTok := ab * int64(c.nsel)
 		n := c.rows * c.nsel
 		qb := d.ActBytes(quant.Q8_0, n)
-		y, yq := alloc(t, d, 8*int64(n)), alloc(t, d, 2*qb)
-		yRef, yqRef := alloc(t, d, 8*int64(n)), alloc(t, d, 2*qb)
-		for _, v := range []struct{ ntok, two int }{{1, DefaultMVTwo}, {2, DefaultMVTwo}, {2, DefaultMVTwo &^ 4}, {2, 0}} {
+		y, yq := alloc(t, d, 16*int64(n)), alloc(t, d, 4*qb)
+		yRef, yqRef := alloc(t, d, 16*int64(n)), alloc(t, d, 4*qb)
+		for _, v := range []struct{ ntok, two int }{{1, DefaultMVTwo}, {2, DefaultMVTwo}, {2, DefaultMVTwo &^ 4}, {2, 0},
+			{3, DefaultMVTwo}, {4, DefaultMVTwo}, {4, 0}} { // (three and four tokens: deeper drafts' passes)
 			must(t, d.SetOption(OptMVTwo, v.two))
 			for _, exact := range []bool{false, true} {
 				name := fmt.Sprintf("%s exact=%v tokens=%d OptMVTwo=%d", c.name, exact, v.ntok, v.two)
@@ -422,14 +423,15 @@ func TestMatMulQ8Out(t *testing.T) {
 		t.Errorf("48 rows (not whole blocks of 32): no error")
 	}
 	_, dw64, ab64 := randomMats(t, d, quant.Q8_0, 64, 1024, 1, 5398)
-	buf64 := alloc(t, d, 3*(4*64+d.ActBytes(quant.Q8_0, 64)))
-	if err := d.MatMulQ8Out(0, dw64, 1, buf64, ab64, ab64, 1, 3, buf64, buf64, false); err == nil {
-		t.Errorf("three tokens: no error")
+	buf64 := alloc(t, d, 5*(4*64+d.ActBytes(quant.Q8_0, 64)))
+	if err := d.MatMulQ8Out(0, dw64, 1, buf64, ab64, ab64, 1, 5, buf64, buf64, false); err == nil {
+		t.Errorf("five tokens: no error")
 	}
 }
 
 // TestMatVecFastQ8Two checks fast mode's products of two tokens
-// (OptMVTwo). Q8_0 ones run as one pipelined product (the weights streamed
+// (OptMVTwo), and of three and four (deeper drafts' verification passes:
+// the same forms). Q8_0 ones run as one pipelined product (the weights streamed
 // once, both tokens' activations in shared memory): each token's row
 // equals, bit for bit, its own one-token product (the same items, partials
 // and order). Flash's shapes: q_b (1024 columns), wo_b (8192), q_a and the
@@ -450,6 +452,10 @@ func TestMatVecFastQ8Two(t *testing.T) {
 	pipeEverywhere(t, d)
 	must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
 	t.Cleanup(func() { d.SetOption(OptMVTwo, DefaultMVTwo) })
+	// (dense products of 5 tokens and more take the tensor cores: here
+	// never below, whatever the default)
+	must(t, d.SetOption(OptTCMinTokens, 5))
+	t.Cleanup(func() { d.SetOption(OptTCMinTokens, 5) })
 	cases := []struct {
 		name       string
 		typ        quant.Type
@@ -464,91 +470,93 @@ func TestMatVecFastQ8Two(t *testing.T) {
 	for ci, c := range cases {
 		G := max(c.sel, 1)
 		mat, dw, ab := randomMats(t, d, c.typ, c.rows, c.cols, G, uint64(5300+ci))
-		// x: token-major, each token's G selections' rows (the attention's
-		// output for wo_a), as act
-		x := gaussian(2*G*c.cols, uint64(5400+ci))
-		act := quantizeOnDevice(t, d, c.typ, x, c.cols, 2*G)
-		ldy := G*c.rows + 40 // a token's outputs: its G selections' rows, c.rows apart
-		y := alloc(t, d, 4*int64(2*ldy))
-		two := func() []float32 {
-			poison(t, d, y, 2*ldy)
-			must(t, d.MatMulEx(0, dw, 0, G, act, int64(G)*ab, ab, 1, 2, y, int64(ldy), int64(c.rows), false))
-			return download(t, d, y, 2*ldy)
-		}
-		got := two()
-		for tok := 0; tok < 2; tok++ {
-			if c.typ == quant.Q8_0 {
-				poison(t, d, y, ldy)
-				must(t, d.MatMulEx(0, dw, 0, G, act+Ptr(int64(tok*G)*ab), int64(G)*ab, ab, 1, 1, y, int64(ldy), int64(c.rows), false))
-				one := download(t, d, y, G*c.rows)
-				if k, ok := firstBitDiff(got[tok*ldy:tok*ldy+G*c.rows], one); !ok {
-					t.Errorf("%s %dx%d token %d: row %d = %v, its one-token product %v", c.name, c.rows, c.cols, tok, k, got[tok*ldy+k], one[k])
-				}
+		for _, nt := range []int{2, 3, 4} { // (three and four: deeper drafts' passes)
+			// x: token-major, each token's G selections' rows (the attention's
+			// output for wo_a), as act
+			x := gaussian(nt*G*c.cols, uint64(5400+ci))
+			act := quantizeOnDevice(t, d, c.typ, x, c.cols, nt*G)
+			ldy := G*c.rows + 40 // a token's outputs: its G selections' rows, c.rows apart
+			y := alloc(t, d, 4*int64(nt*ldy))
+			two := func() []float32 {
+				poison(t, d, y, nt*ldy)
+				must(t, d.MatMulEx(0, dw, 0, G, act, int64(G)*ab, ab, 1, nt, y, int64(ldy), int64(c.rows), false))
+				return download(t, d, y, nt*ldy)
 			}
-			for g := 0; g < G; g++ {
-				xs := x[(tok*G+g)*c.cols : (tok*G+g+1)*c.cols]
-				want, mag := reference(t, c.typ, mat(g), c.rows, c.cols, xs)
-				o := tok*ldy + g*c.rows
-				compare(t, fmt.Sprintf("%s %dx%d token %d selection %d two-token", c.name, c.rows, c.cols, tok, g), got[o:o+c.rows], want, mag, nterms(c.typ, c.cols))
-			}
-		}
-		for r := G * c.rows; r < ldy; r++ { // the rows between the tokens untouched (poison)
-			if !math.IsNaN(float64(got[r])) {
-				t.Fatalf("%s: y[%d], between the tokens' rows, written: %v", c.name, r, got[r])
-			}
-		}
-		if k, ok := firstBitDiff(two(), got); !ok {
-			t.Errorf("%s: two runs differ at %d", c.name, k)
-		}
-		// exact mode: each token's rows its one-token exact product's (and
-		// for Q8_0 quant.Dot's) bits, two tokens pipelined or on
-		// k_fexact_warp (OptMVTwo's bit 2) and on the generic kernels (the
-		// bit off)
-		exOne := make([]float32, 2*ldy)
-		for tok := 0; tok < 2; tok++ {
-			poison(t, d, y, ldy)
-			must(t, d.MatMulEx(0, dw, 0, G, act+Ptr(int64(tok*G)*ab), int64(G)*ab, ab, 1, 1, y, int64(ldy), int64(c.rows), true))
-			copy(exOne[tok*ldy:], download(t, d, y, G*c.rows))
-		}
-		for _, opt := range []int{DefaultMVTwo, 1} {
-			must(t, d.SetOption(OptMVTwo, opt))
-			poison(t, d, y, 2*ldy)
-			must(t, d.MatMulEx(0, dw, 0, G, act, int64(G)*ab, ab, 1, 2, y, int64(ldy), int64(c.rows), true))
-			ex := download(t, d, y, 2*ldy)
-			must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
-			for tok := 0; tok < 2; tok++ {
-				o := tok * ldy
-				if k, ok := firstBitDiff(ex[o:o+G*c.rows], exOne[o:o+G*c.rows]); !ok {
-					t.Errorf("%s exact two-token (OptMVTwo %d) token %d: row %d = %v, its one-token exact product %v",
-						c.name, opt, tok, k, ex[o+k], exOne[o+k])
-				}
-				if c.typ != quant.Q8_0 {
-					continue
+			got := two()
+			for tok := 0; tok < nt; tok++ {
+				if c.typ == quant.Q8_0 {
+					poison(t, d, y, ldy)
+					must(t, d.MatMulEx(0, dw, 0, G, act+Ptr(int64(tok*G)*ab), int64(G)*ab, ab, 1, 1, y, int64(ldy), int64(c.rows), false))
+					one := download(t, d, y, G*c.rows)
+					if k, ok := firstBitDiff(got[tok*ldy:tok*ldy+G*c.rows], one); !ok {
+						t.Errorf("%s %dx%d, %d tokens, token %d: row %d = %v, its one-token product %v", c.name, c.rows, c.cols, nt, tok, k, got[tok*ldy+k], one[k])
+					}
 				}
 				for g := 0; g < G; g++ {
-					want, _ := reference(t, c.typ, mat(g), c.rows, c.cols, x[(tok*G+g)*c.cols:(tok*G+g+1)*c.cols])
+					xs := x[(tok*G+g)*c.cols : (tok*G+g+1)*c.cols]
+					want, mag := reference(t, c.typ, mat(g), c.rows, c.cols, xs)
 					o := tok*ldy + g*c.rows
-					if k, ok := firstBitDiff(ex[o:o+c.rows], want); !ok {
-						t.Errorf("%s exact two-token (OptMVTwo %d) token %d selection %d: row %d = %v, quant.Dot's %v",
-							c.name, opt, tok, g, k, ex[o+k], want[k])
+					compare(t, fmt.Sprintf("%s %dx%d token %d selection %d of %d tokens", c.name, c.rows, c.cols, tok, g, nt), got[o:o+c.rows], want, mag, nterms(c.typ, c.cols))
+				}
+			}
+			for r := G * c.rows; r < ldy; r++ { // the rows between the tokens untouched (poison)
+				if !math.IsNaN(float64(got[r])) {
+					t.Fatalf("%s, %d tokens: y[%d], between the tokens' rows, written: %v", c.name, nt, r, got[r])
+				}
+			}
+			if k, ok := firstBitDiff(two(), got); !ok {
+				t.Errorf("%s, %d tokens: two runs differ at %d", c.name, nt, k)
+			}
+			// exact mode: each token's rows its one-token exact product's (and
+			// for Q8_0 quant.Dot's) bits, two tokens pipelined or on
+			// k_fexact_warp (OptMVTwo's bit 2) and on the generic kernels (the
+			// bit off)
+			exOne := make([]float32, nt*ldy)
+			for tok := 0; tok < nt; tok++ {
+				poison(t, d, y, ldy)
+				must(t, d.MatMulEx(0, dw, 0, G, act+Ptr(int64(tok*G)*ab), int64(G)*ab, ab, 1, 1, y, int64(ldy), int64(c.rows), true))
+				copy(exOne[tok*ldy:], download(t, d, y, G*c.rows))
+			}
+			for _, opt := range []int{DefaultMVTwo, 1} {
+				must(t, d.SetOption(OptMVTwo, opt))
+				poison(t, d, y, nt*ldy)
+				must(t, d.MatMulEx(0, dw, 0, G, act, int64(G)*ab, ab, 1, nt, y, int64(ldy), int64(c.rows), true))
+				ex := download(t, d, y, nt*ldy)
+				must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
+				for tok := 0; tok < nt; tok++ {
+					o := tok * ldy
+					if k, ok := firstBitDiff(ex[o:o+G*c.rows], exOne[o:o+G*c.rows]); !ok {
+						t.Errorf("%s exact, %d tokens (OptMVTwo %d), token %d: row %d = %v, its one-token exact product %v",
+							c.name, nt, opt, tok, k, ex[o+k], exOne[o+k])
+					}
+					if c.typ != quant.Q8_0 {
+						continue
+					}
+					for g := 0; g < G; g++ {
+						want, _ := reference(t, c.typ, mat(g), c.rows, c.cols, x[(tok*G+g)*c.cols:(tok*G+g+1)*c.cols])
+						o := tok*ldy + g*c.rows
+						if k, ok := firstBitDiff(ex[o:o+c.rows], want); !ok {
+							t.Errorf("%s exact, %d tokens (OptMVTwo %d), token %d selection %d: row %d = %v, quant.Dot's %v",
+								c.name, nt, opt, tok, g, k, ex[o+k], want[k])
+						}
+					}
+				}
+				for r := G * c.rows; r < ldy; r++ {
+					if !math.IsNaN(float64(ex[r])) {
+						t.Fatalf("%s exact: y[%d], between the tokens' rows, written: %v", c.name, r, ex[r])
 					}
 				}
 			}
-			for r := G * c.rows; r < ldy; r++ {
-				if !math.IsNaN(float64(ex[r])) {
-					t.Fatalf("%s exact: y[%d], between the tokens' rows, written: %v", c.name, r, ex[r])
+			must(t, d.SetOption(OptMVTwo, 0))
+			off := two()
+			must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
+			for tok := 0; tok < nt; tok++ {
+				for g := 0; g < G; g++ {
+					xs := x[(tok*G+g)*c.cols : (tok*G+g+1)*c.cols]
+					want, mag := reference(t, c.typ, mat(g), c.rows, c.cols, xs)
+					o := tok*ldy + g*c.rows
+					compare(t, fmt.Sprintf("%s token %d selection %d of %d generic", c.name, tok, g, nt), off[o:o+c.rows], want, mag, nterms(c.typ, c.cols))
 				}
-			}
-		}
-		must(t, d.SetOption(OptMVTwo, 0))
-		off := two()
-		must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
-		for tok := 0; tok < 2; tok++ {
-			for g := 0; g < G; g++ {
-				xs := x[(tok*G+g)*c.cols : (tok*G+g+1)*c.cols]
-				want, mag := reference(t, c.typ, mat(g), c.rows, c.cols, xs)
-				o := tok*ldy + g*c.rows
-				compare(t, fmt.Sprintf("%s token %d selection %d generic", c.name, tok, g), off[o:o+c.rows], want, mag, nterms(c.typ, c.cols))
 			}
 		}
 		d.FreeWeight(dw)
