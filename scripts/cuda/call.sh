@@ -65,6 +65,11 @@
 #          mode, the CLI's and the server's default);
 #          MTP_ARGS: more ds4-bench flags for the first run (e.g.
 #          "--cpuprofile $OUT/mtp.pprof")
+#   MTP_DRAFTS  with MTP: the same run again for each listed --mtp-draft
+#          value (space-separated; a trailing h adds --draft-host: the
+#          engine's host path, e.g. '2h 3 4'), into mtp-dK.csv/log;
+#          MTP_DRAFTS_AB: environment assignments, each run again with them
+#          (into mtp-dK-ab.csv/log)
 #   BITS=1 the bit-identity check: ds4 --dump-logprobs (40 greedy steps of
 #          the full-size synth, --fast; BITS_MODE= for exact mode) with the
 #          main library and each /tmp/lib-*.so (BITS_LIBS: a regex their
@@ -88,6 +93,10 @@
 #          (with KT_AB also ktrace-prefill-ab.txt: e.g. KT_EXACT=1
 #          PREFILL_LINES=40 KT_AB=DS4_CUDA_ATTN_ORDER=0, exact prefill's
 #          kernels in both attention orders)
+#   EDGES=1 exact speculative decoding at 80 % (EDGES_ARGS: other ds4-bench
+#          flags) with DS4_CUDA_REC_EDGES=1: each built graph's incoming
+#          edges per kernel function, into edges.txt (EDGES_AB: an
+#          environment assignment run again, into edges-ab.txt)
 # Everything lands in $OUT (at most 8 files come back): log.txt holds the
 # summary lines.
 set -uo pipefail
@@ -100,7 +109,7 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
 synth=
-if [ -n "${AB:-}${ABX:-}${ABX2:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then
+if [ -n "${AB:-}${ABX:-}${ABX2:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then
     BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
     synth=$!
 fi
@@ -160,10 +169,10 @@ if [ -n "${NCU:-}" ]; then
     for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
-if [ -n "${AB:-}${ABX:-}${ABX2:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${AB:-}${ABX:-}${ABX2:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
 if [ -n "${SMALL:-}" ]; then OUT=$OUT bash scripts/cuda/small-ab.sh; tar -czf "$OUT/small.tgz" -C "$OUT" small && rm -rf "$OUT/small"; el; fi
 if [ -n "${COLD:-}" ]; then OUT=$OUT bash scripts/cuda/coldstart.sh; el; fi
-if [ -n "${MTP:-}${KT_MTP:-}" ] || [[ "${ARGS:-} ${ARGS2:-}" == *flash-q2-mtp.gguf* ]]; then
+if [ -n "${MTP:-}${KT_MTP:-}${EDGES:-}" ] || [[ "${ARGS:-} ${ARGS2:-}" == *flash-q2-mtp.gguf* ]]; then
     $F/ds4-gguf synth --flash-q2 --mtp-only -o /dev/shm/flash-q2-mtp.gguf >/tmp/synth-mtp.log 2>&1 || tail -3 /tmp/synth-mtp.log
 fi
 if [ -n "${MTP:-}" ]; then
@@ -175,6 +184,15 @@ if [ -n "${MTP:-}" ]; then
             --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp-ab.csv" ${MTP_AB_ARGS:-} >"$OUT/mtp-ab.log" 2>&1
         echo "mtp (${MTP_AB:-} ${MTP_AB_ARGS:-}): exit $?"; grep -E "speculative|error" "$OUT/mtp-ab.log" | head -20; el
     fi
+    for k in ${MTP_DRAFTS:-}; do # deeper drafts (and the host path), one run each (and with MTP_DRAFTS_AB)
+        da="--mtp-draft ${k%h}"; [[ $k == *h ]] && da="$da --draft-host"
+        for v in "" ${MTP_DRAFTS_AB:+ab}; do
+            ev=; [ -n "$v" ] && ev=$MTP_DRAFTS_AB
+            env $ev timeout 300 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda ${MTP_MODE---fast} \
+                --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp-d$k${v:+-$v}.csv" $da >"$OUT/mtp-d$k${v:+-$v}.log" 2>&1
+            echo "mtp ($da${ev:+ $ev}): exit $?"; grep -E "speculative|error" "$OUT/mtp-d$k${v:+-$v}.log" | head -20; el
+        done
+    done
 fi
 table() { # name seconds flags… (TABLE_MODE: --fast unless set, empty for exact mode)
     local n=$1 s=$2; shift 2
@@ -211,6 +229,19 @@ if [ -n "${KT:-}" ]; then
         [ -n "${PREFILL_LINES:-}" ] && cp /tmp/kt2/ktrace-prefill.txt "$OUT/ktrace-prefill-ab.txt"
         head -30 "$OUT/ktrace-ab.txt"
     fi
+    el
+fi
+if [ -n "${EDGES:-}" ]; then # the graphs' edges by kind, per kernel function
+    edges() { # file, environment assignments…
+        local f=$1; shift
+        env DS4_CUDA_REC_EDGES=1 "$@" timeout 200 $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers 8192 --gen 32 --warmup 4096 \
+            ${EDGES_ARGS:---mtp /dev/shm/flash-q2-mtp.gguf --accept 0.8} >"/tmp/edges.log" 2>&1
+        echo "edges ($*): exit $?"
+        grep -A80 "replay edges" /tmp/edges.log | grep -vE "^ds4-bench: (ab|round)" | head -30000 >"$OUT/$f"
+        grep -c "replay edges: a graph" "$OUT/$f"; grep -E "rope_table|hc_pre" "$OUT/$f" | sort | uniq -c | sort -rn | head -12
+    }
+    edges edges.txt
+    [ -n "${EDGES_AB:-}" ] && edges edges-ab.txt $EDGES_AB
     el
 fi
 if [ -n "${BITS:-}" ]; then # the same greedy logprobs from every library (and BITS_AB's switches)?
