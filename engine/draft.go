@@ -27,6 +27,15 @@ import (
 // gives, on a backend whose two-token chunks compute what one-token steps
 // do (backend/cpu: bit for bit).
 
+// With Options.DraftDepth k > 1 the block drafts d_1 … d_k: after d_1, the
+// block's own output streams of its last row stand in for the main model's
+// at the next position (which only the verification computes), with the
+// draft before as its token (draftChain). The chunk [t, d_1, …, d_k]
+// commits the drafts up to the first that is not the greedy choice after
+// the token before it; the rest of its positions are dropped as d's is
+// above. These passes take the host path (the logits of every row read by
+// the host), on every backend.
+
 // drafts is a session's MTP block state.
 type drafts struct {
 	be     Drafter

@@ -24,7 +24,8 @@ import (
 //
 // With Options.Draft it decodes speculatively
 // instead, one pass for the token and the MTP block's draft of the next
-// (decodeSpeculative): the same tokens, up to two a pass. Stats counts the
+// (decodeSpeculative; Options.DraftDepth: the next k drafts): the same
+// tokens, up to two (k + 1) a pass. Stats counts the
 // drafts and those accepted. Unless Options.DraftAlways, a run pauses
 // speculation while the drafts' acceptance, measured pass by pass, is too
 // low to pay for verifying them (draftPolicy): its passes then decode one

@@ -117,7 +117,9 @@ type Stats struct {
 	// Rederivations counts those re-prefills.
 	Rederivations int
 	// Drafted counts the MTP drafts verified by speculative decoding, and
-	// Accepted those the model's greedy choice confirmed.
+	// Accepted those the model's greedy choice confirmed (with
+	// Options.DraftDepth: a pass's drafts up to its first rejected one; the
+	// drafts after it are not counted).
 	Drafted, Accepted int
 	// Checked counts the drafts only checked against the greedy choice
 	// while speculation paused (Options.DraftAlways), and CheckAccepted
