@@ -689,7 +689,7 @@ enum {
     DS4C_OPT_WLOAD = 1,   /* weight loads: 0 __ldg, 1 ld.nc.L1::no_allocate.L2::256B (default), 2 __ldcs */
     DS4C_OPT_SPLITK = 2,  /* 0: automatic; 1, 2, 4, 8: warps per row (single token) */
     DS4C_OPT_RPW = 3,     /* 0: automatic; 1, 2, 4, 8: rows per warp (single token) */
-    DS4C_OPT_TC_MIN_TOK = 4, /* tokens from which dense products use tensor cores (default 4; 0: never) */
+    DS4C_OPT_TC_MIN_TOK = 4, /* tokens from which dense products use tensor cores (default 5 since v69; 0: never) */
     DS4C_OPT_TC_MIN_SEL = 5, /* selections from which grouped products use tensor cores (default 32; 0: never) */
     DS4C_OPT_PDL = 6,     /* 1: kernels launched with programmatic dependent launch (default; env DS4_CUDA_PDL=0 sets 0) */
     DS4C_OPT_ATTN_PO = 7, /* 1: single-token attention's softmax and output in one kernel (default); 0: two */
