@@ -2297,9 +2297,9 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
 // activation from that float row (pipe_act_f32) instead of copying a.act.
 // Not exact (fast mode), Q8_0 products of whole Q8F_SEG segments with bulk
 // copies take k_mv_pipe_q8f when DS4C_OPT_MV_FAST is on.
-// nt = 2 (fast mode, Q8_0, no ids): two tokens' products of the same
-// weights in one k_mv_pipe_q8f<2, 2>, the weights streamed once (with xf:
-// two float rows, a.cols apart).
+// nt = 2 to 4 (Q8_0, no ids; k_mv_pipe_q8f, either mode): the tokens'
+// products of the same weights in one k_mv_pipe_q8f<2, nt>, the weights
+// streamed once (with xf: nt float rows, a.cols apart).
 template <class T>
 bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc, const float *xf = nullptr,
                  const float *nw = nullptr, float eps = 0.f, bool room = false, uint8_t *yq = nullptr, int nt = 1) {
@@ -2568,15 +2568,15 @@ int launch_iq2_xxs(const MVArgs &a, int n_sel, int nt, bool exact, cudaStream_t 
 bool dec_q2_k(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc);
 bool dec_iq2_xxs(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc);
 // ds4c_matvec_f32's one launch (mv_q8_0.cu): whether the pipelined kernel
-// took a's single Q8_0 product of n tokens (1, or 2 in fast mode) with
+// took a's single Q8_0 product of n tokens (1 to 4) with
 // their activations formed from the float rows at xf (a.cols apart) (RMSNorm with nw, eps when nw is set; room: DS4C_MM_ROOM), *rc the
 // launch's status.
 bool pipe_q8_0_f32(const MVArgs &a, const float *xf, const float *nw, float eps, bool exact, bool room, cudaStream_t st,
                    int *rc, int n = 1);
 // ds4c_matmul_q8out's one launch (mv_q8_0.cu): whether k_mv_pipe_q8f
 // (exact: its exact terms, DS4C_OPT_MV_EXQ8) took a's product of n_sel
-// selections (no ids) for nt tokens (1, or 2 in exact mode where its
-// two-token form takes them and DS4C_OPT_MV_TWO has bit 4; activations
+// selections (no ids) for nt tokens (1, or 2 to 4 in exact mode where its
+// few-token form takes them and DS4C_OPT_MV_TWO has bit 4; activations
 // a.act_tok bytes apart) with each CTA writing its block of each token's y
 // as Q8_0 activation to yq as well, *rc the launch's status.
 bool pipe_q8_0_q8out(const MVArgs &a, int n_sel, uint8_t *yq, bool exact, cudaStream_t st, int *rc, int nt = 1);
