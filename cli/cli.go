@@ -118,7 +118,8 @@ flags (-x and --x are the same):
   --no-warm            do not ready the backend before the first token: page the weights in (CPU), a warm-up chunk through one layer of each kind (CUDA) (--warm-weights: do, the default)
   --mtp FILE           separate MTP GGUF (the draft head); --mtp-draft 2: answers decoded speculatively,
                        one drafted token verified a pass, greedy or sampled (1, the default: off); --mtp-draft k
-                       (3..16): greedy answers draft k-1 a pass, the block run again over its own output
+                       (3..16): greedy answers draft up to k-1 a pass, the block run again over its own
+                       output, as deep as the backend's measured costs say pays
 `
 
 // errUsage marks a command-line error (exit status 2).
@@ -173,7 +174,7 @@ func newFlagSet(o *Options, stderr io.Writer) *flag.FlagSet {
 	boolean(&o.NoWarm, "do not page the weights in before the first token", "no-warm")
 	str(&o.Color, "auto", "dim reasoning with ANSI colours: auto, always, never", "color")
 	str(&o.MTP, "", "separate MTP GGUF (the draft head of speculative decoding)", "mtp")
-	integer(&o.MTPDraft, 1, "tokens a speculative pass aims at: 2 drafts one token with the MTP block (greedy or sampled answers; the same tokens, but for near ties --fast may flip); k > 2 drafts k-1, the block run again over its own output (greedy answers; sampled ones draft one); 1: no speculation", "mtp-draft")
+	integer(&o.MTPDraft, 1, "tokens a speculative pass aims at: 2 drafts one token with the MTP block (greedy or sampled answers; the same tokens, but for near ties --fast may flip); k > 2 drafts up to k-1, the block run again over its own output, as deep as the backend's measured costs say pays (greedy answers; sampled ones draft one); 1: no speculation", "mtp-draft")
 	fs.Float64Var(&o.MTPMargin, "mtp-margin", 0, "accepted for ds4.c compatibility; every draft is verified (ignored)")
 	fs.Usage = func() { io.WriteString(stderr, usageText) }
 	return fs

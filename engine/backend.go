@@ -151,6 +151,18 @@ type DraftCoster interface {
 	DraftPassCost() float64
 }
 
+// DraftDepthCoster is implemented by backends that know what verifying
+// passes of deeper drafts cost them (Options.DraftDepth). DraftDepthCost is
+// the time of a verifying pass of k ≥ 1 drafts, drafting included, in
+// DraftCoster's unit (one-token passes), or 0 where the backend has not
+// measured it. With it a session drafts, pass by pass, as many tokens (up
+// to Options.DraftDepth) as give the most tokens per cost at the measured
+// acceptance rate — one where deeper passes do not pay — unless
+// Options.DraftAlways (Session.DecodeGreedy).
+type DraftDepthCoster interface {
+	DraftDepthCost(k int) float64
+}
+
 // ChunkSizer is implemented by backends whose prefill wants another chunk
 // size than DefaultChunkSize (Options.ChunkSize ≤ 0 takes it).
 type ChunkSizer interface {

@@ -71,6 +71,9 @@ type draftPolicy struct {
 	// MTP block then runs over the rows staged since, in one chunk), the
 	// others are plain steps that only stage their row.
 	plain int
+	// depthCost: the backend's cost of a verifying pass of k drafts
+	// (DraftDepthCoster; nil: none), for depthFor
+	depthCost func(k int) float64
 }
 
 const (
@@ -91,6 +94,40 @@ func (p *draftPolicy) withCost(cost float64) {
 	}
 	p.pauseBelow = min(max(cost-1, 0.05), 0.85)
 	p.resumeAbove = p.pauseBelow + (draftResumeAbove - draftPauseBelow)
+}
+
+// depthFor returns how many drafts a verifying pass makes, at most limit:
+// limit, unless the backend reports the cost of one draft and of some
+// deeper ones (depthCost), when it is the depth among those with the most
+// tokens per cost at the measured acceptance rate a (a pass of k drafts
+// taken to commit 1 + a + … + a^k tokens: each draft as likely as the rate
+// once the one before it holds); ties go to the shallower pass.
+func (p *draftPolicy) depthFor(limit int) int {
+	if limit <= 1 || p.depthCost == nil || !(p.depthCost(1) > 0) {
+		return limit
+	}
+	a := draftRateStart
+	if p.seen {
+		a = p.rate
+	}
+	best, bestK, known := 0.0, 1, false
+	e, ak := 1.0, 1.0
+	for k := 1; k <= limit; k++ {
+		ak *= a
+		e += ak
+		c := p.depthCost(k)
+		if !(c > 0) {
+			continue // (not measured: not chosen)
+		}
+		known = known || k > 1
+		if v := e / c; v > best*(1+1e-9) {
+			best, bestK = v, k
+		}
+	}
+	if !known {
+		return limit // no deeper pass measured: as asked
+	}
+	return bestK
 }
 
 // bounds returns the policy's pause and resume bounds.
@@ -181,6 +218,9 @@ func newDrafts(be Backend, layout *StateLayout) (*drafts, error) {
 	m := &drafts{be: d, b: b, st: st, logits: make([]float32, layout.Config.Vocab)}
 	if c, ok := be.(DraftCoster); ok {
 		m.policy.withCost(c.DraftPassCost())
+	}
+	if c, ok := be.(DraftDepthCoster); ok {
+		m.policy.depthCost = c.DraftDepthCost
 	}
 	return m, nil
 }
@@ -348,14 +388,22 @@ func (s *Session) SetSpeculate(on bool) bool {
 
 // decodeSpeculative is DecodeGreedy with drafts (Options.Draft).
 func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int32) bool) (int, error) {
-	depth := s.depth()
-	if sp, ok := s.be.(SpecPipeliner); ok && depth == 1 && s.opts.DraftOverride == nil && s.opts.Trace == nil {
+	// want: the drafts asked for; passDepth: a pass's, by the backend's
+	// costs at the measured rate (DraftDepthCoster) unless DraftAlways
+	want := s.depth()
+	passDepth := func() int {
+		if s.opts.DraftAlways {
+			return want
+		}
+		return s.mtp.policy.depthFor(want)
+	}
+	if sp, ok := s.be.(SpecPipeliner); ok && passDepth() == 1 && s.opts.DraftOverride == nil && s.opts.Trace == nil {
 		return s.specPipelined(ctx, sp, max, emit)
 	}
 	n := 0
 	// rows[i]: the logits after the verification's token i (the session's
 	// after its last)
-	rows := make([][]float32, depth)
+	rows := make([][]float32, want)
 	for i := range rows {
 		rows[i] = make([]float32, s.cfg.Vocab)
 	}
@@ -372,7 +420,7 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 		}
 		P := len(s.tokens)
 		// k: the drafts of this pass, within max and the context
-		k := min(depth, max-n-1, s.opts.MaxContext-P-1)
+		k := min(passDepth(), max-n-1, s.opts.MaxContext-P-1)
 		if k < 1 || !s.canDraft() {
 			if err := s.Decode(ctx, tok); err != nil {
 				return n, err

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"ds4go/backend/cpu"
@@ -47,5 +48,80 @@ func TestDraftCoster(t *testing.T) {
 	costly := run(costlyBackend{be, 1.9})
 	if costly.Checked == 0 {
 		t.Fatalf("cost 1.9: %d drafts verified (%d committed), none only checked: speculation never paused", costly.Drafted, costly.Accepted)
+	}
+}
+
+// depthBackend is the CPU backend reporting the costs of verifying passes
+// of k drafts (engine.DraftDepthCoster) and counting its chunks by size.
+type depthBackend struct {
+	*cpu.Backend
+	costs []float64 // by drafts; 0: not measured
+	sizes map[int]int
+}
+
+func (b depthBackend) DraftDepthCost(k int) float64 {
+	if k < len(b.costs) {
+		return b.costs[k]
+	}
+	return 0
+}
+
+func (b depthBackend) Embed(bt engine.Batch, pos int, toks []int32) error {
+	b.sizes[len(toks)]++
+	return b.Backend.Embed(bt, pos, toks)
+}
+
+// TestDraftDepthCoster: with Options.DraftDepth 3 and drafts always right
+// (an oracle), a backend whose deeper passes cost nearly what they commit
+// (CUDA exact mode's v69 figures) gets passes of one draft — no chunk of
+// more than two tokens — and one whose deeper passes are cheap gets passes
+// of three; DraftAlways drafts as many as asked whatever the costs. The
+// tokens are plain decoding's every time.
+func TestDraftDepthCoster(t *testing.T) {
+	ctx := context.Background()
+	be, ok := mtpBackend(t).(*cpu.Backend)
+	if !ok {
+		t.Fatal("mtpBackend is not the CPU backend")
+	}
+	prompt := tokens(30, 512)
+	plain := newSess(t, be, engine.Options{})
+	if err := plain.Prefill(ctx, prompt); err != nil {
+		t.Fatal(err)
+	}
+	want := greedyRun(t, plain, 40)
+	for _, c := range []struct {
+		name    string
+		costs   []float64
+		always  bool
+		deepest int // the largest chunk's tokens
+	}{
+		{"costly deep passes", []float64{0, 1.33, 2.19, 2.66}, false, 2},
+		{"cheap deep passes", []float64{0, 1.3, 1.5, 1.7}, false, 4},
+		{"costly, DraftAlways", []float64{0, 1.33, 2.19, 2.66}, true, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := depthBackend{be, c.costs, map[int]int{}}
+			o := engine.Options{Draft: true, DraftDepth: 3, DraftAlways: c.always, DraftOverride: func(pos int, d int32) int32 {
+				if i := pos - len(prompt); i < len(want) {
+					return want[i]
+				}
+				return d
+			}}
+			s := newSess(t, b, o)
+			if err := s.Prefill(ctx, prompt); err != nil {
+				t.Fatal(err)
+			}
+			clear(b.sizes)
+			if got := greedyRun(t, s, len(want)); !slices.Equal(got, want) {
+				t.Fatalf("tokens %v, want %v", got, want)
+			}
+			deepest := 0
+			for n := range b.sizes {
+				deepest = max(deepest, n)
+			}
+			if deepest != c.deepest {
+				t.Fatalf("chunks by size %v: the largest %d tokens, want %d", b.sizes, deepest, c.deepest)
+			}
+		})
 	}
 }

@@ -88,3 +88,52 @@ func TestDraftPolicyCost(t *testing.T) {
 		t.Fatalf("still paused at rate %.3f", p.rate)
 	}
 }
+
+// TestDraftPolicyDepth: with the backend's costs of verifying passes of k
+// drafts (DraftDepthCoster), depthFor picks the depth of the most tokens
+// per cost at the rate, 1 + a + … + a^k tokens a pass: v69's CUDA exact
+// costs (1.33, 2.19, 2.66) keep one draft at every rate below 1; passes whose cost
+// grows slowly go deep at high rates and stay at one draft at low ones;
+// depths of unknown cost are not chosen, and with no deeper one known, or
+// no costs at all, a pass drafts as many as asked.
+func TestDraftPolicyDepth(t *testing.T) {
+	costs := func(c ...float64) func(int) float64 {
+		return func(k int) float64 {
+			if k < len(c) {
+				return c[k]
+			}
+			return 0
+		}
+	}
+	cases := []struct {
+		name  string
+		cost  func(int) float64
+		rate  float64
+		limit int
+		want  int
+	}{
+		{"cuda exact v69, 0.5", costs(0, 1.33, 2.19, 2.66), 0.5, 3, 1},
+		{"cuda exact v69, 0.95", costs(0, 1.33, 2.19, 2.66), 0.95, 3, 1},
+		{"cheap deep, 0.8", costs(0, 1.3, 1.5, 1.7), 0.8, 3, 3},
+		{"cheap deep, 0.8, limit 2", costs(0, 1.3, 1.5, 1.7), 0.8, 2, 2},
+		{"cheap deep, 0.3", costs(0, 1.3, 1.5, 1.7), 0.3, 3, 1},
+		{"cheap deep, 0.6", costs(0, 1.3, 1.5, 1.7), 0.6, 3, 2},
+		{"a gap at 2", costs(0, 1.3, 0, 1.7), 0.8, 3, 3},
+		{"deep passes not measured", costs(0, 1.3), 0.9, 3, 3},
+		{"one draft not measured", costs(0, 0, 1.5, 1.7), 0.9, 3, 3},
+		{"no costs", nil, 0.9, 3, 3},
+		{"limit 1", costs(0, 1.3, 1.0), 0.9, 1, 1},
+	}
+	for _, c := range cases {
+		p := draftPolicy{depthCost: c.cost, rate: c.rate, seen: true}
+		if got := p.depthFor(c.limit); got != c.want {
+			t.Errorf("%s: depth %d, want %d", c.name, got, c.want)
+		}
+	}
+	// before any observation: the starting rate (0.5)
+	p := draftPolicy{depthCost: costs(0, 1.3, 1.5, 1.7)}
+	q := draftPolicy{depthCost: costs(0, 1.3, 1.5, 1.7), rate: draftRateStart, seen: true}
+	if got, want := p.depthFor(3), q.depthFor(3); got != want {
+		t.Errorf("unseen rate: depth %d, want %d (the starting rate's)", got, want)
+	}
+}

@@ -80,7 +80,10 @@ type Options struct {
 	// that is not the greedy choice: the same tokens as plain greedy
 	// decoding. Deeper drafts run on the engine's host path (not a
 	// SpecPipeliner's device-side pass); sampled decoding (DecodePicked)
-	// and the paused policy's checking passes draft one.
+	// and the paused policy's checking passes draft one. On a backend that
+	// reports what deeper passes cost (DraftDepthCoster) a pass drafts only
+	// as deep as pays at the measured acceptance rate (one draft where
+	// deeper passes do not pay), unless DraftAlways.
 	DraftDepth int
 }
 

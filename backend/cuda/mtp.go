@@ -79,6 +79,28 @@ const (
 	draftCostExact = 1.33
 )
 
+// Exact mode's verifying passes of deeper drafts (engine.Options.
+// DraftDepth), which run on the engine's host path, in the same unit
+// (cuda/NOTES.md v69, all drafts committed so that every pass is full:
+// 196.22 tok/s at 3 tokens a pass and 215.48 at 4 — 15.3 and 18.6 ms a
+// pass — against ≈ 7.0 ms a paused pass, ×0.942 of plain decoding's ≈
+// 151.5 tok/s). Fast mode's are not measured.
+var draftDepthCostExact = [...]float64{2: 2.19, 3: 2.66}
+
+// DraftDepthCost is engine.DraftDepthCoster's: what a verifying pass of k
+// drafts costs in this backend's mode (one draft: DraftPassCost), 0 where
+// it was not measured (fast mode's deeper passes, four drafts and more),
+// so that a session drafts deeper only where that pays.
+func (be *Backend) DraftDepthCost(k int) float64 {
+	switch {
+	case k == 1:
+		return be.DraftPassCost()
+	case be.exact() && k > 0 && k < len(draftDepthCostExact):
+		return draftDepthCostExact[k]
+	}
+	return 0
+}
+
 // DraftPassCost is engine.DraftCoster's: what a verifying pass costs in this
 // backend's mode, so that the session's policy pauses speculation below
 // its break-even acceptance (≈ 25 % fast, ≈ 33 % exact).

@@ -67,7 +67,8 @@
 #          "--cpuprofile $OUT/mtp.pprof")
 #   MTP_DRAFTS  with MTP: the same run again for each listed --mtp-draft
 #          value (space-separated; a trailing h adds --draft-host: the
-#          engine's host path, e.g. '2h 3 4'), into mtp-dK.csv/log;
+#          engine's host path, e.g. '2h 3 4'; above 2 with --draft-always,
+#          as deep as asked), into mtp-dK.csv/log;
 #          MTP_DRAFTS_AB: environment assignments, each run again with them
 #          (into mtp-dK-ab.csv/log)
 #   BITS=1 the bit-identity check: ds4 --dump-logprobs (40 greedy steps of
@@ -186,6 +187,7 @@ if [ -n "${MTP:-}" ]; then
     fi
     for k in ${MTP_DRAFTS:-}; do # deeper drafts (and the host path), one run each (and with MTP_DRAFTS_AB)
         da="--mtp-draft ${k%h}"; [[ $k == *h ]] && da="$da --draft-host"
+        [ "${k%h}" -gt 2 ] && da="$da --draft-always" # (as deep as asked, whatever the backend's costs)
         for v in "" ${MTP_DRAFTS_AB:+ab}; do
             ev=; [ -n "$v" ] && ev=$MTP_DRAFTS_AB
             env $ev timeout 300 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda ${MTP_MODE---fast} \
