@@ -486,6 +486,39 @@ func (c *chunkCounter) Embed(b engine.Batch, pos int, toks []int32) error {
 	return c.Backend.Embed(b, pos, toks)
 }
 
+// oracleDrafts returns a DraftOverride that drafts want's tokens (plain
+// decoding's after prompt), seen recording each draft's position after
+// the prompt (when not nil).
+func oracleDrafts(prompt, want []int32, seen *[]int) func(int, int32) int32 {
+	return func(pos int, d int32) int32 {
+		i := pos - len(prompt)
+		if seen != nil {
+			*seen = append(*seen, i)
+		}
+		if i < len(want) {
+			return want[i]
+		}
+		return d
+	}
+}
+
+// countedRun opens a session on be (a chunkCounter's, or a wrapper of one,
+// counting into sizes) with o, prefills prompt, and decodes len(want)
+// tokens greedily, which must be want, sizes counting only the decode's
+// chunks.
+func countedRun(t *testing.T, be engine.Backend, sizes map[int]int, o engine.Options, prompt, want []int32) *engine.Session {
+	t.Helper()
+	s := newSess(t, be, o)
+	if err := s.Prefill(context.Background(), prompt); err != nil {
+		t.Fatal(err)
+	}
+	clear(sizes)
+	if got := greedyRun(t, s, len(want)); !slices.Equal(got, want) {
+		t.Fatalf("tokens %v, want %v", got, want)
+	}
+	return s
+}
+
 // TestDraftDeepPasses: with drafts always right, a pass of depth k commits
 // k + 1 tokens — every verification is a chunk of k + 1 tokens but a last
 // shorter one within the run's length — and the drafts reach the
@@ -507,22 +540,12 @@ func TestDraftDeepPasses(t *testing.T) {
 				cc := &chunkCounter{Backend: be, Drafter: be.(engine.Drafter), sizes: map[int]int{}}
 				var seen []int
 				o := engine.Options{Draft: true, DraftDepth: depth, DraftAlways: true}
-				o.DraftOverride = func(pos int, d int32) int32 {
-					seen = append(seen, pos-len(prompt))
-					if i := pos - len(prompt); oracle && i < len(want) {
-						return want[i]
-					}
-					return d
+				if oracle {
+					o.DraftOverride = oracleDrafts(prompt, want, &seen)
+				} else {
+					o.DraftOverride = func(pos int, d int32) int32 { seen = append(seen, pos-len(prompt)); return d }
 				}
-				s := newSess(t, cc, o)
-				if err := s.Prefill(ctx, prompt); err != nil {
-					t.Fatal(err)
-				}
-				clear(cc.sizes)
-				if got := greedyRun(t, s, len(want)); !slices.Equal(got, want) {
-					t.Fatalf("tokens %v, want %v", got, want)
-				}
-				st := s.Stats()
+				st := countedRun(t, cc, cc.sizes, o, prompt, want).Stats()
 				t.Logf("chunks by size %v; %d drafts, %d accepted", cc.sizes, st.Drafted, st.Accepted)
 				if oracle {
 					// passes of depth+1 tokens from the first; a shorter last

@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	"ds4go/backend/cpu"
@@ -51,12 +50,11 @@ func TestDraftCoster(t *testing.T) {
 	}
 }
 
-// depthBackend is the CPU backend reporting the costs of verifying passes
-// of k drafts (engine.DraftDepthCoster) and counting its chunks by size.
+// depthBackend is a chunkCounter reporting the costs of verifying passes
+// of k drafts (engine.DraftDepthCoster).
 type depthBackend struct {
-	*cpu.Backend
+	*chunkCounter
 	costs []float64 // by drafts; 0: not measured
-	sizes map[int]int
 }
 
 func (b depthBackend) DraftDepthCost(k int) float64 {
@@ -64,11 +62,6 @@ func (b depthBackend) DraftDepthCost(k int) float64 {
 		return b.costs[k]
 	}
 	return 0
-}
-
-func (b depthBackend) Embed(bt engine.Batch, pos int, toks []int32) error {
-	b.sizes[len(toks)]++
-	return b.Backend.Embed(bt, pos, toks)
 }
 
 // TestDraftDepthCoster: with Options.DraftDepth 3 and drafts always right
@@ -100,21 +93,9 @@ func TestDraftDepthCoster(t *testing.T) {
 		{"costly, DraftAlways", []float64{0, 1.33, 2.19, 2.66}, true, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b := depthBackend{be, c.costs, map[int]int{}}
-			o := engine.Options{Draft: true, DraftDepth: 3, DraftAlways: c.always, DraftOverride: func(pos int, d int32) int32 {
-				if i := pos - len(prompt); i < len(want) {
-					return want[i]
-				}
-				return d
-			}}
-			s := newSess(t, b, o)
-			if err := s.Prefill(ctx, prompt); err != nil {
-				t.Fatal(err)
-			}
-			clear(b.sizes)
-			if got := greedyRun(t, s, len(want)); !slices.Equal(got, want) {
-				t.Fatalf("tokens %v, want %v", got, want)
-			}
+			b := depthBackend{&chunkCounter{Backend: be, Drafter: be, sizes: map[int]int{}}, c.costs}
+			o := engine.Options{Draft: true, DraftDepth: 3, DraftAlways: c.always, DraftOverride: oracleDrafts(prompt, want, nil)}
+			countedRun(t, b, b.sizes, o, prompt, want)
 			deepest := 0
 			for n := range b.sizes {
 				deepest = max(deepest, n)
