@@ -2409,6 +2409,10 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         }
         p.rt = (int)max((int64_t)1, min((int64_t)PIPE_THREADS, stage_bytes / row_bytes));
         p.rt = min(p.rt, a.rows);
+        // (the tokens' rows of a tile are summed a thread a row where
+        // neither the summing warp nor the last warp's sums are on:
+        // nt · rt ≤ PIPE_THREADS; Flash's tiles are far shorter)
+        if (nt > 1) p.rt = max(1, min(p.rt, PIPE_THREADS / nt));
         if (yq) { // tiles that divide a block of 32 rows: the largest power of two that fits
             int rt = 1;
             while (rt < 32 && 2 * rt <= p.rt) rt *= 2;
