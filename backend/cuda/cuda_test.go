@@ -1134,7 +1134,15 @@ func TestMatMulTensorCores(t *testing.T) {
 		{quant.Q2_K, 40, 256, 1},
 		{quant.Q2_K, 40, 256, 2},
 	}
-	t.Cleanup(func() { d.SetOption(OptTCStage, 3); d.SetOption(OptTCQ8W, 2); d.SetOption(OptTCParts, 1) })
+	t.Cleanup(func() {
+		d.SetOption(OptTCStage, 3)
+		d.SetOption(OptTCQ8W, 2)
+		d.SetOption(OptTCParts, 1)
+		d.SetOption(OptTCMinTokens, DefaultTCMinTokens)
+	})
+	// dense products from 4 tokens on the tensor cores, so that nt = 4
+	// below checks their fewest (the default takes 4 on the few-token forms)
+	must(t, d.SetOption(OptTCMinTokens, 4))
 	exactEqual := func(name string, got, want []float32) {
 		t.Helper()
 		bad := 0

@@ -416,6 +416,11 @@ const DefaultMVILP = 4
 // two-token hc_post mixes in one CTA a part (v68).
 const DefaultMVTwo = 15
 
+// DefaultTCMinTokens is OptTCMinTokens' default: dense products of 5
+// tokens and more on the tensor cores; 2 to 4 (speculative passes) on the
+// few-token forms (cuda/NOTES.md v69).
+const DefaultTCMinTokens = 5
+
 // DefaultAttnOrder is the library's default of OptAttnOrder: exact mode's
 // attention in the segmented order (the CPU backend's default, so exact
 // mode keeps its bits), single tokens split over the segments 64 dims a

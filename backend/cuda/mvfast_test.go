@@ -455,7 +455,7 @@ func TestMatVecFastQ8Two(t *testing.T) {
 	// (dense products of 5 tokens and more take the tensor cores: here
 	// never below, whatever the default)
 	must(t, d.SetOption(OptTCMinTokens, 5))
-	t.Cleanup(func() { d.SetOption(OptTCMinTokens, 5) })
+	t.Cleanup(func() { d.SetOption(OptTCMinTokens, DefaultTCMinTokens) })
 	cases := []struct {
 		name       string
 		typ        quant.Type
