@@ -702,26 +702,21 @@ void launch_fexact_warp(const MVArgs &a, int n_sel, cudaStream_t st) {
     int G = 8; // fewer rows per CTA until the grid covers the SMs twice
     while (G > 2 && (a.rows + G - 1) / G * n_sel < 2 * sms) G /= 2;
     const dim3 g((unsigned)((a.rows + G - 1) / G), (unsigned)n_sel, 1);
+    // the form: G rows a CTA (G 8, one period of at most 1024 columns: the
+    // first four groups hold the columns)
+    const int form = G == 8 && P == 1 && a.cols <= 4 * 256 && ds4c_opt_fx_live() ? 0 : G == 8 ? 1 : G == 4 ? 2 : 3;
+    void (*k)(MVArgs) = form == 0   ? k_fexact_warp<FT, 1, 8, 4, NT>
+                        : form == 1 ? k_fexact_warp<FT, P, 8, 8, NT>
+                        : form == 2 ? k_fexact_warp<FT, P, 4, 4, NT>
+                                    : k_fexact_warp<FT, P, 2, 2, NT>;
     if (smem + sizeof(float) * NT * 8 * 8 > 48 * 1024) { // (three rows of 4096 floats and more, with s_tot: the opt-in, once for each form)
         static bool set[4] = {};
-        const int i = G == 8 && P == 1 && a.cols <= 4 * 256 && ds4c_opt_fx_live() ? 0 : G == 8 ? 1 : G == 4 ? 2 : 3;
-        if (!set[i]) {
-            void (*k)(MVArgs) = i == 0 ? k_fexact_warp<FT, 1, 8, 4, NT>
-                                : i == 1 ? k_fexact_warp<FT, P, 8, 8, NT>
-                                : i == 2 ? k_fexact_warp<FT, P, 4, 4, NT>
-                                         : k_fexact_warp<FT, P, 2, 2, NT>;
+        if (!set[form]) {
             (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            set[i] = true;
+            set[form] = true;
         }
     }
-    if (G == 8 && P == 1 && a.cols <= 4 * 256 && ds4c_opt_fx_live())
-        ds4c_launch(k_fexact_warp<FT, 1, 8, 4, NT>, g, 256, smem, st, a); // (the first four groups hold the columns)
-    else if (G == 8)
-        ds4c_launch(k_fexact_warp<FT, P, 8, 8, NT>, g, 256, smem, st, a);
-    else if (G == 4)
-        ds4c_launch(k_fexact_warp<FT, P, 4, 4, NT>, g, 256, smem, st, a);
-    else
-        ds4c_launch(k_fexact_warp<FT, P, 2, 2, NT>, g, 256, smem, st, a);
+    ds4c_launch(k, g, 256, smem, st, a);
 }
 
 template <int FT, int NT>
