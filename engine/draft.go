@@ -402,11 +402,8 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 	}
 	n := 0
 	// rows[i]: the logits after the verification's token i (the session's
-	// after its last)
-	rows := make([][]float32, want)
-	for i := range rows {
-		rows[i] = make([]float32, s.cfg.Vocab)
-	}
+	// after its last); as many as the deepest pass so far needs
+	var rows [][]float32
 	for n < max {
 		if err := ctx.Err(); err != nil {
 			return n, err
@@ -452,6 +449,9 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 		if err != nil {
 			s.logitsOK = false
 			return n, err
+		}
+		for len(rows) < k {
+			rows = append(rows, make([]float32, s.cfg.Vocab))
 		}
 		if err := s.verifyChain(ctx, append([]int32{tok}, ds...), rows[:k]); err != nil {
 			s.logitsOK = false
