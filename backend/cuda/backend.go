@@ -430,6 +430,16 @@ func (be *Backend) goSwitches() []goSwitch {
 	}
 }
 
+// goSwitchOf returns the goSwitch whose environment variable is name.
+func (be *Backend) goSwitchOf(name string) (goSwitch, bool) {
+	for _, sw := range be.goSwitches() {
+		if sw.env == name {
+			return sw, true
+		}
+	}
+	return goSwitch{}, false
+}
+
 // SetOptionEnv sets an option by its environment variable ("NAME=VALUE"):
 // one of the backend's own result-keeping switches (goSwitches; 0 off, 1
 // on), else the library's (Device.SetOptionEnv). ds4-bench --ab switches
@@ -437,10 +447,7 @@ func (be *Backend) goSwitches() []goSwitch {
 func (be *Backend) SetOptionEnv(assign string) error {
 	name, val, _ := strings.Cut(assign, "=")
 	name, val = strings.TrimSpace(name), strings.TrimSpace(val)
-	for _, sw := range be.goSwitches() {
-		if sw.env != name {
-			continue
-		}
+	if sw, ok := be.goSwitchOf(name); ok {
 		switch val {
 		case "0":
 			*sw.v = false
@@ -460,13 +467,11 @@ func (be *Backend) SetOptionEnv(assign string) error {
 // OptionEnv returns the current value of the option whose environment
 // variable is name: a goSwitch's 0 or 1, else the library's.
 func (be *Backend) OptionEnv(name string) (int, error) {
-	for _, sw := range be.goSwitches() {
-		if sw.env == name {
-			if *sw.v {
-				return 1, nil
-			}
-			return 0, nil
+	if sw, ok := be.goSwitchOf(name); ok {
+		if *sw.v {
+			return 1, nil
 		}
+		return 0, nil
 	}
 	if be.dev == nil {
 		return 0, fmt.Errorf("cuda: option %q: no device", name)
