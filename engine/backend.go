@@ -270,9 +270,37 @@ type SpecPipeliner interface {
 	// meaningless after a one-token chunk).
 	VerifyResult(b Batch) (draft, after0, after1 int32, err error)
 	// VerifyLogits waits for b's queued work and copies the logits of row
-	// (0 or 1; 0 after a one-token chunk) of the latest HeadVerify on b
-	// into dst (Vocab values).
+	// (0 or 1; 0 after a one-token chunk; up to k after a DeepSpecPipeliner's
+	// chunk of k drafts) of the latest HeadVerify on b into dst (Vocab
+	// values).
 	VerifyLogits(b Batch, row int, dst []float32) error
+}
+
+// DeepSpecPipeliner is implemented by SpecPipeliners that also queue
+// passes of several drafts (Options.DraftDepth) on the device. After the
+// first draft (MTPEmbedDraft … MTPHeadDraft, as SpecPipeliner's pass), each
+// next one runs the block again at the next position over its own output
+// streams of the chunk's row before, with the draft before as its token,
+// read on the device:
+//
+//	StageMTP(mb, mb, row, 1); MTPEmbedNext(mb, b, pos); the block's layer ops; MTPHeadDraft(mb, b, 0)
+//
+// EmbedDraft then embeds [tok, d_1, …, d_k]: every draft of the
+// MTPHeadDraft calls since the last embed on b; HeadVerify takes its k + 1
+// rows, and VerifyResults returns the drafts and the greedy choices after
+// each row. A pass of one draft runs exactly as SpecPipeliner's.
+type DeepSpecPipeliner interface {
+	SpecPipeliner
+	// PassDrafts is the most drafts a pass can embed (≥ 1).
+	PassDrafts() int
+	// MTPEmbedNext is MTPEmbedDraft of the one-token chunk at pos whose
+	// token is the latest MTPHeadDraft's draft for b, read on the device;
+	// its staged row is the one before it consumes, as for MTPEmbed.
+	MTPEmbedNext(mb, b Batch, pos int) error
+	// VerifyResults waits for the latest HeadVerify on b and copies the
+	// drafts its chunk embedded into drafts (at most that many) and the
+	// greedy choices after its rows into choices (at most its rows).
+	VerifyResults(b Batch, drafts, choices []int32) error
 }
 
 // SpecCandidater is implemented by SpecPipeliners whose verification head

@@ -335,6 +335,17 @@ func (s *Session) depth() int {
 	return max(1, min(s.opts.DraftDepth, s.opts.ChunkSize-1, s.cfg.Window-1))
 }
 
+// passDepth returns the drafts of the next verifying pass: as asked
+// (depth) with Options.DraftAlways, otherwise as the policy picks by the
+// backend's costs at the measured rate (DraftDepthCoster).
+func (s *Session) passDepth() int {
+	want := s.depth()
+	if s.opts.DraftAlways {
+		return want
+	}
+	return s.mtp.policy.depthFor(want)
+}
+
 // draftChain returns k ≥ 1 greedy drafts after tok, the token chosen for
 // the session's position P: the first as draft makes it (the block over
 // the staged rows), each next one by the block run again at the next
@@ -388,17 +399,16 @@ func (s *Session) SetSpeculate(on bool) bool {
 
 // decodeSpeculative is DecodeGreedy with drafts (Options.Draft).
 func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int32) bool) (int, error) {
-	// want: the drafts asked for; passDepth: a pass's, by the backend's
-	// costs at the measured rate (DraftDepthCoster) unless DraftAlways
-	want := s.depth()
-	passDepth := func() int {
-		if s.opts.DraftAlways {
-			return want
+	// the device's pass where it takes this run's depth: one draft on a
+	// SpecPipeliner, up to PassDrafts on a DeepSpecPipeliner
+	if sp, ok := s.be.(SpecPipeliner); ok && s.opts.DraftOverride == nil && s.opts.Trace == nil {
+		most := 1
+		if dp, ok := sp.(DeepSpecPipeliner); ok {
+			most = dp.PassDrafts()
 		}
-		return s.mtp.policy.depthFor(want)
-	}
-	if sp, ok := s.be.(SpecPipeliner); ok && passDepth() == 1 && s.opts.DraftOverride == nil && s.opts.Trace == nil {
-		return s.specPipelined(ctx, sp, max, emit)
+		if s.passDepth() <= most {
+			return s.specPipelined(ctx, sp, max, emit)
+		}
 	}
 	n := 0
 	// rows[i]: the logits after the verification's token i (the session's
@@ -417,7 +427,7 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 		}
 		P := len(s.tokens)
 		// k: the drafts of this pass, within max and the context
-		k := min(passDepth(), max-n-1, s.opts.MaxContext-P-1)
+		k := min(s.passDepth(), max-n-1, s.opts.MaxContext-P-1)
 		if k < 1 || !s.canDraft() {
 			if err := s.Decode(ctx, tok); err != nil {
 				return n, err
@@ -512,18 +522,22 @@ func (s *Session) verifyChain(ctx context.Context, toks []int32, rows [][]float3
 	})
 }
 
-// specPipelined is decodeSpeculative on a SpecPipeliner: the draft and the
-// greedy choices after the verification's rows are made on the device, and
-// the session's logits are fetched only when the run ends. The tokens,
-// drafts and acceptances are those of decodeSpeculative.
+// specPipelined is decodeSpeculative on a SpecPipeliner: the drafts and
+// the greedy choices after the verification's rows are made on the device,
+// and the session's logits are fetched only when the run ends. On a
+// DeepSpecPipeliner a pass drafts as deep as decodeSpeculative's would,
+// within PassDrafts. The tokens, drafts and acceptances are those of
+// decodeSpeculative.
 func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, emit func(int32) bool) (n int, err error) {
 	if !s.logitsOK {
 		return 0, ErrNoLogits
 	}
+	deep, _ := sp.(DeepSpecPipeliner)
 	// pending ≥ 0: the logits after the session's last token are row
 	// pending of the latest verification, still on the device.
 	pending := -1
 	defer func() { s.fetchPending(sp, pending, &err) }()
+	var ds, cs []int32 // a deep pass's drafts and choices
 	tok := Greedy(s.logits)
 	for n < max {
 		if err := ctx.Err(); err != nil {
@@ -554,6 +568,42 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 			continue
 		}
 		check := s.checking()
+		if k := min(s.passDepth(), max-n-1, s.opts.MaxContext-P-1); deep != nil && !check && k > 1 {
+			k = min(k, deep.PassDrafts())
+			if cap(ds) < k {
+				ds, cs = make([]int32, k), make([]int32, k+1)
+			}
+			ds, cs = ds[:k], cs[:k+1]
+			if err := s.specPassDeep(ctx, deep, tok, ds, cs); err != nil {
+				return n, err
+			}
+			n++
+			// c: the drafts committed, up to the first that is not the
+			// greedy choice after the token before it (or that emit refuses)
+			c, refused := 0, false
+			for c < k && s.observeDraft(P+1+c, ds[c], cs[c], false) {
+				if !emit(ds[c]) {
+					refused = true
+					break
+				}
+				n, c = n+1, c+1
+			}
+			pending, tok = c, cs[c]
+			if c == k {
+				continue // the logits after the last draft are row k
+			}
+			// Keep tok and the committed drafts: the logits after the last
+			// of them (row c), their staged rows.
+			s.tokens = s.tokens[:P+1+c]
+			s.mtp.staged = c + 1
+			if err := s.mtp.be.DropStagedMTP(s.mtp.b, c+1); err != nil {
+				return n, s.opError(P, "MTP stage", -1, err)
+			}
+			if refused {
+				return n, nil // emit refused a confirmed draft
+			}
+			continue
+		}
 		d, c0, c1, err := s.specPass(ctx, sp, tok, check)
 		if err != nil {
 			return n, err
@@ -632,27 +682,36 @@ func (s *Session) stepPass(ctx context.Context, sp SpecPipeliner, tok int32) (in
 // choices (unchecked: validChoices).
 func (s *Session) verifyChunk(ctx context.Context, sp SpecPipeliner, n int, embed func(Batch, int) error) (d, c0, c1 int32, err error) {
 	P := len(s.tokens)
-	s.runEnd = P + n
-	if err := s.ensureContinuable(ctx); err != nil {
+	if err := s.queueVerify(ctx, sp, n, embed); err != nil {
 		return 0, 0, 0, err
-	}
-	s.ret.written(P, n)
-	if err := embed(s.b, P); err != nil {
-		return 0, 0, 0, s.opError(P, "embed", -1, err)
-	}
-	if err := s.blocks(ctx, P, func(Stage, int) {}); err != nil {
-		return 0, 0, 0, err
-	}
-	if err := s.stageMTP(P, n); err != nil {
-		return 0, 0, 0, err
-	}
-	if err := sp.HeadVerify(s.b); err != nil {
-		return 0, 0, 0, s.opError(P, "head", -1, err)
 	}
 	if d, c0, c1, err = sp.VerifyResult(s.b); err != nil {
 		return 0, 0, 0, s.opError(P, "head", -1, err)
 	}
 	return d, c0, c1, nil
+}
+
+// queueVerify queues verifyChunk's work up to its HeadVerify.
+func (s *Session) queueVerify(ctx context.Context, sp SpecPipeliner, n int, embed func(Batch, int) error) error {
+	P := len(s.tokens)
+	s.runEnd = P + n
+	if err := s.ensureContinuable(ctx); err != nil {
+		return err
+	}
+	s.ret.written(P, n)
+	if err := embed(s.b, P); err != nil {
+		return s.opError(P, "embed", -1, err)
+	}
+	if err := s.blocks(ctx, P, func(Stage, int) {}); err != nil {
+		return err
+	}
+	if err := s.stageMTP(P, n); err != nil {
+		return err
+	}
+	if err := sp.HeadVerify(s.b); err != nil {
+		return s.opError(P, "head", -1, err)
+	}
+	return nil
 }
 
 // validChoices reports a device's choice (a draft, a greedy token) of the
@@ -711,6 +770,72 @@ func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32, che
 	}
 	s.tokens = append(s.tokens, tok, d)
 	return d, c0, c1, nil
+}
+
+// specPassDeep queues one pass of len(ds) ≥ 2 drafts on the device for
+// tok, the greedy choice at the session's position P: the MTP block's
+// drafts d_1 … d_k for P+1 … P+k (draftChain's, made on the device), then
+// the chunk [tok, d_1, …, d_k] at P, and leaves the drafts in ds and the
+// greedy choices after each of the chunk's tokens in cs (k + 1). The
+// session then holds tok and the drafts.
+func (s *Session) specPassDeep(ctx context.Context, sp DeepSpecPipeliner, tok int32, ds, cs []int32) error {
+	m := s.mtp
+	if err := s.checkTokens([]int32{tok}); err != nil {
+		return err
+	}
+	// the first draft: the block over the staged rows, the last with tok
+	toks := append(append(make([]int32, 0, m.staged), s.tokens[m.next+1:]...), tok)
+	mpos := m.next
+	if err := sp.MTPEmbedDraft(m.b, mpos, toks); err != nil {
+		return s.opError(mpos, "MTP embed", -1, err)
+	}
+	L := s.cfg.Layers
+	if err := s.runBlocks(ctx, m.b, m.st, L, L+1, mpos, func(Stage, int) {}); err != nil {
+		return err
+	}
+	m.next += len(toks)
+	m.staged -= len(toks)
+	last := len(toks) - 1
+	if err := sp.MTPHeadDraft(m.b, s.b, last); err != nil {
+		return s.opError(mpos+last, "MTP head", -1, err)
+	}
+	// each next one: the block at the next position over its own streams
+	// of the row before, the draft before as its token
+	for i := 1; i < len(ds); i++ {
+		pos := m.next
+		if err := m.be.StageMTP(m.b, m.b, last, 1); err != nil {
+			return s.opError(pos, "MTP stage", -1, err)
+		}
+		m.staged++
+		if err := sp.MTPEmbedNext(m.b, s.b, pos); err != nil {
+			return s.opError(pos, "MTP embed", -1, err)
+		}
+		if err := s.runBlocks(ctx, m.b, m.st, L, L+1, pos, func(Stage, int) {}); err != nil {
+			return err
+		}
+		m.next++
+		m.staged--
+		last = 0
+		if err := sp.MTPHeadDraft(m.b, s.b, 0); err != nil {
+			return s.opError(pos, "MTP head", -1, err)
+		}
+	}
+	P := len(s.tokens)
+	embed := func(b Batch, pos int) error { return sp.EmbedDraft(b, pos, tok) }
+	if err := s.queueVerify(ctx, sp, len(ds)+1, embed); err != nil {
+		return err
+	}
+	if err := sp.VerifyResults(s.b, ds, cs); err != nil {
+		return s.opError(P, "head", -1, err)
+	}
+	if err := s.validChoices(P, ds...); err != nil {
+		return err
+	}
+	if err := s.validChoices(P, cs...); err != nil {
+		return err
+	}
+	s.tokens = append(append(s.tokens, tok), ds...)
+	return nil
 }
 
 // decodePickedSpeculative is DecodePicked with drafts (Options.Draft). A

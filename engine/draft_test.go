@@ -87,24 +87,29 @@ func onBothPaths(t *testing.T, c draftCase) {
 
 // hostSpec is a backend with an MTP block whose SpecPipeliner ops run
 // through the host (MTPHead, Head and Greedy): the engine's pipelined
-// speculative loop on the CPU backend. override, when set, replaces the
+// speculative loop on the CPU backend, up to deep drafts a pass
+// (DeepSpecPipeliner; 3 unless set). override, when set, replaces the
 // draft for position pos (as Options.DraftOverride does on the host path).
 type hostSpec struct {
 	engine.Backend
 	dr         engine.Drafter
 	override   func(pos int, d int32) int32
-	draft      int32
-	res        [3]int32
-	n          int       // the verification chunk's tokens: 2, or 1 after EmbedAfterDraft
-	logits     []float32 // the verification's rows
+	deep       int
+	mpos       int     // the MTP chunk's first position
+	drafts     []int32 // the drafts not embedded yet
+	res        []int32 // the latest verification's drafts
+	choices    []int32 // … and greedy choices after its rows
+	n          int     // the verification chunk's tokens
+	logits     []float32
 	passes     int
+	deepPasses int                // passes of more than one draft
 	filter     *engine.PickFilter // SetVerifyFilter's
 	cands      int                // VerifyCandidates calls with a filter
 	failLogits bool               // VerifyLogits fails
 }
 
 func newHostSpec(be engine.Backend) *hostSpec {
-	return &hostSpec{Backend: be, dr: be.(engine.Drafter), logits: make([]float32, 2*be.Config().Vocab)}
+	return &hostSpec{Backend: be, dr: be.(engine.Drafter), deep: 3}
 }
 
 func (h *hostSpec) HasMTP() bool { return h.dr.HasMTP() }
@@ -118,27 +123,50 @@ func (h *hostSpec) MTPEmbed(mb engine.Batch, pos int, tokens []int32) error {
 	return h.dr.MTPEmbed(mb, pos, tokens)
 }
 func (h *hostSpec) MTPEmbedDraft(mb engine.Batch, pos int, tokens []int32) error {
+	if len(h.drafts) != 0 {
+		return errors.New("an MTP draft chunk after drafts not embedded")
+	}
+	h.mpos = pos
 	return h.dr.MTPEmbed(mb, pos, tokens)
 }
 func (h *hostSpec) MTPHead(mb engine.Batch, rows []int, logits []float32) error {
 	return h.dr.MTPHead(mb, rows, logits)
 }
 
+// MTPHeadDraft drafts the greedy choice of row (at position mpos + row,
+// predicting the token at mpos + row + 2), or override's.
 func (h *hostSpec) MTPHeadDraft(mb, b engine.Batch, row int) error {
 	lg := make([]float32, h.Config().Vocab)
 	if err := h.dr.MTPHead(mb, []int{row}, lg); err != nil {
 		return err
 	}
-	h.draft = engine.Greedy(lg)
+	d := engine.Greedy(lg)
+	if h.override != nil {
+		d = h.override(h.mpos+row+2, d)
+	}
+	h.drafts = append(h.drafts, d)
 	return nil
 }
 
-func (h *hostSpec) EmbedDraft(b engine.Batch, pos int, tok int32) error {
-	if h.override != nil {
-		h.draft = h.override(pos+1, h.draft)
+func (h *hostSpec) PassDrafts() int { return h.deep }
+
+func (h *hostSpec) MTPEmbedNext(mb, b engine.Batch, pos int) error {
+	if len(h.drafts) == 0 || len(h.drafts) >= h.deep {
+		return fmt.Errorf("MTPEmbedNext after %d drafts (at most %d)", len(h.drafts), h.deep)
 	}
-	h.res[0], h.n = h.draft, 2
-	return h.Embed(b, pos, []int32{tok, h.draft})
+	h.mpos = pos
+	return h.dr.MTPEmbed(mb, pos, h.drafts[len(h.drafts)-1:])
+}
+
+func (h *hostSpec) EmbedDraft(b engine.Batch, pos int, tok int32) error {
+	if len(h.drafts) == 0 {
+		return errors.New("EmbedDraft without a draft")
+	}
+	if len(h.drafts) > 1 {
+		h.deepPasses++
+	}
+	h.res, h.drafts = h.drafts, nil
+	return h.Embed(b, pos, append([]int32{tok}, h.res...))
 }
 
 // Embed is the backend's, noting the chunk's tokens for HeadVerify.
@@ -148,34 +176,54 @@ func (h *hostSpec) Embed(b engine.Batch, pos int, tokens []int32) error {
 }
 
 func (h *hostSpec) EmbedAfterDraft(b engine.Batch, pos int, tok int32) error {
-	if h.override != nil {
-		h.draft = h.override(pos+1, h.draft)
+	if len(h.drafts) != 1 {
+		return fmt.Errorf("EmbedAfterDraft after %d drafts", len(h.drafts))
 	}
-	h.res[0], h.n = h.draft, 1
+	h.res, h.drafts = h.drafts, nil
 	return h.Embed(b, pos, []int32{tok})
 }
 
 func (h *hostSpec) HeadVerify(b engine.Batch) error {
-	rows := []int{0, 1}[:h.n]
+	V := h.Config().Vocab
+	rows := make([]int, h.n)
+	for i := range rows {
+		rows[i] = i
+	}
+	h.logits = make([]float32, h.n*V)
 	if err := h.Head(b, rows, h.logits); err != nil {
 		return err
 	}
-	V := h.Config().Vocab
-	h.res[1], h.res[2] = engine.Greedy(h.logits[:V]), -1
-	if h.n == 2 {
-		h.res[2] = engine.Greedy(h.logits[V:])
+	h.choices = h.choices[:0]
+	for r := range rows {
+		h.choices = append(h.choices, engine.Greedy(h.logits[r*V:(r+1)*V]))
 	}
 	h.passes++
 	return nil
 }
 
 func (h *hostSpec) VerifyResult(engine.Batch) (int32, int32, int32, error) {
-	return h.res[0], h.res[1], h.res[2], nil
+	c1 := int32(-1)
+	if len(h.choices) > 1 {
+		c1 = h.choices[1]
+	}
+	return h.res[0], h.choices[0], c1, nil
+}
+
+func (h *hostSpec) VerifyResults(_ engine.Batch, drafts, choices []int32) error {
+	if len(drafts) > len(h.res) || len(choices) > len(h.choices) {
+		return fmt.Errorf("%d drafts and %d choices of a chunk of %d", len(drafts), len(choices), h.n)
+	}
+	copy(drafts, h.res)
+	copy(choices, h.choices)
+	return nil
 }
 
 func (h *hostSpec) VerifyLogits(_ engine.Batch, row int, dst []float32) error {
 	if h.failLogits {
 		return errors.New("verification logits lost")
+	}
+	if row < 0 || row >= h.n {
+		return fmt.Errorf("verification logits of row %d of %d", row, h.n)
 	}
 	V := h.Config().Vocab
 	copy(dst, h.logits[row*V:(row+1)*V])
@@ -201,8 +249,8 @@ func (h *hostSpec) VerifyCandidates(_ engine.Batch, row int) (*engine.Candidates
 }
 
 var (
-	_ engine.SpecPipeliner  = (*hostSpec)(nil)
-	_ engine.SpecCandidater = (*hostSpec)(nil)
+	_ engine.DeepSpecPipeliner = (*hostSpec)(nil)
+	_ engine.SpecCandidater    = (*hostSpec)(nil)
 )
 
 // draftSameTokens runs TestDraftSameTokens on be, setOverride installing
@@ -456,8 +504,9 @@ func draftForceAccept(t *testing.T, be engine.Backend, setOverride func(*engine.
 
 // TestDraftDeep runs TestDraftSameTokens, TestDraftRefusedToken and
 // TestDraftForceAccept with 2 and 3 drafts a pass (Options.DraftDepth: the
-// block run again over its own output streams), on the host path, which
-// deeper drafts take on every backend.
+// block run again over its own output streams), on the host path and on
+// the pipelined one (hostSpec as a DeepSpecPipeliner), which must have
+// run passes of that many drafts.
 func TestDraftDeep(t *testing.T) {
 	cases := []struct {
 		name string
@@ -469,6 +518,16 @@ func TestDraftDeep(t *testing.T) {
 				c.c(t, mtpBackend(t), func(o *engine.Options, f func(int, int32) int32) {
 					o.DraftOverride, o.DraftDepth = f, depth
 				})
+			})
+			t.Run(fmt.Sprintf("%s/depth %d/pipelined", c.name, depth), func(t *testing.T) {
+				h := newHostSpec(mtpBackend(t))
+				h.deep = depth
+				c.c(t, h, func(o *engine.Options, f func(int, int32) int32) {
+					h.override, o.DraftDepth = f, depth
+				})
+				if h.deepPasses == 0 {
+					t.Fatal("no pipelined pass of several drafts")
+				}
 			})
 		}
 	}
@@ -534,18 +593,30 @@ func TestDraftDeepPasses(t *testing.T) {
 	}
 	want := greedyRun(t, plain, 22)
 	for _, depth := range []int{2, 3, 5} {
-		for _, oracle := range []bool{true, false} {
-			t.Run(fmt.Sprintf("depth %d, oracle %v", depth, oracle), func(t *testing.T) {
+		for _, c := range []struct{ oracle, pipelined bool }{{true, false}, {false, false}, {true, true}, {false, true}} {
+			oracle := c.oracle
+			t.Run(fmt.Sprintf("depth %d, oracle %v, pipelined %v", depth, oracle, c.pipelined), func(t *testing.T) {
 				be := mtpBackend(t)
 				cc := &chunkCounter{Backend: be, Drafter: be.(engine.Drafter), sizes: map[int]int{}}
 				var seen []int
 				o := engine.Options{Draft: true, DraftDepth: depth, DraftAlways: true}
+				var f func(int, int32) int32
 				if oracle {
-					o.DraftOverride = oracleDrafts(prompt, want, &seen)
+					f = oracleDrafts(prompt, want, &seen)
 				} else {
-					o.DraftOverride = func(pos int, d int32) int32 { seen = append(seen, pos-len(prompt)); return d }
+					f = func(pos int, d int32) int32 { seen = append(seen, pos-len(prompt)); return d }
 				}
-				st := countedRun(t, cc, cc.sizes, o, prompt, want).Stats()
+				var run engine.Backend = cc
+				h := newHostSpec(cc)
+				if c.pipelined { // (hostSpec's passes of up to depth drafts)
+					h.deep, h.override, run = depth, f, h
+				} else {
+					o.DraftOverride = f
+				}
+				st := countedRun(t, run, cc.sizes, o, prompt, want).Stats()
+				if c.pipelined && h.deepPasses == 0 {
+					t.Fatal("no pipelined pass of several drafts")
+				}
 				t.Logf("chunks by size %v; %d drafts, %d accepted", cc.sizes, st.Drafted, st.Accepted)
 				if oracle {
 					// passes of depth+1 tokens from the first; a shorter last

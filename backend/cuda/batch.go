@@ -13,10 +13,13 @@ import (
 type batch struct {
 	be    *Backend
 	stage *stageBuf // an MTP batch's staged rows (engine.Drafter), or nil
-	cap   int
-	n     int // tokens of the current chunk
-	pos   int // position of the first token
-	s     Stream
+	// draftStart: an MTP batch's chunk embedded from host tokens, whose
+	// MTPHeadDraft is a pass's first draft (spec.go)
+	draftStart bool
+	cap        int
+	n          int // tokens of the current chunk
+	pos        int // position of the first token
+	s          Stream
 
 	// side is a second stream for work independent of the main stream's
 	// (the shared expert beside the routed ones): fork makes it wait for

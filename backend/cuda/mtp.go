@@ -79,24 +79,35 @@ const (
 	draftCostExact = 1.33
 )
 
-// Exact mode's verifying passes of deeper drafts (engine.Options.
-// DraftDepth), which run on the engine's host path, in the same unit
-// (cuda/NOTES.md v69, all drafts committed so that every pass is full:
-// 196.22 tok/s at 3 tokens a pass and 215.48 at 4 — 15.3 and 18.6 ms a
-// pass — against ≈ 7.0 ms a paused pass, ×0.942 of plain decoding's ≈
-// 151.5 tok/s). Fast mode's are not measured.
-var draftDepthCostExact = [...]float64{2: 2.19, 3: 2.66}
+// Verifying passes of deeper drafts (engine.Options.DraftDepth) on the
+// device's pipelined pass (engine.DeepSpecPipeliner), in the same unit:
+// each mode's one-draft cost times a pass's time against a one-draft
+// pass's, all drafts committed so that every pass is full (cuda/NOTES.md
+// v70, one process each, 8k): exact 210.15 tok/s with one draft (9.52 ms a
+// pass), 217.66 with two (13.78 ms: ×1.448), 242.41 with three (16.50 ms:
+// ×1.733); fast 253.88 (7.88 ms), 270.09 (11.11 ms: ×1.410), 251.64 (15.90
+// ms: ×2.018). Deeper than passDrafts they are not measured (0: not chosen).
+var (
+	draftDepthCostExact = [...]float64{2: 1.93, 3: 2.31}
+	draftDepthCostFast  = [...]float64{2: 1.76, 3: 2.52}
+)
 
 // DraftDepthCost is engine.DraftDepthCoster's: what a verifying pass of k
 // drafts costs in this backend's mode (one draft: DraftPassCost), 0 where
-// it was not measured (fast mode's deeper passes, four drafts and more),
-// so that a session drafts deeper only where that pays.
+// it was not measured (four drafts and more), so that a session drafts
+// deeper only where that pays: by the engine's policy (a pass of k drafts
+// taken to commit 1 + a + … + a^k tokens at rate a), exact mode's three
+// drafts from ≈ 86 % of drafts committed, fast mode's two from ≈ 88 %.
 func (be *Backend) DraftDepthCost(k int) float64 {
+	costs := draftDepthCostFast[:]
+	if be.exact() {
+		costs = draftDepthCostExact[:]
+	}
 	switch {
 	case k == 1:
 		return be.DraftPassCost()
-	case be.exact() && k > 0 && k < len(draftDepthCostExact):
-		return draftDepthCostExact[k]
+	case k > 1 && k < len(costs):
+		return costs[k]
 	}
 	return 0
 }
@@ -259,24 +270,30 @@ func (be *Backend) DropStagedMTP(mbi engine.Batch, keep int) error {
 //
 //	x_t,j = e_proj·enorm(embed(tokens[t])) + h_proj·hnorm(staged_t,j)
 func (be *Backend) MTPEmbed(mbi engine.Batch, pos int, tokens []int32) error {
-	return be.mtpEmbed(mbi, pos, tokens, false)
+	return be.mtpEmbed(mbi, pos, tokens, 0, false)
 }
 
 // MTPEmbedDraft is MTPEmbed of a chunk that ends with MTPHeadDraft
 // (engine.SpecPipeliner): with DS4_CUDA_MTP_GRAPH=1 the block's layer and
 // head run as a graph, as a main chunk's layers do.
 func (be *Backend) MTPEmbedDraft(mbi engine.Batch, pos int, tokens []int32) error {
-	return be.mtpEmbed(mbi, pos, tokens, true)
+	return be.mtpEmbed(mbi, pos, tokens, 0, true)
 }
 
 // mtpEmbed is MTPEmbed; graph: the work after it is recorded until the
-// chunk's head (MTPHeadDraft) launches it.
-func (be *Backend) mtpEmbed(mbi engine.Batch, pos int, tokens []int32, graph bool) error {
+// chunk's head (MTPHeadDraft) launches it. With at ≠ 0 (tokens nil) the
+// chunk is one token, copied on the batch's stream from that device word
+// (MTPEmbedNext); otherwise the chunk starts a pass's drafts
+// (b.draftStart: its MTPHeadDraft is the pass's first).
+func (be *Backend) mtpEmbed(mbi engine.Batch, pos int, tokens []int32, at Ptr, graph bool) error {
 	b, st, err := be.mtpBatch(mbi)
 	if err != nil {
 		return err
 	}
 	n := len(tokens)
+	if at != 0 {
+		n = 1
+	}
 	if n == 0 || n > st.count || n > b.cap {
 		return fmt.Errorf("cuda: MTP chunk of %d tokens with %d staged rows", n, st.count)
 	}
@@ -295,7 +312,12 @@ func (be *Backend) mtpEmbed(mbi engine.Batch, pos int, tokens []int32, graph boo
 	b.gq.onDevice = false
 	b.gq.taken = b.gq.heads
 	b.pq.taken = b.pq.heads
-	if err := b.setTokens(tokens); err != nil {
+	b.draftStart = at == 0
+	if at != 0 {
+		if err := d.CopyAsync(b.tokens, at, 4, b.s); err != nil {
+			return err
+		}
+	} else if err := b.setTokens(tokens); err != nil {
 		return err
 	}
 	var e error

@@ -308,6 +308,54 @@ func TestSpecPipelinedMatchesHost(t *testing.T) {
 	}
 }
 
+// TestSpecDeepPipelinedMatchesHost: passes of two and three drafts with
+// their choices on the device (DeepSpecPipeliner: each next draft's token
+// copied from the word of the one before, the drafts into the
+// verification chunk, the words read once a pass) give the tokens, drafts,
+// acceptances and final logits of the host path (Options.DraftOverride,
+// the identity: draftChain and verifyChain with the rows downloaded), bit
+// for bit, in exact and fast mode, with commits forced two in three (so
+// passes end at every draft) and a run cut short by emit.
+func TestSpecDeepPipelinedMatchesHost(t *testing.T) {
+	gpu(t)
+	c := quantTiny()
+	w := mtpWeights(t, c, model.SchemeQ2)
+	toks := testTokens(120, c.Vocab)
+	for _, fast := range []bool{false, true} {
+		be := testBackend(t, w, Options{Fast: fast})
+		for _, depth := range []int{2, 3} {
+			run := func(host bool, limit int) specResult {
+				o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true, DraftDepth: depth, DraftAlways: true,
+					ForceAccept: func(pos int) bool { return pos%3 != 0 }}
+				if host {
+					o.DraftOverride = func(_ int, d int32) int32 { return d }
+				}
+				return specDecode(t, be, o, toks[:70], 60, limit)
+			}
+			for _, limit := range []int{60, 23} {
+				heads := be.GraphStats().SpecHeads
+				dev := run(false, limit)
+				if be.GraphStats().SpecHeads == heads {
+					t.Fatalf("fast %v, depth %d: no pass with its choices on the device", fast, depth)
+				}
+				host := run(true, limit)
+				t.Logf("fast %v, depth %d, %d tokens: %d drafts, %d committed; %d passes on the device", fast, depth, limit,
+					dev.stats.Drafted, dev.stats.Accepted, be.GraphStats().SpecHeads-heads)
+				if !slices.Equal(dev.toks, host.toks) {
+					t.Fatalf("fast %v, depth %d: tokens differ: device %v, host %v", fast, depth, dev.toks[70:], host.toks[70:])
+				}
+				if dev.stats != host.stats || dev.stats.Accepted == 0 || dev.stats.Accepted == dev.stats.Drafted {
+					t.Fatalf("fast %v, depth %d: stats %+v on the device, %+v on the host", fast, depth, dev.stats, host.stats)
+				}
+				if k, ok := firstBitDiff(dev.logits, host.logits); !ok {
+					t.Fatalf("fast %v, depth %d, %d tokens: final logits differ at %d", fast, depth, limit, k)
+				}
+			}
+		}
+		be.Close()
+	}
+}
+
 // TestSpecPassesFastTiny: fast mode's two-token passes (the pipelined Q8_0
 // pairs, the split small products, the mixing products formed in HCPost
 // for both tokens) between one-token steps, against one-token steps only,

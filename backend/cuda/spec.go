@@ -10,30 +10,46 @@ import (
 
 // Speculative decoding's pass with its greedy choices on the device
 // (engine.SpecPipeliner). The MTP block's head ends with Argmax into the
-// main batch's result word 0 (the draft), which EmbedDraft copies into the
-// verification chunk's second token slot after an event; the verification's
-// head ends with Argmax of each row into words 1 and 2 and one 12-byte copy
-// of the three words to pinned memory. A pass then waits on the host once,
-// for those 12 bytes, instead of downloading three rows of logits (≈ 1.5 MB)
-// in two round trips and taking their argmax on the host; the MTP head's row
-// is read in place (no gather through the host).
+// main batch's result word i (the pass's i-th draft), which EmbedDraft
+// copies into the verification chunk's token slots after the first, after
+// an event; the verification's head ends with Argmax of each row r into
+// word passDrafts + r and one copy of the words to pinned memory. A pass
+// then waits on the host once, for those bytes, instead of downloading its
+// rows of logits (≈ 0.5 MB each) and taking their argmax on the host; the
+// MTP head's row is read in place (no gather through the host). A pass of
+// several drafts (engine.DeepSpecPipeliner) runs the block again for each
+// next draft with its token copied from the word of the draft before.
 
-var _ engine.SpecPipeliner = (*Backend)(nil)
+var (
+	_ engine.SpecPipeliner     = (*Backend)(nil)
+	_ engine.DeepSpecPipeliner = (*Backend)(nil)
+)
+
+// passDrafts is the most drafts a pipelined pass embeds: its verification
+// is a chunk of at most passTokensMax tokens, the library's few-token
+// products and the recorded graphs' largest.
+const passDrafts = passTokensMax - 1
+
+// resWords is the result words of a pass: the drafts, then the choices
+// after each of the verification's rows.
+const resWords = 2*passDrafts + 1
 
 // specQueue is a main batch's state for the pipelined pass, made on first
 // use.
 type specQueue struct {
-	logits     Ptr // the verification's two rows of logits [2][Vocab]
-	dlogits    Ptr // the MTP head's row [Vocab] (the MTP batch's stream)
-	work       Ptr // Argmax's work area on the main stream
-	dwork      Ptr // … on the MTP batch's stream
-	res        Ptr // [3] int32: the draft, the choices after rows 0 and 1
-	pin        []byte
-	drafted    Event // the draft's Argmax done (MTP stream)
-	done       Event // the result's copy done (main stream)
-	verified   bool  // a HeadVerify whose result VerifyResult has not read
-	draftReady bool  // an MTPHeadDraft's draft not yet embedded by EmbedDraft
-	cq         candQueue
+	logits   Ptr // the verification's rows of logits [passDrafts+1][Vocab]
+	dlogits  Ptr // the MTP head's row [Vocab] (the MTP batch's stream)
+	work     Ptr // Argmax's work area on the main stream
+	dwork    Ptr // … on the MTP batch's stream
+	res      Ptr // [resWords] int32: the drafts, the choices after each row
+	pin      []byte
+	drafted  Event // the latest draft's Argmax done (MTP stream)
+	done     Event // the result's copy done (main stream)
+	verified bool  // a HeadVerify whose result VerifyResult has not read
+	drafts   int   // MTPHeadDraft's drafts not yet embedded by EmbedDraft
+	vdrafts  int   // the drafts the latest verification chunk embedded
+	vrows    int   // … its rows
+	cq       candQueue
 }
 
 // candQueue is a main batch's state for the verification rows' min-p
@@ -93,18 +109,21 @@ func (q *specQueue) init(d *Device, vocab int) error {
 	allocs := []struct {
 		p *Ptr
 		n int64
-	}{{&q.logits, 8 * int64(vocab)}, {&q.dlogits, 4 * int64(vocab)}, {&q.work, ArgmaxWork}, {&q.dwork, ArgmaxWork}, {&q.res, 16}}
+	}{{&q.logits, 4 * int64(passDrafts+1) * int64(vocab)}, {&q.dlogits, 4 * int64(vocab)}, {&q.work, ArgmaxWork}, {&q.dwork, ArgmaxWork}, {&q.res, 4 * resWords}}
 	for _, a := range allocs {
 		if *a.p, err = d.Malloc(a.n); err != nil {
 			return err
 		}
 	}
-	for _, w := range []Ptr{q.work, q.dwork, q.res} {
+	for _, w := range []Ptr{q.work, q.dwork} {
 		if err := d.Upload(w, make([]byte, ArgmaxWork)); err != nil {
 			return err
 		}
 	}
-	if q.pin, err = d.MallocHost(16); err != nil {
+	if err := d.Upload(q.res, make([]byte, 4*resWords)); err != nil {
+		return err
+	}
+	if q.pin, err = d.MallocHost(4 * resWords); err != nil {
 		return err
 	}
 	for _, e := range []*Event{&q.drafted, &q.done} {
@@ -139,8 +158,8 @@ func (q *specQueue) release(d *Device) {
 }
 
 // MTPHeadDraft is MTPHead for one row of the MTP batch's chunk whose greedy
-// choice, made on the device, is the draft of the next EmbedDraft on b
-// (engine.SpecPipeliner).
+// choice, made on the device, is the next draft of the next EmbedDraft on b
+// (engine.SpecPipeliner; after passDrafts drafts not embedded it fails).
 func (be *Backend) MTPHeadDraft(mbi, bi engine.Batch, row int) error {
 	mb, _, err := be.mtpBatch(mbi)
 	if err != nil {
@@ -160,6 +179,12 @@ func (be *Backend) MTPHeadDraft(mbi, bi engine.Batch, row int) error {
 	if err := b.readyQueue(q, "MTP draft head"); err != nil {
 		return err
 	}
+	if mb.draftStart { // a pass's first draft: none before it in this pass
+		q.drafts, mb.draftStart = 0, false
+	}
+	if q.drafts >= passDrafts {
+		return fmt.Errorf("cuda: MTP draft head: %d drafts not embedded (at most %d a pass)", q.drafts, passDrafts)
+	}
 	d := be.dev
 	D, V := be.cfg.Embed, be.cfg.Vocab
 	if err := be.headIn(mb, &be.mtp.head); err != nil {
@@ -177,21 +202,44 @@ func (be *Backend) MTPHeadDraft(mbi, bi engine.Batch, row int) error {
 	if err := d.StreamWait(mb.s, q.done); err != nil {
 		return err
 	}
-	if err := d.Argmax(mb.s, q.dlogits, V, q.dwork, q.res); err != nil {
+	if err := d.Argmax(mb.s, q.dlogits, V, q.dwork, q.res+Ptr(4*q.drafts)); err != nil {
 		return err
 	}
 	if err := d.Record(q.drafted, mb.s); err != nil {
 		return err
 	}
-	q.draftReady = true
+	q.drafts++
 	return nil
 }
 
-// EmbedDraft is Embed of the two-token chunk [tok, draft] at pos, the draft
-// being the latest MTPHeadDraft's choice on the device
-// (engine.SpecPipeliner).
+// PassDrafts is the most drafts a pipelined pass embeds
+// (engine.DeepSpecPipeliner).
+func (be *Backend) PassDrafts() int { return passDrafts }
+
+// MTPEmbedNext is MTPEmbedDraft of the one-token chunk at pos whose token
+// is the latest MTPHeadDraft's draft for b, copied on the MTP batch's
+// stream from its result word (engine.DeepSpecPipeliner).
+func (be *Backend) MTPEmbedNext(mbi, bi engine.Batch, pos int) error {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return err
+	}
+	q := &b.sq
+	if q.drafts == 0 {
+		return fmt.Errorf("cuda: MTP embed of the next draft: no MTP draft queued")
+	}
+	return be.mtpEmbed(mbi, pos, nil, q.res+Ptr(4*(q.drafts-1)), true)
+}
+
+// EmbedDraft is Embed of the chunk [tok, d_1, …, d_k] at pos, the drafts
+// being the choices of the MTPHeadDraft calls since the last embed, on the
+// device (engine.SpecPipeliner, engine.DeepSpecPipeliner).
 func (be *Backend) EmbedDraft(bi engine.Batch, pos int, tok int32) error {
-	return be.embedDraft(bi, pos, tok, 2)
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return err
+	}
+	return be.embedDraft(bi, pos, tok, 1+b.sq.drafts)
 }
 
 // EmbedAfterDraft is Embed of the one-token chunk [tok] at pos after the
@@ -201,17 +249,20 @@ func (be *Backend) EmbedAfterDraft(bi engine.Batch, pos int, tok int32) error {
 	return be.embedDraft(bi, pos, tok, 1)
 }
 
-// embedDraft is EmbedDraft (n = 2) and EmbedAfterDraft (n = 1): either
-// way the main stream waits for the draft's Argmax, whose word the
-// verification's result copy reads.
+// embedDraft is EmbedDraft (n = 1 + the drafts) and EmbedAfterDraft (n =
+// 1, one draft): either way the main stream waits for the drafts' Argmax,
+// whose words the verification's result copy reads.
 func (be *Backend) embedDraft(bi engine.Batch, pos int, tok int32, n int) error {
 	b, err := be.batchOf(bi)
 	if err != nil {
 		return err
 	}
 	q := &b.sq
-	if !q.draftReady {
+	if q.drafts == 0 {
 		return fmt.Errorf("cuda: draft embed: no MTP draft queued")
+	}
+	if n == 1 && q.drafts != 1 {
+		return fmt.Errorf("cuda: draft embed: %d drafts only checked (one a pass)", q.drafts)
 	}
 	if b.cap < n {
 		return fmt.Errorf("cuda: draft embed: a batch of %d tokens", b.cap)
@@ -231,31 +282,36 @@ func (be *Backend) embedDraft(bi engine.Batch, pos int, tok int32, n int) error 
 	if err := d.StreamWait(b.s, q.drafted); err != nil {
 		return err
 	}
-	if n == 2 {
-		if err := d.CopyAsync(b.tokens+4, q.res, 4, b.s); err != nil {
+	if n >= 2 {
+		if err := d.CopyAsync(b.tokens+4, q.res, 4*int64(n-1), b.s); err != nil {
 			return err
 		}
 	}
-	q.draftReady = false
+	q.vdrafts, q.drafts = q.drafts, 0
 	return be.embedFrom(b, pos, n, nil, false)
 }
 
-// HeadVerify is Head for every row of the chunk (two, or one after
-// EmbedAfterDraft or a one-token Embed), the logits kept on the device and
-// the greedy choice after each row queued for VerifyResult
-// (engine.SpecPipeliner).
+// HeadVerify is Head for every row of the chunk (1 + its drafts after
+// EmbedDraft, one after EmbedAfterDraft or a one-token Embed), the logits
+// kept on the device and the greedy choice after each row queued for
+// VerifyResult (engine.SpecPipeliner).
 func (be *Backend) HeadVerify(bi engine.Batch) error {
 	b, err := be.batchOf(bi)
 	if err != nil {
 		return err
 	}
 	n := b.n
-	if n != 1 && n != 2 {
-		return fmt.Errorf("cuda: verification head of a chunk of %d tokens (one or two)", n)
+	if n < 1 || n > passDrafts+1 {
+		return fmt.Errorf("cuda: verification head of a chunk of %d tokens (1 to %d)", n, passDrafts+1)
 	}
 	q := &b.sq
 	if !q.ready() {
 		return fmt.Errorf("cuda: verification head: no draft head before it")
+	}
+	c := &q.cq
+	f := c.filt
+	if f != nil && n > len(c.cand) {
+		return fmt.Errorf("cuda: verification candidates of a chunk of %d tokens (at most %d)", n, len(c.cand))
 	}
 	d := be.dev
 	D, V := be.cfg.Embed, be.cfg.Vocab
@@ -266,12 +322,10 @@ func (be *Backend) HeadVerify(bi engine.Batch) error {
 		return err
 	}
 	for r := 0; r < n; r++ {
-		if err := d.Argmax(b.s, q.logits+Ptr(4*int64(r*V)), V, q.work, q.res+Ptr(4*(r+1))); err != nil {
+		if err := d.Argmax(b.s, q.logits+Ptr(4*int64(r*V)), V, q.work, q.res+Ptr(4*(passDrafts+r))); err != nil {
 			return err
 		}
 	}
-	c := &q.cq
-	f := c.filt
 	c.vfilt = nil
 	if f != nil { // each row's min-p candidates (SetVerifyFilter)
 		for r := 0; r < n; r++ {
@@ -285,7 +339,7 @@ func (be *Backend) HeadVerify(bi engine.Batch) error {
 	if err := b.finish(); err != nil {
 		return err
 	}
-	if err := d.DownloadAsync(q.pin[:12], q.res, b.s); err != nil {
+	if err := d.DownloadAsync(q.pin[:4*resWords], q.res, b.s); err != nil {
 		return err
 	}
 	if f != nil {
@@ -300,6 +354,7 @@ func (be *Backend) HeadVerify(bi engine.Batch) error {
 		return err
 	}
 	q.verified = true
+	q.vrows = n
 	be.gstats.specHeads.Add(1)
 	return b.stopProfiler()
 }
@@ -308,26 +363,62 @@ func (be *Backend) HeadVerify(bi engine.Batch) error {
 // draft and the greedy choices after its rows (after a one-token chunk,
 // after1 is the word a pass before left) (engine.SpecPipeliner).
 func (be *Backend) VerifyResult(bi engine.Batch) (draft, after0, after1 int32, err error) {
-	b, err := be.batchOf(bi)
+	q, err := be.verifyWait(bi)
 	if err != nil {
 		return 0, 0, 0, err
 	}
+	return q.word(0), q.word(passDrafts), q.word(passDrafts + 1), nil
+}
+
+// VerifyResults waits for the latest HeadVerify and copies its chunk's
+// drafts and the greedy choices after its rows into drafts and choices
+// (engine.DeepSpecPipeliner).
+func (be *Backend) VerifyResults(bi engine.Batch, drafts, choices []int32) error {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return err
+	}
+	if q := &b.sq; len(drafts) > q.vdrafts || len(choices) > q.vrows {
+		return fmt.Errorf("cuda: verification results: %d drafts and %d choices of a chunk of %d drafts, %d rows", len(drafts), len(choices), q.vdrafts, q.vrows)
+	}
+	q, err := be.verifyWait(bi)
+	if err != nil {
+		return err
+	}
+	for i := range drafts {
+		drafts[i] = q.word(i)
+	}
+	for r := range choices {
+		choices[r] = q.word(passDrafts + r)
+	}
+	return nil
+}
+
+// verifyWait waits for the latest HeadVerify's result copy on bi.
+func (be *Backend) verifyWait(bi engine.Batch) (*specQueue, error) {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return nil, err
+	}
 	q := &b.sq
 	if !q.verified {
-		return 0, 0, 0, fmt.Errorf("cuda: verification result: none queued")
+		return nil, fmt.Errorf("cuda: verification result: none queued")
 	}
 	t0 := time.Now()
 	if err := be.dev.SyncEvent(q.done); err != nil {
-		return 0, 0, 0, err
+		return nil, err
 	}
 	be.gstats.waitNs.Add(int64(time.Since(t0)))
 	q.verified = false
-	w := func(i int) int32 { return int32(binary.LittleEndian.Uint32(q.pin[4*i:])) }
-	return w(0), w(1), w(2), nil
+	return q, nil
 }
 
+// word is result word i of the latest verification (pinned memory).
+func (q *specQueue) word(i int) int32 { return int32(binary.LittleEndian.Uint32(q.pin[4*i:])) }
+
 // VerifyLogits waits for the batch's work and copies the logits of row
-// (0 or 1) of the latest HeadVerify into dst (engine.SpecPipeliner).
+// (below its chunk's rows) of the latest HeadVerify into dst
+// (engine.SpecPipeliner).
 func (be *Backend) VerifyLogits(bi engine.Batch, row int, dst []float32) error {
 	b, err := be.batchOf(bi)
 	if err != nil {
@@ -335,7 +426,7 @@ func (be *Backend) VerifyLogits(bi engine.Batch, row int, dst []float32) error {
 	}
 	q := &b.sq
 	V := be.cfg.Vocab
-	if !q.ready() || row < 0 || row > 1 {
+	if !q.ready() || row < 0 || row >= max(q.vrows, 1) {
 		return fmt.Errorf("cuda: verification logits of row %d: none queued", row)
 	}
 	if len(dst) < V {
