@@ -1187,10 +1187,18 @@ template <class T, int UPL, int P, int MB, bool FAST>
 cudaError_t launch_dec_as(const MVArgs &a, int n_sel, cudaStream_t st) {
     // runs: the GPU's resident warps over the rows, whole runs per selection
     const int64_t warps = (int64_t)MB * 8 * ds4c_sm_count();
-    const int64_t rows = (int64_t)n_sel * (a.w2 ? 2 : 1) * a.rows;
-    const int64_t run = max((int64_t)1, (rows + warps - 1) / warps);
+    const int64_t mats = (int64_t)n_sel * (a.w2 ? 2 : 1); // the selections' matrices
+    const int64_t rows = mats * a.rows;
+    int64_t run = max((int64_t)1, (rows + warps - 1) / warps);
+    // Each matrix rounds its warps up (wps), so ⌈rows / warps⌉ a warp can
+    // still ask for a few CTAs more than one wave holds; those few would
+    // then run alone in a second wave, doubling the product's time (a
+    // three-token verification's 18 selections: 266 CTAs for 264 slots,
+    // 53 µs against 27 for 12). Longer runs until one wave holds them (a
+    // row's sum is the same whichever warp takes it: the same bits).
+    while (run < a.rows && (mats * ((a.rows + run - 1) / run) + 7) / 8 > warps / 8) run++;
     const int64_t wps = (a.rows + run - 1) / run;
-    const unsigned grid = (unsigned)((n_sel * (a.w2 ? 2 : 1) * wps + 7) / 8);
+    const unsigned grid = (unsigned)((mats * wps + 7) / 8);
     size_t smem = 0;
     if constexpr (T::GRID) smem = T::TAB_WORDS * 4; // 48 KiB beside fill_tabs' static 1.5: past the default limit
     // (a.glu_g: the activation rows of the selections a CTA's 8 warps
@@ -1243,7 +1251,7 @@ bool launch_dec(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *rc
 
 template <class T, int NT, bool EX>
 int launch_nt(const MVArgs &a, int n_sel, int S, int RPW, cudaStream_t st) {
-    if constexpr (NT == 2 && !EX) { // fast mode's passes of two tokens: split-K for short matrices (launch_type)
+    if constexpr (NT >= 2 && NT <= 4 && !EX) { // fast mode's passes of 2-4 tokens: split-K for short matrices (launch_type)
         switch (S) {
         case 8: return launch_one<T, NT, 8, 1, EX>(a, n_sel, st);
         case 4: return launch_one<T, NT, 4, 1, EX>(a, n_sel, st);
@@ -2524,13 +2532,14 @@ int launch_type(MVArgs a, int n_sel, int nt, bool exact, cudaStream_t st) {
     if (nt >= 2 && nt <= 4 && (ds4c_opt_mv_two() & (exact ? 2 : 1))) {
         // products of two tokens (three or four: deeper drafts'
         // verifications): Q8_0 pipelined (launch_pipe: q8f, or in exact
-        // mode q8e); in fast mode two tokens' others split over warps where
+        // mode q8e); in fast mode the tokens' others split over warps where
         // the rows are too few to fill the GPU (the mixers' 24 rows of 16384
-        // columns), as one token's
+        // columns), as one token's — for three tokens a mixer on 24 warps
+        // took 26.5 µs (cuda/NOTES.md v70)
         int rc = 0;
         if (!a.w2 && launch_pipe<T>(a, n_sel, exact, st, &rc, nullptr, nullptr, 0.f, false, nullptr, nt)) return rc;
         const int64_t sms = ds4c_sm_count();
-        while (nt == 2 && !exact && S < 8 && ((int64_t)a.rows * S / 8) * n_sel < 4 * sms && units >= 64 * S) S *= 2;
+        while (!exact && S < 8 && ((int64_t)a.rows * S / 8) * n_sel < 4 * sms && units >= 64 * S) S *= 2;
     }
     if (nt == 1) {
         int rc = 0;
