@@ -160,8 +160,10 @@ type Backend struct {
 	// off with DS4_CUDA_HC_POST_MIX_EX=0, for comparison)
 	hcPostMixEx bool
 	// postMixMax: the most tokens of a chunk whose HCPost forms the mixing
-	// products (hcPostMix): speculative decoding's two-token passes too
-	// (DS4_CUDA_POST_MIX_MAX=1: decode steps only, for comparison)
+	// products (hcPostMix): speculative decoding's passes of up to
+	// HCPostMixMaxTokens too (DS4_CUDA_POST_MIX_MAX=1: decode steps only,
+	// 2: one draft's passes, for comparison; fast mode's three-token passes
+	// +16 % with them, cuda/NOTES.md v70)
 	postMixMax int
 	// stepMax: the most tokens of a chunk that take a decode step's
 	// layer-chain shortcuts (kvSide with ropeTable, ringNorm, moeFold):
@@ -324,12 +326,11 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		v := os.Getenv(sw.env)
 		*sw.v = v == "1" || (sw.on && v != "0")
 	}
-	be.postMixMax, be.stepMax = 2, 2
-	if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_STEP_MAX")); err == nil && v >= 1 && v <= HCPostMixMaxTokens {
-		be.stepMax = v
-	}
-	if v, err := strconv.Atoi(os.Getenv("DS4_CUDA_POST_MIX_MAX")); err == nil && v >= 1 && v <= HCPostMixMaxTokens {
-		be.postMixMax = v
+	be.postMixMax, be.stepMax = HCPostMixMaxTokens, 2
+	for _, l := range be.goLimits() {
+		if v, err := strconv.Atoi(os.Getenv(l.env)); err == nil && v >= 1 && v <= HCPostMixMaxTokens {
+			*l.v = v
+		}
 	}
 	if be.wgMinTok, err = envCount("DS4_CUDA_WG_MIN_TOK", 32, "a count of selections an expert, 0 or more"); err != nil {
 		be.Close()
@@ -430,6 +431,30 @@ func (be *Backend) goSwitches() []goSwitch {
 	}
 }
 
+// goLimit is one of the backend's own token-count limits (1 to
+// HCPostMixMaxTokens), read from its environment variable at New, which an
+// in-process A/B may set (SetOptionEnv) between decode runs: they pick
+// which kernels a chunk of that many tokens queues (stepMax keeps the
+// results; postMixMax moves fast mode's float order, not exact mode's).
+type goLimit struct {
+	env string
+	v   *int
+}
+
+func (be *Backend) goLimits() []goLimit {
+	return []goLimit{{"DS4_CUDA_STEP_MAX", &be.stepMax}, {"DS4_CUDA_POST_MIX_MAX", &be.postMixMax}}
+}
+
+// goLimitOf returns the goLimit whose environment variable is name.
+func (be *Backend) goLimitOf(name string) (goLimit, bool) {
+	for _, l := range be.goLimits() {
+		if l.env == name {
+			return l, true
+		}
+	}
+	return goLimit{}, false
+}
+
 // goSwitchOf returns the goSwitch whose environment variable is name.
 func (be *Backend) goSwitchOf(name string) (goSwitch, bool) {
 	for _, sw := range be.goSwitches() {
@@ -442,11 +467,20 @@ func (be *Backend) goSwitchOf(name string) (goSwitch, bool) {
 
 // SetOptionEnv sets an option by its environment variable ("NAME=VALUE"):
 // one of the backend's own result-keeping switches (goSwitches; 0 off, 1
-// on), else the library's (Device.SetOptionEnv). ds4-bench --ab switches
-// both kinds through it (bench.OptionSetter).
+// on) or token-count limits (goLimits), else the library's
+// (Device.SetOptionEnv). ds4-bench --ab switches all of them through it
+// (bench.OptionSetter).
 func (be *Backend) SetOptionEnv(assign string) error {
 	name, val, _ := strings.Cut(assign, "=")
 	name, val = strings.TrimSpace(name), strings.TrimSpace(val)
+	if l, ok := be.goLimitOf(name); ok {
+		v, err := strconv.Atoi(val)
+		if err != nil || v < 1 || v > HCPostMixMaxTokens {
+			return fmt.Errorf("cuda: %s=%q: the limit takes 1 to %d tokens", name, val, HCPostMixMaxTokens)
+		}
+		*l.v = v
+		return nil
+	}
 	if sw, ok := be.goSwitchOf(name); ok {
 		switch val {
 		case "0":
@@ -465,8 +499,12 @@ func (be *Backend) SetOptionEnv(assign string) error {
 }
 
 // OptionEnv returns the current value of the option whose environment
-// variable is name: a goSwitch's 0 or 1, else the library's.
+// variable is name: a goSwitch's 0 or 1, a goLimit's count, else the
+// library's.
 func (be *Backend) OptionEnv(name string) (int, error) {
+	if l, ok := be.goLimitOf(name); ok {
+		return *l.v, nil
+	}
 	if sw, ok := be.goSwitchOf(name); ok {
 		if *sw.v {
 			return 1, nil

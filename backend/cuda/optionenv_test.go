@@ -166,6 +166,25 @@ func TestGoSwitchOptions(t *testing.T) {
 			t.Errorf("%s=2: error %v, switch %v (want an error and the switch on)", sw.env, err, *sw.v)
 		}
 	}
+	for _, l := range be.goLimits() {
+		if seen[l.env] {
+			t.Fatalf("%s listed twice", l.env)
+		}
+		seen[l.env] = true
+		for _, v := range []int{3, 1, HCPostMixMaxTokens} {
+			if err := be.SetOptionEnv(fmt.Sprintf("%s=%d", l.env, v)); err != nil {
+				t.Fatalf("%s=%d: %v", l.env, v, err)
+			}
+			if got, err := be.OptionEnv(l.env); err != nil || got != v || *l.v != v {
+				t.Fatalf("%s=%d reads back %d (%v), the limit %d", l.env, v, got, err, *l.v)
+			}
+		}
+		for _, bad := range []string{"0", "x", fmt.Sprint(HCPostMixMaxTokens + 1)} {
+			if err := be.SetOptionEnv(l.env + "=" + bad); err == nil || *l.v != HCPostMixMaxTokens {
+				t.Errorf("%s=%s: error %v, limit %d (want an error and the limit kept)", l.env, bad, err, *l.v)
+			}
+		}
+	}
 	if err := be.SetOptionEnv("DS4_CUDA_MV_TWO=3"); err == nil {
 		t.Error("a library option without a device: no error")
 	}

@@ -67,8 +67,10 @@
 #          "--cpuprofile $OUT/mtp.pprof")
 #   MTP_DRAFTS  with MTP: the same run again for each listed --mtp-draft
 #          value (space-separated; a trailing h adds --draft-host: the
-#          engine's host path, e.g. '2h 3 4'; above 2 with --draft-always,
-#          as deep as asked), into mtp-dK.csv/log;
+#          engine's host path, e.g. '2h 3 4'; f runs it in fast mode, x in
+#          exact mode, whatever MTP_MODE, e.g. '3f 4xh'; above 2 with
+#          --draft-always, as deep as asked, unless p: as deep as the
+#          engine's policy picks by the backend's costs), into mtp-dK.csv/log;
 #          MTP_DRAFTS_AB: environment assignments, each run again with them
 #          (into mtp-dK-ab.csv/log)
 #   BITS=1 the bit-identity check: ds4 --dump-logprobs (40 greedy steps of
@@ -186,11 +188,12 @@ if [ -n "${MTP:-}" ]; then
         echo "mtp (${MTP_AB:-} ${MTP_AB_ARGS:-}): exit $?"; grep -E "speculative|error" "$OUT/mtp-ab.log" | head -20; el
     fi
     for k in ${MTP_DRAFTS:-}; do # deeper drafts (and the host path), one run each (and with MTP_DRAFTS_AB)
-        da="--mtp-draft ${k%h}"; [[ $k == *h ]] && da="$da --draft-host"
-        [ "${k%h}" -gt 2 ] && da="$da --draft-always" # (as deep as asked, whatever the backend's costs)
+        kd=${k%%[hfxp]*}; da="--mtp-draft $kd"; [[ $k == *h* ]] && da="$da --draft-host"
+        [ "$kd" -gt 2 ] && [[ $k != *p* ]] && da="$da --draft-always" # (as deep as asked, whatever the backend's costs; p: as the policy picks)
+        mode=${MTP_MODE---fast}; [[ $k == *f* ]] && mode=--fast; [[ $k == *x* ]] && mode= # (f: fast mode, x: exact)
         for v in "" ${MTP_DRAFTS_AB:+ab}; do
             ev=; [ -n "$v" ] && ev=$MTP_DRAFTS_AB
-            env $ev timeout 300 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda ${MTP_MODE---fast} \
+            env $ev timeout 300 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda $mode \
                 --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp-d$k${v:+-$v}.csv" $da >"$OUT/mtp-d$k${v:+-$v}.log" 2>&1
             echo "mtp ($da${ev:+ $ev}): exit $?"; grep -E "speculative|error" "$OUT/mtp-d$k${v:+-$v}.log" | head -20; el
         done
