@@ -33,8 +33,10 @@ import (
 // draft before as its token (draftChain). The chunk [t, d_1, …, d_k]
 // commits the drafts up to the first that is not the greedy choice after
 // the token before it; the rest of its positions are dropped as d's is
-// above. These passes take the host path (the logits of every row read by
-// the host), on every backend.
+// above. A DeepSpecPipeliner runs these passes on the device up to its
+// PassDrafts (specPassDeep: the host reads the drafts and choices once a
+// pass); deeper ones, and every backend without it, take the host path
+// (the logits of every row read by the host).
 
 // drafts is a session's MTP block state.
 type drafts struct {

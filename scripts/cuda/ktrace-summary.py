@@ -47,15 +47,20 @@ if PREFILL:
     toks = spans
 else:
     # A speculative pass has small spans after its verification (the MTP
-    # block's embedding, its head's row gather): when most of the last 4N
+    # block's embedding, its head's row gather): when most of the last 6N
     # spans are small, a unit runs from one span of at least a quarter of
     # the largest kernel count to the next.
-    sp = [(starts[i], starts[i + 1]) for i in range(len(starts) - 1)][-4 * N:]
+    # A pass's head is a big span followed by a small one: plain tokens
+    # before the speculative run (ds4-bench decodes plainly first) are big
+    # spans followed by big ones and are left out, so that a short run of
+    # deep passes (--gen 40: ten of four tokens) is not averaged with them.
+    sp = [(starts[i], starts[i + 1]) for i in range(len(starts) - 1)][-6 * N:]
     big = max(b - a for a, b in sp)
-    heads = [a for a, b in sp if b - a >= big // 4]
-    PASSES = len(heads) < len(sp) * 3 // 4
-    if PASSES:
-        toks = [(heads[i], heads[i + 1]) for i in range(len(heads) - 1)][-N:]
+    isbig = [b - a >= big // 4 for a, b in sp]
+    heads = [i for i in range(len(sp)) if isbig[i] and (i + 1 == len(sp) or not isbig[i + 1])]
+    PASSES = sum(isbig) < len(sp) * 3 // 4
+    if PASSES: # (a unit holds no big span but its head: none reaching back over plain tokens)
+        toks = [(sp[h][0], sp[g][0]) for h, g in zip(heads, heads[1:]) if not any(isbig[h + 1:g])][-N:]
     else:
         toks = sp[-N:]
 

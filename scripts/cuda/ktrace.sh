@@ -7,7 +7,9 @@
 # KTRACE_LINES: lines of the table shown (default 45); PREFILL_LINES=n: also the prompt's chunks (ktrace-prefill.txt), n lines shown
 # (PREFILL_SPANS: how many chunks, default 8; PREFILL_ARGS: e.g. "--last --min-ms 50" for the last small chunks of
 # FRONTIER=4096,4352,4608,4864 — cuda/NOTES.md v48).
-# BENCH_ARGS: extra ds4-bench flags (e.g. --fast).
+# BENCH_ARGS: extra ds4-bench flags (e.g. --fast). KT_GEN: tokens decoded (default 40; a
+# speculative run of deep passes wants more, e.g. 160 for 40 passes of four tokens, so that
+# the last 16 passes summarised are past the first ones' graph builds).
 # Writes ktrace.txt under $OUT (and the raw CSV to /tmp/ktrace.csv).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,7 +26,7 @@ gcc -O2 -shared -fPIC -DKSTRUCT="$ks" -I"$inc" -I"$CUDA/include" scripts/cuda/kt
     -o /tmp/libktrace.so 2>"$OUT/ktrace.txt" || { echo "ktrace build failed ($ks)"; cat "$OUT/ktrace.txt"; exit 0; }
 export DS4_CUDA_LIB=${DS4_CUDA_LIB:-$PWD/build/libds4cuda.so}
 KTRACE_OUT=/tmp/ktrace.csv CUDA_INJECTION64_PATH=/tmp/libktrace.so LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}" \
-    $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers "$FRONTIER" --gen 40 ${BENCH_ARGS:-} >/tmp/ktrace-run.log 2>&1
+    $F/ds4-bench -m /dev/shm/flash-q2.gguf --backend cuda --frontiers "$FRONTIER" --gen "${KT_GEN:-40}" ${BENCH_ARGS:-} >/tmp/ktrace-run.log 2>&1
 echo "traced run exit $? ($ks)"; grep -E "frontier|dropped" /tmp/ktrace-run.log | tail -4
 python3 scripts/cuda/ktrace-summary.py /tmp/ktrace.csv 16 >"$OUT/ktrace.txt" 2>&1
 head -"${KTRACE_LINES:-45}" "$OUT/ktrace.txt"
