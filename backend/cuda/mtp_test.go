@@ -277,20 +277,9 @@ func TestSpecPipelinedMatchesHost(t *testing.T) {
 			commit func(pos int) bool
 			check  bool // the policy pauses
 		}{{"2 in 3", func(pos int) bool { return pos%3 != 0 }, false}, {"none", func(int) bool { return false }, true}} {
-			run := func(host bool, limit int) specResult {
-				o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true, ForceAccept: accept.commit}
-				if host {
-					o.DraftOverride = func(_ int, d int32) int32 { return d }
-				}
-				return specDecode(t, be, o, toks[:70], 60, limit)
-			}
+			o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true, ForceAccept: accept.commit}
 			for _, limit := range []int{60, 23} {
-				heads := be.GraphStats().SpecHeads
-				dev := run(false, limit)
-				if be.GraphStats().SpecHeads == heads {
-					t.Fatalf("fast %v: no pass with its choices on the device", fast)
-				}
-				host := run(true, limit)
+				dev, host, _ := specDevHost(t, be, o, toks, limit, fmt.Sprintf("fast %v", fast))
 				t.Logf("fast %v, %d tokens, commits %s: %d drafts, %d committed; %d checked", fast, limit, accept.name, dev.stats.Drafted, dev.stats.Accepted, dev.stats.Checked)
 				if !slices.Equal(dev.toks, host.toks) {
 					t.Fatalf("fast %v: tokens differ: device %v, host %v", fast, dev.toks[70:], host.toks[70:])
@@ -324,23 +313,12 @@ func TestSpecDeepPipelinedMatchesHost(t *testing.T) {
 	for _, fast := range []bool{false, true} {
 		be := testBackend(t, w, Options{Fast: fast})
 		for _, depth := range []int{2, 3} {
-			run := func(host bool, limit int) specResult {
-				o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true, DraftDepth: depth, DraftAlways: true,
-					ForceAccept: func(pos int) bool { return pos%3 != 0 }}
-				if host {
-					o.DraftOverride = func(_ int, d int32) int32 { return d }
-				}
-				return specDecode(t, be, o, toks[:70], 60, limit)
-			}
+			o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true, DraftDepth: depth, DraftAlways: true,
+				ForceAccept: func(pos int) bool { return pos%3 != 0 }}
 			for _, limit := range []int{60, 23} {
-				heads := be.GraphStats().SpecHeads
-				dev := run(false, limit)
-				if be.GraphStats().SpecHeads == heads {
-					t.Fatalf("fast %v, depth %d: no pass with its choices on the device", fast, depth)
-				}
-				host := run(true, limit)
+				dev, host, passes := specDevHost(t, be, o, toks, limit, fmt.Sprintf("fast %v, depth %d", fast, depth))
 				t.Logf("fast %v, depth %d, %d tokens: %d drafts, %d committed; %d passes on the device", fast, depth, limit,
-					dev.stats.Drafted, dev.stats.Accepted, be.GraphStats().SpecHeads-heads)
+					dev.stats.Drafted, dev.stats.Accepted, passes)
 				if !slices.Equal(dev.toks, host.toks) {
 					t.Fatalf("fast %v, depth %d: tokens differ: device %v, host %v", fast, depth, dev.toks[70:], host.toks[70:])
 				}
@@ -354,6 +332,23 @@ func TestSpecDeepPipelinedMatchesHost(t *testing.T) {
 		}
 		be.Close()
 	}
+}
+
+// specDevHost decodes up to limit of 60 tokens greedily after toks[:70]
+// with o on be twice: through the device's pass, which must have run
+// (GraphStats.SpecHeads), then on the host path (Options.DraftOverride, the
+// identity); it returns both and the device's passes (what: the case, for
+// the failure).
+func specDevHost(t *testing.T, be *Backend, o engine.Options, toks []int32, limit int, what string) (dev, host specResult, passes int64) {
+	t.Helper()
+	heads := be.GraphStats().SpecHeads
+	dev = specDecode(t, be, o, toks[:70], 60, limit)
+	if passes = be.GraphStats().SpecHeads - heads; passes == 0 {
+		t.Fatalf("%s: no pass with its choices on the device", what)
+	}
+	o.DraftOverride = func(_ int, d int32) int32 { return d }
+	host = specDecode(t, be, o, toks[:70], 60, limit)
+	return dev, host, passes
 }
 
 // TestSpecPassesFastTiny: fast mode's two-token passes (the pipelined Q8_0
