@@ -87,6 +87,7 @@ int ds4c_opt_router_warp(void);
 int ds4c_opt_attn_ecache(void);
 int ds4c_opt_attn_po_vec(void);
 int ds4c_opt_seg_comb(void);
+int ds4c_opt_mv_occ(void);
 int ds4c_opt_ex_timing(void);
 int ds4c_opt_attn_order(void);
 int ds4c_opt_attn_rope(void);

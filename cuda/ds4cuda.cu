@@ -37,6 +37,7 @@ static int g_opt_mv_stage = 0;  // their bytes per stage (0: what fits)
 static int g_opt_mv_stages = 3; // their stages
 static int g_opt_mv_timing = 0; // timing experiments only (wrong results)
 static int g_opt_attn_order = 5; // exact attention's summation order: 0 serial (the default until v66), 1 segmented (cpu.AttendHead) in k_attn_po_cl, 2 segmented split over the segments (k_attn_seg, 128-dim slices; 3: 64, 4: 32; 5, the default: as 3 with the scores formed in k_attn_seg_cl, a cluster of the 8 dim slices, for head dim 512, else as 3); chunks in k_attn_softmax_seg + k_attn_out_tile<false, true> (cuda/NOTES.md v65)
+static int g_opt_mv_occ = 0; // the pipelined products' grid by their occupancy, registers included (cuda/NOTES.md v70: not yet measured)
 static int g_opt_seg_comb = 1; // k_attn_seg_combine: 1 its loads requested before the statistics (v67), 0 the v66 form (the same bits)
 static int g_opt_ex_timing = 0; // timing experiments only (wrong results): exact single-token work on fast mode's kernels, by class (DS4C_OPT_EX_TIMING)
 static int g_opt_ix_tile = 2; // indexer scores of fewer than 8 queries: 1 k_index_tile, 2 fast mode's on the tensor cores (model.cu k_index_tile_tc; cuda/NOTES.md v29)
@@ -65,7 +66,7 @@ static int g_opt_attn_half = 3; // fast chunks: q_b's f16 output rows normalised
 static int g_opt_mv_pre = 7; // pipelined products: tiles requested before the wait (matvec.cuh k_mv_pipe; capped at stages − 1)
 static int g_opt_mv_ilp = 4; // fast pipelined Q8_0 products: items a warp forms at once (matvec.cuh q8f_items; cuda/NOTES.md v40)
 static int g_opt_mv_sumw = 1; // fast pipelined Q8_0 products: the row sums on the last warp (matvec.cuh k_mv_pipe_q8f; cuda/NOTES.md v40)
-static int g_opt_mv_two = 15; // Q8_0 products of two tokens as one k_mv_pipe_q8f (weights streamed once), by bits: 1 fast mode's, <2, 2> (cuda/NOTES.md v45); 2 exact mode's, <2, 2, true> (v67); 4 (with bit 2) exact mode's ds4c_matmul_q8out of two tokens quantizing its output in the product (v68); 8 exact mode's k_hc_post_mix_ex of two tokens in one CTA a part (v68)
+static int g_opt_mv_two = 15; // Q8_0 products of two tokens as one k_mv_pipe_q8f (weights streamed once), by bits: 1 fast mode's, <2, 2> (cuda/NOTES.md v45); 2 exact mode's, <2, 2, true> (v67); 4 (with bit 2) exact mode's ds4c_matmul_q8out of two tokens quantizing its output in the product (v68); 8 exact mode's k_hc_post_mix_ex of two tokens in one CTA a part (v68); 16 fast mode's three- and four-token items with their trees packed (q8f_items4; v70, written, not yet measured: off by default)
 static int g_opt_topk_cl = 8193; // top-k of this many candidate rows or more on a cluster of CTAs a token (model.cu k_topk_cl; 0 never; cuda/NOTES.md v51)
 static int g_opt_mv_q8_ns_ex = 200; // exact mode's pipelined Q8_0 products' stages by class: the shared expert's down in 2 (cuda/NOTES.md v63)
 static int g_opt_mv_q8_ns_fast = 0; // fast mode's: DS4C_OPT_MV_STAGES for all
@@ -194,6 +195,7 @@ int ds4c_opt_attn_po_vec(void) { return g_opt_attn_po_vec; }
 int ds4c_opt_ex_timing(void) { return g_opt_ex_timing; }
 int ds4c_opt_attn_order(void) { return g_opt_attn_order; }
 int ds4c_opt_seg_comb(void) { return g_opt_seg_comb; }
+int ds4c_opt_mv_occ(void) { return g_opt_mv_occ; }
 int ds4c_opt_attn_rope(void) { return g_opt_attn_rope; }
 int ds4c_opt_attn_quant(void) { return g_opt_attn_quant; }
 
@@ -504,6 +506,7 @@ static const struct {
     {DS4C_OPT_EX_TIMING, "ex_timing", &g_opt_ex_timing, 0, 15},
     {DS4C_OPT_ATTN_ORDER, "attn_order", &g_opt_attn_order, 0, 5},
     {DS4C_OPT_SEG_COMB, "seg_comb", &g_opt_seg_comb, 0, 1},
+    {DS4C_OPT_MV_OCC, "mv_occ", &g_opt_mv_occ, 0, 1},
     {DS4C_OPT_IX_TILE, "ix_tile", &g_opt_ix_tile, 0, 2},
     {DS4C_OPT_TOPK_WARP, "topk_warp", &g_opt_topk_warp, 0, 2},
     {DS4C_OPT_ROUTER_WARP, "router_warp", &g_opt_router_warp, 0, 1},
@@ -544,7 +547,7 @@ static const struct {
     {DS4C_OPT_COMP_EMIT, "comp_emit", &g_opt_comp_emit, 0, 1},
     {DS4C_OPT_MV_ILP, "mv_ilp", &g_opt_mv_ilp, 1, 4},
     {DS4C_OPT_MV_SUMW, "mv_sumw", &g_opt_mv_sumw, 0, 1},
-    {DS4C_OPT_MV_TWO, "mv_two", &g_opt_mv_two, 0, 15},
+    {DS4C_OPT_MV_TWO, "mv_two", &g_opt_mv_two, 0, 31},
     {DS4C_OPT_MV_ROOM, "mv_room", &g_opt_mv_room, 0, 3},
     {DS4C_OPT_TC_PARTS, "tc_parts", &g_opt_tc_parts, 0, 1},
     {DS4C_OPT_IX_FLASH_SPLIT, "ix_flash_split", &g_opt_ix_flash_split, 0, 64},

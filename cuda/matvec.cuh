@@ -1404,6 +1404,7 @@ struct PipeArgs {
     int pre; // tiles requested before the wait for the previous kernel (DS4C_OPT_MV_PRE; products without ids)
     int ilp; // k_mv_pipe_q8f: items a warp forms at once (q8f_items; 1: one after another)
     int sumw; // k_mv_pipe_q8f: the last warp adds the row sums (DS4C_OPT_MV_SUMW; segments dividing the warps)
+    int pack; // k_mv_pipe_q8f, fast mode, 3-4 tokens: the tokens' trees packed (q8f_items4; DS4C_OPT_MV_TWO bit 16)
     // k_mv_pipe_q8f (ds4c_matmul_q8out): each CTA's tiles are one whole
     // block of 32 rows of one selection, and the CTA also writes that
     // block of y as the Q8_0 activation yq of the row of yq_n values
@@ -1908,6 +1909,68 @@ __device__ __forceinline__ void q8f_itemsN(int items, int nsh, int warp, int lan
     }
 }
 
+// q8f_sums4 is q8f_sums for three or four tokens' activations with their
+// trees packed, q8f_sums2's way one level further: at the tree's first
+// step (lanes l and l ^ 16) the lower half of the warp keeps tokens 0 and
+// 1, the upper half 2 and 3, each lane sending the other two; at the
+// second (l ^ 8) each quarter keeps one token (quarter q: token q), each
+// lane sending the other; the three steps after run once for all. Six
+// shuffles an item for four tokens where four trees take twenty. v[j] is
+// token (lane >> 3)'s item partial, with the bits of q8f_sums for that
+// token alone (the same adds, own value first, in the same tree; a
+// butterfly leaves every lane the same bits). NT = 3: the fourth quarter
+// sums zeros, not stored.
+template <int U, int NT>
+__device__ __forceinline__ void q8f_sums4(const int4 (&w0)[U], const int4 (&w1)[U], const __half (&d)[U],
+                                          const int4 (&x0)[NT], const int4 (&x1)[NT], const float (&xd)[NT], int lane,
+                                          float (&v)[U]) {
+    static_assert(NT == 3 || NT == 4, "q8f_sums4: three or four tokens");
+    const bool hi = lane >= 16, odd = (lane & 8) != 0;
+#pragma unroll
+    for (int j = 0; j < U; j++) {
+        float vt[4];
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            if (t < NT) {
+                const int sum = dot4(w1[j], x1[t], dot4(w0[j], x0[t], 0));
+                vt[t] = (float)sum * (__half2float(d[j]) * xd[t]);
+            } else {
+                vt[t] = 0.f;
+            }
+        }
+        // (l ^ 16): the lower half keeps tokens 0 and 1, the upper 2 and 3
+        const float a = (hi ? vt[2] : vt[0]) + __shfl_xor_sync(FULL_MASK, hi ? vt[0] : vt[2], 16);
+        const float b = (hi ? vt[3] : vt[1]) + __shfl_xor_sync(FULL_MASK, hi ? vt[1] : vt[3], 16);
+        // (l ^ 8): lanes with bit 3 clear keep the first, set the second
+        v[j] = (odd ? b : a) + __shfl_xor_sync(FULL_MASK, odd ? a : b, 8);
+    }
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1)
+#pragma unroll
+        for (int j = 0; j < U; j++) v[j] += __shfl_xor_sync(FULL_MASK, v[j], o);
+}
+
+// q8f_items4 is q8f_itemsN with the tokens' trees packed (q8f_sums4,
+// PipeArgs.pack): lane 8t stores token t's partials. Each token's
+// operations and order are q8f_items's for that token alone: the same bits.
+template <int U, int NT>
+__device__ __forceinline__ void q8f_items4(int items, int nsh, int warp, int lane, const uint8_t *qs, const __half *ds,
+                                           int cols, int dstride, const int4 (&x0)[NT], const int4 (&x1)[NT],
+                                           const float (&xd)[NT], float *part, int tpart) {
+    const int nseg = 1 << nsh, seg = warp & (nseg - 1), t = lane >> 3;
+    for (int it0 = warp; it0 < items; it0 += 8 * U) {
+        int4 w0[U], w1[U];
+        __half d[U];
+        q8f_load<U>(it0, items, nsh, lane, qs, ds, cols, dstride, w0, w1, d);
+        float v[U];
+        q8f_sums4<U, NT>(w0, w1, d, x0, x1, xd, lane, v);
+        if ((lane & 7) == 0 && t < NT)
+#pragma unroll
+            for (int j = 0; j < U; j++)
+                if (it0 + 8 * j < items) part[t * tpart + ((it0 + 8 * j) >> nsh) * nseg + seg] = v[j];
+    }
+}
+
 // NT = 2: two tokens' products of the same weights (speculative decoding's
 // verification passes; NT = 3, 4: deeper drafts' — q8e_items<U, NT>, or in
 // fast mode q8f_itemsN, rows of token t at i + t·nr as NT = 2's), the
@@ -2153,7 +2216,14 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
                 else
                     q8e_items<2, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
             } else if constexpr (NT > 2) {
-                if (p.ilp >= 4)
+                if (p.pack) {
+                    if (p.ilp >= 4)
+                        q8f_items4<4, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
+                    else if (p.ilp == 3)
+                        q8f_items4<3, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
+                    else
+                        q8f_items4<2, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
+                } else if (p.ilp >= 4)
                     q8f_itemsN<4, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
                 else if (p.ilp == 3)
                     q8f_itemsN<3, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
@@ -2329,6 +2399,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const int64_t nseg8 = a.cols / Q8F_SEG;
         const bool seg_warps = nseg8 >= 1 && 8 % nseg8 == 0;
         p.ilp = seg_warps ? ds4c_opt_mv_ilp() : 1;
+        p.pack = nt > 2 && (ds4c_opt_mv_two() & 16) ? 1 : 0; // (fast mode's items only: q8f_items4)
         p.sumw = seg_warps ? ds4c_opt_mv_sumw() : 0;
         if (nt != 1 && (nt < 2 || nt > 4 || p.ilp < 2 || a.ids || (a.act_tok & 15) != 0 || (a.act_sel & 15) != 0))
             return false;
@@ -2510,7 +2581,29 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
             }
             set[fl] = smem;
         }
-        const int64_t fit = max((int64_t)1, min((int64_t)per, (int64_t)smem_sm / (smem + 1024))); // CTAs that fit an SM
+        int64_t fit = max((int64_t)1, min((int64_t)per, (int64_t)smem_sm / (smem + 1024))); // CTAs that fit an SM
+        if (ds4c_opt_mv_occ()) { // (DS4C_OPT_MV_OCC) by registers too: fast mode's four-token form
+            // holds 173 registers a thread, one CTA an SM where its tiles are sized for two (nvcc 11.8)
+            // (the pairs of kernel and shared memory seen, a slot each, up to 32: past them the last
+            // slot is asked again)
+            constexpr int OCC_SLOTS = 32;
+            static const void *occ_k[OCC_SLOTS] = {};
+            static int64_t occ_smem[OCC_SLOTS] = {};
+            static int occ_n[OCC_SLOTS] = {};
+            int slot = 0;
+            while (slot < OCC_SLOTS - 1 && occ_k[slot] && !(occ_k[slot] == (const void *)k && occ_smem[slot] == smem))
+                slot++;
+            if (occ_k[slot] != (const void *)k || occ_smem[slot] != smem) {
+                int occ = 0;
+                if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, PIPE_THREADS + (w9 ? 32 : 0), (size_t)smem) !=
+                    cudaSuccess)
+                    occ = 0;
+                occ_k[slot] = (const void *)k;
+                occ_smem[slot] = smem;
+                occ_n[slot] = occ;
+            }
+            if (occ_n[slot] >= 1) fit = min(fit, (int64_t)occ_n[slot]);
+        }
         // (yq: a CTA a block of 32 rows, t0 = blockIdx.x · 32/rt)
         const int64_t grid = yq ? total / (32 / p.rt) : min(total, fit * ds4c_sm_count());
         if (yq) {

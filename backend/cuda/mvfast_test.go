@@ -446,7 +446,9 @@ func TestMatMulQ8Out(t *testing.T) {
 // bit 2: Q8_0 pipelined, each token's block terms added in block order;
 // F16 on k_fexact_warp, the weights loaded once; and with the bit off, the
 // generic kernels) give each token its one-token exact product's bits, and
-// for Q8_0 quant.Dot's.
+// for Q8_0 quant.Dot's. Fast mode's three- and four-token Q8_0 items with
+// their trees packed (MVTwoPack), and the pipelined grid by occupancy
+// (OptMVOcc), give the default forms' bits.
 func TestMatVecFastQ8Two(t *testing.T) {
 	d := gpu(t)
 	pipeEverywhere(t, d)
@@ -483,6 +485,22 @@ func TestMatVecFastQ8Two(t *testing.T) {
 				return download(t, d, y, nt*ldy)
 			}
 			got := two()
+			if nt > 2 && c.typ == quant.Q8_0 { // the packed trees (MVTwoPack): the same bits
+				must(t, d.SetOption(OptMVTwo, DefaultMVTwo|MVTwoPack))
+				packed := two()
+				must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
+				if k, ok := firstBitDiff(packed, got); !ok {
+					t.Errorf("%s, %d tokens, trees packed: y[%d] = %v, unpacked %v", c.name, nt, k, packed[k], got[k])
+				}
+			}
+			if c.typ == quant.Q8_0 { // the grid by occupancy (OptMVOcc): the same tiles, the same bits
+				must(t, d.SetOption(OptMVOcc, 1))
+				occ := two()
+				must(t, d.SetOption(OptMVOcc, 0))
+				if k, ok := firstBitDiff(occ, got); !ok {
+					t.Errorf("%s, %d tokens, the grid by occupancy: y[%d] = %v, else %v", c.name, nt, k, occ[k], got[k])
+				}
+			}
 			for tok := 0; tok < nt; tok++ {
 				if c.typ == quant.Q8_0 {
 					poison(t, d, y, ldy)
