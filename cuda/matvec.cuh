@@ -2367,6 +2367,25 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
 #endif
 }
 
+// pipe_reg_ctas returns how many CTAs of threads threads of kernel k an SM
+// holds by its registers (and static shared memory: no dynamic),
+// cudaOccupancyMaxActiveBlocksPerMultiprocessor's count, at least 1;
+// cached per kernel (32 slots; past them the last one is asked again).
+static inline int pipe_reg_ctas(const void *k, int threads) {
+    constexpr int SLOTS = 32;
+    static const void *ks[SLOTS] = {};
+    static int ns[SLOTS] = {};
+    int i = 0;
+    while (i < SLOTS - 1 && ks[i] && ks[i] != k) i++;
+    if (ks[i] != k) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, threads, 0) != cudaSuccess) n = 0;
+        ks[i] = k;
+        ns[i] = max(n, 1);
+    }
+    return ns[i];
+}
+
 // launch_pipe runs a single-token product as k_mv_pipe when T has a
 // pipelined form, the option is on and the shapes allow it (every region's
 // bytes per row a multiple of 16, units per row a multiple of 32, aligned
@@ -2470,16 +2489,41 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
             return false;
         // the terms of a row: k_mv_pipe's nb + 4 floats, k_mv_pipe_q8f's partials
         const int64_t row_terms = q8f ? a.cols / Q8F_SEG : nb + 4;
+        // the kernel (the form's registers: DS4C_OPT_MV_OCC below)
+        void (*k)(PipeArgs) = cp == 2 ? k_mv_pipe<T, 2> : (cp == 1 ? k_mv_pipe<T, 1> : k_mv_pipe<T, 0>);
+        if constexpr (std::is_same<T, TQ8_0>::value) {
+            if (q8f)
+                k = nt == 2 ? k_mv_pipe_q8f<2, 2> : nt == 3 ? k_mv_pipe_q8f<2, 3> : nt == 4 ? k_mv_pipe_q8f<2, 4> : k_mv_pipe_q8f<2>;
+            else if (q8e && nt == 2)
+                k = w9 ? k_mv_pipe_q8f<2, 2, true, true> : k_mv_pipe_q8f<2, 2, true>;
+            else if (q8e && nt == 3)
+                k = w9 ? k_mv_pipe_q8f<2, 3, true, true> : k_mv_pipe_q8f<2, 3, true>;
+            else if (q8e && nt == 4)
+                k = w9 ? k_mv_pipe_q8f<2, 4, true, true> : k_mv_pipe_q8f<2, 4, true>;
+            else if (q8e)
+                k = w9 ? k_mv_pipe_q8f<2, 1, true, true> : k_mv_pipe_q8f<2, 1, true>;
+        }
         // rows per tile: the option's bytes per stage (DS4C_OPT_MV_STAGE), or
-        // (0) as many as let cps CTAs fit an SM beside their fixed shared memory
+        // (0) as many as let cps CTAs (cps_tiles) fit an SM beside their fixed
+        // shared memory
         int64_t stage_bytes = ds4c_opt_mv_stage();
         // room (DS4C_MM_ROOM): DS4C_MV_ROOM_KIB of each SM left free, in one
         // CTA an SM, or (DS4C_OPT_MV_ROOM's bit for nt tokens) cps of them
         // (cap: at most that many, in the budget of cps)
-        const int per = room && !(ds4c_opt_mv_room() & (nt >= 2 ? 2 : 1)) ? 1 : (cap > 0 ? min(cap, cps) : cps);
+        int per = room && !(ds4c_opt_mv_room() & (nt >= 2 ? 2 : 1)) ? 1 : (cap > 0 ? min(cap, cps) : cps);
+        // (DS4C_OPT_MV_OCC) no more CTAs an SM than the kernel's registers hold, and the
+        // tiles sized for that many: fast mode's four-token form holds 173 registers a
+        // thread, exact mode's two-token one with its summing warp 115 (nvcc 11.8), one CTA
+        // an SM, where the tiles were sized for cps and so kept half the bytes in flight
+        int cps_tiles = cps;
+        if (ds4c_opt_mv_occ()) {
+            const int r = pipe_reg_ctas((const void *)k, PIPE_THREADS + (w9 ? 32 : 0));
+            per = min(per, r);
+            cps_tiles = min(cps, r);
+        }
         // (the IQ2 codebook, 16 bytes of slack, the CTA's reserve)
         const int64_t fixed = PIPE_BARS + (T::GRID ? 2048 : 0) + (nt == 1 ? act_smem : nt * act_stride) + 16 + 1024;
-        const int64_t budget = room ? (smem_sm - DS4C_MV_ROOM_KIB * 1024) / per : smem_sm / cps;
+        const int64_t budget = room ? (smem_sm - DS4C_MV_ROOM_KIB * 1024) / per : smem_sm / cps_tiles;
         // the shared memory rt rows a tile and ns stages take beyond fixed
         auto tile_smem = [&](int64_t rt, int ns) { return rt * (ns * row_bytes + 2 * row_terms * 4 * nt); };
         if (stage_bytes == 0) {
@@ -2555,19 +2599,6 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const int64_t total = (int64_t)p.tiles * n_sel;
         if (total > INT32_MAX / 2) return false;
         p.total = (int)total;
-        void (*k)(PipeArgs) = cp == 2 ? k_mv_pipe<T, 2> : (cp == 1 ? k_mv_pipe<T, 1> : k_mv_pipe<T, 0>);
-        if constexpr (std::is_same<T, TQ8_0>::value) {
-            if (q8f)
-                k = nt == 2 ? k_mv_pipe_q8f<2, 2> : nt == 3 ? k_mv_pipe_q8f<2, 3> : nt == 4 ? k_mv_pipe_q8f<2, 4> : k_mv_pipe_q8f<2>;
-            else if (q8e && nt == 2)
-                k = w9 ? k_mv_pipe_q8f<2, 2, true, true> : k_mv_pipe_q8f<2, 2, true>;
-            else if (q8e && nt == 3)
-                k = w9 ? k_mv_pipe_q8f<2, 3, true, true> : k_mv_pipe_q8f<2, 3, true>;
-            else if (q8e && nt == 4)
-                k = w9 ? k_mv_pipe_q8f<2, 4, true, true> : k_mv_pipe_q8f<2, 4, true>;
-            else if (q8e)
-                k = w9 ? k_mv_pipe_q8f<2, 1, true, true> : k_mv_pipe_q8f<2, 1, true>;
-        }
         // the largest opt-in done for each copy flavour (0-2), then
         // k_mv_pipe_q8f's forms: fast, exact, exact with the summing warp,
         // each for 1-4 tokens
@@ -2581,29 +2612,7 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
             }
             set[fl] = smem;
         }
-        int64_t fit = max((int64_t)1, min((int64_t)per, (int64_t)smem_sm / (smem + 1024))); // CTAs that fit an SM
-        if (ds4c_opt_mv_occ()) { // (DS4C_OPT_MV_OCC) by registers too: fast mode's four-token form
-            // holds 173 registers a thread, one CTA an SM where its tiles are sized for two (nvcc 11.8)
-            // (the pairs of kernel and shared memory seen, a slot each, up to 32: past them the last
-            // slot is asked again)
-            constexpr int OCC_SLOTS = 32;
-            static const void *occ_k[OCC_SLOTS] = {};
-            static int64_t occ_smem[OCC_SLOTS] = {};
-            static int occ_n[OCC_SLOTS] = {};
-            int slot = 0;
-            while (slot < OCC_SLOTS - 1 && occ_k[slot] && !(occ_k[slot] == (const void *)k && occ_smem[slot] == smem))
-                slot++;
-            if (occ_k[slot] != (const void *)k || occ_smem[slot] != smem) {
-                int occ = 0;
-                if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, PIPE_THREADS + (w9 ? 32 : 0), (size_t)smem) !=
-                    cudaSuccess)
-                    occ = 0;
-                occ_k[slot] = (const void *)k;
-                occ_smem[slot] = smem;
-                occ_n[slot] = occ;
-            }
-            if (occ_n[slot] >= 1) fit = min(fit, (int64_t)occ_n[slot]);
-        }
+        const int64_t fit = max((int64_t)1, min((int64_t)per, (int64_t)smem_sm / (smem + 1024))); // CTAs that fit an SM
         // (yq: a CTA a block of 32 rows, t0 = blockIdx.x · 32/rt)
         const int64_t grid = yq ? total / (32 / p.rt) : min(total, fit * ds4c_sm_count());
         if (yq) {

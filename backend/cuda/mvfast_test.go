@@ -447,8 +447,8 @@ func TestMatMulQ8Out(t *testing.T) {
 // F16 on k_fexact_warp, the weights loaded once; and with the bit off, the
 // generic kernels) give each token its one-token exact product's bits, and
 // for Q8_0 quant.Dot's. Fast mode's three- and four-token Q8_0 items with
-// their trees packed (MVTwoPack), and the pipelined grid by occupancy
-// (OptMVOcc), give the default forms' bits.
+// their trees packed (MVTwoPack), and the pipelined products' tiles sized
+// by the registers' occupancy (OptMVOcc), give the default forms' bits.
 func TestMatVecFastQ8Two(t *testing.T) {
 	d := gpu(t)
 	pipeEverywhere(t, d)
@@ -493,12 +493,12 @@ func TestMatVecFastQ8Two(t *testing.T) {
 					t.Errorf("%s, %d tokens, trees packed: y[%d] = %v, unpacked %v", c.name, nt, k, packed[k], got[k])
 				}
 			}
-			if c.typ == quant.Q8_0 { // the grid by occupancy (OptMVOcc): the same tiles, the same bits
+			if c.typ == quant.Q8_0 { // tiles and grid by the registers' occupancy (OptMVOcc): the same bits
 				must(t, d.SetOption(OptMVOcc, 1))
 				occ := two()
 				must(t, d.SetOption(OptMVOcc, 0))
 				if k, ok := firstBitDiff(occ, got); !ok {
-					t.Errorf("%s, %d tokens, the grid by occupancy: y[%d] = %v, else %v", c.name, nt, k, occ[k], got[k])
+					t.Errorf("%s, %d tokens, tiles by occupancy: y[%d] = %v, else %v", c.name, nt, k, occ[k], got[k])
 				}
 			}
 			for tok := 0; tok < nt; tok++ {
