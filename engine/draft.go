@@ -286,20 +286,32 @@ func (s *Session) advanceMTP(ctx context.Context) error {
 func (s *Session) runMTP(ctx context.Context, toks []int32, head int) error {
 	m := s.mtp
 	pos := m.next
-	if err := m.be.MTPEmbed(m.b, pos, toks); err != nil {
+	if err := s.mtpChunk(ctx, len(toks), func(mb Batch, pos int) error { return m.be.MTPEmbed(mb, pos, toks) }); err != nil {
+		return err
+	}
+	if head >= 0 {
+		if err := m.be.MTPHead(m.b, []int{head}, m.logits); err != nil {
+			return s.opError(pos+head, "MTP head", -1, err)
+		}
+	}
+	return nil
+}
+
+// mtpChunk runs the block over its oldest n staged rows, embed starting
+// the chunk at their position (MTPEmbed, or a SpecPipeliner's forms of it):
+// its layer ops, then the rows consumed.
+func (s *Session) mtpChunk(ctx context.Context, n int, embed func(mb Batch, pos int) error) error {
+	m := s.mtp
+	pos := m.next
+	if err := embed(m.b, pos); err != nil {
 		return s.opError(pos, "MTP embed", -1, err)
 	}
 	L := s.cfg.Layers
 	if err := s.runBlocks(ctx, m.b, m.st, L, L+1, pos, func(Stage, int) {}); err != nil {
 		return err
 	}
-	m.next += len(toks)
-	m.staged -= len(toks)
-	if head >= 0 {
-		if err := m.be.MTPHead(m.b, []int{head}, m.logits); err != nil {
-			return s.opError(pos+head, "MTP head", -1, err)
-		}
-	}
+	m.next += n
+	m.staged -= n
 	return nil
 }
 
@@ -310,12 +322,20 @@ func (s *Session) canDraft() bool {
 	return m != nil && m.staged > 0 && m.next+m.staged == len(s.tokens)
 }
 
+// draftInput returns the tokens of a draft's chunk over the staged rows:
+// each row's next token, tok (the token chosen for the session's position)
+// the last row's.
+func (s *Session) draftInput(tok int32) []int32 {
+	m := s.mtp
+	return append(append(make([]int32, 0, m.staged), s.tokens[m.next+1:]...), tok)
+}
+
 // draft runs the block over the staged rows, the last with tok (the token
 // chosen for the session's position), and returns its greedy draft of the
 // token after tok.
 func (s *Session) draft(ctx context.Context, tok int32) (int32, error) {
 	m := s.mtp
-	toks := append(append(make([]int32, 0, m.staged), s.tokens[m.next+1:]...), tok)
+	toks := s.draftInput(tok)
 	if err := s.runMTP(ctx, toks, len(toks)-1); err != nil {
 		return 0, err
 	}
@@ -469,34 +489,50 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 			s.logitsOK = false
 			return n, err
 		}
-		n++
-		// c: the drafts committed, up to the first that is not the greedy
-		// choice after the token before it (or that emit refuses)
-		c, refused := 0, false
-		for c < k && s.observeDraft(P+1+c, ds[c], Greedy(rows[c]), false) {
-			if !emit(ds[c]) {
-				refused = true
-				break
-			}
-			n, c = n+1, c+1
-		}
+		c, refused := s.commitDrafts(P, ds, func(i int) int32 { return Greedy(rows[i]) }, emit)
+		n += 1 + c
 		if c == k {
 			continue // the session's logits are those after the last draft
 		}
 		// Keep tok and the committed drafts: the logits after the last of
 		// them, their staged rows.
-		s.tokens = s.tokens[:P+1+c]
 		copy(s.logits, rows[c])
-		s.mtp.staged = c + 1
-		if err := s.mtp.be.DropStagedMTP(s.mtp.b, c+1); err != nil {
+		if err := s.keepDrafts(P, c); err != nil {
 			s.logitsOK = false
-			return n, s.opError(P, "MTP stage", -1, err)
+			return n, err
 		}
 		if refused {
 			return n, nil // emit refused a confirmed draft
 		}
 	}
 	return n, nil
+}
+
+// commitDrafts emits a pass's drafts ds, those after the token at P, up to
+// the first that is not choice(i) — the greedy choice after the pass's
+// token i — or that emit refuses, each one examined counted in Stats and
+// the policy (observeDraft); it returns the drafts committed and whether
+// emit refused one.
+func (s *Session) commitDrafts(P int, ds []int32, choice func(int) int32, emit func(int32) bool) (c int, refused bool) {
+	for c < len(ds) && s.observeDraft(P+1+c, ds[c], choice(c), false) {
+		if !emit(ds[c]) {
+			return c, true
+		}
+		c++
+	}
+	return c, false
+}
+
+// keepDrafts keeps the token at P and the first c drafts of its pass, and
+// their staged rows; the pass's later positions are dropped (every part of
+// the KV state is addressed by position: the next tokens overwrite them).
+func (s *Session) keepDrafts(P, c int) error {
+	s.tokens = s.tokens[:P+1+c]
+	s.mtp.staged = c + 1
+	if err := s.mtp.be.DropStagedMTP(s.mtp.b, c+1); err != nil {
+		return s.opError(P, "MTP stage", -1, err)
+	}
+	return nil
 }
 
 // verify runs the chunk [tok, d] at the session's position, leaving the
@@ -579,27 +615,16 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 			if err := s.specPassDeep(ctx, deep, tok, ds, cs); err != nil {
 				return n, err
 			}
-			n++
-			// c: the drafts committed, up to the first that is not the
-			// greedy choice after the token before it (or that emit refuses)
-			c, refused := 0, false
-			for c < k && s.observeDraft(P+1+c, ds[c], cs[c], false) {
-				if !emit(ds[c]) {
-					refused = true
-					break
-				}
-				n, c = n+1, c+1
-			}
+			c, refused := s.commitDrafts(P, ds, func(i int) int32 { return cs[i] }, emit)
+			n += 1 + c
 			pending, tok = c, cs[c]
 			if c == k {
 				continue // the logits after the last draft are row k
 			}
 			// Keep tok and the committed drafts: the logits after the last
 			// of them (row c), their staged rows.
-			s.tokens = s.tokens[:P+1+c]
-			s.mtp.staged = c + 1
-			if err := s.mtp.be.DropStagedMTP(s.mtp.b, c+1); err != nil {
-				return n, s.opError(P, "MTP stage", -1, err)
+			if err := s.keepDrafts(P, c); err != nil {
+				return n, err
 			}
 			if refused {
 				return n, nil // emit refused a confirmed draft
@@ -625,11 +650,9 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 			}
 		}
 		// Keep t only: the logits after it (row 0), its staged row.
-		s.tokens = s.tokens[:P+1]
 		pending = 0
-		s.mtp.staged = 1
-		if err := s.mtp.be.DropStagedMTP(s.mtp.b, 1); err != nil {
-			return n, s.opError(P, "MTP stage", -1, err)
+		if err := s.keepDrafts(P, 0); err != nil {
+			return n, err
 		}
 		if ok {
 			return n, nil // emit refused the confirmed draft
@@ -734,24 +757,8 @@ func (s *Session) validChoices(pos int, cs ...int32) error {
 // (the draft only checked against c0; c1 meaningless), and the session
 // then holds tok.
 func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32, check bool) (d, c0, c1 int32, err error) {
-	m := s.mtp
-	if err := s.checkTokens([]int32{tok}); err != nil {
+	if _, err := s.deviceDraft(ctx, sp, tok); err != nil {
 		return 0, 0, 0, err
-	}
-	// the draft: the block over the staged rows, the last with tok
-	toks := append(append(make([]int32, 0, m.staged), s.tokens[m.next+1:]...), tok)
-	mpos := m.next
-	if err := sp.MTPEmbedDraft(m.b, mpos, toks); err != nil {
-		return 0, 0, 0, s.opError(mpos, "MTP embed", -1, err)
-	}
-	L := s.cfg.Layers
-	if err := s.runBlocks(ctx, m.b, m.st, L, L+1, mpos, func(Stage, int) {}); err != nil {
-		return 0, 0, 0, err
-	}
-	m.next += len(toks)
-	m.staged -= len(toks)
-	if err := sp.MTPHeadDraft(m.b, s.b, len(toks)-1); err != nil {
-		return 0, 0, 0, s.opError(mpos+len(toks)-1, "MTP head", -1, err)
 	}
 	// the verification (check: the one-token step)
 	n, embed := 2, sp.EmbedDraft
@@ -774,6 +781,27 @@ func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32, che
 	return d, c0, c1, nil
 }
 
+// deviceDraft queues a pass's first draft on the device for tok, the greedy
+// choice at the session's position: the block over the staged rows, the
+// last with tok (MTPEmbedDraft), and MTPHeadDraft of that row, which it
+// returns (the chunk's last).
+func (s *Session) deviceDraft(ctx context.Context, sp SpecPipeliner, tok int32) (last int, err error) {
+	m := s.mtp
+	if err := s.checkTokens([]int32{tok}); err != nil {
+		return 0, err
+	}
+	toks := s.draftInput(tok)
+	mpos := m.next
+	if err := s.mtpChunk(ctx, len(toks), func(mb Batch, pos int) error { return sp.MTPEmbedDraft(mb, pos, toks) }); err != nil {
+		return 0, err
+	}
+	last = len(toks) - 1
+	if err := sp.MTPHeadDraft(m.b, s.b, last); err != nil {
+		return 0, s.opError(mpos+last, "MTP head", -1, err)
+	}
+	return last, nil
+}
+
 // specPassDeep queues one pass of len(ds) ≥ 2 drafts on the device for
 // tok, the greedy choice at the session's position P: the MTP block's
 // drafts d_1 … d_k for P+1 … P+k (draftChain's, made on the device), then
@@ -782,24 +810,9 @@ func (s *Session) specPass(ctx context.Context, sp SpecPipeliner, tok int32, che
 // session then holds tok and the drafts.
 func (s *Session) specPassDeep(ctx context.Context, sp DeepSpecPipeliner, tok int32, ds, cs []int32) error {
 	m := s.mtp
-	if err := s.checkTokens([]int32{tok}); err != nil {
+	last, err := s.deviceDraft(ctx, sp, tok)
+	if err != nil {
 		return err
-	}
-	// the first draft: the block over the staged rows, the last with tok
-	toks := append(append(make([]int32, 0, m.staged), s.tokens[m.next+1:]...), tok)
-	mpos := m.next
-	if err := sp.MTPEmbedDraft(m.b, mpos, toks); err != nil {
-		return s.opError(mpos, "MTP embed", -1, err)
-	}
-	L := s.cfg.Layers
-	if err := s.runBlocks(ctx, m.b, m.st, L, L+1, mpos, func(Stage, int) {}); err != nil {
-		return err
-	}
-	m.next += len(toks)
-	m.staged -= len(toks)
-	last := len(toks) - 1
-	if err := sp.MTPHeadDraft(m.b, s.b, last); err != nil {
-		return s.opError(mpos+last, "MTP head", -1, err)
 	}
 	// each next one: the block at the next position over its own streams
 	// of the row before, the draft before as its token
@@ -809,14 +822,10 @@ func (s *Session) specPassDeep(ctx context.Context, sp DeepSpecPipeliner, tok in
 			return s.opError(pos, "MTP stage", -1, err)
 		}
 		m.staged++
-		if err := sp.MTPEmbedNext(m.b, s.b, pos); err != nil {
-			return s.opError(pos, "MTP embed", -1, err)
-		}
-		if err := s.runBlocks(ctx, m.b, m.st, L, L+1, pos, func(Stage, int) {}); err != nil {
+		next := func(mb Batch, pos int) error { return sp.MTPEmbedNext(mb, s.b, pos) }
+		if err := s.mtpChunk(ctx, 1, next); err != nil {
 			return err
 		}
-		m.next++
-		m.staged--
 		last = 0
 		if err := sp.MTPHeadDraft(m.b, s.b, 0); err != nil {
 			return s.opError(pos, "MTP head", -1, err)
@@ -971,11 +980,9 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 		if check || !ok || !s.observeDraft(P+1, d, x, false) {
 			if !check {
 				// Keep tok only: the logits after it (row 0), its staged row.
-				s.tokens = s.tokens[:P+1]
-				s.mtp.staged = 1
-				if err := s.mtp.be.DropStagedMTP(s.mtp.b, 1); err != nil {
+				if err := s.keepDrafts(P, 0); err != nil {
 					s.logitsOK = false
-					return n, s.opError(P, "MTP stage", -1, err)
+					return n, err
 				}
 			}
 			if sp != nil {
