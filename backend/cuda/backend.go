@@ -328,7 +328,7 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 	}
 	be.postMixMax, be.stepMax = HCPostMixMaxTokens, 2
 	for _, l := range be.goLimits() {
-		if v, err := strconv.Atoi(os.Getenv(l.env)); err == nil && v >= 1 && v <= HCPostMixMaxTokens {
+		if v, ok := parseLimit(os.Getenv(l.env)); ok {
 			*l.v = v
 		}
 	}
@@ -445,6 +445,12 @@ func (be *Backend) goLimits() []goLimit {
 	return []goLimit{{"DS4_CUDA_STEP_MAX", &be.stepMax}, {"DS4_CUDA_POST_MIX_MAX", &be.postMixMax}}
 }
 
+// parseLimit reads a goLimit's value: 1 to HCPostMixMaxTokens tokens.
+func parseLimit(val string) (int, bool) {
+	v, err := strconv.Atoi(val)
+	return v, err == nil && v >= 1 && v <= HCPostMixMaxTokens
+}
+
 // goLimitOf returns the goLimit whose environment variable is name.
 func (be *Backend) goLimitOf(name string) (goLimit, bool) {
 	for _, l := range be.goLimits() {
@@ -474,8 +480,8 @@ func (be *Backend) SetOptionEnv(assign string) error {
 	name, val, _ := strings.Cut(assign, "=")
 	name, val = strings.TrimSpace(name), strings.TrimSpace(val)
 	if l, ok := be.goLimitOf(name); ok {
-		v, err := strconv.Atoi(val)
-		if err != nil || v < 1 || v > HCPostMixMaxTokens {
+		v, ok := parseLimit(val)
+		if !ok {
 			return fmt.Errorf("cuda: %s=%q: the limit takes 1 to %d tokens", name, val, HCPostMixMaxTokens)
 		}
 		*l.v = v

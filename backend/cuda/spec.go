@@ -235,24 +235,21 @@ func (be *Backend) MTPEmbedNext(mbi, bi engine.Batch, pos int) error {
 // being the choices of the MTPHeadDraft calls since the last embed, on the
 // device (engine.SpecPipeliner, engine.DeepSpecPipeliner).
 func (be *Backend) EmbedDraft(bi engine.Batch, pos int, tok int32) error {
-	b, err := be.batchOf(bi)
-	if err != nil {
-		return err
-	}
-	return be.embedDraft(bi, pos, tok, 1+b.sq.drafts)
+	return be.embedDraft(bi, pos, tok, false)
 }
 
 // EmbedAfterDraft is Embed of the one-token chunk [tok] at pos after the
 // latest MTPHeadDraft, whose draft the next VerifyResult returns
 // (engine.SpecPipeliner): a pass that only checks the draft.
 func (be *Backend) EmbedAfterDraft(bi engine.Batch, pos int, tok int32) error {
-	return be.embedDraft(bi, pos, tok, 1)
+	return be.embedDraft(bi, pos, tok, true)
 }
 
-// embedDraft is EmbedDraft (n = 1 + the drafts) and EmbedAfterDraft (n =
-// 1, one draft): either way the main stream waits for the drafts' Argmax,
-// whose words the verification's result copy reads.
-func (be *Backend) embedDraft(bi engine.Batch, pos int, tok int32, n int) error {
+// embedDraft is EmbedDraft (the chunk of tok and its drafts) and, check,
+// EmbedAfterDraft (tok alone, one draft): either way the main stream waits
+// for the drafts' Argmax, whose words the verification's result copy
+// reads.
+func (be *Backend) embedDraft(bi engine.Batch, pos int, tok int32, check bool) error {
 	b, err := be.batchOf(bi)
 	if err != nil {
 		return err
@@ -261,7 +258,11 @@ func (be *Backend) embedDraft(bi engine.Batch, pos int, tok int32, n int) error 
 	if q.drafts == 0 {
 		return fmt.Errorf("cuda: draft embed: no MTP draft queued")
 	}
-	if n == 1 && q.drafts != 1 {
+	n := 1 + q.drafts
+	if check {
+		n = 1
+	}
+	if check && q.drafts != 1 {
 		return fmt.Errorf("cuda: draft embed: %d drafts only checked (one a pass)", q.drafts)
 	}
 	if b.cap < n {
@@ -363,7 +364,11 @@ func (be *Backend) HeadVerify(bi engine.Batch) error {
 // draft and the greedy choices after its rows (after a one-token chunk,
 // after1 is the word a pass before left) (engine.SpecPipeliner).
 func (be *Backend) VerifyResult(bi engine.Batch) (draft, after0, after1 int32, err error) {
-	q, err := be.verifyWait(bi)
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	q, err := be.verifyWait(b)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -381,7 +386,7 @@ func (be *Backend) VerifyResults(bi engine.Batch, drafts, choices []int32) error
 	if q := &b.sq; len(drafts) > q.vdrafts || len(choices) > q.vrows {
 		return fmt.Errorf("cuda: verification results: %d drafts and %d choices of a chunk of %d drafts, %d rows", len(drafts), len(choices), q.vdrafts, q.vrows)
 	}
-	q, err := be.verifyWait(bi)
+	q, err := be.verifyWait(b)
 	if err != nil {
 		return err
 	}
@@ -394,12 +399,8 @@ func (be *Backend) VerifyResults(bi engine.Batch, drafts, choices []int32) error
 	return nil
 }
 
-// verifyWait waits for the latest HeadVerify's result copy on bi.
-func (be *Backend) verifyWait(bi engine.Batch) (*specQueue, error) {
-	b, err := be.batchOf(bi)
-	if err != nil {
-		return nil, err
-	}
+// verifyWait waits for the latest HeadVerify's result copy on b.
+func (be *Backend) verifyWait(b *batch) (*specQueue, error) {
 	q := &b.sq
 	if !q.verified {
 		return nil, fmt.Errorf("cuda: verification result: none queued")
