@@ -447,7 +447,7 @@ func TestMatMulQ8Out(t *testing.T) {
 // F16 on k_fexact_warp, the weights loaded once; and with the bit off, the
 // generic kernels) give each token its one-token exact product's bits, and
 // for Q8_0 quant.Dot's. Fast mode's three- and four-token Q8_0 items with
-// their trees packed (MVTwoPack), and the pipelined products' tiles sized
+// their trees unpacked (without MVTwoPack, the default's), and the pipelined products' tiles sized
 // by the registers' occupancy (OptMVOcc), give the default forms' bits.
 func TestMatVecFastQ8Two(t *testing.T) {
 	d := gpu(t)
@@ -485,12 +485,12 @@ func TestMatVecFastQ8Two(t *testing.T) {
 				return download(t, d, y, nt*ldy)
 			}
 			got := two()
-			if nt > 2 && c.typ == quant.Q8_0 { // the packed trees (MVTwoPack): the same bits
-				must(t, d.SetOption(OptMVTwo, DefaultMVTwo|MVTwoPack))
-				packed := two()
+			if nt > 2 && c.typ == quant.Q8_0 { // the trees unpacked (without MVTwoPack): the same bits
+				must(t, d.SetOption(OptMVTwo, DefaultMVTwo&^MVTwoPack))
+				unpacked := two()
 				must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
-				if k, ok := firstBitDiff(packed, got); !ok {
-					t.Errorf("%s, %d tokens, trees packed: y[%d] = %v, unpacked %v", c.name, nt, k, packed[k], got[k])
+				if k, ok := firstBitDiff(unpacked, got); !ok {
+					t.Errorf("%s, %d tokens, trees unpacked: y[%d] = %v, packed %v", c.name, nt, k, unpacked[k], got[k])
 				}
 			}
 			if c.typ == quant.Q8_0 { // tiles and grid by the registers' occupancy (OptMVOcc): the same bits
