@@ -37,7 +37,7 @@ static int g_opt_mv_stage = 0;  // their bytes per stage (0: what fits)
 static int g_opt_mv_stages = 3; // their stages
 static int g_opt_mv_timing = 0; // timing experiments only (wrong results)
 static int g_opt_attn_order = 5; // exact attention's summation order: 0 serial (the default until v66), 1 segmented (cpu.AttendHead) in k_attn_po_cl, 2 segmented split over the segments (k_attn_seg, 128-dim slices; 3: 64, 4: 32; 5, the default: as 3 with the scores formed in k_attn_seg_cl, a cluster of the 8 dim slices, for head dim 512, else as 3); chunks in k_attn_softmax_seg + k_attn_out_tile<false, true> (cuda/NOTES.md v65)
-static int g_opt_mv_occ = 0; // the pipelined products' CTAs an SM and tiles by their registers' occupancy (cuda/NOTES.md v70; v71: measured neutral in the decode graph, off)
+static int g_opt_mv_occ = 3; // the pipelined Q8_0 products of 2-4 tokens in forms whose registers are bounded for two CTAs an SM, two items a warp at once (k_mv_pipe_q8f's MB; the same bits), by bits: 1 fast mode's, 2 exact mode's (cuda/NOTES.md v71; default 3, both); 0 the unbounded forms (one CTA an SM where they hold more registers)
 static int g_opt_seg_comb = 1; // k_attn_seg_combine: 1 its loads requested before the statistics (v67), 0 the v66 form (the same bits)
 static int g_opt_ex_timing = 0; // timing experiments only (wrong results): exact single-token work on fast mode's kernels, by class (DS4C_OPT_EX_TIMING)
 static int g_opt_ix_tile = 2; // indexer scores of fewer than 8 queries: 1 k_index_tile, 2 fast mode's on the tensor cores (model.cu k_index_tile_tc; cuda/NOTES.md v29)
@@ -506,7 +506,7 @@ static const struct {
     {DS4C_OPT_EX_TIMING, "ex_timing", &g_opt_ex_timing, 0, 15},
     {DS4C_OPT_ATTN_ORDER, "attn_order", &g_opt_attn_order, 0, 5},
     {DS4C_OPT_SEG_COMB, "seg_comb", &g_opt_seg_comb, 0, 1},
-    {DS4C_OPT_MV_OCC, "mv_occ", &g_opt_mv_occ, 0, 1},
+    {DS4C_OPT_MV_OCC, "mv_occ", &g_opt_mv_occ, 0, 3},
     {DS4C_OPT_IX_TILE, "ix_tile", &g_opt_ix_tile, 0, 2},
     {DS4C_OPT_TOPK_WARP, "topk_warp", &g_opt_topk_warp, 0, 2},
     {DS4C_OPT_ROUTER_WARP, "router_warp", &g_opt_router_warp, 0, 1},

@@ -1990,9 +1990,19 @@ __device__ __forceinline__ void q8f_items4(int items, int nsh, int warp, int lan
 // items, so that a row's serial chain of cols/32 adds (128 for 4096
 // columns) no longer follows the last warp's items before the next
 // tile's barrier. The same terms and order: the same bits.
-template <int CP, int NT = 1, bool EX = false, bool W9 = false>
-__global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(PipeArgs p) {
+// MB (DS4C_OPT_MV_OCC, few tokens only): the registers
+// bounded for MB CTAs an SM (__launch_bounds__), and two items a warp at
+// once whatever p.ilp (the forms of more items hold more registers than
+// two CTAs leave): fast mode's four-token form holds 173 registers a thread
+// and exact mode's two-token one with its summing warp 115 (nvcc 11.8),
+// one CTA an SM each, where the launch sizes the tiles for two. The items'
+// operations and order are U's: the same bits.
+// MB = 0: no bound, nvcc's own choice (a bound of one CTA lets it take
+// more registers than that: cuda/NOTES.md v71).
+template <int CP, int NT = 1, bool EX = false, bool W9 = false, int MB = 0>
+__global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0), MB) k_mv_pipe_q8f(PipeArgs p) {
     static_assert(NT >= 1 && NT <= 4, "k_mv_pipe_q8f: one to four tokens");
+    static_assert(MB == 0 || NT >= 2, "k_mv_pipe_q8f: bounded registers for few-token forms only");
     static_assert(!W9 || EX, "k_mv_pipe_q8f: a summing warp for exact terms");
     extern __shared__ __align__(16) uint8_t s_mem[];
     __shared__ float s_yq[NT][32]; // p.yq: the CTA's block of each token's y
@@ -2202,6 +2212,7 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
         if (!former) {
             // (W9: the summing warp forms no items)
         } else if (NT >= 2 && mat >= 0) { // (launch_pipe: the ilp form only)
+            const int ilp = MB >= 2 ? 2 : p.ilp; // (MB: two items at once)
             const int seg = warp & (nseg - 1);
             load_x(seg);
             const uint8_t *qs = stg + p.soff[0] + seg * Q8F_SEG;
@@ -2209,30 +2220,30 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
             const int items = nr * nseg, dstride = p.bpr[1] / 2;
             if constexpr (NT >= 2 && EX) {
                 const int tt = p.rt * p.tstride;
-                if (p.ilp >= 4)
+                if (ilp >= 4)
                     q8e_items<4, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
-                else if (p.ilp == 3)
+                else if (ilp == 3)
                     q8e_items<3, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
                 else
                     q8e_items<2, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.tstride, tt);
             } else if constexpr (NT > 2) {
                 if (p.pack) {
-                    if (p.ilp >= 4)
+                    if (ilp >= 4)
                         q8f_items4<4, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
-                    else if (p.ilp == 3)
+                    else if (ilp == 3)
                         q8f_items4<3, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
                     else
                         q8f_items4<2, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
-                } else if (p.ilp >= 4)
+                } else if (ilp >= 4)
                     q8f_itemsN<4, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
-                else if (p.ilp == 3)
+                else if (ilp == 3)
                     q8f_itemsN<3, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
                 else
                     q8f_itemsN<2, NT>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
             } else if constexpr (NT == 2) {
-                if (p.ilp >= 4)
+                if (ilp >= 4)
                     q8f_items2<4>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
-                else if (p.ilp == 3)
+                else if (ilp == 3)
                     q8f_items2<3>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
                 else
                     q8f_items2<2>(items, nsh, warp, lane, qs, ds, a.cols, dstride, x0t, x1t, xdt, part, p.rt * nseg);
@@ -2367,25 +2378,6 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0)) k_mv_pipe_q8f(Pi
 #endif
 }
 
-// pipe_reg_ctas returns how many CTAs of threads threads of kernel k an SM
-// holds by its registers (and static shared memory: no dynamic),
-// cudaOccupancyMaxActiveBlocksPerMultiprocessor's count, at least 1;
-// cached per kernel (32 slots; past them the last one is asked again).
-static inline int pipe_reg_ctas(const void *k, int threads) {
-    constexpr int SLOTS = 32;
-    static const void *ks[SLOTS] = {};
-    static int ns[SLOTS] = {};
-    int i = 0;
-    while (i < SLOTS - 1 && ks[i] && ks[i] != k) i++;
-    if (ks[i] != k) {
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, threads, 0) != cudaSuccess) n = 0;
-        ks[i] = k;
-        ns[i] = max(n, 1);
-    }
-    return ns[i];
-}
-
 // launch_pipe runs a single-token product as k_mv_pipe when T has a
 // pipelined form, the option is on and the shapes allow it (every region's
 // bytes per row a multiple of 16, units per row a multiple of 32, aligned
@@ -2491,9 +2483,23 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         const int64_t row_terms = q8f ? a.cols / Q8F_SEG : nb + 4;
         // the kernel (the form's registers: DS4C_OPT_MV_OCC below)
         void (*k)(PipeArgs) = cp == 2 ? k_mv_pipe<T, 2> : (cp == 1 ? k_mv_pipe<T, 1> : k_mv_pipe<T, 0>);
+        bool mb = false; // a form bounded for two CTAs an SM (DS4C_OPT_MV_OCC)
         if constexpr (std::is_same<T, TQ8_0>::value) {
-            if (q8f)
+            // (DS4C_OPT_MV_OCC's bits 1: fast mode's forms of 2-4 tokens, 2:
+            // exact mode's, bounded for two CTAs an SM)
+            const bool mbf = (ds4c_opt_mv_occ() & 1) != 0, mbe = (ds4c_opt_mv_occ() & 2) != 0;
+            mb = nt >= 2 && ((q8f && mbf) || (q8e && mbe));
+            if (q8f && nt >= 2 && mbf)
+                k = nt == 2 ? k_mv_pipe_q8f<2, 2, false, false, 2>
+                    : nt == 3 ? k_mv_pipe_q8f<2, 3, false, false, 2> : k_mv_pipe_q8f<2, 4, false, false, 2>;
+            else if (q8f)
                 k = nt == 2 ? k_mv_pipe_q8f<2, 2> : nt == 3 ? k_mv_pipe_q8f<2, 3> : nt == 4 ? k_mv_pipe_q8f<2, 4> : k_mv_pipe_q8f<2>;
+            else if (q8e && nt == 2 && mbe)
+                k = w9 ? k_mv_pipe_q8f<2, 2, true, true, 2> : k_mv_pipe_q8f<2, 2, true, false, 2>;
+            else if (q8e && nt == 3 && mbe)
+                k = w9 ? k_mv_pipe_q8f<2, 3, true, true, 2> : k_mv_pipe_q8f<2, 3, true, false, 2>;
+            else if (q8e && nt == 4 && mbe)
+                k = w9 ? k_mv_pipe_q8f<2, 4, true, true, 2> : k_mv_pipe_q8f<2, 4, true, false, 2>;
             else if (q8e && nt == 2)
                 k = w9 ? k_mv_pipe_q8f<2, 2, true, true> : k_mv_pipe_q8f<2, 2, true>;
             else if (q8e && nt == 3)
@@ -2504,26 +2510,16 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
                 k = w9 ? k_mv_pipe_q8f<2, 1, true, true> : k_mv_pipe_q8f<2, 1, true>;
         }
         // rows per tile: the option's bytes per stage (DS4C_OPT_MV_STAGE), or
-        // (0) as many as let cps CTAs (cps_tiles) fit an SM beside their fixed
+        // (0) as many as let cps CTAs fit an SM beside their fixed
         // shared memory
         int64_t stage_bytes = ds4c_opt_mv_stage();
         // room (DS4C_MM_ROOM): DS4C_MV_ROOM_KIB of each SM left free, in one
         // CTA an SM, or (DS4C_OPT_MV_ROOM's bit for nt tokens) cps of them
         // (cap: at most that many, in the budget of cps)
         int per = room && !(ds4c_opt_mv_room() & (nt >= 2 ? 2 : 1)) ? 1 : (cap > 0 ? min(cap, cps) : cps);
-        // (DS4C_OPT_MV_OCC) no more CTAs an SM than the kernel's registers hold, and the
-        // tiles sized for that many: fast mode's four-token form holds 173 registers a
-        // thread, exact mode's two-token one with its summing warp 115 (nvcc 11.8), one CTA
-        // an SM, where the tiles were sized for cps and so kept half the bytes in flight
-        int cps_tiles = cps;
-        if (ds4c_opt_mv_occ()) {
-            const int r = pipe_reg_ctas((const void *)k, PIPE_THREADS + (w9 ? 32 : 0));
-            per = min(per, r);
-            cps_tiles = min(cps, r);
-        }
         // (the IQ2 codebook, 16 bytes of slack, the CTA's reserve)
         const int64_t fixed = PIPE_BARS + (T::GRID ? 2048 : 0) + (nt == 1 ? act_smem : nt * act_stride) + 16 + 1024;
-        const int64_t budget = room ? (smem_sm - DS4C_MV_ROOM_KIB * 1024) / per : smem_sm / cps_tiles;
+        const int64_t budget = room ? (smem_sm - DS4C_MV_ROOM_KIB * 1024) / per : smem_sm / cps;
         // the shared memory rt rows a tile and ns stages take beyond fixed
         auto tile_smem = [&](int64_t rt, int ns) { return rt * (ns * row_bytes + 2 * row_terms * 4 * nt); };
         if (stage_bytes == 0) {
@@ -2601,9 +2597,9 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         p.total = (int)total;
         // the largest opt-in done for each copy flavour (0-2), then
         // k_mv_pipe_q8f's forms: fast, exact, exact with the summing warp,
-        // each for 1-4 tokens
-        static int64_t set[3 + 12] = {};
-        const int fl = q8f ? 3 + (nt - 1) : q8e ? (w9 ? 11 : 7) + (nt - 1) : cp;
+        // each for 1-4 tokens; then the same bounded for two CTAs (mb)
+        static int64_t set[3 + 12 + 12] = {};
+        const int fl = (q8f ? 3 + (nt - 1) : q8e ? (w9 ? 11 : 7) + (nt - 1) : cp) + (mb ? 12 : 0);
         if (smem > 48 * 1024 && smem > set[fl]) {
             cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (e != cudaSuccess) {

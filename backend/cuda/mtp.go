@@ -82,22 +82,26 @@ const (
 // Verifying passes of deeper drafts (engine.Options.DraftDepth) on the
 // device's pipelined pass (engine.DeepSpecPipeliner), in the same unit:
 // each mode's one-draft cost times a pass's time against a one-draft
-// pass's, all drafts committed so that every pass is full (cuda/NOTES.md
-// v70, one process each, 8k): exact 210.15 tok/s with one draft (9.52 ms a
-// pass), 217.66 with two (13.78 ms: ×1.448), 242.41 with three (16.50 ms:
-// ×1.733); fast 253.88 (7.88 ms), 270.09 (11.11 ms: ×1.410), 251.64 (15.90
-// ms: ×2.018). Deeper than passDrafts they are not measured (0: not chosen).
+// pass's in the same call, all drafts committed so that every pass is full
+// (cuda/NOTES.md v71, one process each, 8k, 512 tokens, with the few-token
+// Q8_0 forms bounded for two CTAs an SM): fast 259.80 tok/s with one draft
+// (7.70 ms a pass), 291.67 with two (10.29 ms: ×1.336), 327.05 with three
+// (12.23 ms: ×1.589); exact 217.37 with one (9.20 ms), 256.58 with two
+// (11.69 ms: ×1.271); 213.49 with one (9.37 ms) and 276.93 with three
+// (14.44 ms: ×1.542) in another call. Deeper than passDrafts they are not
+// measured (0: not chosen).
 var (
-	draftDepthCostExact = [...]float64{2: 1.93, 3: 2.31}
-	draftDepthCostFast  = [...]float64{2: 1.76, 3: 2.52}
+	draftDepthCostExact = [...]float64{2: 1.69, 3: 2.05}
+	draftDepthCostFast  = [...]float64{2: 1.67, 3: 1.99}
 )
 
 // DraftDepthCost is engine.DraftDepthCoster's: what a verifying pass of k
 // drafts costs in this backend's mode (one draft: DraftPassCost), 0 where
 // it was not measured (four drafts and more), so that a session drafts
 // deeper only where that pays: by the engine's policy (a pass of k drafts
-// taken to commit 1 + a + … + a^k tokens at rate a), exact mode's three
-// drafts from ≈ 86 % of drafts committed, fast mode's two from ≈ 88 %.
+// taken to commit 1 + a + … + a^k tokens at rate a): in exact mode two
+// drafts from ≈ 68 % of drafts committed and three from ≈ 81 %, in fast
+// mode three from ≈ 77 %.
 func (be *Backend) DraftDepthCost(k int) float64 {
 	costs := draftDepthCostFast[:]
 	if be.exact() {

@@ -447,8 +447,9 @@ func TestMatMulQ8Out(t *testing.T) {
 // F16 on k_fexact_warp, the weights loaded once; and with the bit off, the
 // generic kernels) give each token its one-token exact product's bits, and
 // for Q8_0 quant.Dot's. Fast mode's three- and four-token Q8_0 items with
-// their trees unpacked (without MVTwoPack, the default's), and the pipelined products' tiles sized
-// by the registers' occupancy (OptMVOcc), give the default forms' bits.
+// their trees unpacked (without MVTwoPack, the default's), and both
+// modes' few-token forms without their registers bounded for two CTAs an SM
+// (OptMVOcc), give the default forms' bits.
 func TestMatVecFastQ8Two(t *testing.T) {
 	d := gpu(t)
 	pipeEverywhere(t, d)
@@ -493,12 +494,17 @@ func TestMatVecFastQ8Two(t *testing.T) {
 					t.Errorf("%s, %d tokens, trees unpacked: y[%d] = %v, packed %v", c.name, nt, k, unpacked[k], got[k])
 				}
 			}
-			if c.typ == quant.Q8_0 { // tiles and grid by the registers' occupancy (OptMVOcc): the same bits
-				must(t, d.SetOption(OptMVOcc, 1))
-				occ := two()
-				must(t, d.SetOption(OptMVOcc, 0))
-				if k, ok := firstBitDiff(occ, got); !ok {
-					t.Errorf("%s, %d tokens, tiles by occupancy: y[%d] = %v, else %v", c.name, nt, k, occ[k], got[k])
+			// the forms not bounded for two CTAs an SM (OptMVOcc without bit
+			// 1): the same bits
+			for _, occ := range []int{DefaultMVOcc &^ 1} {
+				if c.typ != quant.Q8_0 {
+					break
+				}
+				must(t, d.SetOption(OptMVOcc, occ))
+				yo := two()
+				must(t, d.SetOption(OptMVOcc, DefaultMVOcc))
+				if k, ok := firstBitDiff(yo, got); !ok {
+					t.Errorf("%s, %d tokens, OptMVOcc %d: y[%d] = %v, else %v", c.name, nt, occ, k, yo[k], got[k])
 				}
 			}
 			for tok := 0; tok < nt; tok++ {
@@ -535,17 +541,22 @@ func TestMatVecFastQ8Two(t *testing.T) {
 				must(t, d.MatMulEx(0, dw, 0, G, act+Ptr(int64(tok*G)*ab), int64(G)*ab, ab, 1, 1, y, int64(ldy), int64(c.rows), true))
 				copy(exOne[tok*ldy:], download(t, d, y, G*c.rows))
 			}
-			for _, opt := range []int{DefaultMVTwo, 1} {
+			// (and without OptMVOcc's bit 2: the forms not bounded for two
+			// CTAs an SM)
+			for _, v := range []struct{ opt, occ int }{{DefaultMVTwo, DefaultMVOcc}, {1, DefaultMVOcc}, {DefaultMVTwo, DefaultMVOcc &^ 2}} {
+				opt := v.opt
 				must(t, d.SetOption(OptMVTwo, opt))
+				must(t, d.SetOption(OptMVOcc, v.occ))
 				poison(t, d, y, nt*ldy)
 				must(t, d.MatMulEx(0, dw, 0, G, act, int64(G)*ab, ab, 1, nt, y, int64(ldy), int64(c.rows), true))
 				ex := download(t, d, y, nt*ldy)
 				must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
+				must(t, d.SetOption(OptMVOcc, DefaultMVOcc))
 				for tok := 0; tok < nt; tok++ {
 					o := tok * ldy
 					if k, ok := firstBitDiff(ex[o:o+G*c.rows], exOne[o:o+G*c.rows]); !ok {
-						t.Errorf("%s exact, %d tokens (OptMVTwo %d), token %d: row %d = %v, its one-token exact product %v",
-							c.name, nt, opt, tok, k, ex[o+k], exOne[o+k])
+						t.Errorf("%s exact, %d tokens (OptMVTwo %d, OptMVOcc %d), token %d: row %d = %v, its one-token exact product %v",
+							c.name, nt, opt, v.occ, tok, k, ex[o+k], exOne[o+k])
 					}
 					if c.typ != quant.Q8_0 {
 						continue
