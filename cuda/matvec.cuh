@@ -1990,15 +1990,15 @@ __device__ __forceinline__ void q8f_items4(int items, int nsh, int warp, int lan
 // items, so that a row's serial chain of cols/32 adds (128 for 4096
 // columns) no longer follows the last warp's items before the next
 // tile's barrier. The same terms and order: the same bits.
-// MB (DS4C_OPT_MV_OCC, few tokens only): the registers
-// bounded for MB CTAs an SM (__launch_bounds__), and two items a warp at
-// once whatever p.ilp (the forms of more items hold more registers than
-// two CTAs leave): fast mode's four-token form holds 173 registers a thread
-// and exact mode's two-token one with its summing warp 115 (nvcc 11.8),
-// one CTA an SM each, where the launch sizes the tiles for two. The items'
-// operations and order are U's: the same bits.
-// MB = 0: no bound, nvcc's own choice (a bound of one CTA lets it take
-// more registers than that: cuda/NOTES.md v71).
+// MB (2-4 tokens, DS4C_OPT_MV_OCC): the registers bounded for MB CTAs an
+// SM (__launch_bounds__), and two items a warp at once whatever p.ilp (the
+// forms of more items hold more registers than two CTAs leave). Unbounded,
+// fast mode's four-token form holds 178 registers a thread and exact
+// mode's two-token one with its summing warp 115 (nvcc 11.8): one CTA an
+// SM, where the launch sizes the tiles for two. The items' operations and
+// order are U = 2's: the same bits. MB = 0: no bound, nvcc's own choice (a
+// bound of one CTA lets it take more registers than that, and the forms
+// ran slower: cuda/NOTES.md v71).
 template <int CP, int NT = 1, bool EX = false, bool W9 = false, int MB = 0>
 __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0), MB) k_mv_pipe_q8f(PipeArgs p) {
     static_assert(NT >= 1 && NT <= 4, "k_mv_pipe_q8f: one to four tokens");
@@ -2378,6 +2378,20 @@ __global__ void __launch_bounds__(PIPE_THREADS + (W9 ? 32 : 0), MB) k_mv_pipe_q8
 #endif
 }
 
+// q8_form returns k_mv_pipe_q8f's instance for nt tokens (1-4): exact
+// mode's (EX) with or without the summing warp (w9), fast mode's (w9
+// false); for 2-4 tokens with its registers bounded for MB CTAs an SM (0:
+// no bound; one token never).
+template <bool EX, int MB>
+static void (*q8_form(int nt, bool w9))(PipeArgs) {
+    switch (nt) {
+    case 2: return w9 ? k_mv_pipe_q8f<2, 2, EX, EX, MB> : k_mv_pipe_q8f<2, 2, EX, false, MB>;
+    case 3: return w9 ? k_mv_pipe_q8f<2, 3, EX, EX, MB> : k_mv_pipe_q8f<2, 3, EX, false, MB>;
+    case 4: return w9 ? k_mv_pipe_q8f<2, 4, EX, EX, MB> : k_mv_pipe_q8f<2, 4, EX, false, MB>;
+    default: return w9 ? k_mv_pipe_q8f<2, 1, EX, EX> : k_mv_pipe_q8f<2, 1, EX>;
+    }
+}
+
 // launch_pipe runs a single-token product as k_mv_pipe when T has a
 // pipelined form, the option is on and the shapes allow it (every region's
 // bytes per row a multiple of 16, units per row a multiple of 32, aligned
@@ -2481,33 +2495,16 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
             return false;
         // the terms of a row: k_mv_pipe's nb + 4 floats, k_mv_pipe_q8f's partials
         const int64_t row_terms = q8f ? a.cols / Q8F_SEG : nb + 4;
-        // the kernel (the form's registers: DS4C_OPT_MV_OCC below)
+        // the kernel
         void (*k)(PipeArgs) = cp == 2 ? k_mv_pipe<T, 2> : (cp == 1 ? k_mv_pipe<T, 1> : k_mv_pipe<T, 0>);
-        bool mb = false; // a form bounded for two CTAs an SM (DS4C_OPT_MV_OCC)
+        // (DS4C_OPT_MV_OCC's bits 1: fast mode's forms of 2-4 tokens, 2:
+        // exact mode's, bounded for two CTAs an SM)
+        const bool mb = nt >= 2 && ((q8f && (ds4c_opt_mv_occ() & 1)) || (q8e && (ds4c_opt_mv_occ() & 2)));
         if constexpr (std::is_same<T, TQ8_0>::value) {
-            // (DS4C_OPT_MV_OCC's bits 1: fast mode's forms of 2-4 tokens, 2:
-            // exact mode's, bounded for two CTAs an SM)
-            const bool mbf = (ds4c_opt_mv_occ() & 1) != 0, mbe = (ds4c_opt_mv_occ() & 2) != 0;
-            mb = nt >= 2 && ((q8f && mbf) || (q8e && mbe));
-            if (q8f && nt >= 2 && mbf)
-                k = nt == 2 ? k_mv_pipe_q8f<2, 2, false, false, 2>
-                    : nt == 3 ? k_mv_pipe_q8f<2, 3, false, false, 2> : k_mv_pipe_q8f<2, 4, false, false, 2>;
-            else if (q8f)
-                k = nt == 2 ? k_mv_pipe_q8f<2, 2> : nt == 3 ? k_mv_pipe_q8f<2, 3> : nt == 4 ? k_mv_pipe_q8f<2, 4> : k_mv_pipe_q8f<2>;
-            else if (q8e && nt == 2 && mbe)
-                k = w9 ? k_mv_pipe_q8f<2, 2, true, true, 2> : k_mv_pipe_q8f<2, 2, true, false, 2>;
-            else if (q8e && nt == 3 && mbe)
-                k = w9 ? k_mv_pipe_q8f<2, 3, true, true, 2> : k_mv_pipe_q8f<2, 3, true, false, 2>;
-            else if (q8e && nt == 4 && mbe)
-                k = w9 ? k_mv_pipe_q8f<2, 4, true, true, 2> : k_mv_pipe_q8f<2, 4, true, false, 2>;
-            else if (q8e && nt == 2)
-                k = w9 ? k_mv_pipe_q8f<2, 2, true, true> : k_mv_pipe_q8f<2, 2, true>;
-            else if (q8e && nt == 3)
-                k = w9 ? k_mv_pipe_q8f<2, 3, true, true> : k_mv_pipe_q8f<2, 3, true>;
-            else if (q8e && nt == 4)
-                k = w9 ? k_mv_pipe_q8f<2, 4, true, true> : k_mv_pipe_q8f<2, 4, true>;
+            if (q8f)
+                k = mb ? q8_form<false, 2>(nt, false) : q8_form<false, 0>(nt, false);
             else if (q8e)
-                k = w9 ? k_mv_pipe_q8f<2, 1, true, true> : k_mv_pipe_q8f<2, 1, true>;
+                k = mb ? q8_form<true, 2>(nt, w9) : q8_form<true, 0>(nt, w9);
         }
         // rows per tile: the option's bytes per stage (DS4C_OPT_MV_STAGE), or
         // (0) as many as let cps CTAs fit an SM beside their fixed
