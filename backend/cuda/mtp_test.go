@@ -30,6 +30,18 @@ func mtpWeights(t testing.TB, c model.Config, scheme model.Scheme) *model.Weight
 	return w
 }
 
+// eachMode runs f on a backend of w in exact and then in fast mode, each
+// backend closed after its run.
+func eachMode(t testing.TB, w *model.Weights, f func(be *Backend, fast bool)) {
+	for _, fast := range []bool{false, true} {
+		func() {
+			be := testBackend(t, w, Options{Fast: fast})
+			defer be.Close()
+			f(be, fast)
+		}()
+	}
+}
+
 // mtpForward runs blocks [from, to) on b, the chunk at pos, as the engine
 // does (engine.RunBlocks).
 func mtpForward(t testing.TB, be engine.Backend, b engine.Batch, st engine.State, from, to, pos int) {
@@ -240,8 +252,7 @@ func TestSpecPassesFlashLayers(t *testing.T) {
 	w := mtpWeights(t, c, model.SchemeQ2)
 	toks := testTokens(300, c.Vocab)
 	defer func() { strict, fastBounds = true, false }()
-	for _, fast := range []bool{false, true} {
-		be := testBackend(t, w, Options{Fast: fast})
+	eachMode(t, w, func(be *Backend, fast bool) {
 		strict, fastBounds = !fast, fast
 		ones := mixedLogits(t, be, toks, 100, false)
 		mixed := mixedLogits(t, be, toks, 100, true)
@@ -250,8 +261,7 @@ func TestSpecPassesFlashLayers(t *testing.T) {
 			what = "fast"
 		}
 		checkAgree(t, what+": passes of 1 and 2 against passes of 1", ones, mixed)
-		be.Close()
-	}
+	})
 }
 
 // TestSpecPipelinedMatchesHost: speculative decoding's pass with its
@@ -270,8 +280,7 @@ func TestSpecPipelinedMatchesHost(t *testing.T) {
 	c := quantTiny()
 	w := mtpWeights(t, c, model.SchemeQ2)
 	toks := testTokens(120, c.Vocab)
-	for _, fast := range []bool{false, true} {
-		be := testBackend(t, w, Options{Fast: fast})
+	eachMode(t, w, func(be *Backend, fast bool) {
 		for _, accept := range []struct {
 			name   string
 			commit func(pos int) bool
@@ -293,8 +302,7 @@ func TestSpecPipelinedMatchesHost(t *testing.T) {
 				}
 			}
 		}
-		be.Close()
-	}
+	})
 }
 
 // TestSpecDeepPipelinedMatchesHost: passes of two and three drafts with
@@ -310,8 +318,7 @@ func TestSpecDeepPipelinedMatchesHost(t *testing.T) {
 	c := quantTiny()
 	w := mtpWeights(t, c, model.SchemeQ2)
 	toks := testTokens(120, c.Vocab)
-	for _, fast := range []bool{false, true} {
-		be := testBackend(t, w, Options{Fast: fast})
+	eachMode(t, w, func(be *Backend, fast bool) {
 		for _, depth := range []int{2, 3} {
 			o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true, DraftDepth: depth, DraftAlways: true,
 				ForceAccept: func(pos int) bool { return pos%3 != 0 }}
@@ -330,8 +337,7 @@ func TestSpecDeepPipelinedMatchesHost(t *testing.T) {
 				}
 			}
 		}
-		be.Close()
-	}
+	})
 }
 
 // specDevHost decodes up to limit of 60 tokens greedily after toks[:70]
@@ -450,8 +456,7 @@ func TestSpecPickedMatchesHost(t *testing.T) {
 		}
 		return specResult{out, s.Tokens(), slices.Clone(s.Logits()), s.Stats()}
 	}
-	for _, fast := range []bool{false, true} {
-		be := testBackend(t, w, Options{Fast: fast})
+	eachMode(t, w, func(be *Backend, fast bool) {
 		plain := decode(be, engine.Options{ChunkSize: 32, MaxContext: 4096})
 		for _, accept := range []struct {
 			name   string
@@ -480,8 +485,7 @@ func TestSpecPickedMatchesHost(t *testing.T) {
 				t.Fatalf("exact, no draft committed: %v, plain sampled decoding %v", dev.toks[70:], plain.toks[70:])
 			}
 		}
-		be.Close()
-	}
+	})
 }
 
 // TestSpecDeepMatchesCPU: deeper drafts (Options.DraftDepth 2 and 3: the
