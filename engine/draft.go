@@ -389,11 +389,9 @@ func (s *Session) draftChain(ctx context.Context, tok int32, k int) ([]int32, er
 	ds := append(make([]int32, 0, k), d)
 	P := len(s.tokens)
 	for len(ds) < k {
-		pos := m.next
-		if err := m.be.StageMTP(m.b, m.b, last, 1); err != nil {
-			return nil, s.opError(pos, "MTP stage", -1, err)
+		if err := s.restageMTP(last); err != nil {
+			return nil, err
 		}
-		m.staged++
 		if err := s.runMTP(ctx, ds[len(ds)-1:], 0); err != nil {
 			return nil, err
 		}
@@ -405,6 +403,18 @@ func (s *Session) draftChain(ctx context.Context, tok int32, k int) ([]int32, er
 		ds = append(ds, d)
 	}
 	return ds, nil
+}
+
+// restageMTP stages the block's own output streams of row last of its
+// latest chunk as the next position's row: a deeper draft's stand-in for
+// the main model's streams there (draftChain, specPassDeep).
+func (s *Session) restageMTP(last int) error {
+	m := s.mtp
+	if err := m.be.StageMTP(m.b, m.b, last, 1); err != nil {
+		return s.opError(m.next, "MTP stage", -1, err)
+	}
+	m.staged++
+	return nil
 }
 
 // SetSpeculate turns speculative decoding off (DecodeGreedy then decodes
@@ -818,10 +828,9 @@ func (s *Session) specPassDeep(ctx context.Context, sp DeepSpecPipeliner, tok in
 	// of the row before, the draft before as its token
 	for i := 1; i < len(ds); i++ {
 		pos := m.next
-		if err := m.be.StageMTP(m.b, m.b, last, 1); err != nil {
-			return s.opError(pos, "MTP stage", -1, err)
+		if err := s.restageMTP(last); err != nil {
+			return err
 		}
-		m.staged++
 		next := func(mb Batch, pos int) error { return sp.MTPEmbedNext(mb, s.b, pos) }
 		if err := s.mtpChunk(ctx, 1, next); err != nil {
 			return err
