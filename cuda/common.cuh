@@ -72,6 +72,7 @@ int ds4c_opt_topk_cl_tok(void);
 int ds4c_opt_topk_wide(void);
 int ds4c_opt_mv_exq8(void);
 int ds4c_opt_mv_q8_ns(int exact);   // DS4C_OPT_MV_Q8_NS_EX (exact) or _FAST
+int ds4c_opt_mv_few_ns(int exact);  // DS4C_OPT_MV_FEW_NS_EX (exact) or _FAST: 2-4 tokens
 int ds4c_opt_mv_q8_ctas(int exact); // DS4C_OPT_MV_Q8_CTAS_EX (exact) or _FAST
 int ds4c_opt_ix_query(void);
 int ds4c_opt_attn_wave(void);

@@ -70,6 +70,8 @@ static int g_opt_mv_two = 31; // Q8_0 products of two tokens as one k_mv_pipe_q8
 static int g_opt_topk_cl = 8193; // top-k of this many candidate rows or more on a cluster of CTAs a token (model.cu k_topk_cl; 0 never; cuda/NOTES.md v51)
 static int g_opt_mv_q8_ns_ex = 200; // exact mode's pipelined Q8_0 products' stages by class: the shared expert's down in 2 (cuda/NOTES.md v63)
 static int g_opt_mv_q8_ns_fast = 0; // fast mode's: DS4C_OPT_MV_STAGES for all
+static int g_opt_mv_few_ns_ex = 2222; // exact mode's of 2-4 tokens (speculative passes), each digit 0 the one-token option's: 2 stages of taller tiles for all (cuda/NOTES.md v72: exact three drafts +2.9 % in one process)
+static int g_opt_mv_few_ns_fast = 2222; // fast mode's of 2-4 tokens: 2 stages of taller tiles for all (cuda/NOTES.md v72: fast three drafts +3.9 % in one process, one token's products measured −0.5 % at 2222)
 static int g_opt_mv_q8_ctas_ex = 0;   // their CTAs an SM at most by class (0: DS4C_OPT_MV_PIPE for all)
 static int g_opt_mv_q8_ctas_fast = 0;
 static int g_opt_mv_exq8 = 2; // exact pipelined Q8_0 products on k_mv_pipe_q8f's items, terms added in block order (cuda/NOTES.md v57), by a ninth warp (2, v58)
@@ -172,6 +174,7 @@ int ds4c_opt_topk_cl_tok(void) { return g_opt_topk_cl_tok; }
 int ds4c_opt_topk_wide(void) { return g_opt_topk_wide; }
 int ds4c_opt_mv_exq8(void) { return g_opt_mv_exq8; }
 int ds4c_opt_mv_q8_ns(int exact) { return exact ? g_opt_mv_q8_ns_ex : g_opt_mv_q8_ns_fast; }
+int ds4c_opt_mv_few_ns(int exact) { return exact ? g_opt_mv_few_ns_ex : g_opt_mv_few_ns_fast; }
 int ds4c_opt_mv_q8_ctas(int exact) { return exact ? g_opt_mv_q8_ctas_ex : g_opt_mv_q8_ctas_fast; }
 int ds4c_opt_mv_ilp(void) { return g_opt_mv_ilp; }
 int ds4c_opt_ix_query(void) { return g_opt_ix_query; }
@@ -594,7 +597,9 @@ static const struct {
                {DS4C_OPT_TC_MIN_SEL, "tc_min_sel", &g_opt_tc_min_sel},
                {DS4C_OPT_TC_MIN_TOK, "tc_min_tok", &g_opt_tc_min_tok},
                {DS4C_OPT_MV_Q8_NS_EX, "mv_q8_ns_ex", &g_opt_mv_q8_ns_ex},
-               {DS4C_OPT_MV_Q8_NS_FAST, "mv_q8_ns_fast", &g_opt_mv_q8_ns_fast}};
+               {DS4C_OPT_MV_Q8_NS_FAST, "mv_q8_ns_fast", &g_opt_mv_q8_ns_fast},
+               {DS4C_OPT_MV_FEW_NS_EX, "mv_few_ns_ex", &g_opt_mv_few_ns_ex},
+               {DS4C_OPT_MV_FEW_NS_FAST, "mv_few_ns_fast", &g_opt_mv_few_ns_fast}};
 
 // option_var writes an option's environment variable into var: DS4_CUDA_
 // and its name in upper case.
@@ -694,13 +699,22 @@ int ds4c_set_option(int key, int value) {
         g_opt_mv_stage = value;
         return 0;
     case DS4C_OPT_MV_Q8_NS_EX:
-    case DS4C_OPT_MV_Q8_NS_FAST: {
+    case DS4C_OPT_MV_Q8_NS_FAST:
+    case DS4C_OPT_MV_FEW_NS_EX:
+    case DS4C_OPT_MV_FEW_NS_FAST: {
+        int *g = key == DS4C_OPT_MV_Q8_NS_EX     ? &g_opt_mv_q8_ns_ex
+                 : key == DS4C_OPT_MV_Q8_NS_FAST ? &g_opt_mv_q8_ns_fast
+                 : key == DS4C_OPT_MV_FEW_NS_EX ? &g_opt_mv_few_ns_ex
+                                                   : &g_opt_mv_few_ns_fast;
         bool ok = value >= 0 && value <= 8888;
         for (int v = value; ok && v; v /= 10) ok = v % 10 != 1 && v % 10 != 9;
-        if (!ok)
-            return ds4c_err(DS4C_EINVAL, "%s option %d: not four decimal digits, each 0 or 2..8",
-                            key == DS4C_OPT_MV_Q8_NS_EX ? "mv_q8_ns_ex" : "mv_q8_ns_fast", value);
-        (key == DS4C_OPT_MV_Q8_NS_EX ? g_opt_mv_q8_ns_ex : g_opt_mv_q8_ns_fast) = value;
+        if (!ok) {
+            const char *name = "mv_q8_ns";
+            for (const auto &o : k_other)
+                if (o.key == key) name = o.name;
+            return ds4c_err(DS4C_EINVAL, "%s option %d: not four decimal digits, each 0 or 2..8", name, value);
+        }
+        *g = value;
         return 0;
     }
     case DS4C_OPT_TC_MIN_SEL:

@@ -2476,12 +2476,18 @@ bool launch_pipe(const MVArgs &a, int n_sel, bool exact, cudaStream_t st, int *r
         // = 50688 of the SM's 65536, a k_mv_dec CTA 256 × 128 = 32768
         // (nvcc 11.8's counts); in 3 stages shared memory too, all but ≈
         // 0.6 KB — one does, so fewer CTAs let the routed experts start on
-        // more SMs. Exact decode +2.0 % (cuda/NOTES.md v63)
+        // more SMs. Exact decode +2.0 % (cuda/NOTES.md v63). Products of
+        // 2-4 tokens take DS4C_OPT_MV_FEW_NS_EX / _FAST's digit where it is
+        // not 0: by default two stages of taller tiles for every class, a
+        // four-token item's tile path costing more than one token's (fast
+        // three drafts +3.9 %, exact +2.9 %; v72)
         int cap = 0; // DS4C_OPT_MV_Q8_CTAS_*: at most this many CTAs an SM (0: no cap)
         if (q8f || q8e) {
             const int cls = a.cols <= 1024 ? 3 : a.cols <= 2048 ? 2 : a.cols <= 4096 ? 1 : 0; // the digit: 10^cls
             int ns = ds4c_opt_mv_q8_ns(q8e), ctas = ds4c_opt_mv_q8_ctas(q8e);
-            for (int c = 0; c < cls; c++) ns /= 10, ctas /= 10;
+            int few = nt >= 2 ? ds4c_opt_mv_few_ns(q8e) : 0; // (DS4C_OPT_MV_FEW_NS_*: 2-4 tokens)
+            for (int c = 0; c < cls; c++) ns /= 10, ctas /= 10, few /= 10;
+            if (few % 10 >= 2) ns = few;
             if (ns % 10 >= 2 && ds4c_opt_mv_stage() == 0) p.ns = ns % 10;
             cap = ctas % 10;
         }

@@ -82,26 +82,26 @@ const (
 // Verifying passes of deeper drafts (engine.Options.DraftDepth) on the
 // device's pipelined pass (engine.DeepSpecPipeliner), in the same unit:
 // each mode's one-draft cost times a pass's time against a one-draft
-// pass's in the same call, all drafts committed so that every pass is full
-// (cuda/NOTES.md v71, one process each, 8k, 512 tokens, with the few-token
-// Q8_0 forms bounded for two CTAs an SM): fast 259.80 tok/s with one draft
-// (7.70 ms a pass), 291.67 with two (10.29 ms: ×1.336), 327.05 with three
-// (12.23 ms: ×1.589); exact 217.37 with one (9.20 ms), 256.58 with two
-// (11.69 ms: ×1.271); 213.49 with one (9.37 ms) and 276.93 with three
-// (14.44 ms: ×1.542) in another call. Deeper than passDrafts they are not
-// measured (0: not chosen).
+// pass's, all drafts committed so that every pass is full (cuda/NOTES.md
+// v72, one process each, 8k, 512 tokens, with the few-token Q8_0 products
+// in two stages, OptMVFewNSFast / OptMVFewNSEx 2222): fast 253.81 tok/s
+// with one draft (7.88 ms a pass), 299.34 with two (10.02 ms: ×1.272),
+// 333.05 with three (12.01 ms: ×1.524); exact, in another call, 224.19
+// with one (8.92 ms), 252.50 with two (11.88 ms: ×1.332), 285.39 with
+// three (14.02 ms: ×1.571). Deeper than passDrafts they are not measured
+// (0: not chosen).
 var (
-	draftDepthCostExact = [...]float64{2: 1.69, 3: 2.05}
-	draftDepthCostFast  = [...]float64{2: 1.67, 3: 1.99}
+	draftDepthCostExact = [...]float64{2: 1.77, 3: 2.09}
+	draftDepthCostFast  = [...]float64{2: 1.59, 3: 1.91}
 )
 
 // DraftDepthCost is engine.DraftDepthCoster's: what a verifying pass of k
 // drafts costs in this backend's mode (one draft: DraftPassCost), 0 where
 // it was not measured (four drafts and more), so that a session drafts
 // deeper only where that pays: by the engine's policy (a pass of k drafts
-// taken to commit 1 + a + … + a^k tokens at rate a): in exact mode two
-// drafts from ≈ 68 % of drafts committed and three from ≈ 81 %, in fast
-// mode three from ≈ 77 %.
+// taken to commit 1 + a + … + a^k tokens at rate a): in exact mode three
+// drafts from ≈ 76 % of drafts committed (two are never the best), in
+// fast mode two from ≈ 68 % and three from ≈ 78 %.
 func (be *Backend) DraftDepthCost(k int) float64 {
 	costs := draftDepthCostFast[:]
 	if be.exact() {

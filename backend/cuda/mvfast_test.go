@@ -501,6 +501,16 @@ func TestMatVecFastQ8Two(t *testing.T) {
 				if k, ok := firstBitDiff(unbounded, got); !ok {
 					t.Errorf("%s, %d tokens, unbounded: y[%d] = %v, bounded %v", c.name, nt, k, unbounded[k], got[k])
 				}
+				// other stage counts of the few-token forms (OptMVFewNSFast):
+				// other tiles, the same bits
+				for _, ns := range []int{0, 4444} { // (0: the one-token products' stages)
+					must(t, d.SetOption(OptMVFewNSFast, ns))
+					staged := two()
+					must(t, d.SetOption(OptMVFewNSFast, DefaultMVFewNSFast))
+					if k, ok := firstBitDiff(staged, got); !ok {
+						t.Errorf("%s, %d tokens, OptMVFewNSFast %d: y[%d] = %v, default %v", c.name, nt, ns, k, staged[k], got[k])
+					}
+				}
 			}
 			for tok := 0; tok < nt; tok++ {
 				if c.typ == quant.Q8_0 {
@@ -538,20 +548,24 @@ func TestMatVecFastQ8Two(t *testing.T) {
 			}
 			// (and without OptMVOcc's bit 2: the forms not bounded for two
 			// CTAs an SM)
-			for _, v := range []struct{ opt, occ int }{{DefaultMVTwo, DefaultMVOcc}, {1, DefaultMVOcc}, {DefaultMVTwo, DefaultMVOcc &^ 2}} {
+			// (and with other stage counts, OptMVFewNSEx)
+			for _, v := range []struct{ opt, occ, ns int }{{DefaultMVTwo, DefaultMVOcc, DefaultMVFewNSEx}, {1, DefaultMVOcc, DefaultMVFewNSEx},
+				{DefaultMVTwo, DefaultMVOcc &^ 2, DefaultMVFewNSEx}, {DefaultMVTwo, DefaultMVOcc, 0}, {DefaultMVTwo, DefaultMVOcc, 4444}} {
 				opt := v.opt
 				must(t, d.SetOption(OptMVTwo, opt))
 				must(t, d.SetOption(OptMVOcc, v.occ))
+				must(t, d.SetOption(OptMVFewNSEx, v.ns))
 				poison(t, d, y, nt*ldy)
 				must(t, d.MatMulEx(0, dw, 0, G, act, int64(G)*ab, ab, 1, nt, y, int64(ldy), int64(c.rows), true))
 				ex := download(t, d, y, nt*ldy)
 				must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
 				must(t, d.SetOption(OptMVOcc, DefaultMVOcc))
+				must(t, d.SetOption(OptMVFewNSEx, DefaultMVFewNSEx))
 				for tok := 0; tok < nt; tok++ {
 					o := tok * ldy
 					if k, ok := firstBitDiff(ex[o:o+G*c.rows], exOne[o:o+G*c.rows]); !ok {
-						t.Errorf("%s exact, %d tokens (OptMVTwo %d, OptMVOcc %d), token %d: row %d = %v, its one-token exact product %v",
-							c.name, nt, opt, v.occ, tok, k, ex[o+k], exOne[o+k])
+						t.Errorf("%s exact, %d tokens (OptMVTwo %d, OptMVOcc %d, OptMVFewNSEx %d), token %d: row %d = %v, its one-token exact product %v",
+							c.name, nt, opt, v.occ, v.ns, tok, k, ex[o+k], exOne[o+k])
 					}
 					if c.typ != quant.Q8_0 {
 						continue
