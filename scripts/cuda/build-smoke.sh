@@ -6,11 +6,17 @@
 # with the tracked files).
 #   scripts/cuda/build-smoke.sh
 #   run(command="bash scripts/cuda/smoke.sh", carry=["dev-out/final"])
+# SET=bench builds what scripts/cuda/call.sh runs instead: ds4, ds4-bench,
+# ds4-gguf and the test binary.
+#   SET=bench scripts/cuda/build-smoke.sh
+#   run(command="OUT=$OUT ... bash scripts/cuda/call.sh", carry=["dev-out/final"])
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p dev-out/final
 rm -f dev-out/final/*
-for c in ds4 ds4-server ds4-score ds4-gguf; do
+cmds="ds4 ds4-server ds4-score ds4-gguf"
+[ "${SET:-}" = bench ] && cmds="ds4 ds4-bench ds4-gguf"
+for c in $cmds; do
     CGO_ENABLED=0 go build -ldflags="-s -w" -o "dev-out/final/$c" "./cmd/$c"
 done
 CGO_ENABLED=0 go test -c -ldflags="-s -w" -o dev-out/final/cuda.test ./backend/cuda

@@ -3,8 +3,9 @@
 # build libds4cuda.so from the tree (and any variant libraries), run chosen
 # CUDA tests, an interleaved A/B of full-size decode at 8k, and ncu of
 # chosen kernels with their per-instruction stall summary. Binaries come
-# from scripts/cuda/build-smoke.sh plus ds4-bench and ds4-gguf in
-# dev-out/final (carried):
+# from `SET=bench scripts/cuda/build-smoke.sh` (ds4, ds4-bench, ds4-gguf and
+# the test binary in dev-out/final, carried; the call stops at once when one
+# it needs is missing):
 #   run(kind="nvidia-h200", needs_h200=true, carry=["dev-out/final"],
 #       command="TESTS='TestMatVecDecFast' AB='DS4_CUDA_LIB=/tmp/lib-probe.so' LIBS='probe:-DDS4_PHASE_PROBE' bash scripts/cuda/call.sh")
 # (the phase probe's lines, printed on ds4-bench's stdout, are gathered into
@@ -108,6 +109,15 @@ OUT=${OUT:-dev-out/call}; mkdir -p "$OUT"
 F=dev-out/final
 exec > >(tee "$OUT/log.txt") 2>&1
 t0=$(date +%s)
+# the carried binaries this call needs, checked before anything is built
+# (SET=bench scripts/cuda/build-smoke.sh builds them)
+need=()
+[ -n "${TESTS:-}${PP:-}" ] && need+=(cuda.test)
+[ -n "${AB:-}${ABX:-}${ABX2:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ] &&
+    need+=(ds4-bench ds4-gguf)
+for b in "${need[@]}"; do
+    [ -x "$F/$b" ] || { echo "call.sh: $F/$b missing (build with SET=bench scripts/cuda/build-smoke.sh)"; exit 2; }
+done
 el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
