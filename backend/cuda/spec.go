@@ -220,15 +220,24 @@ func (be *Backend) PassDrafts() int { return passDrafts }
 // is the latest MTPHeadDraft's draft for b, copied on the MTP batch's
 // stream from its result word (engine.DeepSpecPipeliner).
 func (be *Backend) MTPEmbedNext(mbi, bi engine.Batch, pos int) error {
-	b, err := be.batchOf(bi)
+	b, err := be.draftedBatch(bi, "MTP embed of the next draft")
 	if err != nil {
 		return err
 	}
-	q := &b.sq
-	if q.drafts == 0 {
-		return fmt.Errorf("cuda: MTP embed of the next draft: no MTP draft queued")
+	return be.mtpEmbed(mbi, pos, nil, b.sq.res+Ptr(4*(b.sq.drafts-1)), true)
+}
+
+// draftedBatch returns bi's batch, whose speculative queue must hold an
+// MTP draft (what: the caller's step, for the error).
+func (be *Backend) draftedBatch(bi engine.Batch, what string) (*batch, error) {
+	b, err := be.batchOf(bi)
+	if err != nil {
+		return nil, err
 	}
-	return be.mtpEmbed(mbi, pos, nil, q.res+Ptr(4*(q.drafts-1)), true)
+	if b.sq.drafts == 0 {
+		return nil, fmt.Errorf("cuda: %s: no MTP draft queued", what)
+	}
+	return b, nil
 }
 
 // EmbedDraft is Embed of the chunk [tok, d_1, …, d_k] at pos, the drafts
@@ -250,14 +259,11 @@ func (be *Backend) EmbedAfterDraft(bi engine.Batch, pos int, tok int32) error {
 // for the drafts' Argmax, whose words the verification's result copy
 // reads.
 func (be *Backend) embedDraft(bi engine.Batch, pos int, tok int32, check bool) error {
-	b, err := be.batchOf(bi)
+	b, err := be.draftedBatch(bi, "draft embed")
 	if err != nil {
 		return err
 	}
 	q := &b.sq
-	if q.drafts == 0 {
-		return fmt.Errorf("cuda: draft embed: no MTP draft queued")
-	}
 	n := 1 + q.drafts
 	if check {
 		n = 1
