@@ -702,19 +702,13 @@ int ds4c_set_option(int key, int value) {
     case DS4C_OPT_MV_Q8_NS_FAST:
     case DS4C_OPT_MV_FEW_NS_EX:
     case DS4C_OPT_MV_FEW_NS_FAST: {
-        int *g = key == DS4C_OPT_MV_Q8_NS_EX     ? &g_opt_mv_q8_ns_ex
-                 : key == DS4C_OPT_MV_Q8_NS_FAST ? &g_opt_mv_q8_ns_fast
-                 : key == DS4C_OPT_MV_FEW_NS_EX ? &g_opt_mv_few_ns_ex
-                                                   : &g_opt_mv_few_ns_fast;
+        const auto *o = &k_other[0]; // (the key's entry: every case here has one)
+        while (o->key != key) o++;
         bool ok = value >= 0 && value <= 8888;
         for (int v = value; ok && v; v /= 10) ok = v % 10 != 1 && v % 10 != 9;
-        if (!ok) {
-            const char *name = "mv_q8_ns";
-            for (const auto &o : k_other)
-                if (o.key == key) name = o.name;
-            return ds4c_err(DS4C_EINVAL, "%s option %d: not four decimal digits, each 0 or 2..8", name, value);
-        }
-        *g = value;
+        if (!ok)
+            return ds4c_err(DS4C_EINVAL, "%s option %d: not four decimal digits, each 0 or 2..8", o->name, value);
+        *o->value = value;
         return 0;
     }
     case DS4C_OPT_TC_MIN_SEL:
