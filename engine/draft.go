@@ -76,11 +76,22 @@ type draftPolicy struct {
 	// depthCost: the backend's cost of a verifying pass of k drafts
 	// (DraftDepthCoster; nil: none), for depthFor
 	depthCost func(k int) float64
+	// deep is the acceptance rate depthFor reads: a slower estimate than
+	// rate's (the pause's), because the depths' values cross near the
+	// rates drafts commit at (CUDA: ≈ 0.7–0.8), where rate's spread (≈ ±0.07
+	// at 0.8) sent one pass in three or four to the shallower depth. It
+	// starts as the mean of draftDepthPrior observations at draftRateStart
+	// and those seen (deepN of them), and becomes an exponential average of
+	// weight draftDepthWeight once the mean's weight falls to it.
+	deep  float64
+	deepN int
 }
 
 const (
 	draftRateWeight  = 1.0 / 16
 	draftRateStart   = 0.5
+	draftDepthWeight = 1.0 / 64
+	draftDepthPrior  = 2
 	draftPauseBelow  = 0.25
 	draftResumeAbove = 0.35
 	draftCheckEvery  = 4
@@ -101,17 +112,14 @@ func (p *draftPolicy) withCost(cost float64) {
 // depthFor returns how many drafts a verifying pass makes, at most limit:
 // limit, unless the backend reports the cost of one draft and of some
 // deeper ones (depthCost), when it is the depth among those with the most
-// tokens per cost at the measured acceptance rate a (a pass of k drafts
-// taken to commit 1 + a + … + a^k tokens: each draft as likely as the rate
-// once the one before it holds); ties go to the shallower pass.
+// tokens per cost at the measured acceptance rate a (deepRate: a pass of k
+// drafts taken to commit 1 + a + … + a^k tokens, each draft as likely as
+// the rate once the one before it holds); ties go to the shallower pass.
 func (p *draftPolicy) depthFor(limit int) int {
 	if limit <= 1 || p.depthCost == nil || !(p.depthCost(1) > 0) {
 		return limit
 	}
-	a := draftRateStart
-	if p.seen {
-		a = p.rate
-	}
+	a := p.deepRate()
 	best, bestK, known := 0.0, 1, false
 	e, ak := 1.0, 1.0
 	for k := 1; k <= limit; k++ {
@@ -140,8 +148,17 @@ func (p *draftPolicy) bounds() (pause, resume float64) {
 	return p.pauseBelow, p.resumeAbove
 }
 
-// observe adds one pass's outcome (its draft matched the greedy choice, or
-// was committed) to the rate and updates paused.
+// deepRate returns the acceptance rate the depth is chosen by (deep;
+// draftRateStart before any observation).
+func (p *draftPolicy) deepRate() float64 {
+	if p.deepN == 0 {
+		return draftRateStart
+	}
+	return p.deep
+}
+
+// observe adds one draft's outcome (it matched the greedy choice, or was
+// committed) to the rates and updates paused.
 func (p *draftPolicy) observe(hit bool) {
 	if !p.seen {
 		p.rate, p.seen = draftRateStart, true
@@ -151,6 +168,11 @@ func (p *draftPolicy) observe(hit bool) {
 		x = 1
 	}
 	p.rate += (x - p.rate) * draftRateWeight
+	if p.deepN == 0 {
+		p.deep = draftRateStart
+	}
+	p.deepN++
+	p.deep += (x - p.deep) * max(draftDepthWeight, 1/float64(draftDepthPrior+p.deepN))
 	pause, resume := p.bounds()
 	switch {
 	case p.paused && p.rate > resume:
