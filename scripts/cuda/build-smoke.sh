@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p dev-out/final
-rm -f dev-out/final/*
+find dev-out/final -maxdepth 1 -type f -delete # (folders there, e.g. a BASE cuda/ tree, stay)
 cmds="ds4 ds4-server ds4-score ds4-gguf"
 [ "${SET:-}" = bench ] && cmds="ds4 ds4-bench ds4-gguf"
 for c in $cmds; do
