@@ -118,8 +118,8 @@ flags (-x and --x are the same):
   --no-warm            do not ready the backend before the first token: page the weights in (CPU), a warm-up chunk through one layer of each kind (CUDA) (--warm-weights: do, the default)
   --mtp FILE           separate MTP GGUF (the draft head); --mtp-draft 2: answers decoded speculatively,
                        one drafted token verified a pass, greedy or sampled (1, the default: off); --mtp-draft k
-                       (3..16): greedy answers draft up to k-1 a pass, the block run again over its own
-                       output, as deep as the backend's measured costs say pays
+                       (3..16): answers (greedy or sampled) draft up to k-1 a pass, the block run again
+                       over its own output, as deep as the backend's measured costs say pays
 `
 
 // errUsage marks a command-line error (exit status 2).

@@ -312,8 +312,9 @@ type SpecCandidater interface {
 	// SetVerifyFilter makes the following HeadVerify calls on b find each
 	// row's min-p candidates under f; nil stops it.
 	SetVerifyFilter(b Batch, f *PickFilter) error
-	// VerifyCandidates returns the candidates of row (0 or 1) of the latest
-	// HeadVerify on b, which VerifyResult has waited for; nil when that
+	// VerifyCandidates returns the candidates of row (below the chunk's
+	// rows: 1 + its drafts) of the latest HeadVerify on b, which
+	// VerifyResult (or VerifyResults) has waited for; nil when that
 	// head had no filter or found more candidates than the backend sends
 	// (VerifyLogits then fetches the row). Valid until the next HeadVerify.
 	VerifyCandidates(b Batch, row int) (*Candidates, error)

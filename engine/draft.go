@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -892,15 +893,36 @@ func (s *Session) specPassDeep(ctx context.Context, sp DeepSpecPipeliner, tok in
 // when the pick's own draw lands on it leaves the distribution unchanged,
 // and it is taken with the pick's probability of d — what rejection
 // sampling (accept with min(1, p(d)/q(d)) for the draft's q = 1) would
-// give. The passes are the greedy loop's (draftPolicy included). On a
-// SpecPipeliner the draft is made on the device, and a pass then fetches
-// the rows pick reads (one, two when the draft is taken) — with f, on a
-// SpecCandidater, only their min-p candidates, the session's logits then
-// fetched when the run ends.
+// give. The passes are the greedy loop's (draftPolicy included), and as
+// deep (Options.DraftDepth): a pass of k drafts d_1 … d_k (draftChain's)
+// verifies [tok, d_1, …, d_k], and pick gets the logits after tok, then
+// after each draft it chose, until it chooses another token than the
+// draft (which goes into the next pass) or every draft is taken — each
+// draft, given those before it taken, is taken with the pick's
+// probability of it, so the tokens are still plain decoding's draws. On a
+// SpecPipeliner the drafts are made on the device (several on a
+// DeepSpecPipeliner, up to its PassDrafts; a deeper depth takes the host
+// path, as in DecodeGreedy), and a pass then fetches the rows pick reads
+// (one, and one more for each draft taken) — with f, on a SpecCandidater,
+// only their min-p candidates, the session's logits then fetched when the
+// run ends.
 func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickFilter, pick func(*Logits) (int32, bool)) (n int, err error) {
 	sp, _ := s.be.(SpecPipeliner)
 	if s.opts.DraftOverride != nil || s.opts.Trace != nil {
 		sp = nil
+	}
+	// the device's pass where it takes this run's depth (decodeSpeculative's
+	// rule): one draft on a SpecPipeliner, up to PassDrafts on a
+	// DeepSpecPipeliner
+	deep, _ := sp.(DeepSpecPipeliner)
+	if sp != nil {
+		most := 1
+		if deep != nil {
+			most = deep.PassDrafts()
+		}
+		if s.passDepth() > most {
+			sp, deep = nil, nil
+		}
 	}
 	var sc SpecCandidater
 	if sp != nil && f != nil {
@@ -950,6 +972,10 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 	}
 	have := false    // tok chosen by pick, not yet decoded
 	var next *Logits // what the next pick reads (nil: the session's logits)
+	// a deep pass's rows of logits on the host path (pickDeepPass), and
+	// its greedy choices' buffer on the device's
+	var rows [][]float32
+	dcs := make([]int32, MaxDraftDepth+1)
 	for n < max {
 		if err := ctx.Err(); err != nil {
 			return n, err
@@ -998,6 +1024,70 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 			continue
 		}
 		check := s.checking()
+		if k := min(s.passDepth(), max-n-1, s.opts.MaxContext-P-1); !check && k > 1 && (sp == nil || deep != nil) {
+			if deep != nil {
+				k = min(k, deep.PassDrafts())
+			}
+			// a pass of k drafts: pick reads the row after tok, then the
+			// row after each draft it takes
+			ds, err := s.pickDeepPass(ctx, deep, tok, k, &rows, dcs)
+			if err != nil {
+				s.logitsOK = false
+				return n, err
+			}
+			n, have = n+1, false // tok is decoded
+			c := 0
+			for ; ; c++ {
+				var l *Logits
+				if deep == nil {
+					l = DenseLogits(s.logits) // (after the last draft: the session's)
+					if c < k {
+						l = DenseLogits(rows[c])
+					}
+				} else {
+					lc, dense, err := rowLogits(c, s.logits)
+					if err != nil {
+						err = s.opError(P+c, "head", -1, err)
+						s.logitsOK = false
+						return n, errors.Join(err, s.keepDrafts(P, c))
+					}
+					l, pending, s.logitsOK = lc, c, false
+					if dense {
+						pending, s.logitsOK = -1, true
+					}
+				}
+				if c == k {
+					next = l // every draft taken: the next pick reads the row after the last
+					if deep == nil {
+						next = nil
+					}
+					break
+				}
+				x, ok, err := choose(l)
+				if err != nil {
+					return n, errors.Join(err, s.keepDrafts(P, c))
+				}
+				if !ok || !s.observeDraft(P+1+c, ds[c], x, false) {
+					// Keep tok and the drafts taken: the logits after the
+					// last of them (row c), their staged rows.
+					if err := s.keepDrafts(P, c); err != nil {
+						s.logitsOK = false
+						return n, err
+					}
+					if deep == nil {
+						copy(s.logits, rows[c])
+						s.logitsOK = true
+					}
+					if !ok {
+						return n, nil
+					}
+					tok, have = x, true
+					break
+				}
+				n++ // ds[c] is decoded (ForceAccept may commit it over another choice)
+			}
+			continue
+		}
 		d, l0, err := s.pickPass(ctx, sp, tok, check, row0, rowLogits)
 		if err != nil {
 			s.logitsOK = false
@@ -1046,6 +1136,34 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 		n++
 	}
 	return n, nil
+}
+
+// pickDeepPass runs the verification of decodePickedSpeculative's pass of
+// k ≥ 2 drafts for tok at the session's position P and returns the
+// drafts. On the host path (dp nil: draftChain and verifyChain) the logits
+// after tok and after each draft but the last are left in (*rows)[0 … k−1]
+// (grown as needed), and those after the last draft are the session's; on
+// dp's (specPassDeep, cs its choices' buffer) the rows stay on the device.
+// The session then holds tok and the drafts.
+func (s *Session) pickDeepPass(ctx context.Context, dp DeepSpecPipeliner, tok int32, k int, rows *[][]float32, cs []int32) ([]int32, error) {
+	if dp != nil {
+		ds := make([]int32, k)
+		if err := s.specPassDeep(ctx, dp, tok, ds, cs[:k+1]); err != nil {
+			return nil, err
+		}
+		return ds, nil
+	}
+	ds, err := s.draftChain(ctx, tok, k)
+	if err != nil {
+		return nil, err
+	}
+	for len(*rows) < k {
+		*rows = append(*rows, make([]float32, s.cfg.Vocab))
+	}
+	if err := s.verifyChain(ctx, append([]int32{tok}, ds...), (*rows)[:k]); err != nil {
+		return nil, err
+	}
+	return ds, nil
 }
 
 // pickPass runs one pass of decodePickedSpeculative for tok at the

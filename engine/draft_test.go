@@ -70,7 +70,13 @@ func onHostPath(t *testing.T, c draftCase) {
 // overrides through the adapter, and checks that the pass ran.
 func onPipelinedPath(t *testing.T, c draftCase) {
 	h := newHostSpec(mtpBackend(t))
-	c(t, h, func(o *engine.Options, f func(int, int32) int32) { h.override = f })
+	onPipelined(t, h, c, func(o *engine.Options, f func(int, int32) int32) { h.override = f })
+}
+
+// onPipelined runs c on h with setOverride and checks that the pipelined
+// pass ran and left no verification filter set.
+func onPipelined(t *testing.T, h *hostSpec, c draftCase, setOverride func(*engine.Options, func(int, int32) int32)) {
+	c(t, h, setOverride)
 	if h.passes == 0 {
 		t.Fatal("no pipelined pass")
 	}

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -217,29 +218,64 @@ func draftPickedRefused(t *testing.T, be engine.Backend, setOverride func(*engin
 
 // TestDraftPickedFetchError: a verification row that cannot be fetched
 // when a pick asks for it ends the run with the error, and the session
-// without logits (no draw from stale ones).
+// without logits (no draw from stale ones); with passes of one draft and
+// of three.
 func TestDraftPickedFetchError(t *testing.T) {
 	ctx := context.Background()
-	h := newHostSpec(mtpBackend(t))
-	s := prefilled(t, h, engine.Options{Draft: true, DraftAlways: true}, tokens(30, 512))
-	so := pickedOptions(2) // a filter: the rows' candidates come first
-	sm := engine.NewSampler(so)
-	picks, fails := 0, false
-	_, err := s.DecodePicked(ctx, 20, engine.FilterFor(so), func(l *engine.Logits) (int32, bool) {
-		picks++
-		if l.Candidates() != nil && !fails {
-			h.failLogits, fails = true, true
-			if l.All() != nil {
-				t.Error("logits fetched from a failing backend")
+	for _, depth := range []int{1, 3} {
+		h := newHostSpec(mtpBackend(t))
+		s := prefilled(t, h, engine.Options{Draft: true, DraftAlways: true, DraftDepth: depth}, tokens(30, 512))
+		so := pickedOptions(2) // a filter: the rows' candidates come first
+		sm := engine.NewSampler(so)
+		picks, fails := 0, false
+		_, err := s.DecodePicked(ctx, 20, engine.FilterFor(so), func(l *engine.Logits) (int32, bool) {
+			picks++
+			if l.Candidates() != nil && !fails {
+				h.failLogits, fails = true, true
+				if l.All() != nil {
+					t.Error("logits fetched from a failing backend")
+				}
+				h.failLogits = false // only this fetch fails
 			}
-			h.failLogits = false // only this fetch fails
+			return sm.SampleLogits(l, so), true
+		})
+		if err == nil || !strings.Contains(err.Error(), "verification logits lost") {
+			t.Fatalf("depth %d: got %v after %d picks", depth, err, picks)
 		}
-		return sm.SampleLogits(l, so), true
-	})
-	if err == nil || !strings.Contains(err.Error(), "verification logits lost") {
-		t.Fatalf("got %v after %d picks", err, picks)
+		if s.Logits() != nil {
+			t.Fatalf("depth %d: the session has logits after the failed fetch", depth)
+		}
 	}
-	if s.Logits() != nil {
-		t.Fatal("the session has logits after the failed fetch")
+}
+
+// TestDraftPickedDeep runs TestDraftPickedSameTokens and
+// TestDraftPickedRefused with 2 and 3 drafts a pass (Options.DraftDepth),
+// on the host path and on the pipelined one (hostSpec as a
+// DeepSpecPipeliner and SpecCandidater), which must have run passes of
+// that many drafts: each draft taken only when the pick's own draw lands
+// on it, the tokens plain decoding's draws.
+func TestDraftPickedDeep(t *testing.T) {
+	cases := []struct {
+		name string
+		c    draftCase
+	}{{"same tokens", draftPickedSameTokens}, {"refused", draftPickedRefused}}
+	for _, depth := range []int{2, 3} {
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s/depth %d", c.name, depth), func(t *testing.T) {
+				c.c(t, mtpBackend(t), func(o *engine.Options, f func(int, int32) int32) {
+					o.DraftOverride, o.DraftDepth = f, depth
+				})
+			})
+			t.Run(fmt.Sprintf("%s/depth %d/pipelined", c.name, depth), func(t *testing.T) {
+				h := newHostSpec(mtpBackend(t))
+				h.deep = depth
+				onPipelined(t, h, c.c, func(o *engine.Options, f func(int, int32) int32) {
+					h.override, o.DraftDepth = f, depth
+				})
+				if h.deepPasses == 0 {
+					t.Fatal("no pipelined pass of several drafts")
+				}
+			})
+		}
 	}
 }

@@ -32,8 +32,9 @@ import (
 //
 // With Options.Draft it decodes speculatively instead
 // (decodePickedSpeculative): each pass drafts the token after the picked
-// one with the MTP block, decodes both, and keeps the draft when pick, given
-// the logits after the picked token, chooses it. pick still sees plain
+// one with the MTP block (and, with Options.DraftDepth, the tokens after
+// that), decodes them together, and keeps a draft when pick, given the
+// logits after the token before it, chooses it. pick still sees plain
 // decoding's logits in the same order (with f, on a backend that
 // implements SpecCandidater, min-p's candidates of the verification's
 // rows), so a seeded sampler draws the same tokens; Stats counts the

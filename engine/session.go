@@ -78,9 +78,11 @@ type Options struct {
 	// and the draft before, as ds4.c's --mtp-draft k+1 does. A pass then
 	// verifies k + 1 tokens and commits the drafts up to the first one
 	// that is not the greedy choice: the same tokens as plain greedy
-	// decoding. Deeper drafts run on the engine's host path (not a
-	// SpecPipeliner's device-side pass); sampled decoding (DecodePicked)
-	// and the paused policy's checking passes draft one. On a backend that
+	// decoding. Sampled decoding (DecodePicked) drafts as deep (since v73),
+	// each draft taken only when the pick's own draw lands on it; the
+	// paused policy's checking passes draft one. A DeepSpecPipeliner runs
+	// passes up to its PassDrafts on the device, deeper ones take the
+	// engine's host path. On a backend that
 	// reports what deeper passes cost (DraftDepthCoster) a pass drafts only
 	// as deep as pays at the measured acceptance rate (one draft where
 	// deeper passes do not pay), unless DraftAlways.

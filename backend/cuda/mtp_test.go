@@ -424,7 +424,9 @@ func specDecode(t *testing.T, be engine.Backend, o engine.Options, prompt []int3
 // drafts committed or not; with no commits forced (every draft verified,
 // DraftAlways; the random block's drafts taken only where a draw lands on
 // them) exact mode's are plain sampled decoding's, the same seed drawing the
-// same tokens. Exact and fast mode.
+// same tokens. Exact and fast mode, passes of one draft and of three (the
+// device's deep pass, its four rows' candidates, against the host path's
+// draftChain and verifyChain; v73).
 func TestSpecPickedMatchesHost(t *testing.T) {
 	gpu(t)
 	c := quantTiny()
@@ -458,31 +460,39 @@ func TestSpecPickedMatchesHost(t *testing.T) {
 	}
 	eachMode(t, w, func(be *Backend, fast bool) {
 		plain := decode(be, engine.Options{ChunkSize: 32, MaxContext: 4096})
-		for _, accept := range []struct {
-			name   string
-			commit func(pos int) bool
-		}{{"none", nil}, {"2 in 3", func(pos int) bool { return pos%3 != 0 }}} {
-			o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true, DraftAlways: true, ForceAccept: accept.commit}
-			heads := be.GraphStats().SpecHeads
-			cands = 0
-			dev := decode(be, o)
-			if be.GraphStats().SpecHeads == heads || cands == 0 {
-				t.Fatalf("fast %v: no pass with its draft on the device (%d draws from its candidates)", fast, cands)
-			}
-			o.DraftOverride = func(_ int, d int32) int32 { return d }
-			host := decode(be, o)
-			t.Logf("fast %v, commits %s: %d drafts, %d committed", fast, accept.name, dev.stats.Drafted, dev.stats.Accepted)
-			if !slices.Equal(dev.toks, host.toks) || dev.stats != host.stats {
-				t.Fatalf("fast %v, commits %s: device %v %+v, host %v %+v", fast, accept.name, dev.toks[70:], dev.stats, host.toks[70:], host.stats)
-			}
-			if k, ok := firstBitDiff(dev.logits, host.logits); !ok {
-				t.Fatalf("fast %v, commits %s: final logits differ at %d", fast, accept.name, k)
-			}
-			if dev.stats.Drafted == 0 || (accept.commit != nil && dev.stats.Accepted == 0) {
-				t.Fatalf("fast %v, commits %s: stats %+v", fast, accept.name, dev.stats)
-			}
-			if accept.commit == nil && !fast && !slices.Equal(dev.toks, plain.toks) {
-				t.Fatalf("exact, no draft committed: %v, plain sampled decoding %v", dev.toks[70:], plain.toks[70:])
+		for _, depth := range []int{1, 3} {
+			for _, accept := range []struct {
+				name   string
+				commit func(pos int) bool
+			}{{"none", nil}, {"2 in 3", func(pos int) bool { return pos%3 != 0 }}} {
+				o := engine.Options{ChunkSize: 32, MaxContext: 4096, Draft: true, DraftAlways: true, DraftDepth: depth, ForceAccept: accept.commit}
+				heads := be.GraphStats().SpecHeads
+				cands = 0
+				dev := decode(be, o)
+				passes := be.GraphStats().SpecHeads - heads
+				if passes == 0 || cands == 0 {
+					t.Fatalf("fast %v, depth %d: no pass with its draft on the device (%d draws from its candidates)", fast, depth, cands)
+				}
+				// (with commits, a pass of three drafts observes more than one)
+				if depth > 1 && accept.commit != nil && int64(dev.stats.Drafted) <= passes {
+					t.Fatalf("fast %v, depth %d: %d drafts observed in %d passes", fast, depth, dev.stats.Drafted, passes)
+				}
+				o.DraftOverride = func(_ int, d int32) int32 { return d }
+				host := decode(be, o)
+				name := fmt.Sprintf("fast %v, depth %d, commits %s", fast, depth, accept.name)
+				t.Logf("%s: %d drafts, %d committed", name, dev.stats.Drafted, dev.stats.Accepted)
+				if !slices.Equal(dev.toks, host.toks) || dev.stats != host.stats {
+					t.Fatalf("%s: device %v %+v, host %v %+v", name, dev.toks[70:], dev.stats, host.toks[70:], host.stats)
+				}
+				if k, ok := firstBitDiff(dev.logits, host.logits); !ok {
+					t.Fatalf("%s: final logits differ at %d", name, k)
+				}
+				if dev.stats.Drafted == 0 || (accept.commit != nil && dev.stats.Accepted == 0) {
+					t.Fatalf("%s: stats %+v", name, dev.stats)
+				}
+				if accept.commit == nil && !fast && !slices.Equal(dev.toks, plain.toks) {
+					t.Fatalf("exact, depth %d, no draft committed: %v, plain sampled decoding %v", depth, dev.toks[70:], plain.toks[70:])
+				}
 			}
 		}
 	})

@@ -55,23 +55,27 @@ type specQueue struct {
 // candQueue is a main batch's state for the verification rows' min-p
 // candidates (engine.SpecCandidater), made on the first SetVerifyFilter.
 type candQueue struct {
-	filt  *engine.PickFilter // SetVerifyFilter's (nil: none)
-	vfilt *engine.PickFilter // the latest HeadVerify's (its candidates in pin)
-	vrows int                // … its rows
-	work  Ptr                // PickCandidates' argmax work area
-	top   Ptr                // … its greedy choice (int32)
-	cnt   Ptr                // … its counts (CandidateCTAs words)
-	cand  [2]Ptr             // … its output for rows 0 and 1 (CandidateWords(pickCandCap) words each)
-	pin   [2][]byte          // pinned: the rows' candidates
+	filt  *engine.PickFilter     // SetVerifyFilter's (nil: none)
+	vfilt *engine.PickFilter     // the latest HeadVerify's (its candidates in pin)
+	vrows int                    // … its rows
+	work  Ptr                    // PickCandidates' argmax work area
+	top   Ptr                    // … its greedy choice (int32)
+	cnt   Ptr                    // … its counts (CandidateCTAs words)
+	cand  [passDrafts + 1]Ptr    // … its output for each row of a pass (CandidateWords(pickCandCap) words each)
+	pin   [passDrafts + 1][]byte // pinned: the rows' candidates
 }
 
 func (c *candQueue) init(d *Device) error {
 	var err error
 	words := 4 * int64(CandidateWords(pickCandCap))
-	allocs := []struct {
+	type alloc struct {
 		p *Ptr
 		n int64
-	}{{&c.work, ArgmaxWork}, {&c.top, 16}, {&c.cnt, 4 * CandidateCTAs}, {&c.cand[0], words}, {&c.cand[1], words}}
+	}
+	allocs := []alloc{{&c.work, ArgmaxWork}, {&c.top, 16}, {&c.cnt, 4 * CandidateCTAs}}
+	for i := range c.cand {
+		allocs = append(allocs, alloc{&c.cand[i], words})
+	}
 	for _, a := range allocs {
 		if *a.p, err = d.Malloc(a.n); err != nil {
 			return err
@@ -89,7 +93,7 @@ func (c *candQueue) init(d *Device) error {
 }
 
 func (c *candQueue) release(d *Device) {
-	for _, p := range []Ptr{c.work, c.top, c.cnt, c.cand[0], c.cand[1]} {
+	for _, p := range append([]Ptr{c.work, c.top, c.cnt}, c.cand[:]...) {
 		if p != 0 {
 			d.Free(p)
 		}
@@ -475,8 +479,8 @@ func (be *Backend) SetVerifyFilter(bi engine.Batch, f *engine.PickFilter) error 
 	return nil
 }
 
-// VerifyCandidates returns the min-p candidates of row (0 or 1) of the
-// latest HeadVerify on bi, after VerifyResult: in pinned memory, valid
+// VerifyCandidates returns the min-p candidates of row (below its chunk's
+// rows: 1 + its drafts) of the latest HeadVerify on bi, after VerifyResult: in pinned memory, valid
 // until the next HeadVerify; nil when that head had no filter or found more
 // than pickCandCap (engine.SpecCandidater).
 func (be *Backend) VerifyCandidates(bi engine.Batch, row int) (*engine.Candidates, error) {

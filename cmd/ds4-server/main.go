@@ -98,7 +98,7 @@ func parseFlags(args []string) (*options, error) {
 	num(&o.kv.BoundaryAlignTokens, server.DefaultKVCacheBoundaryAlign, "align cold saves down to a multiple of N tokens; 0 disables", "kv-cache-boundary-align-tokens")
 	fs.BoolVar(&o.kv.RejectDifferentQuant, "kv-cache-reject-different-quant", false, "refuse checkpoints written with another routed-expert quantization")
 	str(&o.mtp, "", "separate MTP GGUF (the draft head of speculative decoding)", "mtp")
-	num(&o.mtpDraft, 1, "2: requests decoded speculatively, one token drafted by the MTP block and verified a pass, greedy or sampled (the same tokens as without it, but for near ties --fast may flip); k > 2: greedy requests draft up to k-1 a pass, the block run again over its own output, as deep as the backend's measured costs say pays (sampled ones draft one); 1: no speculation (ds4's default)", "mtp-draft")
+	num(&o.mtpDraft, 1, "2: requests decoded speculatively, one token drafted by the MTP block and verified a pass, greedy or sampled (the same tokens as without it, but for near ties --fast may flip); k > 2: requests (greedy or sampled) draft up to k-1 a pass, the block run again over its own output, as deep as the backend's measured costs say pays; 1: no speculation (ds4's default)", "mtp-draft")
 	for _, n := range []string{"mtp-margin",
 		"dir-steering-file", "dir-steering-ffn", "dir-steering-attn"} {
 		v := new(string)

@@ -73,7 +73,8 @@
 #          --draft-always, as deep as asked, unless p: as deep as the
 #          engine's policy picks by the backend's costs), into mtp-dK.csv/log;
 #          MTP_DRAFTS_AB: environment assignments, each run again with them
-#          (into mtp-dK-ab.csv/log)
+#          (into mtp-dK-ab.csv/log); MTP_DRAFTS_ARGS: more ds4-bench flags
+#          for each of these runs (e.g. '--temp 1': sampled)
 #   BITS=1 the bit-identity check: ds4 --dump-logprobs (40 greedy steps of
 #          the full-size synth, --fast; BITS_MODE= for exact mode) with the
 #          main library and each /tmp/lib-*.so (BITS_LIBS: a regex their
@@ -204,7 +205,7 @@ if [ -n "${MTP:-}" ]; then
         for v in "" ${MTP_DRAFTS_AB:+ab}; do
             ev=; [ -n "$v" ] && ev=$MTP_DRAFTS_AB
             env $ev timeout 300 $F/ds4-bench -m /dev/shm/flash-q2.gguf --mtp /dev/shm/flash-q2-mtp.gguf --accept "$MTP" --backend cuda $mode \
-                --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp-d$k${v:+-$v}.csv" $da >"$OUT/mtp-d$k${v:+-$v}.log" 2>&1
+                --frontiers ${MTP_FRONTIERS:-8192} --gen ${GEN:-128} --warmup 4096 --csv "$OUT/mtp-d$k${v:+-$v}.csv" $da ${MTP_DRAFTS_ARGS:-} >"$OUT/mtp-d$k${v:+-$v}.log" 2>&1
             echo "mtp ($da${ev:+ $ev}): exit $?"; grep -E "speculative|error" "$OUT/mtp-d$k${v:+-$v}.log" | head -20; el
         done
     done
