@@ -46,6 +46,7 @@ type graphCounters struct {
 	pickOverflows                                      atomic.Int64
 	rebuilds                                           atomic.Int64
 	specHeads                                          atomic.Int64
+	buildNs                                            atomic.Int64
 }
 
 // GraphStats counts what graph decode did.
@@ -83,6 +84,11 @@ type GraphStats struct {
 	// SpecHeads counts the speculative passes whose greedy choices were
 	// made on the device (HeadVerify).
 	SpecHeads int64
+	// BuildNs is the host time spent in the launches of recorded segments
+	// that built an executable graph (Instantiates without
+	// Options.Recapture: the graph's creation, instantiation and launch),
+	// part of HostNs.
+	BuildNs int64
 }
 
 // GraphStats returns the backend's graph-decode counters, over all its
@@ -92,7 +98,7 @@ func (be *Backend) GraphStats() GraphStats {
 	return GraphStats{c.captures.Load(), c.updates.Load(), c.instantiates.Load(), c.replays.Load(),
 		c.nodeSets.Load(), c.flushes.Load(), c.segments.Load(), c.hostNs.Load(), c.waitNs.Load(), c.greedyHeads.Load(),
 		c.pickedHeads.Load(), c.pickAhead.Load(), c.pickDropped.Load(), c.pickOverflows.Load(), c.rebuilds.Load(),
-		c.specHeads.Load()}
+		c.specHeads.Load(), c.buildNs.Load()}
 }
 
 // graphMaxTokens is the largest chunk whose work runs as graphs: a decode
@@ -261,6 +267,7 @@ func (b *batch) launchRecorded(key string) error {
 	}
 	g := b.g.rgraphs[key]
 	had := g != 0
+	t0 := time.Now()
 	st, err := b.be.dev.RecordLaunch(b.g.rec, &g)
 	if g != 0 {
 		b.g.rgraphs[key] = g
@@ -271,6 +278,7 @@ func (b *batch) launchRecorded(key string) error {
 	c := &b.be.gstats
 	if st.Built {
 		c.instantiates.Add(1)
+		c.buildNs.Add(int64(time.Since(t0)))
 		if had {
 			c.rebuilds.Add(1)
 		}
