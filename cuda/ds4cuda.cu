@@ -81,6 +81,7 @@ static int g_opt_ix_flash_split = 2; // fast chunks' indexer scores (k_index_fla
 static int g_opt_tc_parts = 1; // grouped int8 products of 32-slot CTAs over the part list: only non-empty parts launched (cuda/NOTES.md v50)
 static int g_opt_mv_room = 0; // pipelined products given room (DS4C_MM_ROOM) run mv_pipe CTAs an SM in the room's budget, by bits: 1 one token's, 2 two tokens' (else one CTA; cuda/NOTES.md v47; 2 was the default until v65: speculative +1.3 % without it)
 static int g_opt_mv_pair = 1; // ds4c_matmul_grouped_pair: one selection's Q8_0/Q4_K pair in one k_matvec grid
+static int g_opt_attn_seg_occ = 0; // exact split attention's occupancy bound (model.cu, k_attn_seg_cl<MINB>)
 static int g_opt_attn_cluster = 1; // fast split attention combined in its launch by clusters (model.cu, k_attn_split_cl)
 static int g_opt_comp_emit = 1;    // a decode step's compressed row in one launch (model.cu, k_comp_emit)
 static int g_opt_attn_wave = 1; // fast split attention: splits that fit one wave of CTAs (model.cu, k_attn_split's launch)
@@ -180,6 +181,7 @@ int ds4c_opt_mv_ilp(void) { return g_opt_mv_ilp; }
 int ds4c_opt_ix_query(void) { return g_opt_ix_query; }
 int ds4c_opt_attn_wave(void) { return g_opt_attn_wave; }
 int ds4c_opt_attn_cluster(void) { return g_opt_attn_cluster; }
+int ds4c_opt_attn_seg_occ(void) { return g_opt_attn_seg_occ; }
 int ds4c_opt_comp_emit(void) { return g_opt_comp_emit; }
 int ds4c_opt_hc_hoist(void) { return g_opt_hc_hoist; }
 int ds4c_opt_mv_dec_late(void) { return g_opt_mv_dec_late; }
@@ -547,6 +549,7 @@ static const struct {
     {DS4C_OPT_MV_FAST, "mv_fast", &g_opt_mv_fast, 0, 3},
     {DS4C_OPT_MV_EVEN, "mv_even", &g_opt_mv_even, 0, 1},
     {DS4C_OPT_ATTN_CLUSTER, "attn_cluster", &g_opt_attn_cluster, 0, 1},
+    {DS4C_OPT_ATTN_SEG_OCC, "attn_seg_occ", &g_opt_attn_seg_occ, 0, 5},
     {DS4C_OPT_COMP_EMIT, "comp_emit", &g_opt_comp_emit, 0, 1},
     {DS4C_OPT_MV_ILP, "mv_ilp", &g_opt_mv_ilp, 1, 4},
     {DS4C_OPT_MV_SUMW, "mv_sumw", &g_opt_mv_sumw, 0, 1},

@@ -4288,7 +4288,9 @@ template <int SD>
 __global__ void __launch_bounds__(SG_T) k_attn_seg(AttnArgs a, float *work, int64_t maxk) {
     attn_seg_run<SD, false>(a, work, maxk);
 }
-__global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T) k_attn_seg_cl(AttnArgs a, float *work, int64_t maxk) {
+// MINB: __launch_bounds__' CTAs an SM (DS4C_OPT_ATTN_SEG_OCC; 1: none)
+template <int MINB>
+__global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB) k_attn_seg_cl(AttnArgs a, float *work, int64_t maxk) {
     attn_seg_run<64, true>(a, work, maxk);
 }
 
@@ -6025,8 +6027,11 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     if (segsplit) { // the segmented order split over the segments (k_attn_seg), then combined
         const int hg = (int)nblk(H, SG_H), sd = order == 4 ? 32 : order == 2 ? 128 : 64;
         const dim3 sgrid((unsigned)seg_nseg(max_keys), (unsigned)n, (unsigned)(hg * (HD / sd)));
-        if (segfused)
-            ds4c_launch(k_attn_seg_cl, sgrid, SG_T, 0, st, a, d_work, max_keys);
+        if (segfused) {
+            const int occ = ds4c_opt_attn_seg_occ();
+            ds4c_launch(occ == 5 ? k_attn_seg_cl<5> : occ == 4 ? k_attn_seg_cl<4> : occ == 3 ? k_attn_seg_cl<3> : occ == 2 ? k_attn_seg_cl<2> : k_attn_seg_cl<1>,
+                        sgrid, SG_T, 0, st, a, d_work, max_keys);
+        }
         else
             ds4c_launch(order == 4 ? k_attn_seg<32> : order == 2 ? k_attn_seg<128> : k_attn_seg<64>, sgrid, SG_T, 0, st, a, d_work, max_keys);
         DS4C_CHECK_LAUNCH("attention (segments)");

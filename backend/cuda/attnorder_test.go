@@ -15,7 +15,8 @@ import (
 // 3 and 4 (split over the segments: k_attn_seg of 128, 64 or 32 dims a
 // CTA, then k_attn_seg_combine; for 2 and 5 both of its forms, OptSegComb),
 // 5 (k_attn_seg_cl: 3 with the scores
-// formed in the kernel by a cluster of the 8 dim slices), and prompt chunks
+// formed in the kernel by a cluster of the 8 dim slices; also compiled for
+// 4 and 5 CTAs an SM, OptAttnSegOcc), and prompt chunks
 // of 8 and 16 tokens (k_attn_softmax_seg, then k_attn_out_tile<false,
 // true>, whatever the option's value): 133 keys (two whole segments and a short one), 640 (a
 // ratio-4 layer's window and top-k), 1299, 2042 (the last of 32 segments
@@ -26,7 +27,11 @@ import (
 func TestAttentionSegmented(t *testing.T) {
 	d := gpu(t)
 	restoreAttnOptions(t, d)
-	t.Cleanup(func() { d.SetOption(OptAttnOrder, DefaultAttnOrder); d.SetOption(OptSegComb, 1) })
+	t.Cleanup(func() {
+		d.SetOption(OptAttnOrder, DefaultAttnOrder)
+		d.SetOption(OptSegComb, 1)
+		d.SetOption(OptAttnSegOcc, DefaultAttnSegOcc)
+	})
 	const H, HD, W = attnH, attnHD, attnW
 	const wcap = 2 * W
 	const scale = float32(0.044)
@@ -34,7 +39,7 @@ func TestAttentionSegmented(t *testing.T) {
 	freqp := uploadFreqs(t, d, rd/2, 0.011)
 	for _, c := range []struct{ pos0, ratio, K, nt int }{
 		{700, 128, 0, 1}, {12000, 4, 512, 1}, {150000, 128, 0, 1}, {245000, 128, 0, 1}, {300000, 128, 0, 1},
-		{700, 128, 0, 2}, {12000, 4, 512, 2}, {700, 128, 0, 8}, {12000, 4, 512, 16}, {245000, 128, 0, 8},
+		{700, 128, 0, 2}, {12000, 4, 512, 2}, {12000, 4, 512, 4}, {700, 128, 0, 8}, {12000, 4, 512, 16}, {245000, 128, 0, 8},
 	} {
 		label := fmt.Sprintf("pos0 %d, ratio %d, %d tokens", c.pos0, c.ratio, c.nt)
 		seed := uint64(c.pos0 + c.nt)
@@ -98,24 +103,27 @@ func TestAttentionSegmented(t *testing.T) {
 		if _, ok := firstBitDiff(serial, want); ok {
 			t.Errorf("%s: the segmented order's output is the serial order's bit for bit", label)
 		}
-		// each order, and orders 2 and 5 with the v66 combine (OptSegComb 0)
-		type variant struct{ order, comb int }
-		for _, v := range []variant{{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {2, 0}, {5, 0}} {
+		// each order, orders 2 and 5 with the v66 combine (OptSegComb 0),
+		// and 5 compiled for 4 and 5 CTAs an SM (OptAttnSegOcc)
+		type variant struct{ order, comb, occ int }
+		for _, v := range []variant{{1, 1, 0}, {2, 1, 0}, {3, 1, 0}, {4, 1, 0}, {5, 1, 0}, {2, 0, 0}, {5, 0, 0}, {5, 1, 4}, {5, 1, 5}} {
 			must(t, d.SetOption(OptAttnOrder, v.order))
 			must(t, d.SetOption(OptSegComb, v.comb))
+			must(t, d.SetOption(OptAttnSegOcc, v.occ))
 			got, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
 			if i, ok := firstBitDiff(want, got); !ok {
-				t.Fatalf("%s, %d keys, order %d, combine %d: output %d (token %d head %d) %v, cpu.AttendHead's segmented order %v",
-					label, len(keys), v.order, v.comb, i, i/(H*HD), i/HD%H, got[i], want[i])
+				t.Fatalf("%s, %d keys, order %d, combine %d, occupancy %d: output %d (token %d head %d) %v, cpu.AttendHead's segmented order %v",
+					label, len(keys), v.order, v.comb, v.occ, i, i/(H*HD), i/HD%H, got[i], want[i])
 			}
 		}
 		must(t, d.SetOption(OptSegComb, 1))
+		must(t, d.SetOption(OptAttnSegOcc, DefaultAttnSegOcc))
 		// fused (the inverse rotation and the Q8_0 activation in the output
 		// kernels): orders 2's and 5's combine (both forms) as order 1's kernel
 		if maxKeys <= 2048 && c.nt < 8 {
 			var outs [4][]float32
 			var acts [4][]byte
-			vs := []variant{{1, 1}, {2, 1}, {5, 1}, {5, 0}}
+			vs := []variant{{1, 1, 0}, {2, 1, 0}, {5, 1, 0}, {5, 0, 0}}
 			for i, v := range vs {
 				must(t, d.SetOption(OptAttnOrder, v.order))
 				must(t, d.SetOption(OptSegComb, v.comb))
