@@ -15,8 +15,9 @@ import (
 // 3 and 4 (split over the segments: k_attn_seg of 128, 64 or 32 dims a
 // CTA, then k_attn_seg_combine; for 2 and 5 both of its forms, OptSegComb),
 // 5 (k_attn_seg_cl: 3 with the scores
-// formed in the kernel by a cluster of the 8 dim slices; also compiled for
-// 4 and 5 CTAs an SM, OptAttnSegOcc), and prompt chunks
+// formed in the kernel by a cluster of the 8 dim slices; compiled for no
+// occupancy, for 4 CTAs an SM — the default — and 5, OptAttnSegOcc), and
+// prompt chunks
 // of 8 and 16 tokens (k_attn_softmax_seg, then k_attn_out_tile<false,
 // true>, whatever the option's value): 133 keys (two whole segments and a short one), 640 (a
 // ratio-4 layer's window and top-k), 1299, 2042 (the last of 32 segments
