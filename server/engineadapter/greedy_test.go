@@ -149,7 +149,7 @@ func serveCalls(t *testing.T, e server.Engine, calls []call, dir string, logw ..
 // stop sequence, raw completions, a continued conversation — get the
 // replies of plain greedy decoding, and sampled requests with a seed those
 // of plain sampled decoding (the same draws), and drafts were verified on
-// the way (with three drafts a greedy pass too);
+// the way (with three drafts a pass too, greedy and sampled);
 // each generation's log line counts its drafts (adding up to the
 // sessions' counts), a plain server's none.
 func TestSpeculativeRequests(t *testing.T) {
@@ -226,8 +226,8 @@ func TestSpeculativeRequests(t *testing.T) {
 	if !strings.Contains(kvLog.String(), "reason=continued") {
 		t.Errorf("no continued checkpoint written during a generation:\n%s", kvLog.String())
 	}
-	// Deeper drafts (--mtp-draft 4: three a greedy pass; sampled requests
-	// draft one): the same replies.
+	// Deeper drafts (--mtp-draft 4: three a pass, greedy and, since v73,
+	// sampled requests): the same replies.
 	deep := open(true)
 	deep.Opts.DraftDepth = 3
 	var deepSessions []*session
