@@ -511,13 +511,21 @@ func draftForceAccept(t *testing.T, be engine.Backend, setOverride func(*engine.
 // TestDraftDeep runs TestDraftSameTokens, TestDraftRefusedToken and
 // TestDraftForceAccept with 2 and 3 drafts a pass (Options.DraftDepth: the
 // block run again over its own output streams), on the host path and on
-// the pipelined one (hostSpec as a DeepSpecPipeliner), which must have
-// run passes of that many drafts.
+// the pipelined one (atDepths).
 func TestDraftDeep(t *testing.T) {
-	cases := []struct {
-		name string
-		c    draftCase
-	}{{"same tokens", draftSameTokens}, {"refused", draftRefusedToken}, {"force accept", draftForceAccept}}
+	atDepths(t, []namedCase{{"same tokens", draftSameTokens}, {"refused", draftRefusedToken}, {"force accept", draftForceAccept}})
+}
+
+// namedCase is a draftCase with its subtests' name.
+type namedCase struct {
+	name string
+	c    draftCase
+}
+
+// atDepths runs each case with 2 and 3 drafts a pass on the host path and
+// on the pipelined one (hostSpec as a DeepSpecPipeliner of that depth),
+// which must have run passes of several drafts.
+func atDepths(t *testing.T, cases []namedCase) {
 	for _, depth := range []int{2, 3} {
 		for _, c := range cases {
 			t.Run(fmt.Sprintf("%s/depth %d", c.name, depth), func(t *testing.T) {
@@ -528,7 +536,7 @@ func TestDraftDeep(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/depth %d/pipelined", c.name, depth), func(t *testing.T) {
 				h := newHostSpec(mtpBackend(t))
 				h.deep = depth
-				c.c(t, h, func(o *engine.Options, f func(int, int32) int32) {
+				onPipelined(t, h, c.c, func(o *engine.Options, f func(int, int32) int32) {
 					h.override, o.DraftDepth = f, depth
 				})
 				if h.deepPasses == 0 {

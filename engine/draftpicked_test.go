@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -250,32 +249,9 @@ func TestDraftPickedFetchError(t *testing.T) {
 
 // TestDraftPickedDeep runs TestDraftPickedSameTokens and
 // TestDraftPickedRefused with 2 and 3 drafts a pass (Options.DraftDepth),
-// on the host path and on the pipelined one (hostSpec as a
-// DeepSpecPipeliner and SpecCandidater), which must have run passes of
-// that many drafts: each draft taken only when the pick's own draw lands
-// on it, the tokens plain decoding's draws.
+// on the host path and on the pipelined one (atDepths; hostSpec is a
+// SpecCandidater too): each draft taken only when the pick's own draw
+// lands on it, the tokens plain decoding's draws.
 func TestDraftPickedDeep(t *testing.T) {
-	cases := []struct {
-		name string
-		c    draftCase
-	}{{"same tokens", draftPickedSameTokens}, {"refused", draftPickedRefused}}
-	for _, depth := range []int{2, 3} {
-		for _, c := range cases {
-			t.Run(fmt.Sprintf("%s/depth %d", c.name, depth), func(t *testing.T) {
-				c.c(t, mtpBackend(t), func(o *engine.Options, f func(int, int32) int32) {
-					o.DraftOverride, o.DraftDepth = f, depth
-				})
-			})
-			t.Run(fmt.Sprintf("%s/depth %d/pipelined", c.name, depth), func(t *testing.T) {
-				h := newHostSpec(mtpBackend(t))
-				h.deep = depth
-				onPipelined(t, h, c.c, func(o *engine.Options, f func(int, int32) int32) {
-					h.override, o.DraftDepth = f, depth
-				})
-				if h.deepPasses == 0 {
-					t.Fatal("no pipelined pass of several drafts")
-				}
-			})
-		}
-	}
+	atDepths(t, []namedCase{{"same tokens", draftPickedSameTokens}, {"refused", draftPickedRefused}})
 }
