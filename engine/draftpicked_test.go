@@ -255,3 +255,51 @@ func TestDraftPickedFetchError(t *testing.T) {
 func TestDraftPickedDeep(t *testing.T) {
 	atDepths(t, []namedCase{{"same tokens", draftPickedSameTokens}, {"refused", draftPickedRefused}})
 }
+
+// TestDraftPickedContextFills: sampled speculative decoding with three
+// drafts a pass that runs into the session's context limit (drafts always
+// right, so passes reach the limit's last positions) stops where plain
+// DecodePicked stops, with the same tokens, the same error and the same
+// logits; on the host path and the pipelined one.
+func TestDraftPickedContextFills(t *testing.T) {
+	ctx := context.Background()
+	prompt := tokens(30, 512)
+	const maxCtx = 30 + 23
+	so := pickedOptions(4)
+	decode := func(be engine.Backend, o engine.Options) ([]int32, int, error, *engine.Session) {
+		o.MaxContext = maxCtx
+		s := prefilled(t, be, o, prompt)
+		sm := engine.NewSampler(so)
+		var got []int32
+		n, err := s.DecodePicked(ctx, 40, engine.FilterFor(so), func(l *engine.Logits) (int32, bool) {
+			tok := sm.SampleLogits(l, so)
+			got = append(got, tok)
+			return tok, true
+		})
+		return got, n, err, s
+	}
+	want, wn, werr, ws := decode(mtpBackend(t), engine.Options{})
+	if werr == nil || wn != maxCtx-len(prompt) {
+		t.Fatalf("plain: %d decoded, err %v (want %d and the context full)", wn, werr, maxCtx-len(prompt))
+	}
+	oracle := func(pos int, d int32) int32 {
+		if i := pos - len(prompt); i >= 0 && i < len(want) {
+			return want[i]
+		}
+		return d
+	}
+	onBothPaths(t, func(t *testing.T, be engine.Backend, setOverride func(*engine.Options, func(int, int32) int32)) {
+		o := engine.Options{Draft: true, DraftAlways: true, DraftDepth: 3}
+		setOverride(&o, oracle)
+		got, n, err, s := decode(be, o)
+		if n != wn || !slices.Equal(got, want) || (err == nil) != (werr == nil) || err.Error() != werr.Error() {
+			t.Fatalf("decoded %d %v (%v), want %d %v (%v)", n, got, err, wn, want, werr)
+		}
+		if !slices.Equal(s.Tokens(), ws.Tokens()) || !slices.Equal(s.Logits(), ws.Logits()) {
+			t.Fatal("the session's tokens or logits differ from plain decoding's")
+		}
+		if st := s.Stats(); st.Accepted == 0 {
+			t.Fatalf("no draft taken: %+v", st)
+		}
+	})
+}
