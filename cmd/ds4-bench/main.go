@@ -329,8 +329,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if g, ok := be.(interface{ GraphStats() cuda.GraphStats }); ok {
 		if gs := g.GraphStats(); gs.Captures > 0 {
 			per := func(ns int64) float64 { return float64(ns) / float64(gs.Captures) / 1e6 }
-			logf("graph decode: %d tokens, host %.3f ms a token recording and launching, %.3f ms waiting in the head; %+v",
-				gs.Captures, per(gs.HostNs), per(gs.WaitNs), gs)
+			logf("graph decode: %d tokens, host %.3f ms a token recording and launching, %.3f ms waiting in the head; %d graphs built in %.1f ms; %+v",
+				gs.Captures, per(gs.HostNs), per(gs.WaitNs), gs.Instantiates, float64(gs.BuildNs)/1e6, gs)
 			if gs.Rebuilds*8 > gs.Captures && gs.Captures >= 64 {
 				logf("warning: %d decode graphs were built again for a shape that had one (%d tokens): a per-step structure is missing from the graph's shape, and decode pays a graph build for it", gs.Rebuilds, gs.Captures)
 			}
