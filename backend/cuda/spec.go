@@ -68,18 +68,12 @@ type candQueue struct {
 func (c *candQueue) init(d *Device) error {
 	var err error
 	words := 4 * int64(CandidateWords(pickCandCap))
-	type alloc struct {
-		p *Ptr
-		n int64
-	}
-	allocs := []alloc{{&c.work, ArgmaxWork}, {&c.top, 16}, {&c.cnt, 4 * CandidateCTAs}}
+	allocs := []devAlloc{{&c.work, ArgmaxWork}, {&c.top, 16}, {&c.cnt, 4 * CandidateCTAs}}
 	for i := range c.cand {
-		allocs = append(allocs, alloc{&c.cand[i], words})
+		allocs = append(allocs, devAlloc{&c.cand[i], words})
 	}
-	for _, a := range allocs {
-		if *a.p, err = d.Malloc(a.n); err != nil {
-			return err
-		}
+	if err := mallocEach(d, allocs); err != nil {
+		return err
 	}
 	if err := d.Upload(c.work, make([]byte, ArgmaxWork)); err != nil {
 		return err
@@ -108,16 +102,30 @@ func (c *candQueue) release(d *Device) {
 
 func (q *specQueue) ready() bool { return q.res != 0 }
 
-func (q *specQueue) init(d *Device, vocab int) error {
-	var err error
-	allocs := []struct {
-		p *Ptr
-		n int64
-	}{{&q.logits, 4 * int64(passDrafts+1) * int64(vocab)}, {&q.dlogits, 4 * int64(vocab)}, {&q.work, ArgmaxWork}, {&q.dwork, ArgmaxWork}, {&q.res, 4 * resWords}}
+// devAlloc is one device allocation of mallocEach: n bytes into *p.
+type devAlloc struct {
+	p *Ptr
+	n int64
+}
+
+// mallocEach makes each allocation in turn, stopping at the first that
+// fails (those made before stay set, for the caller's release).
+func mallocEach(d *Device, allocs []devAlloc) error {
 	for _, a := range allocs {
+		var err error
 		if *a.p, err = d.Malloc(a.n); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+func (q *specQueue) init(d *Device, vocab int) error {
+	var err error
+	allocs := []devAlloc{{&q.logits, 4 * int64(passDrafts+1) * int64(vocab)}, {&q.dlogits, 4 * int64(vocab)},
+		{&q.work, ArgmaxWork}, {&q.dwork, ArgmaxWork}, {&q.res, 4 * resWords}}
+	if err := mallocEach(d, allocs); err != nil {
+		return err
 	}
 	for _, w := range []Ptr{q.work, q.dwork} {
 		if err := d.Upload(w, make([]byte, ArgmaxWork)); err != nil {
@@ -320,10 +328,7 @@ func (be *Backend) HeadVerify(bi engine.Batch) error {
 		return fmt.Errorf("cuda: verification head: no draft head before it")
 	}
 	c := &q.cq
-	f := c.filt
-	if f != nil && n > len(c.cand) {
-		return fmt.Errorf("cuda: verification candidates of a chunk of %d tokens (at most %d)", n, len(c.cand))
-	}
+	f := c.filt // (a row's candidates each: n ≤ passDrafts + 1 = len(c.cand))
 	d := be.dev
 	D, V := be.cfg.Embed, be.cfg.Vocab
 	if err := be.headIn(b, &be.head); err != nil {
