@@ -391,6 +391,29 @@ func (s *Session) passDepth() int {
 	return s.mtp.policy.depthFor(want)
 }
 
+// passDrafts returns the drafts of a verifying pass at position P with
+// left tokens still to decode: passDepth, within them and the context, and
+// within dp's PassDrafts (dp not nil).
+func (s *Session) passDrafts(left, P int, dp DeepSpecPipeliner) int {
+	k := min(s.passDepth(), left-1, s.opts.MaxContext-P-1)
+	if dp != nil {
+		k = min(k, dp.PassDrafts())
+	}
+	return k
+}
+
+// devicePasses reports whether a run on sp takes the device's pass at this
+// run's depth (passDepth): one draft on a SpecPipeliner, up to PassDrafts
+// on a DeepSpecPipeliner, which it returns (nil for any other sp).
+func (s *Session) devicePasses(sp SpecPipeliner) (DeepSpecPipeliner, bool) {
+	deep, _ := sp.(DeepSpecPipeliner)
+	most := 1
+	if deep != nil {
+		most = deep.PassDrafts()
+	}
+	return deep, s.passDepth() <= most
+}
+
 // draftChain returns k ≥ 1 greedy drafts after tok, the token chosen for
 // the session's position P: the first as draft makes it (the block over
 // the staged rows), each next one by the block run again at the next
@@ -454,14 +477,9 @@ func (s *Session) SetSpeculate(on bool) bool {
 
 // decodeSpeculative is DecodeGreedy with drafts (Options.Draft).
 func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int32) bool) (int, error) {
-	// the device's pass where it takes this run's depth: one draft on a
-	// SpecPipeliner, up to PassDrafts on a DeepSpecPipeliner
+	// the device's pass where it takes this run's depth
 	if sp, ok := s.be.(SpecPipeliner); ok && s.opts.DraftOverride == nil && s.opts.Trace == nil {
-		most := 1
-		if dp, ok := sp.(DeepSpecPipeliner); ok {
-			most = dp.PassDrafts()
-		}
-		if s.passDepth() <= most {
+		if _, on := s.devicePasses(sp); on {
 			return s.specPipelined(ctx, sp, max, emit)
 		}
 	}
@@ -481,8 +499,7 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 			return n, nil
 		}
 		P := len(s.tokens)
-		// k: the drafts of this pass, within max and the context
-		k := min(s.passDepth(), max-n-1, s.opts.MaxContext-P-1)
+		k := s.passDrafts(max-n, P, nil) // the drafts of this pass
 		if k < 1 || !s.canDraft() {
 			if err := s.Decode(ctx, tok); err != nil {
 				return n, err
@@ -510,15 +527,8 @@ func (s *Session) decodeSpeculative(ctx context.Context, max int, emit func(int3
 			s.observeDraft(P+1, d, Greedy(s.logits), true)
 			continue
 		}
-		ds, err := s.draftChain(ctx, tok, k)
+		ds, err := s.hostPass(ctx, tok, k, &rows)
 		if err != nil {
-			s.logitsOK = false
-			return n, err
-		}
-		for len(rows) < k {
-			rows = append(rows, make([]float32, s.cfg.Vocab))
-		}
-		if err := s.verifyChain(ctx, append([]int32{tok}, ds...), rows[:k]); err != nil {
 			s.logitsOK = false
 			return n, err
 		}
@@ -639,8 +649,7 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 			continue
 		}
 		check := s.checking()
-		if k := min(s.passDepth(), max-n-1, s.opts.MaxContext-P-1); deep != nil && !check && k > 1 {
-			k = min(k, deep.PassDrafts())
+		if k := s.passDrafts(max-n, P, deep); deep != nil && !check && k > 1 {
 			if cap(ds) < k {
 				ds, cs = make([]int32, k), make([]int32, k+1)
 			}
@@ -912,15 +921,11 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 		sp = nil
 	}
 	// the device's pass where it takes this run's depth (decodeSpeculative's
-	// rule): one draft on a SpecPipeliner, up to PassDrafts on a
-	// DeepSpecPipeliner
-	deep, _ := sp.(DeepSpecPipeliner)
+	// rule), else the host path
+	var deep DeepSpecPipeliner
 	if sp != nil {
-		most := 1
-		if deep != nil {
-			most = deep.PassDrafts()
-		}
-		if s.passDepth() > most {
+		var on bool
+		if deep, on = s.devicePasses(sp); !on {
 			sp, deep = nil, nil
 		}
 	}
@@ -972,10 +977,10 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 	}
 	have := false    // tok chosen by pick, not yet decoded
 	var next *Logits // what the next pick reads (nil: the session's logits)
-	// a deep pass's rows of logits on the host path (pickDeepPass), and
-	// its greedy choices' buffer on the device's
+	// a deep pass's rows of logits on the host path (hostPass), and its
+	// drafts and greedy choices on the device's (specPassDeep)
 	var rows [][]float32
-	dcs := make([]int32, MaxDraftDepth+1)
+	var ds, dcs []int32
 	for n < max {
 		if err := ctx.Err(); err != nil {
 			return n, err
@@ -1024,13 +1029,16 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 			continue
 		}
 		check := s.checking()
-		if k := min(s.passDepth(), max-n-1, s.opts.MaxContext-P-1); !check && k > 1 && (sp == nil || deep != nil) {
-			if deep != nil {
-				k = min(k, deep.PassDrafts())
-			}
+		if k := s.passDrafts(max-n, P, deep); !check && k > 1 && (sp == nil || deep != nil) {
 			// a pass of k drafts: pick reads the row after tok, then the
 			// row after each draft it takes
-			ds, err := s.pickDeepPass(ctx, deep, tok, k, &rows, dcs)
+			var err error
+			if deep != nil {
+				ds, dcs = make([]int32, k), make([]int32, k+1)
+				err = s.specPassDeep(ctx, deep, tok, ds, dcs)
+			} else {
+				ds, err = s.hostPass(ctx, tok, k, &rows)
+			}
 			if err != nil {
 				s.logitsOK = false
 				return n, err
@@ -1138,21 +1146,12 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 	return n, nil
 }
 
-// pickDeepPass runs the verification of decodePickedSpeculative's pass of
-// k ≥ 2 drafts for tok at the session's position P and returns the
-// drafts. On the host path (dp nil: draftChain and verifyChain) the logits
-// after tok and after each draft but the last are left in (*rows)[0 … k−1]
-// (grown as needed), and those after the last draft are the session's; on
-// dp's (specPassDeep, cs its choices' buffer) the rows stay on the device.
-// The session then holds tok and the drafts.
-func (s *Session) pickDeepPass(ctx context.Context, dp DeepSpecPipeliner, tok int32, k int, rows *[][]float32, cs []int32) ([]int32, error) {
-	if dp != nil {
-		ds := make([]int32, k)
-		if err := s.specPassDeep(ctx, dp, tok, ds, cs[:k+1]); err != nil {
-			return nil, err
-		}
-		return ds, nil
-	}
+// hostPass runs a pass of k drafts for tok at the session's position on
+// the host path — draftChain, then verifyChain — and returns the drafts:
+// the logits after tok and after each draft but the last are left in
+// (*rows)[0 … k−1] (grown as needed), those after the last draft are the
+// session's, and the session holds tok and the drafts.
+func (s *Session) hostPass(ctx context.Context, tok int32, k int, rows *[][]float32) ([]int32, error) {
 	ds, err := s.draftChain(ctx, tok, k)
 	if err != nil {
 		return nil, err
