@@ -4294,6 +4294,153 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB) k_at
     attn_seg_run<64, true>(a, work, maxk);
 }
 
+// k_attn_seg_walk (DS4C_OPT_ATTN_SEG_WALK): k_attn_seg_cl's segments, the
+// same operations on each, walked by fewer CTAs. A cluster (the SG_CL dim
+// slices of a head group of token blockIdx.y) takes segs consecutive
+// segments from blockIdx.x · segs, as few as keep the CTAs within one wave
+// (a single token's 10 segments at a ratio-4 layer: 640 CTAs of
+// k_attn_seg_cl, 1.2 waves at 4 an SM; here 320). Each CTA finds its keys'
+// rows once, a thread a key (a window row's ring slot is a 64-bit
+// remainder, a pick's row a dependent load; k_attn_seg_cl finds 12 a
+// thread), stages its group's query rows once (their loads in flight while
+// the rows are found), and issues the next segment's key rows (after the
+// current ones are staged) and value slices (after theirs) before it works
+// on the current segment, so that their loads are in flight during the
+// scores and the sums. The scores' rows are
+// shared through a double buffer (a CTA writes a peer's buffer of segment
+// i + 2 only after the cluster barrier of i + 1, which every peer reaches
+// after reading i's). Each segment's scores, statistics and partial sums
+// are k_attn_seg_cl's, in the same order and roundings: the same bits.
+constexpr int SGW_MAX = 12; // segments a CTA at most (its rows' table: SGW_MAX · AP_SEG pointers)
+template <int MINB>
+__global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB)
+    k_attn_seg_walk(AttnArgs a, float *work, int64_t maxk, int segs) {
+    constexpr int SD = SGC_RS / 2, DL = SD / 32, KV = AP_SEG * SD / 4 / SG_T, XR = SG_H * SGC_RS / SG_T;
+    static_assert(SD == 64 && DL == 2 && KV == 4 && XR == 4 && AP_SEG == 8 * SG_CL, "k_attn_seg_cl's shapes");
+    // rows 0 … SG_H − 1: the queries (staged once); SG_H …: the segment's
+    // key rows for its scores, then (the same bytes) its value slices
+    __shared__ __align__(16) float s_buf[SGC_ROWS * SGC_PS];
+    __shared__ __align__(16) float s_ex[SG_H][AP_SEG];
+    __shared__ float s_sc[2][SG_H][AP_SEG];
+    __shared__ const float *s_row[SGW_MAX * AP_SEG];
+    float4(*const s_v)[SD / 4] = (float4(*)[SD / 4])(s_buf + SG_H * SGC_PS);
+    static_assert(AP_SEG * SD <= SG_H * SGC_PS, "the value slices fit the key rows' bytes");
+    pdl_enter();
+    const int t = blockIdx.y, n = gridDim.y, tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+    const int h = blockIdx.z / SG_CL * SG_H + w, ds = blockIdx.z % SG_CL, d0 = ds * SD;
+    const bool first = ds == 0, hok = h < a.H;
+    const int64_t p = a.pos0 + t;
+    int64_t nwin;
+    const int64_t nk = attn_nkeys(a, t, &nwin);
+    const int64_t kb = (int64_t)blockIdx.x * segs * AP_SEG;
+    if (kb >= nk) return; // (a cluster's CTAs alike)
+    const int nkr = (int)min(nk - kb, (int64_t)segs * AP_SEG), nsg = (nkr + AP_SEG - 1) / AP_SEG;
+    // the queries' float4s (as k_attn_seg_cl's first SG_H rows) in flight
+    // while the rows are found, and staged while the first segment's load
+    float4 x[XR];
+#pragma unroll
+    for (int u = 0; u < XR; u++) {
+        const int f = tid + u * SG_T, row = f / SGC_RS, c = f % SGC_RS;
+        x[u] = __ldg((const float4 *)(a.q + ((int64_t)t * a.H + min((h - w) + row, a.H - 1)) * a.HD) + c);
+    }
+    for (int i = tid; i < nkr; i += SG_T) s_row[i] = attn_key(a, t, p, kb + i, nwin);
+    __syncthreads(); // s_row
+    const int r = tid & 3, kk = (tid >> 2) & 7, kl = ds * (AP_SEG / SG_CL) + kk; // (warp w: head h)
+    const int lc = tid % (SD / 4), lk = tid / (SD / 4);
+    // segment i's (of this CTA's) key rows for the scores, and value slices
+    auto load_keys = [&](int i, float4(&x)[XR]) {
+        const int m = min(AP_SEG, nkr - i * AP_SEG);
+#pragma unroll
+        for (int u = 0; u < XR; u++) {
+            const int f = tid + u * SG_T, row = f / SGC_RS, c = f % SGC_RS;
+            x[u] = __ldg((const float4 *)s_row[i * AP_SEG + min(ds * (AP_SEG / SG_CL) + row, m - 1)] + c);
+        }
+    };
+    auto load_vals = [&](int i, float4(&kv)[KV]) {
+        const int m = min(AP_SEG, nkr - i * AP_SEG);
+#pragma unroll
+        for (int u = 0; u < KV; u++) {
+            const int k = lk + u * (SG_T / (SD / 4));
+            kv[u] = k < m ? __ldg((const float4 *)(s_row[i * AP_SEG + k] + d0) + lc) : make_float4(0, 0, 0, 0);
+        }
+    };
+    float4 xk[XR], kv[KV];
+    load_keys(0, xk);
+    load_vals(0, kv);
+#pragma unroll
+    for (int u = 0; u < XR; u++) {
+        const int f = tid + u * SG_T, row = f / SGC_RS, c = f % SGC_RS;
+        float *d = s_buf + row * SGC_PS + c;
+        d[0] = x[u].x, d[SGC_LD] = x[u].y, d[2 * SGC_LD] = x[u].z, d[3 * SGC_LD] = x[u].w;
+    }
+    const int64_t nseg = seg_nseg(maxk);
+    const int j0 = blockIdx.x * segs;
+    const float *qs = s_buf + w * SGC_PS + r * SGC_LD, *ks = s_buf + (SG_H + kk) * SGC_PS + r * SGC_LD;
+    for (int i = 0; i < nsg; i++) {
+        const int j = j0 + i, m = min(AP_SEG, nkr - i * AP_SEG), par = i & 1;
+        if (i > 0) __syncthreads(); // the previous segment's sums have read s_v
+#pragma unroll
+        for (int u = 0; u < XR; u++) {
+            const int f = tid + u * SG_T, row = SG_H + f / SGC_RS, c = f % SGC_RS;
+            float *d = s_buf + row * SGC_PS + c;
+            d[0] = xk[u].x, d[SGC_LD] = xk[u].y, d[2 * SGC_LD] = xk[u].z, d[3 * SGC_LD] = xk[u].w;
+        }
+        if (i + 1 < nsg) load_keys(i + 1, xk);
+        __syncthreads();
+        float acc = 0.f;
+#pragma unroll 4
+        for (int s = 0; s < SGC_RS; s += 4) { // chain r: dims r, r + 4, … in order
+            const float4 qv = *(const float4 *)(qs + s), kv4 = *(const float4 *)(ks + s);
+            acc = fadd(acc, fmul(qv.x, kv4.x));
+            acc = fadd(acc, fmul(qv.y, kv4.y));
+            acc = fadd(acc, fmul(qv.z, kv4.z));
+            acc = fadd(acc, fmul(qv.w, kv4.w));
+        }
+        const float v1 = __shfl_down_sync(FULL_MASK, acc, 1), v2 = __shfl_down_sync(FULL_MASK, acc, 2),
+                    v3 = __shfl_down_sync(FULL_MASK, acc, 3);
+        if (r == 0 && kl < m) {
+            const float s = fmul(fadd(fadd(acc, v1), fadd(v2, v3)), a.scale);
+            cg::cluster_group cl = cg::this_cluster();
+#pragma unroll
+            for (int c = 0; c < SG_CL; c++) cl.map_shared_rank(&s_sc[par][w][0], c)[kl] = s;
+        }
+        cluster_sync_all(); // every CTA's row of segment i's scores whole
+        const float s0 = lane < m ? s_sc[par][w][lane] : -INFINITY, s1 = lane + 32 < m ? s_sc[par][w][lane + 32] : -INFINITY;
+        const float mj = warp_max(fmaxf(s0, s1));
+        if (lane < m) s_ex[w][lane] = exp_ref(fsub(s0, mj));
+        if (lane + 32 < m) s_ex[w][lane + 32] = exp_ref(fsub(s1, mj));
+        __syncwarp();
+        const int64_t row = ((int64_t)j * n + t) * a.H + h;
+        if (lane == 0 && hok && first) {
+            const float l = po_sum_ahead(0.f, s_ex[w], m);
+            ((float2 *)(work + (int64_t)n * a.H * maxk + nseg * n * a.H * a.HD))[row] = make_float2(mj, l);
+        }
+#pragma unroll
+        for (int u = 0; u < KV; u++) s_v[lk + u * (SG_T / (SD / 4))][lc] = kv[u];
+        if (i + 1 < nsg) load_vals(i + 1, kv);
+        __syncthreads();
+        float o[DL] = {0.f, 0.f};
+        const float *ex = s_ex[w];
+        int k = 0;
+        for (; k + 4 <= m; k += 4) {
+            const float4 e = ld4s(ex + k);
+            const float ev[4] = {e.x, e.y, e.z, e.w};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const float2 v = ((const float2 *)s_v[k + u])[lane];
+                o[0] = fadd(o[0], fmul(ev[u], v.x));
+                o[1] = fadd(o[1], fmul(ev[u], v.y));
+            }
+        }
+        for (; k < m; k++) {
+            const float2 v = ((const float2 *)s_v[k])[lane];
+            o[0] = fadd(o[0], fmul(ex[k], v.x));
+            o[1] = fadd(o[1], fmul(ex[k], v.y));
+        }
+        if (hok) *(float2 *)(work + (int64_t)n * a.H * maxk + row * a.HD + d0 + DL * lane) = make_float2(o[0], o[1]);
+    }
+}
+
 // BATCH (DS4C_OPT_SEG_COMB 1, the default): the same operations in the same
 // order with the lane's partials o_j requested before the statistics, up
 // to SCB segments a pass, and each lane's first (m_j, l_j) kept from the
@@ -6028,9 +6175,21 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         const int hg = (int)nblk(H, SG_H), sd = order == 4 ? 32 : order == 2 ? 128 : 64;
         const dim3 sgrid((unsigned)seg_nseg(max_keys), (unsigned)n, (unsigned)(hg * (HD / sd)));
         if (segfused) {
-            const int occ = ds4c_opt_attn_seg_occ();
-            ds4c_launch(occ == 5 ? k_attn_seg_cl<5> : occ == 4 ? k_attn_seg_cl<4> : occ == 3 ? k_attn_seg_cl<3> : occ == 2 ? k_attn_seg_cl<2> : k_attn_seg_cl<1>,
-                        sgrid, SG_T, 0, st, a, d_work, max_keys);
+            const int occ = ds4c_opt_attn_seg_occ(), walk = ds4c_opt_attn_seg_walk();
+            // k_attn_seg_walk (walk 1: single tokens, 2: every count) with
+            // as few segments a cluster as keep the CTAs within one wave of
+            // its occupancy's slots (3+: walk − 2 segments, every count)
+            const int wocc = occ == 3 ? 3 : 4;
+            if (walk >= 2 || (walk == 1 && n == 1)) {
+                const int64_t ns = seg_nseg(max_keys);
+                const int64_t f = max((int64_t)1, (int64_t)ds4c_sm_count() * wocc / ((int64_t)n * hg * SG_CL));
+                const int segs = (int)min((int64_t)SGW_MAX, walk >= 3 ? (int64_t)(walk - 2) : (ns + f - 1) / f);
+                ds4c_launch(wocc == 3 ? k_attn_seg_walk<3> : k_attn_seg_walk<4>,
+                            dim3((unsigned)((ns + segs - 1) / segs), (unsigned)n, (unsigned)(hg * SG_CL)), SG_T, 0, st, a, d_work,
+                            max_keys, segs);
+            } else
+                ds4c_launch(occ == 5 ? k_attn_seg_cl<5> : occ == 4 ? k_attn_seg_cl<4> : occ == 3 ? k_attn_seg_cl<3> : occ == 2 ? k_attn_seg_cl<2> : k_attn_seg_cl<1>,
+                            sgrid, SG_T, 0, st, a, d_work, max_keys);
         }
         else
             ds4c_launch(order == 4 ? k_attn_seg<32> : order == 2 ? k_attn_seg<128> : k_attn_seg<64>, sgrid, SG_T, 0, st, a, d_work, max_keys);

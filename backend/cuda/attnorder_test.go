@@ -32,6 +32,7 @@ func TestAttentionSegmented(t *testing.T) {
 		d.SetOption(OptAttnOrder, DefaultAttnOrder)
 		d.SetOption(OptSegComb, 1)
 		d.SetOption(OptAttnSegOcc, DefaultAttnSegOcc)
+		d.SetOption(OptAttnSegWalk, DefaultAttnSegWalk)
 	})
 	const H, HD, W = attnH, attnHD, attnW
 	const wcap = 2 * W
@@ -40,7 +41,7 @@ func TestAttentionSegmented(t *testing.T) {
 	freqp := uploadFreqs(t, d, rd/2, 0.011)
 	for _, c := range []struct{ pos0, ratio, K, nt int }{
 		{700, 128, 0, 1}, {12000, 4, 512, 1}, {150000, 128, 0, 1}, {245000, 128, 0, 1}, {300000, 128, 0, 1},
-		{700, 128, 0, 2}, {12000, 4, 512, 2}, {12000, 4, 512, 4}, {700, 128, 0, 8}, {12000, 4, 512, 16}, {245000, 128, 0, 8},
+		{700, 128, 0, 2}, {12000, 4, 512, 2}, {12000, 4, 512, 3}, {12000, 4, 512, 4}, {700, 128, 0, 8}, {12000, 4, 512, 16}, {245000, 128, 0, 8},
 	} {
 		label := fmt.Sprintf("pos0 %d, ratio %d, %d tokens", c.pos0, c.ratio, c.nt)
 		seed := uint64(c.pos0 + c.nt)
@@ -105,26 +106,32 @@ func TestAttentionSegmented(t *testing.T) {
 			t.Errorf("%s: the segmented order's output is the serial order's bit for bit", label)
 		}
 		// each order, orders 2 and 5 with the v66 combine (OptSegComb 0),
-		// and 5 compiled for 4 and 5 CTAs an SM (OptAttnSegOcc)
-		type variant struct{ order, comb, occ int }
-		for _, v := range []variant{{1, 1, 0}, {2, 1, 0}, {3, 1, 0}, {4, 1, 0}, {5, 1, 0}, {2, 0, 0}, {5, 0, 0}, {5, 1, 4}, {5, 1, 5}} {
+		// 5 compiled for 4 and 5 CTAs an SM (OptAttnSegOcc), and 5's
+		// segments walked by fewer CTAs (OptAttnSegWalk: single tokens;
+		// every count, as few CTAs as fill a wave at 4 and 3 CTAs an SM;
+		// 1, 3 and 12 segments a CTA)
+		type variant struct{ order, comb, occ, walk int }
+		for _, v := range []variant{{1, 1, 0, 0}, {2, 1, 0, 0}, {3, 1, 0, 0}, {4, 1, 0, 0}, {5, 1, 0, 0}, {2, 0, 0, 0}, {5, 0, 0, 0},
+			{5, 1, 4, 0}, {5, 1, 5, 0}, {5, 1, 4, 1}, {5, 1, 4, 2}, {5, 1, 3, 2}, {5, 1, 4, 3}, {5, 1, 4, 5}, {5, 1, 4, 14}} {
 			must(t, d.SetOption(OptAttnOrder, v.order))
 			must(t, d.SetOption(OptSegComb, v.comb))
 			must(t, d.SetOption(OptAttnSegOcc, v.occ))
+			must(t, d.SetOption(OptAttnSegWalk, v.walk))
 			got, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
 			if i, ok := firstBitDiff(want, got); !ok {
-				t.Fatalf("%s, %d keys, order %d, combine %d, occupancy %d: output %d (token %d head %d) %v, cpu.AttendHead's segmented order %v",
-					label, len(keys), v.order, v.comb, v.occ, i, i/(H*HD), i/HD%H, got[i], want[i])
+				t.Fatalf("%s, %d keys, order %d, combine %d, occupancy %d, walk %d: output %d (token %d head %d) %v, cpu.AttendHead's segmented order %v",
+					label, len(keys), v.order, v.comb, v.occ, v.walk, i, i/(H*HD), i/HD%H, got[i], want[i])
 			}
 		}
 		must(t, d.SetOption(OptSegComb, 1))
 		must(t, d.SetOption(OptAttnSegOcc, DefaultAttnSegOcc))
+		must(t, d.SetOption(OptAttnSegWalk, DefaultAttnSegWalk))
 		// fused (the inverse rotation and the Q8_0 activation in the output
 		// kernels): orders 2's and 5's combine (both forms) as order 1's kernel
 		if maxKeys <= 2048 && c.nt < 8 {
 			var outs [4][]float32
 			var acts [4][]byte
-			vs := []variant{{1, 1, 0}, {2, 1, 0}, {5, 1, 0}, {5, 0, 0}}
+			vs := []variant{{1, 1, 0, 0}, {2, 1, 0, 0}, {5, 1, 0, 0}, {5, 0, 0, 0}}
 			for i, v := range vs {
 				must(t, d.SetOption(OptAttnOrder, v.order))
 				must(t, d.SetOption(OptSegComb, v.comb))
