@@ -3,6 +3,8 @@ package cuda
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 
 	"ds4go/backend/cpu"
@@ -16,15 +18,17 @@ import (
 // CTA, then k_attn_seg_combine; for 2 and 5 both of its forms, OptSegComb),
 // 5 (k_attn_seg_cl: 3 with the scores
 // formed in the kernel by a cluster of the 8 dim slices; compiled for no
-// occupancy, for 4 CTAs an SM — the default — and 5, OptAttnSegOcc), and
-// prompt chunks
-// of 8 and 16 tokens (k_attn_softmax_seg, then k_attn_out_tile<false,
+// occupancy, for 4 CTAs an SM — the default — and 5, OptAttnSegOcc; its
+// segments walked by fewer CTAs, OptAttnSegWalk), and prompt chunks of 8
+// and 16 tokens (k_attn_softmax_seg, then k_attn_out_tile<false,
 // true>, whatever the option's value): 133 keys (two whole segments and a short one), 640 (a
 // ratio-4 layer's window and top-k), 1299, 2042 (the last of 32 segments
 // short) and 2471, the key rows in the kernels' order (the window's
 // positions from the chunk's rows or the ring, then the compressed rows
 // picked or all). A chunk with the tiled kernels off, which have no
 // segmented form, fails instead of summing in the serial order.
+// DS4_CUDA_SEG_ONLY runs only the cases whose label holds it (ncu of one
+// shape's launches: e.g. "ratio 4, 4 tokens").
 func TestAttentionSegmented(t *testing.T) {
 	d := gpu(t)
 	restoreAttnOptions(t, d)
@@ -44,6 +48,9 @@ func TestAttentionSegmented(t *testing.T) {
 		{700, 128, 0, 2}, {12000, 4, 512, 2}, {12000, 4, 512, 3}, {12000, 4, 512, 4}, {700, 128, 0, 8}, {12000, 4, 512, 16}, {245000, 128, 0, 8},
 	} {
 		label := fmt.Sprintf("pos0 %d, ratio %d, %d tokens", c.pos0, c.ratio, c.nt)
+		if only := os.Getenv("DS4_CUDA_SEG_ONLY"); only != "" && !strings.Contains(label, only) {
+			continue // (one case's launches alone, for ncu: e.g. "ratio 4, 4 tokens")
+		}
 		seed := uint64(c.pos0 + c.nt)
 		nComp := (c.pos0 + c.nt) / c.ratio
 		q, kv := gaussian(c.nt*H*HD, seed), gaussian(c.nt*HD, seed+1)
