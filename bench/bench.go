@@ -78,6 +78,15 @@ type Options struct {
 	// speculation off, timed as Row.PlainGenTPS), then a speculative one
 	// (Row.GenTPS).
 	Accept *Acceptance
+	// Settle, when positive, decodes that many tokens untimed at each
+	// frontier before each timed decode (the plain and the speculative one
+	// with Accept) and rewinds to the frontier, so that the timed run finds
+	// its decode graphs built and, speculating, the session's draft policy
+	// past its start — as a server's long-lived session is after its first
+	// requests. Accept's draws restart after it (the timed run's draws are
+	// the same as without). The session's RewindSlack should cover
+	// max(Gen, Settle).
+	Settle int
 	// Progress, if set, is called after each row (for logs).
 	Progress func(Row)
 }
@@ -162,6 +171,12 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 	if len(o.Frontiers) == 0 {
 		return nil, errors.New("bench: no frontiers")
 	}
+	if o.Settle < 0 {
+		return nil, fmt.Errorf("bench: settle %d < 0", o.Settle)
+	}
+	if o.HostGreedy && o.Accept != nil {
+		return nil, errors.New("bench: host-chosen steps time plain decoding, not a forced acceptance")
+	}
 	last := o.Frontiers[len(o.Frontiers)-1]
 	if len(prompt) < last {
 		return nil, fmt.Errorf("bench: prompt of %d tokens is shorter than frontier %d", len(prompt), last)
@@ -200,20 +215,25 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 				_, err := s.DecodeGreedy(ctx, n, func(int32) bool { return true })
 				return err
 			}
-			t0 = time.Now()
-			var err error
-			switch {
-			case o.HostGreedy:
-				for i := 0; i < o.Gen && err == nil; i++ {
-					logits := s.Logits()
-					if logits == nil {
-						return rows, fmt.Errorf("bench: no logits at %d", s.Pos())
+			if o.HostGreedy {
+				decode = func(ctx context.Context, s *engine.Session, n int) error {
+					for range n {
+						logits := s.Logits()
+						if logits == nil {
+							return fmt.Errorf("no logits at %d", s.Pos())
+						}
+						if err := s.Decode(ctx, choose(logits)); err != nil {
+							return err
+						}
 					}
-					err = s.Decode(ctx, choose(logits))
+					return nil
 				}
-			case o.Accept != nil:
-				err = o.Accept.run(ctx, s, f, o.Gen, &r, decode)
-			default:
+			}
+			var err error
+			if o.Accept != nil {
+				err = o.Accept.run(ctx, s, f, o.Gen, o.Settle, &r, decode)
+			} else if err = settle(ctx, s, f, o.Settle, decode); err == nil {
+				t0 = time.Now()
 				err = decode(ctx, s, o.Gen)
 			}
 			if err != nil {
@@ -235,6 +255,21 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 		prev = f
 	}
 	return rows, nil
+}
+
+// settle decodes n tokens untimed at frontier f and rewinds to it
+// (Options.Settle; nothing for n = 0).
+func settle(ctx context.Context, s *engine.Session, f, n int, decode func(context.Context, *engine.Session, int) error) error {
+	if n <= 0 {
+		return nil
+	}
+	if err := decode(ctx, s, n); err != nil {
+		return fmt.Errorf("settling: %w", err)
+	}
+	if err := s.Rewind(ctx, f); err != nil {
+		return fmt.Errorf("rewind to %d after settling: %w", f, err)
+	}
+	return nil
 }
 
 // warmUp prefills the prompt's last n tokens (n > 0) into s and rewinds it
@@ -342,10 +377,15 @@ func (a *Acceptance) Accept(int) bool { return a.rng.Float64() < a.rate }
 
 // run decodes gen tokens at frontier f with decode twice: plainly
 // (speculation off), then, rewound, speculatively at the acceptance rate,
-// and fills r.
-func (a *Acceptance) run(ctx context.Context, s *engine.Session, f, gen int, r *Row, decode func(context.Context, *engine.Session, int) error) error {
+// and fills r. With settle > 0 each timed run follows settle tokens of its
+// own kind, untimed and rewound (Options.Settle), and the draws restart
+// after the speculative one's.
+func (a *Acceptance) run(ctx context.Context, s *engine.Session, f, gen, settleN int, r *Row, decode func(context.Context, *engine.Session, int) error) error {
 	if !s.SetSpeculate(false) {
 		return errors.New("bench: a forced acceptance needs a session with drafting (engine.Options.Draft)")
+	}
+	if err := settle(ctx, s, f, settleN, decode); err != nil {
+		return err
 	}
 	t0 := time.Now()
 	if err := decode(ctx, s, gen); err != nil {
@@ -356,6 +396,12 @@ func (a *Acceptance) run(ctx context.Context, s *engine.Session, f, gen int, r *
 		return fmt.Errorf("rewind to %d: %w", f, err)
 	}
 	s.SetSpeculate(true)
+	if settleN > 0 {
+		if err := settle(ctx, s, f, settleN, decode); err != nil {
+			return err
+		}
+		a.Reset()
+	}
 	st0 := s.Stats()
 	t0 = time.Now()
 	err := decode(ctx, s, gen)

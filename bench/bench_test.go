@@ -135,3 +135,120 @@ func TestAcceptanceReset(t *testing.T) {
 		t.Errorf("%d of %d committed at rate %g", n, len(first), a.Rate())
 	}
 }
+
+// TestRunSettle: Options.Settle decodes untimed tokens before each timed
+// decode and rewinds, leaving no trace — the same tokens and bit-identical
+// logits as a run without — and (past a small RewindSlack) its rewinds
+// re-prefill, which shows the tokens were decoded.
+func TestRunSettle(t *testing.T) {
+	be, w := tinyBackend(t)
+	prompt := RandomTokens(40, w.Config.Vocab, 11)
+	var logits [2][]float32
+	for i, settle := range []int{0, 20} {
+		s, err := engine.NewSession(be, engine.Options{ChunkSize: 16, MaxContext: 128, RewindSlack: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := Run(context.Background(), s, prompt, Options{Frontiers: []int{20, 40}, Gen: 2, Settle: settle})
+		if err != nil || len(rows) != 2 {
+			t.Fatalf("settle %d: %v %+v", settle, err, rows)
+		}
+		if s.Pos() != 40 {
+			t.Fatalf("settle %d: session at %d, want 40", settle, s.Pos())
+		}
+		if st := s.Stats(); (st.Rederivations > 0) != (settle > 0) {
+			t.Errorf("settle %d: %d re-prefills", settle, st.Rederivations)
+		}
+		logits[i] = append([]float32(nil), s.Logits()...)
+		s.Close()
+	}
+	if len(logits[0]) == 0 || len(logits[0]) != len(logits[1]) {
+		t.Fatalf("logits of %d and %d values", len(logits[0]), len(logits[1]))
+	}
+	for i := range logits[0] {
+		if logits[0][i] != logits[1][i] {
+			t.Fatalf("logit %d: %v after settling, %v without", i, logits[1][i], logits[0][i])
+		}
+	}
+	s, err := engine.NewSession(be, engine.Options{ChunkSize: 16, MaxContext: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := Run(context.Background(), s, prompt, Options{Frontiers: []int{20}, Gen: 2, Settle: -1}); err == nil {
+		t.Error("settle -1 accepted")
+	}
+}
+
+// TestRunSettleAccept: with a forced acceptance, each timed run follows a
+// settle of its own kind and the draws restart after the speculative one,
+// so the timed speculative run drafts and commits what it does without
+// settling (every draft verified, one a pass) and leaves the draws where
+// that run does, while the session's own counts include the settling's
+// drafts.
+func TestRunSettleAccept(t *testing.T) {
+	data, err := synth.Build(synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 2, MTP: synth.MTPInclude})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := model.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := cpu.New(w, cpu.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := RandomTokens(32, w.Config.Vocab, 5)
+	var rows [2]Row
+	var sessionDrafts [2]int
+	var next [2]uint64 // the acceptance's next 64 draws after the run
+	for i, settle := range []int{0, 6} {
+		acc, err := NewAcceptance(0.5, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := engine.NewSession(be, engine.Options{ChunkSize: 16, MaxContext: 96, RewindSlack: 24, Draft: true,
+			DraftAlways: true, ForceAccept: acc.Accept})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Run(context.Background(), s, prompt, Options{Frontiers: []int{32}, Gen: 10, Accept: acc, Settle: settle})
+		if err != nil || len(r) != 1 {
+			t.Fatalf("settle %d: %v %+v", settle, err, r)
+		}
+		rows[i], sessionDrafts[i] = r[0], s.Stats().Drafted
+		s.Close()
+		for b := range 64 {
+			if acc.Accept(0) {
+				next[i] |= 1 << b
+			}
+		}
+	}
+	if rows[0].Drafted == 0 || rows[0].Accepted == 0 || rows[0].Accepted == rows[0].Drafted {
+		t.Fatalf("no mixed commits to compare: %+v", rows[0])
+	}
+	if next[1] != next[0] || rows[1].Drafted != rows[0].Drafted || rows[1].Accepted != rows[0].Accepted {
+		t.Errorf("timed speculative run: %d drafts, %d committed after settling, then draws %x; %d, %d, %x without",
+			rows[1].Drafted, rows[1].Accepted, next[1], rows[0].Drafted, rows[0].Accepted, next[0])
+	}
+	if sessionDrafts[1] <= rows[1].Drafted || sessionDrafts[0] != rows[0].Drafted {
+		t.Errorf("session drafts %v against the timed runs' %d / %d: the settling drafted nothing", sessionDrafts, rows[0].Drafted, rows[1].Drafted)
+	}
+	s, err := engine.NewSession(be, engine.Options{ChunkSize: 16, MaxContext: 96, Draft: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	acc, err := NewAcceptance(1, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), s, prompt, Options{Frontiers: []int{32}, Gen: 1, HostGreedy: true, Accept: acc}); err == nil {
+		t.Error("host-chosen steps with a forced acceptance accepted")
+	}
+}

@@ -6,6 +6,7 @@
 //	          [--gen 32] [--ctx N] [--chunk N] [--prompt FILE] [--seed N]
 //	          [--csv FILE] [--plot FILE.svg] [--time-limit DUR]
 //	          [--fast] [--graph-layers N] [--recapture] [--cpuprofile FILE]
+//	          [--mtp FILE [--accept RATES]] [--settle N]
 //	ds4-bench --plot-csv IN.csv --plot OUT.svg     (plot an existing CSV)
 //	ds4-bench --backend cuda --frontiers 8192 --gen 256 --ab 'default;DS4_CUDA_X=0' [--rounds 5]
 //	          [--ab-prefill 4096] [--mtp FILE [--accept RATE]]
@@ -15,7 +16,11 @@
 // model (synth.Demo: random weights, the real tokenizer).
 // The prompt is random valid token ids from --seed, or --prompt's text
 // tokenized (repeated to the last frontier). After each frontier's
-// generation the session is rewound to the frontier.
+// generation the session is rewound to the frontier. --settle N decodes N
+// tokens untimed (then rewinds) before each timed decode, so that the rows
+// measure a session past its first decode graphs' builds and, speculating,
+// past its draft policy's start (a server's long-lived session); without
+// it a row's decode includes them.
 //
 // With --ab, the CUDA backend's library options are compared inside one
 // process instead (bench.RunAB): the prompt is prefilled to the one
@@ -89,6 +94,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	draftAlways := fs.Bool("draft-always", false, "with --mtp: verify every draft, never pausing speculation while the drafts' acceptance is too low to pay (engine.Options.DraftAlways: the cost of a pass that commits nothing, at --accept 0)")
 	abSets := fs.String("ab", "", "CUDA backend: compare option `SETS` inside one process (the library's, and the backend's own switches such as DS4_CUDA_WO_Q8): ';'-separated variants, each space-separated DS4_CUDA_NAME=VALUE assignments on top of the starting options (\"default\": none), decoded --gen tokens each at the one frontier, interleaved for --rounds rounds")
 	rounds := fs.Int("rounds", 3, "with --ab: timed rounds (each runs every variant once), after an untimed one")
+	settleN := fs.Int("settle", 0, "tokens decoded untimed at each frontier before each timed decode (with --accept: before the plain and before the speculative one), then rewound: the timed run finds its decode graphs built and the draft policy past its start, as a server's long-lived session does (0: none; the timed runs then include their graph builds)")
 	abSettle := fs.Int("ab-settle", 16, "with --ab: tokens decoded untimed after each switch, before the timed run (the decode graphs whose kernels changed are built again in the first steps)")
 	abPrefill := fs.Int("ab-prefill", 0, "with --ab: also time the prefill of this many tokens from the frontier in each run (--gen 0: the prefill only)")
 	accept := fs.String("accept", "", "with --mtp: time speculative decoding with the drafts committed at these `RATES` (comma-separated, 0-1; one run each; with --ab one rate, the same draws for every variant) whatever the model's choice, against a plain run (greedy, or sampled with --temp): the speed a trained MTP block of that acceptance gives (random weights' drafts are never right; the tokens are then not plain decoding's)")
@@ -158,6 +164,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// Model and backend.
 	t0 := time.Now()
 	var rates []float64
+	switch {
+	case *settleN < 0:
+		return fail(fmt.Errorf("--settle %d: not below 0", *settleN))
+	case *settleN > 0 && *abSets != "":
+		return fail(errors.New("--settle is for the frontier runs; --ab settles with --ab-settle"))
+	case *hostGreedy && *accept != "":
+		return fail(errors.New("--host-greedy times plain decoding: not with --accept"))
+	}
 	for _, f := range strings.Split(*accept, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
@@ -269,8 +283,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if *draftHost {
 			so.DraftOverride = func(_ int, d int32) int32 { return d } // (the host path)
 		}
-		if rate >= 0 {
-			so.RewindSlack = *gen + 8 // the oracle's rewinds stay in place
+		if rate >= 0 || *settleN > 0 {
+			so.RewindSlack = max(*gen, *settleN) + 8 // the oracle's and the settling's rewinds stay in place
 		}
 		var acc *bench.Acceptance
 		if rate >= 0 {
@@ -284,7 +298,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
-		r, err := bench.Run(ctx, s, prompt, bench.Options{Frontiers: fr, Gen: *gen, Warmup: *warmup, HostGreedy: *hostGreedy, Accept: acc,
+		r, err := bench.Run(ctx, s, prompt, bench.Options{Frontiers: fr, Gen: *gen, Warmup: *warmup, HostGreedy: *hostGreedy, Accept: acc, Settle: *settleN,
 			Sampling: engine.SamplerOptions{Temperature: float32(*temp), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *sampleSeed}, Progress: func(r bench.Row) {
 				if e := cw.Write(r); e != nil && werr == nil {
 					werr = e

@@ -85,6 +85,21 @@ func TestBadArgs(t *testing.T) {
 			t.Errorf("%v: exit 0", args)
 		}
 	}
+	// --settle: not below 0, not with --ab (its own --ab-settle); and
+	// --host-greedy times plain decoding only (checked before loading)
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--frontiers", "32", "--settle", "-1"}, "--settle -1"},
+		{[]string{"--backend", "cuda", "--frontiers", "32", "--ab", "default;DS4_CUDA_PDL=0", "--settle", "4"}, "--ab settles with --ab-settle"},
+		{[]string{"--frontiers", "32", "--host-greedy", "--mtp", "model", "--accept", "0.5"}, "not with --accept"},
+	} {
+		stderr.Reset()
+		if code := run(c.args, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), c.msg) {
+			t.Errorf("%v: exit %d, %q (want %q)", c.args, code, stderr.String(), c.msg)
+		}
+	}
 }
 
 // abOptions is a bench.OptionSetter over a map (the CPU backend has no
