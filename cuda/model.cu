@@ -4306,11 +4306,11 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB) k_at
 // the rows are found), and issues the next segment's key rows (after the
 // current ones are staged) and value slices (after theirs) before it works
 // on the current segment, so that their loads are in flight during the
-// scores and the sums. The scores' rows are
-// shared through a double buffer (a CTA writes a peer's buffer of segment
-// i + 2 only after the cluster barrier of i + 1, which every peer reaches
-// after reading i's). Each segment's scores, statistics and partial sums
-// are k_attn_seg_cl's, in the same order and roundings: the same bits.
+// scores and the sums. The scores' rows are shared through a double buffer
+// (a CTA writes a peer's buffer of segment i + 2 only after the cluster
+// barrier of i + 1, which every peer reaches after reading i's). Each
+// segment's scores, statistics and partial sums are k_attn_seg_cl's, in
+// the same order and roundings: the same bits.
 constexpr int SGW_MAX = 12; // segments a CTA at most (its rows' table: SGW_MAX · AP_SEG pointers)
 template <int MINB>
 __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB)
@@ -4335,8 +4335,8 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB)
     const int64_t kb = (int64_t)blockIdx.x * segs * AP_SEG;
     if (kb >= nk) return; // (a cluster's CTAs alike)
     const int nkr = (int)min(nk - kb, (int64_t)segs * AP_SEG), nsg = (nkr + AP_SEG - 1) / AP_SEG;
-    // the queries' float4s (as k_attn_seg_cl's first SG_H rows) in flight
-    // while the rows are found, and staged while the first segment's load
+    // the queries' float4s (as k_attn_seg_cl's first SG_H rows): in flight
+    // while the rows are found, staged while the first segment's rows load
     float4 x[XR];
 #pragma unroll
     for (int u = 0; u < XR; u++) {
