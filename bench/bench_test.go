@@ -13,8 +13,13 @@ import (
 
 // tinyBackend is the CPU backend on the Tiny synthetic model (Q8 scheme).
 func tinyBackend(t *testing.T) (*cpu.Backend, *model.Weights) {
+	return synthBackend(t, synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 1})
+}
+
+// synthBackend is the CPU backend on the synthetic model of o.
+func synthBackend(t *testing.T, o synth.Options) (*cpu.Backend, *model.Weights) {
 	t.Helper()
-	data, err := synth.Build(synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 1})
+	data, err := synth.Build(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +83,19 @@ func TestRunWarmupLeavesNoTrace(t *testing.T) {
 		logits[i] = append([]float32(nil), s.Logits()...)
 		s.Close()
 	}
-	if len(logits[0]) == 0 || len(logits[0]) != len(logits[1]) {
-		t.Fatalf("logits of %d and %d values", len(logits[0]), len(logits[1]))
+	sameLogits(t, "a warm-up", logits[1], logits[0])
+}
+
+// sameLogits fails t unless with (after what) and without are the same
+// non-empty logits bit for bit.
+func sameLogits(t *testing.T, what string, with, without []float32) {
+	t.Helper()
+	if len(without) == 0 || len(without) != len(with) {
+		t.Fatalf("logits of %d values after %s, %d without", len(with), what, len(without))
 	}
-	for i := range logits[0] {
-		if logits[0][i] != logits[1][i] {
-			t.Fatalf("logit %d: %v after a warm-up, %v without", i, logits[1][i], logits[0][i])
+	for i := range without {
+		if with[i] != without[i] {
+			t.Fatalf("logit %d: %v after %s, %v without", i, with[i], what, without[i])
 		}
 	}
 }
@@ -162,14 +174,7 @@ func TestRunSettle(t *testing.T) {
 		logits[i] = append([]float32(nil), s.Logits()...)
 		s.Close()
 	}
-	if len(logits[0]) == 0 || len(logits[0]) != len(logits[1]) {
-		t.Fatalf("logits of %d and %d values", len(logits[0]), len(logits[1]))
-	}
-	for i := range logits[0] {
-		if logits[0][i] != logits[1][i] {
-			t.Fatalf("logit %d: %v after settling, %v without", i, logits[1][i], logits[0][i])
-		}
-	}
+	sameLogits(t, "settling", logits[1], logits[0])
 	s, err := engine.NewSession(be, engine.Options{ChunkSize: 16, MaxContext: 128})
 	if err != nil {
 		t.Fatal(err)
@@ -187,22 +192,7 @@ func TestRunSettle(t *testing.T) {
 // that run does, while the session's own counts include the settling's
 // drafts.
 func TestRunSettleAccept(t *testing.T) {
-	data, err := synth.Build(synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 2, MTP: synth.MTPInclude})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := model.Load(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	be, err := cpu.New(w, cpu.Options{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	be, w := synthBackend(t, synth.Options{Config: synth.Tiny(), Scheme: model.SchemeQ8, Seed: 2, MTP: synth.MTPInclude})
 	prompt := RandomTokens(32, w.Config.Vocab, 5)
 	var rows [2]Row
 	var sessionDrafts [2]int
