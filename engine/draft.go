@@ -650,10 +650,7 @@ func (s *Session) specPipelined(ctx context.Context, sp SpecPipeliner, max int, 
 		}
 		check := s.checking()
 		if k := s.passDrafts(max-n, P, deep); deep != nil && !check && k > 1 {
-			if cap(ds) < k {
-				ds, cs = make([]int32, k), make([]int32, k+1)
-			}
-			ds, cs = ds[:k], cs[:k+1]
+			ds, cs = passBuffers(ds, cs, k)
 			if err := s.specPassDeep(ctx, deep, tok, ds, cs); err != nil {
 				return n, err
 			}
@@ -1034,7 +1031,7 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 			// row after each draft it takes
 			var err error
 			if deep != nil {
-				ds, dcs = make([]int32, k), make([]int32, k+1)
+				ds, dcs = passBuffers(ds, dcs, k)
 				err = s.specPassDeep(ctx, deep, tok, ds, dcs)
 			} else {
 				ds, err = s.hostPass(ctx, tok, k, &rows)
@@ -1144,6 +1141,15 @@ func (s *Session) decodePickedSpeculative(ctx context.Context, max int, f *PickF
 		n++
 	}
 	return n, nil
+}
+
+// passBuffers returns ds and cs resized for a device pass of k drafts (k
+// drafts, k + 1 choices), reusing their arrays when they hold that many.
+func passBuffers(ds, cs []int32, k int) ([]int32, []int32) {
+	if cap(ds) < k || cap(cs) < k+1 {
+		ds, cs = make([]int32, k), make([]int32, k+1)
+	}
+	return ds[:k], cs[:k+1]
 }
 
 // hostPass runs a pass of k drafts for tok at the session's position on
