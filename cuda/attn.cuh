@@ -76,6 +76,9 @@ struct AttnArgs {
     // one token: the inverse rotation's (cosine, sine) per pair at its
     // position (ds4c_rope_table), read by attn_out_store instead of computed
     const float2 *rcs;
+    // pos0 mod wcap (0 without a ring), for the ring's slots without a
+    // remainder a key (attn_key_in)
+    int64_t pos0m;
 };
 
 // attn_key_in is key k's row for token t (position p) among the rows kv,
@@ -84,8 +87,13 @@ template <class T>
 static __device__ __forceinline__ const T *attn_key_in(const AttnArgs &a, const T *kv, const T *win, const T *comp, int t,
                                                 int64_t p, int64_t k, int64_t nwin) {
     if (k < nwin) {
-        int64_t qp = p - nwin + 1 + k;
-        return qp >= a.pos0 ? kv + (qp - a.pos0) * a.HD : win + (qp % a.wcap) * a.HD;
+        // a ring position qp is at most W ≤ wcap before pos0: its slot
+        // qp mod wcap is pos0m + (qp − pos0), plus wcap where that is
+        // negative (no 64-bit remainder a key)
+        const int64_t d = p - nwin + 1 + k - a.pos0;
+        if (d >= 0) return kv + d * a.HD;
+        const int64_t s = a.pos0m + d;
+        return win + (s < 0 ? s + a.wcap : s) * a.HD;
     }
     k -= nwin;
     if (a.ratio == 4) return comp + (int64_t)a.sel[(int64_t)t * a.K + k] * a.HD;

@@ -5976,6 +5976,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     if (oh || qn) a.rfreqs = d_rfreqs; // (the flash kernel's own rotations)
     a.qnorm = qn, a.qeps = q_eps;
     a.rcs = (const float2 *)d_rcs;
+    a.pos0m = wcap > 0 ? pos0 % wcap : 0;
     // the Q8_0 activation after the output kernels (not fused)
     auto quantize = [&]() -> int {
         if (!d_qact) return 0;
