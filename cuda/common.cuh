@@ -93,6 +93,7 @@ int ds4c_opt_ex_timing(void);
 int ds4c_opt_attn_order(void);
 int ds4c_opt_attn_seg_occ(void);
 int ds4c_opt_attn_seg_walk(void);
+int ds4c_opt_attn_seg_form(void);
 int ds4c_opt_attn_rope(void);
 int ds4c_opt_attn_quant(void);
 

@@ -4141,10 +4141,145 @@ constexpr int SG_H = 8, SG_T = SG_H * 32, SG_CL = 8;
 // a quarter-warp (SGC_LD ≡ 4, SGC_PS ≡ 16 mod 32)
 constexpr int SGC_ROWS = 2 * SG_H, SGC_RS = 128, SGC_LD = SGC_RS + 4, SGC_PS = 4 * SGC_LD;
 
+// The CL score and sum forms (DS4C_OPT_ATTN_SEG_FORM; model.cu v75). A
+// CTA's score work is SG_H heads × 8 keys × 4 chains (chain r: dims ≡ r
+// mod 4 in order), 128 serial steps each; its sums SG_H heads × SD dims,
+// AP_SEG serial steps each. Form 0 gives every thread one chain and one
+// head's 2 dims; each step then reads its query and key from shared memory
+// (ncu, v75: the L1/shared pipe 83 % busy, the kernel's bound). The other
+// forms give a thread HB heads (h, h + SG_H / HB, …) × KB keys of one chain,
+// or two heads of one dim in the sums, so that a value read from shared
+// memory serves several chains; each chain and each sum keeps its own
+// operations in its own order: the same bits.
+//   SF (scores): 0 HB = KB = 1, all 8 warps; 1 HB = 2, KB = 1, warps 0-3;
+//   2 HB = KB = 2, warps 0-1. PF (sums): 0 a head's 2 dims a lane; 1 two
+//   heads (h, h + 4) of one dim a lane, all 8 warps.
+// A warp's query reads fall on 8 rows of both parities (1 wavefront), its
+// key reads on 16 (2): SGC_PS ≡ 16, SGC_LD ≡ 4 mod 32.
+static_assert(SG_H == 8 && SG_CL == 8 && AP_SEG == 64 && SGC_RS == 128, "the CL forms' shapes");
+template <int HB, int KB>
+__device__ __forceinline__ void sgc_dots(const float *s_buf, int hi0, int kk0, int r, float (&acc)[HB][KB]) {
+    const float *qs[HB], *ks[KB];
+#pragma unroll
+    for (int i = 0; i < HB; i++) qs[i] = s_buf + (hi0 + i * (SG_H / HB)) * SGC_PS + r * SGC_LD;
+#pragma unroll
+    for (int i = 0; i < KB; i++) ks[i] = s_buf + (SG_H + kk0 + i * (AP_SEG / SG_CL / KB)) * SGC_PS + r * SGC_LD;
+#pragma unroll
+    for (int i = 0; i < HB; i++)
+#pragma unroll
+        for (int k = 0; k < KB; k++) acc[i][k] = 0.f;
+#pragma unroll 4
+    for (int s = 0; s < SGC_RS; s += 4) { // chain r: dims r, r + 4, … in order
+        float4 qv[HB], kv[KB];
+#pragma unroll
+        for (int i = 0; i < HB; i++) qv[i] = *(const float4 *)(qs[i] + s);
+#pragma unroll
+        for (int k = 0; k < KB; k++) kv[k] = *(const float4 *)(ks[k] + s);
+#pragma unroll
+        for (int i = 0; i < HB; i++)
+#pragma unroll
+            for (int k = 0; k < KB; k++) {
+                float c = acc[i][k];
+                c = fadd(c, fmul(qv[i].x, kv[k].x));
+                c = fadd(c, fmul(qv[i].y, kv[k].y));
+                c = fadd(c, fmul(qv[i].z, kv[k].z));
+                c = fadd(c, fmul(qv[i].w, kv[k].w));
+                acc[i][k] = c;
+            }
+    }
+}
+// sgc_scores: the CTA's keys' scores (rank ds: keys 8·ds … of the segment,
+// m of them in all) for its group's SG_H heads, from the staged rows, into
+// row [h][key] of every cluster CTA's sc (DSMEM); the cluster barrier after
+// it is the caller's. dotF32's order: (s_0 + s_1) + (s_2 + s_3), times the scale.
+template <int SF>
+__device__ __forceinline__ void sgc_scores(const float *s_buf, float (*sc)[AP_SEG], float scale, int ds, int m, int tid) {
+    constexpr int HB = SF == 0 ? 1 : 2, KB = SF == 2 ? 2 : 1, NT = SG_T / (HB * KB);
+    if constexpr (NT < SG_T)
+        if (tid >= NT) return; // (whole warps)
+    const int r = tid & 3;
+    int hi0, kk0;
+    if constexpr (SF == 0) {
+        hi0 = tid >> 5, kk0 = (tid >> 2) & 7;
+    } else { // a warp: 2 heads of each parity × 4 keys × 4 chains
+        const int kq = (tid >> 2) & 3, hp = (tid >> 4) & 1, wv = tid >> 5;
+        kk0 = SF == 1 ? (wv & 1) * 4 + kq : kq;
+        hi0 = (SF == 1 ? wv >> 1 : wv) * 2 + hp;
+    }
+    float acc[HB][KB];
+    sgc_dots<HB, KB>(s_buf, hi0, kk0, r, acc);
+    cg::cluster_group cl = cg::this_cluster();
+#pragma unroll
+    for (int i = 0; i < HB; i++)
+#pragma unroll
+        for (int k = 0; k < KB; k++) {
+            const float x = acc[i][k];
+            const float v1 = __shfl_down_sync(FULL_MASK, x, 1), v2 = __shfl_down_sync(FULL_MASK, x, 2),
+                        v3 = __shfl_down_sync(FULL_MASK, x, 3);
+            const int hi = hi0 + i * (SG_H / HB), kl = ds * (AP_SEG / SG_CL) + kk0 + k * (AP_SEG / SG_CL / KB);
+            if (r == 0 && kl < m) {
+                const float s = fmul(fadd(fadd(x, v1), fadd(v2, v3)), scale);
+#pragma unroll
+                for (int c = 0; c < SG_CL; c++) cl.map_shared_rank(&sc[hi][0], c)[kl] = s;
+            }
+        }
+}
+// sgc_sums: o = Σ_k e_k·v_k over the segment's m keys in key order (from 0)
+// for the group's heads and the CTA's 64 dims (s_v: the staged value
+// slices, ex: the heads' exponentials), stored at o + head·HD + dim for the
+// heads below nh (PF above).
+template <int PF>
+__device__ __forceinline__ void sgc_sums(const float4 (*s_v)[16], const float (*ex)[AP_SEG], int m, int tid, float *o, int64_t HD, int nh) {
+    const int w = tid >> 5, lane = tid & 31;
+    if constexpr (PF == 0) {
+        float o0 = 0.f, o1 = 0.f;
+        const float *e = ex[w];
+        int k = 0;
+        for (; k + 4 <= m; k += 4) {
+            const float4 e4 = ld4s(e + k);
+            const float ev[4] = {e4.x, e4.y, e4.z, e4.w};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const float2 v = ((const float2 *)s_v[k + u])[lane];
+                o0 = fadd(o0, fmul(ev[u], v.x));
+                o1 = fadd(o1, fmul(ev[u], v.y));
+            }
+        }
+        for (; k < m; k++) {
+            const float2 v = ((const float2 *)s_v[k])[lane];
+            o0 = fadd(o0, fmul(e[k], v.x));
+            o1 = fadd(o1, fmul(e[k], v.y));
+        }
+        if (w < nh) *(float2 *)(o + w * HD + 2 * lane) = make_float2(o0, o1);
+    } else {
+        const int ha = w & 3, hb = ha + 4, dim = (w >> 2) * 32 + lane;
+        const float *ea = ex[ha], *eb = ex[hb];
+        float oa = 0.f, ob = 0.f;
+        int k = 0;
+        for (; k + 4 <= m; k += 4) {
+            const float4 a4 = ld4s(ea + k), b4 = ld4s(eb + k);
+            const float av[4] = {a4.x, a4.y, a4.z, a4.w}, bv[4] = {b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const float v = ((const float *)s_v[k + u])[dim];
+                oa = fadd(oa, fmul(av[u], v));
+                ob = fadd(ob, fmul(bv[u], v));
+            }
+        }
+        for (; k < m; k++) {
+            const float v = ((const float *)s_v[k])[dim];
+            oa = fadd(oa, fmul(ea[k], v));
+            ob = fadd(ob, fmul(eb[k], v));
+        }
+        if (ha < nh) o[ha * HD + dim] = oa;
+        if (hb < nh) o[hb * HD + dim] = ob;
+    }
+}
+
 // the segment partials' place in the work buffer: after the n·H·maxk scores,
 // o [nseg][n][H][HD] (seg_nseg), then (m, l) [nseg][n][H]
 
-template <int SD, bool CL>
+template <int SD, bool CL, int FORM = 0>
 __device__ __forceinline__ void attn_seg_run(const AttnArgs &a, float *work, int64_t maxk) {
     constexpr int DL = SD / 32, KV = AP_SEG * SD / 4 / SG_T; // dims a lane, float4 key loads a thread
     static_assert((DL == 4 || DL == 2 || DL == 1) && KV * SG_T * 4 == AP_SEG * SD, "a lane 1, 2 or 4 dims, whole float4 loads");
@@ -4187,7 +4322,6 @@ __device__ __forceinline__ void attn_seg_run(const AttnArgs &a, float *work, int
         kv[u] = k < m ? __ldg((const float4 *)(attn_key(a, t, p, k0 + k, nwin) + d0) + lc) : make_float4(0, 0, 0, 0);
     }
     if constexpr (CL) {
-        const int r = tid & 3, kk = (tid >> 2) & 7, kl = ds * (AP_SEG / SG_CL) + kk; // (warp w: head h)
         {
             float4 x[SGC_ROWS * SGC_RS / SG_T]; // the rows' float4s, coalesced
 #pragma unroll
@@ -4206,24 +4340,7 @@ __device__ __forceinline__ void attn_seg_run(const AttnArgs &a, float *work, int
             }
         }
         __syncthreads();
-        const float *qs = s_buf + w * SGC_PS + r * SGC_LD, *ks = s_buf + (SG_H + kk) * SGC_PS + r * SGC_LD;
-        float acc = 0.f;
-#pragma unroll 4
-        for (int s = 0; s < SGC_RS; s += 4) { // chain r: dims r, r + 4, … in order
-            const float4 qv = *(const float4 *)(qs + s), kv4 = *(const float4 *)(ks + s);
-            acc = fadd(acc, fmul(qv.x, kv4.x));
-            acc = fadd(acc, fmul(qv.y, kv4.y));
-            acc = fadd(acc, fmul(qv.z, kv4.z));
-            acc = fadd(acc, fmul(qv.w, kv4.w));
-        }
-        const float v1 = __shfl_down_sync(FULL_MASK, acc, 1), v2 = __shfl_down_sync(FULL_MASK, acc, 2),
-                    v3 = __shfl_down_sync(FULL_MASK, acc, 3);
-        if (r == 0 && kl < m) {
-            const float s = fmul(fadd(fadd(acc, v1), fadd(v2, v3)), a.scale);
-            cg::cluster_group cl = cg::this_cluster();
-#pragma unroll
-            for (int c = 0; c < SG_CL; c++) cl.map_shared_rank(&s_sc[w][0], c)[kl] = s;
-        }
+        sgc_scores<FORM & 3>(s_buf, s_sc, a.scale, ds, m, tid);
         cluster_sync_all(); // every CTA's row of scores whole; no remote access after it
         s0 = lane < m ? s_sc[w][lane] : -INFINITY, s1 = lane + 32 < m ? s_sc[w][lane + 32] : -INFINITY;
     }
@@ -4239,48 +4356,53 @@ __device__ __forceinline__ void attn_seg_run(const AttnArgs &a, float *work, int
 #pragma unroll
     for (int u = 0; u < KV; u++) s_v[lk + u * (SG_T / (SD / 4))][lc] = kv[u];
     __syncthreads();
-    float o[DL];
+    if constexpr (CL) {
+        const int64_t row0 = ((int64_t)j * n + t) * a.H + (h - w);
+        sgc_sums<(FORM >> 2)>(s_v, s_ex, m, tid, work + (int64_t)n * a.H * maxk + row0 * a.HD + d0, a.HD, a.H - (h - w));
+    } else {
+        float o[DL];
 #pragma unroll
-    for (int i = 0; i < DL; i++) o[i] = 0.f;
-    const float *ex = s_ex[w];
-    // this lane's DL dims of staged key k
-    auto val = [&](int k, float (&v)[DL]) {
-        if constexpr (DL == 4) {
-            const float4 x = s_v[k][lane];
-            v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-        } else if constexpr (DL == 2) {
-            const float2 x = ((const float2 *)s_v[k])[lane];
-            v[0] = x.x, v[1] = x.y;
-        } else {
-            v[0] = ((const float *)s_v[k])[lane];
+        for (int i = 0; i < DL; i++) o[i] = 0.f;
+        const float *ex = s_ex[w];
+        // this lane's DL dims of staged key k
+        auto val = [&](int k, float (&v)[DL]) {
+            if constexpr (DL == 4) {
+                const float4 x = s_v[k][lane];
+                v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+            } else if constexpr (DL == 2) {
+                const float2 x = ((const float2 *)s_v[k])[lane];
+                v[0] = x.x, v[1] = x.y;
+            } else {
+                v[0] = ((const float *)s_v[k])[lane];
+            }
+        };
+        int k = 0;
+        for (; k + 4 <= m; k += 4) {
+            const float4 e = ld4s(ex + k);
+            const float ev[4] = {e.x, e.y, e.z, e.w};
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                float v[DL];
+                val(k + u, v);
+#pragma unroll
+                for (int i = 0; i < DL; i++) o[i] = fadd(o[i], fmul(ev[u], v[i]));
+            }
         }
-    };
-    int k = 0;
-    for (; k + 4 <= m; k += 4) {
-        const float4 e = ld4s(ex + k);
-        const float ev[4] = {e.x, e.y, e.z, e.w};
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (; k < m; k++) {
             float v[DL];
-            val(k + u, v);
+            val(k, v);
 #pragma unroll
-            for (int i = 0; i < DL; i++) o[i] = fadd(o[i], fmul(ev[u], v[i]));
+            for (int i = 0; i < DL; i++) o[i] = fadd(o[i], fmul(ex[k], v[i]));
         }
-    }
-    for (; k < m; k++) {
-        float v[DL];
-        val(k, v);
-#pragma unroll
-        for (int i = 0; i < DL; i++) o[i] = fadd(o[i], fmul(ex[k], v[i]));
-    }
-    if (hok && d0 + DL * lane < a.HD) {
-        float *dst = work + (int64_t)n * a.H * maxk + row * a.HD + d0 + DL * lane;
-        if constexpr (DL == 4)
-            *(float4 *)dst = make_float4(o[0], o[1], o[2], o[3]);
-        else if constexpr (DL == 2)
-            *(float2 *)dst = make_float2(o[0], o[1]);
-        else
-            *dst = o[0];
+        if (hok && d0 + DL * lane < a.HD) {
+            float *dst = work + (int64_t)n * a.H * maxk + row * a.HD + d0 + DL * lane;
+            if constexpr (DL == 4)
+                *(float4 *)dst = make_float4(o[0], o[1], o[2], o[3]);
+            else if constexpr (DL == 2)
+                *(float2 *)dst = make_float2(o[0], o[1]);
+            else
+                *dst = o[0];
+        }
     }
 }
 
@@ -4289,9 +4411,10 @@ __global__ void __launch_bounds__(SG_T) k_attn_seg(AttnArgs a, float *work, int6
     attn_seg_run<SD, false>(a, work, maxk);
 }
 // MINB: __launch_bounds__' CTAs an SM (DS4C_OPT_ATTN_SEG_OCC; 1: none)
-template <int MINB>
+// FORM: the score and sum forms (sgc_scores, sgc_sums): SF + 4 · PF
+template <int MINB, int FORM>
 __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB) k_attn_seg_cl(AttnArgs a, float *work, int64_t maxk) {
-    attn_seg_run<64, true>(a, work, maxk);
+    attn_seg_run<64, true, FORM>(a, work, maxk);
 }
 
 // k_attn_seg_walk (DS4C_OPT_ATTN_SEG_WALK): k_attn_seg_cl's segments, the
@@ -4312,7 +4435,7 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB) k_at
 // segment's scores, statistics and partial sums are k_attn_seg_cl's, in
 // the same order and roundings: the same bits.
 constexpr int SGW_MAX = 12; // segments a CTA at most (its rows' table: SGW_MAX · AP_SEG pointers)
-template <int MINB>
+template <int MINB, int FORM>
 __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB)
     k_attn_seg_walk(AttnArgs a, float *work, int64_t maxk, int segs) {
     constexpr int SD = SGC_RS / 2, DL = SD / 32, KV = AP_SEG * SD / 4 / SG_T, XR = SG_H * SGC_RS / SG_T;
@@ -4345,7 +4468,6 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB)
     }
     for (int i = tid; i < nkr; i += SG_T) s_row[i] = attn_key(a, t, p, kb + i, nwin);
     __syncthreads(); // s_row
-    const int r = tid & 3, kk = (tid >> 2) & 7, kl = ds * (AP_SEG / SG_CL) + kk; // (warp w: head h)
     const int lc = tid % (SD / 4), lk = tid / (SD / 4);
     // segment i's (of this CTA's) key rows for the scores, and value slices
     auto load_keys = [&](int i, float4(&x)[XR]) {
@@ -4375,7 +4497,6 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB)
     }
     const int64_t nseg = seg_nseg(maxk);
     const int j0 = blockIdx.x * segs;
-    const float *qs = s_buf + w * SGC_PS + r * SGC_LD, *ks = s_buf + (SG_H + kk) * SGC_PS + r * SGC_LD;
     for (int i = 0; i < nsg; i++) {
         const int j = j0 + i, m = min(AP_SEG, nkr - i * AP_SEG), par = i & 1;
         if (i > 0) __syncthreads(); // the previous segment's sums have read s_v
@@ -4387,23 +4508,7 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB)
         }
         if (i + 1 < nsg) load_keys(i + 1, xk);
         __syncthreads();
-        float acc = 0.f;
-#pragma unroll 4
-        for (int s = 0; s < SGC_RS; s += 4) { // chain r: dims r, r + 4, … in order
-            const float4 qv = *(const float4 *)(qs + s), kv4 = *(const float4 *)(ks + s);
-            acc = fadd(acc, fmul(qv.x, kv4.x));
-            acc = fadd(acc, fmul(qv.y, kv4.y));
-            acc = fadd(acc, fmul(qv.z, kv4.z));
-            acc = fadd(acc, fmul(qv.w, kv4.w));
-        }
-        const float v1 = __shfl_down_sync(FULL_MASK, acc, 1), v2 = __shfl_down_sync(FULL_MASK, acc, 2),
-                    v3 = __shfl_down_sync(FULL_MASK, acc, 3);
-        if (r == 0 && kl < m) {
-            const float s = fmul(fadd(fadd(acc, v1), fadd(v2, v3)), a.scale);
-            cg::cluster_group cl = cg::this_cluster();
-#pragma unroll
-            for (int c = 0; c < SG_CL; c++) cl.map_shared_rank(&s_sc[par][w][0], c)[kl] = s;
-        }
+        sgc_scores<FORM & 3>(s_buf, s_sc[par], a.scale, ds, m, tid);
         cluster_sync_all(); // every CTA's row of segment i's scores whole
         const float s0 = lane < m ? s_sc[par][w][lane] : -INFINITY, s1 = lane + 32 < m ? s_sc[par][w][lane + 32] : -INFINITY;
         const float mj = warp_max(fmaxf(s0, s1));
@@ -4419,26 +4524,49 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB)
         for (int u = 0; u < KV; u++) s_v[lk + u * (SG_T / (SD / 4))][lc] = kv[u];
         if (i + 1 < nsg) load_vals(i + 1, kv);
         __syncthreads();
-        float o[DL] = {0.f, 0.f};
-        const float *ex = s_ex[w];
-        int k = 0;
-        for (; k + 4 <= m; k += 4) {
-            const float4 e = ld4s(ex + k);
-            const float ev[4] = {e.x, e.y, e.z, e.w};
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const float2 v = ((const float2 *)s_v[k + u])[lane];
-                o[0] = fadd(o[0], fmul(ev[u], v.x));
-                o[1] = fadd(o[1], fmul(ev[u], v.y));
-            }
-        }
-        for (; k < m; k++) {
-            const float2 v = ((const float2 *)s_v[k])[lane];
-            o[0] = fadd(o[0], fmul(ex[k], v.x));
-            o[1] = fadd(o[1], fmul(ex[k], v.y));
-        }
-        if (hok) *(float2 *)(work + (int64_t)n * a.H * maxk + row * a.HD + d0 + DL * lane) = make_float2(o[0], o[1]);
+        sgc_sums<(FORM >> 2)>(s_v, s_ex, m, tid, work + (int64_t)n * a.H * maxk + (row - w) * a.HD + d0, a.HD, a.H - (h - w));
     }
+}
+
+// the CL kernels by CTAs an SM (DS4C_OPT_ATTN_SEG_OCC) and form
+// (DS4C_OPT_ATTN_SEG_FORM: SF + 4 · PF, SF above 2 taken as 2); the forms
+// other than 0 at 3 and 4 CTAs an SM only (1, 2 and 5 CTAs an SM: form 0)
+typedef void (*SegClKernel)(AttnArgs, float *, int64_t);
+typedef void (*SegWalkKernel)(AttnArgs, float *, int64_t, int);
+template <int MINB>
+static SegClKernel seg_cl_form(int f) {
+    switch (f) {
+    case 1: return k_attn_seg_cl<MINB, 1>;
+    case 2: return k_attn_seg_cl<MINB, 2>;
+    case 4: return k_attn_seg_cl<MINB, 4>;
+    case 5: return k_attn_seg_cl<MINB, 5>;
+    case 6: return k_attn_seg_cl<MINB, 6>;
+    default: return k_attn_seg_cl<MINB, 0>;
+    }
+}
+static int seg_form_norm(int form) { return (form & 4) | min(form & 3, 2); }
+static SegClKernel seg_cl_kernel(int occ, int form) {
+    const int f = seg_form_norm(form);
+    return occ == 5   ? k_attn_seg_cl<5, 0>
+           : occ == 4 ? seg_cl_form<4>(f)
+           : occ == 3 ? seg_cl_form<3>(f)
+           : occ == 2 ? k_attn_seg_cl<2, 0>
+                      : k_attn_seg_cl<1, 0>;
+}
+template <int MINB>
+static SegWalkKernel seg_walk_form(int f) {
+    switch (f) {
+    case 1: return k_attn_seg_walk<MINB, 1>;
+    case 2: return k_attn_seg_walk<MINB, 2>;
+    case 4: return k_attn_seg_walk<MINB, 4>;
+    case 5: return k_attn_seg_walk<MINB, 5>;
+    case 6: return k_attn_seg_walk<MINB, 6>;
+    default: return k_attn_seg_walk<MINB, 0>;
+    }
+}
+static SegWalkKernel seg_walk_kernel(int wocc, int form) {
+    const int f = seg_form_norm(form);
+    return wocc == 3 ? seg_walk_form<3>(f) : seg_walk_form<4>(f);
 }
 
 // BATCH (DS4C_OPT_SEG_COMB 1, the default): the same operations in the same
@@ -6176,7 +6304,7 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
         const int hg = (int)nblk(H, SG_H), sd = order == 4 ? 32 : order == 2 ? 128 : 64;
         const dim3 sgrid((unsigned)seg_nseg(max_keys), (unsigned)n, (unsigned)(hg * (HD / sd)));
         if (segfused) {
-            const int occ = ds4c_opt_attn_seg_occ(), walk = ds4c_opt_attn_seg_walk();
+            const int occ = ds4c_opt_attn_seg_occ(), walk = ds4c_opt_attn_seg_walk(), form = ds4c_opt_attn_seg_form();
             // k_attn_seg_walk (walk 1: single tokens, 2: every count) with
             // as few segments a cluster as keep the CTAs within one wave of
             // its occupancy's slots (3+: walk − 2 segments, every count)
@@ -6185,11 +6313,11 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
                 const int64_t ns = seg_nseg(max_keys);
                 const int64_t f = max((int64_t)1, (int64_t)ds4c_sm_count() * wocc / ((int64_t)n * hg * SG_CL));
                 const int segs = (int)min((int64_t)SGW_MAX, walk >= 3 ? (int64_t)(walk - 2) : (ns + f - 1) / f);
-                ds4c_launch(wocc == 3 ? k_attn_seg_walk<3> : k_attn_seg_walk<4>,
+                ds4c_launch(seg_walk_kernel(wocc, form),
                             dim3((unsigned)((ns + segs - 1) / segs), (unsigned)n, (unsigned)(hg * SG_CL)), SG_T, 0, st, a, d_work,
                             max_keys, segs);
             } else
-                ds4c_launch(occ == 5 ? k_attn_seg_cl<5> : occ == 4 ? k_attn_seg_cl<4> : occ == 3 ? k_attn_seg_cl<3> : occ == 2 ? k_attn_seg_cl<2> : k_attn_seg_cl<1>,
+                ds4c_launch(seg_cl_kernel(occ, form),
                             sgrid, SG_T, 0, st, a, d_work, max_keys);
         }
         else

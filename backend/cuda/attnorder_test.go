@@ -37,6 +37,7 @@ func TestAttentionSegmented(t *testing.T) {
 		d.SetOption(OptSegComb, 1)
 		d.SetOption(OptAttnSegOcc, DefaultAttnSegOcc)
 		d.SetOption(OptAttnSegWalk, DefaultAttnSegWalk)
+		d.SetOption(OptAttnSegForm, DefaultAttnSegForm)
 	})
 	const H, HD, W = attnH, attnHD, attnW
 	const wcap = 2 * W
@@ -116,29 +117,34 @@ func TestAttentionSegmented(t *testing.T) {
 		// 5 compiled for 4 and 5 CTAs an SM (OptAttnSegOcc), and 5's
 		// segments walked by fewer CTAs (OptAttnSegWalk: single tokens;
 		// every count, as few CTAs as fill a wave at 4 and 3 CTAs an SM;
-		// 1, 3 and 12 segments a CTA)
-		type variant struct{ order, comb, occ, walk int }
-		for _, v := range []variant{{1, 1, 0, 0}, {2, 1, 0, 0}, {3, 1, 0, 0}, {4, 1, 0, 0}, {5, 1, 0, 0}, {2, 0, 0, 0}, {5, 0, 0, 0},
-			{5, 1, 4, 0}, {5, 1, 5, 0}, {5, 1, 4, 1}, {5, 1, 4, 2}, {5, 1, 3, 2}, {5, 1, 4, 3}, {5, 1, 4, 5}, {5, 1, 4, 14}} {
+		// 1, 3 and 12 segments a CTA), and 5's score and sum forms
+		// (OptAttnSegForm, in both kernels, at 4 and 3 CTAs an SM)
+		type variant struct{ order, comb, occ, walk, form int }
+		for _, v := range []variant{{1, 1, 0, 0, 0}, {2, 1, 0, 0, 0}, {3, 1, 0, 0, 0}, {4, 1, 0, 0, 0}, {5, 1, 0, 0, 0}, {2, 0, 0, 0, 0}, {5, 0, 0, 0, 0},
+			{5, 1, 4, 0, 0}, {5, 1, 5, 0, 0}, {5, 1, 4, 1, 0}, {5, 1, 4, 2, 0}, {5, 1, 3, 2, 0}, {5, 1, 4, 3, 0}, {5, 1, 4, 5, 0}, {5, 1, 4, 14, 0},
+			{5, 1, 4, 0, 1}, {5, 1, 4, 0, 2}, {5, 1, 4, 0, 4}, {5, 1, 4, 0, 5}, {5, 1, 4, 0, 6}, {5, 1, 3, 0, 6},
+			{5, 1, 4, 2, 1}, {5, 1, 4, 2, 2}, {5, 1, 4, 2, 4}, {5, 1, 4, 2, 6}, {5, 1, 3, 2, 5}, {5, 1, 4, 14, 6}} {
 			must(t, d.SetOption(OptAttnOrder, v.order))
 			must(t, d.SetOption(OptSegComb, v.comb))
 			must(t, d.SetOption(OptAttnSegOcc, v.occ))
 			must(t, d.SetOption(OptAttnSegWalk, v.walk))
+			must(t, d.SetOption(OptAttnSegForm, v.form))
 			got, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
 			if i, ok := firstBitDiff(want, got); !ok {
-				t.Fatalf("%s, %d keys, order %d, combine %d, occupancy %d, walk %d: output %d (token %d head %d) %v, cpu.AttendHead's segmented order %v",
-					label, len(keys), v.order, v.comb, v.occ, v.walk, i, i/(H*HD), i/HD%H, got[i], want[i])
+				t.Fatalf("%s, %d keys, order %d, combine %d, occupancy %d, walk %d, form %d: output %d (token %d head %d) %v, cpu.AttendHead's segmented order %v",
+					label, len(keys), v.order, v.comb, v.occ, v.walk, v.form, i, i/(H*HD), i/HD%H, got[i], want[i])
 			}
 		}
 		must(t, d.SetOption(OptSegComb, 1))
 		must(t, d.SetOption(OptAttnSegOcc, DefaultAttnSegOcc))
 		must(t, d.SetOption(OptAttnSegWalk, DefaultAttnSegWalk))
+		must(t, d.SetOption(OptAttnSegForm, DefaultAttnSegForm))
 		// fused (the inverse rotation and the Q8_0 activation in the output
 		// kernels): orders 2's and 5's combine (both forms) as order 1's kernel
 		if maxKeys <= 2048 && c.nt < 8 {
 			var outs [4][]float32
 			var acts [4][]byte
-			vs := []variant{{1, 1, 0, 0}, {2, 1, 0, 0}, {5, 1, 0, 0}, {5, 0, 0, 0}}
+			vs := []variant{{1, 1, 0, 0, 0}, {2, 1, 0, 0, 0}, {5, 1, 0, 0, 0}, {5, 0, 0, 0, 0}}
 			for i, v := range vs {
 				must(t, d.SetOption(OptAttnOrder, v.order))
 				must(t, d.SetOption(OptSegComb, v.comb))

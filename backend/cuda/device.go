@@ -348,6 +348,7 @@ const (
 	OptMVFewNSEx    = 81 // stages of exact mode's pipelined Q8_0 products of 2-4 tokens (speculative passes), a decimal digit a class of columns as OptMVQ8NSEx, a digit 0 taking that option's (DefaultMVFewNSEx 2222; env DS4_CUDA_MV_FEW_NS_EX; the same bits)
 	OptAttnSegOcc   = 83 // exact mode's split attention of 1-7 tokens (k_attn_seg_cl, OptAttnOrder 5) compiled for at least this many CTAs an SM (2-5: __launch_bounds__' second argument, fewer registers a thread; the same bits; DefaultAttnSegOcc 4), 0 for none (env DS4_CUDA_ATTN_SEG_OCC)
 	OptAttnSegWalk  = 84 // exact mode's split attention (OptAttnOrder 5) with a cluster walking several segments (k_attn_seg_walk: each CTA finds its keys' rows and stages its queries once and loads the next segment during the current one's sums; the same bits), as few a cluster as keep the CTAs within one wave: 0 off, 1 single tokens (DefaultAttnSegWalk), 2 every token count (1-7), 3-14 every count with value − 2 segments a CTA (env DS4_CUDA_ATTN_SEG_WALK)
+	OptAttnSegForm  = 85 // exact mode's split attention (k_attn_seg_cl, k_attn_seg_walk): the scores' and sums' forms, SF + 4·PF; SF 0 a thread a chain of one head and key, 1 two heads a thread, 2 two heads × two keys; PF 0 a lane a head's 2 dims, 1 a lane two heads' dim; the same bits; DefaultAttnSegForm 5 (env DS4_CUDA_ATTN_SEG_FORM)
 	OptMVFewNSFast  = 82 // the same for fast mode's (a digit 0 taking OptMVQ8NSFast's; DefaultMVFewNSFast 2222; env DS4_CUDA_MV_FEW_NS_FAST)
 	OptMVExQ8       = 66 // 1: exact mode's pipelined Q8_0 products (columns a multiple of 1024 dividing the CTA's 8 warps) form their block terms on fast mode's items (a lane a block; the terms stored, not tree-summed) and add them in block order: the same bits as 0 with about a third of the instructions; 2: the same with a ninth warp, which forms no items, adding the previous tile's rows while the eight form the next (default, DefaultMVExQ8; env DS4_CUDA_MV_EXQ8); 1: the last warp adds them after its items; 0: the pipelined kernel's 16-byte units, two lanes a block
 	OptMVTwo        = 59 // products of two tokens (bits 1, 2 and 4 also of three and four since v69: deeper drafts' passes), by bits: 1 fast mode's: Q8_0 ones (one selection, columns a multiple of 1024 dividing the 8 warps) as one pipelined product, the weights streamed once and each token's bits its one-token product's, the others split over up to 8 warps a row where the rows are few; 2 exact mode's Q8_0 ones of those shapes pipelined the same way (quant.Dot's bits, v67); 4, with bit 2: exact mode's MatMulQ8Out of two tokens quantizes both tokens' output blocks in its CTAs (a pass's wo_a for wo_b; the same bits as Quantize after the product; fast mode keeps the separate steps: −0.2 / −0.5 %, within the spread; v68); 8 exact mode's HCPostMixEx of two tokens in one CTA a part, the weights loaded once (each token's bits its one-token launch's; v68); 16, with bit 1: fast mode's Q8_0 items of three and four tokens with the tokens' shuffle trees packed into one (six shuffles an item for four tokens against twenty; each token's bits its one-token product's; v71: fast mode's three drafts +4.7 % in one process); 31 all five (default, DefaultMVTwo; env DS4_CUDA_MV_TWO); 0: the generic two-token kernel, a warp a row
@@ -444,6 +445,13 @@ const DefaultAttnSegOcc = 4
 // +0.5 … +0.7 % in one process, three calls); passes of 2-4 tokens keep a
 // CTA a segment (walking measured −2.3 … +0.2 %).
 const DefaultAttnSegWalk = 1
+
+// DefaultAttnSegForm is the library's default of OptAttnSegForm: form 5,
+// two heads' chains of one key a thread in the scores (warps 0-3) and two
+// heads' sums of one dim a lane (cuda/NOTES.md v75: the value read from
+// shared memory serves two chains; exact decode +0.58 %, exact three drafts
+// +1.14 % in one process against form 0).
+const DefaultAttnSegForm = 5
 
 // DefaultMVFewNSFast is the library's default of OptMVFewNSFast: fast
 // mode's few-token products in two stages of taller tiles for every class
