@@ -10,12 +10,15 @@
 # ds4-gguf and the test binary.
 #   SET=bench scripts/cuda/build-smoke.sh
 #   run(command="OUT=$OUT ... bash scripts/cuda/call.sh", carry=["dev-out/final"])
+# SET=all builds both sets (call.sh with SMOKE=1 and its benchmarks in one
+# call: the smoke's ds4-score and ds4-server checks run too).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p dev-out/final
 find dev-out/final -maxdepth 1 -type f -delete # (folders there, e.g. a BASE cuda/ tree, stay)
 cmds="ds4 ds4-server ds4-score ds4-gguf"
 [ "${SET:-}" = bench ] && cmds="ds4 ds4-bench ds4-gguf"
+[ "${SET:-}" = all ] && cmds="ds4 ds4-server ds4-score ds4-bench ds4-gguf"
 for c in $cmds; do
     CGO_ENABLED=0 go build -ldflags="-s -w" -o "dev-out/final/$c" "./cmd/$c"
 done
