@@ -602,13 +602,25 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wv(MVArgs a, int nt) {
 // in a.act, a.cols floats apart in shared memory; with a.nw each after its
 // own norm), token t's sums and tree its one-token launch's, its outputs
 // a.y_tok floats after token 0's.
-template <int FT, int P, int G, int LIVE = G, int NT = 1>
+// a.xbatch (DS4C_OPT_FX_LIVE's bit 2): a token's row requested XB float4s
+// a thread at once, then staged — the loop before waited for each float4's
+// round trip to L2 in turn (P·2 a thread a token); the same values
+// staged. (A token's whole row at once took up to 68 registers against 40
+// for P = 2 by nvcc 11.8.) XN (DS4C_OPT_FX_LIVE's bit 4; one token, with
+// a.nw): the sum of squares' values 4 a thread at once, then added in the
+// same order, and the scaling's rows XB at once: the same values staged,
+// in a form of its own (the indexer's query product: 48 registers against
+// 40, 5 CTAs an SM against 6). (Every token's rows at once took up to
+// 158 registers against 106 for NT = 4 by nvcc 11.8; a token at a time
+// keeps the count within a few.)
+template <int FT, int P, int G, int LIVE = G, int NT = 1, bool XN = false>
 __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     static_assert(FT != 0, "16-bit weights");
     static_assert(NT >= 1 && NT <= 4, "one to four tokens");
     static_assert(G == 2 || G == 4 || G == 8, "groups per warp");
     static_assert(LIVE == G || (G == 8 && P == 1 && LIVE > 0 && LIVE < G), "live groups: one period, a warp a row");
     constexpr int WPR = 8 / G; // warps per row
+    constexpr int XB = 2; // float4s a thread requested at once (a.xbatch; 4 floats for a.nw's sum of squares)
     extern __shared__ float4 s_x4[]; // the input rows, a.cols floats each
     __shared__ float s_tot[NT][G][8];
     mv_pdl_launch(a);
@@ -632,7 +644,29 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     for (int t = 0; t < NT; t++) {
         const float4 *x4 = (const float4 *)(a.act + (sel / a.act_div) * a.act_sel + t * a.act_tok);
         float4 *sx4 = s_x4 + t * (a.cols / 4);
-        if (a.nw) {
+        if (XN && a.nw) { // the same, the loads a few a thread at once (one token: ds4c_matvec_f32's fused norm)
+            const float *xf = (const float *)x4;
+            double ss = 0;
+            for (int i0 = threadIdx.x; i0 < a.cols; i0 += 4 * 256) {
+                float xv[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) xv[u] = i0 + u * 256 < a.cols ? xf[i0 + u * 256] : 0.f;
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (i0 + u * 256 < a.cols) ss += (double)xv[u] * (double)xv[u];
+            }
+            ss = block_sum_d(ss);
+            const float r = rms_from_sumsq(ss, a.cols, a.eps);
+            for (int i0 = threadIdx.x; i0 < a.cols / 4; i0 += XB * 256) {
+                float4 v[XB], wn[XB];
+#pragma unroll
+                for (int u = 0; u < XB; u++)
+                    if (i0 + u * 256 < a.cols / 4) v[u] = __ldg(x4 + i0 + u * 256), wn[u] = __ldg((const float4 *)a.nw + i0 + u * 256);
+#pragma unroll
+                for (int u = 0; u < XB; u++)
+                    if (i0 + u * 256 < a.cols / 4) sx4[i0 + u * 256] = rms_scale4(wn[u], v[u], r);
+            }
+        } else if (a.nw) {
             const float *xf = (const float *)x4;
             double ss = 0;
             for (int i = threadIdx.x; i < a.cols; i += blockDim.x) ss += (double)xf[i] * (double)xf[i];
@@ -640,6 +674,16 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
             const float r = rms_from_sumsq(ss, a.cols, a.eps);
             for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x)
                 sx4[i] = rms_scale4(__ldg((const float4 *)a.nw + i), __ldg(x4 + i), r);
+        } else if (a.xbatch) { // the row's float4s XB at once, then staged
+            for (int i0 = threadIdx.x; i0 < a.cols / 4; i0 += XB * 256) {
+                float4 v[XB];
+#pragma unroll
+                for (int u = 0; u < XB; u++)
+                    if (i0 + u * 256 < a.cols / 4) v[u] = __ldg(x4 + i0 + u * 256);
+#pragma unroll
+                for (int u = 0; u < XB; u++)
+                    if (i0 + u * 256 < a.cols / 4) sx4[i0 + u * 256] = v[u];
+            }
         } else {
             for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x) sx4[i] = __ldg(x4 + i);
         }
@@ -696,7 +740,8 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
 }
 
 template <int FT, int P, int NT = 1>
-void launch_fexact_warp(const MVArgs &a, int n_sel, cudaStream_t st) {
+void launch_fexact_warp(MVArgs a, int n_sel, cudaStream_t st) {
+    a.xbatch = (ds4c_opt_fx_live() & 2) != 0;
     const size_t smem = (size_t)NT * a.cols * sizeof(float);
     const int64_t sms = ds4c_sm_count();
     int G = 8; // fewer rows per CTA until the grid covers the SMs twice
@@ -704,16 +749,18 @@ void launch_fexact_warp(const MVArgs &a, int n_sel, cudaStream_t st) {
     const dim3 g((unsigned)((a.rows + G - 1) / G), (unsigned)n_sel, 1);
     // the form: G rows a CTA (G 8, one period of at most 1024 columns: the
     // first four groups hold the columns)
-    const int form = G == 8 && P == 1 && a.cols <= 4 * 256 && ds4c_opt_fx_live() ? 0 : G == 8 ? 1 : G == 4 ? 2 : 3;
-    void (*k)(MVArgs) = form == 0   ? k_fexact_warp<FT, 1, 8, 4, NT>
-                        : form == 1 ? k_fexact_warp<FT, P, 8, 8, NT>
-                        : form == 2 ? k_fexact_warp<FT, P, 4, 4, NT>
-                                    : k_fexact_warp<FT, P, 2, 2, NT>;
+    const int form = G == 8 && P == 1 && a.cols <= 4 * 256 && (ds4c_opt_fx_live() & 1) ? 0 : G == 8 ? 1 : G == 4 ? 2 : 3;
+    constexpr bool XN = NT == 1; // (the batched norm's forms: one token)
+    const bool xn = XN && a.nw && (ds4c_opt_fx_live() & 4);
+    void (*k)(MVArgs) = form == 0   ? (xn ? k_fexact_warp<FT, 1, 8, 4, NT, XN> : k_fexact_warp<FT, 1, 8, 4, NT>)
+                        : form == 1 ? (xn ? k_fexact_warp<FT, P, 8, 8, NT, XN> : k_fexact_warp<FT, P, 8, 8, NT>)
+                        : form == 2 ? (xn ? k_fexact_warp<FT, P, 4, 4, NT, XN> : k_fexact_warp<FT, P, 4, 4, NT>)
+                                    : (xn ? k_fexact_warp<FT, P, 2, 2, NT, XN> : k_fexact_warp<FT, P, 2, 2, NT>);
     if (smem + sizeof(float) * NT * 8 * 8 > 48 * 1024) { // (three rows of 4096 floats and more, with s_tot: the opt-in, once for each form)
-        static bool set[4] = {};
-        if (!set[form]) {
+        static bool set[8] = {};
+        if (!set[form + 4 * xn]) {
             (void)cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            set[form] = true;
+            set[form + 4 * xn] = true;
         }
     }
     ds4c_launch(k, g, 256, smem, st, a);

@@ -732,12 +732,14 @@ func TestMatVecF32(t *testing.T) {
 // the indexer's query product from q_a's row — in one launch (OptMVF32
 // bit 4: k_fexact_warp staging the row after its RMSNorm) gives the bits
 // of RMSNormRef then the exact product, as the separate launches (the bit
-// off) do: one period (1024 and 2048 columns) and two (4096), x unchanged.
+// off) do: one period (1024 and 2048 columns) and two (4096, and 4000:
+// rows not a whole number of a CTA's loads), x unchanged; with the
+// rows' and the norm's loads batched (OptFXLive bits 2 and 4) or not.
 func TestMatVecF32ExactF16(t *testing.T) {
 	d := gpu(t)
-	t.Cleanup(func() { d.SetOption(OptMVF32, DefaultMVF32) })
+	t.Cleanup(func() { d.SetOption(OptMVF32, DefaultMVF32); d.SetOption(OptFXLive, DefaultFXLive) })
 	const eps = 1e-6
-	for ci, c := range []struct{ rows, cols int }{{8192, 1024}, {300, 2048}, {64, 4096}} {
+	for ci, c := range []struct{ rows, cols int }{{8192, 1024}, {300, 2048}, {64, 4096}, {1000, 4000}} {
 		_, dw, _ := randomMats(t, d, quant.F16, c.rows, c.cols, 1, uint64(4400+ci))
 		x := gaussian(c.cols, uint64(4500+ci))
 		dx, nw := upload(t, d, x), upload(t, d, gaussian(c.cols, uint64(4600+ci)))
@@ -746,16 +748,21 @@ func TestMatVecF32ExactF16(t *testing.T) {
 		ref := alloc(t, d, 4*int64(c.rows))
 		must(t, d.MatMulEx(0, dw, 0, 1, xn, 4*int64(c.cols), 0, 1, 1, ref, int64(c.rows), 0, true))
 		want := download(t, d, ref, c.rows)
-		for _, opt := range []int{DefaultMVF32, DefaultMVF32 &^ 4} {
-			must(t, d.SetOption(OptMVF32, opt))
+		// (and the rows' and the norm's loads a float4 a thread at a time,
+		// OptFXLive without bits 2 and 4)
+		for _, v := range []struct{ opt, fx int }{{DefaultMVF32, DefaultFXLive}, {DefaultMVF32 &^ 4, DefaultFXLive},
+			{DefaultMVF32, DefaultFXLive &^ 4}, {DefaultMVF32, DefaultFXLive &^ 6}, {DefaultMVF32 &^ 4, DefaultFXLive &^ 6}} {
+			must(t, d.SetOption(OptMVF32, v.opt))
+			must(t, d.SetOption(OptFXLive, v.fx))
 			y, xn2 := alloc(t, d, 4*int64(c.rows)), alloc(t, d, 4*int64(c.cols))
 			poison(t, d, y, c.rows)
 			must(t, d.MatVecF32(0, dw, dx, nw, eps, xn2, 0, y, true, false, 1))
 			got := download(t, d, y, c.rows)
 			if i, ok := firstBitDiff(got, want); !ok {
-				t.Fatalf("%dx%d mv_f32 %d: row %d = %v, want %v", c.rows, c.cols, opt, i, got[i], want[i])
+				t.Fatalf("%dx%d mv_f32 %d, fx_live %d: row %d = %v, want %v", c.rows, c.cols, v.opt, v.fx, i, got[i], want[i])
 			}
 		}
+		must(t, d.SetOption(OptFXLive, DefaultFXLive))
 		for i, v := range download(t, d, dx, c.cols) {
 			if math.Float32bits(v) != math.Float32bits(x[i]) {
 				t.Fatalf("%dx%d: x[%d] changed to %v", c.rows, c.cols, i, v)

@@ -545,27 +545,41 @@ func TestMatVecFastQ8Two(t *testing.T) {
 				poison(t, d, y, ldy)
 				must(t, d.MatMulEx(0, dw, 0, G, act+Ptr(int64(tok*G)*ab), int64(G)*ab, ab, 1, 1, y, int64(ldy), int64(c.rows), true))
 				copy(exOne[tok*ldy:], download(t, d, y, G*c.rows))
+				// (the one-token product with its row staged a float4 a
+				// thread at a time: the same bits)
+				must(t, d.SetOption(OptFXLive, DefaultFXLive&^2))
+				poison(t, d, y, ldy)
+				must(t, d.MatMulEx(0, dw, 0, G, act+Ptr(int64(tok*G)*ab), int64(G)*ab, ab, 1, 1, y, int64(ldy), int64(c.rows), true))
+				must(t, d.SetOption(OptFXLive, DefaultFXLive))
+				if k, ok := firstBitDiff(download(t, d, y, G*c.rows), exOne[tok*ldy:tok*ldy+G*c.rows]); !ok {
+					t.Errorf("%s exact, token %d alone, staged a float4 at a time (OptFXLive %d): row %d differs", c.name, tok, DefaultFXLive&^2, k)
+				}
 			}
 			// (and without OptMVOcc's bit 2: the forms not bounded for two
 			// CTAs an SM)
-			// (and with other stage counts, OptMVFewNSEx)
-			for _, v := range []struct{ opt, occ, ns int }{{DefaultMVTwo, DefaultMVOcc, DefaultMVFewNSEx}, {1, DefaultMVOcc, DefaultMVFewNSEx},
-				{DefaultMVTwo, DefaultMVOcc &^ 2, DefaultMVFewNSEx}, {DefaultMVTwo, DefaultMVOcc, 0}, {DefaultMVTwo, DefaultMVOcc, 4444}} {
+			// (and with other stage counts, OptMVFewNSEx; and the F16 rows
+			// staged a float4 a thread at a time, OptFXLive without bit 2,
+			// for the tokens together and, below, alone)
+			for _, v := range []struct{ opt, occ, ns, fx int }{{DefaultMVTwo, DefaultMVOcc, DefaultMVFewNSEx, DefaultFXLive}, {1, DefaultMVOcc, DefaultMVFewNSEx, DefaultFXLive},
+				{DefaultMVTwo, DefaultMVOcc &^ 2, DefaultMVFewNSEx, DefaultFXLive}, {DefaultMVTwo, DefaultMVOcc, 0, DefaultFXLive}, {DefaultMVTwo, DefaultMVOcc, 4444, DefaultFXLive},
+				{DefaultMVTwo, DefaultMVOcc, DefaultMVFewNSEx, DefaultFXLive &^ 2}} {
 				opt := v.opt
 				must(t, d.SetOption(OptMVTwo, opt))
 				must(t, d.SetOption(OptMVOcc, v.occ))
 				must(t, d.SetOption(OptMVFewNSEx, v.ns))
+				must(t, d.SetOption(OptFXLive, v.fx))
 				poison(t, d, y, nt*ldy)
 				must(t, d.MatMulEx(0, dw, 0, G, act, int64(G)*ab, ab, 1, nt, y, int64(ldy), int64(c.rows), true))
 				ex := download(t, d, y, nt*ldy)
 				must(t, d.SetOption(OptMVTwo, DefaultMVTwo))
 				must(t, d.SetOption(OptMVOcc, DefaultMVOcc))
 				must(t, d.SetOption(OptMVFewNSEx, DefaultMVFewNSEx))
+				must(t, d.SetOption(OptFXLive, DefaultFXLive))
 				for tok := 0; tok < nt; tok++ {
 					o := tok * ldy
 					if k, ok := firstBitDiff(ex[o:o+G*c.rows], exOne[o:o+G*c.rows]); !ok {
-						t.Errorf("%s exact, %d tokens (OptMVTwo %d, OptMVOcc %d, OptMVFewNSEx %d), token %d: row %d = %v, its one-token exact product %v",
-							c.name, nt, opt, v.occ, v.ns, tok, k, ex[o+k], exOne[o+k])
+						t.Errorf("%s exact, %d tokens (OptMVTwo %d, OptMVOcc %d, OptMVFewNSEx %d, OptFXLive %d), token %d: row %d = %v, its one-token exact product %v",
+							c.name, nt, opt, v.occ, v.ns, v.fx, tok, k, ex[o+k], exOne[o+k])
 					}
 					if c.typ != quant.Q8_0 {
 						continue
