@@ -4531,42 +4531,34 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB)
 // the CL kernels by CTAs an SM (DS4C_OPT_ATTN_SEG_OCC) and form
 // (DS4C_OPT_ATTN_SEG_FORM: SF + 4 · PF, SF above 2 taken as 2); the forms
 // other than 0 at 3 and 4 CTAs an SM only (1, 2 and 5 CTAs an SM: form 0)
-typedef void (*SegClKernel)(AttnArgs, float *, int64_t);
-typedef void (*SegWalkKernel)(AttnArgs, float *, int64_t, int);
-template <int MINB>
-static SegClKernel seg_cl_form(int f) {
-    switch (f) {
-    case 1: return k_attn_seg_cl<MINB, 1>;
-    case 2: return k_attn_seg_cl<MINB, 2>;
-    case 4: return k_attn_seg_cl<MINB, 4>;
-    case 5: return k_attn_seg_cl<MINB, 5>;
-    case 6: return k_attn_seg_cl<MINB, 6>;
-    default: return k_attn_seg_cl<MINB, 0>;
+struct SegClK {
+    template <int MINB, int F>
+    static auto fn() { return k_attn_seg_cl<MINB, F>; }
+};
+struct SegWalkK {
+    template <int MINB, int F>
+    static auto fn() { return k_attn_seg_walk<MINB, F>; }
+};
+template <class K, int MINB>
+static auto seg_form(int form) {
+    switch ((form & 4) | min(form & 3, 2)) {
+    case 1: return K::template fn<MINB, 1>();
+    case 2: return K::template fn<MINB, 2>();
+    case 4: return K::template fn<MINB, 4>();
+    case 5: return K::template fn<MINB, 5>();
+    case 6: return K::template fn<MINB, 6>();
+    default: return K::template fn<MINB, 0>();
     }
 }
-static int seg_form_norm(int form) { return (form & 4) | min(form & 3, 2); }
-static SegClKernel seg_cl_kernel(int occ, int form) {
-    const int f = seg_form_norm(form);
-    return occ == 5   ? k_attn_seg_cl<5, 0>
-           : occ == 4 ? seg_cl_form<4>(f)
-           : occ == 3 ? seg_cl_form<3>(f)
-           : occ == 2 ? k_attn_seg_cl<2, 0>
-                      : k_attn_seg_cl<1, 0>;
+static auto seg_cl_kernel(int occ, int form) {
+    return occ == 5   ? SegClK::fn<5, 0>()
+           : occ == 4 ? seg_form<SegClK, 4>(form)
+           : occ == 3 ? seg_form<SegClK, 3>(form)
+           : occ == 2 ? SegClK::fn<2, 0>()
+                      : SegClK::fn<1, 0>();
 }
-template <int MINB>
-static SegWalkKernel seg_walk_form(int f) {
-    switch (f) {
-    case 1: return k_attn_seg_walk<MINB, 1>;
-    case 2: return k_attn_seg_walk<MINB, 2>;
-    case 4: return k_attn_seg_walk<MINB, 4>;
-    case 5: return k_attn_seg_walk<MINB, 5>;
-    case 6: return k_attn_seg_walk<MINB, 6>;
-    default: return k_attn_seg_walk<MINB, 0>;
-    }
-}
-static SegWalkKernel seg_walk_kernel(int wocc, int form) {
-    const int f = seg_form_norm(form);
-    return wocc == 3 ? seg_walk_form<3>(f) : seg_walk_form<4>(f);
+static auto seg_walk_kernel(int wocc, int form) {
+    return wocc == 3 ? seg_form<SegWalkK, 3>(form) : seg_form<SegWalkK, 4>(form);
 }
 
 // BATCH (DS4C_OPT_SEG_COMB 1, the default): the same operations in the same
