@@ -605,14 +605,13 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wv(MVArgs a, int nt) {
 // a.xbatch (DS4C_OPT_FX_LIVE's bit 2): a token's row requested XB float4s
 // a thread at once, then staged — the loop before waited for each float4's
 // round trip to L2 in turn (P·2 a thread a token); the same values
-// staged. (A token's whole row at once took up to 68 registers against 40
-// for P = 2 by nvcc 11.8.) XN (DS4C_OPT_FX_LIVE's bit 4; one token, with
+// staged. (By nvcc 11.8, a token's whole row at once took up to 68
+// registers against 40 for P = 2, every token's rows at once up to 158
+// against 106 for NT = 4.) XN (DS4C_OPT_FX_LIVE's bit 4; one token, with
 // a.nw): the sum of squares' values 4 a thread at once, then added in the
 // same order, and the scaling's rows XB at once: the same values staged,
 // in a form of its own (the indexer's query product: 48 registers against
-// 40, 5 CTAs an SM against 6). (Every token's rows at once took up to
-// 158 registers against 106 for NT = 4 by nvcc 11.8; a token at a time
-// keeps the count within a few.)
+// 40, 5 CTAs an SM against 6).
 template <int FT, int P, int G, int LIVE = G, int NT = 1, bool XN = false>
 __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     static_assert(FT != 0, "16-bit weights");
