@@ -11,7 +11,11 @@
 #   SET=bench scripts/cuda/build-smoke.sh
 #   run(command="OUT=$OUT ... bash scripts/cuda/call.sh", carry=["dev-out/final"])
 # SET=all builds both sets (call.sh with SMOKE=1 and its benchmarks in one
-# call: the smoke's ds4-score and ds4-server checks run too).
+# call: the smoke's ds4-score and ds4-server checks run too). They are past
+# the 64 MiB carry limit with the tracked files; PACK=1 also packs them into
+# dev-out/pack/bins.tar.xz (≈ 12 MB), which call.sh and smoke.sh unpack:
+#   SET=all PACK=1 scripts/cuda/build-smoke.sh
+#   run(command="OUT=$OUT SMOKE=1 ABX=... bash scripts/cuda/call.sh", carry=["dev-out/pack"])
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p dev-out/final
@@ -24,3 +28,8 @@ for c in $cmds; do
 done
 CGO_ENABLED=0 go test -c -ldflags="-s -w" -o dev-out/final/cuda.test ./backend/cuda
 du -sh dev-out/final
+if [ -n "${PACK:-}" ]; then
+    mkdir -p dev-out/pack
+    tar cJf dev-out/pack/bins.tar.xz -C dev-out/final $cmds cuda.test
+    du -sh dev-out/pack/bins.tar.xz
+fi
