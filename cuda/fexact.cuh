@@ -740,7 +740,8 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
 
 template <int FT, int P, int NT = 1>
 void launch_fexact_warp(MVArgs a, int n_sel, cudaStream_t st) {
-    a.xbatch = (ds4c_opt_fx_live() & 2) != 0;
+    const int live = ds4c_opt_fx_live(); // (its bits: fexact_warp's forms)
+    a.xbatch = (live & 2) != 0;
     const size_t smem = (size_t)NT * a.cols * sizeof(float);
     const int64_t sms = ds4c_sm_count();
     int G = 8; // fewer rows per CTA until the grid covers the SMs twice
@@ -748,9 +749,9 @@ void launch_fexact_warp(MVArgs a, int n_sel, cudaStream_t st) {
     const dim3 g((unsigned)((a.rows + G - 1) / G), (unsigned)n_sel, 1);
     // the form: G rows a CTA (G 8, one period of at most 1024 columns: the
     // first four groups hold the columns)
-    const int form = G == 8 && P == 1 && a.cols <= 4 * 256 && (ds4c_opt_fx_live() & 1) ? 0 : G == 8 ? 1 : G == 4 ? 2 : 3;
+    const int form = G == 8 && P == 1 && a.cols <= 4 * 256 && (live & 1) ? 0 : G == 8 ? 1 : G == 4 ? 2 : 3;
     constexpr bool XN = NT == 1; // (the batched norm's forms: one token)
-    const bool xn = XN && a.nw && (ds4c_opt_fx_live() & 4);
+    const bool xn = XN && a.nw && (live & 4);
     void (*k)(MVArgs) = form == 0   ? (xn ? k_fexact_warp<FT, 1, 8, 4, NT, XN> : k_fexact_warp<FT, 1, 8, 4, NT>)
                         : form == 1 ? (xn ? k_fexact_warp<FT, P, 8, 8, NT, XN> : k_fexact_warp<FT, P, 8, 8, NT>)
                         : form == 2 ? (xn ? k_fexact_warp<FT, P, 4, 4, NT, XN> : k_fexact_warp<FT, P, 4, 4, NT>)

@@ -108,11 +108,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-dev-out/call}; mkdir -p "$OUT"
 F=dev-out/final
-# binaries carried packed (PACK=1 scripts/cuda/build-smoke.sh): unpacked
-# into dev-out/final once a call
-if [ -f dev-out/pack/bins.tar.xz ] && [ ! -e dev-out/final/.unpacked ]; then
-    mkdir -p dev-out/final && tar xJf dev-out/pack/bins.tar.xz -C dev-out/final && touch dev-out/final/.unpacked
-fi
+bash scripts/cuda/unpack-bins.sh # (binaries carried packed: PACK=1 build-smoke.sh)
 exec > >(tee "$OUT/log.txt") 2>&1
 t0=$(date +%s)
 # the carried binaries this call needs, checked before anything is built

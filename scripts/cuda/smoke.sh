@@ -10,11 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 F=dev-out/final
-# binaries carried packed (PACK=1 scripts/cuda/build-smoke.sh): unpacked
-# into dev-out/final once a call
-if [ -f dev-out/pack/bins.tar.xz ] && [ ! -e dev-out/final/.unpacked ]; then
-    mkdir -p dev-out/final && tar xJf dev-out/pack/bins.tar.xz -C dev-out/final && touch dev-out/final/.unpacked
-fi
+bash scripts/cuda/unpack-bins.sh # (binaries carried packed: PACK=1 build-smoke.sh)
 OUT=${OUT:-$F/out}; mkdir -p "$OUT" build
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
 # (LIB_BUILT=1: a build/libds4cuda.so built earlier in the same call is used)
