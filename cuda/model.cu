@@ -232,13 +232,40 @@ __global__ void k_rmsnorm_ref(const float *x, int64_t x_stride, const float *w, 
     pdl_enter();
     const float *xr = x + blockIdx.x * x_stride;
     float *yr = y + blockIdx.x * y_stride;
+    // a thread's values NB at a time, their loads in flight together (a
+    // plain loop waited for each one's L2 round trip in turn, n / 256 of
+    // them: 16 for the MTP block's 4096-wide norms, even unrolled); the same
+    // sums in the same order, each value scaled by the thread that read it
+    // (y may be x)
+    constexpr int NB = 4;
+    const int64_t step = blockDim.x;
     double ss = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * (double)xr[i];
+    for (int64_t i0 = threadIdx.x; i0 < n; i0 += NB * step) {
+        float v[NB];
+#pragma unroll
+        for (int u = 0; u < NB; u++) v[u] = i0 + u * step < n ? xr[i0 + u * step] : 0.f;
+#pragma unroll
+        for (int u = 0; u < NB; u++)
+            if (i0 + u * step < n) ss += (double)v[u] * (double)v[u];
+    }
     ss = block_sum_d(ss);
     const float r = rms_from_sumsq(ss, n, eps);
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = fmul(xr[i], r);
-        yr[i] = w ? fmul(w[i], v) : v;
+    for (int64_t i0 = threadIdx.x; i0 < n; i0 += NB * step) {
+        float v[NB], wv[NB];
+#pragma unroll
+        for (int u = 0; u < NB; u++) {
+            const int64_t i = i0 + u * step;
+            v[u] = i < n ? xr[i] : 0.f;
+            wv[u] = w && i < n ? w[i] : 1.f;
+        }
+#pragma unroll
+        for (int u = 0; u < NB; u++) {
+            const int64_t i = i0 + u * step;
+            if (i < n) {
+                const float x = fmul(v[u], r);
+                yr[i] = w ? fmul(wv[u], x) : x;
+            }
+        }
     }
 }
 
