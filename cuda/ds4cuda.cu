@@ -24,7 +24,7 @@ static int g_opt_pdl = 1;
 static int g_opt_attn_po = 1;
 static int g_opt_prefetch = 1;
 static int g_opt_fx_warp = 1;
-static int g_opt_fx_live = 7; // k_fexact_warp, by bits: 1 rows of at most 1024 columns skip the four empty groups (fexact.cuh; cuda/NOTES.md v59); 2 a row's loads requested two float4s a thread at once before they are staged (v75); 4 the fused norm's loads likewise (a form of its own)
+static int g_opt_fx_live = 15; // k_fexact_warp, by bits: 1 rows of at most 1024 columns skip the four empty groups (fexact.cuh; cuda/NOTES.md v59); 2 a row's loads requested two float4s a thread at once before they are staged (v75); 4 the fused norm's loads likewise (a form of its own); 8 passes of 2-4 tokens: every token's row copied at once by cp.async (v76; over bit 2)
 static int g_opt_mv_dec_sum = 1; // exact k_mv_dec rows summed on lane p from shared memory (matvec.cuh; cuda/NOTES.md v60)
 static int g_opt_attn_po_vec = 4; // k_attn_po: 1 key rows staged once a CTA, key slices read as float4 quads (cuda/NOTES.md v60); 2 also conflict-free staging and the serial loops' loads a group ahead; 3 also exact weighted sums two heads a warp (model.cu; cuda/NOTES.md v62); 4 (the default since v64) as 2, exact mode's softmax statistics once a head in clusters of 8 CTAs (k_attn_po_cl)
 static int g_opt_hc_two = 1;
@@ -500,7 +500,7 @@ static const struct {
     {DS4C_OPT_ATTN_PO, "attn_po", &g_opt_attn_po, 0, 1},
     {DS4C_OPT_PREFETCH, "prefetch", &g_opt_prefetch, 0, 1},
     {DS4C_OPT_FX_WARP, "fx_warp", &g_opt_fx_warp, 0, 1},
-    {DS4C_OPT_FX_LIVE, "fx_live", &g_opt_fx_live, 0, 7},
+    {DS4C_OPT_FX_LIVE, "fx_live", &g_opt_fx_live, 0, 15},
     {DS4C_OPT_MV_DEC_SUM, "mv_dec_sum", &g_opt_mv_dec_sum, 0, 1},
     {DS4C_OPT_ATTN_PO_VEC, "attn_po_vec", &g_opt_attn_po_vec, 0, 4},
     {DS4C_OPT_HC_TWO, "hc_two", &g_opt_hc_two, 0, 1},

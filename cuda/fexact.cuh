@@ -611,7 +611,12 @@ __global__ void __launch_bounds__(256, 2) k_fexact_tile_wv(MVArgs a, int nt) {
 // a.nw): the sum of squares' values 4 a thread at once, then added in the
 // same order, and the scaling's rows XB at once: the same values staged,
 // in a form of its own (the indexer's query product: 48 registers against
-// 40, 5 CTAs an SM against 6).
+// 40, 5 CTAs an SM against 6). a.xbatch 2 (DS4C_OPT_FX_LIVE's bit 8, v76;
+// NT ≥ 2, without a.nw): every token's row copied into shared memory by
+// cp.async, all of a thread's copies in flight together (one round trip to
+// L2 where a.xbatch 1 waits for cols / 2048 of them a token: 8 for a
+// four-token pass's 4096-column rows); the same values staged. (One token
+// measured −0.46 % in exact decode with this form, v76: not used there.)
 template <int FT, int P, int G, int LIVE = G, int NT = 1, bool XN = false>
 __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
     static_assert(FT != 0, "16-bit weights");
@@ -639,52 +644,63 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
             w[p][k] = row_ok && c < a.cols ? ldw16(row + (size_t)c * 2, a.wl) : make_int4(0, 0, 0, 0);
         }
     mv_pdl_wait(a);
+    if (NT > 1 && a.xbatch == 2) { // every token's row copied at once (cp.async; without a.nw)
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float4 *x4 = (const float4 *)(a.act + (sel / a.act_div) * a.act_sel + t * a.act_tok);
-        float4 *sx4 = s_x4 + t * (a.cols / 4);
-        if (XN && a.nw) { // the same, the loads a few a thread at once (one token: ds4c_matvec_f32's fused norm)
-            const float *xf = (const float *)x4;
-            double ss = 0;
-            for (int i0 = threadIdx.x; i0 < a.cols; i0 += 4 * 256) {
-                float xv[4];
+        for (int t = 0; t < NT; t++) {
+            const float4 *x4 = (const float4 *)(a.act + (sel / a.act_div) * a.act_sel + t * a.act_tok);
+            float4 *sx4 = s_x4 + t * (a.cols / 4);
+            for (int i = threadIdx.x; i < a.cols / 4; i += 256) cp_async16(sx4 + i, x4 + i);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+    } else {
 #pragma unroll
-                for (int u = 0; u < 4; u++) xv[u] = i0 + u * 256 < a.cols ? xf[i0 + u * 256] : 0.f;
+        for (int t = 0; t < NT; t++) {
+            const float4 *x4 = (const float4 *)(a.act + (sel / a.act_div) * a.act_sel + t * a.act_tok);
+            float4 *sx4 = s_x4 + t * (a.cols / 4);
+            if (XN && a.nw) { // the same, the loads a few a thread at once (one token: ds4c_matvec_f32's fused norm)
+                const float *xf = (const float *)x4;
+                double ss = 0;
+                for (int i0 = threadIdx.x; i0 < a.cols; i0 += 4 * 256) {
+                    float xv[4];
 #pragma unroll
-                for (int u = 0; u < 4; u++)
-                    if (i0 + u * 256 < a.cols) ss += (double)xv[u] * (double)xv[u];
+                    for (int u = 0; u < 4; u++) xv[u] = i0 + u * 256 < a.cols ? xf[i0 + u * 256] : 0.f;
+#pragma unroll
+                    for (int u = 0; u < 4; u++)
+                        if (i0 + u * 256 < a.cols) ss += (double)xv[u] * (double)xv[u];
+                }
+                ss = block_sum_d(ss);
+                const float r = rms_from_sumsq(ss, a.cols, a.eps);
+                for (int i0 = threadIdx.x; i0 < a.cols / 4; i0 += XB * 256) {
+                    float4 v[XB], wn[XB];
+#pragma unroll
+                    for (int u = 0; u < XB; u++)
+                        if (i0 + u * 256 < a.cols / 4) v[u] = __ldg(x4 + i0 + u * 256), wn[u] = __ldg((const float4 *)a.nw + i0 + u * 256);
+#pragma unroll
+                    for (int u = 0; u < XB; u++)
+                        if (i0 + u * 256 < a.cols / 4) sx4[i0 + u * 256] = rms_scale4(wn[u], v[u], r);
+                }
+            } else if (a.nw) {
+                const float *xf = (const float *)x4;
+                double ss = 0;
+                for (int i = threadIdx.x; i < a.cols; i += blockDim.x) ss += (double)xf[i] * (double)xf[i];
+                ss = block_sum_d(ss);
+                const float r = rms_from_sumsq(ss, a.cols, a.eps);
+                for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x)
+                    sx4[i] = rms_scale4(__ldg((const float4 *)a.nw + i), __ldg(x4 + i), r);
+            } else if (a.xbatch) { // the row's float4s XB at once, then staged
+                for (int i0 = threadIdx.x; i0 < a.cols / 4; i0 += XB * 256) {
+                    float4 v[XB];
+#pragma unroll
+                    for (int u = 0; u < XB; u++)
+                        if (i0 + u * 256 < a.cols / 4) v[u] = __ldg(x4 + i0 + u * 256);
+#pragma unroll
+                    for (int u = 0; u < XB; u++)
+                        if (i0 + u * 256 < a.cols / 4) sx4[i0 + u * 256] = v[u];
+                }
+            } else {
+                for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x) sx4[i] = __ldg(x4 + i);
             }
-            ss = block_sum_d(ss);
-            const float r = rms_from_sumsq(ss, a.cols, a.eps);
-            for (int i0 = threadIdx.x; i0 < a.cols / 4; i0 += XB * 256) {
-                float4 v[XB], wn[XB];
-#pragma unroll
-                for (int u = 0; u < XB; u++)
-                    if (i0 + u * 256 < a.cols / 4) v[u] = __ldg(x4 + i0 + u * 256), wn[u] = __ldg((const float4 *)a.nw + i0 + u * 256);
-#pragma unroll
-                for (int u = 0; u < XB; u++)
-                    if (i0 + u * 256 < a.cols / 4) sx4[i0 + u * 256] = rms_scale4(wn[u], v[u], r);
-            }
-        } else if (a.nw) {
-            const float *xf = (const float *)x4;
-            double ss = 0;
-            for (int i = threadIdx.x; i < a.cols; i += blockDim.x) ss += (double)xf[i] * (double)xf[i];
-            ss = block_sum_d(ss);
-            const float r = rms_from_sumsq(ss, a.cols, a.eps);
-            for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x)
-                sx4[i] = rms_scale4(__ldg((const float4 *)a.nw + i), __ldg(x4 + i), r);
-        } else if (a.xbatch) { // the row's float4s XB at once, then staged
-            for (int i0 = threadIdx.x; i0 < a.cols / 4; i0 += XB * 256) {
-                float4 v[XB];
-#pragma unroll
-                for (int u = 0; u < XB; u++)
-                    if (i0 + u * 256 < a.cols / 4) v[u] = __ldg(x4 + i0 + u * 256);
-#pragma unroll
-                for (int u = 0; u < XB; u++)
-                    if (i0 + u * 256 < a.cols / 4) sx4[i0 + u * 256] = v[u];
-            }
-        } else {
-            for (int i = threadIdx.x; i < a.cols / 4; i += blockDim.x) sx4[i] = __ldg(x4 + i);
         }
     }
     __syncthreads();
@@ -741,7 +757,7 @@ __global__ void __launch_bounds__(256) k_fexact_warp(MVArgs a) {
 template <int FT, int P, int NT = 1>
 void launch_fexact_warp(MVArgs a, int n_sel, cudaStream_t st) {
     const int live = ds4c_opt_fx_live(); // (its bits: fexact_warp's forms)
-    a.xbatch = (live & 2) != 0;
+    a.xbatch = NT > 1 && (live & 8) && !a.nw ? 2 : (live & 2) != 0;
     const size_t smem = (size_t)NT * a.cols * sizeof(float);
     const int64_t sms = ds4c_sm_count();
     int G = 8; // fewer rows per CTA until the grid covers the SMs twice

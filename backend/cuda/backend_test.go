@@ -509,7 +509,7 @@ func TestKernelVariants(t *testing.T) {
 		serial bool
 	}{
 		{"attn_po", OptAttnPO, 1, 1, true}, {"norm_rope", OptNormRope, 1, 1, false}, {"hc_two", OptHCTwo, 1, 1, false},
-		{"fx_warp", OptFXWarp, 1, 1, false}, {"fx_live", OptFXLive, 1, 1, false}, {"prefetch", OptPrefetch, 1, 1, false}, {"hc_quant", OptHCQuant, 1, 1, false},
+		{"fx_warp", OptFXWarp, 1, 1, false}, {"fx_live", OptFXLive, DefaultFXLive, 1, false}, {"prefetch", OptPrefetch, 1, 1, false}, {"hc_quant", OptHCQuant, 1, 1, false},
 		{"mv_pipe", OptMVPipe, 2, 1, false}, {"mv_copy", OptMVCopy, 2, 1, false}, {"ix_tile", OptIXTile, DefaultIXTile, 1, false},
 		{"topk_warp", OptTopKWarp, 1, 1, false}, {"router_warp", OptRouterWarp, 1, 1, false}, {"attn_ecache", OptAttnECache, 1, 1, true},
 		{"attn_rope", OptAttnRope, 1, 1, false}, {"attn_quant", OptAttnQuant, 1, 1, false},

@@ -281,7 +281,7 @@ const (
 	OptAttnPO       = 7  // 1: single-token attention's softmax and output in one kernel (default); 0: two kernels
 	OptPrefetch     = 8  // 1: products prefetch known weights into L2 before waiting for the previous kernel (default; env DS4_CUDA_PREFETCH=0 turns it off)
 	OptFXWarp       = 9  // 1: single-token exact products of short 16-bit rows run a row per warp (default); 0: a row per CTA
-	OptFXLive       = 68 // by bits: 1 OptFXWarp's kernel with 8 rows a CTA on rows of at most 1024 columns (the indexer's query product) keeps only the four groups of running sums that hold columns, the other four's totals written as +0 (else all eight groups); 2 that kernel requests a row's float4s two a thread at once before staging them (else one at a time); 4 its fused norm (one token) likewise, in a form of its own; DefaultFXLive; env DS4_CUDA_FX_LIVE; the same bits
+	OptFXLive       = 68 // by bits: 1 OptFXWarp's kernel with 8 rows a CTA on rows of at most 1024 columns (the indexer's query product) keeps only the four groups of running sums that hold columns, the other four's totals written as +0 (else all eight groups); 2 that kernel requests a row's float4s two a thread at once before staging them (else one at a time); 4 its fused norm (one token) likewise, in a form of its own; 8 in passes of 2-4 tokens every token's row copied into shared memory at once by cp.async (over bit 2); DefaultFXLive; env DS4_CUDA_FX_LIVE; the same bits
 	OptMVDecSum     = 71 // 1: exact mode's single-token IQ2_XXS / Q2_K products (OptMVDec) add a row's block terms on one lane from shared memory, in block order (default; env DS4_CUDA_MV_DEC_SUM; the same bits); 0: every lane adds them after a broadcast shuffle each
 	OptAttnPOVec    = 72 // 2: single-token attention's softmax and output kernel (OptAttnPO) as 1, with its transposing stores of key slices swizzled free of bank conflicts and its serial loops (lane 0's sum, the weighted sums) loading the next group of 8 keys before adding the current one (the same bits); 3: as 2, exact mode's weighted sums on warps 0-3 with two heads a warp sharing each key slice read (measured +0.3 %, within the spread: cuda/NOTES.md v62; −0.6 % in v63's in-process A/B); 4 (the default, DefaultAttnPOVec; env DS4_CUDA_ATTN_PO_VEC): as 2, exact mode's softmax statistics formed once a head in a thread-block cluster of 8 output CTAs (k_attn_po_cl; where the exponentials are cached, else 2; the same bits); 5: as 4, the key slices' loads two 256-key chunks ahead (168 registers against 128; written in v64 after the last device call, not yet measured); 1: it finds its first 1024 keys' rows once a CTA and reads its staged key slices and probabilities four keys a load; 0: each key's row found by every thread loading it, a key a load
 	OptHCTwo        = 10 // 1: hc_pre runs the Sinkhorn split in a second CTA per token (default; env DS4_CUDA_HC_TWO); 0: one CTA
@@ -447,9 +447,10 @@ const DefaultAttnSegOcc = 4
 const DefaultAttnSegWalk = 1
 
 // DefaultFXLive is the library's default of OptFXLive: every bit (the
-// live groups, and the staged rows' and the fused norm's loads requested
-// a few a thread at once).
-const DefaultFXLive = 7
+// live groups, the staged rows' and the fused norm's loads requested a few
+// a thread at once, and the rows of 2-4-token passes copied by cp.async:
+// exact three drafts +1.43 % in one process, v76).
+const DefaultFXLive = 15
 
 // DefaultAttnSegForm is the library's default of OptAttnSegForm: form 5,
 // two heads' chains of one key a thread in the scores (warps 0-3) and two

@@ -558,11 +558,12 @@ func TestMatVecFastQ8Two(t *testing.T) {
 			// (and without OptMVOcc's bit 2: the forms not bounded for two
 			// CTAs an SM)
 			// (and with other stage counts, OptMVFewNSEx; and the F16 rows
-			// staged a float4 a thread at a time, OptFXLive without bit 2,
-			// for the tokens together and, below, alone)
+			// staged a float4 a thread at a time, OptFXLive without bits 2
+			// and 8, or two at once, without bit 8 — the default copies
+			// them by cp.async — for the tokens together and, above, alone)
 			for _, v := range []struct{ opt, occ, ns, fx int }{{DefaultMVTwo, DefaultMVOcc, DefaultMVFewNSEx, DefaultFXLive}, {1, DefaultMVOcc, DefaultMVFewNSEx, DefaultFXLive},
 				{DefaultMVTwo, DefaultMVOcc &^ 2, DefaultMVFewNSEx, DefaultFXLive}, {DefaultMVTwo, DefaultMVOcc, 0, DefaultFXLive}, {DefaultMVTwo, DefaultMVOcc, 4444, DefaultFXLive},
-				{DefaultMVTwo, DefaultMVOcc, DefaultMVFewNSEx, DefaultFXLive &^ 2}} {
+				{DefaultMVTwo, DefaultMVOcc, DefaultMVFewNSEx, DefaultFXLive &^ 10}, {DefaultMVTwo, DefaultMVOcc, DefaultMVFewNSEx, DefaultFXLive &^ 8}} {
 				opt := v.opt
 				must(t, d.SetOption(OptMVTwo, opt))
 				must(t, d.SetOption(OptMVOcc, v.occ))

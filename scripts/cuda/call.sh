@@ -29,7 +29,8 @@
 #          prefill of n tokens from the frontier a run, GEN=0 only that)
 #          into abx.csv / abx.log: no process start, model load or 8k
 #          prefill a run, so many more rounds a call; ABX2 (with ARGS2,
-#          default --fast) a second such A/B after it, into abx2.*;
+#          default --fast) a second such A/B after it, into abx2.*
+#          (ABX3 / ARGS3 a third, into abx3.*);
 #          ABX_LIMIT each one's time limit in seconds (560); speculative
 #          decoding: ARGS='--fast --mtp /dev/shm/flash-q2-mtp.gguf --accept 0.8'
 #          (the MTP file is synthesised when ARGS or ARGS2 names it)
@@ -115,7 +116,7 @@ t0=$(date +%s)
 # (SET=bench scripts/cuda/build-smoke.sh builds them)
 need=()
 [ -n "${TESTS:-}${PP:-}" ] && need+=(cuda.test)
-[ -n "${AB:-}${ABX:-}${ABX2:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ] &&
+[ -n "${AB:-}${ABX:-}${ABX2:-}${ABX3:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ] &&
     need+=(ds4-bench ds4-gguf)
 for b in "${need[@]}"; do
     [ -x "$F/$b" ] || { echo "call.sh: $F/$b missing (build with SET=bench scripts/cuda/build-smoke.sh)"; exit 2; }
@@ -124,7 +125,7 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
 synth=
-if [ -n "${AB:-}${ABX:-}${ABX2:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then
+if [ -n "${AB:-}${ABX:-}${ABX2:-}${ABX3:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then
     BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
     synth=$!
 fi
@@ -184,10 +185,10 @@ if [ -n "${NCU:-}" ]; then
     for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
-if [ -n "${AB:-}${ABX:-}${ABX2:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "${AB:-}${ABX:-}${ABX2:-}${ABX3:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
 if [ -n "${SMALL:-}" ]; then OUT=$OUT bash scripts/cuda/small-ab.sh; tar -czf "$OUT/small.tgz" -C "$OUT" small && rm -rf "$OUT/small"; el; fi
 if [ -n "${COLD:-}" ]; then OUT=$OUT bash scripts/cuda/coldstart.sh; el; fi
-if [ -n "${MTP:-}${KT_MTP:-}${EDGES:-}" ] || [[ "${ARGS:-} ${ARGS2:-}" == *flash-q2-mtp.gguf* ]]; then
+if [ -n "${MTP:-}${KT_MTP:-}${EDGES:-}" ] || [[ "${ARGS:-} ${ARGS2:-} ${ARGS3:-}" == *flash-q2-mtp.gguf* ]]; then
     $F/ds4-gguf synth --flash-q2 --mtp-only -o /dev/shm/flash-q2-mtp.gguf >/tmp/synth-mtp.log 2>&1 || tail -3 /tmp/synth-mtp.log
 fi
 if [ -n "${MTP:-}" ]; then
@@ -300,3 +301,4 @@ abx() {
 }
 if [ -n "${ABX:-}" ]; then abx abx "$ABX" "${ARGS:---fast}"; fi
 if [ -n "${ABX2:-}" ]; then abx abx2 "$ABX2" "${ARGS2:---fast}"; fi
+if [ -n "${ABX3:-}" ]; then abx abx3 "$ABX3" "${ARGS3:---fast}"; fi
