@@ -469,6 +469,7 @@ func TestMatVecFastQ8Two(t *testing.T) {
 		{"shexp", quant.Q8_0, 2048, 4096, 0}, {"partial", quant.Q8_0, 300, 2048, 0}, {"wo_a", quant.Q8_0, 1024, 4096, 8},
 		{"wo_a partial", quant.Q8_0, 300, 2048, 3},
 		{"hc_attn_fn", quant.F16, 24, 16384, 0}, {"router", quant.F16, 256, 4096, 0}, {"compressor", quant.F16, 1024, 4096, 0},
+		{"ix_query", quant.F16, 512, 1024, 0},
 	}
 	for ci, c := range cases {
 		G := max(c.sel, 1)
