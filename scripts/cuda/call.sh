@@ -33,7 +33,7 @@
 #          (ABX3 / ARGS3 a third, into abx3.*);
 #          ABX_LIMIT each one's time limit in seconds (560); speculative
 #          decoding: ARGS='--fast --mtp /dev/shm/flash-q2-mtp.gguf --accept 0.8'
-#          (the MTP file is synthesised when ARGS or ARGS2 names it)
+#          (the MTP file is synthesised when ARGS, ARGS2 or ARGS3 names it)
 #   AB     variants for scripts/cuda/ab-layers.sh on the full-size q2 synth
 #          (quoted words, e.g. AB='"DS4_CUDA_LIB=/tmp/lib-base.so" DS4_CUDA_X=0');
 #          ROUNDS (default 2), GEN (256), WARMUP (4096), ARGS (--fast);
