@@ -4251,6 +4251,45 @@ __device__ __forceinline__ void sgc_scores(const float *s_buf, float (*sc)[AP_SE
             }
         }
 }
+// seg_lane_sums: this lane's DL = SD / 32 dims (DL·lane …) of o = Σ_k e_k·v_k
+// over a segment's m staged value slices (s_v, SD dims each) in key order
+// (from 0), e the head's exponentials: the segment kernels' weighted sums.
+template <int SD>
+__device__ __forceinline__ void seg_lane_sums(const float4 (*s_v)[SD / 4], const float *e, int m, int lane, float (&o)[SD / 32]) {
+    constexpr int DL = SD / 32;
+#pragma unroll
+    for (int i = 0; i < DL; i++) o[i] = 0.f;
+    // this lane's DL dims of staged key k
+    auto val = [&](int k, float (&v)[DL]) {
+        if constexpr (DL == 4) {
+            const float4 x = s_v[k][lane];
+            v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+        } else if constexpr (DL == 2) {
+            const float2 x = ((const float2 *)s_v[k])[lane];
+            v[0] = x.x, v[1] = x.y;
+        } else {
+            v[0] = ((const float *)s_v[k])[lane];
+        }
+    };
+    int k = 0;
+    for (; k + 4 <= m; k += 4) {
+        const float4 e4 = ld4s(e + k);
+        const float ev[4] = {e4.x, e4.y, e4.z, e4.w};
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            float v[DL];
+            val(k + u, v);
+#pragma unroll
+            for (int i = 0; i < DL; i++) o[i] = fadd(o[i], fmul(ev[u], v[i]));
+        }
+    }
+    for (; k < m; k++) {
+        float v[DL];
+        val(k, v);
+#pragma unroll
+        for (int i = 0; i < DL; i++) o[i] = fadd(o[i], fmul(e[k], v[i]));
+    }
+}
 // sgc_sums: o = Σ_k e_k·v_k over the segment's m keys in key order (from 0)
 // for the group's heads and the CTA's 64 dims (s_v: the staged value
 // slices, ex: the heads' exponentials), stored at o + head·HD + dim for the
@@ -4259,25 +4298,9 @@ template <int PF>
 __device__ __forceinline__ void sgc_sums(const float4 (*s_v)[16], const float (*ex)[AP_SEG], int m, int tid, float *o, int64_t HD, int nh) {
     const int w = tid >> 5, lane = tid & 31;
     if constexpr (PF == 0) {
-        float o0 = 0.f, o1 = 0.f;
-        const float *e = ex[w];
-        int k = 0;
-        for (; k + 4 <= m; k += 4) {
-            const float4 e4 = ld4s(e + k);
-            const float ev[4] = {e4.x, e4.y, e4.z, e4.w};
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const float2 v = ((const float2 *)s_v[k + u])[lane];
-                o0 = fadd(o0, fmul(ev[u], v.x));
-                o1 = fadd(o1, fmul(ev[u], v.y));
-            }
-        }
-        for (; k < m; k++) {
-            const float2 v = ((const float2 *)s_v[k])[lane];
-            o0 = fadd(o0, fmul(e[k], v.x));
-            o1 = fadd(o1, fmul(e[k], v.y));
-        }
-        if (w < nh) *(float2 *)(o + w * HD + 2 * lane) = make_float2(o0, o1);
+        float ov[2];
+        seg_lane_sums<64>(s_v, ex[w], m, lane, ov);
+        if (w < nh) *(float2 *)(o + w * HD + 2 * lane) = make_float2(ov[0], ov[1]);
     } else {
         const int ha = w & 3, hb = ha + 4, dim = (w >> 2) * 32 + lane;
         const float *ea = ex[ha], *eb = ex[hb];
@@ -4388,39 +4411,7 @@ __device__ __forceinline__ void attn_seg_run(const AttnArgs &a, float *work, int
         sgc_sums<(FORM >> 2)>(s_v, s_ex, m, tid, work + (int64_t)n * a.H * maxk + row0 * a.HD + d0, a.HD, a.H - (h - w));
     } else {
         float o[DL];
-#pragma unroll
-        for (int i = 0; i < DL; i++) o[i] = 0.f;
-        const float *ex = s_ex[w];
-        // this lane's DL dims of staged key k
-        auto val = [&](int k, float (&v)[DL]) {
-            if constexpr (DL == 4) {
-                const float4 x = s_v[k][lane];
-                v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-            } else if constexpr (DL == 2) {
-                const float2 x = ((const float2 *)s_v[k])[lane];
-                v[0] = x.x, v[1] = x.y;
-            } else {
-                v[0] = ((const float *)s_v[k])[lane];
-            }
-        };
-        int k = 0;
-        for (; k + 4 <= m; k += 4) {
-            const float4 e = ld4s(ex + k);
-            const float ev[4] = {e.x, e.y, e.z, e.w};
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                float v[DL];
-                val(k + u, v);
-#pragma unroll
-                for (int i = 0; i < DL; i++) o[i] = fadd(o[i], fmul(ev[u], v[i]));
-            }
-        }
-        for (; k < m; k++) {
-            float v[DL];
-            val(k, v);
-#pragma unroll
-            for (int i = 0; i < DL; i++) o[i] = fadd(o[i], fmul(ex[k], v[i]));
-        }
+        seg_lane_sums<SD>(s_v, s_ex[w], m, lane, o);
         if (hok && d0 + DL * lane < a.HD) {
             float *dst = work + (int64_t)n * a.H * maxk + row * a.HD + d0 + DL * lane;
             if constexpr (DL == 4)
