@@ -244,13 +244,18 @@ func Run(ctx context.Context, s *engine.Session, prompt []int32, o Options) ([]R
 			}
 			r.GenTokens = o.Gen
 			r.GenTPS = rate(r.GenTokens, r.GenS)
-			if err := s.Rewind(ctx, f); err != nil {
-				return rows, fmt.Errorf("bench: rewind to %d: %w", f, err)
-			}
 		}
+		// the row is measured: kept (and reported) even if the rewind
+		// fails or the context's deadline ends it (a rewind past the
+		// session's RewindSlack re-prefills the whole frontier)
 		rows = append(rows, r)
 		if o.Progress != nil {
 			o.Progress(r)
+		}
+		if o.Gen > 0 {
+			if err := s.Rewind(ctx, f); err != nil {
+				return rows, fmt.Errorf("bench: rewind to %d: %w", f, err)
+			}
 		}
 		prev = f
 	}

@@ -283,9 +283,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if *draftHost {
 			so.DraftOverride = func(_ int, d int32) int32 { return d } // (the host path)
 		}
-		if rate >= 0 || *settleN > 0 {
-			so.RewindSlack = max(*gen, *settleN) + 8 // the oracle's and the settling's rewinds stay in place
-		}
+		// every rewind in place (the oracle's, the settling's and each
+		// frontier's after its decode): past the slack a rewind re-prefills
+		// the whole frontier, which at 1M tokens takes minutes
+		so.RewindSlack = max(*gen, *settleN, engine.DefaultRewindSlack-8) + 8
 		var acc *bench.Acceptance
 		if rate >= 0 {
 			if acc, err = bench.NewAcceptance(rate, *seed); err != nil {

@@ -66,6 +66,24 @@ func TestDemoCPU(t *testing.T) {
 	}
 }
 
+// TestTableRewindsInPlace: a table whose decodes pass the engine's default
+// rewind slack rewinds each frontier in place (ds4-bench sizes the slack
+// for --gen), not by re-prefilling the whole frontier — which at a 1M-token
+// frontier took minutes and cost a time-limited run its last row.
+func TestTableRewindsInPlace(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--frontiers", "32,64", "--gen", "72", "--threads", "2"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "Rederived:0 Rederivations:0") {
+		t.Errorf("the table's rewinds re-prefilled:\n%s", stderr.String())
+	}
+	if rows, err := bench.ReadCSV(bytes.NewReader(stdout.Bytes())); err != nil || len(rows) != 2 || rows[1].GenTokens != 72 {
+		t.Errorf("CSV: %v %+v\n%s", err, rows, stdout.String())
+	}
+}
+
 func TestBadArgs(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	for _, args := range [][]string{
