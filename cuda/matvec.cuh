@@ -79,7 +79,7 @@ struct MVArgs {
     // it stages the row (k_rmsnorm_ref's operations); null: act as it is
     const float *nw;
     float eps;
-    int xbatch; // k_fexact_warp's staging: 1 without nw a row's float4s requested two a thread at once, then staged (DS4C_OPT_FX_LIVE bit 2); 2 every row copied at once by cp.async, the norm from shared memory (bit 8)
+    int xbatch; // k_fexact_warp's staging: 1 without nw a row's float4s requested two a thread at once, then staged (DS4C_OPT_FX_LIVE bit 2); 2 (2-4 tokens, without nw) every token's row copied at once by cp.async (bit 8)
 };
 
 // The programmatic-launch halves of a product kernel (pdl_launch,

@@ -4167,6 +4167,12 @@ constexpr int SG_H = 8, SG_T = SG_H * 32, SG_CL = 8;
 // key loads (8 keys × 4 planes, 16 bytes each) fall in 32 different banks
 // a quarter-warp (SGC_LD ≡ 4, SGC_PS ≡ 16 mod 32)
 constexpr int SGC_ROWS = 2 * SG_H, SGC_RS = 128, SGC_LD = SGC_RS + 4, SGC_PS = 4 * SGC_LD;
+// sgc_put stages float4 c of a row (its dims 4c … 4c + 3) as row row of
+// s_buf: dim 4c + i in plane i at slot c
+__device__ __forceinline__ void sgc_put(float *s_buf, int row, int c, float4 v) {
+    float *d = s_buf + row * SGC_PS + c;
+    d[0] = v.x, d[SGC_LD] = v.y, d[2 * SGC_LD] = v.z, d[3 * SGC_LD] = v.w;
+}
 
 // The CL score and sum forms (DS4C_OPT_ATTN_SEG_FORM; model.cu v75). A
 // CTA's score work is SG_H heads × 8 keys × 4 chains (chain r: dims ≡ r
@@ -4384,9 +4390,8 @@ __device__ __forceinline__ void attn_seg_run(const AttnArgs &a, float *work, int
             }
 #pragma unroll
             for (int u = 0; u < SGC_ROWS * SGC_RS / SG_T; u++) {
-                const int f = tid + u * SG_T, row = f / SGC_RS, c = f % SGC_RS;
-                float *d = s_buf + row * SGC_PS + c;
-                d[0] = x[u].x, d[SGC_LD] = x[u].y, d[2 * SGC_LD] = x[u].z, d[3 * SGC_LD] = x[u].w;
+                const int f = tid + u * SG_T;
+                sgc_put(s_buf, f / SGC_RS, f % SGC_RS, x[u]);
             }
         }
         __syncthreads();
@@ -4441,9 +4446,8 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB) k_at
 // segments from blockIdx.x · segs, as few as keep the CTAs within one wave
 // (a single token's 10 segments at a ratio-4 layer: 640 CTAs of
 // k_attn_seg_cl, 1.2 waves at 4 an SM; here 320). Each CTA finds its keys'
-// rows once, a thread a key (a window row's ring slot is a 64-bit
-// remainder, a pick's row a dependent load; k_attn_seg_cl finds 12 a
-// thread), stages its group's query rows once (their loads in flight while
+// rows once, a thread a key (a pick's row is a dependent load;
+// k_attn_seg_cl finds 12 a thread), stages its group's query rows once (their loads in flight while
 // the rows are found), and issues the next segment's key rows (after the
 // current ones are staged) and value slices (after theirs) before it works
 // on the current segment, so that their loads are in flight during the
@@ -4509,9 +4513,8 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB)
     load_vals(0, kv);
 #pragma unroll
     for (int u = 0; u < XR; u++) {
-        const int f = tid + u * SG_T, row = f / SGC_RS, c = f % SGC_RS;
-        float *d = s_buf + row * SGC_PS + c;
-        d[0] = x[u].x, d[SGC_LD] = x[u].y, d[2 * SGC_LD] = x[u].z, d[3 * SGC_LD] = x[u].w;
+        const int f = tid + u * SG_T;
+        sgc_put(s_buf, f / SGC_RS, f % SGC_RS, x[u]);
     }
     const int64_t nseg = seg_nseg(maxk);
     const int j0 = blockIdx.x * segs;
@@ -4520,9 +4523,8 @@ __global__ void __cluster_dims__(1, 1, SG_CL) __launch_bounds__(SG_T, MINB)
         if (i > 0) __syncthreads(); // the previous segment's sums have read s_v
 #pragma unroll
         for (int u = 0; u < XR; u++) {
-            const int f = tid + u * SG_T, row = SG_H + f / SGC_RS, c = f % SGC_RS;
-            float *d = s_buf + row * SGC_PS + c;
-            d[0] = xk[u].x, d[SGC_LD] = xk[u].y, d[2 * SGC_LD] = xk[u].z, d[3 * SGC_LD] = xk[u].w;
+            const int f = tid + u * SG_T;
+            sgc_put(s_buf, SG_H + f / SGC_RS, f % SGC_RS, xk[u]);
         }
         if (i + 1 < nsg) load_keys(i + 1, xk);
         __syncthreads();
