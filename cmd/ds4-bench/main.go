@@ -286,7 +286,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// every rewind in place (the oracle's, the settling's and each
 		// frontier's after its decode): past the slack a rewind re-prefills
 		// the whole frontier, which at 1M tokens takes minutes
-		so.RewindSlack = max(*gen, *settleN, engine.DefaultRewindSlack-8) + 8
+		so.RewindSlack = max(*gen+8, *settleN+8, engine.DefaultRewindSlack)
 		var acc *bench.Acceptance
 		if rate >= 0 {
 			if acc, err = bench.NewAcceptance(rate, *seed); err != nil {

@@ -115,8 +115,10 @@ t0=$(date +%s)
 # the carried binaries this call needs, checked before anything is built
 # (SET=bench scripts/cuda/build-smoke.sh builds them)
 need=()
+# (the runs on the full-size synth: they need ds4-bench, ds4-gguf and the model)
+bench_runs="${AB:-}${ABX:-}${ABX2:-}${ABX3:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}"
 [ -n "${TESTS:-}${PP:-}" ] && need+=(cuda.test)
-[ -n "${AB:-}${ABX:-}${ABX2:-}${ABX3:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ] &&
+[ -n "$bench_runs" ] &&
     need+=(ds4-bench ds4-gguf)
 for b in "${need[@]}"; do
     [ -x "$F/$b" ] || { echo "call.sh: $F/$b missing (build with SET=bench scripts/cuda/build-smoke.sh)"; exit 2; }
@@ -125,7 +127,7 @@ el() { echo "[$(( $(date +%s) - t0 )) s]"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # the model, generated while the libraries build
 synth=
-if [ -n "${AB:-}${ABX:-}${ABX2:-}${ABX3:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then
+if [ -n "$bench_runs" ]; then
     BIN=$F M=/dev/shm/flash-q2.gguf LAYERS=43 LOG=/tmp/synth.log bash scripts/cuda/synth-shm.sh >/tmp/synth.txt 2>&1 &
     synth=$!
 fi
@@ -185,7 +187,7 @@ if [ -n "${NCU:-}" ]; then
     for c in /tmp/ncu/sass-*.csv; do echo "== $c"; python3 scripts/cuda/sass-stalls.py "$c" 2>&1 | head -60; done >"$OUT/stalls.txt"
     gzip -c /tmp/ncu/ncu-oplat.txt >"$OUT/ncu-oplat.txt.gz"; el
 fi
-if [ -n "${AB:-}${ABX:-}${ABX2:-}${ABX3:-}${EDGES:-}${KT:-}${TABLE:-}${TABLE2:-}${TABLEX:-}${MTP:-}${COLD:-}${SMALL:-}${BITS:-}" ]; then wait "$synth"; cat /tmp/synth.txt; fi
+if [ -n "$bench_runs" ]; then wait "$synth"; cat /tmp/synth.txt; fi
 if [ -n "${SMALL:-}" ]; then OUT=$OUT bash scripts/cuda/small-ab.sh; tar -czf "$OUT/small.tgz" -C "$OUT" small && rm -rf "$OUT/small"; el; fi
 if [ -n "${COLD:-}" ]; then OUT=$OUT bash scripts/cuda/coldstart.sh; el; fi
 if [ -n "${MTP:-}${KT_MTP:-}${EDGES:-}" ] || [[ "${ARGS:-} ${ARGS2:-} ${ARGS3:-}" == *flash-q2-mtp.gguf* ]]; then
