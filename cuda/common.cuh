@@ -94,6 +94,7 @@ int ds4c_opt_attn_order(void);
 int ds4c_opt_attn_seg_occ(void);
 int ds4c_opt_attn_seg_walk(void);
 int ds4c_opt_attn_seg_form(void);
+int ds4c_opt_ix_exact(void);
 int ds4c_opt_attn_rope(void);
 int ds4c_opt_attn_quant(void);
 

@@ -1945,15 +1945,71 @@ constexpr size_t IF_SMEM = (size_t)(IF_AR + IF_RB) * IF_LD * 2 + (size_t)2 * IF_
 static_assert(IF_T == 256 && IF_TT == 2 && IF_RB == 128 && IF_IH == 64 && IF_HD % 16 == 0 && IF_TT * IF_RB == IF_T,
               "the warp layout: 8 warps, 2 tokens × 2 head halves × 2 row halves");
 
+// Exact mode's tensor-core indexer (k_index_flash_exact) keeps a dot of a
+// query head and a compressed row where it is exact, and so dot4_ref's
+// bits whatever order the tensor cores add the products in. The indexer's
+// queries and rows are FP4-simulated (backend/cpu/indexer.go: e2m1 values
+// of IXF_MB = 1 mantissa bit, times a power-of-two block scale). If every
+// value of a row has at most IXF_MB mantissa bits and its nonzero values'
+// exponent fields lie in [emin, emax], the values are multiples of
+// 2^(emin − 127 − IXF_MB) below 2^(emax − 126); the products of two rows
+// are multiples of 2^(ea_min + eb_min − 254 − 2·IXF_MB), and a sum of any
+// D = 2^lg of them lies below 2^(ea_max + eb_max − 254 + 2 + lg). Float
+// holds every such multiple exactly when the two exponents are at most 24
+// apart: span_a + span_b ≤ 24 − 2 − lg − 2·IXF_MB (IFX_LIM; span = emax −
+// emin). Then every product and every partial sum, in any order and
+// grouping, is exact, as long as the adder keeps float's 24 bits below its
+// largest addend's leading bit (the tensor cores' FP32 accumulation,
+// measured: TestIndexScoresExact). f16 must hold the values too: e2m1's
+// 1.1b·2^e for e from -23 (its last bit 2^-24, f16's least) to 15.
+//
+// ifx_span is a row's span, for IF_HD values that the 32 lanes of a warp
+// hold a float4 each (warp-collective): the largest nonzero value's
+// exponent field less the smallest's (one below for a power of two: m − 1
+// passes over zeros; 0 for a row of zeros), or IFX_BAD where a value has
+// more mantissa bits than e2m1's or lies where f16 does not hold such
+// values (below 2^-23, at or past 2^16; inf, NaN, subnormal floats).
+constexpr int IXF_MB = 1;                               // FP4's e2m1: 1.5 = 1.1b, one mantissa bit
+constexpr uint32_t IXF_MANT = (1u << (23 - IXF_MB)) - 1u; // the mantissa bits below them
+constexpr int IFX_BAD = 64;
+constexpr int IFX_LIM = 24 - 2 - 7 - 2 * IXF_MB; // 13, for ⌈log2 IF_HD⌉ = 7
+static_assert(IF_HD == 128, "IFX_LIM's log2 of the dot's length");
+__device__ __forceinline__ int ifx_span(float4 v) {
+    const uint32_t b[4] = {__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w)};
+    uint32_t umax = 0u, kmin = 0xffffffffu, mant = 0u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t m = b[k] & 0x7fffffffu;
+        umax = max(umax, m);
+        kmin = min(kmin, m - 1u); // (passes over zeros)
+        mant |= b[k];
+    }
+    umax = __reduce_max_sync(FULL_MASK, umax);
+    kmin = __reduce_min_sync(FULL_MASK, kmin);
+    mant = __reduce_or_sync(FULL_MASK, mant);
+    if (umax == 0u) return 0;
+    const int emax = (int)(umax >> 23), emin = (int)(kmin >> 23);
+    // f16: e2m1 values 1.1b·2^e exact for e from -23 (the last bit 2^-24) to 15
+    if ((mant & IXF_MANT) != 0u || emin < 127 - 23 || emax > 127 + 15) return IFX_BAD;
+    return emax - emin;
+}
+
 // if_queries stages TT tokens' queries from token t0 (a missing token:
 // the last one's again, its scores not stored) as f16 rows of sa, NT
 // threads.
+// With spans (exact mode's k_index_flash_exact) each staged row's
+// ifx_span goes to spans[r] too (a row is one warp's 32 float4s: NT a
+// multiple of 32, the loop warp-uniform).
 template <int TT, int NT>
-__device__ __forceinline__ void if_queries(__half *sa, const float *q, int t0, int ntk, int tid) {
+__device__ __forceinline__ void if_queries(__half *sa, const float *q, int t0, int ntk, int tid, int8_t *spans = nullptr) {
     for (int i = tid; i < TT * IF_IH * IF_HD / 4; i += NT) {
         const int r = i / (IF_HD / 4), c = i % (IF_HD / 4), tt = min(r / IF_IH, ntk - 1), h = r % IF_IH;
-        *(uint2 *)(sa + r * IF_LD + 4 * c) =
-            half4_bits(__ldg((const float4 *)(q + ((int64_t)(t0 + tt) * IF_IH + h) * IF_HD) + c));
+        const float4 v = __ldg((const float4 *)(q + ((int64_t)(t0 + tt) * IF_IH + h) * IF_HD) + c);
+        *(uint2 *)(sa + r * IF_LD + 4 * c) = half4_bits(v);
+        if (spans) {
+            const int s = ifx_span(v);
+            if (c == 0) spans[r] = (int8_t)s;
+        }
     }
 }
 
@@ -2122,6 +2178,108 @@ __global__ void __launch_bounds__(IF2_T, 1) k_index_flash2(const float *q, const
         const int st = tid / IF_RB, r = tid % IF_RB, t = t0 + st;
         if (st < ntk && i0 + r < (pos0 + t + 1) / ratio)
             scores[(int64_t)t * sc_stride + i0 + r] = sred[st * IF_RB + r] + sred[(IF2_TT + st) * IF_RB + r];
+    }
+}
+
+// Exact mode's indexer scores of a chunk (8 or more tokens) on the f16
+// tensor cores (DS4C_OPT_IX_EXACT): k_index_flash's staging and
+// products (two tokens a CTA, tiles of IF_RB rows, if_dots), but each dot
+// goes to shared memory and the (token, row)'s thread adds w_h·dot over
+// the heads with dot > 0 in head order, in fmul and fadd: index_weighted's
+// operations. A dot is the tensor cores' exactly where its query head and
+// row pass ifx_span's check (the model's FP4-simulated values: e2m1 times a
+// power-of-two block scale, so f16 holds them and every product and partial
+// sum is exact in float, whatever order and grouping the tensor cores add
+// them in, as long as they keep float's 24 bits of the largest addend);
+// where not it is formed again by dot4_ref from global memory: the same
+// bits as k_index_scores (EX 1). EX 5 (tests only): such a dot is +inf
+// instead, so that a test sees which path each took.
+constexpr int IFX_SD = 68; // floats a (token, row)'s dots take: 272-byte rows, conflict-free fragment stores and float4 reads
+constexpr size_t IFX_SD_OFF = (size_t)IF_AR * IF_LD * 2; // the dots overlay the rows' tile (read by then) and past it
+constexpr size_t IFX_SMEM = IFX_SD_OFF + (size_t)IF_TT * IF_RB * IFX_SD * sizeof(float) + IF_TT * IF_IH * sizeof(float) +
+                            IF_AR + IF_RB + 16;
+static_assert(IFX_SD_OFF % 16 == 0 && IFX_SMEM <= 113 * 1024, "two CTAs an SM");
+static_assert(IF_TT * IF_RB == IF_T, "a thread a (token, row) score");
+
+template <int EX>
+__global__ void __launch_bounds__(IF_T, 2) k_index_flash_exact(const float *q, const float *w, const float *rows,
+                                                               int64_t pos0, int ratio, int n, float *scores,
+                                                               int64_t sc_stride, int64_t rblk) {
+    pdl_enter();
+    extern __shared__ __align__(16) uint8_t s_if[];
+    __half *sa = (__half *)s_if, *sb = sa + IF_AR * IF_LD;
+    float *sd = (float *)(s_if + IFX_SD_OFF);     // [token][row][IFX_SD]: the tile's dots
+    float *sw = sd + IF_TT * IF_RB * IFX_SD;      // [token][head]: the weights
+    int8_t *sqs = (int8_t *)(sw + IF_TT * IF_IH); // [token][head]: the query heads' spans
+    int8_t *srs = sqs + IF_AR;                    // [row]: the tile's rows' spans
+    int8_t *sqm = srs + IF_RB;                    // [token]: the largest of its heads' spans
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t0 = blockIdx.x * IF_TT, ntk = min(IF_TT, n - t0);
+    const int64_t rmax = (pos0 + t0 + ntk) / ratio; // the CTA's last token has the most rows
+    const int64_t ib = (int64_t)blockIdx.y * rblk, ie = min(rmax, ib + rblk); // this CTA's rows
+    if (ib >= rmax) return;
+    if_queries<IF_TT, IF_T>(sa, q, t0, ntk, tid, sqs);
+    if (tid < IF_TT * IF_IH) sw[tid] = __ldg(w + (int64_t)(t0 + min(tid / IF_IH, ntk - 1)) * IF_IH + tid % IF_IH);
+    __syncthreads();
+    if (tid < IF_TT) {
+        int m = 0;
+        for (int h = 0; h < IF_IH; h++) m = max(m, (int)sqs[tid * IF_IH + h]);
+        sqm[tid] = (int8_t)m;
+    }
+    const int g = lane >> 2, q4 = lane & 3, tt = (warp & 3) >> 1, hh = warp & 1, bh = warp >> 2;
+    const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lcol = 8 * (lane >> 4); // ldmatrix: A rows
+    const int brow = (lane & 7) + 8 * (lane >> 4), bcol = 8 * ((lane >> 3) & 1); // ldmatrix: B rows (compressed rows)
+    const __half *pa = sa + (IF_IH * tt + 32 * hh + lrow) * IF_LD + lcol;
+    for (int64_t i0 = ib; i0 < ie; i0 += IF_RB) {
+        if (i0 > ib) __syncthreads(); // the previous tile's dots are consumed
+#pragma unroll 4
+        for (int u = 0; u < IF_RB * IF_HD / 4 / IF_T; u++) { // rows past rmax: the last row again (a warp a row)
+            const int i = tid + IF_T * u, r = i / (IF_HD / 4), c = i % (IF_HD / 4);
+            const int64_t row = min(i0 + r, rmax - 1);
+            const float4 v = __ldg((const float4 *)(rows + row * IF_HD) + c);
+            *(uint2 *)(sb + r * IF_LD + 4 * c) = half4_bits(v);
+            const int sp = ifx_span(v);
+            if (c == 0) srs[r] = (int8_t)sp;
+        }
+        __syncthreads();
+        float acc[2][8][4];
+        if_dots(pa, sb, bh, brow, bcol, acc);
+        __syncthreads(); // every warp's products are formed: the tile's rows are read
+        // acc[mt][j][2hi + c]: head 32hh + 16mt + 8hi + g, row 64bh + 8j + 2q4 + c
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    sd[(tt * IF_RB + 64 * bh + 8 * j + 2 * q4 + (e & 1)) * IFX_SD + 32 * hh + 16 * mt + 8 * (e >> 1) + g] =
+                        acc[mt][j][e];
+        __syncthreads();
+        const int st = tid / IF_RB, r = tid % IF_RB, t = t0 + st;
+        const int64_t row = i0 + r;
+        if (st >= ntk || row >= (pos0 + t + 1) / ratio) continue;
+        const float *d = sd + tid * IFX_SD, *wt = sw + st * IF_IH;
+        const int rs = srs[r];
+        float sum = 0.f;
+        if (sqm[st] + rs <= IFX_LIM) { // every head's dot exact
+#pragma unroll 4
+            for (int h = 0; h < IF_IH; h += 4) {
+                const float4 x = *(const float4 *)(d + h);
+                if (x.x > 0.f) sum = fadd(sum, fmul(x.x, wt[h]));
+                if (x.y > 0.f) sum = fadd(sum, fmul(x.y, wt[h + 1]));
+                if (x.z > 0.f) sum = fadd(sum, fmul(x.z, wt[h + 2]));
+                if (x.w > 0.f) sum = fadd(sum, fmul(x.w, wt[h + 3]));
+            }
+        } else {
+            for (int h = 0; h < IF_IH; h++) {
+                float x = d[h];
+                if (sqs[st * IF_IH + h] + rs > IFX_LIM)
+                    x = (EX & 4) ? __int_as_float(0x7f800000)
+                                 : dot4_ref(q + ((int64_t)t * IF_IH + h) * IF_HD, rows + row * IF_HD, IF_HD);
+                if (x > 0.f) sum = fadd(sum, fmul(x, wt[h]));
+            }
+        }
+        scores[(int64_t)t * sc_stride + row] = sum;
     }
 }
 
@@ -5952,6 +6110,22 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         ds4c_launch(k_index_tile, dim3(nblk(maxR, IXT_ROWS), (unsigned)n), IXT_WARPS * 32, tsmem, as_stream(stream), d_q, d_w,
                     d_rows, IH, IHD, pos0, ratio, d_scores, sc_stride);
         DS4C_CHECK_LAUNCH("index_scores");
+        return 0;
+    }
+    // exact mode's chunks (8 or more tokens): the f16 tensor cores where exact
+    if (n >= 8 && !(flags & DS4C_FAST) && (ds4c_opt_ix_exact() & 1) && IH == IF_IH && IHD == IF_HD && al16) {
+        static bool xset = false;
+        if (!xset) {
+            DS4C_CHECK(cudaFuncSetAttribute(k_index_flash_exact<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IFX_SMEM));
+            DS4C_CHECK(cudaFuncSetAttribute(k_index_flash_exact<5>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IFX_SMEM));
+            xset = true;
+        }
+        const int64_t nx = nblk(n, IF_TT);
+        int64_t ny, rblk;
+        if_runs(nx, maxR, 2, ny, rblk);
+        ds4c_launch(ds4c_opt_ix_exact() == 5 ? k_index_flash_exact<5> : k_index_flash_exact<1>, dim3((unsigned)nx, (unsigned)ny),
+                    IF_T, IFX_SMEM, as_stream(stream), d_q, d_w, d_rows, pos0, ratio, n, d_scores, sc_stride, rblk);
+        DS4C_CHECK_LAUNCH("index_scores (exact, tensor cores)");
         return 0;
     }
     if (n >= 8 && (flags & DS4C_FAST) && IH == IF_IH && IHD == IF_HD && al16 && ds4c_opt_ix_flash()) {

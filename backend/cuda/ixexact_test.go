@@ -1,0 +1,169 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"ds4go/backend/cpu"
+	"ds4go/model"
+	"ds4go/synth"
+)
+
+// TestIndexScoresExact holds exact mode's indexer scores of prompt chunks
+// with OptIXExact 1 — the dots on the f16 tensor cores (k_index_flash_exact),
+// each kept where its query head's and row's exponent spans make it exact
+// in float, formed again in dotRef's operations where not, the heads added
+// in order — to the CPU's operations bit for bit, on four kinds of input:
+// the model's (queries and rows through the FP4 simulation: e2m1 values
+// times a power-of-two block scale), gaussian ones (more mantissa bits than
+// e2m1's: every dot fails the check), FP4 ones with one block of every
+// seventh row scaled by 2^20 (past what f16 holds: those rows' dots fail,
+// the others pass) and FP4 rows whose blocks are scaled by 2^0 … 2^5 at
+// random (spans on both sides of the check's limit: dots kept with the
+// widest spans it allows, where the tensor cores' FP32 accumulation must
+// still be exact). OptIXExact 5 makes a dot that fails the check +inf, so
+// it shows which path each took: no score of the FP4 inputs non-finite
+// (all kept), every gaussian one non-finite, on the third kind exactly the
+// scaled rows' scores, on the fourth some of each (logged). Option 0 (the
+// CUDA cores' FP32 tiles) is held to the same bits.
+func TestIndexScoresExact(t *testing.T) {
+	d := gpu(t)
+	const IH, IHD, ratio = 64, 128, 4
+	t.Cleanup(func() { d.SetOption(OptIXExact, DefaultIXExact) })
+	for _, c := range []struct {
+		pos0, n int
+		kind    string
+	}{{300, 40, "fp4"}, {1000, 71, "fp4"}, {31, 9, "fp4"}, {300, 40, "gauss"}, {1000, 71, "wide"}, {2000, 64, "spread"},
+		{9000, 8, "spread"}} {
+		maxR := (c.pos0 + c.n) / ratio
+		q := gaussian(c.n*IH*IHD, uint64(c.pos0+c.n))
+		w := gaussian(c.n*IH, 7)
+		rows := gaussian(maxR*IHD, 9)
+		qp, wp, rp := tempUpload(t, d, q), tempUpload(t, d, w), tempUpload(t, d, rows)
+		scaled := func(i int) bool { return c.kind == "wide" && i%7 == 3 }
+		if c.kind != "gauss" {
+			must(t, d.FP4Sim(0, qp, IHD, c.n*IH, IHD))
+			must(t, d.FP4Sim(0, rp, IHD, maxR, IHD))
+			q, rows = download(t, d, qp, len(q)), download(t, d, rp, len(rows))
+			if c.kind == "wide" { // (still e2m1 values times a power of two)
+				for i := 0; i < maxR; i++ {
+					if scaled(i) {
+						for j := 32; j < 64; j++ {
+							rows[i*IHD+j] *= 0x1p20
+						}
+					}
+				}
+				rp = tempUpload(t, d, rows)
+			}
+			if c.kind == "spread" {
+				sc := gaussian(maxR*IHD/32, 11)
+				for i := range rows {
+					rows[i] = float32(math.Ldexp(float64(rows[i]), int(math.Abs(float64(sc[i/32]))*2.5)%6))
+				}
+				rp = tempUpload(t, d, rows)
+			}
+		}
+		want := make([]float32, c.n*maxR)
+		for tok := 0; tok < c.n; tok++ {
+			for i := 0; i < (c.pos0+tok+1)/ratio; i++ {
+				var s float32
+				for h := 0; h < IH; h++ {
+					if dot := dotRef(q[(tok*IH+h)*IHD:(tok*IH+h+1)*IHD], rows[i*IHD:(i+1)*IHD]); dot > 0 {
+						s += float32(dot * w[tok*IH+h])
+					}
+				}
+				want[tok*maxR+i] = s
+			}
+		}
+		for _, fm := range []int{0, 1, 5} {
+			must(t, d.SetOption(OptIXExact, fm))
+			scores := tempAlloc(t, d, int64(4*c.n*maxR))
+			poison(t, d, scores, c.n*maxR)
+			must(t, d.IndexScores(0, qp, wp, rp, IH, IHD, c.pos0, ratio, c.n, scores, int64(maxR), false))
+			got := download(t, d, scores, c.n*maxR)
+			fused, failed := 0, 0
+			for tok := 0; tok < c.n; tok++ {
+				for i := 0; i < (c.pos0+tok+1)/ratio; i++ {
+					g, wt := got[tok*maxR+i], want[tok*maxR+i]
+					if fm != 5 {
+						if math.Float32bits(g) != math.Float32bits(wt) {
+							t.Fatalf("%s, pos0 %d, %d tokens, ix_exact %d: token %d row %d: %v, want %v", c.kind, c.pos0, c.n, fm, tok, i, g, wt)
+						}
+						continue
+					}
+					inf := math.IsInf(float64(g), 0) || math.IsNaN(float64(g))
+					switch {
+					case c.kind == "spread":
+						if !inf && math.Float32bits(g) != math.Float32bits(wt) {
+							t.Fatalf("spread, pos0 %d, %d tokens, ix_exact %d: token %d row %d: kept %v, want %v", c.pos0, c.n, fm, tok, i, g, wt)
+						}
+					case c.kind == "gauss" && !inf:
+						t.Fatalf("gaussian inputs, ix_exact %d: token %d row %d: %v kept (more mantissa bits than e2m1's must fail)", fm, tok, i, g)
+					case c.kind != "gauss" && inf != scaled(i):
+						t.Fatalf("%s, pos0 %d, %d tokens, ix_exact %d: token %d row %d: %v (scaled %v)", c.kind, c.pos0, c.n, fm, tok, i, g, scaled(i))
+					case !inf && math.Float32bits(g) != math.Float32bits(wt):
+						t.Fatalf("%s, pos0 %d, %d tokens, ix_exact %d: token %d row %d: kept %v, want %v", c.kind, c.pos0, c.n, fm, tok, i, g, wt)
+					}
+					if inf {
+						failed++
+					} else {
+						fused++
+					}
+				}
+			}
+			if fm == 5 {
+				t.Logf("%s, pos0 %d, %d tokens: %d scores with every dot kept, %d with dots formed again", c.kind, c.pos0, c.n, fused, failed)
+				if c.kind == "spread" && (fused == 0 || failed == 0) {
+					t.Errorf("spread, pos0 %d, %d tokens: %d kept, %d formed again: want some of each", c.pos0, c.n, fused, failed)
+				}
+			}
+		}
+	}
+}
+
+// TestFlashLayersIndexerExact runs Flash-shaped layers (flashLayers4's:
+// the ratio-4 layer's indexer has Flash's 64 heads of 128, its top-k
+// lowered to 8 so that it chooses from the 9th compressed row on) in exact
+// mode through prompt chunks of 16 tokens, with OptIXExact 0, 1 and 5: the
+// logits of every row must be the same bits under all three, and within
+// the reference bounds of the CPU's. Option 5 turns a dot that fails the
+// exactness check into +inf (a different choice of rows, different
+// logits), so equal logits there say that every dot of the model's own
+// FP4-simulated queries and rows passed the check and was kept from the
+// tensor cores.
+func TestFlashLayersIndexerExact(t *testing.T) {
+	d := gpu(t)
+	if testing.Short() {
+		t.Skip("short")
+	}
+	c := synth.Flash(4)
+	c.Experts, c.IndexerTopK = 16, 8
+	w := synthWeights(t, c, model.SchemeQ2)
+	toks := testTokens(96, c.Vocab)
+	ref, err := cpu.New(w, cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	want := allLogits(t, ref, 16, toks)
+	be := testBackend(t, w, Options{})
+	t.Cleanup(func() { d.SetOption(OptIXExact, DefaultIXExact) })
+	var base [][]float32
+	for _, v := range []int{0, 1, 5} {
+		must(t, d.SetOption(OptIXExact, v))
+		got := allLogits(t, be, 16, toks)
+		checkAgree(t, fmt.Sprintf("ix_exact %d", v), want, got)
+		if base == nil {
+			base = got
+			continue
+		}
+		for p := range got {
+			for i := range got[p] {
+				if math.Float32bits(got[p][i]) != math.Float32bits(base[p][i]) {
+					t.Fatalf("ix_exact %d: token %d logit %d: %v, want option 0's %v", v, p, i, got[p][i], base[p][i])
+				}
+			}
+		}
+	}
+}
