@@ -8,7 +8,6 @@ import (
 
 	"ds4go/engine"
 	"ds4go/model"
-	"ds4go/synth"
 )
 
 // TestAttnSplitLayers (DS4_CUDA_BENCH=1: a diagnostic that reports and
@@ -31,8 +30,7 @@ func TestAttnSplitLayers(t *testing.T) {
 		t.Skip("set DS4_CUDA_BENCH=1 to run this diagnostic")
 	}
 	gpu(t)
-	flash := synth.Flash(4)
-	flash.Experts = 16
+	flash := flash4(0)
 	w := synthWeights(t, flash, model.SchemeF16)
 	toks := testTokens(700, flash.Vocab)
 	type point struct {

@@ -416,9 +416,21 @@ func flashLayers4(t *testing.T) (model.Config, *model.Weights) {
 	if testing.Short() {
 		t.Skip("short")
 	}
+	c := flash4(0)
+	return c, synthWeights(t, c, model.SchemeQ2)
+}
+
+// flash4 is Flash cut to four layers (ratios 0, 0, 4, 128; the fourth
+// routed by the learned router) with 16 experts; topK > 0 lowers the
+// ratio-4 layer's indexer top-k to it, so that a short prompt has more
+// compressed rows than the indexer keeps.
+func flash4(topK int) model.Config {
 	c := synth.Flash(4)
 	c.Experts = 16
-	return c, synthWeights(t, c, model.SchemeQ2)
+	if topK > 0 {
+		c.IndexerTopK = topK
+	}
+	return c
 }
 
 // TestFastDecodeSwitches checks the Go side's decode-step switches of fast
@@ -436,9 +448,7 @@ func TestFastDecodeSwitches(t *testing.T) {
 	// past its 32nd compressed row, and a ratio-128 one that completes a
 	// row at token 128 (the switches compared where the compressors, the
 	// indexer's path on side2 and the flushes at completing steps run)
-	flash := synth.Flash(4)
-	flash.Experts = 16
-	flash.IndexerTopK = 32
+	flash := flash4(32)
 	for _, tc := range []struct {
 		name string
 		cfg  model.Config
@@ -495,8 +505,7 @@ func TestFastDecodeSwitches(t *testing.T) {
 // ratio-4 layer's keys span more than one of k_attn_po's 256-key chunks).
 func TestKernelVariants(t *testing.T) {
 	gpu(t)
-	flash := synth.Flash(4)
-	flash.Experts = 16
+	flash := flash4(0)
 	// chunk: the prefill chunk the variant is compared on (1: decoded one
 	// token at a time; the chunk kernels' variants: chunks of 64); serial:
 	// a variant of the serial attention order's kernels, compared in that

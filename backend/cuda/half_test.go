@@ -7,7 +7,6 @@ import (
 
 	"ds4go/model"
 	"ds4go/quant"
-	"ds4go/synth"
 )
 
 // halfSat is ToHalf's rounding of one activation: f16, finite magnitudes
@@ -197,8 +196,7 @@ func TestHalfModel(t *testing.T) {
 		{model.SchemeF16, 3, 1e-2, 0.99},
 	} {
 		t.Run(fmt.Sprintf("%s/%d", c.scheme.Name, c.on), func(t *testing.T) {
-			flash := synth.Flash(4)
-			flash.Experts = 16
+			flash := flash4(0)
 			w := synthWeights(t, flash, c.scheme)
 			toks := testTokens(384, flash.Vocab)
 			run := func(o Options, half int) (l [][]float32) {

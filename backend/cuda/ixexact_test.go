@@ -7,7 +7,6 @@ import (
 
 	"ds4go/backend/cpu"
 	"ds4go/model"
-	"ds4go/synth"
 )
 
 // TestIndexScoresExact holds exact mode's indexer scores of prompt chunks
@@ -137,8 +136,7 @@ func TestFlashLayersIndexerExact(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	c := synth.Flash(4)
-	c.Experts, c.IndexerTopK = 16, 8
+	c := flash4(8)
 	w := synthWeights(t, c, model.SchemeQ2)
 	toks := testTokens(96, c.Vocab)
 	ref, err := cpu.New(w, cpu.Options{})

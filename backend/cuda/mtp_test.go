@@ -247,8 +247,7 @@ func TestSpecPassesFlashLayers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	c := synth.Flash(4)
-	c.Experts, c.IndexerTopK = 16, 32
+	c := flash4(32)
 	w := mtpWeights(t, c, model.SchemeQ2)
 	toks := testTokens(300, c.Vocab)
 	defer func() { strict, fastBounds = true, false }()
