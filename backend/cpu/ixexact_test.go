@@ -148,6 +148,33 @@ func TestIXSpanExactSound(t *testing.T) {
 	if !inexactSeen {
 		t.Error("no failing pair's dotF32 differed from the exact sum: the check was never needed here")
 	}
+	// the GPU test's edge rows (backend/cuda ixEdgeRows): 6 but for one
+	// 1.5·2^e; a query's e = -4 and a row's e = -5 sit at the limit, and
+	// where the odd values meet the exact dot needs all 24 of float's bits
+	edge := func(x, e int) []float32 {
+		r := make([]float32, D)
+		for i := range r {
+			r[i] = 6
+		}
+		r[16*(x%8)+5*(x%8)%16] = float32(math.Ldexp(1.5, e))
+		return r
+	}
+	for x := 0; x < 8; x++ {
+		a, b := edge(x, -4), edge(x, -5)
+		if sa, sb := ixSpan(a), ixSpan(b); sa+sb != ixLim {
+			t.Fatalf("edge rows %d: spans %d + %d, want the limit %d", x, sa, sb, ixLim)
+		}
+		want := exact(a, b)
+		if v := float64(want) * 0x1p11; v != math.Trunc(v) || math.Mod(v, 2) != 1 || v < 0x1p23 || v >= 0x1p24 {
+			t.Fatalf("edge rows %d: the exact dot %v does not need exactly 24 bits", x, want)
+		}
+		if got := dotF32(a, b); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("edge rows %d: dotF32 %v, want the exact %v", x, got, want)
+		}
+		if f := sum(a, b, 16, true); math.Float32bits(f) != math.Float32bits(want) {
+			t.Fatalf("edge rows %d: a sum in groups of 16 %v, want %v", x, f, want)
+		}
+	}
 	// gaussian values fail on their mantissas, FP4 values past f16's range
 	// or below its least bit on the range check
 	g := make([]float32, D)

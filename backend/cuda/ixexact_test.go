@@ -13,19 +13,21 @@ import (
 // with OptIXExact 1 — the dots on the f16 tensor cores (k_index_flash_exact),
 // each kept where its query head's and row's exponent spans make it exact
 // in float, formed again in dotRef's operations where not, the heads added
-// in order — to the CPU's operations bit for bit, on four kinds of input:
+// in order — to the CPU's operations bit for bit, on five kinds of input:
 // the model's (queries and rows through the FP4 simulation: e2m1 values
 // times a power-of-two block scale), gaussian ones (more mantissa bits than
 // e2m1's: every dot fails the check), FP4 ones with one block of every
 // seventh row scaled by 2^20 (past what f16 holds: those rows' dots fail,
-// the others pass) and FP4 rows whose blocks are scaled by 2^0 … 2^5 at
+// the others pass), FP4 rows whose blocks are scaled by 2^0 … 2^5 at
 // random (spans on both sides of the check's limit: dots kept with the
 // widest spans it allows, where the tensor cores' FP32 accumulation must
-// still be exact). OptIXExact 5 makes a dot that fails the check +inf, so
-// it shows which path each took: no score of the FP4 inputs non-finite
-// (all kept), every gaussian one non-finite, on the third kind exactly the
-// scaled rows' scores, on the fourth some of each (logged). Option 0 (the
-// CUDA cores' FP32 tiles) is held to the same bits.
+// still be exact) and rows built at the check's limit whose dots need every
+// one of float's 24 bits (ixEdgeRows). OptIXExact 5 makes a dot that fails
+// the check +inf, so it shows which path each took: no score of the FP4
+// or edge inputs non-finite (all kept), every gaussian one non-finite, on
+// the scaled kind exactly the scaled rows' scores, on the spread kind some
+// of each (logged). Option 0 (the CUDA cores' FP32 tiles) is held to the
+// same bits.
 func TestIndexScoresExact(t *testing.T) {
 	d := gpu(t)
 	const IH, IHD, ratio = 64, 128, 4
@@ -34,14 +36,17 @@ func TestIndexScoresExact(t *testing.T) {
 		pos0, n int
 		kind    string
 	}{{300, 40, "fp4"}, {1000, 71, "fp4"}, {31, 9, "fp4"}, {300, 40, "gauss"}, {1000, 71, "wide"}, {2000, 64, "spread"},
-		{9000, 8, "spread"}} {
+		{9000, 8, "spread"}, {3000, 16, "edge"}} {
 		maxR := (c.pos0 + c.n) / ratio
 		q := gaussian(c.n*IH*IHD, uint64(c.pos0+c.n))
 		w := gaussian(c.n*IH, 7)
 		rows := gaussian(maxR*IHD, 9)
 		qp, wp, rp := tempUpload(t, d, q), tempUpload(t, d, w), tempUpload(t, d, rows)
 		scaled := func(i int) bool { return c.kind == "wide" && i%7 == 3 }
-		if c.kind != "gauss" {
+		if c.kind == "edge" { // (ixEdgeRows: built at the check's limit, not FP4-simulated)
+			q, rows = ixEdgeRows(c.n*IH, -4), ixEdgeRows(maxR, -5)
+			qp, rp = tempUpload(t, d, q), tempUpload(t, d, rows)
+		} else if c.kind != "gauss" {
 			must(t, d.FP4Sim(0, qp, IHD, c.n*IH, IHD))
 			must(t, d.FP4Sim(0, rp, IHD, maxR, IHD))
 			q, rows = download(t, d, qp, len(q)), download(t, d, rp, len(rows))
@@ -119,6 +124,25 @@ func TestIndexScoresExact(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ixEdgeRows returns n rows of 128 values, each 6 (1.1b·2^2) but for one
+// 1.5·2^e at position 16(x%8) + 5(x%8)%16 of row x. A query head's row of
+// e = -4 and a compressed row of e = -5 have spans 6 and 7: their sum 13
+// is the check's limit, so the dot is kept, and where the two odd values
+// meet (h%8 == r%8) it is 127·36 + 2.25·2^-9, whose bits run from 2^12 to
+// 2^-11: all 24 of float's, the worst case of the argument, which an adder
+// keeping fewer bits below its largest addend gets wrong
+// (TestIXSpanExactSound checks the construction on the CPU).
+func ixEdgeRows(n, e int) []float32 {
+	x := make([]float32, n*128)
+	for r := 0; r < n; r++ {
+		for i := 0; i < 128; i++ {
+			x[r*128+i] = 6
+		}
+		x[r*128+16*(r%8)+5*(r%8)%16] = float32(math.Ldexp(1.5, e))
+	}
+	return x
 }
 
 // TestFlashLayersIndexerExact runs Flash-shaped layers (flashLayers4's:
