@@ -2013,6 +2013,28 @@ __device__ __forceinline__ void if_queries(__half *sa, const float *q, int t0, i
     }
 }
 
+// if_rows stages IF_RB compressed rows from row i0 (rows past rmax: the
+// last row again) as f16 rows of sb, IF_T threads, U float4 loads unrolled
+// (a warp a row); SP (exact mode's k_index_flash_exact): each row's
+// ifx_span goes to spans[r] too (a template flag, not if_queries' null
+// test: the measured kernels' SASS stays as it was, v78).
+template <int U, bool SP = false>
+__device__ __forceinline__ void if_rows(__half *sb, const float *rows, int64_t i0, int64_t rmax, int tid,
+                                        int8_t *spans = nullptr) {
+    static_assert(IF_HD / 4 == 32, "a warp a row");
+#pragma unroll U
+    for (int u = 0; u < IF_RB * IF_HD / 4 / IF_T; u++) {
+        const int i = tid + IF_T * u, r = i / (IF_HD / 4), c = i % (IF_HD / 4);
+        const int64_t row = min(i0 + r, rmax - 1);
+        const float4 v = __ldg((const float4 *)(rows + row * IF_HD) + c);
+        *(uint2 *)(sb + r * IF_LD + 4 * c) = half4_bits(v);
+        if constexpr (SP) {
+            const int sp = ifx_span(v);
+            if (c == 0) spans[r] = (int8_t)sp;
+        }
+    }
+}
+
 // if_weights loads the weights of the thread's heads 32hh + 16mt + 8hi + g
 // of token t into wh[mt][hi].
 __device__ __forceinline__ void if_weights(float (&wh)[2][2], const float *w, int t, int hh, int g) {
@@ -2099,12 +2121,7 @@ __global__ void __launch_bounds__(IF_T, 2) k_index_flash(const float *q, const f
     const __half *pa = sa + (IF_IH * tt + 32 * hh + lrow) * IF_LD + lcol;
     for (int64_t i0 = ib; i0 < ie; i0 += IF_RB) {
         if (i0 > ib) __syncthreads(); // the previous tile's rows and sums are consumed
-#pragma unroll 8
-        for (int u = 0; u < IF_RB * IF_HD / 4 / IF_T; u++) { // rows past rmax: the last row again
-            const int i = tid + IF_T * u, r = i / (IF_HD / 4), c = i % (IF_HD / 4);
-            const int64_t row = min(i0 + r, rmax - 1);
-            *(uint2 *)(sb + r * IF_LD + 4 * c) = half4_bits(__ldg((const float4 *)(rows + row * IF_HD) + c));
-        }
+        if_rows<8>(sb, rows, i0, rmax, tid);
         __syncthreads();
         float acc[2][8][4];
         if_dots(pa, sb, bh, brow, bcol, acc);
@@ -2232,15 +2249,7 @@ __global__ void __launch_bounds__(IF_T, 2) k_index_flash_exact(const float *q, c
     const __half *pa = sa + (IF_IH * tt + 32 * hh + lrow) * IF_LD + lcol;
     for (int64_t i0 = ib; i0 < ie; i0 += IF_RB) {
         if (i0 > ib) __syncthreads(); // the previous tile's dots are consumed
-#pragma unroll 4
-        for (int u = 0; u < IF_RB * IF_HD / 4 / IF_T; u++) { // rows past rmax: the last row again (a warp a row)
-            const int i = tid + IF_T * u, r = i / (IF_HD / 4), c = i % (IF_HD / 4);
-            const int64_t row = min(i0 + r, rmax - 1);
-            const float4 v = __ldg((const float4 *)(rows + row * IF_HD) + c);
-            *(uint2 *)(sb + r * IF_LD + 4 * c) = half4_bits(v);
-            const int sp = ifx_span(v);
-            if (c == 0) srs[r] = (int8_t)sp;
-        }
+        if_rows<4, true>(sb, rows, i0, rmax, tid, srs);
         __syncthreads();
         float acc[2][8][4];
         if_dots(pa, sb, bh, brow, bcol, acc);
@@ -6113,7 +6122,8 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         return 0;
     }
     // exact mode's chunks (8 or more tokens): the f16 tensor cores where exact
-    if (n >= 8 && !(flags & DS4C_FAST) && (ds4c_opt_ix_exact() & 1) && IH == IF_IH && IHD == IF_HD && al16) {
+    const int ixe = ds4c_opt_ix_exact();
+    if (n >= 8 && !(flags & DS4C_FAST) && (ixe & 1) && IH == IF_IH && IHD == IF_HD && al16) {
         static bool xset = false;
         if (!xset) {
             DS4C_CHECK(cudaFuncSetAttribute(k_index_flash_exact<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IFX_SMEM));
@@ -6123,7 +6133,7 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         const int64_t nx = nblk(n, IF_TT);
         int64_t ny, rblk;
         if_runs(nx, maxR, 2, ny, rblk);
-        ds4c_launch(ds4c_opt_ix_exact() == 5 ? k_index_flash_exact<5> : k_index_flash_exact<1>, dim3((unsigned)nx, (unsigned)ny),
+        ds4c_launch(ixe == 5 ? k_index_flash_exact<5> : k_index_flash_exact<1>, dim3((unsigned)nx, (unsigned)ny),
                     IF_T, IFX_SMEM, as_stream(stream), d_q, d_w, d_rows, pos0, ratio, n, d_scores, sc_stride, rblk);
         DS4C_CHECK_LAUNCH("index_scores (exact, tensor cores)");
         return 0;

@@ -5,6 +5,8 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"testing"
+
+	"ds4go/quant"
 )
 
 // ixSpan mirrors what the CUDA kernel k_index_flash_exact (cuda/model.cu
@@ -33,20 +35,6 @@ func ixSpan(x []float32) int {
 
 // ixBad and ixLim mirror the kernel's IFX_BAD and IFX_LIM (dots of 128).
 const ixBad, ixLim = 64, 13
-
-// f16Exact says whether f16 holds v exactly: at most 11 significant bits,
-// none below 2^-24, and no larger than 65504.
-func f16Exact(v float32) bool {
-	a := math.Abs(float64(v))
-	if a == 0 {
-		return true
-	}
-	if a > 65504 || math.Mod(a, 0x1p-24) != 0 {
-		return false
-	}
-	_, e := math.Frexp(a) // a = f·2^e, f in [0.5, 1)
-	return math.Mod(a, math.Ldexp(1, e-11)) == 0
-}
 
 // TestIXSpanExactSound checks the reasoning behind exact mode's
 // tensor-core indexer (k_index_flash_exact) on the CPU: for FP4-simulated
@@ -128,7 +116,7 @@ func TestIXSpanExactSound(t *testing.T) {
 				t.Fatalf("spread %d: a pair passes the check but dotF32 %v differs from the exact sum %v", spread, got, want)
 			}
 			for _, v := range append(append([]float32{}, a...), b...) {
-				if !f16Exact(v) {
+				if quant.RoundF16(v) != v {
 					t.Fatalf("spread %d: a pair passes the check but f16 does not hold %v", spread, v)
 				}
 			}
@@ -187,7 +175,7 @@ func TestIXSpanExactSound(t *testing.T) {
 	for _, v := range []float32{0x1.8p15, 0x1p16, 0x1.8p-23, 0x1p-24} {
 		x := make([]float32, D)
 		x[0], x[1] = 1, v
-		if got, want := ixSpan(x) != ixBad, f16Exact(v) && v >= 0x1p-23; got != want {
+		if got, want := ixSpan(x) != ixBad, quant.RoundF16(v) == v && v >= 0x1p-23; got != want {
 			t.Errorf("a row holding 1 and %v passes the range check: %v, want %v", v, got, want)
 		}
 	}

@@ -1487,14 +1487,10 @@ func TestIndexScores(t *testing.T) {
 		for tok := 0; tok < c.n; tok++ {
 			R := (c.pos0 + tok + 1) / ratio
 			for i := 0; i < R; i++ {
-				var want float32
+				want := indexScoreRef(q, rows, w, tok, i, IH, IHD)
 				var mag float64
 				for h := 0; h < IH; h++ {
 					qh, k := q[(tok*IH+h)*IHD:(tok*IH+h+1)*IHD], rows[i*IHD:(i+1)*IHD]
-					dot := dotRef(qh, k)
-					if dot > 0 {
-						want += float32(dot * w[tok*IH+h])
-					}
 					var m float64
 					for j := range qh {
 						m += math.Abs(float64(qh[j]) * float64(k[j]))
@@ -1558,6 +1554,18 @@ func TestIndexScores(t *testing.T) {
 
 // dotRef is a·b with four running sums over i mod 4, each product rounded
 // before its addition, combined as (s0+s1)+(s2+s3) (len(a) % 4 == 0).
+// indexScoreRef is the CPU's indexer score of compressed row i for token
+// tok: Σ_h w_h·dot_h over the heads whose dotRef dot_h > 0, in head order.
+func indexScoreRef(q, rows, w []float32, tok, i, IH, IHD int) float32 {
+	var s float32
+	for h := 0; h < IH; h++ {
+		if dot := dotRef(q[(tok*IH+h)*IHD:(tok*IH+h+1)*IHD], rows[i*IHD:(i+1)*IHD]); dot > 0 {
+			s += float32(dot * w[tok*IH+h])
+		}
+	}
+	return s
+}
+
 func dotRef(a, b []float32) float32 {
 	var s [4]float32
 	for i := 0; i < len(a); i += 4 {

@@ -71,13 +71,7 @@ func TestIndexScoresExact(t *testing.T) {
 		want := make([]float32, c.n*maxR)
 		for tok := 0; tok < c.n; tok++ {
 			for i := 0; i < (c.pos0+tok+1)/ratio; i++ {
-				var s float32
-				for h := 0; h < IH; h++ {
-					if dot := dotRef(q[(tok*IH+h)*IHD:(tok*IH+h+1)*IHD], rows[i*IHD:(i+1)*IHD]); dot > 0 {
-						s += float32(dot * w[tok*IH+h])
-					}
-				}
-				want[tok*maxR+i] = s
+				want[tok*maxR+i] = indexScoreRef(q, rows, w, tok, i, IH, IHD)
 			}
 		}
 		for _, fm := range []int{0, 1, 5} {
