@@ -83,7 +83,7 @@ static int g_opt_mv_room = 0; // pipelined products given room (DS4C_MM_ROOM) ru
 static int g_opt_mv_pair = 1; // ds4c_matmul_grouped_pair: one selection's Q8_0/Q4_K pair in one k_matvec grid
 static int g_opt_attn_seg_occ = 4; // exact split attention compiled for 4 CTAs an SM (model.cu, k_attn_seg_cl<MINB>; CUDA 13: 64 registers against 78, so 4 CTAs an SM against 3; cuda/NOTES.md v73: exact three drafts +1.0 … +1.2 %, one draft +0.7 %, plain decode 0.0 %, the same bits)
 static int g_opt_attn_seg_walk = 1; // exact split attention's segments walked by fewer CTAs (model.cu k_attn_seg_walk): 0 off, 1 single tokens (the default; cuda/NOTES.md v74: exact decode +0.5 … +0.7 %, the same bits), 2 every token count, 3+ every count with walk − 2 segments a CTA
-static int g_opt_ix_exact = 1; // exact mode's chunk indexer scores on the f16 tensor cores where exact (model.cu k_index_flash_exact; cuda/NOTES.md v78: exact prefill at 131k +85 %, the same bits); 5: tests only
+static int g_opt_ix_exact = 1; // exact mode's chunk indexer scores on the f16 tensor cores where exact (model.cu k_index_flash_exact; cuda/NOTES.md v78: exact prefill at 131k +85 %, the same bits); 2 the same from f16 copies of the rows with their spans (k_ix_rows_half, once a chunk; wip/ix-exact-h16, not measured); bit 4: tests only
 static int g_opt_attn_seg_form = 5; // exact split attention's CL score and sum forms (model.cu sgc_scores, sgc_sums): SF + 4 · PF; SF 0 a thread a chain, 1 two heads a thread, 2 two heads × two keys; PF 0 a head's 2 dims a lane, 1 two heads' dim a lane; default 5 (SF 1, PF 1; cuda/NOTES.md v75: exact decode +0.58 %, exact three drafts +1.14 %; the same bits)
 static int g_opt_attn_cluster = 1; // fast split attention combined in its launch by clusters (model.cu, k_attn_split_cl)
 static int g_opt_comp_emit = 1;    // a decode step's compressed row in one launch (model.cu, k_comp_emit)
@@ -558,7 +558,7 @@ static const struct {
     {DS4C_OPT_ATTN_SEG_OCC, "attn_seg_occ", &g_opt_attn_seg_occ, 0, 5},
     {DS4C_OPT_ATTN_SEG_WALK, "attn_seg_walk", &g_opt_attn_seg_walk, 0, 14}, // (14: 2 + model.cu SGW_MAX)
     {DS4C_OPT_ATTN_SEG_FORM, "attn_seg_form", &g_opt_attn_seg_form, 0, 7},
-    {DS4C_OPT_IX_EXACT, "ix_exact", &g_opt_ix_exact, 0, 5},
+    {DS4C_OPT_IX_EXACT, "ix_exact", &g_opt_ix_exact, 0, 7},
     {DS4C_OPT_COMP_EMIT, "comp_emit", &g_opt_comp_emit, 0, 1},
     {DS4C_OPT_MV_ILP, "mv_ilp", &g_opt_mv_ilp, 1, 4},
     {DS4C_OPT_MV_SUMW, "mv_sumw", &g_opt_mv_sumw, 0, 1},

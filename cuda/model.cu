@@ -2218,8 +2218,16 @@ constexpr size_t IFX_SMEM = IFX_SD_OFF + (size_t)IF_TT * IF_RB * IFX_SD * sizeof
 static_assert(IFX_SD_OFF % 16 == 0 && IFX_SMEM <= 113 * 1024, "two CTAs an SM");
 static_assert(IF_TT * IF_RB == IF_T, "a thread a (token, row) score");
 
-template <int EX>
+//
+// H (DS4C_OPT_IX_EXACT 2): the rows come as f16 copies with their spans
+// (k_ix_rows_half, once a chunk: the same values, f16 holds every row
+// that passes), copied into shared memory by cp.async, instead of every
+// CTA reading the float rows, rounding them and forming their spans (half
+// the bytes read from L2 a tile; as k_index_flash2 for fast mode). rows
+// stays the float rows, for the dots formed again.
+template <int EX, bool H = false>
 __global__ void __launch_bounds__(IF_T, 2) k_index_flash_exact(const float *q, const float *w, const float *rows,
+                                                               const __half *rows_h, const int8_t *rows_span,
                                                                int64_t pos0, int ratio, int n, float *scores,
                                                                int64_t sc_stride, int64_t rblk) {
     pdl_enter();
@@ -2249,7 +2257,19 @@ __global__ void __launch_bounds__(IF_T, 2) k_index_flash_exact(const float *q, c
     const __half *pa = sa + (IF_IH * tt + 32 * hh + lrow) * IF_LD + lcol;
     for (int64_t i0 = ib; i0 < ie; i0 += IF_RB) {
         if (i0 > ib) __syncthreads(); // the previous tile's dots are consumed
-        if_rows<4, true>(sb, rows, i0, rmax, tid, srs);
+        if constexpr (H) { // rows past rmax: the last row again
+            static_assert(IF_RB * (IF_HD / 8) % IF_T == 0 && IF_RB <= IF_T, "whole copies; a thread a row's span");
+#pragma unroll
+            for (int u = 0; u < IF_RB * (IF_HD / 8) / IF_T; u++) {
+                const int i = tid + IF_T * u, r = i / (IF_HD / 8), c = i % (IF_HD / 8);
+                cp_async16(sb + r * IF_LD + 8 * c, rows_h + min(i0 + r, rmax - 1) * IF_HD + 8 * c);
+            }
+            cp_async_commit();
+            if (tid < IF_RB) srs[tid] = __ldg(rows_span + min(i0 + tid, rmax - 1));
+            cp_async_wait<0>();
+        } else {
+            if_rows<4, true>(sb, rows, i0, rmax, tid, srs);
+        }
         __syncthreads();
         float acc[2][8][4];
         if_dots(pa, sb, bh, brow, bcol, acc);
@@ -2290,6 +2310,21 @@ __global__ void __launch_bounds__(IF_T, 2) k_index_flash_exact(const float *q, c
         }
         scores[(int64_t)t * sc_stride + row] = sum;
     }
+}
+
+// k_ix_rows_half writes the f16 copies of R compressed rows of IF_HD
+// floats (rh) and their ifx_span (rs), a warp a row, for
+// k_index_flash_exact<EX, true>.
+__global__ void __launch_bounds__(256) k_ix_rows_half(const float *rows, int64_t R, __half *rh, int8_t *rs) {
+    static_assert(IF_HD == 128, "a lane a float4 of the row");
+    pdl_enter();
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (r >= R) return; // (a warp's whole: r is the warp's)
+    const float4 v = __ldg((const float4 *)(rows + r * IF_HD) + lane);
+    *(uint2 *)(rh + r * IF_HD + 4 * lane) = half4_bits(v);
+    const int sp = ifx_span(v);
+    if (lane == 0) rs[r] = (int8_t)sp;
 }
 
 // The same scores, tiled for one query (decode): a CTA takes IXT_ROWS rows,
@@ -6122,19 +6157,38 @@ int ds4c_index_scores(const float *d_q, const float *d_w, const float *d_rows, i
         return 0;
     }
     // exact mode's chunks (8 or more tokens): the f16 tensor cores where exact
+    // (DS4C_OPT_IX_EXACT: bits 1 and 2 the form, bit 4 tests only)
     const int ixe = ds4c_opt_ix_exact();
-    if (n >= 8 && !(flags & DS4C_FAST) && (ixe & 1) && IH == IF_IH && IHD == IF_HD && al16) {
+    if (n >= 8 && !(flags & DS4C_FAST) && (ixe & 3) && IH == IF_IH && IHD == IF_HD && al16) {
         static bool xset = false;
         if (!xset) {
             DS4C_CHECK(cudaFuncSetAttribute(k_index_flash_exact<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IFX_SMEM));
             DS4C_CHECK(cudaFuncSetAttribute(k_index_flash_exact<5>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IFX_SMEM));
+            DS4C_CHECK(cudaFuncSetAttribute(k_index_flash_exact<1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IFX_SMEM));
+            DS4C_CHECK(cudaFuncSetAttribute(k_index_flash_exact<5, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)IFX_SMEM));
             xset = true;
         }
+        const cudaStream_t st = as_stream(stream);
         const int64_t nx = nblk(n, IF_TT);
         int64_t ny, rblk;
         if_runs(nx, maxR, 2, ny, rblk);
-        ds4c_launch(ixe == 5 ? k_index_flash_exact<5> : k_index_flash_exact<1>, dim3((unsigned)nx, (unsigned)ny),
-                    IF_T, IFX_SMEM, as_stream(stream), d_q, d_w, d_rows, pos0, ratio, n, d_scores, sc_stride, rblk);
+        // (2: the f16 copies need stream-ordered scratch: not while the
+        // stream is being recorded or captured, where form 1 runs)
+        if ((ixe & 3) >= 2 && !ds4c_stream_busy(st)) {
+            __half *rh = nullptr;
+            DS4C_CHECK(cudaMallocAsync((void **)&rh, (size_t)maxR * (IF_HD * sizeof(__half) + 1), st));
+            int8_t *rs = (int8_t *)(rh + maxR * IF_HD);
+            ds4c_launch(k_ix_rows_half, dim3((unsigned)nblk(maxR, 8)), 256, 0, st, d_rows, maxR, rh, rs);
+            ds4c_launch((ixe & 4) ? k_index_flash_exact<5, true> : k_index_flash_exact<1, true>,
+                        dim3((unsigned)nx, (unsigned)ny), IF_T, IFX_SMEM, st, d_q, d_w, d_rows, (const __half *)rh,
+                        (const int8_t *)rs, pos0, ratio, n, d_scores, sc_stride, rblk);
+            const cudaError_t e = cudaGetLastError();
+            cudaFreeAsync(rh, st);
+            return e != cudaSuccess ? ds4c_cuda_err(e, "index_scores (exact, tensor cores, f16 rows)") : 0;
+        }
+        ds4c_launch((ixe & 4) ? k_index_flash_exact<5> : k_index_flash_exact<1>, dim3((unsigned)nx, (unsigned)ny), IF_T,
+                    IFX_SMEM, st, d_q, d_w, d_rows, (const __half *)nullptr, (const int8_t *)nullptr, pos0, ratio, n,
+                    d_scores, sc_stride, rblk);
         DS4C_CHECK_LAUNCH("index_scores (exact, tensor cores)");
         return 0;
     }

@@ -74,7 +74,7 @@ func TestIndexScoresExact(t *testing.T) {
 				want[tok*maxR+i] = indexScoreRef(q, rows, w, tok, i, IH, IHD)
 			}
 		}
-		for _, fm := range []int{0, 1, 5} {
+		for _, fm := range []int{0, 1, 2, 5, 6} {
 			must(t, d.SetOption(OptIXExact, fm))
 			scores := tempAlloc(t, d, int64(4*c.n*maxR))
 			poison(t, d, scores, c.n*maxR)
@@ -84,7 +84,7 @@ func TestIndexScoresExact(t *testing.T) {
 			for tok := 0; tok < c.n; tok++ {
 				for i := 0; i < (c.pos0+tok+1)/ratio; i++ {
 					g, wt := got[tok*maxR+i], want[tok*maxR+i]
-					if fm != 5 {
+					if fm&4 == 0 {
 						if math.Float32bits(g) != math.Float32bits(wt) {
 							t.Fatalf("%s, pos0 %d, %d tokens, ix_exact %d: token %d row %d: %v, want %v", c.kind, c.pos0, c.n, fm, tok, i, g, wt)
 						}
@@ -110,8 +110,8 @@ func TestIndexScoresExact(t *testing.T) {
 					}
 				}
 			}
-			if fm == 5 {
-				t.Logf("%s, pos0 %d, %d tokens: %d scores with every dot kept, %d with dots formed again", c.kind, c.pos0, c.n, fused, failed)
+			if fm&4 != 0 {
+				t.Logf("%s, pos0 %d, %d tokens, ix_exact %d: %d scores with every dot kept, %d with dots formed again", c.kind, c.pos0, c.n, fm, fused, failed)
 				if c.kind == "spread" && (fused == 0 || failed == 0) {
 					t.Errorf("spread, pos0 %d, %d tokens: %d kept, %d formed again: want some of each", c.pos0, c.n, fused, failed)
 				}
@@ -166,7 +166,7 @@ func TestFlashLayersIndexerExact(t *testing.T) {
 	be := testBackend(t, w, Options{})
 	t.Cleanup(func() { d.SetOption(OptIXExact, DefaultIXExact) })
 	var base [][]float32
-	for _, v := range []int{0, 1, 5} {
+	for _, v := range []int{0, 1, 2, 5, 6} {
 		must(t, d.SetOption(OptIXExact, v))
 		got := allLogits(t, be, 16, toks)
 		checkAgree(t, fmt.Sprintf("ix_exact %d", v), want, got)
