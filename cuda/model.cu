@@ -2258,12 +2258,16 @@ __global__ void __launch_bounds__(IF_T, 2) k_index_flash_exact(const float *q, c
     for (int64_t i0 = ib; i0 < ie; i0 += IF_RB) {
         if (i0 > ib) __syncthreads(); // the previous tile's dots are consumed
         if constexpr (H) { // rows past rmax: the last row again
-            static_assert(IF_RB * (IF_HD / 8) % IF_T == 0 && IF_RB <= IF_T, "whole copies; a thread a row's span");
+            // thread: 16-byte piece tid % 16 of rows tid / 16 + 16·u; one
+            // shared and one global base, the rows' clamp a 32-bit min
+            constexpr int RP = IF_HD / 8, RS = IF_T / RP; // pieces a row, rows a pass
+            static_assert(IF_T % RP == 0 && IF_RB % RS == 0 && IF_RB <= IF_T, "whole copies; a thread a row's span");
+            const int cr = tid / RP, cc = tid % RP;
+            const int lim = (int)(rmax - 1 - i0 - cr); // the last row, from row cr (negative: cr is past it)
+            const __half *src = rows_h + (i0 + cr) * IF_HD + 8 * cc;
+            __half *dst = sb + cr * IF_LD + 8 * cc;
 #pragma unroll
-            for (int u = 0; u < IF_RB * (IF_HD / 8) / IF_T; u++) {
-                const int i = tid + IF_T * u, r = i / (IF_HD / 8), c = i % (IF_HD / 8);
-                cp_async16(sb + r * IF_LD + 8 * c, rows_h + min(i0 + r, rmax - 1) * IF_HD + 8 * c);
-            }
+            for (int u = 0; u < IF_RB / RS; u++) cp_async16(dst + RS * u * IF_LD, src + (int64_t)min(RS * u, lim) * IF_HD);
             cp_async_commit();
             if (tid < IF_RB) srs[tid] = __ldg(rows_span + min(i0 + tid, rmax - 1));
             cp_async_wait<0>();

@@ -464,7 +464,7 @@ const DefaultAttnSegForm = 5
 // dots on the tensor cores where exact (cuda/NOTES.md v78: exact prefill
 // at 131k 1009 → 1872 tok/s in one process; a 262k exact prompt's second
 // half 172 → 83 s; the same bits).
-const DefaultIXExact = 1
+const DefaultIXExact = 2
 
 // DefaultMVFewNSFast is the library's default of OptMVFewNSFast: fast
 // mode's few-token products in two stages of taller tiles for every class
