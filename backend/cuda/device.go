@@ -348,7 +348,7 @@ const (
 	OptMVFewNSEx    = 81 // stages of exact mode's pipelined Q8_0 products of 2-4 tokens (speculative passes), a decimal digit a class of columns as OptMVQ8NSEx, a digit 0 taking that option's (DefaultMVFewNSEx 2222; env DS4_CUDA_MV_FEW_NS_EX; the same bits)
 	OptAttnSegOcc   = 83 // exact mode's split attention of 1-7 tokens (k_attn_seg_cl, OptAttnOrder 5) compiled for at least this many CTAs an SM (2-5: __launch_bounds__' second argument, fewer registers a thread; the same bits; DefaultAttnSegOcc 4), 0 for none (env DS4_CUDA_ATTN_SEG_OCC)
 	OptAttnSegWalk  = 84 // exact mode's split attention (OptAttnOrder 5) with a cluster walking several segments (k_attn_seg_walk: each CTA finds its keys' rows and stages its queries once and loads the next segment during the current one's sums; the same bits), as few a cluster as keep the CTAs within one wave: 0 off, 1 single tokens (DefaultAttnSegWalk), 2 every token count (1-7), 3-14 every count with value − 2 segments a CTA (env DS4_CUDA_ATTN_SEG_WALK)
-	OptIXExact      = 86 // exact mode's indexer scores of prompt chunks (8 or more queries) on the f16 tensor cores (k_index_flash_exact), each dot kept where its query head's and row's exponent spans make it exact in float (the model's FP4-simulated values), formed again in dot4_ref's operations where not: the same bits as 0 (the FP32 tiles); DefaultIXExact 1; 2 the same kernel fed f16 copies of the rows with their spans, formed once a chunk (k_ix_rows_half); bit 4 (tests only: 5, 6) a dot that fails the check is +inf (env DS4_CUDA_IX_EXACT)
+	OptIXExact      = 86 // exact mode's indexer scores of prompt chunks (8 or more queries) on the f16 tensor cores (k_index_flash_exact), each dot kept where its query head's and row's exponent spans make it exact in float (the model's FP4-simulated values), formed again in dot4_ref's operations where not: the same bits as 0 (the FP32 tiles); 1 the rows staged by each CTA; 2 (DefaultIXExact) the same kernel fed f16 copies of the rows with their spans, formed once a chunk (k_ix_rows_half); bit 4 (tests only: 5, 6) a dot that fails the check is +inf (env DS4_CUDA_IX_EXACT)
 	OptAttnSegForm  = 85 // exact mode's split attention (k_attn_seg_cl, k_attn_seg_walk): the scores' and sums' forms, SF + 4·PF; SF 0 a thread a chain of one head and key, 1 two heads a thread, 2 two heads × two keys; PF 0 a lane a head's 2 dims, 1 a lane two heads' dim; the same bits; DefaultAttnSegForm 5 (env DS4_CUDA_ATTN_SEG_FORM)
 	OptMVFewNSFast  = 82 // the same for fast mode's (a digit 0 taking OptMVQ8NSFast's; DefaultMVFewNSFast 2222; env DS4_CUDA_MV_FEW_NS_FAST)
 	OptMVExQ8       = 66 // 1: exact mode's pipelined Q8_0 products (columns a multiple of 1024 dividing the CTA's 8 warps) form their block terms on fast mode's items (a lane a block; the terms stored, not tree-summed) and add them in block order: the same bits as 0 with about a third of the instructions; 2: the same with a ninth warp, which forms no items, adding the previous tile's rows while the eight form the next (default, DefaultMVExQ8; env DS4_CUDA_MV_EXQ8); 1: the last warp adds them after its items; 0: the pipelined kernel's 16-byte units, two lanes a block
@@ -461,9 +461,10 @@ const DefaultFXLive = 15
 const DefaultAttnSegForm = 5
 
 // DefaultIXExact is the library's default of OptIXExact: chunks' indexer
-// dots on the tensor cores where exact (cuda/NOTES.md v78: exact prefill
-// at 131k 1009 → 1872 tok/s in one process; a 262k exact prompt's second
-// half 172 → 83 s; the same bits).
+// dots on the tensor cores where exact, from f16 copies of the rows
+// (cuda/NOTES.md v78: form 1, exact prefill at 131k 1009 → 1872 tok/s in
+// one process, a 262k exact prompt's second half 172 → 83 s; v79: form 2
+// 1868 → 1963 tok/s against 1; the same bits).
 const DefaultIXExact = 2
 
 // DefaultMVFewNSFast is the library's default of OptMVFewNSFast: fast
