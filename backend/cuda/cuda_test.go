@@ -1429,6 +1429,7 @@ func TestIndexScores(t *testing.T) {
 	d := gpu(t)
 	const IH, IHD, ratio = 64, 128, 4
 	t.Cleanup(func() { d.SetOption(OptIXFlash, DefaultIXFlash); d.SetOption(OptIXFlashSplit, DefaultIXFlashSplit) })
+	refs := map[string]indexRef{}
 	// fast: each chunk form (OptIXFlash 0: TF32-split tiles; 1: f16; 2:
 	// f16 copies of the rows, four tokens a CTA; 3: those on wgmma); fp4:
 	// the inputs through the FP4 simulation first, as the model's are
@@ -1483,20 +1484,17 @@ func TestIndexScores(t *testing.T) {
 		}
 		must(t, d.IndexScores(0, qp, wp, rp, IH, IHD, c.pos0, ratio, c.n, scores, int64(maxR), c.fast))
 		got := download(t, d, scores, c.n*maxR)
+		key := fmt.Sprint(c.pos0, c.n, c.fp4) // (the inputs are the same for the same key)
+		ref, ok := refs[key]
+		if !ok {
+			ref = indexRefs(q, rows, w, c.pos0, c.n, ratio, maxR, IH, IHD)
+			refs[key] = ref
+		}
 		worst := 0.0 // fast: the largest error as a fraction of its row's magnitude
 		for tok := 0; tok < c.n; tok++ {
 			R := (c.pos0 + tok + 1) / ratio
 			for i := 0; i < R; i++ {
-				want := indexScoreRef(q, rows, w, tok, i, IH, IHD)
-				var mag float64
-				for h := 0; h < IH; h++ {
-					qh, k := q[(tok*IH+h)*IHD:(tok*IH+h+1)*IHD], rows[i*IHD:(i+1)*IHD]
-					var m float64
-					for j := range qh {
-						m += math.Abs(float64(qh[j]) * float64(k[j]))
-					}
-					mag += m * math.Abs(float64(w[tok*IH+h]))
-				}
+				want, mag := ref.want[tok*maxR+i], ref.mag[tok*maxR+i]
 				g := got[tok*maxR+i]
 				if c.fast {
 					e := math.Abs(float64(g) - float64(want))
@@ -1556,6 +1554,49 @@ func TestIndexScores(t *testing.T) {
 // before its addition, combined as (s0+s1)+(s2+s3) (len(a) % 4 == 0).
 // indexScoreRef is the CPU's indexer score of compressed row i for token
 // tok: Σ_h w_h·dot_h over the heads whose dotRef dot_h > 0, in head order.
+// indexRef holds the CPU's indexer scores of a chunk (want) and each
+// score's magnitude Σ_h |w_h|·Σ_j |q_hj·k_j| (mag, the scale of fast
+// mode's bound), [token][row] with maxR rows a token.
+type indexRef struct {
+	want []float32
+	mag  []float64
+}
+
+// indexRefs forms an indexRef for n tokens from pos0, a token a goroutine
+// at a time on every CPU (the deep cases take minutes on one).
+func indexRefs(q, rows, w []float32, pos0, n, ratio, maxR, IH, IHD int) indexRef {
+	r := indexRef{want: make([]float32, n*maxR), mag: make([]float64, n*maxR)}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range runtime.NumCPU() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for tok := range next {
+				for i := 0; i < (pos0+tok+1)/ratio; i++ {
+					r.want[tok*maxR+i] = indexScoreRef(q, rows, w, tok, i, IH, IHD)
+					var mag float64
+					for h := 0; h < IH; h++ {
+						qh, k := q[(tok*IH+h)*IHD:(tok*IH+h+1)*IHD], rows[i*IHD:(i+1)*IHD]
+						var m float64
+						for j := range qh {
+							m += math.Abs(float64(qh[j]) * float64(k[j]))
+						}
+						mag += m * math.Abs(float64(w[tok*IH+h]))
+					}
+					r.mag[tok*maxR+i] = mag
+				}
+			}
+		}()
+	}
+	for tok := range n {
+		next <- tok
+	}
+	close(next)
+	wg.Wait()
+	return r
+}
+
 func indexScoreRef(q, rows, w []float32, tok, i, IH, IHD int) float32 {
 	var s float32
 	for h := 0; h < IH; h++ {
