@@ -184,3 +184,33 @@ func FuzzLoadMTP(f *testing.F) {
 		be.Close()
 	})
 }
+
+// TestWeightsBytes checks that Weights.Tensors lists every tensor of a
+// synthetic file once (its bytes add up to the file's tensor data), with
+// and without the MTP block, in two schemes.
+func TestWeightsBytes(t *testing.T) {
+	c := synth.Tiny()
+	for _, o := range []synth.Options{{Config: c, Seed: 3}, {Config: c, Seed: 3, MTP: synth.MTPInclude},
+		{Config: c, Seed: 3, Scheme: model.SchemeQ8, MTP: synth.MTPInclude}} {
+		f := buildParsed(t, o)
+		w, err := model.Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want int64
+		for i := range f.Tensors {
+			want += int64(len(f.TensorData(&f.Tensors[i])))
+		}
+		ts := w.Tensors()
+		seen := map[string]bool{}
+		for _, x := range ts {
+			if seen[x.Name] {
+				t.Fatalf("%s listed twice", x.Name)
+			}
+			seen[x.Name] = true
+		}
+		if len(ts) != len(f.Tensors) || w.Bytes() != want {
+			t.Fatalf("MTP %v, scheme %q: %d tensors of %d bytes, want the file's %d of %d", o.MTP, o.Scheme, len(ts), w.Bytes(), len(f.Tensors), want)
+		}
+	}
+}

@@ -312,6 +312,9 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := fitsDevice(w.Bytes(), dev.Info()); err != nil {
+		return nil, err
+	}
 	be := &Backend{dev: dev, cfg: c, opts: opts, profileAt: profileAt, hcEarly: os.Getenv("DS4_CUDA_HC_EARLY") != "0",
 		moeStats: os.Getenv("DS4_CUDA_MOE_STATS") == "1", sameRoute: os.Getenv("DS4_CUDA_BENCH_SAME_ROUTE") == "1",
 		halfChain: os.Getenv("DS4_CUDA_HALF_CHAIN") != "0",
@@ -363,6 +366,22 @@ func New(w *model.Weights, opts Options) (*Backend, error) {
 		}
 	}
 	return be, nil
+}
+
+// fitsDevice refuses, before anything is uploaded, a model whose weights
+// (need bytes, all resident) and the upload's staging buffer do not fit
+// the device's free memory — Flash q2's 80.8 GiB on an 80 GB H100, which
+// would otherwise fail after copying most of it. A device that reports
+// no free memory (an older library) is not checked.
+func fitsDevice(need int64, info Info) error {
+	free := int64(info.FreeMem)
+	if free <= 0 || need+stagingBytes <= free {
+		return nil
+	}
+	const gib = 1 << 30
+	return fmt.Errorf("cuda: the model's weights need %.1f GiB of device memory, and %s has %.1f GiB free of %.1f GiB: "+
+		"use a smaller quantization, a GPU with more memory, or the CPU backend",
+		float64(need)/gib, info.Name, float64(free)/gib, float64(info.TotalMem)/gib)
 }
 
 // Close frees the backend's device memory. Sessions must be closed first.
