@@ -1550,10 +1550,6 @@ func TestIndexScores(t *testing.T) {
 	must(t, d.SetOption(OptIXTile, DefaultIXTile))
 }
 
-// dotRef is a·b with four running sums over i mod 4, each product rounded
-// before its addition, combined as (s0+s1)+(s2+s3) (len(a) % 4 == 0).
-// indexScoreRef is the CPU's indexer score of compressed row i for token
-// tok: Σ_h w_h·dot_h over the heads whose dotRef dot_h > 0, in head order.
 // indexRef holds the CPU's indexer scores of a chunk (want) and each
 // score's magnitude Σ_h |w_h|·Σ_j |q_hj·k_j| (mag, the scale of fast
 // mode's bound), [token][row] with maxR rows a token.
@@ -1597,6 +1593,10 @@ func indexRefs(q, rows, w []float32, pos0, n, ratio, maxR, IH, IHD int) indexRef
 	return r
 }
 
+// dotRef is a·b with four running sums over i mod 4, each product rounded
+// before its addition, combined as (s0+s1)+(s2+s3) (len(a) % 4 == 0).
+// indexScoreRef is the CPU's indexer score of compressed row i for token
+// tok: Σ_h w_h·dot_h over the heads whose dotRef dot_h > 0, in head order.
 func indexScoreRef(q, rows, w []float32, tok, i, IH, IHD int) float32 {
 	var s float32
 	for h := 0; h < IH; h++ {
