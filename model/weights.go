@@ -232,36 +232,19 @@ func (w *Weights) String() string {
 		w.Scheme, c.Layers, c.Embed, c.Heads, c.HeadDim, c.Experts, c.ExpertsUsed, c.ExpertFF, c.Vocab)
 }
 
-// Tensors lists every tensor bound to the model, each once: the embedding,
-// each layer's, the head's and the MTP block's (nil fields left out).
+// Tensors lists every tensor bound to the model, each once: the slots
+// Bind fills (ExpectedTensors), then BindMTP's (MTPTensors) when the model
+// has an MTP block; absent optional tensors left out.
 func (w *Weights) Tensors() []*Tensor {
+	specs := ExpectedTensors(&w.Config)
+	if w.MTP != nil {
+		specs = append(specs, MTPTensors(&w.Config)...)
+	}
 	var ts []*Tensor
-	add := func(xs ...*Tensor) {
-		for _, t := range xs {
-			if t != nil {
-				ts = append(ts, t)
-			}
+	for _, sp := range specs {
+		if t := *sp.slot(w, sp.Layer); t != nil {
+			ts = append(ts, t)
 		}
-	}
-	layer := func(l *Layer) {
-		add(l.HCAttnFn, l.HCAttnScale, l.HCAttnBase, l.AttnNorm, l.QA, l.QANorm, l.QB, l.KV, l.KVNorm, l.Sinks, l.OutA, l.OutB)
-		if c := l.Compressor; c != nil {
-			add(c.APE, c.KV, c.Gate, c.Norm)
-		}
-		if x := l.Indexer; x != nil {
-			add(x.QB, x.Proj, x.Compressor.APE, x.Compressor.KV, x.Compressor.Gate, x.Compressor.Norm)
-		}
-		add(l.HCFFNFn, l.HCFFNScale, l.HCFFNBase, l.FFNNorm, l.GateInp, l.ExpProbsBias, l.Tid2Eid,
-			l.GateExps, l.UpExps, l.DownExps, l.GateShexp, l.UpShexp, l.DownShexp)
-	}
-	add(w.TokenEmbd)
-	for i := range w.Layers {
-		layer(&w.Layers[i])
-	}
-	add(w.OutputHCBase, w.OutputHCFn, w.OutputHCScal, w.OutputNorm, w.Output)
-	if m := w.MTP; m != nil {
-		layer(&m.Block)
-		add(m.EProj, m.HProj, m.ENorm, m.HNorm, m.Norm, m.HCHeadFn, m.HCHeadBase, m.HCHeadScale)
 	}
 	return ts
 }
