@@ -10,7 +10,8 @@ import (
 )
 
 // TestIndexScoresExact holds exact mode's indexer scores of prompt chunks
-// with OptIXExact 1 — the dots on the f16 tensor cores (k_index_flash_exact),
+// with OptIXExact 1 and 2 — the dots on the f16 tensor cores
+// (k_index_flash_exact; 2 from f16 copies of the rows, k_ix_rows_half),
 // each kept where its query head's and row's exponent spans make it exact
 // in float, formed again in dotRef's operations where not, the heads added
 // in order — to the CPU's operations bit for bit, on five kinds of input:
@@ -22,11 +23,11 @@ import (
 // random (spans on both sides of the check's limit: dots kept with the
 // widest spans it allows, where the tensor cores' FP32 accumulation must
 // still be exact) and rows built at the check's limit whose dots need every
-// one of float's 24 bits (ixEdgeRows). OptIXExact 5 makes a dot that fails
-// the check +inf, so it shows which path each took: no score of the FP4
-// or edge inputs non-finite (all kept), every gaussian one non-finite, on
-// the scaled kind exactly the scaled rows' scores, on the spread kind some
-// of each (logged). Option 0 (the CUDA cores' FP32 tiles) is held to the
+// one of float's 24 bits (ixEdgeRows). OptIXExact 5 and 6 (1 and 2 with
+// bit 4) make a dot that fails the check +inf, so they show which path
+// each took: no score of the FP4 or edge inputs non-finite (all kept),
+// every gaussian one non-finite, on the scaled kind exactly the scaled
+// rows' scores, on the spread kind some of each (logged). Option 0 (the CUDA cores' FP32 tiles) is held to the
 // same bits.
 func TestIndexScoresExact(t *testing.T) {
 	d := gpu(t)
@@ -68,12 +69,7 @@ func TestIndexScoresExact(t *testing.T) {
 				rp = tempUpload(t, d, rows)
 			}
 		}
-		want := make([]float32, c.n*maxR)
-		for tok := 0; tok < c.n; tok++ {
-			for i := 0; i < (c.pos0+tok+1)/ratio; i++ {
-				want[tok*maxR+i] = indexScoreRef(q, rows, w, tok, i, IH, IHD)
-			}
-		}
+		want := indexRefs(q, rows, w, c.pos0, c.n, ratio, maxR, IH, IHD).want
 		for _, fm := range []int{0, 1, 2, 5, 6} {
 			must(t, d.SetOption(OptIXExact, fm))
 			scores := tempAlloc(t, d, int64(4*c.n*maxR))
@@ -142,11 +138,11 @@ func ixEdgeRows(n, e int) []float32 {
 // TestFlashLayersIndexerExact runs Flash-shaped layers (flashLayers4's:
 // the ratio-4 layer's indexer has Flash's 64 heads of 128, its top-k
 // lowered to 8 so that it chooses from the 9th compressed row on) in exact
-// mode through prompt chunks of 16 tokens, with OptIXExact 0, 1 and 5: the
-// logits of every row must be the same bits under all three, and within
-// the reference bounds of the CPU's. Option 5 turns a dot that fails the
-// exactness check into +inf (a different choice of rows, different
-// logits), so equal logits there say that every dot of the model's own
+// mode through prompt chunks of 16 tokens, with OptIXExact 0, 1, 2, 5 and
+// 6: the logits of every row must be the same bits under all five, and
+// within the reference bounds of the CPU's. Options 5 and 6 turn a dot
+// that fails the exactness check into +inf (a different choice of rows,
+// different logits), so equal logits there say that every dot of the model's own
 // FP4-simulated queries and rows passed the check and was kept from the
 // tensor cores.
 func TestFlashLayersIndexerExact(t *testing.T) {
