@@ -33,3 +33,36 @@ func TestFitsDevice(t *testing.T) {
 		t.Errorf("no free memory reported: %v", err)
 	}
 }
+
+// TestNewRefusesWhatDoesNotFit runs the check on the device: with all but
+// half of a small model's bytes (plus the staging buffer) taken by another
+// allocation, New must refuse the model before uploading anything, naming
+// the device; with that memory free again, the same model loads.
+func TestNewRefusesWhatDoesNotFit(t *testing.T) {
+	d := gpu(t)
+	_, w := flashLayers4(t)
+	need := w.Bytes()
+	free := int64(d.Info().FreeMem)
+	if free <= 0 {
+		t.Skip("the library reports no free memory")
+	}
+	hog, err := d.Malloc(free - stagingBytes - need/2)
+	if err != nil {
+		t.Fatalf("taking %d of %d free bytes: %v", free-stagingBytes-need/2, free, err)
+	}
+	left := int64(d.Info().FreeMem)
+	be, err := New(w, Options{})
+	if err == nil {
+		be.Close()
+		d.Free(hog)
+		t.Fatalf("a %d-byte model with %d bytes free: New did not refuse it", need, left)
+	}
+	if !strings.Contains(err.Error(), "GiB of device memory") || !strings.Contains(err.Error(), d.Info().Name) {
+		t.Errorf("refusal %q does not name the sizes and the device", err)
+	}
+	t.Logf("%d-byte model, %d bytes free: %v", need, left, err)
+	if err := d.Free(hog); err != nil {
+		t.Fatal(err)
+	}
+	testBackend(t, w, Options{}) // fits again
+}
