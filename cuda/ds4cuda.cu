@@ -46,7 +46,7 @@ static int g_opt_router_warp = 1;
 static int g_opt_attn_ecache = 1;
 static int g_opt_attn_rope = 1;
 static int g_opt_attn_quant = 1;
-static int g_opt_attn_tile = 1;
+static int g_opt_attn_tile = 2;
 static int g_opt_ix_chunk = 1;
 static int g_opt_fx_wreg = 2; // 2: k_fexact_tile_wv where the stages are whole (fexact.cuh; cuda/NOTES.md v60)
 static int g_opt_tc_q8w = 2;
@@ -524,7 +524,7 @@ static const struct {
     {DS4C_OPT_ATTN_ECACHE, "attn_ecache", &g_opt_attn_ecache, 0, 1},
     {DS4C_OPT_ATTN_ROPE, "attn_rope", &g_opt_attn_rope, 0, 1},
     {DS4C_OPT_ATTN_QUANT, "attn_quant", &g_opt_attn_quant, 0, 1},
-    {DS4C_OPT_ATTN_TILE, "attn_tile", &g_opt_attn_tile, 0, 1},
+    {DS4C_OPT_ATTN_TILE, "attn_tile", &g_opt_attn_tile, 0, 2},
     {DS4C_OPT_IX_CHUNK, "ix_chunk", &g_opt_ix_chunk, 0, 1},
     {DS4C_OPT_FX_WREG, "fx_wreg", &g_opt_fx_wreg, 0, 2},
     {DS4C_OPT_TC_STAGE, "tc_stage", &g_opt_tc_stage, 0, 3},

@@ -1744,7 +1744,14 @@ struct TileSmem {
 // The dots then pass through shared memory into acc[i][j][0] of the thread
 // that owns dot (i, j) in the exact layout (the other three sums 0), so the
 // callers read either form the same way.
-template <bool TC>
+// CP (DS4C_OPT_ATTN_TILE 2, the chunk attention's scores): the next slice
+// goes to its stage by cp.async, requested as the current one's sums
+// start, instead of through registers: at the 128-register cap the
+// compiler had sunk the register loads to just before their stores, so
+// each slice waited a full L2 round trip (ncu, cuda/NOTES.md v80: 10.4 %
+// of k_attn_scores_tile's stall samples on that store, long scoreboard).
+// The same values staged, so the same dots.
+template <bool TC, bool CP = false>
 __device__ __forceinline__ void tile_dots(TileSmem &sm, int D, float (&acc)[ATS_R][ATS_R][4]) {
     static_assert(ATS_T == 256 && ATS_A == 64 && ATS_B == 64 && ATS_SL % 8 == 0, "the mma layout: 8 warps, 64 × 64 dots");
     const int tid = threadIdx.x;
@@ -1774,13 +1781,33 @@ __device__ __forceinline__ void tile_dots(TileSmem &sm, int D, float (&acc)[ATS_
     float c[4][4]; // TC: the warp's 4 tiles of 16 A rows × 8 B rows
 #pragma unroll
     for (int j = 0; j < 4; j++) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
-    fetch(0);
-    stash(0);
+    // CP: slice c0's copies into stage st, one group a thread
+    auto copy = [&](int c0, int st) {
+#pragma unroll
+        for (int u = 0; u < ATS_V; u++) {
+            const int f = tid + ATS_T * u, r = f / ATS_C4;
+            float *d = r < ATS_A ? &sm.a[st][r * ATS_LD] : &sm.b[st][(r - ATS_A) * ATS_LD];
+            cp_async16(d + 4 * (f % ATS_C4), (const float4 *)(sm.row[r] + c0) + f % ATS_C4);
+        }
+        cp_async_commit();
+    };
+    if constexpr (CP) {
+        copy(0, 0);
+        cp_async_wait<0>();
+    } else {
+        fetch(0);
+        stash(0);
+    }
     __syncthreads();
     const int ns = D / ATS_SL;
     for (int sl = 0; sl < ns; sl++) {
         const int st = sl & 1;
-        if (sl + 1 < ns) fetch((sl + 1) * ATS_SL);
+        if (sl + 1 < ns) {
+            if constexpr (CP)
+                copy((sl + 1) * ATS_SL, st ^ 1);
+            else
+                fetch((sl + 1) * ATS_SL);
+        }
         if constexpr (TC) {
 #pragma unroll
             for (int kk = 0; kk < ATS_SL; kk += 8) {
@@ -1821,7 +1848,12 @@ __device__ __forceinline__ void tile_dots(TileSmem &sm, int D, float (&acc)[ATS_
                     }
             }
         }
-        if (sl + 1 < ns) stash(st ^ 1);
+        if (sl + 1 < ns) {
+            if constexpr (CP)
+                cp_async_wait<0>();
+            else
+                stash(st ^ 1);
+        }
         __syncthreads();
     }
     if constexpr (TC) {
@@ -3263,8 +3295,9 @@ __global__ void __launch_bounds__(256) k_attn_scores(AttnArgs a, float *sc, int6
 
 // Scores of a chunk through tile_dots: a CTA takes one token, ATS_A heads
 // (A: its query rows) and ATS_B keys (B). Same bits as k_attn_scores (TC:
-// fast mode, the dots on the tensor cores).
-template <bool TC>
+// fast mode, the dots on the tensor cores; CP: the slices staged by
+// cp.async, DS4C_OPT_ATTN_TILE 2).
+template <bool TC, bool CP = false>
 __global__ void __launch_bounds__(ATS_T, 2) k_attn_scores_tile(AttnArgs a, float *sc, int64_t maxk) {
     pdl_enter();
     __shared__ __align__(16) TileSmem sm;
@@ -3280,7 +3313,7 @@ __global__ void __launch_bounds__(ATS_T, 2) k_attn_scores_tile(AttnArgs a, float
     else if (tid < ATS_A + ATS_B) sm.row[tid] = attn_key(a, t, p, k0 + min(tid - ATS_A, nkt - 1), nwin);
     __syncthreads();
     float acc[ATS_R][ATS_R][4];
-    tile_dots<TC>(sm, a.HD, acc);
+    tile_dots<TC, CP>(sm, a.HD, acc);
 #pragma unroll
     for (int i = 0; i < ATS_R; i++) {
         const int hh = tile_arow(i);
@@ -6547,8 +6580,9 @@ int ds4c_attention(const float *d_q, const float *d_kv, const float *d_win, int6
     if (segfused) {
         // (k_attn_seg_cl forms the scores)
     } else if (chunk && HD % ATS_SL == 0 && ds4c_opt_attn_tile())
-        ds4c_launch(tc ? k_attn_scores_tile<true> : k_attn_scores_tile<false>, dim3(nblk(max_keys, ATS_B), (unsigned)n, nblk(H, ATS_A)), ATS_T, 0, st, a,
-                    d_work, max_keys);
+        ds4c_launch(tc ? k_attn_scores_tile<true>
+                       : (ds4c_opt_attn_tile() >= 2 ? k_attn_scores_tile<false, true> : k_attn_scores_tile<false>),
+                    dim3(nblk(max_keys, ATS_B), (unsigned)n, nblk(H, ATS_A)), ATS_T, 0, st, a, d_work, max_keys);
     else if (chunk)
         ds4c_launch(k_attn_scores<2>, gs, 256, smem, st, a, d_work, max_keys, hg);
     else

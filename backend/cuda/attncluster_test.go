@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -307,6 +308,49 @@ func TestAttentionPOVec(t *testing.T) {
 				}
 			}
 			in.free(d)
+		}
+	}
+}
+
+// TestAttentionTileStaging holds exact chunks' attention with the scores
+// tiles' slices staged by cp.async (OptAttnTile 2, the default) to the
+// register staging (1), bit for bit: 300 tokens of 64 heads of 512 at 700,
+// both ratios, in the serial and the segmented order.
+func TestAttentionTileStaging(t *testing.T) {
+	d := gpu(t)
+	t.Cleanup(func() {
+		d.SetOption(OptAttnTile, DefaultAttnTile)
+		d.SetOption(OptAttnOrder, DefaultAttnOrder)
+	})
+	const H, HD, W, pos0, K, n = 64, 512, 128, 700, 64, 300
+	in := uploadAttnInputs(t, d, n, H, HD, W, pos0, K, 43, 59, 11)
+	defer in.free(d)
+	for _, order := range []int{0, DefaultAttnOrder} {
+		must(t, d.SetOption(OptAttnOrder, order))
+		for _, ratio := range []int{4, 128} {
+			maxKeys := W + K
+			if ratio == 128 {
+				maxKeys = W + (pos0+n)/128
+			}
+			work := tempAlloc(t, d, int64(4*AttentionWork(n, H, HD, maxKeys)))
+			run := func(tile int) []float32 {
+				must(t, d.SetOption(OptAttnTile, tile))
+				a := &AttentionArgs{Q: in.q, KV: in.kv, Win: in.win, WCap: 2 * W, Comp: in.comp, Ratio: ratio, Sel: in.sel, NSel: in.nsel,
+					K: K, Sinks: in.sinks, Pos0: pos0, N: n, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work}
+				out, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
+				return out
+			}
+			regs, async := run(1), run(2)
+			diff := 0
+			for i := range regs {
+				if math.Float32bits(regs[i]) != math.Float32bits(async[i]) {
+					diff++
+				}
+			}
+			if diff != 0 {
+				t.Errorf("order %d, ratio %d: %d of %d outputs differ between the staging forms", order, ratio, diff, len(regs))
+			}
+			d.Free(work)
 		}
 	}
 }

@@ -164,7 +164,7 @@ func TestAttentionSegmented(t *testing.T) {
 		must(t, d.SetOption(OptAttnOrder, 0))
 	}
 	// where no kernel has the order: an error, not the serial order's sums
-	t.Cleanup(func() { d.SetOption(OptAttnTile, 1) })
+	t.Cleanup(func() { d.SetOption(OptAttnTile, DefaultAttnTile) })
 	must(t, d.SetOption(OptAttnTile, 0))
 	for order := 1; order <= 5; order++ {
 		must(t, d.SetOption(OptAttnOrder, order))
@@ -175,7 +175,7 @@ func TestAttentionSegmented(t *testing.T) {
 			t.Errorf("8 tokens in order %d with the tiled kernels off: no error", order)
 		}
 	}
-	must(t, d.SetOption(OptAttnTile, 1))
+	must(t, d.SetOption(OptAttnTile, DefaultAttnTile))
 	must(t, d.SetOption(OptAttnOrder, 0))
 }
 

@@ -523,7 +523,7 @@ func TestKernelVariants(t *testing.T) {
 		{"topk_warp", OptTopKWarp, 1, 1, false}, {"router_warp", OptRouterWarp, 1, 1, false}, {"attn_ecache", OptAttnECache, 1, 1, true},
 		{"attn_rope", OptAttnRope, 1, 1, false}, {"attn_quant", OptAttnQuant, 1, 1, false},
 		{"attn_rope", OptAttnRope, 1, 1, true}, {"attn_quant", OptAttnQuant, 1, 1, true},
-		{"attn_tile", OptAttnTile, 1, 64, true}, {"ix_chunk", OptIXChunk, 1, 64, false}, {"fx_wreg", OptFXWReg, DefaultFXWReg, 64, false},
+		{"attn_tile", OptAttnTile, DefaultAttnTile, 64, true}, {"ix_chunk", OptIXChunk, 1, 64, false}, {"fx_wreg", OptFXWReg, DefaultFXWReg, 64, false},
 		{"tc_stage", OptTCStage, 3, 64, false}, {"tc_q8w", OptTCQ8W, 2, 64, false},
 		{"quant_vec", OptQuantVec, 1, 64, false},
 		{"norm_rope_w", OptNormRopeW, 1, 64, false}, {"hc_chunk", OptHCChunk, 1, 64, false},

@@ -299,7 +299,7 @@ const (
 	OptAttnECache   = 22 // 1: single-token attention keeps its exponentials in shared memory for the output pass (default); 0: computes them again
 	OptAttnRope     = 23 // 1: single-token attention applies the output's inverse RoPE in its output kernel (default); 0: a RoPE launch after it
 	OptAttnQuant    = 24 // 1: single-token attention forms the output's Q8_0 activation in its output kernel (default); 0: a quantize launch after it
-	OptAttnTile     = 25 // 1: chunk attention register-tiled: scores 4 heads × 4 keys a thread, weighted sum 8 heads × 4 dims (default; env DS4_CUDA_ATTN_TILE); 0: the untiled kernels
+	OptAttnTile     = 25 // 1: chunk attention register-tiled: scores 4 heads × 4 keys a thread, weighted sum 8 heads × 4 dims; 2 (DefaultAttnTile): the same, exact mode's scores tiles staging their slices by cp.async, not through registers (the same bits); 0: the untiled kernels (env DS4_CUDA_ATTN_TILE)
 	OptIXChunk      = 26 // 1: chunk indexer scores register-tiled, 4 heads × 4 rows per thread (default; env DS4_CUDA_IX_CHUNK); 0: a (row, head) dot per thread
 	OptFXWReg       = 27 // 2: exact 16-bit-weight products of 16+ tokens keep each warp's weights in registers, only the inputs staged, and where every stage is whole (columns a multiple of 2048, or fewer and a multiple of 256) the inputs staged for 16-byte reads (default, DefaultFXWReg; env DS4_CUDA_FX_WREG); 1: the weights in registers only; 0: both staged in shared memory; the same bits
 	OptTCStage      = 28 // tensor-core Q2_K and IQ2_XXS products of many tokens: 1 weights and activations staged in shared memory three blocks deep, CTAs of 4 warps × 32 slots; 2 the same with CTAs of 8 warps × 64 slots; 3 (default; env DS4_CUDA_TC_STAGE) IQ2_XXS as 2 from 32 selections a matrix on average (tokens, dense) and as 1 below, Q2_K as 1; 0 unstaged
@@ -459,6 +459,10 @@ const DefaultFXLive = 15
 // shared memory serves two chains; exact decode +0.58 %, exact three drafts
 // +1.14 % in one process against form 0).
 const DefaultAttnSegForm = 5
+
+// DefaultAttnTile is the library's default of OptAttnTile: the tiles,
+// exact mode's scores staged by cp.async (cuda/NOTES.md v80).
+const DefaultAttnTile = 2
 
 // DefaultIXExact is the library's default of OptIXExact: chunks' indexer
 // dots on the tensor cores where exact, from f16 copies of the rows
