@@ -191,15 +191,11 @@ func restoreAttnOptions(t *testing.T, d *Device) {
 func TestAttentionWideChunk(t *testing.T) {
 	d := gpu(t)
 	t.Cleanup(func() { d.SetOption(OptAttnFlash, DefaultAttnFlash) })
-	// (n: more tokens than an H100's or H200's 132 SMs)
-	const H, HD, W, pos0, K, n = 64, 512, 128, 700, 64, 300
-	in := uploadAttnInputs(t, d, n, H, HD, W, pos0, K, 41, 53, 7)
+	const H, HD, n = wideH, wideHD, wideN
+	in := uploadAttnInputs(t, d, n, H, HD, wideW, widePos0, wideK, 41, 53, 7)
 	defer in.free(d)
 	for _, ratio := range []int{4, 128} {
-		maxKeys := W + K
-		if ratio == 128 {
-			maxKeys = W + (pos0+n)/128
-		}
+		maxKeys := wideChunkKeys(ratio)
 		work := tempAlloc(t, d, int64(4*AttentionWork(n, H, HD, maxKeys)))
 		run := func(fast bool, flash int) []float32 {
 			must(t, d.SetOption(OptAttnFlash, flash))
@@ -207,9 +203,7 @@ func TestAttentionWideChunk(t *testing.T) {
 			if d.AttentionWorkFor(n, H, HD, maxKeys, fast) == 0 {
 				wk = 0
 			}
-			a := &AttentionArgs{Q: in.q, KV: in.kv, Win: in.win, WCap: 2 * W, Comp: in.comp, Ratio: ratio, Sel: in.sel, NSel: in.nsel,
-				K: K, Sinks: in.sinks, Pos0: pos0, N: n, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: wk, Fast: fast}
-			out, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
+			out, _ := attentionOut(t, d, in.wideChunkArgs(ratio, wk, fast), false, 0, 0, 0, 0)
 			return out
 		}
 		exact := run(false, DefaultAttnFlash)
@@ -226,6 +220,27 @@ func TestAttentionWideChunk(t *testing.T) {
 		}
 		d.Free(work)
 	}
+}
+
+// The wide chunk of TestAttentionWideChunk and TestAttentionTileStaging:
+// more tokens (wideN) than an H100's or H200's 132 SMs, Flash's heads, at
+// widePos0 with a window of wideW and wideK picks a token.
+const wideH, wideHD, wideW, widePos0, wideK, wideN = 64, 512, 128, 700, 64, 300
+
+// wideChunkKeys is the wide chunk's most keys a token at a ratio: the
+// window and the picks (4), or the window and every compressed row (128).
+func wideChunkKeys(ratio int) int {
+	if ratio == 128 {
+		return wideW + (widePos0+wideN)/128
+	}
+	return wideW + wideK
+}
+
+// wideChunkArgs is the wide chunk's attention over in at a ratio.
+func (in attnInputs) wideChunkArgs(ratio int, work Ptr, fast bool) *AttentionArgs {
+	return &AttentionArgs{Q: in.q, KV: in.kv, Win: in.win, WCap: 2 * wideW, Comp: in.comp, Ratio: ratio, Sel: in.sel, NSel: in.nsel,
+		K: wideK, Sinks: in.sinks, Pos0: widePos0, N: wideN, H: wideH, HD: wideHD, W: wideW, Scale: 0.044,
+		MaxKeys: wideChunkKeys(ratio), Work: work, Fast: fast}
 }
 
 // attnInputs are a chunk attention's inputs on the device (uploadAttnInputs).
@@ -322,22 +337,15 @@ func TestAttentionTileStaging(t *testing.T) {
 		d.SetOption(OptAttnTile, DefaultAttnTile)
 		d.SetOption(OptAttnOrder, DefaultAttnOrder)
 	})
-	const H, HD, W, pos0, K, n = 64, 512, 128, 700, 64, 300
-	in := uploadAttnInputs(t, d, n, H, HD, W, pos0, K, 43, 59, 11)
+	in := uploadAttnInputs(t, d, wideN, wideH, wideHD, wideW, widePos0, wideK, 43, 59, 11)
 	defer in.free(d)
 	for _, order := range []int{0, DefaultAttnOrder} {
 		must(t, d.SetOption(OptAttnOrder, order))
 		for _, ratio := range []int{4, 128} {
-			maxKeys := W + K
-			if ratio == 128 {
-				maxKeys = W + (pos0+n)/128
-			}
-			work := tempAlloc(t, d, int64(4*AttentionWork(n, H, HD, maxKeys)))
+			work := tempAlloc(t, d, int64(4*AttentionWork(wideN, wideH, wideHD, wideChunkKeys(ratio))))
 			run := func(tile int) []float32 {
 				must(t, d.SetOption(OptAttnTile, tile))
-				a := &AttentionArgs{Q: in.q, KV: in.kv, Win: in.win, WCap: 2 * W, Comp: in.comp, Ratio: ratio, Sel: in.sel, NSel: in.nsel,
-					K: K, Sinks: in.sinks, Pos0: pos0, N: n, H: H, HD: HD, W: W, Scale: 0.044, MaxKeys: maxKeys, Work: work}
-				out, _ := attentionOut(t, d, a, false, 0, 0, 0, 0)
+				out, _ := attentionOut(t, d, in.wideChunkArgs(ratio, work, false), false, 0, 0, 0, 0)
 				return out
 			}
 			regs, async := run(1), run(2)
