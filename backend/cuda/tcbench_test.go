@@ -333,6 +333,12 @@ func TestPrefillProducts(t *testing.T) {
 	IR := (ipos + ntok) / 4
 	iq, iw := upload(t, d, gaussian(ntok*IH*IHD, 66)), upload(t, d, gaussian(ntok*IH, 67))
 	irows := upload(t, d, gaussian(IR*IHD, 68))
+	// FP4-simulated, as the model's queries and rows are: exact mode's
+	// tensor-core dots are taken where such values make them exact, and
+	// Gaussian floats would send every dot to the CUDA cores' fallback
+	must(t, d.FP4Sim(0, iq, IHD, ntok*IH, IHD))
+	must(t, d.FP4Sim(0, irows, IHD, IR, IHD))
+	must(t, d.Synchronize())
 	iscores := alloc(t, d, int64(4*ntok*IR))
 	for _, v := range []struct {
 		fast  bool
@@ -347,7 +353,7 @@ func TestPrefillProducts(t *testing.T) {
 			return d.IndexScores(s, iq, iw, irows, IH, IHD, ipos, 4, ntok, iscores, int64(IR), v.fast)
 		}
 		var us float64
-		if v.flash >= 2 { // (stream-ordered scratch: launched on the stream)
+		if v.flash >= 2 || !v.fast { // (stream-ordered scratch, also exact mode's f16 rows: launched on the stream)
 			us = plain(launch)
 		} else {
 			us = gt.time(calls, func(int) error { return launch() })
